@@ -1,0 +1,244 @@
+/*
+ * pipit.h — the one public header of pipit: MPMD pipeline-parallel training.
+ *
+ * A user traces the loss of ONE microbatch as a graph (pipit_graph), marks
+ * stage boundaries with pipit_yield, and compiles it with a schedule into a
+ * pipit_program; pipit_step runs one training step (M microbatches, gradient
+ * accumulation, clipping, optimizer update).
+ *
+ * Conventions
+ *   - Every fallible call returns pipit_status. On failure a readable message
+ *     is left in the thread-local pipit_errmsg() and, where a handle exists,
+ *     on that handle (pipit_graph_errmsg, pipit_program_errmsg).
+ *   - Graph builders return pipit_val and never fail loudly: the first error
+ *     (bad shape, bad dtype, ...) makes the graph "poisoned"; later builders
+ *     return an invalid value and pipit_graph_status / pipit_compile report
+ *     the first error with the op and the shapes involved.
+ *   - Every *_free accepts NULL. Strings returned by pipit are owned by pipit
+ *     and stay valid until the owning handle is freed (or, for
+ *     pipit_errmsg, until the next failing call on the same thread).
+ *   - Thread safety: a handle may be used by one thread at a time.
+ */
+#ifndef PIPIT_H
+#define PIPIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PIPIT_BUILD_SHARED)
+#define PIPIT_API __attribute__((visibility("default")))
+#else
+#define PIPIT_API
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+/* One list generates the enum and pipit_status_name (libuv's UV_ERRNO_MAP). */
+#define PIPIT_STATUS_MAP(X)                                              \
+    X(OK,        "ok")                                                   \
+    X(INVALID,   "invalid argument")                                     \
+    X(SHAPE,     "shape or dtype mismatch")                              \
+    X(IO,        "i/o error")                                            \
+    X(FORMAT,    "malformed file")                                       \
+    X(NOMEM,     "out of memory")                                        \
+    X(MISUSE,    "API misuse (NULL, freed or half-built handle)")       \
+    X(SCHEDULE,  "invalid schedule")                                     \
+    X(DEADLOCK,  "schedule would deadlock")                              \
+    X(RUNTIME,   "runtime failure")                                      \
+    X(INTERNAL,  "internal error")
+
+typedef enum {
+#define PIPIT_X_(name, text) PIPIT_STATUS_##name,
+    PIPIT_STATUS_MAP(PIPIT_X_)
+#undef PIPIT_X_
+    PIPIT_STATUS_COUNT
+} pipit_status;
+
+/* Short text for a status code (static storage). */
+PIPIT_API const char *pipit_status_name(pipit_status s);
+/* The message of the last failure on this thread ("" if none). */
+PIPIT_API const char *pipit_errmsg(void);
+
+/* ----------------------------------------------------------------- types */
+
+typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;
+
+#define PIPIT_MAX_DIMS 4
+
+typedef struct pipit_graph pipit_graph;
+typedef struct pipit_program pipit_program;
+typedef struct pipit_schedule pipit_schedule;
+
+/* A value in a graph: a small handle (graph + node index). id < 0 = invalid. */
+typedef struct {
+    pipit_graph *g;
+    int32_t id;
+} pipit_val;
+
+/* ----------------------------------------------------------------- graph */
+
+/* Creates an empty graph. Returns NULL (and sets pipit_errmsg) on OOM. */
+PIPIT_API pipit_graph *pipit_graph_new(void);
+PIPIT_API void pipit_graph_free(pipit_graph *g);
+/* First error raised while building (PIPIT_STATUS_OK if none). */
+PIPIT_API pipit_status pipit_graph_status(const pipit_graph *g);
+PIPIT_API const char *pipit_graph_errmsg(const pipit_graph *g);
+
+/* Shape queries on a value (0 / NULL for an invalid value). */
+PIPIT_API int pipit_val_ndim(pipit_val v);
+PIPIT_API int64_t pipit_val_dim(pipit_val v, int axis);
+PIPIT_API pipit_dtype pipit_val_dtype(pipit_val v);
+
+/* Leaves: per-microbatch data inputs, and trainable parameters (by name). */
+PIPIT_API pipit_val pipit_input(pipit_graph *g, const char *name, pipit_dtype dt,
+                                int ndim, const int64_t *shape);
+PIPIT_API pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt,
+                                int ndim, const int64_t *shape);
+
+/* Ops. Shapes follow numpy conventions; see docs/ops.md. */
+PIPIT_API pipit_val pipit_embed(pipit_graph *g, pipit_val table /*[V,C]*/,
+                                pipit_val idx /*i32 [...]*/);     /* -> [...,C] */
+PIPIT_API pipit_val pipit_add(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
+/* a [...,M,K] @ b [K,N] (broadcast) or b [...,K,N] (batched, same batch).
+ * trans_a / trans_b transpose the last two axes of a / b first. */
+PIPIT_API pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b,
+                                 int trans_a, int trans_b);
+/* a @ b^T: the tied language-model head, logits = h @ wte^T. */
+PIPIT_API pipit_val pipit_matmul_nt(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_bias_add(pipit_graph *g, pipit_val x /*[...,N]*/,
+                                   pipit_val bias /*[N]*/);
+PIPIT_API pipit_val pipit_layernorm(pipit_graph *g, pipit_val x, pipit_val w,
+                                    pipit_val b, double eps);
+PIPIT_API pipit_val pipit_gelu(pipit_graph *g, pipit_val x); /* tanh approx. */
+/* Fused causal self-attention: qkv [B,T,3C] (q | k | v), heads H -> [B,T,C]. */
+PIPIT_API pipit_val pipit_attention(pipit_graph *g, pipit_val qkv, int heads);
+/* Softmax cross-entropy, mean over all rows: logits [...,V], targets i32 [...]. */
+PIPIT_API pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
+PIPIT_API pipit_val pipit_sum(pipit_graph *g, pipit_val x);   /* -> scalar */
+PIPIT_API pipit_val pipit_mean(pipit_graph *g, pipit_val x);  /* -> scalar */
+PIPIT_API pipit_val pipit_reshape(pipit_graph *g, pipit_val x, int ndim,
+                                  const int64_t *shape);
+/* Swaps two axes. */
+PIPIT_API pipit_val pipit_transpose(pipit_graph *g, pipit_val x, int axis0, int axis1);
+/* Stage boundary: identity whose output lives one pipeline stage later. */
+PIPIT_API pipit_val pipit_yield(pipit_graph *g, pipit_val x);
+
+/* ------------------------------------------------------------- schedules */
+
+typedef enum {
+    PIPIT_TASK_F = 0,  /* forward of (stage, microbatch) */
+    PIPIT_TASK_B = 1,  /* backward: input gradients only */
+    PIPIT_TASK_W = 2,  /* backward: weight gradients only */
+    PIPIT_TASK_BW = 3  /* fused backward */
+} pipit_task_kind;
+
+typedef struct {
+    uint8_t kind;      /* pipit_task_kind */
+    int16_t stage;
+    int32_t mb;
+} pipit_task;
+
+/* Built-in schedule generators. P = pipeline ranks, V = stages per rank.
+ * They validate nothing about M until pipit_schedule_build is called. */
+typedef enum {
+    PIPIT_SCHED_GPIPE = 0,
+    PIPIT_SCHED_1F1B,
+    PIPIT_SCHED_EAGER_1F1B,
+    PIPIT_SCHED_INTERLEAVED_1F1B,
+    PIPIT_SCHED_INTERLEAVED_GPIPE,
+    PIPIT_SCHED_ZB_H1,
+    PIPIT_SCHED_DUALPIPEV,
+    PIPIT_SCHED_COUNT
+} pipit_schedule_kind;
+
+/* Builds a built-in schedule for P ranks, V stages per rank, M microbatches.
+ * PIPIT_STATUS_SCHEDULE with a message when M or V violate its constraints. */
+PIPIT_API pipit_status pipit_schedule_build(pipit_schedule_kind kind, int P, int V,
+                                            int M, pipit_schedule **out);
+/* Parses a name ("gpipe", "1f1b", ...) into a kind; -1 if unknown. */
+PIPIT_API int pipit_schedule_kind_from_name(const char *name);
+PIPIT_API const char *pipit_schedule_kind_name(pipit_schedule_kind kind);
+/* A custom schedule: S stages, stage_rank[S] maps stages to P ranks, and
+ * per rank an ordered task list. Copies its inputs. Checked by
+ * pipit_schedule_check, not here. */
+PIPIT_API pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
+                                             const int *ntasks, const pipit_task *const *tasks,
+                                             pipit_schedule **out);
+/* Reads the text format (docs/schedules.md). */
+PIPIT_API pipit_status pipit_schedule_load(const char *path, pipit_schedule **out);
+/* Checks completeness, placement and freedom from deadlock. */
+PIPIT_API pipit_status pipit_schedule_check(const pipit_schedule *s);
+PIPIT_API void pipit_schedule_free(pipit_schedule *s);
+
+/* ------------------------------------------------------- optimizer, step */
+
+typedef enum { PIPIT_OPT_ADAMW = 0, PIPIT_OPT_SGD = 1 } pipit_optimizer_kind;
+
+typedef struct {
+    pipit_optimizer_kind kind;
+    double lr, beta1, beta2, eps, weight_decay;
+} pipit_optimizer;
+
+PIPIT_API pipit_optimizer pipit_adamw(double lr, double beta1, double beta2, double eps,
+                                      double weight_decay);
+PIPIT_API pipit_optimizer pipit_sgd(double lr);
+
+/* Compile options: every zero field means "default". */
+typedef struct {
+    pipit_schedule *schedule;   /* NULL: one rank, sequential (borrowed) */
+    int microbatches;           /* M, default 1 */
+    int threads;                /* compute threads per rank, default 1 */
+    int remat;                  /* recompute forward inside backward */
+    pipit_optimizer optimizer;  /* default: AdamW(3e-4, .9, .95, 1e-8, 0) */
+    double clip_norm;           /* 0: no clipping */
+    uint64_t seed;              /* parameter init seed (see pipit_program_init_params) */
+} pipit_options;
+
+/* Differentiates `loss` (a scalar) w.r.t. every param, plans memory and
+ * builds per-rank programs. The graph must outlive the program. */
+PIPIT_API pipit_status pipit_compile(pipit_graph *g, pipit_val loss,
+                                     const pipit_options *opt, pipit_program **out);
+PIPIT_API void pipit_program_free(pipit_program *p);
+PIPIT_API const char *pipit_program_errmsg(const pipit_program *p);
+
+/* Parameters, addressed by name. Data is copied in / out (f32 row-major). */
+PIPIT_API int pipit_program_num_params(const pipit_program *p);
+PIPIT_API const char *pipit_program_param_name(const pipit_program *p, int i);
+PIPIT_API pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
+                                                 int *ndim, int64_t *shape);
+PIPIT_API pipit_status pipit_program_set_param(pipit_program *p, const char *name,
+                                               const void *data, size_t nbytes);
+PIPIT_API pipit_status pipit_program_get_param(const pipit_program *p, const char *name,
+                                               void *data, size_t nbytes);
+/* Accumulated gradient of the last step (before the update), by name. */
+PIPIT_API pipit_status pipit_program_get_grad(const pipit_program *p, const char *name,
+                                              void *data, size_t nbytes);
+
+/* One microbatch's inputs: one buffer per pipit_input, by name. */
+typedef struct {
+    const char *name;
+    const void *data;      /* dtype and shape as declared by pipit_input */
+} pipit_feed;
+
+typedef struct {
+    double loss;           /* mean loss over all microbatches */
+    double grad_norm;      /* global norm before clipping */
+    double ms;             /* wall time of the step */
+    size_t peak_bytes;     /* peak activation bytes (max over ranks) */
+} pipit_metrics;
+
+/* One training step. feeds[m*nfeed .. m*nfeed+nfeed-1] are microbatch m's
+ * inputs (M*nfeed entries). update = 0 computes loss and grads only. */
+PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
+                                  int update, pipit_metrics *metrics);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPIT_H */

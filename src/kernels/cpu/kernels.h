@@ -1,0 +1,101 @@
+/*
+ * kernels.h — raw CPU kernels: plain pointers, explicit sizes, row-major.
+ *
+ * Thread contract (as in ggml): every kernel is called once on each of the
+ * nth threads of a pool with its index ith; it computes its own static slice
+ * of the output. Slices never overlap, there are no atomics, and every
+ * reduction runs in a fixed order that does not depend on nth, so results
+ * are bitwise identical for any thread count. Callers put a barrier between
+ * kernels. Each kernel exists for float (_f32) and double (_f64).
+ *
+ * Backward kernels OVERWRITE their output (no +=): gradient accumulation is
+ * explicit in the graph, so its order is visible and fixed.
+ */
+#ifndef PIPIT_KERNELS_H
+#define PIPIT_KERNELS_H
+
+#include <stdint.h>
+
+#define PIPIT_RANGE_MIN_(a, b) ((a) < (b) ? (a) : (b))
+/* The slice [*lo, *hi) of n items owned by thread ith of nth. */
+static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = (n + nth - 1) / nth;
+    *lo = PIPIT_RANGE_MIN_((int64_t)ith * per, n);
+    *hi = PIPIT_RANGE_MIN_(*lo + per, n);
+}
+
+/* Must be called once before any gemm: makes BLAS single-threaded, since
+ * pipit parallelises GEMMs itself by a shape-only split (see gemm.c). */
+void pipit__gemm_init(void);
+
+/* C[b] = op(A[b]) @ op(B[b]) (+ C[b] if accumulate) for b < batch, with
+ * op(A) [M,K], op(B) [K,N], C [M,N]; lda/ldb/ldc are row strides of the
+ * stored matrices; sA/sB/sC the strides between batch items (sB = 0
+ * broadcasts B). The split of C into tiles depends only on (M,N,K), each
+ * tile is one single-threaded BLAS call, and tiles are dealt to threads:
+ * so the bits never depend on nth. */
+#define PIPIT_KERNEL_DECLS(T, S)                                                       \
+    void pipit__gemm_##S(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, \
+                         int64_t K, const T *A, int64_t lda, int64_t sA, const T *B,    \
+                         int64_t ldb, int64_t sB, T *C, int64_t ldc, int64_t sC,        \
+                         int accumulate, int ith, int nth);                             \
+    /* out[n] = a[n] + b[n]; a[n] * b[n]; alpha * a[n] */                               \
+    void pipit__add_##S(T *out, const T *a, const T *b, int64_t n, int ith, int nth);  \
+    void pipit__mul_##S(T *out, const T *a, const T *b, int64_t n, int ith, int nth);  \
+    void pipit__scale_##S(T *out, const T *a, T alpha, int64_t n, int ith, int nth);   \
+    /* out[r,c] = x[r,c] + bias[c]; x is [rows, C] */                                   \
+    void pipit__bias_add_##S(T *out, const T *x, const T *bias, int64_t rows,          \
+                             int64_t C, int ith, int nth);                              \
+    /* out[c] = sum_r x[r,c], r ascending (bias gradients) */                           \
+    void pipit__sum_rows_##S(T *out, const T *x, int64_t rows, int64_t C, int ith,     \
+                             int nth);                                                  \
+    /* out[0] = sum of x[0..n) in index order, accumulated in double; scaled by       \
+     * `scale` at the end (1 for sum, 1/n for mean). Runs on thread 0 only. */          \
+    void pipit__sum_all_##S(T *out, const T *x, int64_t n, double scale, int ith,      \
+                            int nth);                                                   \
+    /* out[n] = dout[0] * scale (gradient of sum/mean: broadcast a scalar) */           \
+    void pipit__fill_##S(T *out, const T *scalar, double scale, int64_t n, int ith,    \
+                         int nth);                                                      \
+    /* out = x; general copy (reshape, yield) */                                        \
+    void pipit__copy_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
+    /* out = permute(x): x has dims[nd] (nd <= 4); out axis i = x axis perm[i] */       \
+    void pipit__permute_##S(T *out, const T *x, int nd, const int64_t *dims,           \
+                            const int *perm, int ith, int nth);                         \
+    /* LayerNorm over the last axis: x [rows, C], w, b [C] */                           \
+    void pipit__layernorm_##S(T *out, const T *x, const T *w, const T *b, int64_t rows, \
+                              int64_t C, double eps, int ith, int nth);                 \
+    /* dx of layernorm given dout (recomputes mean/rstd from x) */                      \
+    void pipit__layernorm_dx_##S(T *dx, const T *x, const T *w, const T *dout,         \
+                                 int64_t rows, int64_t C, double eps, int ith, int nth);\
+    /* dw[c] = sum_r dout[r,c] * xhat[r,c], r ascending */                              \
+    void pipit__layernorm_dw_##S(T *dw, const T *x, const T *dout, int64_t rows,       \
+                                 int64_t C, double eps, int ith, int nth);              \
+    /* GELU, tanh approximation (GPT-2): 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) */     \
+    void pipit__gelu_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
+    void pipit__gelu_dx_##S(T *dx, const T *x, const T *dout, int64_t n, int ith,      \
+                            int nth);                                                   \
+    /* out[i,:] = table[idx[i],:]; idx [n] int32 in [0,V) */                            \
+    void pipit__embed_##S(T *out, const T *table, const int32_t *idx, int64_t n,       \
+                          int64_t C, int ith, int nth);                                 \
+    /* dtable [V,C] = scatter-add of dout rows by idx, i ascending */                   \
+    void pipit__embed_dtable_##S(T *dtable, const int32_t *idx, const T *dout,         \
+                                 int64_t n, int64_t V, int64_t C, int ith, int nth);    \
+    /* Causal self-attention. qkv [B,Tq,3C] holds q|k|v; H heads of D=C/H;             \
+     * out [B,T,C] = softmax(q k^T / sqrt(D), causal) v, heads concatenated. */        \
+    void pipit__attention_##S(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C,  \
+                              int64_t H, int ith, int nth);                             \
+    /* dqkv [B,T,3C] from qkv and dout [B,T,C] (recomputes probabilities) */            \
+    void pipit__attention_dqkv_##S(T *dqkv, const T *qkv, const T *dout, int64_t B,    \
+                                   int64_t Tq, int64_t C, int64_t H, int ith, int nth); \
+    /* Per-row softmax cross-entropy: loss[r] = logsumexp(x[r,:]) - x[r,t[r]] */       \
+    void pipit__xent_rows_##S(T *loss, const T *logits, const int32_t *targets,        \
+                              int64_t rows, int64_t V, int ith, int nth);               \
+    /* dlogits[r,:] = dloss[r] * (softmax(x[r,:]) - onehot(t[r])) */                    \
+    void pipit__xent_dlogits_##S(T *dlogits, const T *logits, const int32_t *targets,  \
+                                 const T *dloss, int64_t rows, int64_t V, int ith,      \
+                                 int nth);
+
+PIPIT_KERNEL_DECLS(float, f32)
+PIPIT_KERNEL_DECLS(double, f64)
+
+#endif

@@ -1,0 +1,118 @@
+/*
+ * common.c — thread-local error messages, the replaceable allocator with
+ * failure injection (for OOM-sweep tests), and small formatting helpers.
+ */
+#include "util/common.h"
+
+#include <string.h>
+#include <time.h>
+
+static _Thread_local char last_error[2048];
+
+const char *pipit_status_name(pipit_status s) {
+    static const char *names[] = {
+#define PIPIT_X_(name, text) text,
+        PIPIT_STATUS_MAP(PIPIT_X_)
+#undef PIPIT_X_
+    };
+    return (unsigned)s < PIPIT_STATUS_COUNT ? names[s] : "unknown status";
+}
+
+const char *pipit_errmsg(void) { return last_error; }
+
+void pipit__set_errmsg(const char *msg) {
+    snprintf(last_error, sizeof last_error, "%s", msg ? msg : "");
+}
+
+pipit_status pipit__verr(pipit_status s, const char *fmt, va_list ap) {
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    return s;
+}
+
+pipit_status pipit__err(pipit_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pipit__verr(s, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+void pipit__err_prefix(const char *fmt, ...) {
+    char prefix[512], old[sizeof last_error];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, last_error, sizeof old);
+    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+}
+
+/* ---- allocator with failure injection ---- */
+
+static long alloc_countdown = -1; /* < 0: never fail */
+
+void pipit__alloc_fail_after(long k) { alloc_countdown = k; }
+
+static int alloc_should_fail(void) {
+    if (alloc_countdown <= 0) return 0;
+    if (--alloc_countdown > 0) return 0;
+    alloc_countdown = -1; /* fail once, then behave */
+    return 1;
+}
+
+void *pipit__malloc(size_t n) {
+    if (alloc_should_fail()) return NULL;
+    return malloc(n ? n : 1);
+}
+
+void *pipit__calloc(size_t count, size_t size) {
+    if (alloc_should_fail()) return NULL;
+    return calloc(count ? count : 1, size ? size : 1);
+}
+
+void *pipit__realloc(void *p, size_t n) {
+    if (alloc_should_fail()) return NULL;
+    return realloc(p, n ? n : 1);
+}
+
+void pipit__free(void *p) { free(p); }
+
+void *pipit__malloc_aligned(size_t n) {
+    if (alloc_should_fail()) return NULL;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) != 0) return NULL;
+    return p;
+}
+
+void pipit__free_aligned(void *p) { free(p); }
+
+char *pipit__strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = pipit__malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+const char *pipit__dtype_name(pipit_dtype dt) {
+    switch (dt) {
+    case PIPIT_F32: return "f32";
+    case PIPIT_F64: return "f64";
+    case PIPIT_I32: return "i32";
+    }
+    return "?";
+}
+
+char *pipit__shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < ndim && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? "," : "",
+                                 (long long)shape[i]);
+    if (used < n) snprintf(buf + used, n - used, "]");
+    return buf;
+}
+
+double pipit__now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

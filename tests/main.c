@@ -1,0 +1,67 @@
+/*
+ * main.c — test runner: runs one named test, or all, or lists them.
+ */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#define MAX_TESTS 1024
+
+static struct {
+    const char *name;
+    pipit_test_fn fn;
+} tests[MAX_TESTS];
+static int ntests;
+int pipit_test_failed;
+
+void pipit_test_register(const char *name, pipit_test_fn fn) {
+    if (ntests < MAX_TESTS) {
+        tests[ntests].name = name;
+        tests[ntests].fn = fn;
+        ntests++;
+    }
+}
+
+const char *pipit_test_tmpdir(void) {
+    static char dir[256];
+    if (!dir[0]) {
+        const char *base = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/pipit_test_%d", base && *base ? base : "/tmp",
+                 (int)getpid());
+        mkdir(dir, 0700);
+    }
+    return dir;
+}
+
+const char *pipit_test_srcdir(void) { return PIPIT_TEST_SRCDIR; }
+
+static int run_one(int i) {
+    pipit_test_failed = 0;
+    tests[i].fn();
+    printf("%s %s\n", pipit_test_failed ? "FAIL" : "ok  ", tests[i].name);
+    fflush(stdout);
+    return pipit_test_failed;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (int i = 0; i < ntests; i++) printf("%s\n", tests[i].name);
+        return 0;
+    }
+    int failed = 0, ran = 0;
+    for (int i = 0; i < ntests; i++) {
+        int wanted = argc < 2;
+        for (int a = 1; a < argc; a++)
+            if (strcmp(argv[a], tests[i].name) == 0) wanted = 1;
+        if (!wanted) continue;
+        failed += run_one(i);
+        ran++;
+    }
+    if (ran == 0) {
+        fprintf(stderr, "no test matched\n");
+        return 2;
+    }
+    printf("%d passed, %d failed\n", ran - failed, failed);
+    return failed ? 1 : 0;
+}
