@@ -85,4 +85,23 @@ void pipit__schedule_print_grid(FILE *f, const pipit_schedule *s, const pipit__s
 /* Name of a task as in the text format ("BW3.12") into buf. */
 const char *pipit__task_str(char *buf, size_t n, pipit_task t);
 
+/* ---- additions (schedule.c / schedule_check.c / schedule_io.c) ---- */
+
+/* Size limits, so index arithmetic (stage * M + mb, task counts) never
+ * overflows and a hostile file cannot ask for absurd allocations. */
+#define PIPIT__SCHED_MAX_STAGES 32767       /* pipit_task.stage is int16 */
+#define PIPIT__SCHED_MAX_MB (1 << 24)
+#define PIPIT__SCHED_MAX_SLOTS (1L << 26)   /* S * M */
+
+/* Fills the derived fields V (uniform stages per rank, else 0) and split_bw
+ * (1 if any B or W task) from stage_rank and the task lists. */
+void pipit__schedule_infer_meta(pipit_schedule *s);
+
+/* 1 if both schedules have the same P, S, M, stage map and task lists
+ * (kind, V and split_bw are not compared). */
+int pipit__schedule_equal(const pipit_schedule *a, const pipit_schedule *b);
+
+/* Cost of one task under c (NULL = unit costs): F, B, W, or B + W for BW. */
+double pipit__task_cost(const pipit__sim_costs *c, pipit_task t);
+
 #endif

@@ -28,6 +28,10 @@ static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_
  * pipit parallelises GEMMs itself by a shape-only split (see gemm.c). */
 void pipit__gemm_init(void);
 
+/* The GEMM tile rule, exposed for tests and benchmarks: C [M,N] is cut into
+ * tiles of *mt rows by *nt columns (the last ones smaller), from (M,N,K) only. */
+void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt);
+
 /* C[b] = op(A[b]) @ op(B[b]) (+ C[b] if accumulate) for b < batch, with
  * op(A) [M,K], op(B) [K,N], C [M,N]; lda/ldb/ldc are row strides of the
  * stored matrices; sA/sB/sC the strides between batch items (sB = 0

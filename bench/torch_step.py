@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""PyTorch baseline for pipit's step benchmark (CPU, float32).
+
+Builds the GPT-2 model of tests/gpt2_torch.py with random GPT-2 init, feeds
+synthetic random tokens and times full training steps (forward, backward,
+AdamW update) of one batch of B sequences of T tokens.
+
+Usage (Debian's python, which has torch):
+  /usr/bin/python3 bench/torch_step.py --vocab V --ctx T --layers L --heads H \
+      --dim C --micro-batch B --threads N [--steps K --warmup W]
+
+Prints one JSON line: {"ms_per_step" (median over --steps timed steps),
+"tokens_per_s", "gflops", ...}, where
+gflops is achieved GFLOP/s with the nanoGPT/PaLM estimate
+  flops per step = (6 * N + 12 * L * C * T) * B * T
+and N counts every parameter except the position embedding wpe (nanoGPT's
+non-embedding count; wte stays in since it is the output head too).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import gpt2_torch as g  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--ctx", type=int, required=True)
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--heads", type=int, required=True)
+    ap.add_argument("--dim", type=int, required=True)
+    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    torch.manual_seed(args.seed)
+    V, T, L, H, C, B = args.vocab, args.ctx, args.layers, args.heads, args.dim, args.micro_batch
+    if C % H:
+        ap.error("--heads must divide --dim")
+
+    P = {n: torch.tensor(a).requires_grad_(True)
+         for n, a in g.init_params(V, T, C, L, seed=args.seed).items()}
+    n_all = sum(p.numel() for p in P.values())
+    n_flops = n_all - P["wpe.weight"].numel()
+    decay = [p for p in P.values() if p.dim() >= 2]
+    nodecay = [p for p in P.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": nodecay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+
+    def step():
+        idx = torch.randint(0, V, (B, T))
+        tgt = torch.randint(0, V, (B, T))
+        opt.zero_grad(set_to_none=True)
+        loss = g.loss_fn(P, idx, tgt, H, L)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+
+    tokens = B * T
+    flops = (6 * n_flops + 12 * L * C * T) * tokens
+    sec = statistics.median(times) if times else float("nan")
+    print(json.dumps({
+        "ms_per_step": round(sec * 1e3, 4),
+        "tokens_per_s": round(tokens / sec, 2),
+        "gflops": round(flops / sec / 1e9, 4),
+        "ms_min": round(min(times) * 1e3, 4) if times else None,
+        "ms_mean": round(statistics.mean(times) * 1e3, 4) if times else None,
+        "params": n_all,
+        "flops_per_step": flops,
+        "flops_formula": "(6*N + 12*L*C*T) * B*T, N = params excluding wpe",
+        "config": {"vocab": V, "ctx": T, "layers": L, "heads": H, "dim": C,
+                   "micro_batch": B, "threads": args.threads, "steps": args.steps,
+                   "warmup": args.warmup},
+        "torch": torch.__version__,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+/*
+ * compile.c — pipit_compile: differentiate, lay out parameters, gradients
+ * and optimizer state in single blocks (carved by name), and lower the step
+ * into per-rank instruction lists. With no schedule (or one rank) the step is
+ * the sequential reference: for each microbatch, forward then backward.
+ */
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+#include "pipeline/emit.h"
+#include "pipeline/program.h"
+
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+static pipit_status layout_params(pipit_program *p) {
+    p->nparams = p->gr.nparams;
+    p->params = pipit__calloc((size_t)PIPIT_MAX(p->nparams, 1), sizeof *p->params);
+    if (!p->params) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    size_t off = 0, acc = 0;
+    for (int i = 0; i < p->nparams; i++) {
+        const pipit__param_grad *pg = &p->gr.pg[i];
+        const pipit__node *n = &p->g->nodes[pg->param];
+        pipit__param *pp = &p->params[i];
+        pp->name = n->name;
+        pp->node = pg->param;
+        pp->dtype = (pipit_dtype)n->dtype;
+        pp->numel = pipit__node_numel(n);
+        pp->off = off;
+        pp->decay = n->ndim >= 2;
+        pp->nuses = pg->nuses;
+        off += align64(pipit__node_bytes(n));
+        pp->acc_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(pg->nuses, 1));
+        if (!pp->acc_off) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+        for (int u = 0; u < pg->nuses; u++) {
+            pp->acc_off[u] = acc;
+            acc += align64(pipit__node_bytes(n));
+        }
+    }
+    p->param_bytes = off;
+    p->acc_bytes = acc;
+    return PIPIT_STATUS_OK;
+}
+
+/* The smallest bound any consumer imposes on an i32 input's values. */
+static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
+    int64_t lim = 0;
+    for (int32_t j = 0; j < fwd_end; j++) {
+        const pipit__node *n = &g->nodes[j];
+        int64_t b = 0;
+        if (n->op == PIPIT_OP_EMBED && n->in[1] == id) b = g->nodes[n->in[0]].shape[0];
+        if (n->op == PIPIT_OP_XENT_ROWS && n->in[1] == id) {
+            const pipit__node *x = &g->nodes[n->in[0]];
+            b = x->shape[x->ndim - 1];
+        }
+        if (b && (!lim || b < lim)) lim = b;
+    }
+    return (int32_t)lim;
+}
+
+static pipit_status collect_inputs(pipit_program *p) {
+    const pipit_graph *g = p->g;
+    for (int32_t i = 0; i < p->gr.fwd_end; i++)
+        if (g->nodes[i].op == PIPIT_OP_INPUT) p->ninputs++;
+    p->inputs = pipit__calloc((size_t)PIPIT_MAX(p->ninputs, 1), sizeof *p->inputs);
+    if (!p->inputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    int k = 0;
+    for (int32_t i = 0; i < p->gr.fwd_end; i++) {
+        const pipit__node *n = &g->nodes[i];
+        if (n->op != PIPIT_OP_INPUT) continue;
+        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n),
+                                        n->dtype == PIPIT_I32 ? input_limit(g, i, p->gr.fwd_end) : 0};
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* needed[i]: node i must run (it feeds the loss or a param gradient). */
+static uint8_t *mark_live(const pipit_program *p) {
+    const pipit_graph *g = p->g;
+    uint8_t *live = pipit__calloc((size_t)g->n, 1);
+    if (!live) return NULL;
+    live[p->loss] = 1;
+    for (int i = 0; i < p->gr.nparams; i++)
+        for (int u = 0; u < p->gr.pg[i].nuses; u++) live[p->gr.pg[i].contrib[u]] = 1;
+    for (int32_t i = g->n - 1; i >= 0; i--)
+        if (live[i])
+            for (int k = 0; k < g->nodes[i].nin; k++) live[g->nodes[i].in[k]] = 1;
+    return live;
+}
+
+static int runs_kernel(const pipit__node *n) {
+    return !(pipit__ops[n->op].flags & OPF_LEAF) && !pipit__ops[n->op].alias;
+}
+
+pipit_status pipit__compile_sequential(pipit_program *p) {
+    p->nranks = 1;
+    p->ranks = pipit__calloc(1, sizeof *p->ranks);
+    if (!p->ranks) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    uint8_t *live = mark_live(p);
+    if (!live) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    pipit__emitter e;
+    pipit_status s = pipit__emitter_init(&e, p, &p->ranks[0]);
+    const pipit_graph *g = p->g;
+    for (int m = 0; !s && m < p->M; m++) {
+        for (int32_t i = 0; i < p->gr.fwd_end; i++)
+            if (live[i] && runs_kernel(&g->nodes[i])) pipit__emit_run(&e, i, m);
+        pipit__emit_loss(&e, p->loss, m);
+        for (int32_t i = p->gr.fwd_end; i < g->n; i++)
+            if (live[i] && runs_kernel(&g->nodes[i])) pipit__emit_run(&e, i, m);
+        for (int i = 0; i < p->nparams; i++)
+            for (int u = 0; u < p->params[i].nuses; u++)
+                pipit__emit_acc(&e, p->gr.pg[i].contrib[u], m, p->params[i].acc_off[u], m == 0);
+    }
+    pipit_status s2 = pipit__emitter_finish(&e);
+    pipit__free(live);
+    return s ? s : s2;
+}
+
+static pipit_status alloc_blocks(pipit_program *p) {
+    size_t pb = PIPIT_MAX(p->param_bytes, 64), ab = PIPIT_MAX(p->acc_bytes, 64);
+    p->param_block = pipit__malloc_aligned(pb);
+    p->grad_block = pipit__malloc_aligned(pb);
+    p->m_block = pipit__malloc_aligned(pb);
+    p->v_block = pipit__malloc_aligned(pb);
+    p->acc_block = pipit__malloc_aligned(ab);
+    p->losses = pipit__calloc((size_t)p->M, sizeof *p->losses);
+    if (!p->param_block || !p->grad_block || !p->m_block || !p->v_block || !p->acc_block ||
+        !p->losses)
+        return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory for %zu bytes of parameters",
+                          p->param_bytes);
+    memset(p->param_block, 0, pb);
+    memset(p->grad_block, 0, pb);
+    memset(p->m_block, 0, pb);
+    memset(p->v_block, 0, pb);
+    memset(p->acc_block, 0, ab);
+    for (int r = 0; r < p->nranks; r++) {
+        pipit__rank_prog *rp = &p->ranks[r];
+        rp->arena = pipit__malloc_aligned(PIPIT_MAX(rp->arena_bytes, 64));
+        rp->kc = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rp->kc);
+        rp->pool = pipit__pool_new(p->threads);
+        if (!rp->arena || !rp->kc || !rp->pool)
+            return pipit__err(PIPIT_STATUS_NOMEM,
+                              "compile: out of memory for rank %d's %zu-byte activation arena", r,
+                              rp->arena_bytes);
+    }
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status check_options(const pipit_options *o) {
+    if (o->microbatches < 0) return pipit__err(PIPIT_STATUS_INVALID, "microbatches must be >= 1 (got %d)", o->microbatches);
+    if (o->threads < 0 || o->threads > 256) return pipit__err(PIPIT_STATUS_INVALID, "threads must be in 1..256 (got %d)", o->threads);
+    if (o->clip_norm < 0) return pipit__err(PIPIT_STATUS_INVALID, "clip norm must be >= 0");
+    const pipit_optimizer *op = &o->optimizer;
+    if (op->lr < 0 || op->weight_decay < 0 || op->beta1 < 0 || op->beta1 >= 1 || op->beta2 < 0 ||
+        op->beta2 >= 1 || op->eps < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "optimizer: need lr, eps, weight decay >= 0 and betas in [0,1)");
+    return PIPIT_STATUS_OK;
+}
+
+static void apply_defaults(pipit_program *p, const pipit_options *o) {
+    p->opt = *o;
+    p->M = o->microbatches ? o->microbatches : 1;
+    p->threads = o->threads ? o->threads : 1;
+    pipit_optimizer *op = &p->opt.optimizer;
+    if (op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0)
+        *op = pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);
+    p->seed_f64 = 1.0 / p->M;
+    p->seed_f32 = (float)(1.0 / p->M);
+}
+
+pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *opt,
+                           pipit_program **out) {
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: out is NULL");
+    *out = NULL;
+    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: invalid graph");
+    if (loss.g != g) return pipit__err(PIPIT_STATUS_INVALID, "pipit_compile: loss is not a value of this graph");
+    pipit_options defaults = {0};
+    if (!opt) opt = &defaults;
+    pipit_status s = check_options(opt);
+    if (s) return s;
+    pipit_program *p = pipit__calloc(1, sizeof *p);
+    if (!p) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
+    p->magic = PIPIT_PROGRAM_MAGIC;
+    p->g = g;
+    p->loss = loss.id;
+    apply_defaults(p, opt);
+    pipit__gemm_init();
+    s = pipit__autodiff(g, loss.id, &p->gr);
+    if (!s) s = layout_params(p);
+    if (!s) s = collect_inputs(p);
+    if (!s) s = pipit__compile_sequential(p);
+    if (!s) s = alloc_blocks(p);
+    if (s) {
+        pipit__err_prefix("pipit_compile");
+        pipit_program_free(p);
+        return s;
+    }
+    *out = p;
+    return PIPIT_STATUS_OK;
+}
+
+void pipit_program_free(pipit_program *p) {
+    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return;
+    for (int r = 0; r < p->nranks; r++) {
+        pipit__rank_prog *rp = &p->ranks[r];
+        pipit__free(rp->ins);
+        pipit__free_aligned(rp->arena);
+        pipit__free(rp->kc);
+        pipit__pool_free(rp->pool);
+    }
+    pipit__free(p->ranks);
+    if (p->params)
+        for (int i = 0; i < p->nparams; i++) pipit__free(p->params[i].acc_off);
+    pipit__free(p->params);
+    pipit__free(p->inputs);
+    pipit__free(p->losses);
+    pipit__free_aligned(p->param_block);
+    pipit__free_aligned(p->grad_block);
+    pipit__free_aligned(p->m_block);
+    pipit__free_aligned(p->v_block);
+    pipit__free_aligned(p->acc_block);
+    pipit__grads_free(&p->gr);
+    p->magic = 0;
+    pipit__free(p);
+}

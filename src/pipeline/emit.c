@@ -1,0 +1,149 @@
+/*
+ * emit.c — instruction emission with buffer lifetime tracking. A buffer is
+ * born at the instruction that writes it and dies after its last reader, so
+ * the planner can reuse its bytes; peak bytes are therefore known at compile
+ * time and equal what the runtime will touch.
+ */
+#include "pipeline/emit.h"
+
+#include <string.h>
+
+pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__rank_prog *r) {
+    memset(e, 0, sizeof *e);
+    e->p = p;
+    e->r = r;
+    size_t n = (size_t)p->g->n * (size_t)p->M;
+    e->buf_of = pipit__malloc(n * sizeof *e->buf_of);
+    if (!e->buf_of) return e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    memset(e->buf_of, 0xff, n * sizeof *e->buf_of);
+    return PIPIT_STATUS_OK;
+}
+
+int32_t pipit__alias_root(const pipit_graph *g, int32_t id) {
+    while (pipit__ops[g->nodes[id].op].alias) id = g->nodes[id].in[0];
+    return id;
+}
+
+static pipit__instr *push_instr(pipit__emitter *e) {
+    pipit__rank_prog *r = e->r;
+    if (r->n == r->cap) {
+        int32_t cap = r->cap ? r->cap * 2 : 256;
+        pipit__instr *ins = pipit__realloc(r->ins, (size_t)cap * sizeof *ins);
+        if (!ins) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+            return NULL;
+        }
+        r->ins = ins;
+        r->cap = cap;
+    }
+    pipit__instr *in = &r->ins[r->n++];
+    memset(in, 0, sizeof *in);
+    return in;
+}
+
+static int32_t new_buf(pipit__emitter *e, size_t size, int32_t at) {
+    if (e->nbufs == e->capbufs) {
+        int32_t cap = e->capbufs ? e->capbufs * 2 : 256;
+        pipit__mp_buf *b = pipit__realloc(e->bufs, (size_t)cap * sizeof *b);
+        if (!b) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+            return -1;
+        }
+        e->bufs = b;
+        e->capbufs = cap;
+    }
+    e->bufs[e->nbufs] = (pipit__mp_buf){size, at, at, 0};
+    return e->nbufs++;
+}
+
+static int input_slot(const pipit_program *p, int32_t node) {
+    for (int i = 0; i < p->ninputs; i++)
+        if (p->inputs[i].node == node) return i;
+    return -1;
+}
+
+static size_t param_off(const pipit_program *p, int32_t node) {
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].node == node) return p->params[i].off;
+    PIPIT_ASSERT(0);
+    return 0;
+}
+
+/* Location of value `id` of microbatch mb, read by the instruction `at`. */
+static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
+    const pipit_graph *g = e->p->g;
+    int32_t root = pipit__alias_root(g, id);
+    const pipit__node *n = &g->nodes[root];
+    if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, root, param_off(e->p, root)};
+    if (n->op == PIPIT_OP_INPUT) {
+        if (root == e->p->gr.seed) return (pipit__loc){LOC_SEED, root, 0};
+        return (pipit__loc){LOC_FEED, input_slot(e->p, root), 0};
+    }
+    int32_t b = e->buf_of[(size_t)root * (size_t)e->p->M + (size_t)mb];
+    PIPIT_ASSERT(b >= 0); /* lowering emits producers before consumers */
+    if (e->bufs[b].last < at) e->bufs[b].last = at;
+    return (pipit__loc){LOC_ARENA, b, 0};
+}
+
+void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
+    if (e->status) return;
+    const pipit__node *n = &e->p->g->nodes[node];
+    pipit__instr *in = push_instr(e);
+    if (!in) return;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_RUN;
+    in->node = node;
+    in->mb = mb;
+    for (int k = 0; k < n->nin; k++) in->in[k] = read_loc(e, n->in[k], mb, at);
+    int32_t b = new_buf(e, pipit__node_bytes(n), at);
+    if (b < 0) return;
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+}
+
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off, int first) {
+    if (e->status) return;
+    pipit__instr *in = push_instr(e);
+    if (!in) return;
+    in->kind = INS_ACC;
+    in->node = contrib;
+    in->mb = mb;
+    in->first = (uint8_t)first;
+    in->numel = pipit__node_numel(&e->p->g->nodes[contrib]);
+    in->in[0] = read_loc(e, contrib, mb, e->r->n - 1);
+    in->out = (pipit__loc){LOC_ACC, -1, acc_off};
+}
+
+void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb) {
+    if (e->status) return;
+    pipit__instr *in = push_instr(e);
+    if (!in) return;
+    in->kind = INS_LOSS;
+    in->node = loss;
+    in->mb = mb;
+    in->in[0] = read_loc(e, loss, mb, e->r->n - 1);
+}
+
+static void patch(pipit__loc *l, const pipit__mp_buf *bufs) {
+    if (l->kind == LOC_ARENA) l->off = bufs[l->idx].offset;
+}
+
+pipit_status pipit__emitter_finish(pipit__emitter *e) {
+    pipit_status s = e->status;
+    if (!s) {
+        size_t peak = pipit__memplan(e->bufs, e->nbufs);
+        if (peak == (size_t)-1) s = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+        e->r->arena_bytes = peak;
+        e->r->naive_bytes = pipit__memplan_naive(e->bufs, e->nbufs);
+        for (int32_t i = 0; !s && i < e->r->n; i++) {
+            pipit__instr *in = &e->r->ins[i];
+            patch(&in->out, e->bufs);
+            for (int k = 0; k < PIPIT_MAX_IN; k++) patch(&in->in[k], e->bufs);
+        }
+    }
+    pipit__free(e->buf_of);
+    pipit__free(e->bufs);
+    e->buf_of = NULL;
+    e->bufs = NULL;
+    return s;
+}

@@ -1,0 +1,31 @@
+/*
+ * emit.h — building a rank's instruction list: each emitted instruction
+ * names its operands by (value, microbatch); the emitter turns them into
+ * locations, tracks each arena buffer's lifetime, and finally plans the
+ * arena (memplan) so every buffer has a fixed offset before the first step.
+ */
+#ifndef PIPIT_EMIT_H
+#define PIPIT_EMIT_H
+
+#include "pipeline/program.h"
+#include "runtime/memplan.h"
+
+typedef struct {
+    pipit_program *p;
+    pipit__rank_prog *r;
+    int32_t *buf_of;      /* [graph nodes * M]: arena buffer of (node, mb), -1 none */
+    pipit__mp_buf *bufs;
+    int32_t nbufs, capbufs;
+    pipit_status status;
+} pipit__emitter;
+
+pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__rank_prog *r);
+/* Follows aliasing ops (reshape, local yield) to the node that owns the bytes. */
+int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
+void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off, int first);
+void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);
+/* Plans the arena, patches offsets, frees the emitter's scratch. */
+pipit_status pipit__emitter_finish(pipit__emitter *e);
+
+#endif

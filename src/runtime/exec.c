@@ -1,0 +1,105 @@
+/*
+ * exec.c — runs a rank's instruction list. Pointers are resolved once per
+ * step (only the feeds change between steps); then every thread of the
+ * rank's pool walks the list, calling each kernel with its (ith, nth), with
+ * a barrier between instructions.
+ */
+#include <string.h>
+
+#include "kernels/cpu/kernels.h"
+#include "pipeline/program.h"
+
+typedef struct {
+    pipit_program *p;
+    pipit__rank_prog *r;
+    const void **feed_ptrs; /* [M * ninputs] */
+} exec_ctx;
+
+static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
+    pipit_program *p = x->p;
+    switch ((pipit__loc_kind)l->kind) {
+    case LOC_ARENA: return x->r->arena + l->off;
+    case LOC_PARAM: return p->param_block + l->off;
+    case LOC_ACC: return p->acc_block + l->off;
+    case LOC_SEED:
+        return p->g->nodes[p->gr.seed].dtype == PIPIT_F64 ? (void *)&p->seed_f64 : (void *)&p->seed_f32;
+    case LOC_FEED: return (void *)x->feed_ptrs[(size_t)mb * (size_t)p->ninputs + (size_t)l->idx];
+    case LOC_NONE: break;
+    }
+    return NULL;
+}
+
+static void resolve(const exec_ctx *x) {
+    const pipit_graph *g = x->p->g;
+    for (int32_t i = 0; i < x->r->n; i++) {
+        const pipit__instr *in = &x->r->ins[i];
+        pipit__kctx *k = &x->r->kc[i];
+        k->node = &g->nodes[in->node];
+        k->out = loc_ptr(x, &in->out, in->mb);
+        for (int j = 0; j < PIPIT_MAX_IN; j++) {
+            k->in[j] = in->in[j].kind ? loc_ptr(x, &in->in[j], in->mb) : NULL;
+            k->in_node[j] = j < k->node->nin ? &g->nodes[k->node->in[j]] : NULL;
+        }
+    }
+}
+
+/* acc = contrib (first microbatch) or acc += contrib, on this thread's slice. */
+static void run_acc(const pipit__instr *in, const pipit__kctx *k, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(in->numel, ith, nth, &lo, &hi);
+    size_t es = pipit__dtype_size((pipit_dtype)k->node->dtype);
+    if (in->first) {
+        memcpy((char *)k->out + lo * es, (const char *)k->in[0] + lo * es, (size_t)(hi - lo) * es);
+    } else if (k->node->dtype == PIPIT_F64) {
+        double *acc = k->out;
+        const double *c = k->in[0];
+        for (int64_t j = lo; j < hi; j++) acc[j] += c[j];
+    } else {
+        float *acc = k->out;
+        const float *c = k->in[0];
+        for (int64_t j = lo; j < hi; j++) acc[j] += c[j];
+    }
+}
+
+static void run_loss(pipit_program *p, const pipit__instr *in, const pipit__kctx *k) {
+    p->losses[in->mb] = k->node->dtype == PIPIT_F64 ? *(const double *)k->in[0]
+                                                    : (double)*(const float *)k->in[0];
+}
+
+static void exec_worker(void *arg, int ith, int nth) {
+    exec_ctx *x = arg;
+    pipit__rank_prog *r = x->r;
+    for (int32_t i = 0; i < r->n; i++) {
+        const pipit__instr *in = &r->ins[i];
+        const pipit__kctx *k = &r->kc[i];
+        switch ((pipit__ins_kind)in->kind) {
+        case INS_RUN: pipit__ops[k->node->op].run(k, ith, nth); break;
+        case INS_ACC: run_acc(in, k, ith, nth); break;
+        case INS_LOSS:
+            if (ith == 0) run_loss(x->p, in, k);
+            break;
+        }
+        pipit__pool_barrier(r->pool);
+    }
+}
+
+pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit_feed *feeds,
+                              int nfeed) {
+    (void)nfeed;
+    size_t nptr = (size_t)p->M * (size_t)PIPIT_MAX(p->ninputs, 1);
+    const void **ptrs = pipit__malloc(nptr * sizeof *ptrs);
+    if (!ptrs) return pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory");
+    for (int m = 0; m < p->M; m++)
+        for (int i = 0; i < p->ninputs; i++) {
+            const void *d = NULL;
+            for (int f = 0; f < nfeed; f++)
+                if (strcmp(feeds[(size_t)m * (size_t)nfeed + (size_t)f].name, p->inputs[i].name) == 0)
+                    d = feeds[(size_t)m * (size_t)nfeed + (size_t)f].data;
+            ptrs[(size_t)m * (size_t)p->ninputs + (size_t)i] = d;
+        }
+    exec_ctx x = {p, r, ptrs};
+    resolve(&x);
+    pipit__pool_run(r->pool, exec_worker, &x);
+    pipit__free(ptrs);
+    return PIPIT_STATUS_OK;
+}

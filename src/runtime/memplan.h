@@ -1,0 +1,26 @@
+/*
+ * memplan.h — static memory planning: every buffer of a rank's program gets
+ * an offset in one arena before anything runs, so peak bytes are known (and
+ * printed by `pipit plan`) up front. Buffers whose lifetimes do not overlap
+ * share memory.
+ */
+#ifndef PIPIT_MEMPLAN_H
+#define PIPIT_MEMPLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    size_t size;      /* bytes */
+    int32_t first;    /* instruction that writes it */
+    int32_t last;     /* last instruction that reads it (>= first) */
+    size_t offset;    /* out: offset in the arena (64-byte aligned) */
+} pipit__mp_buf;
+
+/* Assigns offsets (greedy first-fit in order of first use) and returns the
+ * arena size, i.e. the planned peak. Returns (size_t)-1 on out of memory. */
+size_t pipit__memplan(pipit__mp_buf *bufs, int32_t n);
+/* Sum of all sizes: what a plan without reuse would need. */
+size_t pipit__memplan_naive(const pipit__mp_buf *bufs, int32_t n);
+
+#endif

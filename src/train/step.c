@@ -1,0 +1,153 @@
+/*
+ * step.c — pipit_step and the parameter accessors: validates a step's feeds
+ * (every input present, token ids in range), runs the rank programs, then
+ * the post-loop (gradient sums, norm, clipping, update).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "pipeline/program.h"
+
+static pipit_status check_program(const pipit_program *p) {
+    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "invalid program handle");
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status fail(pipit_program *p, pipit_status s) {
+    snprintf(p->errmsg, sizeof p->errmsg, "%s", pipit_errmsg());
+    return s;
+}
+
+const char *pipit_program_errmsg(const pipit_program *p) {
+    return p && p->magic == PIPIT_PROGRAM_MAGIC ? p->errmsg : "invalid program handle";
+}
+
+static const void *find_feed(const pipit_feed *f, int nfeed, const char *name) {
+    for (int i = 0; i < nfeed; i++)
+        if (f[i].name && strcmp(f[i].name, name) == 0) return f[i].data;
+    return NULL;
+}
+
+static pipit_status check_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed) {
+    if (!feeds && p->ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
+    for (int m = 0; m < p->M; m++) {
+        const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
+        for (int i = 0; i < p->ninputs; i++) {
+            const pipit__input *in = &p->inputs[i];
+            const void *d = find_feed(f, nfeed, in->name);
+            if (!d)
+                return pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has no data for input '%s'", m,
+                                  in->name);
+            if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
+            const int32_t *t = d;
+            for (int64_t k = 0; k < in->numel; k++)
+                if (t[k] < 0 || t[k] >= in->limit)
+                    return pipit__err(PIPIT_STATUS_INVALID,
+                                      "step: input '%s' of microbatch %d holds %d at index %lld, outside [0, %d) "
+                                      "(is --vocab large enough for this data?)",
+                                      in->name, m, t[k], (long long)k, in->limit);
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, int update,
+                        pipit_metrics *metrics) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
+    s = check_feeds(p, feeds, nfeed);
+    if (s) return fail(p, s);
+    double t0 = pipit__now();
+    for (int r = 0; r < p->nranks; r++) {
+        s = pipit__exec_rank(p, &p->ranks[r], feeds, nfeed);
+        if (s) return fail(p, s);
+    }
+    double loss = 0;
+    for (int m = 0; m < p->M; m++) loss += p->losses[m];
+    loss /= p->M;
+    double norm = pipit__grads_finish(p);
+    double clip = 1.0;
+    if (p->opt.clip_norm > 0 && norm > p->opt.clip_norm) clip = p->opt.clip_norm / (norm + 1e-6);
+    if (update) pipit__optimizer_update(p, clip);
+    if (metrics) {
+        metrics->loss = loss;
+        metrics->grad_norm = norm;
+        metrics->ms = (pipit__now() - t0) * 1e3;
+        metrics->peak_bytes = 0;
+        for (int r = 0; r < p->nranks; r++)
+            metrics->peak_bytes = PIPIT_MAX(metrics->peak_bytes, p->ranks[r].arena_bytes);
+    }
+    if (!isfinite(loss))
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower --lr)", loss));
+    return PIPIT_STATUS_OK;
+}
+
+/* ---- parameter access ---- */
+
+int pipit_program_num_params(const pipit_program *p) { return check_program(p) ? 0 : p->nparams; }
+
+const char *pipit_program_param_name(const pipit_program *p, int i) {
+    if (check_program(p) || i < 0 || i >= p->nparams) return NULL;
+    return p->params[i].name;
+}
+
+static const pipit__param *find_param(const pipit_program *p, const char *name) {
+    for (int i = 0; i < p->nparams; i++)
+        if (strcmp(p->params[i].name, name) == 0) return &p->params[i];
+    pipit__err(PIPIT_STATUS_INVALID, "no parameter named '%s'", name ? name : "(null)");
+    return NULL;
+}
+
+pipit_status pipit_program_param_shape(const pipit_program *p, const char *name, int *ndim,
+                                       int64_t *shape) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    const pipit__param *pp = name ? find_param(p, name) : NULL;
+    if (!pp) return PIPIT_STATUS_INVALID;
+    const pipit__node *n = &p->g->nodes[pp->node];
+    if (ndim) *ndim = n->ndim;
+    if (shape) memcpy(shape, n->shape, sizeof(int64_t) * n->ndim);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status copy_param(const pipit_program *p, const char *name, size_t nbytes,
+                               const pipit__param **out) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    const pipit__param *pp = name ? find_param(p, name) : NULL;
+    if (!pp) return PIPIT_STATUS_INVALID;
+    size_t want = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+    if (nbytes != want)
+        return pipit__err(PIPIT_STATUS_SHAPE, "parameter '%s' has %zu bytes, caller passed %zu", name, want,
+                          nbytes);
+    *out = pp;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
+                                     size_t nbytes) {
+    const pipit__param *pp;
+    pipit_status s = copy_param(p, name, nbytes, &pp);
+    if (s) return s;
+    memcpy(p->param_block + pp->off, data, nbytes);
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
+                                     size_t nbytes) {
+    const pipit__param *pp;
+    pipit_status s = copy_param(p, name, nbytes, &pp);
+    if (s) return s;
+    memcpy(data, p->param_block + pp->off, nbytes);
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
+                                    size_t nbytes) {
+    const pipit__param *pp;
+    pipit_status s = copy_param(p, name, nbytes, &pp);
+    if (s) return s;
+    memcpy(data, p->grad_block + pp->off, nbytes);
+    return PIPIT_STATUS_OK;
+}

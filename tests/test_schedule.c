@@ -1,0 +1,447 @@
+/*
+ * test_schedule.c — pipeline schedules: every built-in passes the checker for
+ * P = 1..8 and many M and V; the simulator reproduces the textbook bubble
+ * formulas exactly under unit costs; peak live activations; broken schedules
+ * are rejected with messages naming the task and rank; the text format round
+ * trips; bad arguments and allocation failures are reported, never crash.
+ */
+#include "pipeline/schedule.h"
+
+#include "test.h"
+
+/* Microbatch counts worth trying for P ranks: below, at and above P and 2P. */
+static int m_values(int P, int *out) {
+    int cand[] = {1, 2, 3, P - 1, P, P + 1, 2 * P - 1, 2 * P, 2 * P + 1, 3 * P, 4 * P, 17};
+    int n = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++) {
+        int dup = cand[i] < 1;
+        for (int j = 0; j < n && !dup; j++) dup = out[j] == cand[i];
+        if (!dup) out[n++] = cand[i];
+    }
+    return n;
+}
+
+/* Whether (kind, P, V, M) satisfies the documented constraints. */
+static int allowed(int kind, int P, int V, int M) {
+    switch (kind) {
+    case PIPIT_SCHED_INTERLEAVED_1F1B: return M % P == 0;
+    case PIPIT_SCHED_INTERLEAVED_GPIPE: return 1;
+    case PIPIT_SCHED_DUALPIPEV: return V == 2 && M >= 2 * P;
+    default: return V == 1;
+    }
+}
+
+static int max_v(int kind) {
+    return kind == PIPIT_SCHED_INTERLEAVED_1F1B || kind == PIPIT_SCHED_INTERLEAVED_GPIPE ? 4
+           : kind == PIPIT_SCHED_DUALPIPEV                                             ? 2
+                                                                                       : 1;
+}
+
+static int min_v(int kind) { return kind == PIPIT_SCHED_DUALPIPEV ? 2 : 1; }
+
+PIPIT_TEST(sched_builtins_pass_checker) {
+    for (int kind = 0; kind < PIPIT_SCHED_COUNT; kind++)
+        for (int P = 1; P <= 8; P++)
+            for (int V = min_v(kind); V <= max_v(kind); V++) {
+                int ms[16], nm = m_values(P, ms);
+                for (int i = 0; i < nm; i++) {
+                    int M = ms[i];
+                    pipit_schedule *s = NULL;
+                    pipit_status st = pipit_schedule_build(kind, P, V, M, &s);
+                    if (!allowed(kind, P, V, M)) {
+                        ASSERT_STATUS(st, PIPIT_STATUS_SCHEDULE);
+                        ASSERT_TRUE(s == NULL);
+                        continue;
+                    }
+                    if (st || pipit_schedule_check(s))
+                        fprintf(stderr, "%s P=%d V=%d M=%d\n", pipit_schedule_kind_name(kind), P,
+                                V, M);
+                    ASSERT_OK(st);
+                    ASSERT_OK(pipit_schedule_check(s));
+                    ASSERT_EQ_I64(s->kind, kind);
+                    ASSERT_EQ_I64(s->S, P * V);
+                    ASSERT_EQ_I64(s->M, M);
+                    pipit_schedule_free(s);
+                }
+            }
+}
+
+/* Bubble of a built schedule under f/b/w costs (same on every stage). */
+static double bubble_of(int kind, int P, int V, int M, double f, double b, double w) {
+    pipit_schedule *s = NULL;
+    if (pipit_schedule_build(kind, P, V, M, &s)) return -1;
+    double fc[64], bc[64], wc[64];
+    for (int i = 0; i < 64; i++) fc[i] = f, bc[i] = b, wc[i] = w;
+    pipit__sim_costs c = {fc, bc, wc, NULL, 0};
+    pipit__sim_result r;
+    double bubble = pipit__schedule_simulate(s, &c, &r) ? -1 : r.bubble;
+    pipit__sim_result_free(&r);
+    pipit_schedule_free(s);
+    return bubble;
+}
+
+/* GPipe and 1F1B: (P-1)/(M+P-1) with F = 1, BW = 2 (B = W = 1), any M. */
+PIPIT_TEST(sched_bubble_gpipe_1f1b_textbook) {
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 20; M++) {
+            double expect = (P - 1.0) / (M + P - 1.0);
+            ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_GPIPE, P, 1, M, 1, 1, 1), expect, 1e-12);
+            ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_1F1B, P, 1, M, 1, 1, 1), expect, 1e-12);
+            /* with no latency the extra warmup of eager 1F1B costs nothing */
+            ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_EAGER_1F1B, P, 1, M, 1, 1, 1), expect, 1e-12);
+            /* non-unit but uniform costs leave the fraction unchanged */
+            ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_1F1B, P, 1, M, 0.5, 0.5, 0.5), expect, 1e-12);
+        }
+}
+
+/* Interleaved: (P-1)/(VM+P-1). Every virtual stage costs F = 1, BW = 2, i.e.
+ * 1/V of a rank's model; the fraction is scale-free, so this is Megatron's
+ * (1/V)(P-1)/M bubble-to-work ratio. Interleaved 1F1B: M % P == 0;
+ * interleaved GPipe: M >= P. */
+PIPIT_TEST(sched_bubble_interleaved_textbook) {
+    for (int P = 1; P <= 8; P++)
+        for (int V = 1; V <= 4; V++)
+            for (int M = P; M <= 4 * P; M++) {
+                double expect = (P - 1.0) / (V * M + P - 1.0);
+                ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_INTERLEAVED_GPIPE, P, V, M, 1, 1, 1),
+                                expect, 1e-12);
+                if (M % P == 0)
+                    ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_INTERLEAVED_1F1B, P, V, M, 1, 1, 1),
+                                    expect, 1e-12);
+            }
+}
+
+/* ZB-H1 with F = B = W = 1: (P-1)/(3M+P-1) for M >= P. */
+PIPIT_TEST(sched_bubble_zb_h1_textbook) {
+    for (int P = 1; P <= 8; P++)
+        for (int M = P; M <= 4 * P + 3; M++)
+            ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_ZB_H1, P, 1, M, 1, 1, 1),
+                            (P - 1.0) / (3.0 * M + P - 1.0), 1e-12);
+}
+
+/* Simulates a built schedule under unit costs; NULL on failure. */
+static pipit_schedule *build_sim(int kind, int P, int V, int M, pipit__sim_result *r) {
+    pipit_schedule *s = NULL;
+    if (pipit_schedule_build(kind, P, V, M, &s)) return NULL;
+    if (pipit__schedule_simulate(s, NULL, r)) {
+        pipit_schedule_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+PIPIT_TEST(sched_peak_live) {
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 3 * P; M++) {
+            pipit__sim_result a, g, e, z;
+            pipit_schedule *s1 = build_sim(PIPIT_SCHED_1F1B, P, 1, M, &a);
+            pipit_schedule *s2 = build_sim(PIPIT_SCHED_GPIPE, P, 1, M, &g);
+            pipit_schedule *s3 = build_sim(PIPIT_SCHED_EAGER_1F1B, P, 1, M, &e);
+            pipit_schedule *s4 = build_sim(PIPIT_SCHED_ZB_H1, P, 1, M, &z);
+            ASSERT_TRUE(s1 && s2 && s3 && s4);
+            for (int r = 0; r < P; r++) {
+                ASSERT_EQ_I64(a.peak_live[r], PIPIT_MIN(P - r, M));
+                ASSERT_EQ_I64(g.peak_live[r], M);
+                ASSERT_EQ_I64(e.peak_live[r], PIPIT_MIN(2 * (P - 1 - r) + 1, M));
+                ASSERT_TRUE(z.peak_live[r] <= P);
+                ASSERT_NEAR_F64(a.peak_bytes[r], a.peak_live[r], 0); /* 1 byte each */
+            }
+            pipit__sim_result_free(&a);
+            pipit__sim_result_free(&g);
+            pipit__sim_result_free(&e);
+            pipit__sim_result_free(&z);
+            pipit_schedule_free(s1);
+            pipit_schedule_free(s2);
+            pipit_schedule_free(s3);
+            pipit_schedule_free(s4);
+        }
+}
+
+/* Communication latency and activation bytes, checked by hand for
+ * 1F1B with P = 2, M = 1: F0 (1) +c F1 (1) BW1 (2) +c BW0 (2). */
+PIPIT_TEST(sched_simulate_comm_and_bytes) {
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 1, &s));
+    double act[2] = {10, 3};
+    pipit__sim_costs c = {NULL, NULL, NULL, act, 0.5};
+    pipit__sim_result r;
+    ASSERT_OK(pipit__schedule_simulate(s, &c, &r));
+    ASSERT_NEAR_F64(r.step_time, 7.0, 1e-12);
+    ASSERT_NEAR_F64(r.busy[0], 3.0, 1e-12);
+    ASSERT_NEAR_F64(r.start[1][0], 1.5, 1e-12);
+    ASSERT_NEAR_F64(r.start[0][1], 4.5, 1e-12);
+    ASSERT_NEAR_F64(r.rank_bubble[0], 1 - 3.0 / 7.0, 1e-12);
+    ASSERT_NEAR_F64(r.bubble, 1 - 6.0 / 14.0, 1e-12);
+    ASSERT_NEAR_F64(r.peak_bytes[0], 10, 0);
+    ASSERT_NEAR_F64(r.peak_bytes[1], 3, 0);
+    ASSERT_EQ_I64(r.ntotal, 4);
+    pipit__sim_result_free(&r);
+    double bad = -1;
+    pipit__sim_costs cb = {&bad, NULL, NULL, NULL, 0};
+    double f2[2] = {1, -1};
+    cb.f = f2;
+    ASSERT_STATUS(pipit__schedule_simulate(s, &cb, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("f[1]");
+    pipit_schedule_free(s);
+}
+
+/* Parses text that must fail the check with `status` and `needle`. */
+static void expect_rejected(const char *text, pipit_status status, const char *needle) {
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit__schedule_parse(text, "bad.txt", &s));
+    ASSERT_STATUS(pipit_schedule_check(s), status);
+    ASSERT_MSG_HAS(needle);
+    pipit_schedule_free(s);
+}
+
+PIPIT_TEST(sched_check_rejects_broken) {
+    /* 2 ranks, 2 stages, 2 microbatches */
+    expect_rejected("stages: 0 1\n"
+                    "F0.0 F0.1 BW0.0 BW0.1\n"
+                    "F1.0 BW1.0 F1.1\n",
+                    PIPIT_STATUS_SCHEDULE, "missing task BW1.1 (stage 1 is on rank 1)");
+    expect_rejected("stages: 0 1\n"
+                    "F0.0 F0.1 BW0.0 BW0.1\n"
+                    "F1.0 BW1.0 F1.1 BW1.1 F1.1\n",
+                    PIPIT_STATUS_SCHEDULE, "task F1.1 appears twice");
+    expect_rejected("stages: 0 1\n"
+                    "F0.0 F1.0 F0.1 BW0.0 BW0.1\n"
+                    "BW1.0 F1.1 BW1.1\n",
+                    PIPIT_STATUS_SCHEDULE, "rank 0 has F1.0 but stage 1 belongs to rank 1");
+    expect_rejected("stages: 0 1\n"
+                    "F0.1 F0.0 BW0.0 BW0.1\n"
+                    "F1.0 BW1.0 F1.1 BW1.1\n",
+                    PIPIT_STATUS_SCHEDULE, "rank 0 runs F0.0 after F0.1");
+    expect_rejected("stages: 0 1\n"
+                    "F0.0 F0.1 BW0.0 B0.1 W0.1 BW0.1\n"
+                    "F1.0 BW1.0 F1.1 BW1.1\n",
+                    PIPIT_STATUS_SCHEDULE, "has both BW0.1 and B0.1");
+    expect_rejected("stages: 0 1\n"
+                    "F0.0 F0.1 BW0.0 B0.1\n"
+                    "F1.0 BW1.0 F1.1 BW1.1\n",
+                    PIPIT_STATUS_SCHEDULE, "missing task W0.1");
+    /* each rank waits for the other: rank 0 wants BW1.0 before sending F0.1 */
+    expect_rejected("stages: 0 1\n"
+                    "F0.0 BW0.0 F0.1 BW0.1\n"
+                    "F1.0 F1.1 BW1.0 BW1.1\n",
+                    PIPIT_STATUS_DEADLOCK,
+                    "rank 0 waits at BW0.0 for BW1.0 (rank 1), rank 1 waits at F1.1 for F0.1 "
+                    "(rank 0)");
+    /* a rank waiting on itself: W before its B */
+    expect_rejected("stages: 0\n"
+                    "F0.0 W0.0 B0.0\n",
+                    PIPIT_STATUS_DEADLOCK, "rank 0 waits at W0.0 for B0.0 (rank 0, later in its own list)");
+}
+
+/* Parses text that must fail with PIPIT_STATUS_FORMAT and `needle`. */
+static void expect_parse_error(const char *text, const char *needle) {
+    pipit_schedule *s = (pipit_schedule *)&s; /* must be reset to NULL */
+    ASSERT_STATUS(pipit__schedule_parse(text, "bad.txt", &s), PIPIT_STATUS_FORMAT);
+    ASSERT_TRUE(s == NULL);
+    ASSERT_MSG_HAS(needle);
+}
+
+PIPIT_TEST(sched_parse_errors) {
+    expect_parse_error("stages: 0 1\nF0.0 BW0.0\nF1.0 X1.0\n", "bad.txt:3: bad token 'X1.0'");
+    expect_parse_error("# c\nstages: 0\nF0.0 BW0-0\n", "bad.txt:3: bad token 'BW0-0'");
+    expect_parse_error("stages: 0\nF0.0 BW0.\n", "bad token 'BW0.'");
+    expect_parse_error("stages: 0\nF0.0 F0.0x\n", "bad token 'F0.0x'");
+    expect_parse_error("stages: 0\nF0.0 BWW0.0\n", "bad token 'BWW0.0'");
+    expect_parse_error("F0.0 BW0.0\n", "bad.txt:1: expected the 'stages:' header");
+    expect_parse_error("stages: 0 1\nF0.0 BW0.0\n", "bad.txt:1: the stages: header uses ranks 0..1");
+    expect_parse_error("stages: 0\nF0.0 F3.0\n", "names stage 3");
+    expect_parse_error("stages: 0 x\n", "bad rank 'x'");
+    expect_parse_error("stages:\n", "lists no stages");
+    expect_parse_error("stages: 0\n", "no tasks");
+    expect_parse_error("# only a comment\n\n", "no 'stages:' header");
+    expect_parse_error("stages: 0\nF0.99999999999999999999\n", "too large");
+    expect_parse_error("stages: 0\nstages: 0\n", "second 'stages:' header");
+    /* comments, CRLF, tabs and blank lines are fine */
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit__schedule_parse("# hi\r\n\r\nstages:\t0 1 # map\r\nF0.0\tBW0.0\r\n"
+                                    "# rank 1\nF1.0 BW1.0",
+                                    "ok.txt", &s));
+    ASSERT_EQ_I64(s->P, 2);
+    ASSERT_EQ_I64(s->S, 2);
+    ASSERT_EQ_I64(s->M, 1);
+    ASSERT_EQ_I64(s->V, 1);
+    ASSERT_EQ_I64(s->split_bw, 0);
+    ASSERT_OK(pipit_schedule_check(s));
+    pipit_schedule_free(s);
+}
+
+PIPIT_TEST(sched_text_round_trip) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/sched_round_trip.txt", pipit_test_tmpdir());
+    for (int kind = 0; kind < PIPIT_SCHED_COUNT; kind++)
+        for (int P = 1; P <= 5; P++) {
+            int V = min_v(kind), M = 2 * P + 2;
+            if (kind == PIPIT_SCHED_INTERLEAVED_1F1B || kind == PIPIT_SCHED_INTERLEAVED_GPIPE)
+                V = 3, M = 2 * P;
+            pipit_schedule *s = NULL, *back = NULL;
+            ASSERT_OK(pipit_schedule_build(kind, P, V, M, &s));
+            FILE *f = fopen(path, "w");
+            ASSERT_TRUE(f != NULL);
+            ASSERT_OK(pipit__schedule_write(f, s));
+            fclose(f);
+            ASSERT_OK(pipit_schedule_load(path, &back));
+            ASSERT_TRUE(pipit__schedule_equal(s, back));
+            ASSERT_EQ_I64(back->kind, -1);
+            ASSERT_EQ_I64(back->V, s->V);
+            ASSERT_EQ_I64(back->split_bw, s->split_bw);
+            pipit_schedule_free(s);
+            pipit_schedule_free(back);
+        }
+    remove(path);
+    pipit_schedule *s = NULL;
+    ASSERT_STATUS(pipit_schedule_load("/nonexistent/dir/s.txt", &s), PIPIT_STATUS_IO);
+    ASSERT_MSG_HAS("/nonexistent/dir/s.txt");
+}
+
+PIPIT_TEST(sched_bad_arguments) {
+    pipit_schedule *s = NULL;
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_1F1B, 0, 1, 4, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("P >= 1");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_GPIPE, 4, 1, 0, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("M >= 1");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_GPIPE, 4, 2, 4, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("V=1");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_ZB_H1, 4, 3, 4, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("V=1");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_DUALPIPEV, 4, 3, 8, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("V=2");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_DUALPIPEV, 4, 2, 7, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("M >= 2P");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_1F1B, 4, 2, 6, &s),
+                  PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("multiple of P");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_GPIPE, 4, -1, 6, &s),
+                  PIPIT_STATUS_SCHEDULE);
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_1F1B, 4, 1, 1 << 30, &s),
+                  PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("too large");
+    ASSERT_STATUS(pipit_schedule_build((pipit_schedule_kind)99, 4, 1, 4, &s),
+                  PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_1F1B, 4, 1, 4, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_TRUE(s == NULL);
+    /* V = 0 means the kind's natural value */
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_DUALPIPEV, 3, 0, 6, &s));
+    ASSERT_EQ_I64(s->V, 2);
+    ASSERT_EQ_I64(s->split_bw, 1);
+    pipit_schedule_free(s);
+    ASSERT_STATUS(pipit_schedule_check(NULL), PIPIT_STATUS_MISUSE);
+    pipit_schedule_free(NULL);
+}
+
+PIPIT_TEST(sched_kind_names) {
+    for (int k = 0; k < PIPIT_SCHED_COUNT; k++)
+        ASSERT_EQ_I64(pipit_schedule_kind_from_name(pipit_schedule_kind_name(k)), k);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("ZB_H1"), PIPIT_SCHED_ZB_H1);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("Interleaved_1F1B"),
+                  PIPIT_SCHED_INTERLEAVED_1F1B);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("1f1"), -1);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name(""), -1);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name(NULL), -1);
+    ASSERT_TRUE(strcmp(pipit_schedule_kind_name((pipit_schedule_kind)-3), "unknown") == 0);
+}
+
+PIPIT_TEST(sched_custom_api) {
+    /* two stages on one rank plus one on another: uneven, so V = 0 */
+    int stage_rank[3] = {0, 1, 0};
+    pipit_task r0[] = {{PIPIT_TASK_F, 0, 0}, {PIPIT_TASK_F, 2, 0}, {PIPIT_TASK_B, 2, 0},
+                       {PIPIT_TASK_W, 2, 0}, {PIPIT_TASK_BW, 0, 0}};
+    pipit_task r1[] = {{PIPIT_TASK_F, 1, 0}, {PIPIT_TASK_BW, 1, 0}};
+    const pipit_task *lists[2] = {r0, r1};
+    int n[2] = {5, 2};
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_custom(2, 3, 1, stage_rank, n, lists, &s));
+    r0[0].mb = 7; /* the schedule holds a copy */
+    ASSERT_EQ_I64(s->tasks[0][0].mb, 0);
+    ASSERT_EQ_I64(s->V, 0);
+    ASSERT_EQ_I64(s->split_bw, 1);
+    ASSERT_EQ_I64(s->kind, -1);
+    ASSERT_OK(pipit_schedule_check(s));
+    pipit_schedule_free(s);
+    int bad_map[3] = {0, 5, 0};
+    ASSERT_OK(pipit_schedule_custom(2, 3, 1, bad_map, n, lists, &s));
+    ASSERT_STATUS(pipit_schedule_check(s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("stage 1 is mapped to rank 5");
+    pipit_schedule_free(s);
+    s = NULL;
+    ASSERT_STATUS(pipit_schedule_custom(0, 3, 1, stage_rank, n, lists, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_STATUS(pipit_schedule_custom(2, 3, 1, NULL, n, lists, &s), PIPIT_STATUS_MISUSE);
+    r0[0].mb = 0;
+    r0[1].stage = 9; /* out of range task */
+    ASSERT_OK(pipit_schedule_custom(2, 3, 1, stage_rank, n, lists, &s));
+    ASSERT_STATUS(pipit_schedule_check(s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("rank 0 has F9.0");
+    pipit_schedule_free(s);
+}
+
+/* DualPipeV follows the reference's phase counts: rank r starts with
+ * 2(P-1-r) forwards of stage r, then F(r) F(2P-1-r) pairs. */
+PIPIT_TEST(sched_dualpipev_shape) {
+    int P = 4, M = 10;
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_DUALPIPEV, P, 2, M, &s));
+    for (int st = 0; st < 2 * P; st++)
+        ASSERT_EQ_I64(s->stage_rank[st], st < P ? st : 2 * P - 1 - st);
+    for (int r = 0; r < P; r++) {
+        int i = 0;
+        for (; i < 2 * (P - 1 - r); i++) {
+            ASSERT_EQ_I64(s->tasks[r][i].kind, PIPIT_TASK_F);
+            ASSERT_EQ_I64(s->tasks[r][i].stage, r);
+            ASSERT_EQ_I64(s->tasks[r][i].mb, i);
+        }
+        ASSERT_EQ_I64(s->tasks[r][i].stage, r);
+        ASSERT_EQ_I64(s->tasks[r][i + 1].stage, 2 * P - 1 - r);
+        ASSERT_EQ_I64(s->tasks[r][i + 1].mb, 0);
+        /* the last task is a deferred W */
+        ASSERT_EQ_I64(s->tasks[r][s->ntasks[r] - 1].kind, PIPIT_TASK_W);
+    }
+    pipit__sim_result r;
+    ASSERT_OK(pipit__schedule_simulate(s, NULL, &r));
+    ASSERT_TRUE(r.bubble > 0 && r.bubble < 0.5);
+    pipit__sim_result_free(&r);
+    pipit_schedule_free(s);
+}
+
+PIPIT_TEST(sched_grid_print) {
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &s));
+    pipit__sim_result r;
+    ASSERT_OK(pipit__schedule_simulate(s, NULL, &r));
+    FILE *f = tmpfile();
+    ASSERT_TRUE(f != NULL);
+    pipit__schedule_print_grid(f, s, &r);
+    char buf[4096];
+    rewind(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    /* rank 1: idle one unit, then F1.0 BW1.0(2 units) F1.1 BW1.1 */
+    ASSERT_TRUE(strstr(buf, "rank 1  | .    F1.0 BW1.0 ~    F1.1 BW1.1 ~") != NULL);
+    ASSERT_TRUE(strstr(buf, "step time 9, bubble 33.3%") != NULL);
+    ASSERT_TRUE(strstr(buf, "peak live 2") != NULL);
+    pipit__sim_result_free(&r);
+    pipit_schedule_free(s);
+}
+
+/* Every allocation failing in turn: a clean NOMEM each time, no leak. */
+PIPIT_TEST(sched_out_of_memory) {
+    for (long k = 1; k < 200; k++) {
+        pipit_schedule *s = NULL, *back = NULL;
+        pipit__sim_result r;
+        pipit__alloc_fail_after(k);
+        pipit_status st = pipit_schedule_build(PIPIT_SCHED_DUALPIPEV, 3, 2, 6, &s);
+        if (!st) st = pipit__schedule_simulate(s, NULL, &r);
+        if (!st) {
+            pipit__sim_result_free(&r);
+            st = pipit__schedule_parse("stages: 0 1\nF0.0 BW0.0\nF1.0 BW1.0\n", "x", &back);
+        }
+        pipit__alloc_fail_after(-1);
+        ASSERT_TRUE(st == PIPIT_STATUS_OK || st == PIPIT_STATUS_NOMEM);
+        pipit_schedule_free(s);
+        pipit_schedule_free(back);
+    }
+}
