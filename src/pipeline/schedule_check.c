@@ -226,27 +226,33 @@ static double ready_time(const walk_ctx *c, int r, pipit_task t, double rank_fre
     return start;
 }
 
-/* Runs every rank as far as it can, repeatedly, until nothing moves. With
- * res != NULL also computes the timeline. Returns how many tasks ran. */
-static long walk(walk_ctx *c, const pipit__sim_costs *costs, pipit__sim_result *res) {
-    const pipit_schedule *s = c->s;
-    long ran = 0;
-    for (int progress = 1; progress;) {
-        progress = 0;
-        for (int r = 0; r < s->P; r++)
-            for (pipit_task dep; c->pos[r] < s->ntasks[r]; c->pos[r]++, ran++, progress = 1) {
-                int i = c->pos[r];
-                pipit_task t = s->tasks[r][i];
-                if (first_unmet(c, t, &dep) >= 0) break;
-                size_t k = slot(c, t.stage, t.mb);
-                c->done[t.kind][k] = 1;
-                if (!res) continue;
-                double free_at = i ? res->end[r][i - 1] : 0.0;
-                res->start[r][i] = ready_time(c, r, t, free_at, costs ? costs->comm : 0.0);
-                res->end[r][i] = res->start[r][i] + pipit__task_cost(costs, t);
-                c->fin[t.kind][k] = res->end[r][i];
-            }
+/* Runs the next task of rank r if its inputs are ready (with res != NULL
+ * also timing it); returns 1 if it ran. */
+static int run_next(walk_ctx *c, int r, const pipit__sim_costs *costs, pipit__sim_result *res) {
+    int i = c->pos[r];
+    pipit_task t = c->s->tasks[r][i], dep;
+    if (first_unmet(c, t, &dep) >= 0) return 0;
+    size_t k = slot(c, t.stage, t.mb);
+    c->done[t.kind][k] = 1;
+    c->pos[r]++;
+    if (res) {
+        double free_at = i ? res->end[r][i - 1] : 0.0;
+        res->start[r][i] = ready_time(c, r, t, free_at, costs ? costs->comm : 0.0);
+        res->end[r][i] = res->start[r][i] + pipit__task_cost(costs, t);
+        c->fin[t.kind][k] = res->end[r][i];
     }
+    return 1;
+}
+
+/* Runs every rank as far as it can, round after round, until nothing
+ * moves; returns how many tasks ran (all of them unless it deadlocks). */
+static long walk(walk_ctx *c, const pipit__sim_costs *costs, pipit__sim_result *res) {
+    long ran = 0, before;
+    do {
+        before = ran;
+        for (int r = 0; r < c->s->P; r++)
+            while (c->pos[r] < c->s->ntasks[r] && run_next(c, r, costs, res)) ran++;
+    } while (ran > before);
     return ran;
 }
 

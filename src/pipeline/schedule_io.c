@@ -334,7 +334,8 @@ static void print_row(FILE *f, const pipit_schedule *s, const pipit__sim_result 
             cell = shown == i ? "~" : pipit__task_str(a, sizeof a, s->tasks[r][i]);
             shown = i;
         }
-        fprintf(f, " %-*s", w, cell);
+        /* pad every cell but the last, so rows carry no trailing blanks */
+        fprintf(f, " %-*s", col + 1 < ncols ? w : 0, cell);
     }
     fputc('\n', f);
 }
@@ -342,7 +343,7 @@ static void print_row(FILE *f, const pipit_schedule *s, const pipit__sim_result 
 static void print_stats(FILE *f, const pipit_schedule *s, const pipit__sim_result *res) {
     fprintf(f, "step time %g, bubble %.1f%%\n", res->step_time, 100.0 * res->bubble);
     for (int r = 0; r < s->P; r++)
-        fprintf(f, "rank %-3d busy %g, bubble %.1f%%, peak live %d (%g bytes)\n", r,
+        fprintf(f, "rank %d: busy %g, bubble %.1f%%, peak live %d (%g bytes)\n", r,
                 res->busy[r], 100.0 * res->rank_bubble[r], res->peak_live[r],
                 res->peak_bytes[r]);
 }
@@ -357,7 +358,7 @@ void pipit__schedule_print_grid(FILE *f, const pipit_schedule *s, const pipit__s
         for (int col = 0; col < ncols; col++) {
             char t[32];
             snprintf(t, sizeof t, "%g", col * q);
-            fprintf(f, " %-*.*s", w, w, t); /* cut long fractions to the cell */
+            fprintf(f, " %-*.*s", col + 1 < ncols ? w : 0, w, t); /* cut long fractions */
         }
         fputc('\n', f);
         for (int r = 0; r < s->P; r++) print_row(f, s, res, r, ncols, q, w);

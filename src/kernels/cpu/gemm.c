@@ -14,9 +14,13 @@
 
 /* A tile side below this makes packing overhead show (measured in
  * bench/bench_gemm.c); columns are split in multiples of 64, rows of 16. */
+#ifndef GEMM_TILE_MIN
 #define GEMM_TILE_MIN 128
+#endif
 /* Enough tiles to keep up to 8 threads busy with a fair deal ... */
+#ifndef GEMM_TILES_MAX
 #define GEMM_TILES_MAX 16
+#endif
 /* ... but no tile with less work than this (flops), so small GEMMs stay whole. */
 #define GEMM_TILE_FLOPS (1 << 22)
 

@@ -1,0 +1,159 @@
+/*
+ * gpt2.c — the GPT-2 graph builder and initializer. Weight layouts follow
+ * Hugging Face's Conv1D ([in, out]), so checkpoints load by name with no
+ * transposes, and the lm head reuses wte (logits = h @ wte^T).
+ */
+#include "models/gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "util/common.h"
+
+pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
+    if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: vocab, ctx, layers, heads, dim and batch must be >= 1");
+    if (c->dim % c->heads)
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dim %d is not divisible by heads %d", c->dim, c->heads);
+    if (c->max_ctx < c->ctx)
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: ctx %d exceeds max-ctx %d (rows of wpe)", c->ctx,
+                          c->max_ctx);
+    if (c->stages < 1 || c->stages > c->layers)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "gpt2: %d pipeline stages need at least %d layers (have %d): stages hold whole blocks",
+                          c->stages, c->stages, c->layers);
+    return PIPIT_STATUS_OK;
+}
+
+int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s) {
+    /* Even split; the first L mod S stages get one layer more. */
+    int base = c->layers / c->stages, extra = c->layers % c->stages;
+    return s * base + (s < extra ? s : extra);
+}
+
+static pipit_val param(pipit_graph *g, const pipit_gpt2_config *c, const char *name, int nd,
+                       int64_t d0, int64_t d1) {
+    int64_t shape[2] = {d0, d1};
+    return pipit_param(g, name, c->dtype, nd, shape);
+}
+
+static pipit_val linear(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, const char *prefix,
+                        int64_t in, int64_t out) {
+    char wn[96], bn[96];
+    snprintf(wn, sizeof wn, "%s.weight", prefix);
+    snprintf(bn, sizeof bn, "%s.bias", prefix);
+    pipit_val w = param(g, c, wn, 2, in, out), b = param(g, c, bn, 1, out, 0);
+    return pipit_bias_add(g, pipit_matmul(g, x, w, 0, 0), b);
+}
+
+static pipit_val layernorm(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, const char *prefix) {
+    char wn[96], bn[96];
+    snprintf(wn, sizeof wn, "%s.weight", prefix);
+    snprintf(bn, sizeof bn, "%s.bias", prefix);
+    return pipit_layernorm(g, x, param(g, c, wn, 1, c->dim, 0), param(g, c, bn, 1, c->dim, 0), 1e-5);
+}
+
+static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l) {
+    char pre[64];
+    int64_t C = c->dim;
+    snprintf(pre, sizeof pre, "h.%d.ln_1", l);
+    pipit_val h = layernorm(g, c, x, pre);
+    snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
+    h = pipit_attention(g, linear(g, c, h, pre, C, 3 * C), c->heads);
+    snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
+    x = pipit_add(g, x, linear(g, c, h, pre, C, C));
+    snprintf(pre, sizeof pre, "h.%d.ln_2", l);
+    h = layernorm(g, c, x, pre);
+    snprintf(pre, sizeof pre, "h.%d.mlp.c_fc", l);
+    h = pipit_gelu(g, linear(g, c, h, pre, C, 4 * C));
+    snprintf(pre, sizeof pre, "h.%d.mlp.c_proj", l);
+    return pipit_add(g, x, linear(g, c, h, pre, 4 * C, C));
+}
+
+pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c) {
+    int64_t bt[2] = {c->batch, c->ctx};
+    pipit_val tok = pipit_input(g, PIPIT_GPT2_TOKENS, PIPIT_I32, 2, bt);
+    pipit_val tgt = pipit_input(g, PIPIT_GPT2_TARGETS, PIPIT_I32, 2, bt);
+    pipit_val pos = pipit_input(g, PIPIT_GPT2_POSITIONS, PIPIT_I32, 2, bt);
+    pipit_val wte = param(g, c, "wte.weight", 2, c->vocab, c->dim);
+    pipit_val wpe = param(g, c, "wpe.weight", 2, c->max_ctx, c->dim);
+    pipit_val x = pipit_add(g, pipit_embed(g, wte, tok), pipit_embed(g, wpe, pos));
+    int stage = 0;
+    for (int l = 0; l < c->layers; l++) {
+        if (stage + 1 < c->stages && l == pipit_gpt2_stage_first_layer(c, stage + 1)) {
+            x = pipit_yield(g, x);
+            stage++;
+        }
+        x = block(g, c, x, l);
+    }
+    x = layernorm(g, c, x, "ln_f");
+    pipit_val logits = pipit_matmul_nt(g, x, wte); /* tied lm head */
+    return pipit_xent_mean(g, logits, tgt);
+}
+
+/* ---- init ---- */
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double normal(uint64_t *s) {
+    double u1 = ((double)(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
+    double u2 = (double)(splitmix(s) >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
+    for (int i = 0; i < pipit_program_num_params(p); i++) {
+        const char *name = pipit_program_param_name(p, i);
+        int nd;
+        int64_t shape[PIPIT_MAX_DIMS], n = 1;
+        pipit_status s = pipit_program_param_shape(p, name, &nd, shape);
+        if (s) return s;
+        for (int k = 0; k < nd; k++) n *= shape[k];
+        size_t es = c->dtype == PIPIT_F64 ? 8 : 4;
+        void *buf = pipit__malloc((size_t)n * es);
+        if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "gpt2 init: out of memory");
+        int is_ln = strstr(name, "ln_") != NULL;
+        double std = ends_with(name, "c_proj.weight") ? 0.02 / sqrt(2.0 * c->layers) : 0.02;
+        uint64_t st = seed ^ name_hash(name);
+        for (int64_t k = 0; k < n; k++) {
+            double v = nd == 1 ? (is_ln && ends_with(name, ".weight") ? 1.0 : 0.0) : std * normal(&st);
+            if (c->dtype == PIPIT_F64) ((double *)buf)[k] = v;
+            else ((float *)buf)[k] = (float)v;
+        }
+        s = pipit_program_set_param(p, name, buf, (size_t)n * es);
+        pipit__free(buf);
+        if (s) return s;
+    }
+    return PIPIT_STATUS_OK;
+}
+
+int64_t pipit_gpt2_num_params(const pipit_gpt2_config *c) {
+    int64_t C = c->dim, L = c->layers;
+    return (int64_t)c->vocab * C + (int64_t)c->max_ctx * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+double pipit_gpt2_flops_per_token(const pipit_gpt2_config *c) {
+    /* 6 N per token for the weights that multiply activations (wpe is only
+     * gathered, so it is left out, as nanoGPT does), plus attention scores and
+     * values: 12 L T C per token (forward and backward, full square), as in
+     * the PaLM appendix. bench/torch_step.py counts the same way. */
+    double n = (double)pipit_gpt2_num_params(c) - (double)c->max_ctx * c->dim;
+    return 6.0 * n + 12.0 * c->layers * c->ctx * (double)c->dim;
+}
