@@ -53,7 +53,9 @@ typedef struct {
 
 /* Validates: every task exactly once (F and BW, or F, B and W, for every
  * stage and microbatch), each on the rank owning its stage, stage_rank in
- * range, microbatches of one (stage, kind) in increasing order; then runs the
+ * range, microbatches of one (stage, kind) in increasing order (per stage
+ * the B/BW passes together, and the W/BW passes together, are increasing
+ * too: the latter is the gradient accumulation order); then runs the
  * order simulation and reports a deadlock with the cycle of waiting tasks
  * (PIPIT_STATUS_DEADLOCK, e.g. "rank 0 waits at B0.1 for B1.1 (rank 1), rank 1
  * waits at F1.2 for F0.2 (rank 0)"). Other problems: PIPIT_STATUS_SCHEDULE. */
