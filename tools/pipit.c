@@ -418,13 +418,11 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train     train GPT-2 on a text file or token shard\n"
             "  eval      mean loss of a checkpoint on sequential windows of a file\n"
-            "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
-            "  plan      print per-rank programs and planned memory for a training setup\n\n"
+            "  schedule  print a pipeline schedule's grid, bubble and peak activations\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 
 int pipit_cli_schedule(int argc, char **argv);
-int pipit_cli_plan(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -439,7 +437,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
-    if (strcmp(cmd, "plan") == 0) return pipit_cli_plan(argc - 2, argv + 2);
     fprintf(stderr, "pipit: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -44,7 +44,15 @@ void pipit__err_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, last_error, sizeof old);
-    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    size_t n = strlen(prefix);
+    if (n + 2 >= sizeof last_error) n = sizeof last_error - 3;
+    memcpy(last_error, prefix, n);
+    memcpy(last_error + n, ": ", 2);
+    size_t rest = sizeof last_error - n - 3;
+    size_t m = strlen(old);
+    if (m > rest) m = rest;
+    memcpy(last_error + n + 2, old, m);
+    last_error[n + 2 + m] = 0;
 }
 
 /* ---- allocator with failure injection ---- */

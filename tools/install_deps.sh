@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs pipit's Debian packages (build tools, OpenBLAS, cJSON, and
+# PyTorch + numpy for the independent oracle test). Skips apt when all are
+# present; uses sudo when not root.
+set -euo pipefail
+PKGS="build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev python3 python3-numpy python3-torch"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update
+  $SUDO apt-get install -y $missing
+fi
