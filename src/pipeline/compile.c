@@ -9,6 +9,8 @@
 #include "kernels/cpu/kernels.h"
 #include "pipeline/emit.h"
 #include "pipeline/program.h"
+#include "pipeline/schedule.h"
+#include "runtime/transport.h"
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -73,46 +75,11 @@ static pipit_status collect_inputs(pipit_program *p) {
     return PIPIT_STATUS_OK;
 }
 
-/* needed[i]: node i must run (it feeds the loss or a param gradient). */
-static uint8_t *mark_live(const pipit_program *p) {
-    const pipit_graph *g = p->g;
-    uint8_t *live = pipit__calloc((size_t)g->n, 1);
-    if (!live) return NULL;
-    live[p->loss] = 1;
-    for (int i = 0; i < p->gr.nparams; i++)
-        for (int u = 0; u < p->gr.pg[i].nuses; u++) live[p->gr.pg[i].contrib[u]] = 1;
-    for (int32_t i = g->n - 1; i >= 0; i--)
-        if (live[i])
-            for (int k = 0; k < g->nodes[i].nin; k++) live[g->nodes[i].in[k]] = 1;
-    return live;
-}
-
-static int runs_kernel(const pipit__node *n) {
-    return !(pipit__ops[n->op].flags & OPF_LEAF) && !pipit__ops[n->op].alias;
-}
-
-pipit_status pipit__compile_sequential(pipit_program *p) {
-    p->nranks = 1;
-    p->ranks = pipit__calloc(1, sizeof *p->ranks);
-    if (!p->ranks) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
-    uint8_t *live = mark_live(p);
-    if (!live) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
-    pipit__emitter e;
-    pipit_status s = pipit__emitter_init(&e, p, &p->ranks[0]);
-    const pipit_graph *g = p->g;
-    for (int m = 0; !s && m < p->M; m++) {
-        for (int32_t i = 0; i < p->gr.fwd_end; i++)
-            if (live[i] && runs_kernel(&g->nodes[i])) pipit__emit_run(&e, i, m);
-        pipit__emit_loss(&e, p->loss, m);
-        for (int32_t i = p->gr.fwd_end; i < g->n; i++)
-            if (live[i] && runs_kernel(&g->nodes[i])) pipit__emit_run(&e, i, m);
-        for (int i = 0; i < p->nparams; i++)
-            for (int u = 0; u < p->params[i].nuses; u++)
-                pipit__emit_acc(&e, p->gr.pg[i].contrib[u], m, p->params[i].acc_off[u], m == 0);
-    }
-    pipit_status s2 = pipit__emitter_finish(&e);
-    pipit__free(live);
-    return s ? s : s2;
+/* A graph that already holds backward nodes before this compile's own. */
+static int already_compiled(const pipit_graph *g, int32_t fwd_end) {
+    for (int32_t i = 0; i < fwd_end; i++)
+        if (g->nodes[i].flags & NODE_BWD) return 1;
+    return 0;
 }
 
 static pipit_status alloc_blocks(pipit_program *p) {
@@ -132,6 +99,8 @@ static pipit_status alloc_blocks(pipit_program *p) {
     memset(p->m_block, 0, pb);
     memset(p->v_block, 0, pb);
     memset(p->acc_block, 0, ab);
+    if (p->nranks > 1 && !(p->transport = pipit__transport_local_new(p->nranks)))
+        return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory for the transport");
     for (int r = 0; r < p->nranks; r++) {
         pipit__rank_prog *rp = &p->ranks[r];
         rp->arena = pipit__malloc_aligned(PIPIT_MAX(rp->arena_bytes, 64));
@@ -184,10 +153,14 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     p->loss = loss.id;
     apply_defaults(p, opt);
     pipit__gemm_init();
-    s = pipit__autodiff(g, loss.id, &p->gr);
+    p->fail_rank = p->fail_instr = -1;
+    if (already_compiled(g, g->n))
+        s = pipit__err(PIPIT_STATUS_MISUSE, "this graph was already compiled (compile each graph once)");
+    else
+        s = pipit__autodiff(g, loss.id, &p->gr);
     if (!s) s = layout_params(p);
     if (!s) s = collect_inputs(p);
-    if (!s) s = pipit__compile_sequential(p);
+    if (!s) s = pipit__lower(p, opt->schedule);
     if (!s) s = alloc_blocks(p);
     if (s) {
         pipit__err_prefix("pipit_compile");
@@ -206,8 +179,15 @@ void pipit_program_free(pipit_program *p) {
         pipit__free_aligned(rp->arena);
         pipit__free(rp->kc);
         pipit__pool_free(rp->pool);
+        pipit__free(rp->tasks);
+        pipit__free(rp->t_start);
+        pipit__free(rp->t_end);
     }
     pipit__free(p->ranks);
+    pipit__free(p->stage_rank);
+    pipit__free(p->node_stage);
+    pipit__free(p->node_phase);
+    if (p->transport) p->transport->vt->free(p->transport);
     if (p->params)
         for (int i = 0; i < p->nparams; i++) pipit__free(p->params[i].acc_off);
     pipit__free(p->params);

@@ -124,6 +124,48 @@ void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb) {
     in->in[0] = read_loc(e, loss, mb, e->r->n - 1);
 }
 
+void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst) {
+    if (e->status) return;
+    pipit__instr *in = push_instr(e);
+    if (!in) return;
+    in->kind = INS_SEND;
+    in->node = node;
+    in->mb = mb;
+    in->peer = dst;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    in->in[0] = read_loc(e, node, mb, e->r->n - 1);
+}
+
+void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src) {
+    if (e->status) return;
+    pipit__instr *in = push_instr(e);
+    if (!in) return;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_RECV;
+    in->node = node;
+    in->mb = mb;
+    in->peer = src;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    int32_t b = new_buf(e, in->bytes, at);
+    if (b < 0) return;
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+}
+
+void pipit__emit_mark(pipit__emitter *e, int task, int end) {
+    if (e->status) return;
+    pipit__instr *in = push_instr(e);
+    if (!in) return;
+    in->kind = INS_MARK;
+    in->task = task;
+    in->first = (uint8_t)end;
+    in->node = 0;
+}
+
+int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb) {
+    return e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] >= 0;
+}
+
 static void patch(pipit__loc *l, const pipit__mp_buf *bufs) {
     if (l->kind == LOC_ARENA) l->off = bufs[l->idx].offset;
 }

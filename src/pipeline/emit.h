@@ -25,6 +25,11 @@ int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off, int first);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);
+void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst);
+void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src);
+void pipit__emit_mark(pipit__emitter *e, int task, int end);
+/* Whether (node, mb) already has a buffer on this rank. */
+int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb);
 /* Plans the arena, patches offsets, frees the emitter's scratch. */
 pipit_status pipit__emitter_finish(pipit__emitter *e);
 

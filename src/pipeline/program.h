@@ -29,7 +29,10 @@ typedef struct {
 typedef enum {
     INS_RUN = 0,  /* run node's kernel for microbatch mb */
     INS_ACC,      /* acc (out) = / += contribution (in[0]); first = mb 0 */
-    INS_LOSS      /* losses[mb] = scalar in[0] */
+    INS_LOSS,     /* losses[mb] = scalar in[0] */
+    INS_SEND,     /* send value in[0] (node, mb) to rank peer (non-blocking) */
+    INS_RECV,     /* receive value (node, mb) from rank peer into out (blocking) */
+    INS_MARK      /* task boundary: timestamps task `task` (start, or end if first=1) */
 } pipit__ins_kind;
 
 typedef struct {
@@ -39,6 +42,9 @@ typedef struct {
     int32_t mb;
     pipit__loc out, in[PIPIT_MAX_IN];
     int64_t numel;       /* INS_ACC: elements */
+    int32_t peer;        /* INS_SEND / INS_RECV: the other rank */
+    int32_t task;        /* INS_MARK: index in the rank's task list */
+    size_t bytes;        /* INS_SEND / INS_RECV */
 } pipit__instr;
 
 typedef struct {
@@ -68,6 +74,11 @@ typedef struct {
     uint8_t *arena;
     pipit__kctx *kc;     /* [n] resolved kernel contexts (per step) */
     pipit__pool *pool;
+    int rank;
+    int ntasks;
+    pipit_task *tasks;   /* the schedule's list for this rank (borrowed copy) */
+    double *t_start, *t_end; /* [ntasks] measured task times of the last step (s, from step start) */
+    double busy;         /* sum of task times of the last step */
 } pipit__rank_prog;
 
 #define PIPIT_PROGRAM_MAGIC 0x70697070u
@@ -91,11 +102,20 @@ struct pipit_program {
     int64_t opt_step;    /* optimizer steps taken (AdamW bias correction) */
     int nranks;
     pipit__rank_prog *ranks;
+    int S;               /* pipeline stages of the graph */
+    int *stage_rank;     /* [S] */
+    int32_t *node_stage; /* [graph nodes] stage of each node (-1 leaves) */
+    uint8_t *node_phase; /* [graph nodes] PH_* */
+    struct pipit__transport *transport;
+    double step_t0;      /* wall clock at the start of the last step */
+    double step_wall;    /* wall time of the last step's loop (s) */
+    int fail_rank, fail_instr; /* test hook: rank fails at instruction (-1 off) */
     char errmsg[2048];
 };
 
-/* Compiles the single-rank sequential program (M microbatches in order). */
-pipit_status pipit__compile_sequential(pipit_program *p);
+/* Lowers the step into per-rank programs for schedule `sch` (NULL: one rank,
+ * each microbatch's forward then backward, in order). */
+pipit_status pipit__lower(pipit_program *p, const pipit_schedule *sch);
 /* Runs one rank's instruction list with the given feeds. */
 pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit_feed *feeds,
                               int nfeed);

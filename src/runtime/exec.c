@@ -8,11 +8,14 @@
 
 #include "kernels/cpu/kernels.h"
 #include "pipeline/program.h"
+#include "runtime/transport.h"
 
 typedef struct {
     pipit_program *p;
     pipit__rank_prog *r;
     const void **feed_ptrs; /* [M * ninputs] */
+    pipit_status status;    /* first failure on this rank (thread 0 writes) */
+    char msg[1024];
 } exec_ctx;
 
 static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
@@ -66,20 +69,54 @@ static void run_loss(pipit_program *p, const pipit__instr *in, const pipit__kctx
                                                     : (double)*(const float *)k->in[0];
 }
 
+/* Communication and bookkeeping run on thread 0 of the rank's team. */
+static pipit_status run_serial(exec_ctx *x, int32_t i) {
+    pipit_program *p = x->p;
+    pipit__rank_prog *r = x->r;
+    const pipit__instr *in = &r->ins[i];
+    const pipit__kctx *k = &r->kc[i];
+    pipit__transport *t = p->transport;
+    if (i == p->fail_instr && r->rank == p->fail_rank)
+        return pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i);
+    switch ((pipit__ins_kind)in->kind) {
+    case INS_LOSS: run_loss(p, in, k); break;
+    case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->in[0], in->bytes);
+    case INS_RECV: return t->vt->recv(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->out, in->bytes);
+    case INS_MARK: {
+        double now = pipit__now() - p->step_t0;
+        if (in->first) {
+            r->t_end[in->task] = now;
+            r->busy += now - r->t_start[in->task];
+        } else {
+            r->t_start[in->task] = now;
+        }
+        break;
+    }
+    default: break;
+    }
+    return PIPIT_STATUS_OK;
+}
+
 static void exec_worker(void *arg, int ith, int nth) {
     exec_ctx *x = arg;
     pipit__rank_prog *r = x->r;
     for (int32_t i = 0; i < r->n; i++) {
         const pipit__instr *in = &r->ins[i];
         const pipit__kctx *k = &r->kc[i];
-        switch ((pipit__ins_kind)in->kind) {
-        case INS_RUN: pipit__ops[k->node->op].run(k, ith, nth); break;
-        case INS_ACC: run_acc(in, k, ith, nth); break;
-        case INS_LOSS:
-            if (ith == 0) run_loss(x->p, in, k);
-            break;
+        if (in->kind == INS_RUN) {
+            pipit__ops[k->node->op].run(k, ith, nth);
+        } else if (in->kind == INS_ACC) {
+            run_acc(in, k, ith, nth);
+        } else if (ith == 0 && !x->status) {
+            pipit_status s = run_serial(x, i);
+            if (s) {
+                x->status = s;
+                snprintf(x->msg, sizeof x->msg, "%s", pipit_errmsg());
+                if (x->p->transport) x->p->transport->vt->abort(x->p->transport, r->rank, x->msg);
+            }
         }
-        pipit__pool_barrier(r->pool);
+        if (nth > 1 || in->kind != INS_RUN) pipit__pool_barrier(r->pool);
+        if (x->status) return; /* every thread sees it after the barrier */
     }
 }
 
@@ -97,9 +134,11 @@ pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit
                     d = feeds[(size_t)m * (size_t)nfeed + (size_t)f].data;
             ptrs[(size_t)m * (size_t)p->ninputs + (size_t)i] = d;
         }
-    exec_ctx x = {p, r, ptrs};
+    exec_ctx x = {p, r, ptrs, PIPIT_STATUS_OK, ""};
     resolve(&x);
+    r->busy = 0;
     pipit__pool_run(r->pool, exec_worker, &x);
     pipit__free(ptrs);
+    if (x.status) return pipit__err(x.status, "%s", x.msg);
     return PIPIT_STATUS_OK;
 }

@@ -6,7 +6,10 @@
 #include <math.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "pipeline/program.h"
+#include "runtime/transport.h"
 
 static pipit_status check_program(const pipit_program *p) {
     if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "invalid program handle");
@@ -51,6 +54,56 @@ static pipit_status check_feeds(const pipit_program *p, const pipit_feed *feeds,
     return PIPIT_STATUS_OK;
 }
 
+typedef struct {
+    pipit_program *p;
+    int rank;
+    const pipit_feed *feeds;
+    int nfeed;
+    pipit_status status;
+    char msg[2048];
+} rank_run;
+
+static void *rank_main(void *a) {
+    rank_run *rr = a;
+    rr->status = pipit__exec_rank(rr->p, &rr->p->ranks[rr->rank], rr->feeds, rr->nfeed);
+    if (rr->status) snprintf(rr->msg, sizeof rr->msg, "%s", pipit_errmsg());
+    return NULL;
+}
+
+/* Runs every rank, one thread each (the caller's thread for one rank), and
+ * reports the first rank that failed by name. */
+static pipit_status run_ranks(pipit_program *p, const pipit_feed *feeds, int nfeed) {
+    if (p->nranks == 1) return pipit__exec_rank(p, &p->ranks[0], feeds, nfeed);
+    p->transport->vt->reset(p->transport);
+    rank_run *rr = pipit__calloc((size_t)p->nranks, sizeof *rr);
+    pthread_t *th = pipit__calloc((size_t)p->nranks, sizeof *th);
+    if (!rr || !th) {
+        pipit__free(rr);
+        pipit__free(th);
+        return pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory");
+    }
+    int started = 0;
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int q = 0; q < p->nranks; q++, started++) {
+        rr[q] = (rank_run){p, q, feeds, nfeed, PIPIT_STATUS_OK, ""};
+        if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
+            s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", q);
+            p->transport->vt->abort(p->transport, q, "thread not started");
+            break;
+        }
+    }
+    for (int q = 0; q < started; q++) pthread_join(th[q], NULL);
+    /* Report the rank that failed first on its own, not one that stopped
+     * because of it ("rank 1 failed: ..." is already in its message). */
+    for (int q = 0; !s && q < started; q++)
+        if (rr[q].status && !strstr(rr[q].msg, "failed: ")) s = pipit__err(rr[q].status, "rank %d failed: %s", q, rr[q].msg);
+    for (int q = 0; !s && q < started; q++)
+        if (rr[q].status) s = pipit__err(rr[q].status, "%s", rr[q].msg);
+    pipit__free(rr);
+    pipit__free(th);
+    return s;
+}
+
 pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, int update,
                         pipit_metrics *metrics) {
     pipit_status s = check_program(p);
@@ -59,10 +112,10 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     s = check_feeds(p, feeds, nfeed);
     if (s) return fail(p, s);
     double t0 = pipit__now();
-    for (int r = 0; r < p->nranks; r++) {
-        s = pipit__exec_rank(p, &p->ranks[r], feeds, nfeed);
-        if (s) return fail(p, s);
-    }
+    p->step_t0 = t0;
+    s = run_ranks(p, feeds, nfeed);
+    p->step_wall = pipit__now() - t0;
+    if (s) return fail(p, s);
     double loss = 0;
     for (int m = 0; m < p->M; m++) loss += p->losses[m];
     loss /= p->M;

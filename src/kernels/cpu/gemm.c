@@ -12,16 +12,18 @@
 #include "kernels/cpu/kernels.h"
 #include "util/common.h"
 
-/* A tile side below this makes packing overhead show (measured in
- * bench/bench_gemm.c); columns are split in multiples of 64, rows of 16. */
-#ifndef GEMM_TILE_MIN
-#define GEMM_TILE_MIN 128
-#endif
-/* Enough tiles to keep up to 8 threads busy with a fair deal ... */
-#ifndef GEMM_TILES_MAX
+/* Preferred smallest tile: row splits below 256 and column splits below
+ * ~192 lose 5-15% to the packing each BLAS call redoes (bench/bench_gemm.c
+ * on Zen 4). Columns are split in multiples of 64, rows of 16. */
+#define GEMM_MIN_N 192
+#define GEMM_MIN_M 256
+/* Below this many tiles, sides may shrink to GEMM_MIN_HARD to find work
+ * for a few threads. */
+#define GEMM_MIN_HARD 128
+#define GEMM_FEW_TILES 4
+/* Up to this many tiles, for a fair round-robin deal over 2-8 threads ... */
 #define GEMM_TILES_MAX 16
-#endif
-/* ... but no tile with less work than this (flops), so small GEMMs stay whole. */
+/* ... but none with less work than this (flops), so small GEMMs stay whole. */
 #define GEMM_TILE_FLOPS (1 << 22)
 
 void pipit__gemm_init(void) { openblas_set_num_threads(1); }
@@ -34,16 +36,22 @@ void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt
     int64_t want = (int64_t)(flops / GEMM_TILE_FLOPS);
     want = PIPIT_MAX(1, PIPIT_MIN(want, GEMM_TILES_MAX));
     int64_t m = PIPIT_MAX(M, 1), n = PIPIT_MAX(N, 1);
-    /* Halve the longer side (keeping tiles square-ish, which minimises the
-     * packing each BLAS call redoes) until there are enough tiles. */
-    while (cdiv(M, m) * cdiv(N, n) < want) {
-        int split_n = n >= 2 * GEMM_TILE_MIN && (n >= m || m < 2 * GEMM_TILE_MIN);
-        if (split_n)
-            n = round_up(cdiv(n, 2), 64);
-        else if (m >= 2 * GEMM_TILE_MIN)
-            m = round_up(cdiv(m, 2), 16);
-        else
-            break;
+    /* Halve the side that is longer relative to its preferred minimum, while
+     * it stays above that minimum; then, if there are still very few tiles,
+     * go down to the hard minimum. */
+    for (int phase = 0; phase < 2; phase++) {
+        int64_t min_n = phase ? GEMM_MIN_HARD : GEMM_MIN_N;
+        int64_t min_m = phase ? GEMM_MIN_HARD : GEMM_MIN_M;
+        int64_t goal = phase ? PIPIT_MIN(want, GEMM_FEW_TILES) : want;
+        while (cdiv(M, m) * cdiv(N, n) < goal) {
+            int can_n = n >= 2 * min_n, can_m = m >= 2 * min_m;
+            if (can_n && (!can_m || n * min_m >= m * min_n))
+                n = round_up(cdiv(n, 2), 64);
+            else if (can_m)
+                m = round_up(cdiv(m, 2), 16);
+            else
+                break;
+        }
     }
     *mt = m;
     *nt = n;
