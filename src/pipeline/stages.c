@@ -45,8 +45,10 @@ static void forward_stages(const pipit_program *p, pipit__staging *st) {
         for (int32_t j = i + 1; j < p->gr.fwd_end; j++) {
             const pipit__node *c = &g->nodes[j];
             if (!st->live[j]) continue;
+            /* a yield reads its input one stage before its output's stage */
+            int32_t use = st->stage[j] - (c->op == PIPIT_OP_YIELD);
             for (int k = 0; k < c->nin; k++)
-                if (c->in[k] == i && (best < 0 || st->stage[j] < best)) best = st->stage[j];
+                if (c->in[k] == i && (best < 0 || use < best)) best = use;
         }
         st->stage[i] = best < 0 ? 0 : best;
     }

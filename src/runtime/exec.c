@@ -76,8 +76,6 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     const pipit__instr *in = &r->ins[i];
     const pipit__kctx *k = &r->kc[i];
     pipit__transport *t = p->transport;
-    if (i == p->fail_instr && r->rank == p->fail_rank)
-        return pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i);
     switch ((pipit__ins_kind)in->kind) {
     case INS_LOSS: run_loss(p, in, k); break;
     case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->in[0], in->bytes);
@@ -97,25 +95,30 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     return PIPIT_STATUS_OK;
 }
 
+/* Records this rank's failure and wakes every other rank. */
+static void fail_rank(exec_ctx *x, pipit_status s) {
+    x->status = s;
+    snprintf(x->msg, sizeof x->msg, "%s", pipit_errmsg());
+    if (x->p->transport) x->p->transport->vt->abort(x->p->transport, x->r->rank, x->msg);
+}
+
 static void exec_worker(void *arg, int ith, int nth) {
     exec_ctx *x = arg;
     pipit__rank_prog *r = x->r;
     for (int32_t i = 0; i < r->n; i++) {
         const pipit__instr *in = &r->ins[i];
         const pipit__kctx *k = &r->kc[i];
-        if (in->kind == INS_RUN) {
+        if (i == x->p->fail_instr && r->rank == x->p->fail_rank) { /* test hook */
+            if (ith == 0) fail_rank(x, pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i));
+        } else if (in->kind == INS_RUN) {
             pipit__ops[k->node->op].run(k, ith, nth);
         } else if (in->kind == INS_ACC) {
             run_acc(in, k, ith, nth);
         } else if (ith == 0 && !x->status) {
             pipit_status s = run_serial(x, i);
-            if (s) {
-                x->status = s;
-                snprintf(x->msg, sizeof x->msg, "%s", pipit_errmsg());
-                if (x->p->transport) x->p->transport->vt->abort(x->p->transport, r->rank, x->msg);
-            }
+            if (s) fail_rank(x, s);
         }
-        if (nth > 1 || in->kind != INS_RUN) pipit__pool_barrier(r->pool);
+        pipit__pool_barrier(r->pool);
         if (x->status) return; /* every thread sees it after the barrier */
     }
 }

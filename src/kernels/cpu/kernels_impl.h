@@ -1,7 +1,7 @@
 /*
  * kernels_impl.h — template for the non-GEMM kernels; included by kernels.c
  * once per type with T (element type), S (suffix: f32/f64) and the math
- * functions EXP, LOG, TANH, SQRT defined. Not a header to include elsewhere.
+ * function EXP defined. Not a header to include elsewhere.
  * Layouts are row-major; [a,b] in comments are shapes.
  */
 #define KCAT_(a, b) a##_##b
@@ -41,11 +41,23 @@ static T LOC(dot)(const T *restrict a, const T *restrict b, int64_t n) {
     return s;
 }
 
-/* max of x[0..n), n >= 1 (exact, so the lane order does not matter). */
+/* max of x[0..n), n >= 1, in 8 lanes (max is exact: the order only
+ * matters for which NaN wins). */
 static T LOC(maxv)(const T *restrict x, int64_t n) {
-    T m = x[0];
-    for (int64_t i = 1; i < n; i++) m = x[i] > m ? x[i] : m;
+    T acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = x[0];
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    T m = acc[0];
+    for (int j = 1; j < 8; j++) m = acc[j] > m ? acc[j] : m;
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
     return m;
+}
+
+/* x[n] = exp(x[n] - m) */
+static void LOC(exp_shift)(T *restrict x, T m, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = EXP(x[i] - m);
 }
 
 /* y[n] += a * x[n] */
@@ -245,6 +257,8 @@ void FN(layernorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C,
 
 /* ------------------------------------------------------------ GELU */
 
+/* With u = sqrt(2/pi)(x + 0.044715x^3), GPT-2's 0.5x(1 + tanh(u)) equals
+ * x * sigmoid(2u) = x / (1 + exp(-2u)): one exp, which vectorises. */
 #define GELU_S2PI ((T)0.79788456080286535588) /* sqrt(2/pi) */
 #define GELU_K ((T)0.044715)
 
@@ -254,19 +268,20 @@ void FN(gelu)(T *out, const T *x, int64_t n, int ith, int nth) {
     for (int64_t i = lo; i < hi; i++) {
         T v = x[i];
         T u = GELU_S2PI * (v + GELU_K * v * v * v);
-        out[i] = (T)0.5 * v * ((T)1 + TANH(u));
+        out[i] = v / ((T)1 + EXP((T)-2 * u));
     }
 }
 
-/* dx = dout * d/dx gelu(x) */
+/* dx = dout * gelu'(x); with sg = sigmoid(2u) = (1 + tanh u)/2:
+ * gelu' = sg + 2x sg(1 - sg) du/dx. */
 void FN(gelu_dx)(T *dx, const T *x, const T *dout, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
         T v = x[i];
-        T t = TANH(GELU_S2PI * (v + GELU_K * v * v * v));
+        T sg = (T)1 / ((T)1 + EXP((T)-2 * GELU_S2PI * (v + GELU_K * v * v * v)));
         T du = GELU_S2PI * ((T)1 + (T)3 * GELU_K * v * v);
-        T d = (T)0.5 * ((T)1 + t) + (T)0.5 * v * ((T)1 - t * t) * du;
+        T d = sg + (T)2 * v * sg * ((T)1 - sg) * du;
         dx[i] = d * dout[i];
     }
 }
@@ -331,10 +346,10 @@ void FN(attention)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64
                     l *= f;
                     m = cm;
                 }
+                LOC(exp_shift)(s, m, n);
                 for (int64_t j = 0; j < n; j++) {
-                    T p = EXP(s[j] - m);
-                    l += p;
-                    LOC(axpy)(o, p, base + (j0 + j) * 3 * C + 2 * C, D);
+                    l += s[j];
+                    LOC(axpy)(o, s[j], base + (j0 + j) * 3 * C + 2 * C, D);
                 }
             }
             T inv = (T)1 / l;
@@ -378,21 +393,30 @@ void FN(attention_dqkv)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t
                     dl *= f;
                     m = cm;
                 }
+                LOC(exp_shift)(s, m, n);
                 for (int64_t j = 0; j < n; j++) {
-                    T p = EXP(s[j] - m);
-                    l += p;
-                    dl += p * dp[j];
+                    l += s[j];
+                    dl += s[j] * dp[j];
                 }
             }
             T inv = (T)1 / l, delta = dl * inv;
-            for (int64_t j = 0; j <= t; j++) {
-                const T *kj = base + j * 3 * C + C;
-                T *dkj = dbase + j * 3 * C + C;
-                T p = EXP(LOC(dot)(q, kj, D) * scale - m) * inv;
-                T ds = p * (LOC(dot)(dout_t, kj + C, D) - delta) * scale;
-                LOC(axpy)(dq, ds, kj, D);
-                LOC(axpy)(dkj, ds, q, D);
-                LOC(axpy)(dkj + C, p, dout_t, D);
+            for (int64_t j0 = 0; j0 <= t; j0 += KERNEL_ATT_CHUNK) {
+                int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, t + 1 - j0);
+                for (int64_t j = 0; j < n; j++) {
+                    const T *kj = base + (j0 + j) * 3 * C + C;
+                    s[j] = LOC(dot)(q, kj, D) * scale;
+                    dp[j] = LOC(dot)(dout_t, kj + C, D);
+                }
+                LOC(exp_shift)(s, m, n);
+                for (int64_t j = 0; j < n; j++) {
+                    const T *kj = base + (j0 + j) * 3 * C + C;
+                    T *dkj = dbase + (j0 + j) * 3 * C + C;
+                    T p = s[j] * inv;
+                    T ds = p * (dp[j] - delta) * scale;
+                    LOC(axpy)(dq, ds, kj, D);
+                    LOC(axpy)(dkj, ds, q, D);
+                    LOC(axpy)(dkj + C, p, dout_t, D);
+                }
             }
         }
     }
@@ -410,8 +434,12 @@ void FN(xent_rows)(T *loss, const T *logits, const int32_t *targets, int64_t row
         const T *x = logits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
         T m = LOC(maxv)(x, V);
-        double sum = 0;
-        for (int64_t j = 0; j < V; j++) sum += (double)EXP(x[j] - m);
+        double acc[8] = {0}; /* fixed 8 lanes, as in sum_d */
+        int64_t j = 0;
+        for (; j + 8 <= V; j += 8)
+            for (int k = 0; k < 8; k++) acc[k] += (double)EXP(x[j + k] - m);
+        double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; j < V; j++) sum += (double)EXP(x[j] - m);
         loss[r] = (T)((double)m + log(sum) - (double)x[targets[r]]);
     }
 }
@@ -426,11 +454,8 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
         T *g = dlogits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
         T m = LOC(maxv)(x, V);
-        double sum = 0;
-        for (int64_t j = 0; j < V; j++) {
-            g[j] = EXP(x[j] - m);
-            sum += (double)g[j];
-        }
+        for (int64_t j = 0; j < V; j++) g[j] = EXP(x[j] - m);
+        double sum = LOC(sum_d)(g, V);
         T f = (T)((double)dloss[r] / sum);
         for (int64_t j = 0; j < V; j++) g[j] *= f;
         g[targets[r]] -= dloss[r];
