@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "models/gpt2.h"
+#include "pipeline/plan_print.h"
 #include "pipeline/schedule.h"
 #include "pipit.h"
 #include "train/checkpoint.h"
@@ -134,6 +135,7 @@ static void config_from_checkpoint(const pipit__st_file *f, const char *path, op
         snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
         if (!pipit__st_find(f, name)) break;
     }
+    if (L == 0) die("checkpoint '%s': tensor 'h.0.ln_1.weight' is missing: no transformer blocks", path);
     struct { const char *flag; int *dst; int64_t v; } from_file[] = {
         {"vocab", &o->vocab, wte->shape[0]}, {"dim", &o->dim, wte->shape[1]},
         {"max-ctx", &o->max_ctx, wpe->shape[0]}, {"layers", &o->layers, L}};
@@ -318,15 +320,19 @@ static void print_step(const opts *o, int step, const pipit_metrics *m, double t
     fflush(stdout);
 }
 
-static int cmd_train(int argc, char **argv) {
+static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
     int n;
     flag *fl = train_flags(&o, &n);
-    parse_flags("train", TRAIN_USAGE, fl, n, argc, argv);
-    static const char *const need_init[] = {"data", "ctx", "micro-batch", "steps", NULL};
-    static const char *const need_new[] = {"data", "ctx", "layers", "heads", "dim", "micro-batch", "steps", NULL};
-    require(fl, n, "train", o.init ? need_init : need_new);
+    const char *cmd = plan ? "plan" : "train";
+    if (plan) o.steps = 0;
+    parse_flags(cmd, TRAIN_USAGE, fl, n, argc, argv);
+    static const char *const need_init[] = {"data", "ctx", "micro-batch", NULL};
+    static const char *const need_new[] = {"data", "ctx", "layers", "heads", "dim", "micro-batch", NULL};
+    require(fl, n, cmd, o.init ? need_init : need_new);
+    if (!plan) require(fl, n, cmd, (const char *const[]){"steps", NULL});
+    if (plan) o.steps = 0;
     if (o.steps < 0) die("--steps must be >= 0 (got %d)", o.steps);
     session s = {0};
     if (o.schedule || o.pp > 1 || o.virt > 1) {
@@ -334,7 +340,12 @@ static int cmd_train(int argc, char **argv) {
         if (kind >= 0) check_status(pipit_schedule_build(kind, o.pp, o.virt, o.microbatches, &s.sched), "--schedule");
         else check_status(pipit_schedule_load(o.schedule, &s.sched), "--schedule");
     }
-    open_model(&s, &o, fl, n, "train", o.microbatches);
+    open_model(&s, &o, fl, n, cmd, o.microbatches);
+    if (plan) {
+        pipit__plan_print(stdout, s.p, o.json); /* --json doubles as "verbose" here */
+        close_session(&s);
+        return 0;
+    }
     int B = o.micro_batch, T = o.ctx, M = o.microbatches;
     mb_buf *bufs = calloc((size_t)M, sizeof *bufs);
     pipit_feed *feeds = calloc((size_t)M * 3, sizeof *feeds);
@@ -418,7 +429,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  train     train GPT-2 on a text file or token shard\n"
             "  eval      mean loss of a checkpoint on sequential windows of a file\n"
-            "  schedule  print a pipeline schedule's grid, bubble and peak activations\n\n"
+            "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
+            "  plan      print the per-rank programs and planned memory (train flags; --json lists every op)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 
@@ -434,7 +446,8 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "train") == 0) return cmd_train_or_plan(argc - 2, argv + 2, 0);
+    if (strcmp(cmd, "plan") == 0) return cmd_train_or_plan(argc - 2, argv + 2, 1);
     if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 2, argv + 2);
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
     fprintf(stderr, "pipit: unknown command '%s'\n", cmd);

@@ -1,0 +1,64 @@
+/*
+ * plan_print.c — prints a compiled program the way `pipit plan` shows it:
+ * per rank, the stage and phase of every op it runs, its planned peak
+ * activation memory, and its instruction list.
+ */
+#include <stdio.h>
+
+#include "pipeline/plan_print.h"
+#include "pipeline/schedule.h"
+#include "pipeline/stages.h"
+
+static const char *phase_name(int ph) {
+    switch (ph) {
+    case PH_F: return "F";
+    case PH_B: return "B";
+    case PH_W: return "W";
+    }
+    return "-";
+}
+
+static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in) {
+    const pipit__node *n = &p->g->nodes[in->node];
+    switch ((pipit__ins_kind)in->kind) {
+    case INS_RUN: fprintf(f, "RUN   %-12s node %-5d mb %d\n", pipit__ops[n->op].name, in->node, in->mb); break;
+    case INS_ACC: fprintf(f, "ACC   grad contribution node %d mb %d%s\n", in->node, in->mb, in->first ? " (first)" : ""); break;
+    case INS_LOSS: fprintf(f, "LOSS  mb %d\n", in->mb); break;
+    case INS_SEND: fprintf(f, "SEND  node %d mb %d -> rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
+    case INS_RECV: fprintf(f, "RECV  node %d mb %d <- rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
+    case INS_MARK: break;
+    }
+}
+
+void pipit__plan_print(FILE *f, const pipit_program *p, int verbose) {
+    fprintf(f, "%d stage(s) on %d rank(s), %d microbatch(es)\n", p->S, p->nranks, p->M);
+    for (int r = 0; r < p->nranks; r++) {
+        const pipit__rank_prog *rp = &p->ranks[r];
+        fprintf(f, "\n== rank %d: stages", r);
+        for (int s = 0; s < p->S; s++)
+            if (p->stage_rank[s] == r) fprintf(f, " %d", s);
+        fprintf(f, "; planned peak activations %.3f MiB (%zu bytes; %zu without reuse); %d instructions\n",
+                rp->arena_bytes / 1048576.0, rp->arena_bytes, rp->naive_bytes, rp->n);
+        fprintf(f, "ops (stage/phase):");
+        int col = 0;
+        for (int32_t i = 0; i < p->g->n; i++) {
+            if (p->node_phase[i] == PH_NONE || p->stage_rank[p->node_stage[i]] != r) continue;
+            fprintf(f, "%s%d:%s@%d%s", col++ % 6 ? "  " : "\n  ", i, pipit__ops[p->g->nodes[i].op].name,
+                    p->node_stage[i], phase_name(p->node_phase[i]));
+        }
+        fprintf(f, "\nprogram:\n");
+        for (int32_t i = 0; i < rp->n; i++) {
+            const pipit__instr *in = &rp->ins[i];
+            if (in->kind == INS_MARK) {
+                if (!in->first) {
+                    char t[32];
+                    fprintf(f, "  task %s\n", pipit__task_str(t, sizeof t, rp->tasks[in->task]));
+                }
+                continue;
+            }
+            if (!verbose && in->kind == INS_RUN) continue;
+            fprintf(f, "    ");
+            print_instr(f, p, in);
+        }
+    }
+}

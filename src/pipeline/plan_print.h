@@ -1,0 +1,14 @@
+/*
+ * plan_print.h — human-readable dump of a compiled program (`pipit plan`).
+ */
+#ifndef PIPIT_PLAN_PRINT_H
+#define PIPIT_PLAN_PRINT_H
+
+#include <stdio.h>
+
+#include "pipeline/program.h"
+
+/* verbose = 1 lists every RUN; 0 shows tasks and communication only. */
+void pipit__plan_print(FILE *f, const pipit_program *p, int verbose);
+
+#endif
