@@ -173,7 +173,7 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
 
 void pipit_program_free(pipit_program *p) {
     if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return;
-    for (int r = 0; r < p->nranks; r++) {
+    for (int r = 0; p->ranks && r < p->nranks; r++) {
         pipit__rank_prog *rp = &p->ranks[r];
         pipit__free(rp->ins);
         pipit__free_aligned(rp->arena);
