@@ -146,6 +146,8 @@ static void config_from_checkpoint(const pipit__st_file *f, const char *path, op
         *from_file[i].dst = (int)from_file[i].v;
     }
     const char *h = pipit__st_meta(f, "heads");
+    if (h && flag_seen(fl, n, "heads") && o->heads != atoi(h))
+        die("--heads %d disagrees with checkpoint '%s' (%s)", o->heads, path, h);
     if (!flag_seen(fl, n, "heads")) {
         if (!h) die("checkpoint '%s' does not record its head count: pass --heads", path);
         o->heads = atoi(h);

@@ -66,7 +66,12 @@ typedef struct {
 static void *rank_main(void *a) {
     rank_run *rr = a;
     rr->status = pipit__exec_rank(rr->p, &rr->p->ranks[rr->rank], rr->feeds, rr->nfeed);
-    if (rr->status) snprintf(rr->msg, sizeof rr->msg, "%s", pipit_errmsg());
+    if (rr->status) {
+        snprintf(rr->msg, sizeof rr->msg, "%s", pipit_errmsg());
+        /* a rank that failed before or outside its instruction loop must
+         * still wake the others (abort is idempotent) */
+        rr->p->transport->vt->abort(rr->p->transport, rr->rank, rr->msg);
+    }
     return NULL;
 }
 

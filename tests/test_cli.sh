@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# test_cli.sh — the `pipit` command line end to end: every bad input (flags,
+# values, data files, checkpoints) exits non-zero with a message naming the
+# problem and never crashes; --help works; a checkpoint written by train
+# (atomically) evaluates to ~ln(256) at init and round-trips through eval
+# and train --init; --json output parses. Usage: test_cli.sh PIPIT SRCDIR
+set -u
+
+PIPIT=${1:?usage: test_cli.sh PIPIT_BINARY SOURCE_DIR}
+PY=/usr/bin/python3
+[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
+PIPIT=$(realpath -- "$PIPIT") || exit 1 # the test runs in a temp dir
+[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_cli.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# expect_fail "words" cmd...: non-zero exit < 128 and output containing words
+# (case-insensitive).
+expect_fail() {
+    local words=$1
+    shift
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+        fail "expected failure, got exit 0: $*"
+    elif [ "$rc" -ge 128 ]; then
+        fail "crashed (exit $rc): $*"$'\n'"$out"
+    elif ! grep -qi -- "$words" <<<"$out"; then
+        fail "message lacks '$words': $*"$'\n'"  got: $out"
+    fi
+}
+
+# expect_ok cmd...: exit 0; output in $OUT.
+OUT=
+expect_ok() {
+    local rc
+    OUT=$("$@" 2>&1)
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "exit $rc: $*"$'\n'"$OUT"
+    return "$rc"
+}
+
+# ---- data: deterministic English-like text (bytes 32..122)
+$PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
+import random
+r = random.Random(7)
+words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, ", "and ", "we ", "saw "]
+open("text.txt", "w").write("".join(r.choice(words) for _ in range(3000)))
+open("short.txt", "w").write("abc")
+EOF
+
+MODEL=(--ctx 16 --layers 1 --heads 2 --dim 32 --micro-batch 2)
+TRAIN=("$PIPIT" train --data text.txt "${MODEL[@]}")
+EVAL=("$PIPIT" eval --data text.txt --ctx 16 --micro-batch 2 --batches 2)
+
+# ---- help
+expect_ok "$PIPIT" --help && grep -q "train" <<<"$OUT" || fail "pipit --help does not list train"
+expect_ok "$PIPIT" train --help && grep -q -- "--micro-batch" <<<"$OUT" || fail "train --help lacks --micro-batch"
+expect_ok "$PIPIT" eval --help && grep -q -- "--init" <<<"$OUT" || fail "eval --help lacks --init"
+expect_fail "unknown command" "$PIPIT" frobnicate
+expect_fail "usage" "$PIPIT"
+
+# ---- flags
+expect_fail "unknown flag" "${TRAIN[@]}" --steps 1 --bogus
+expect_fail "bogus" "${TRAIN[@]}" --steps 1 --bogus
+expect_fail "bad value" "${TRAIN[@]}" --steps abc
+expect_fail "bad value" "${TRAIN[@]}" --steps 12abc
+expect_fail "bad value" "${TRAIN[@]}" --steps 1 --lr fast
+expect_fail "bad value" "${TRAIN[@]}" --steps 1 --seed -3
+expect_fail "needs a value" "${TRAIN[@]}" --steps
+expect_fail "--steps is required" "${TRAIN[@]}"
+expect_fail "--data is required" "$PIPIT" train "${MODEL[@]}" --steps 1
+expect_fail "--init is required" "$PIPIT" eval --data text.txt --ctx 16 --micro-batch 2 --batches 1
+expect_fail "--steps must be" "${TRAIN[@]}" --steps -1
+expect_fail "--ctx must be" "$PIPIT" train --data text.txt --ctx 0 --layers 1 --heads 2 --dim 32 --micro-batch 2 --steps 1
+expect_fail "divisible" "$PIPIT" train --data text.txt --ctx 16 --layers 1 --heads 3 --dim 32 --micro-batch 2 --steps 1
+expect_fail "optimizer" "${TRAIN[@]}" --steps 1 --optimizer lion
+expect_fail "data-order" "${TRAIN[@]}" --steps 1 --data-order backwards
+
+# ---- data files
+expect_fail "nope.txt" "$PIPIT" train --data nope.txt "${MODEL[@]}" --steps 1
+expect_fail "cannot open" "$PIPIT" train --data nope.txt "${MODEL[@]}" --steps 1
+expect_fail "too short" "$PIPIT" train --data short.txt "${MODEL[@]}" --steps 1
+expect_fail "raise --vocab" "${TRAIN[@]}" --steps 1 --vocab 50
+expect_fail "vocabulary has 50" "${TRAIN[@]}" --steps 1 --vocab 50
+
+# ---- checkpoints: initial weights, eval at init
+expect_ok "${TRAIN[@]}" --steps 0 --save init.st
+[ -s init.st ] || fail "train --steps 0 --save wrote no file"
+expect_ok "${EVAL[@]}" --init init.st --json
+INIT_JSON=$OUT
+$PY - "$INIT_JSON" <<'EOF' || fail "eval at init: bad JSON or loss not near ln(256): $INIT_JSON"
+import json, math, sys
+lines = [l for l in sys.argv[1].splitlines() if l.strip()]
+assert len(lines) == 1, lines
+d = json.loads(lines[0])
+assert set(d) == {"loss", "tokens"}, d
+assert d["tokens"] == 2 * 16 * 2, d
+assert abs(d["loss"] - math.log(256)) < 0.1, d
+EOF
+
+# ---- train, save, eval agrees with the training loss on the same windows
+expect_ok "${TRAIN[@]}" --steps 8 --lr 3e-3 --data-order sequential --json --save trained.st
+TRAIN_JSON=$OUT
+$PY -c 'import json,sys; [json.loads(l) for l in sys.stdin]' <<<"$TRAIN_JSON" ||
+    fail "train --json output is not JSON lines: $TRAIN_JSON"
+$PY - "$TRAIN_JSON" <<'EOF' || fail "train --json lines lack fields or steps: $TRAIN_JSON"
+import json, math, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert [r["step"] for r in rows] == list(range(8)), rows
+for r in rows:
+    for k in ("loss", "ms", "tokens_per_s", "grad_norm", "gflops", "peak_bytes"):
+        assert k in r, (k, r)
+    assert math.isfinite(r["loss"]) and r["grad_norm"] > 0
+assert abs(rows[0]["loss"] - math.log(256)) < 0.1, rows[0]
+EOF
+ls ./*.tmp.* >/dev/null 2>&1 && fail "--save left temporary files: $(ls ./*.tmp.*)"
+expect_ok "${EVAL[@]}" --init trained.st --json
+TRAINED_JSON=$OUT
+# one train step with lr 0 on sequences 0..3 computes the same loss as eval
+# over batches 0 and 1 (sequences 0..3, sequential windows)
+expect_ok "$PIPIT" train --init trained.st --data text.txt --ctx 16 --micro-batch 2 --microbatches 2 \
+    --steps 1 --lr 0 --data-order sequential --json --save again.st
+AGAIN_JSON=$OUT
+$PY - "$INIT_JSON" "$TRAINED_JSON" "$AGAIN_JSON" <<'EOF' || fail "train/eval disagree: init $INIT_JSON trained $TRAINED_JSON lr0 $AGAIN_JSON"
+import json, sys
+init, trained, again = (json.loads(a.splitlines()[-1]) for a in sys.argv[1:])
+assert trained["loss"] < init["loss"] - 0.2, (init, trained)  # training helped
+assert abs(again["loss"] - trained["loss"]) <= 1e-5 * trained["loss"], (again, trained)
+EOF
+# lr 0: the weights written back are the weights read
+cmp -s trained.st again.st || fail "train --init X --lr 0 --save Y changed the weights (X != Y)"
+ls ./*.tmp.* >/dev/null 2>&1 && fail "--save left temporary files: $(ls ./*.tmp.*)"
+
+# ---- malformed checkpoints
+head -c 20 init.st >trunc.st
+expect_fail "trunc.st" "${EVAL[@]}" --init trunc.st
+expect_fail "larger than the file" "${EVAL[@]}" --init trunc.st
+head -c $(($(wc -c <init.st) - 100)) init.st >cut.st
+expect_fail "cut.st" "${EVAL[@]}" --init cut.st
+$PY - <<'EOF'
+import struct
+h = b'{"wte.weight": {oops'
+open("garbage.st", "wb").write(struct.pack("<Q", len(h)) + h)
+open("empty.st", "wb").write(b"")
+EOF
+expect_fail "JSON" "${EVAL[@]}" --init garbage.st
+expect_fail "empty.st" "${EVAL[@]}" --init empty.st
+expect_fail "missing.st" "${EVAL[@]}" --init missing.st
+# explicit flag that disagrees with the file's shapes
+expect_fail "disagrees" "$PIPIT" train --init init.st --dim 16 --data text.txt --ctx 16 --micro-batch 2 --steps 1
+expect_fail "disagrees" "$PIPIT" train --init init.st --layers 2 --data text.txt --ctx 16 --micro-batch 2 --steps 1
+# ctx beyond the checkpoint's wpe rows
+expect_fail "max-ctx" "$PIPIT" eval --init init.st --data text.txt --ctx 32 --micro-batch 2 --batches 1
+
+# hand-written checkpoints: GPT-2 pieces missing, or one tensor's shape wrong
+$PY - <<'EOF'
+import json, struct
+
+def write(path, tensors, meta):
+    hdr, data, off = {}, b"", 0
+    for name, (shape, vals) in tensors.items():
+        b = struct.pack("<%df" % len(vals), *vals)
+        hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        data += b
+    hdr["__metadata__"] = meta
+    h = json.dumps(hdr).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + data)
+
+def read(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    hdr = json.loads(raw[8:8 + n])
+    meta = hdr.pop("__metadata__", {})
+    out = {}
+    for name, t in hdr.items():
+        a, b = t["data_offsets"]
+        blob = raw[8 + n + a:8 + n + b]
+        out[name] = (t["shape"], list(struct.unpack("<%df" % (len(blob) // 4), blob)))
+    return out, meta
+
+z = lambda n: [0.0] * n
+write("wtewpe.st", {"wte.weight": ([256, 32], z(256 * 32)), "wpe.weight": ([16, 32], z(16 * 32))}, {"heads": "2"})
+t, meta = read("init.st")
+del t["h.0.mlp.c_fc.bias"]
+write("nobias.st", t, meta)
+t, meta = read("init.st")
+shape, vals = t["h.0.mlp.c_fc.weight"]
+t["h.0.mlp.c_fc.weight"] = ([shape[1], shape[0]], vals)  # same bytes, transposed shape
+write("badshape.st", t, meta)
+t, meta = read("init.st")
+del meta["heads"]
+write("noheads.st", t, meta)
+t, meta = read("init.st")
+write("roundtrip.st", t, meta)
+EOF
+expect_fail "missing" "${EVAL[@]}" --init wtewpe.st
+expect_fail "h.0.mlp.c_fc.bias" "${EVAL[@]}" --init nobias.st
+expect_fail "missing" "${EVAL[@]}" --init nobias.st
+expect_fail "h.0.mlp.c_fc.weight" "${EVAL[@]}" --init badshape.st
+expect_fail "expected \[32,128\]" "${EVAL[@]}" --init badshape.st
+expect_fail "--heads" "${EVAL[@]}" --init noheads.st
+expect_ok "${EVAL[@]}" --init noheads.st --heads 2 --json
+expect_fail "disagrees" "${EVAL[@]}" --init init.st --heads 4
+expect_ok "${EVAL[@]}" --init init.st --heads 2
+# a checkpoint re-encoded by an independent writer loads to the same loss
+expect_ok "${EVAL[@]}" --init roundtrip.st --json
+[ "$OUT" = "$INIT_JSON" ] || fail "re-encoded checkpoint evaluates differently: $OUT vs $INIT_JSON"
+# vocab of the checkpoint too small for the data
+$PY - <<'EOF'
+import struct
+open("lowbytes.txt", "wb").write(bytes((i * 7) % 40 + 10 for i in range(2000)))
+EOF
+expect_ok "$PIPIT" train --data lowbytes.txt --vocab 50 "${MODEL[@]}" --steps 0 --save v50.st
+expect_fail "raise --vocab" "${EVAL[@]}" --init v50.st
+expect_ok "$PIPIT" eval --init v50.st --data lowbytes.txt --ctx 16 --micro-batch 2 --batches 1 --json
+
+# ---- save to an unwritable place fails cleanly
+expect_fail "no-such-dir" "${TRAIN[@]}" --steps 0 --save "$TMP/no-such-dir/x.st"
+
+if [ "$failures" -ne 0 ]; then
+    echo "test_cli: $failures failure(s)" >&2
+    exit 1
+fi
+echo "test_cli: ok"
+exit 0
