@@ -90,6 +90,21 @@ PIPIT_TEST(stages_hand_built_graph) {
     init_and_step(p1, 4);
     grads_of(p1, seq);
     ASSERT_TRUE(memcmp(piped, seq, sizeof seq) == 0);
+    /* the B/W split (ZB-H1) gives the fused backward's bits too; w0 is
+     * used in stages 0 and 3, w1 through an op on the param */
+    pipit_schedule *zb = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_ZB_H1, 4, 1, 4, &zb));
+    pipit_graph *g2 = pipit_graph_new();
+    hand h2 = build(g2, 1);
+    pipit_program *p2 = NULL;
+    ASSERT_OK(pipit_compile(g2, h2.loss, &(pipit_options){.schedule = zb, .microbatches = 4}, &p2));
+    init_and_step(p2, 4);
+    float split[3][16];
+    grads_of(p2, split);
+    ASSERT_TRUE(memcmp(split, seq, sizeof seq) == 0);
+    pipit_program_free(p2);
+    pipit_schedule_free(zb);
+    pipit_graph_free(g2);
     int nonzero = 0;
     for (int i = 0; i < 16; i++) nonzero += seq[0][i] != 0;
     ASSERT_TRUE(nonzero > 8); /* the comparison is not of zeros */
