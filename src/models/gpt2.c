@@ -51,7 +51,9 @@ static pipit_val layernorm(pipit_graph *g, const pipit_gpt2_config *c, pipit_val
     char wn[96], bn[96];
     snprintf(wn, sizeof wn, "%s.weight", prefix);
     snprintf(bn, sizeof bn, "%s.bias", prefix);
-    return pipit_layernorm(g, x, param(g, c, wn, 1, c->dim, 0), param(g, c, bn, 1, c->dim, 0), 1e-5);
+    pipit_val w = param(g, c, wn, 1, c->dim, 0); /* weight first: params keep HF order */
+    pipit_val b = param(g, c, bn, 1, c->dim, 0);
+    return pipit_layernorm(g, x, w, b, 1e-5);
 }
 
 static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l) {

@@ -12,13 +12,11 @@
 #include "pipeline/schedule.h"
 #include "runtime/transport.h"
 
-static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-
-static pipit_status layout_params(pipit_program *p) {
+/* Global facts about each param; per-rank layout comes with lowering. */
+static pipit_status describe_params(pipit_program *p) {
     p->nparams = p->gr.nparams;
     p->params = pipit__calloc((size_t)PIPIT_MAX(p->nparams, 1), sizeof *p->params);
     if (!p->params) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
-    size_t off = 0, acc = 0;
     for (int i = 0; i < p->nparams; i++) {
         const pipit__param_grad *pg = &p->gr.pg[i];
         const pipit__node *n = &p->g->nodes[pg->param];
@@ -27,19 +25,12 @@ static pipit_status layout_params(pipit_program *p) {
         pp->node = pg->param;
         pp->dtype = (pipit_dtype)n->dtype;
         pp->numel = pipit__node_numel(n);
-        pp->off = off;
         pp->decay = n->ndim >= 2;
         pp->nuses = pg->nuses;
-        off += align64(pipit__node_bytes(n));
-        pp->acc_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(pg->nuses, 1));
-        if (!pp->acc_off) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
-        for (int u = 0; u < pg->nuses; u++) {
-            pp->acc_off[u] = acc;
-            acc += align64(pipit__node_bytes(n));
-        }
+        pp->use_rank = pipit__calloc((size_t)PIPIT_MAX(pg->nuses, 1), sizeof *pp->use_rank);
+        pp->acc_off = pipit__calloc((size_t)PIPIT_MAX(pg->nuses, 1), sizeof *pp->acc_off);
+        if (!pp->use_rank || !pp->acc_off) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
     }
-    p->param_bytes = off;
-    p->acc_bytes = acc;
     return PIPIT_STATUS_OK;
 }
 
@@ -82,34 +73,39 @@ static int already_compiled(const pipit_graph *g, int32_t fwd_end) {
     return 0;
 }
 
+static uint8_t *zeroed_block(size_t n) {
+    uint8_t *b = pipit__malloc_aligned(PIPIT_MAX(n, 64));
+    if (b) memset(b, 0, PIPIT_MAX(n, 64));
+    return b;
+}
+
+static pipit_status alloc_rank(pipit_program *p, pipit__rank_prog *rp) {
+    rp->param_block = zeroed_block(rp->param_bytes);
+    rp->grad_block = zeroed_block(rp->param_bytes);
+    rp->m_block = zeroed_block(rp->param_bytes);
+    rp->v_block = zeroed_block(rp->param_bytes);
+    rp->acc_block = zeroed_block(rp->acc_bytes);
+    rp->sumsq = pipit__calloc((size_t)PIPIT_MAX(p->nparams, 1), sizeof *rp->sumsq);
+    rp->chunks = pipit__calloc((size_t)PIPIT_MAX(rp->max_chunks, 1), sizeof *rp->chunks);
+    rp->arena = pipit__malloc_aligned(PIPIT_MAX(rp->arena_bytes, 64));
+    rp->kc = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rp->kc);
+    rp->pool = pipit__pool_new(p->threads);
+    if (!rp->param_block || !rp->grad_block || !rp->m_block || !rp->v_block || !rp->acc_block ||
+        !rp->sumsq || !rp->chunks || !rp->arena || !rp->kc || !rp->pool)
+        return pipit__err(PIPIT_STATUS_NOMEM,
+                          "compile: out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)",
+                          rp->rank, rp->param_bytes, rp->arena_bytes);
+    return PIPIT_STATUS_OK;
+}
+
 static pipit_status alloc_blocks(pipit_program *p) {
-    size_t pb = PIPIT_MAX(p->param_bytes, 64), ab = PIPIT_MAX(p->acc_bytes, 64);
-    p->param_block = pipit__malloc_aligned(pb);
-    p->grad_block = pipit__malloc_aligned(pb);
-    p->m_block = pipit__malloc_aligned(pb);
-    p->v_block = pipit__malloc_aligned(pb);
-    p->acc_block = pipit__malloc_aligned(ab);
     p->losses = pipit__calloc((size_t)p->M, sizeof *p->losses);
-    if (!p->param_block || !p->grad_block || !p->m_block || !p->v_block || !p->acc_block ||
-        !p->losses)
-        return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory for %zu bytes of parameters",
-                          p->param_bytes);
-    memset(p->param_block, 0, pb);
-    memset(p->grad_block, 0, pb);
-    memset(p->m_block, 0, pb);
-    memset(p->v_block, 0, pb);
-    memset(p->acc_block, 0, ab);
+    if (!p->losses) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
     if (p->nranks > 1 && !(p->transport = pipit__transport_local_new(p->nranks)))
         return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory for the transport");
     for (int r = 0; r < p->nranks; r++) {
-        pipit__rank_prog *rp = &p->ranks[r];
-        rp->arena = pipit__malloc_aligned(PIPIT_MAX(rp->arena_bytes, 64));
-        rp->kc = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rp->kc);
-        rp->pool = pipit__pool_new(p->threads);
-        if (!rp->arena || !rp->kc || !rp->pool)
-            return pipit__err(PIPIT_STATUS_NOMEM,
-                              "compile: out of memory for rank %d's %zu-byte activation arena", r,
-                              rp->arena_bytes);
+        pipit_status s = alloc_rank(p, &p->ranks[r]);
+        if (s) return s;
     }
     return PIPIT_STATUS_OK;
 }
@@ -158,7 +154,7 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
         s = pipit__err(PIPIT_STATUS_MISUSE, "this graph was already compiled (compile each graph once)");
     else
         s = pipit__autodiff(g, loss.id, &p->gr);
-    if (!s) s = layout_params(p);
+    if (!s) s = describe_params(p);
     if (!s) s = collect_inputs(p);
     if (!s) s = pipit__lower(p, opt->schedule);
     if (!s) s = alloc_blocks(p);
@@ -175,7 +171,16 @@ void pipit_program_free(pipit_program *p) {
     if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return;
     for (int r = 0; p->ranks && r < p->nranks; r++) {
         pipit__rank_prog *rp = &p->ranks[r];
+        for (int32_t i = 0; rp->ins && i < rp->n; i++) pipit__free(rp->ins[i].srcs);
         pipit__free(rp->ins);
+        pipit__free(rp->param_off);
+        pipit__free_aligned(rp->param_block);
+        pipit__free_aligned(rp->grad_block);
+        pipit__free_aligned(rp->m_block);
+        pipit__free_aligned(rp->v_block);
+        pipit__free_aligned(rp->acc_block);
+        pipit__free(rp->sumsq);
+        pipit__free(rp->chunks);
         pipit__free_aligned(rp->arena);
         pipit__free(rp->kc);
         pipit__pool_free(rp->pool);
@@ -188,16 +193,13 @@ void pipit_program_free(pipit_program *p) {
     pipit__free(p->node_stage);
     pipit__free(p->node_phase);
     if (p->transport) p->transport->vt->free(p->transport);
-    if (p->params)
-        for (int i = 0; i < p->nparams; i++) pipit__free(p->params[i].acc_off);
+    for (int i = 0; p->params && i < p->nparams; i++) {
+        pipit__free(p->params[i].acc_off);
+        pipit__free(p->params[i].use_rank);
+    }
     pipit__free(p->params);
     pipit__free(p->inputs);
     pipit__free(p->losses);
-    pipit__free_aligned(p->param_block);
-    pipit__free_aligned(p->grad_block);
-    pipit__free_aligned(p->m_block);
-    pipit__free_aligned(p->v_block);
-    pipit__free_aligned(p->acc_block);
     pipit__grads_free(&p->gr);
     p->magic = 0;
     pipit__free(p);

@@ -24,7 +24,7 @@ int32_t pipit__alias_root(const pipit_graph *g, int32_t id) {
     return id;
 }
 
-static pipit__instr *push_instr(pipit__emitter *e) {
+pipit__instr *pipit__emit_push(pipit__emitter *e) {
     pipit__rank_prog *r = e->r;
     if (r->n == r->cap) {
         int32_t cap = r->cap ? r->cap * 2 : 256;
@@ -41,7 +41,7 @@ static pipit__instr *push_instr(pipit__emitter *e) {
     return in;
 }
 
-static int32_t new_buf(pipit__emitter *e, size_t size, int32_t at) {
+int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
     if (e->nbufs == e->capbufs) {
         int32_t cap = e->capbufs ? e->capbufs * 2 : 256;
         pipit__mp_buf *b = pipit__realloc(e->bufs, (size_t)cap * sizeof *b);
@@ -62,11 +62,11 @@ static int input_slot(const pipit_program *p, int32_t node) {
     return -1;
 }
 
-static size_t param_off(const pipit_program *p, int32_t node) {
+static int param_index(const pipit_program *p, int32_t node) {
     for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].node == node) return p->params[i].off;
+        if (p->params[i].node == node) return i;
     PIPIT_ASSERT(0);
-    return 0;
+    return -1;
 }
 
 /* Location of value `id` of microbatch mb, read by the instruction `at`. */
@@ -74,7 +74,7 @@ static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
     const pipit_graph *g = e->p->g;
     int32_t root = pipit__alias_root(g, id);
     const pipit__node *n = &g->nodes[root];
-    if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, root, param_off(e->p, root)};
+    if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, param_index(e->p, root), 0};
     if (n->op == PIPIT_OP_INPUT) {
         if (root == e->p->gr.seed) return (pipit__loc){LOC_SEED, root, 0};
         return (pipit__loc){LOC_FEED, input_slot(e->p, root), 0};
@@ -88,14 +88,14 @@ static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
     if (e->status) return;
     const pipit__node *n = &e->p->g->nodes[node];
-    pipit__instr *in = push_instr(e);
+    pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     int32_t at = e->r->n - 1;
     in->kind = INS_RUN;
     in->node = node;
     in->mb = mb;
     for (int k = 0; k < n->nin; k++) in->in[k] = read_loc(e, n->in[k], mb, at);
-    int32_t b = new_buf(e, pipit__node_bytes(n), at);
+    int32_t b = pipit__emit_buf(e, pipit__node_bytes(n), at);
     if (b < 0) return;
     e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
     in->out = (pipit__loc){LOC_ARENA, b, 0};
@@ -103,7 +103,7 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
 
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off, int first) {
     if (e->status) return;
-    pipit__instr *in = push_instr(e);
+    pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     in->kind = INS_ACC;
     in->node = contrib;
@@ -116,7 +116,7 @@ void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off,
 
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb) {
     if (e->status) return;
-    pipit__instr *in = push_instr(e);
+    pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     in->kind = INS_LOSS;
     in->node = loss;
@@ -126,7 +126,7 @@ void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb) {
 
 void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst) {
     if (e->status) return;
-    pipit__instr *in = push_instr(e);
+    pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     in->kind = INS_SEND;
     in->node = node;
@@ -138,7 +138,7 @@ void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst) {
 
 void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src) {
     if (e->status) return;
-    pipit__instr *in = push_instr(e);
+    pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     int32_t at = e->r->n - 1;
     in->kind = INS_RECV;
@@ -146,7 +146,7 @@ void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src) {
     in->mb = mb;
     in->peer = src;
     in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
-    int32_t b = new_buf(e, in->bytes, at);
+    int32_t b = pipit__emit_buf(e, in->bytes, at);
     if (b < 0) return;
     e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
     in->out = (pipit__loc){LOC_ARENA, b, 0};
@@ -154,7 +154,7 @@ void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src) {
 
 void pipit__emit_mark(pipit__emitter *e, int task, int end) {
     if (e->status) return;
-    pipit__instr *in = push_instr(e);
+    pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     in->kind = INS_MARK;
     in->task = task;
@@ -170,6 +170,11 @@ static void patch(pipit__loc *l, const pipit__mp_buf *bufs) {
     if (l->kind == LOC_ARENA) l->off = bufs[l->idx].offset;
 }
 
+/* Extends arena buffer b's life to instruction `at` (post-loop readers). */
+void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at) {
+    if (e->bufs[b].last < at) e->bufs[b].last = at;
+}
+
 pipit_status pipit__emitter_finish(pipit__emitter *e) {
     pipit_status s = e->status;
     if (!s) {
@@ -181,6 +186,7 @@ pipit_status pipit__emitter_finish(pipit__emitter *e) {
             pipit__instr *in = &e->r->ins[i];
             patch(&in->out, e->bufs);
             for (int k = 0; k < PIPIT_MAX_IN; k++) patch(&in->in[k], e->bufs);
+            for (int u = 0; in->srcs && u < e->p->params[in->param].nuses; u++) patch(&in->srcs[u], e->bufs);
         }
     }
     pipit__free(e->buf_of);

@@ -30,6 +30,10 @@ void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src);
 void pipit__emit_mark(pipit__emitter *e, int task, int end);
 /* Whether (node, mb) already has a buffer on this rank. */
 int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb);
+/* Low-level: a new zeroed instruction; a new arena buffer born at `at`. */
+pipit__instr *pipit__emit_push(pipit__emitter *e);
+int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at);
+void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at);
 /* Plans the arena, patches offsets, frees the emitter's scratch. */
 pipit_status pipit__emitter_finish(pipit__emitter *e);
 

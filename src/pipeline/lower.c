@@ -12,6 +12,8 @@
 #include "pipeline/schedule.h"
 #include "pipeline/stages.h"
 
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
 typedef struct {
     pipit_program *p;
     const pipit__staging *st;
@@ -107,17 +109,6 @@ static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int
     pipit__emit_mark(e, ti, 1);
 }
 
-/* A stage's forward values are needed again only by its own backward when
- * remat is off; with remat, the forward run in F serves the sends and the
- * loss, and the backward recomputes. Nothing else differs. */
-static pipit_status lower_rank(lowering *L, pipit__rank_prog *r, int me) {
-    pipit__emitter e;
-    pipit_status s = pipit__emitter_init(&e, L->p, r);
-    for (int i = 0; !s && i < r->ntasks; i++) lower_task(L, &e, i, r->tasks[i], me);
-    pipit_status s2 = pipit__emitter_finish(&e);
-    return s ? s : s2;
-}
-
 /* The reference order on one rank: microbatch by microbatch, forward
  * through every stage, then backward from the last. */
 static pipit_status sequential_schedule(int S, int M, pipit_schedule **out) {
@@ -154,6 +145,7 @@ static pipit_status check_schedule_fits(const pipit_program *p, const pipit_sche
 
 static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, int q) {
     r->rank = q;
+    if (r->tasks) return PIPIT_STATUS_OK;
     r->ntasks = sch->ntasks[q];
     r->tasks = pipit__malloc(sizeof(pipit_task) * (size_t)PIPIT_MAX(r->ntasks, 1));
     r->t_start = pipit__calloc((size_t)PIPIT_MAX(r->ntasks, 1), sizeof(double));
@@ -161,6 +153,204 @@ static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, i
     if (!r->tasks || !r->t_start || !r->t_end) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     memcpy(r->tasks, sch->tasks[q], sizeof(pipit_task) * (size_t)r->ntasks);
     return PIPIT_STATUS_OK;
+}
+
+/* Which rank computes each use of each param, and where its accumulator
+ * lives in that rank's accumulator block. */
+static void place_uses(lowering *L) {
+    pipit_program *p = L->p;
+    for (int i = 0; i < p->nparams; i++) {
+        pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++) {
+            int32_t r = pipit__alias_root(p->g, p->gr.pg[i].contrib[u]);
+            int q = L->stage_rank[L->st->stage[r] < 0 ? 0 : L->st->stage[r]];
+            pp->use_rank[u] = q;
+            pp->acc_off[u] = p->ranks[q].acc_bytes;
+            p->ranks[q].acc_bytes += align64(pipit__node_bytes(&p->g->nodes[pp->node]));
+        }
+    }
+}
+
+/* A rank holds every param its instructions read (a tied weight is held by
+ * each rank that uses it); an unused param is kept by rank 0. */
+static pipit_status place_params(pipit_program *p) {
+    for (int q = 0; q < p->nranks; q++) {
+        const pipit__rank_prog *r = &p->ranks[q];
+        for (int32_t i = 0; i < r->n; i++)
+            for (int k = 0; k < PIPIT_MAX_IN; k++)
+                if (r->ins[i].in[k].kind == LOC_PARAM) p->params[r->ins[i].in[k].idx].holders |= 1ull << q;
+    }
+    for (int i = 0; i < p->nparams; i++) {
+        pipit__param *pp = &p->params[i];
+        if (!pp->holders) pp->holders = 1;
+        for (int u = 0; u < pp->nuses; u++) pp->holders |= 1ull << pp->use_rank[u];
+        pp->norm_rank = __builtin_ctzll(pp->holders);
+    }
+    for (int q = 0; q < p->nranks; q++) {
+        pipit__rank_prog *r = &p->ranks[q];
+        r->param_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(p->nparams, 1));
+        if (!r->param_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        for (int i = 0; i < p->nparams; i++) {
+            const pipit__param *pp = &p->params[i];
+            r->param_off[i] = SIZE_MAX;
+            if (!(pp->holders >> q & 1)) continue;
+            r->param_off[i] = r->param_bytes;
+            r->param_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+            r->max_chunks = PIPIT_MAX(r->max_chunks, (pp->numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK);
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int peer) {
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return NULL;
+    in->kind = (uint8_t)kind;
+    in->param = param;
+    in->use = use;
+    in->peer = peer;
+    return in;
+}
+
+static int holds(const pipit__param *pp, int q) { return (int)(pp->holders >> q & 1); }
+
+/* Every holder of a param needs every use's sum: owners send theirs, then
+ * each holder receives the others' (all sends of a rank come before its
+ * receives, so the exchange cannot deadlock). */
+static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int32_t *recv_buf) {
+    for (int i = 0; i < p->nparams; i++) {
+        const pipit__param *pp = &p->params[i];
+        size_t bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+        for (int u = 0; u < pp->nuses; u++) {
+            if (pp->use_rank[u] != me) continue;
+            for (int q = 0; q < p->nranks; q++) {
+                if (q == me || !holds(pp, q)) continue;
+                pipit__instr *in = post(e, INS_ACC_SEND, i, u, q);
+                if (in) in->in[0] = (pipit__loc){LOC_ACC, -1, pp->acc_off[u]}, in->bytes = bytes;
+            }
+        }
+    }
+    int k = 0;
+    for (int i = 0; i < p->nparams; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++, k++) {
+            recv_buf[k] = -1;
+            if (!holds(pp, me) || pp->use_rank[u] == me) continue;
+            pipit__instr *in = post(e, INS_ACC_RECV, i, u, pp->use_rank[u]);
+            if (!in) return;
+            in->bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+            recv_buf[k] = pipit__emit_buf(e, in->bytes, e->r->n - 1);
+            in->out = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
+        }
+    }
+}
+
+static void sum_uses(pipit_program *p, pipit__emitter *e, int me, const int32_t *recv_buf) {
+    int k = 0;
+    for (int i = 0; i < p->nparams; i++) {
+        const pipit__param *pp = &p->params[i];
+        if (!holds(pp, me)) {
+            k += pp->nuses;
+            continue;
+        }
+        pipit__instr *in = post(e, INS_GRADSUM, i, -1, -1);
+        if (!in) return;
+        in->numel = pp->numel;
+        in->out = (pipit__loc){LOC_GRAD, i, 0};
+        in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
+        if (!in->srcs) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+            return;
+        }
+        for (int u = 0; u < pp->nuses; u++, k++) {
+            if (pp->use_rank[u] == me) {
+                in->srcs[u] = (pipit__loc){LOC_ACC, -1, pp->acc_off[u]};
+            } else {
+                in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
+                pipit__emit_touch(e, recv_buf[k], e->r->n - 1);
+            }
+        }
+    }
+}
+
+/* The global norm: each param's sum of squares is computed by one holder
+ * and shared with every rank; every rank adds them in param order. */
+static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
+    for (int i = 0; i < p->nparams; i++) {
+        if (p->params[i].norm_rank != me) continue;
+        pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
+        if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
+        post(e, INS_SUMSQ_FIN, i, -1, -1);
+        for (int q = 0; q < p->nranks; q++)
+            if (q != me) post(e, INS_NORM_SEND, i, -1, q);
+    }
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].norm_rank != me) post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
+    post(e, INS_NORM, -1, -1, -1);
+}
+
+static void emit_post_loop(pipit_program *p, pipit__emitter *e, int me) {
+    int total = 0;
+    for (int i = 0; i < p->nparams; i++) total += p->params[i].nuses;
+    int32_t *recv_buf = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(total, 1));
+    if (!recv_buf) {
+        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        return;
+    }
+    exchange_uses(p, e, me, recv_buf);
+    sum_uses(p, e, me, recv_buf);
+    global_norm(p, e, me);
+    for (int i = 0; i < p->nparams; i++)
+        if (holds(&p->params[i], me)) post(e, INS_UPDATE, i, -1, -1);
+    pipit__free(recv_buf);
+}
+
+static void patch_param_loc(const pipit__rank_prog *r, pipit__loc *l) {
+    if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off = r->param_off[l->idx];
+}
+
+static void patch_params(pipit_program *p) {
+    for (int q = 0; q < p->nranks; q++) {
+        pipit__rank_prog *r = &p->ranks[q];
+        for (int32_t i = 0; i < r->n; i++) {
+            pipit__instr *in = &r->ins[i];
+            patch_param_loc(r, &in->out);
+            for (int k = 0; k < PIPIT_MAX_IN; k++) patch_param_loc(r, &in->in[k]);
+        }
+    }
+}
+
+/* Loop (every rank's tasks), then placement of params, then the post-loop;
+ * only then are arenas planned, since post-loop buffers share them. */
+static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
+    pipit_program *p = L->p;
+    pipit__emitter *em = pipit__calloc((size_t)p->nranks, sizeof *em);
+    if (!em) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    pipit_status s = PIPIT_STATUS_OK;
+    int inited = 0;
+    for (int q = 0; !s && q < p->nranks; q++) {
+        s = copy_tasks(&p->ranks[q], sch, q);
+        if (s) break;
+        s = pipit__emitter_init(&em[q], p, &p->ranks[q]); /* sets e->r even when it fails */
+        inited++;
+    }
+    if (!s) place_uses(L);
+    for (int q = 0; !s && q < p->nranks; q++) {
+        for (int i = 0; i < p->ranks[q].ntasks; i++) lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
+        s = em[q].status;
+    }
+    if (!s) s = place_params(p);
+    for (int q = 0; !s && q < p->nranks; q++) {
+        emit_post_loop(p, &em[q], q);
+        s = em[q].status;
+    }
+    for (int q = 0; q < inited; q++) {
+        pipit_status s2 = pipit__emitter_finish(&em[q]);
+        if (!s) s = s2;
+    }
+    if (!s) patch_params(p);
+    pipit__free(em);
+    return s;
 }
 
 pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
@@ -189,10 +379,7 @@ pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
         memcpy(p->stage_rank, sch->stage_rank, sizeof(int) * (size_t)st.S);
         s = find_consumers(&L);
     }
-    for (int q = 0; !s && q < p->nranks; q++) {
-        s = copy_tasks(&p->ranks[q], sch, q);
-        if (!s) s = lower_rank(&L, &p->ranks[q], q);
-    }
+    if (!s) s = lower_all(&L, sch);
     if (!s) { /* keep stage and phase of every node for `pipit plan` and traces */
         p->node_stage = st.stage;
         p->node_phase = st.phase;

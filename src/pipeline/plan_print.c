@@ -26,6 +26,15 @@ static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in)
     case INS_LOSS: fprintf(f, "LOSS  mb %d\n", in->mb); break;
     case INS_SEND: fprintf(f, "SEND  node %d mb %d -> rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
     case INS_RECV: fprintf(f, "RECV  node %d mb %d <- rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
+    case INS_ACC_SEND: fprintf(f, "SEND  %s use %d sum -> rank %d\n", p->params[in->param].name, in->use, in->peer); break;
+    case INS_ACC_RECV: fprintf(f, "RECV  %s use %d sum <- rank %d\n", p->params[in->param].name, in->use, in->peer); break;
+    case INS_GRADSUM: fprintf(f, "GRAD  %s = sum of %d use(s) in use order\n", p->params[in->param].name, p->params[in->param].nuses); break;
+    case INS_SUMSQ: fprintf(f, "SUMSQ %s\n", p->params[in->param].name); break;
+    case INS_SUMSQ_FIN: break;
+    case INS_NORM_SEND: fprintf(f, "SEND  sumsq(%s) -> rank %d\n", p->params[in->param].name, in->peer); break;
+    case INS_NORM_RECV: fprintf(f, "RECV  sumsq(%s) <- rank %d\n", p->params[in->param].name, in->peer); break;
+    case INS_NORM: fprintf(f, "NORM  global gradient norm (param order), clip scale\n"); break;
+    case INS_UPDATE: fprintf(f, "UPDATE %s\n", p->params[in->param].name); break;
     case INS_MARK: break;
     }
 }
@@ -56,7 +65,11 @@ void pipit__plan_print(FILE *f, const pipit_program *p, int verbose) {
                 }
                 continue;
             }
-            if (!verbose && in->kind == INS_RUN) continue;
+            if (i > 0 && in->kind >= INS_ACC_SEND && rp->ins[i - 1].kind < INS_ACC_SEND) fprintf(f, "  post-loop\n");
+            if (in->kind == INS_SUMSQ_FIN) continue;
+            if (!verbose && (in->kind == INS_RUN || in->kind == INS_SUMSQ || in->kind == INS_UPDATE ||
+                             in->kind == INS_GRADSUM || in->kind == INS_ACC))
+                continue;
             fprintf(f, "    ");
             print_instr(f, p, in);
         }

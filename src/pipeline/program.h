@@ -14,10 +14,11 @@
 typedef enum {
     LOC_NONE = 0,
     LOC_ARENA,   /* off: offset in the rank's activation arena */
-    LOC_PARAM,   /* off: offset in the parameter block */
+    LOC_PARAM,   /* idx: param index; off: offset in the rank's parameter block */
     LOC_FEED,    /* idx: graph input slot; the pointer comes from the step's feeds */
     LOC_SEED,    /* the loss-gradient scalar (1/M) */
-    LOC_ACC      /* off: offset in the per-use gradient accumulator block */
+    LOC_ACC,     /* off: offset in the rank's per-use gradient accumulator block */
+    LOC_GRAD     /* idx: param index; off: offset in the rank's gradient block */
 } pipit__loc_kind;
 
 typedef struct {
@@ -32,7 +33,17 @@ typedef enum {
     INS_LOSS,     /* losses[mb] = scalar in[0] */
     INS_SEND,     /* send value in[0] (node, mb) to rank peer (non-blocking) */
     INS_RECV,     /* receive value (node, mb) from rank peer into out (blocking) */
-    INS_MARK      /* task boundary: timestamps task `task` (start, or end if first=1) */
+    INS_MARK,     /* task boundary: timestamps task `task` (start, or end if first=1) */
+    /* post-loop, `param` names the parameter */
+    INS_ACC_SEND, /* send use `use`'s accumulated sum (in[0]) to rank peer */
+    INS_ACC_RECV, /* receive use `use`'s sum from rank peer into out */
+    INS_GRADSUM,  /* grad (out) = sum of the per-use sums in[..] in use order */
+    INS_SUMSQ,    /* per-chunk sums of squares of grad (parallel) */
+    INS_SUMSQ_FIN,/* sumsq[param] = chunk partials added in order */
+    INS_NORM_SEND,/* send sumsq[param] to rank peer */
+    INS_NORM_RECV,/* receive sumsq[param] from rank peer */
+    INS_NORM,     /* norm = sqrt(sum of sumsq in param order); clip scale */
+    INS_UPDATE    /* optimizer update of the rank's copy of param */
 } pipit__ins_kind;
 
 typedef struct {
@@ -45,6 +56,8 @@ typedef struct {
     int32_t peer;        /* INS_SEND / INS_RECV: the other rank */
     int32_t task;        /* INS_MARK: index in the rank's task list */
     size_t bytes;        /* INS_SEND / INS_RECV */
+    int32_t param, use;  /* post-loop instructions */
+    pipit__loc *srcs;    /* INS_GRADSUM: [nuses] per-use sums, in use order (owned) */
 } pipit__instr;
 
 typedef struct {
@@ -52,9 +65,11 @@ typedef struct {
     int32_t node;
     pipit_dtype dtype;
     int64_t numel;
-    size_t off;          /* byte offset in param/grad/m/v blocks */
     int nuses;
-    size_t *acc_off;     /* [nuses] byte offsets in the accumulator block */
+    int *use_rank;       /* [nuses] rank that computes use u */
+    size_t *acc_off;     /* [nuses] byte offset in use_rank[u]'s accumulator block */
+    uint64_t holders;    /* bit r: rank r holds a copy (reads the param) */
+    int norm_rank;       /* the holder that computes its sum of squares */
     int decay;           /* AdamW weight decay applies (2-D params) */
 } pipit__param;
 
@@ -79,6 +94,14 @@ typedef struct {
     pipit_task *tasks;   /* the schedule's list for this rank (borrowed copy) */
     double *t_start, *t_end; /* [ntasks] measured task times of the last step (s, from step start) */
     double busy;         /* sum of task times of the last step */
+    /* this rank's copies of the params it holds, and their state */
+    size_t *param_off;   /* [nparams] offset in the blocks below; SIZE_MAX: not held */
+    size_t param_bytes, acc_bytes;
+    uint8_t *param_block, *grad_block, *m_block, *v_block, *acc_block;
+    double *sumsq;       /* [nparams] per-param sums of squares of the last step */
+    double *chunks;      /* scratch for per-chunk partial sums */
+    int64_t max_chunks;
+    double norm, clip_scale; /* of the last step (equal on every rank) */
 } pipit__rank_prog;
 
 #define PIPIT_PROGRAM_MAGIC 0x70697070u
@@ -92,14 +115,13 @@ struct pipit_program {
     int M, threads;
     int nparams;
     pipit__param *params;
-    size_t param_bytes, acc_bytes;
-    uint8_t *param_block, *grad_block, *acc_block, *m_block, *v_block;
     int ninputs;
     pipit__input *inputs;
     double seed_f64;
     float seed_f32;
     double *losses;      /* [M] */
     int64_t opt_step;    /* optimizer steps taken (AdamW bias correction) */
+    int do_update;       /* this step applies the optimizer */
     int nranks;
     pipit__rank_prog *ranks;
     int S;               /* pipeline stages of the graph */
@@ -119,8 +141,13 @@ pipit_status pipit__lower(pipit_program *p, const pipit_schedule *sch);
 /* Runs one rank's instruction list with the given feeds. */
 pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit_feed *feeds,
                               int nfeed);
-/* Post-loop: per-use sums -> grads, global norm, clipping, update. */
-double pipit__grads_finish(pipit_program *p);
-pipit_status pipit__optimizer_update(pipit_program *p, double clip_scale);
+/* Post-loop kernels (train/optim.c), run by every thread of the rank. */
+#define PIPIT_SUMSQ_CHUNK 16384 /* elements per partial sum: fixed, so the norm's bits never depend on threads */
+void pipit__post_gradsum(pipit_program *p, pipit__rank_prog *r, const pipit__instr *in, void *grad,
+                         void *const *srcs, int ith, int nth);
+void pipit__post_sumsq(pipit__rank_prog *r, const pipit__param *pp, const void *grad, int ith, int nth);
+void pipit__post_sumsq_fin(pipit__rank_prog *r, const pipit__param *pp, int param);
+void pipit__post_norm(pipit_program *p, pipit__rank_prog *r);
+void pipit__post_update(pipit_program *p, pipit__rank_prog *r, int param, int ith, int nth);
 
 #endif

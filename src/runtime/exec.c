@@ -22,8 +22,9 @@ static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
     pipit_program *p = x->p;
     switch ((pipit__loc_kind)l->kind) {
     case LOC_ARENA: return x->r->arena + l->off;
-    case LOC_PARAM: return p->param_block + l->off;
-    case LOC_ACC: return p->acc_block + l->off;
+    case LOC_PARAM: return x->r->param_block + l->off;
+    case LOC_GRAD: return x->r->grad_block + l->off;
+    case LOC_ACC: return x->r->acc_block + l->off;
     case LOC_SEED:
         return p->g->nodes[p->gr.seed].dtype == PIPIT_F64 ? (void *)&p->seed_f64 : (void *)&p->seed_f32;
     case LOC_FEED: return (void *)x->feed_ptrs[(size_t)mb * (size_t)p->ninputs + (size_t)l->idx];
@@ -37,7 +38,7 @@ static void resolve(const exec_ctx *x) {
     for (int32_t i = 0; i < x->r->n; i++) {
         const pipit__instr *in = &x->r->ins[i];
         pipit__kctx *k = &x->r->kc[i];
-        k->node = &g->nodes[in->node];
+        k->node = &g->nodes[in->node >= 0 ? in->node : 0];
         k->out = loc_ptr(x, &in->out, in->mb);
         for (int j = 0; j < PIPIT_MAX_IN; j++) {
             k->in[j] = in->in[j].kind ? loc_ptr(x, &in->in[j], in->mb) : NULL;
@@ -80,6 +81,16 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     case INS_LOSS: run_loss(p, in, k); break;
     case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->in[0], in->bytes);
     case INS_RECV: return t->vt->recv(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->out, in->bytes);
+    case INS_ACC_SEND:
+        return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->in[0], in->bytes);
+    case INS_ACC_RECV:
+        return t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->out, in->bytes);
+    case INS_SUMSQ_FIN: pipit__post_sumsq_fin(r, &p->params[in->param], in->param); break;
+    case INS_NORM_SEND:
+        return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &r->sumsq[in->param], sizeof(double));
+    case INS_NORM_RECV:
+        return t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &r->sumsq[in->param], sizeof(double));
+    case INS_NORM: pipit__post_norm(p, r); break;
     case INS_MARK: {
         double now = pipit__now() - p->step_t0;
         if (in->first) {
@@ -114,6 +125,16 @@ static void exec_worker(void *arg, int ith, int nth) {
             pipit__ops[k->node->op].run(k, ith, nth);
         } else if (in->kind == INS_ACC) {
             run_acc(in, k, ith, nth);
+        } else if (in->kind == INS_GRADSUM) {
+            void *srcs[64];
+            int nu = x->p->params[in->param].nuses;
+            PIPIT_ASSERT(nu <= 64);
+            for (int u = 0; u < nu; u++) srcs[u] = loc_ptr(x, &in->srcs[u], 0);
+            pipit__post_gradsum(x->p, r, in, k->out, srcs, ith, nth);
+        } else if (in->kind == INS_SUMSQ) {
+            pipit__post_sumsq(r, &x->p->params[in->param], k->in[0], ith, nth);
+        } else if (in->kind == INS_UPDATE) {
+            if (x->p->do_update) pipit__post_update(x->p, r, in->param, ith, nth);
         } else if (ith == 0 && !x->status) {
             pipit_status s = run_serial(x, i);
             if (s) fail_rank(x, s);

@@ -118,16 +118,18 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     if (s) return fail(p, s);
     double t0 = pipit__now();
     p->step_t0 = t0;
+    p->do_update = update != 0;
+    if (update) p->opt_step++;
     s = run_ranks(p, feeds, nfeed);
     p->step_wall = pipit__now() - t0;
-    if (s) return fail(p, s);
+    if (s) {
+        if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
+        return fail(p, s);
+    }
     double loss = 0;
     for (int m = 0; m < p->M; m++) loss += p->losses[m];
     loss /= p->M;
-    double norm = pipit__grads_finish(p);
-    double clip = 1.0;
-    if (p->opt.clip_norm > 0 && norm > p->opt.clip_norm) clip = p->opt.clip_norm / (norm + 1e-6);
-    if (update) pipit__optimizer_update(p, clip);
+    double norm = p->ranks[0].norm;
     if (metrics) {
         metrics->loss = loss;
         metrics->grad_norm = norm;
@@ -169,8 +171,7 @@ pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status copy_param(const pipit_program *p, const char *name, size_t nbytes,
-                               const pipit__param **out) {
+static pipit_status copy_param(const pipit_program *p, const char *name, size_t nbytes, int *idx) {
     pipit_status s = check_program(p);
     if (s) return s;
     const pipit__param *pp = name ? find_param(p, name) : NULL;
@@ -179,33 +180,38 @@ static pipit_status copy_param(const pipit_program *p, const char *name, size_t 
     if (nbytes != want)
         return pipit__err(PIPIT_STATUS_SHAPE, "parameter '%s' has %zu bytes, caller passed %zu", name, want,
                           nbytes);
-    *out = pp;
+    *idx = (int)(pp - p->params);
     return PIPIT_STATUS_OK;
 }
 
+/* Every holder gets the same bytes, so the copies start (and stay) equal. */
 pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
                                      size_t nbytes) {
-    const pipit__param *pp;
-    pipit_status s = copy_param(p, name, nbytes, &pp);
+    int i;
+    pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    memcpy(p->param_block + pp->off, data, nbytes);
+    for (int q = 0; q < p->nranks; q++)
+        if (p->params[i].holders >> q & 1) memcpy(p->ranks[q].param_block + p->ranks[q].param_off[i], data, nbytes);
     return PIPIT_STATUS_OK;
 }
 
+/* Reads the copy of the holder that computes the param's norm. */
 pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
                                      size_t nbytes) {
-    const pipit__param *pp;
-    pipit_status s = copy_param(p, name, nbytes, &pp);
+    int i;
+    pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    memcpy(data, p->param_block + pp->off, nbytes);
+    const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
+    memcpy(data, r->param_block + r->param_off[i], nbytes);
     return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
                                     size_t nbytes) {
-    const pipit__param *pp;
-    pipit_status s = copy_param(p, name, nbytes, &pp);
+    int i;
+    pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    memcpy(data, p->grad_block + pp->off, nbytes);
+    const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
+    memcpy(data, r->grad_block + r->param_off[i], nbytes);
     return PIPIT_STATUS_OK;
 }
