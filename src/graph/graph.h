@@ -12,7 +12,7 @@
 #define OPF_NOVJP 2
 
 typedef enum {
-#define X(NAME, arity, nondiff, alias, flags) PIPIT_OP_##NAME,
+#define X(NAME, str, arity, nondiff, alias, flags) PIPIT_OP_##NAME,
 #include "graph/ops.def"
 #undef X
     PIPIT_OP_COUNT

@@ -520,8 +520,8 @@ static void op_YIELD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din)
 
 #define VJP_OF_(NAME) op_##NAME##_vjp
 const pipit__op_info pipit__ops[PIPIT_OP_COUNT] = {
-#define X(NAME, arity, nondiff, alias, flags) \
-    [PIPIT_OP_##NAME] = {#NAME, arity, nondiff, alias, flags, op_##NAME##_shape, op_##NAME##_run, VJP_OF_(NAME)},
+#define X(NAME, str, arity, nondiff, alias, flags) \
+    [PIPIT_OP_##NAME] = {str, arity, nondiff, alias, flags, op_##NAME##_shape, op_##NAME##_run, VJP_OF_(NAME)},
 #include "graph/ops.def"
 #undef X
 };
