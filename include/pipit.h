@@ -231,12 +231,17 @@ typedef struct {
     double grad_norm;      /* global norm before clipping */
     double ms;             /* wall time of the step */
     size_t peak_bytes;     /* peak activation bytes (max over ranks) */
+    double bubble;         /* measured: 1 - sum of rank busy time / (ranks x wall time) */
 } pipit_metrics;
 
 /* One training step. feeds[m*nfeed .. m*nfeed+nfeed-1] are microbatch m's
  * inputs (M*nfeed entries). update = 0 computes loss and grads only. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
                                   int update, pipit_metrics *metrics);
+
+/* Writes the last step as a Chrome / Perfetto trace (JSON, one track per
+ * rank, one slice per task), atomically. PIPIT_STATUS_IO on failure. */
+PIPIT_API pipit_status pipit_program_write_trace(const pipit_program *p, const char *path);
 
 #ifdef __cplusplus
 }

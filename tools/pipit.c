@@ -116,7 +116,7 @@ static void check_status(pipit_status s, const char *what) {
 /* ------------------------------------------------------------ model setup */
 
 typedef struct {
-    const char *data, *init, *save, *optimizer, *data_order, *schedule;
+    const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
     int pp, virt, remat, batches;
     double lr, wd, beta1, beta2, eps, clip;
@@ -215,6 +215,7 @@ static flag *train_flags(opts *o, int *n) {
         {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0},
         {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0},
         {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0},
+        {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON)", 0},
     };
     memcpy(fl, f, sizeof f);
     *n = NFLAGS(f);
@@ -314,8 +315,9 @@ static void print_step(const opts *o, int step, const pipit_metrics *m, double t
     double tps = tokens / (m->ms / 1e3);
     if (o->json)
         printf("{\"step\":%d,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
-               "\"gflops\":%.3f,\"peak_bytes\":%zu}\n",
-               step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes);
+               "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f}\n",
+               step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes,
+               m->bubble);
     else
         printf("step %4d  loss %.6f  grad norm %.4f  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s\n", step, m->loss,
                m->grad_norm, m->ms, tps, flops * tokens / (m->ms / 1e3) / 1e9);
@@ -371,6 +373,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         print_step(&o, step, &met, (double)B * T * M, flops);
     }
     if (o.save) save_checkpoint(s.p, &s.cfg, o.save);
+    if (o.trace) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     for (int m = 0; m < M; m++) {
         free(bufs[m].tok);
         free(bufs[m].tgt);

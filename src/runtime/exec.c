@@ -80,7 +80,12 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     switch ((pipit__ins_kind)in->kind) {
     case INS_LOSS: run_loss(p, in, k); break;
     case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->in[0], in->bytes);
-    case INS_RECV: return t->vt->recv(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->out, in->bytes);
+    case INS_RECV: { /* time spent waiting inside a task is not busy time */
+        double t0 = pipit__now();
+        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->out, in->bytes);
+        r->busy -= pipit__now() - t0;
+        return s;
+    }
     case INS_ACC_SEND:
         return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->in[0], in->bytes);
     case INS_ACC_RECV:

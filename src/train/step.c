@@ -135,8 +135,12 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
         metrics->grad_norm = norm;
         metrics->ms = (pipit__now() - t0) * 1e3;
         metrics->peak_bytes = 0;
-        for (int r = 0; r < p->nranks; r++)
+        double busy = 0;
+        for (int r = 0; r < p->nranks; r++) {
             metrics->peak_bytes = PIPIT_MAX(metrics->peak_bytes, p->ranks[r].arena_bytes);
+            busy += p->ranks[r].busy;
+        }
+        metrics->bubble = p->step_wall > 0 ? 1.0 - busy / (p->nranks * p->step_wall) : 0;
     }
     if (!isfinite(loss))
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower --lr)", loss));
