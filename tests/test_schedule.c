@@ -72,7 +72,7 @@ static double bubble_of(int kind, int P, int V, int M, double f, double b, doubl
     if (pipit_schedule_build(kind, P, V, M, &s)) return -1;
     double fc[64], bc[64], wc[64];
     for (int i = 0; i < 64; i++) fc[i] = f, bc[i] = b, wc[i] = w;
-    pipit__sim_costs c = {fc, bc, wc, NULL, 0};
+    pipit__sim_costs c = {.f = fc, .b = bc, .w = wc};
     pipit__sim_result r;
     double bubble = pipit__schedule_simulate(s, &c, &r) ? -1 : r.bubble;
     pipit__sim_result_free(&r);
@@ -163,7 +163,7 @@ PIPIT_TEST(sched_simulate_comm_and_bytes) {
     pipit_schedule *s = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 1, &s));
     double act[2] = {10, 3};
-    pipit__sim_costs c = {NULL, NULL, NULL, act, 0.5};
+    pipit__sim_costs c = {.act_bytes = act, .comm = 0.5};
     pipit__sim_result r;
     ASSERT_OK(pipit__schedule_simulate(s, &c, &r));
     ASSERT_NEAR_F64(r.step_time, 7.0, 1e-12);
@@ -177,7 +177,7 @@ PIPIT_TEST(sched_simulate_comm_and_bytes) {
     ASSERT_EQ_I64(r.ntotal, 4);
     pipit__sim_result_free(&r);
     double bad = -1;
-    pipit__sim_costs cb = {&bad, NULL, NULL, NULL, 0};
+    pipit__sim_costs cb = {.f = &bad};
     double f2[2] = {1, -1};
     cb.f = f2;
     ASSERT_STATUS(pipit__schedule_simulate(s, &cb, &r), PIPIT_STATUS_INVALID);
@@ -190,7 +190,7 @@ PIPIT_TEST(sched_eager_1f1b_hides_latency) {
     pipit_schedule *a = NULL, *e = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 4, 1, 8, &a));
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_EAGER_1F1B, 4, 1, 8, &e));
-    pipit__sim_costs c = {NULL, NULL, NULL, NULL, 1.0};
+    pipit__sim_costs c = {.comm = 1.0};
     pipit__sim_result ra, re;
     ASSERT_OK(pipit__schedule_simulate(a, &c, &ra));
     ASSERT_OK(pipit__schedule_simulate(e, &c, &re));

@@ -105,7 +105,7 @@ int pipit_cli_schedule(int argc, char **argv) {
         f[s->S + k] = costs[1];
         f[2 * s->S + k] = costs[2];
     }
-    pipit__sim_costs c = {f, f + s->S, f + 2 * s->S, NULL, 0};
+    pipit__sim_costs c = {.f = f, .b = f + s->S, .w = f + 2 * s->S};
     pipit__sim_result r;
     st = pipit__schedule_simulate(s, &c, &r);
     if (st) {

@@ -174,6 +174,7 @@ void pipit_program_free(pipit_program *p) {
         for (int32_t i = 0; rp->ins && i < rp->n; i++) pipit__free(rp->ins[i].srcs);
         pipit__free(rp->ins);
         pipit__free(rp->param_off);
+        pipit__free(rp->bufs);
         pipit__free_aligned(rp->param_block);
         pipit__free_aligned(rp->grad_block);
         pipit__free_aligned(rp->m_block);

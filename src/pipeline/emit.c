@@ -190,8 +190,11 @@ pipit_status pipit__emitter_finish(pipit__emitter *e) {
         }
     }
     pipit__free(e->buf_of);
-    pipit__free(e->bufs);
     e->buf_of = NULL;
+    /* the rank keeps its buffers' lifetimes: memory statistics read them */
+    pipit__free(e->r->bufs);
+    e->r->bufs = e->bufs;
+    e->r->nbufs = e->nbufs;
     e->bufs = NULL;
     return s;
 }

@@ -102,6 +102,8 @@ typedef struct {
     double *chunks;      /* scratch for per-chunk partial sums */
     int64_t max_chunks;
     double norm, clip_scale; /* of the last step (equal on every rank) */
+    struct pipit__mp_buf_s *bufs; /* [nbufs] planned arena buffers (lifetimes, offsets) */
+    int32_t nbufs;
 } pipit__rank_prog;
 
 #define PIPIT_PROGRAM_MAGIC 0x70697070u
@@ -134,6 +136,12 @@ struct pipit_program {
     int fail_rank, fail_instr; /* test hook: rank fails at instruction (-1 off) */
     char errmsg[2048];
 };
+
+/* Bytes of arena buffers alive just after instruction i of rank r. */
+size_t pipit__live_bytes_after(const pipit__rank_prog *r, int32_t i);
+/* Per rank, the largest live bytes at any task boundary of the loop: what
+ * the schedule keeps in flight (the simulator's peak_bytes model). */
+size_t pipit__task_boundary_peak(const pipit__rank_prog *r);
 
 /* Lowers the step into per-rank programs for schedule `sch` (NULL: one rank,
  * each microbatch's forward then backward, in order). */

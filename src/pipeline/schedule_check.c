@@ -343,6 +343,12 @@ static pipit_status check_costs(const pipit__sim_costs *c, int S) {
                 return pipit__err(PIPIT_STATUS_INVALID,
                                   "simulator cost %s[%d] = %g must be finite and >= 0", name[k], st,
                                   arr[k][st]);
+    for (int st = 0; c->b_delta_bytes && st < S; st++) {
+        double act = c->act_bytes ? c->act_bytes[st] : 1.0;
+        if (!isfinite(c->b_delta_bytes[st]) || act + c->b_delta_bytes[st] < 0)
+            return pipit__err(PIPIT_STATUS_INVALID, "simulator b_delta_bytes[%d] = %g leaves negative bytes", st,
+                              c->b_delta_bytes[st]);
+    }
     if (!isfinite(c->comm) || c->comm < 0)
         return pipit__err(PIPIT_STATUS_INVALID,
                           "simulator comm latency %g must be finite and >= 0", c->comm);
@@ -395,6 +401,7 @@ static void summarize(const pipit_schedule *s, const pipit__sim_costs *c, pipit_
         for (int i = 0; i < s->ntasks[q]; i++) {
             pipit_task t = s->tasks[q][i];
             double act = c && c->act_bytes ? c->act_bytes[t.stage] : 1.0;
+            double delta = c && c->b_delta_bytes ? c->b_delta_bytes[t.stage] : 0.0;
             r->busy[q] += r->end[q][i] - r->start[q][i];
             r->step_time = PIPIT_MAX(r->step_time, r->end[q][i]);
             if (t.kind == PIPIT_TASK_F) {
@@ -402,9 +409,12 @@ static void summarize(const pipit_schedule *s, const pipit__sim_costs *c, pipit_
                 bytes += act;
                 r->peak_live[q] = PIPIT_MAX(r->peak_live[q], live);
                 r->peak_bytes[q] = PIPIT_MAX(r->peak_bytes[q], bytes);
+            } else if (t.kind == PIPIT_TASK_B) {
+                bytes += delta;
+                r->peak_bytes[q] = PIPIT_MAX(r->peak_bytes[q], bytes);
             } else if (t.kind == PIPIT_TASK_BW || t.kind == PIPIT_TASK_W) {
                 live--;
-                bytes -= act;
+                bytes -= t.kind == PIPIT_TASK_W ? act + delta : act;
             }
         }
     }

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
+typedef struct pipit__mp_buf_s {
     size_t size;      /* bytes */
     int32_t first;    /* instruction that writes it */
     int32_t last;     /* last instruction that reads it (>= first) */
