@@ -1,11 +1,14 @@
 /*
  * test_ops.c — every op of the op table is gradient-checked in f64 against
- * central finite differences. Backward-only ops (OPF_NOVJP) are checked
+ * central finite differences, twice: as ops on params alone (run once before
+ * the loop, differentiated once after it) and as per-microbatch ops. The
+ * backward-only ops (OPF_NOVJP) are checked
  * through the forward op that emits them; the coverage test fails if any op
  * of ops.def appears in no checked graph.
  */
 #include "gradcheck.h"
 #include "graph/graph.h"
+#include "pipeline/program.h"
 #include "test.h"
 
 #define F64 PIPIT_F64
@@ -17,8 +20,18 @@ typedef struct {
     pipit_val (*build)(pipit_graph *g);
 } op_case;
 
+/* In loop mode every param is multiplied by an input of ones, so the op
+ * runs per microbatch; otherwise ops on params alone run once before the
+ * loop and their backward once after it (the pre/post-loop regions). */
+static int loop_mode;
+static int preloop_cases; /* cases that really ran a pre-loop region */
+
 static pipit_val P(pipit_graph *g, const char *n, int nd, const int64_t *s) {
-    return pipit_param(g, n, F64, nd, s);
+    pipit_val p = pipit_param(g, n, F64, nd, s);
+    if (!loop_mode) return p;
+    char name[64];
+    snprintf(name, sizeof name, "ones_%s", n);
+    return pipit_mul(g, p, pipit_input(g, name, F64, nd, s));
 }
 static pipit_val idx_input(pipit_graph *g, const char *n, int nd, const int64_t *s) {
     return pipit_input(g, n, PIPIT_I32, nd, s);
@@ -97,7 +110,7 @@ static void fill_feeds(pipit_graph *g, pipit_feed *feeds, int *nfeed, void **buf
         void *b = malloc(8 * (size_t)(cnt ? cnt : 1));
         for (int64_t k = 0; k < cnt; k++) {
             if (n->dtype == PIPIT_I32) ((int32_t *)b)[k] = (int32_t)((k * 7 + 3) % 3);
-            else ((double *)b)[k] = gc_rand(&seed);
+            else ((double *)b)[k] = strncmp(n->name, "ones_", 5) == 0 ? 1.0 : gc_rand(&seed);
         }
         bufs[*nfeed] = b;
         feeds[*nfeed] = (pipit_feed){n->name, b};
@@ -121,8 +134,17 @@ static double run_case(const op_case *c, int *seen) {
         return 1e9;
     }
     for (int32_t i = 0; i < g->n; i++) seen[g->nodes[i].op] = 1;
-    pipit_feed feeds[8];
-    void *bufs[8];
+    int npre = 0; /* the mode really is what it claims */
+    for (int32_t i = 0; i < p->gr.fwd_end; i++) npre += p->gr.preloop[i];
+    if (!loop_mode && npre > 0) preloop_cases++;
+    if (loop_mode && npre != 0) {
+        fprintf(stderr, "%s: %d pre-loop nodes in %s mode\n", c->name, npre, loop_mode ? "loop" : "pre-loop");
+        pipit_program_free(p);
+        pipit_graph_free(g);
+        return 1e9;
+    }
+    pipit_feed feeds[16];
+    void *bufs[16];
     int nfeed;
     fill_feeds(g, feeds, &nfeed, bufs);
     gc_init_params(p, 1234, 1.0);
@@ -136,13 +158,18 @@ static double run_case(const op_case *c, int *seen) {
 PIPIT_TEST(ops_gradcheck_all) {
     int seen[PIPIT_OP_COUNT] = {0};
     int bad = 0;
-    for (int i = 0; i < NCASES; i++) {
-        double err = run_case(&cases[i], seen);
-        if (!(err >= 0 && err < 1e-6)) {
-            fprintf(stderr, "gradcheck %s: relative error %g\n", cases[i].name, err);
-            bad++;
+    for (loop_mode = 0; loop_mode < 2; loop_mode++) {
+        for (int i = 0; i < NCASES; i++) {
+            double err = run_case(&cases[i], seen);
+            if (!(err >= 0 && err < 1e-6)) {
+                fprintf(stderr, "gradcheck %s (%s): relative error %g\n", cases[i].name,
+                        loop_mode ? "per microbatch" : "pre-loop", err);
+                bad++;
+            }
         }
     }
+    loop_mode = 0;
+    ASSERT_TRUE(preloop_cases >= NCASES - 2); /* all but embed and xent (they read inputs) */
     ASSERT_EQ_I64(bad, 0);
     for (int op = 0; op < PIPIT_OP_COUNT; op++)
         if (!seen[op]) PIPIT_FAIL_("op %s is not covered by any gradcheck case", pipit__ops[op].name);

@@ -1,31 +1,41 @@
 /*
- * autodiff.c — reverse mode over the graph. Walks the forward nodes from the
- * loss back to the params, asks each op's VJP rule (ops.c) for the gradients
- * of its inputs, and checks every gradient's shape against its primal.
- * Summation order is fixed by consumer order, never by visit order.
+ * autodiff.c — reverse mode over the graph, in two passes. The loop pass
+ * walks the per-microbatch forward nodes from the loss back, asks each op's
+ * VJP rule (ops.c) for its inputs' gradients, and stops at gradient targets
+ * (params and pre-loop values), whose per-use contributions it records. The
+ * post-loop pass starts from each pre-loop value's accumulated gradient and
+ * walks the pre-loop region back to the params. Every gradient's shape is
+ * checked against its primal; summation order is consumer order, always.
  */
 #include "autodiff/autodiff.h"
 
 #include <string.h>
 
-/* Per-value list of gradient contributions, appended in descending consumer
- * order (the walk is reverse topological) and summed in ascending order. */
+/* A contribution and the node whose VJP produced it (its consumer). */
 typedef struct {
-    int32_t *ids;
+    int32_t id, consumer;
+} contrib;
+
+/* Per-value list, appended in descending consumer order (the walk is
+ * reverse topological) and summed in ascending order. */
+typedef struct {
+    contrib *c;
     int n, cap;
 } contrib_list;
 
-static int list_push(contrib_list *l, int32_t id) {
+static int list_push(contrib_list *l, int32_t id, int32_t consumer) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
-        int32_t *ids = pipit__realloc(l->ids, (size_t)cap * sizeof *ids);
-        if (!ids) return 0;
-        l->ids = ids;
+        contrib *c = pipit__realloc(l->c, (size_t)cap * sizeof *c);
+        if (!c) return 0;
+        l->c = c;
         l->cap = cap;
     }
-    l->ids[l->n++] = id;
+    l->c[l->n++] = (contrib){id, consumer};
     return 1;
 }
+
+static int diff_input(const pipit__node *n, int k) { return !(pipit__ops[n->op].nondiff >> k & 1); }
 
 /* needs[i]: node i lies on a path param -> loss (so it gets a gradient). */
 static uint8_t *mark_needed(const pipit_graph *g, int32_t loss) {
@@ -40,27 +50,45 @@ static uint8_t *mark_needed(const pipit_graph *g, int32_t loss) {
         const pipit__node *nd = &g->nodes[i];
         if (nd->op == PIPIT_OP_PARAM) from_param[i] = 1;
         for (int k = 0; k < nd->nin; k++)
-            if (!(pipit__ops[nd->op].nondiff >> k & 1) && from_param[nd->in[k]]) from_param[i] = 1;
+            if (diff_input(nd, k) && from_param[nd->in[k]]) from_param[i] = 1;
     }
     to_loss[loss] = 1;
     for (int32_t i = n - 1; i >= 0; i--) {
         if (!to_loss[i]) continue;
         const pipit__node *nd = &g->nodes[i];
         for (int k = 0; k < nd->nin; k++)
-            if (!(pipit__ops[nd->op].nondiff >> k & 1)) to_loss[nd->in[k]] = 1;
+            if (diff_input(nd, k)) to_loss[nd->in[k]] = 1;
     }
     for (int32_t i = 0; i < n; i++) from_param[i] = from_param[i] && to_loss[i];
     pipit__free(to_loss);
     return from_param;
 }
 
-/* Sums a value's contributions in ascending consumer order. The list holds
+/* preloop[i]: a non-leaf forward node whose inputs are all params or
+ * pre-loop nodes, i.e. the same for every microbatch. */
+static uint8_t *mark_preloop(const pipit_graph *g, int32_t fwd_end, int32_t loss) {
+    uint8_t *pre = pipit__calloc((size_t)PIPIT_MAX(fwd_end, 1), 1);
+    if (!pre) return NULL;
+    for (int32_t i = 0; i < fwd_end; i++) {
+        const pipit__node *n = &g->nodes[i];
+        if ((pipit__ops[n->op].flags & OPF_LEAF) || i == loss) continue;
+        int inv = 1;
+        for (int k = 0; k < n->nin && inv; k++) {
+            const pipit__node *a = &g->nodes[n->in[k]];
+            inv = a->op == PIPIT_OP_PARAM || pre[n->in[k]];
+        }
+        pre[i] = (uint8_t)inv;
+    }
+    return pre;
+}
+
+/* Sums a value's contributions in ascending consumer order: the list holds
  * them descending, so walk it backwards: ((c0 + c1) + c2) + ... */
 static int32_t sum_contribs(pipit_graph *g, const contrib_list *l, int32_t origin) {
-    int32_t acc = l->ids[l->n - 1];
+    int32_t acc = l->c[l->n - 1].id;
     g->cur_origin = origin;
     for (int i = l->n - 2; i >= 0 && acc >= 0; i--)
-        acc = pipit__node_add(g, PIPIT_OP_ADD, 2, (int32_t[]){acc, l->ids[i]}, NULL, NULL);
+        acc = pipit__node_add(g, PIPIT_OP_ADD, 2, (int32_t[]){acc, l->c[i].id}, NULL, NULL);
     return acc;
 }
 
@@ -89,47 +117,133 @@ static pipit_status validate_loss(const pipit_graph *g, int32_t loss) {
     return PIPIT_STATUS_OK;
 }
 
+typedef struct {
+    pipit_graph *g;
+    int32_t loss, fwd_end;
+    uint8_t *needs, *pre;
+    contrib_list *lists;   /* [fwd_end] contributions per forward value */
+    contrib_list *loop_uses; /* [fwd_end] targets' uses recorded by the loop pass */
+} ad_state;
+
+static pipit_status oom(void) { return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory"); }
+
 /* Emits the VJP of node j given its gradient dj, routing each input's
  * gradient into its contribution list. */
-static pipit_status backprop_node(pipit_graph *g, int32_t j, int32_t dj, const uint8_t *needs,
-                                  contrib_list *lists) {
+static pipit_status backprop_node(ad_state *a, int32_t j, int32_t dj) {
+    pipit_graph *g = a->g;
     const pipit__node *nj = &g->nodes[j];
     const pipit__op_info *info = &pipit__ops[nj->op];
-    if (!info->vjp)
-        return pipit__err(PIPIT_STATUS_INTERNAL, "autodiff: op %s has no gradient rule", info->name);
-    int32_t din[PIPIT_MAX_IN] = {-1, -1, -1};
-    int32_t in[PIPIT_MAX_IN];
+    if (!info->vjp) return pipit__err(PIPIT_STATUS_INTERNAL, "autodiff: op %s has no gradient rule", info->name);
+    int32_t din[PIPIT_MAX_IN] = {-1, -1, -1}, in[PIPIT_MAX_IN];
     int nin = nj->nin;
     memcpy(in, nj->in, sizeof in);
     g->cur_origin = j;
     info->vjp(g, j, dj, din);
-    if (g->status != PIPIT_STATUS_OK)
-        return pipit__err(g->status, "autodiff: %s", g->errmsg);
+    if (g->status != PIPIT_STATUS_OK) return pipit__err(g->status, "autodiff: %s", g->errmsg);
     for (int k = nin - 1; k >= 0; k--) {
-        if ((info->nondiff >> k & 1) || !needs[in[k]] || din[k] < 0) continue;
-        pipit_status s = check_grad_shape(g, in[k], din[k], j);
-        if (s) return s;
-        if (!list_push(&lists[in[k]], din[k])) return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
+        if (!(info->nondiff >> k & 1) && a->needs[in[k]] && din[k] >= 0) {
+            pipit_status s = check_grad_shape(g, in[k], din[k], j);
+            if (s) return s;
+            if (!list_push(&a->lists[in[k]], din[k], j)) return oom();
+        }
     }
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status collect_params(pipit_graph *g, contrib_list *lists, int32_t fwd_end,
-                                   pipit__grads *out) {
-    for (int32_t i = 0; i < fwd_end; i++)
+static int is_target_leaf(const ad_state *a, int32_t i) {
+    return a->g->nodes[i].op == PIPIT_OP_PARAM;
+}
+
+/* Loop pass: per-microbatch backward, stopping at params and pre-loop values. */
+static pipit_status loop_pass(ad_state *a) {
+    for (int32_t j = a->loss; j >= 0; j--) {
+        if (!a->needs[j] || a->lists[j].n == 0 || is_target_leaf(a, j) || a->pre[j]) continue;
+        int32_t dj = sum_contribs(a->g, &a->lists[j], j);
+        if (dj < 0) return pipit__err(a->g->status, "autodiff: %s", a->g->errmsg);
+        pipit_status s = backprop_node(a, j, dj);
+        if (s) return s;
+    }
+    /* What reached params and pre-loop values are their loop uses. */
+    for (int32_t i = 0; i < a->fwd_end; i++) {
+        a->loop_uses[i] = a->lists[i];
+        memset(&a->lists[i], 0, sizeof a->lists[i]);
+    }
+    return PIPIT_STATUS_OK;
+}
+
+static int is_boundary(const ad_state *a, int32_t i) { return a->pre[i] && a->needs[i] && a->loop_uses[i].n > 0; }
+
+/* Post-loop pass: from each boundary value's accumulated gradient (a leaf
+ * the runtime fills) back through the pre-loop region to the params. */
+static pipit_status post_pass(ad_state *a, int32_t *gacc) {
+    pipit_graph *g = a->g;
+    g->cur_flags = NODE_BWD | NODE_POST;
+    for (int32_t i = 0; i < a->fwd_end; i++) {
+        gacc[i] = -1;
+        if (!is_boundary(a, i)) continue;
+        g->cur_origin = i;
+        int32_t leaf = pipit__node_add(g, PIPIT_OP_INPUT, 0, NULL, NULL, NULL);
+        char name[32];
+        snprintf(name, sizeof name, "@gacc:%d", i);
+        if (leaf < 0 || !(g->nodes[leaf].name = pipit__strdup(name))) return oom();
+        pipit__node *n = &g->nodes[leaf];
+        n->dtype = g->nodes[i].dtype;
+        n->ndim = g->nodes[i].ndim;
+        memcpy(n->shape, g->nodes[i].shape, sizeof n->shape);
+        gacc[i] = leaf;
+        if (!list_push(&a->lists[i], leaf, INT32_MAX)) return oom();
+    }
+    for (int32_t j = a->fwd_end - 1; j >= 0; j--) {
+        if (!a->pre[j] || !a->needs[j] || a->lists[j].n == 0) continue;
+        int32_t dj = sum_contribs(g, &a->lists[j], j);
+        if (dj < 0) return pipit__err(g->status, "autodiff: %s", g->errmsg);
+        pipit_status s = backprop_node(a, j, dj);
+        if (s) return s;
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* A target's uses: loop uses and post-loop uses merged by consumer (the two
+ * sets of consumers are disjoint); each list is held in descending order. */
+static pipit_status make_target(pipit__grad_target *t, int32_t node, const contrib_list *loop,
+                                const contrib_list *post) {
+    t->node = node;
+    t->nuses = loop->n + post->n;
+    t->contrib = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(t->nuses, 1));
+    t->post = pipit__calloc((size_t)PIPIT_MAX(t->nuses, 1), 1);
+    if (!t->contrib || !t->post) return oom();
+    int i = loop->n - 1, k = post->n - 1;
+    for (int u = 0; u < t->nuses; u++) {
+        int take_post = i < 0 || (k >= 0 && post->c[k].consumer < loop->c[i].consumer);
+        t->contrib[u] = take_post ? post->c[k--].id : loop->c[i--].id;
+        t->post[u] = (uint8_t)take_post;
+    }
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status collect_targets(ad_state *a, const int32_t *gacc, pipit__grads *out) {
+    const pipit_graph *g = a->g;
+    int nb = 0;
+    for (int32_t i = 0; i < a->fwd_end; i++) {
         if (g->nodes[i].op == PIPIT_OP_PARAM) out->nparams++;
-    out->pg = pipit__calloc((size_t)PIPIT_MAX(out->nparams, 1), sizeof *out->pg);
-    if (!out->pg) return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
-    int p = 0, any = 0;
-    for (int32_t i = 0; i < fwd_end; i++) {
-        if (g->nodes[i].op != PIPIT_OP_PARAM) continue;
-        pipit__param_grad *pg = &out->pg[p++];
-        pg->param = i;
-        pg->nuses = lists[i].n;
-        pg->contrib = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(lists[i].n, 1));
-        if (!pg->contrib) return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
-        for (int u = 0; u < lists[i].n; u++) pg->contrib[u] = lists[i].ids[lists[i].n - 1 - u];
-        any |= pg->nuses > 0;
+        if (gacc[i] >= 0) nb++;
+    }
+    out->ntargets = out->nparams + nb;
+    out->t = pipit__calloc((size_t)PIPIT_MAX(out->ntargets, 1), sizeof *out->t);
+    if (!out->t) return oom();
+    int p = 0, b = out->nparams, any = 0;
+    contrib_list none = {0};
+    for (int32_t i = 0; i < a->fwd_end; i++) {
+        pipit_status s = PIPIT_STATUS_OK;
+        if (g->nodes[i].op == PIPIT_OP_PARAM) {
+            s = make_target(&out->t[p], i, &a->loop_uses[i], &a->lists[i]);
+            any |= out->t[p++].nuses > 0;
+        } else if (gacc[i] >= 0) {
+            s = make_target(&out->t[b], i, &a->loop_uses[i], &none);
+            out->t[b].boundary = 1;
+            out->t[b++].gacc = gacc[i];
+        }
+        if (s) return s;
     }
     if (!any)
         return pipit__err(PIPIT_STATUS_INVALID,
@@ -137,53 +251,54 @@ static pipit_status collect_params(pipit_graph *g, contrib_list *lists, int32_t 
     return PIPIT_STATUS_OK;
 }
 
+static pipit_status add_seed(ad_state *a, pipit__grads *out) {
+    pipit_graph *g = a->g;
+    g->cur_flags = NODE_BWD;
+    out->seed = pipit__node_add(g, PIPIT_OP_INPUT, 0, NULL, NULL, NULL);
+    if (out->seed < 0 || !(g->nodes[out->seed].name = pipit__strdup("@dloss"))) return oom();
+    g->nodes[out->seed].dtype = g->nodes[a->loss].dtype;
+    g->nodes[out->seed].ndim = 0;
+    return list_push(&a->lists[a->loss], out->seed, INT32_MAX) ? PIPIT_STATUS_OK : oom();
+}
+
 pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     memset(out, 0, sizeof *out);
     pipit_status s = validate_loss(g, loss);
     if (s) return s;
-    int32_t fwd_end = g->n;
-    out->fwd_end = fwd_end;
-    uint8_t *needs = mark_needed(g, loss);
-    contrib_list *lists = pipit__calloc((size_t)fwd_end, sizeof *lists);
-    if (!needs || !lists) {
-        s = pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
-        goto done;
-    }
-    g->cur_flags = NODE_BWD;
-    const pipit__node *ln = &g->nodes[loss];
-    out->seed = pipit__node_add(g, PIPIT_OP_INPUT, 0, NULL, NULL, NULL);
-    if (out->seed < 0 || !(g->nodes[out->seed].name = pipit__strdup("@dloss"))) {
-        s = pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
-        goto done;
-    }
-    g->nodes[out->seed].dtype = ln->dtype;
-    g->nodes[out->seed].ndim = 0;
-    if (!list_push(&lists[loss], out->seed)) {
-        s = pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
-        goto done;
-    }
-    for (int32_t j = loss; j >= 0 && s == PIPIT_STATUS_OK; j--) {
-        if (!needs[j] || lists[j].n == 0 || g->nodes[j].op == PIPIT_OP_PARAM) continue;
-        int32_t dj = sum_contribs(g, &lists[j], j);
-        if (dj < 0) s = pipit__err(g->status, "autodiff: %s", g->errmsg);
-        else s = backprop_node(g, j, dj, needs, lists);
-    }
-    if (s == PIPIT_STATUS_OK) s = collect_params(g, lists, fwd_end, out);
-done:
+    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL};
+    out->fwd_end = a.fwd_end;
+    a.needs = mark_needed(g, loss);
+    a.pre = mark_preloop(g, a.fwd_end, loss);
+    a.lists = pipit__calloc((size_t)a.fwd_end, sizeof *a.lists);
+    a.loop_uses = pipit__calloc((size_t)a.fwd_end, sizeof *a.loop_uses);
+    int32_t *gacc = pipit__malloc(sizeof(int32_t) * (size_t)a.fwd_end);
+    if (!a.needs || !a.pre || !a.lists || !a.loop_uses || !gacc) s = oom();
+    if (!s) s = add_seed(&a, out);
+    if (!s) s = loop_pass(&a);
+    if (!s) s = post_pass(&a, gacc);
+    if (!s) s = collect_targets(&a, gacc, out);
     g->cur_flags = 0;
     g->cur_origin = -1;
-    if (lists)
-        for (int32_t i = 0; i < fwd_end; i++) pipit__free(lists[i].ids);
-    pipit__free(lists);
-    pipit__free(needs);
+    for (int32_t i = 0; a.lists && i < a.fwd_end; i++) pipit__free(a.lists[i].c);
+    for (int32_t i = 0; a.loop_uses && i < a.fwd_end; i++) pipit__free(a.loop_uses[i].c);
+    pipit__free(a.lists);
+    pipit__free(a.loop_uses);
+    pipit__free(a.needs);
+    pipit__free(gacc);
+    out->preloop = a.pre;
     if (s) pipit__grads_free(out);
     return s;
 }
 
 void pipit__grads_free(pipit__grads *gr) {
-    if (!gr || !gr->pg) return;
-    for (int i = 0; i < gr->nparams; i++) pipit__free(gr->pg[i].contrib);
-    pipit__free(gr->pg);
-    gr->pg = NULL;
-    gr->nparams = 0;
+    if (!gr) return;
+    for (int i = 0; gr->t && i < gr->ntargets; i++) {
+        pipit__free(gr->t[i].contrib);
+        pipit__free(gr->t[i].post);
+    }
+    pipit__free(gr->t);
+    pipit__free(gr->preloop);
+    gr->t = NULL;
+    gr->preloop = NULL;
+    gr->nparams = gr->ntargets = 0;
 }

@@ -23,6 +23,7 @@ typedef enum {
 /* Node flags. */
 #define NODE_BWD 1        /* created by autodiff */
 #define NODE_BWD_YIELD 2  /* a backward yield: moves one stage earlier */
+#define NODE_POST 4       /* backward of the pre-loop region: runs once after the loop */
 
 typedef struct {
     uint16_t op;               /* pipit__opcode */

@@ -12,24 +12,27 @@
 #include "pipeline/schedule.h"
 #include "runtime/transport.h"
 
-/* Global facts about each param; per-rank layout comes with lowering. */
+/* Global facts about each gradient target; ranks come with lowering. */
 static pipit_status describe_params(pipit_program *p) {
     p->nparams = p->gr.nparams;
-    p->params = pipit__calloc((size_t)PIPIT_MAX(p->nparams, 1), sizeof *p->params);
+    p->ntargets = p->gr.ntargets;
+    p->params = pipit__calloc((size_t)PIPIT_MAX(p->ntargets, 1), sizeof *p->params);
     if (!p->params) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
-    for (int i = 0; i < p->nparams; i++) {
-        const pipit__param_grad *pg = &p->gr.pg[i];
-        const pipit__node *n = &p->g->nodes[pg->param];
+    for (int i = 0; i < p->ntargets; i++) {
+        const pipit__grad_target *t = &p->gr.t[i];
+        const pipit__node *n = &p->g->nodes[t->node];
         pipit__param *pp = &p->params[i];
-        pp->name = n->name;
-        pp->node = pg->param;
+        pp->name = t->boundary ? NULL : n->name;
+        pp->node = t->node;
+        pp->boundary = t->boundary;
+        pp->gacc = t->gacc;
         pp->dtype = (pipit_dtype)n->dtype;
         pp->numel = pipit__node_numel(n);
         pp->decay = n->ndim >= 2;
-        pp->nuses = pg->nuses;
-        pp->use_rank = pipit__calloc((size_t)PIPIT_MAX(pg->nuses, 1), sizeof *pp->use_rank);
-        pp->acc_off = pipit__calloc((size_t)PIPIT_MAX(pg->nuses, 1), sizeof *pp->acc_off);
-        if (!pp->use_rank || !pp->acc_off) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+        pp->nuses = t->nuses;
+        pp->post = t->post;
+        pp->use_ranks = pipit__calloc((size_t)PIPIT_MAX(t->nuses, 1), sizeof *pp->use_ranks);
+        if (!pp->use_ranks) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
     }
     return PIPIT_STATUS_OK;
 }
@@ -194,10 +197,11 @@ void pipit_program_free(pipit_program *p) {
     pipit__free(p->node_stage);
     pipit__free(p->node_phase);
     if (p->transport) p->transport->vt->free(p->transport);
-    for (int i = 0; p->params && i < p->nparams; i++) {
+    for (int i = 0; p->params && i < p->ntargets; i++) {
         pipit__free(p->params[i].acc_off);
-        pipit__free(p->params[i].use_rank);
+        pipit__free(p->params[i].use_ranks);
     }
+    pipit__free(p->node_ranks);
     pipit__free(p->params);
     pipit__free(p->inputs);
     pipit__free(p->losses);

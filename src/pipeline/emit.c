@@ -69,20 +69,33 @@ static int param_index(const pipit_program *p, int32_t node) {
     return -1;
 }
 
+/* Values that are the same for every microbatch live under microbatch 0:
+ * pre-loop values and the post-loop region. */
+static int mb_invariant(const pipit_program *p, int32_t root) {
+    if (root < p->gr.fwd_end) return p->gr.preloop[root];
+    return (p->g->nodes[root].flags & NODE_POST) != 0;
+}
+
 /* Location of value `id` of microbatch mb, read by the instruction `at`. */
 static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
     const pipit_graph *g = e->p->g;
     int32_t root = pipit__alias_root(g, id);
     const pipit__node *n = &g->nodes[root];
     if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, param_index(e->p, root), 0};
-    if (n->op == PIPIT_OP_INPUT) {
+    if (n->op == PIPIT_OP_INPUT && !(n->flags & NODE_POST)) {
         if (root == e->p->gr.seed) return (pipit__loc){LOC_SEED, root, 0};
         return (pipit__loc){LOC_FEED, input_slot(e->p, root), 0};
     }
+    if (mb_invariant(e->p, root)) mb = 0;
     int32_t b = e->buf_of[(size_t)root * (size_t)e->p->M + (size_t)mb];
     PIPIT_ASSERT(b >= 0); /* lowering emits producers before consumers */
     if (e->bufs[b].last < at) e->bufs[b].last = at;
     return (pipit__loc){LOC_ARENA, b, 0};
+}
+
+/* Gives (node, 0) the arena buffer b (post-loop gradient leaves). */
+void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b) {
+    e->buf_of[(size_t)node * (size_t)e->p->M] = b;
 }
 
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {

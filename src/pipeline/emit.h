@@ -34,6 +34,7 @@ int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb);
 pipit__instr *pipit__emit_push(pipit__emitter *e);
 int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at);
 void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at);
+void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b);
 /* Plans the arena, patches offsets, frees the emitter's scratch. */
 pipit_status pipit__emitter_finish(pipit__emitter *e);
 

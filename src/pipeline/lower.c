@@ -1,10 +1,19 @@
 /*
  * lower.c — from (staged graph, schedule) to one instruction list per rank.
- * Each rank walks its own task list: RECV what the task needs from other
- * ranks (placed just before the task, so a receive never holds back work
- * that does not need it), RUN the task's nodes, ACCUMULATE the parameter
- * gradients it produced, SEND what other ranks read. Every rank derives the
- * same plan from the same inputs, so the plan is deterministic.
+ *
+ *   pre-loop   RUN the pre-loop nodes this rank needs (ops on params only;
+ *              replicated on every rank that reads them, so no messages)
+ *   loop       per task of the rank's list: RECV what the task reads from
+ *              other ranks (just before its first reader, so a receive never
+ *              holds back work that does not need it), RUN the task's nodes,
+ *              ACC the gradient-target uses it produced, SEND what others read
+ *   post-loop  pre-loop values' per-use sums exchanged and added in use
+ *              order, their backward (the post-loop region), then the params':
+ *              per-use sums exchanged between holders and added in use order,
+ *              the global norm from per-param sums of squares in param
+ *              order, and the same update on every holder.
+ *
+ * Every rank derives the same plan from the same inputs: it is deterministic.
  */
 #include <string.h>
 
@@ -18,24 +27,58 @@ typedef struct {
     pipit_program *p;
     const pipit__staging *st;
     const int *stage_rank;
-    uint64_t *consumer_ranks; /* [n] bit q: a node on rank q reads this value */
+    uint64_t *consumer_ranks; /* [n] loop values: bit q = a loop node on rank q reads it */
 } lowering;
 
-static int rank_of_node(const lowering *L, int32_t id) {
-    return L->stage_rank[L->st->stage[id]];
+static int is_loop_phase(int ph) { return ph == PH_F || ph == PH_B || ph == PH_W; }
+
+static int rank_of_node(const lowering *L, int32_t id) { return L->stage_rank[L->st->stage[id]]; }
+
+/* Ranks that run each pre-loop node: those of its loop readers, and those
+ * that run its pre-loop readers. Post-loop nodes and gradient leaves run
+ * where the pre-loop node they differentiate runs. */
+static pipit_status find_region_ranks(lowering *L) {
+    pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    uint64_t *rk = pipit__calloc((size_t)g->n, sizeof *rk);
+    if (!rk) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    for (int32_t j = g->n - 1; j >= 0; j--) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || j >= p->gr.fwd_end) continue;
+        uint64_t mine = p->gr.preloop[j] ? rk[j] : 1ull << rank_of_node(L, j);
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] < p->gr.fwd_end && p->gr.preloop[n->in[k]]) rk[n->in[k]] |= mine;
+    }
+    /* loop readers in the backward (e.g. a VJP reading a pre-loop value) */
+    for (int32_t j = p->gr.fwd_end; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !is_loop_phase(L->st->phase[j])) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int32_t r = pipit__alias_root(g, n->in[k]);
+            if (r < p->gr.fwd_end && p->gr.preloop[r]) rk[r] |= 1ull << rank_of_node(L, j);
+        }
+    }
+    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--) /* re-close over pre-loop readers */
+        for (int k = 0; p->gr.preloop[j] && k < g->nodes[j].nin; k++)
+            if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
+    for (int32_t j = p->gr.fwd_end; j < g->n; j++)
+        if (g->nodes[j].flags & NODE_POST) rk[j] = g->nodes[j].origin >= 0 ? rk[g->nodes[j].origin] : 1;
+    p->node_ranks = rk;
+    return PIPIT_STATUS_OK;
 }
 
-/* Which ranks read each running node's output (bit per rank). */
+/* Which ranks read each loop value (bit per rank); pre-loop values are
+ * computed where they are read, so they are never sent. */
 static pipit_status find_consumers(lowering *L) {
     const pipit_graph *g = L->p->g;
     L->consumer_ranks = pipit__calloc((size_t)g->n, sizeof *L->consumer_ranks);
     if (!L->consumer_ranks) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     for (int32_t j = 0; j < g->n; j++) {
         const pipit__node *n = &g->nodes[j];
-        if (!L->st->live[j] || !pipit__node_runs(n)) continue;
+        if (!L->st->live[j] || !is_loop_phase(L->st->phase[j])) continue;
         for (int k = 0; k < n->nin; k++) {
             int32_t r = pipit__alias_root(g, n->in[k]);
-            if (pipit__node_runs(&g->nodes[r])) L->consumer_ranks[r] |= 1ull << rank_of_node(L, j);
+            if (is_loop_phase(L->st->phase[r])) L->consumer_ranks[r] |= 1ull << rank_of_node(L, j);
         }
     }
     return PIPIT_STATUS_OK;
@@ -51,13 +94,13 @@ static int task_has_phase(int kind, int phase) {
     return 0;
 }
 
-/* Receives every input of node j that lives on another rank and is not here yet. */
+/* Receives every loop input of node j that lives on another rank and is not here yet. */
 static void recv_inputs(lowering *L, pipit__emitter *e, int32_t j, int mb, int me) {
     const pipit_graph *g = L->p->g;
     const pipit__node *n = &g->nodes[j];
     for (int k = 0; k < n->nin; k++) {
         int32_t r = pipit__alias_root(g, n->in[k]);
-        if (!pipit__node_runs(&g->nodes[r]) || pipit__emit_has(e, r, mb)) continue;
+        if (!is_loop_phase(L->st->phase[r]) || pipit__emit_has(e, r, mb)) continue;
         int src = rank_of_node(L, r);
         if (src != me) pipit__emit_recv(e, r, mb, src);
     }
@@ -67,7 +110,7 @@ static void run_nodes(lowering *L, pipit__emitter *e, int kind, int s, int mb, i
     const pipit_graph *g = L->p->g;
     for (int32_t j = 0; j < g->n; j++) {
         int ph = L->st->phase[j];
-        if (ph == PH_NONE || L->st->stage[j] != s) continue;
+        if (!is_loop_phase(ph) || L->st->stage[j] != s) continue;
         if (remat_only ? ph != PH_F : !task_has_phase(kind, ph)) continue;
         recv_inputs(L, e, j, mb, me);
         pipit__emit_run(e, j, mb);
@@ -78,21 +121,29 @@ static void send_outputs(lowering *L, pipit__emitter *e, int kind, int s, int mb
     const pipit_graph *g = L->p->g;
     for (int32_t j = 0; j < g->n; j++) {
         int ph = L->st->phase[j];
-        if (ph == PH_NONE || L->st->stage[j] != s || !task_has_phase(kind, ph)) continue;
+        if (!is_loop_phase(ph) || L->st->stage[j] != s || !task_has_phase(kind, ph)) continue;
         for (int q = 0; q < L->p->nranks; q++)
             if (q != me && (L->consumer_ranks[j] >> q & 1)) pipit__emit_send(e, j, mb, q);
     }
 }
 
-/* Accumulates the parameter-gradient contributions this task computed. */
-static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb) {
+static size_t *acc_slot(const pipit_program *p, const pipit__param *pp, int u, int q) {
+    return &pp->acc_off[(size_t)u * (size_t)p->nranks + (size_t)q];
+}
+
+/* Accumulates the per-microbatch target uses this task computed. */
+static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
     const pipit_program *p = L->p;
-    for (int i = 0; i < p->nparams; i++) {
-        for (int u = 0; u < p->params[i].nuses; u++) {
-            int32_t c = p->gr.pg[i].contrib[u];
+    for (int i = 0; i < p->ntargets; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++) {
+            if (pp->post[u]) continue;
+            int32_t c = p->gr.t[i].contrib[u];
             int32_t r = pipit__alias_root(p->g, c);
-            if (L->st->stage[r] != s || !task_has_phase(kind, L->st->phase[r])) continue;
-            pipit__emit_acc(e, c, mb, p->params[i].acc_off[u], mb == 0);
+            int ph = r == p->gr.seed ? PH_B : L->st->phase[r];
+            int st = r == p->gr.seed ? p->S - 1 : L->st->stage[r];
+            if (st != s || !task_has_phase(kind, ph)) continue;
+            pipit__emit_acc(e, c, mb, *acc_slot(p, pp, u, me), mb == 0);
         }
     }
 }
@@ -104,10 +155,224 @@ static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int
         run_nodes(L, e, t.kind, t.stage, t.mb, me, 1); /* recompute the stage's forward */
     run_nodes(L, e, t.kind, t.stage, t.mb, me, 0);
     if (t.kind == PIPIT_TASK_F && t.stage == L->st->stage[p->loss]) pipit__emit_loss(e, p->loss, t.mb);
-    accumulate(L, e, t.kind, t.stage, t.mb);
+    accumulate(L, e, t.kind, t.stage, t.mb, me);
     send_outputs(L, e, t.kind, t.stage, t.mb, me);
     pipit__emit_mark(e, ti, 1);
 }
+
+/* The pre-loop and post-loop regions run on every rank that needs them. */
+static void run_region(lowering *L, pipit__emitter *e, int phase, int me) {
+    const pipit_program *p = L->p;
+    for (int32_t j = 0; j < p->g->n; j++)
+        if (L->st->phase[j] == phase && (p->node_ranks[j] >> me & 1)) pipit__emit_run(e, j, 0);
+}
+
+/* ------------------------------------------------------------ placement */
+
+/* Which ranks compute each use of each target, and where its accumulator
+ * lives on each of them. Loop uses run on their stage's rank; post-loop
+ * uses on every rank of their region. */
+static pipit_status place_uses(lowering *L) {
+    pipit_program *p = L->p;
+    for (int i = 0; i < p->ntargets; i++) {
+        pipit__param *pp = &p->params[i];
+        pp->acc_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(pp->nuses, 1) * (size_t)p->nranks);
+        if (!pp->acc_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        for (int u = 0; u < pp->nuses; u++) {
+            int32_t r = pipit__alias_root(p->g, p->gr.t[i].contrib[u]);
+            if (pp->post[u]) pp->use_ranks[u] = p->node_ranks[r];
+            else pp->use_ranks[u] = 1ull << (r == p->gr.seed ? L->stage_rank[p->S - 1] : rank_of_node(L, r));
+            for (int q = 0; q < p->nranks; q++) {
+                *acc_slot(p, pp, u, q) = SIZE_MAX;
+                if (!(pp->use_ranks[u] >> q & 1)) continue;
+                *acc_slot(p, pp, u, q) = p->ranks[q].acc_bytes;
+                p->ranks[q].acc_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+            }
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* A rank holds every param its instructions read (a tied weight is held by
+ * each rank that uses it); an unused param is kept by rank 0. A pre-loop
+ * value's gradient is needed by the ranks that run its post-loop region. */
+static pipit_status place_params(pipit_program *p) {
+    for (int q = 0; q < p->nranks; q++) {
+        const pipit__rank_prog *r = &p->ranks[q];
+        for (int32_t i = 0; i < r->n; i++)
+            for (int k = 0; k < PIPIT_MAX_IN; k++)
+                if (r->ins[i].in[k].kind == LOC_PARAM) p->params[r->ins[i].in[k].idx].holders |= 1ull << q;
+    }
+    for (int i = 0; i < p->ntargets; i++) {
+        pipit__param *pp = &p->params[i];
+        if (pp->boundary) pp->holders = p->node_ranks[pp->gacc];
+        if (!pp->holders) pp->holders = 1;
+        for (int u = 0; u < pp->nuses && !pp->boundary; u++) pp->holders |= pp->use_ranks[u];
+        pp->norm_rank = __builtin_ctzll(pp->holders);
+    }
+    for (int q = 0; q < p->nranks; q++) {
+        pipit__rank_prog *r = &p->ranks[q];
+        r->param_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(p->nparams, 1));
+        if (!r->param_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        for (int i = 0; i < p->nparams; i++) {
+            const pipit__param *pp = &p->params[i];
+            r->param_off[i] = SIZE_MAX;
+            if (!(pp->holders >> q & 1)) continue;
+            r->param_off[i] = r->param_bytes;
+            r->param_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+            r->max_chunks = PIPIT_MAX(r->max_chunks, (pp->numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK);
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* ------------------------------------------------------------ post-loop */
+
+static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int peer) {
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return NULL;
+    in->kind = (uint8_t)kind;
+    in->param = param;
+    in->use = use;
+    in->peer = peer;
+    return in;
+}
+
+static int has(uint64_t set, int q) { return (int)(set >> q & 1); }
+
+/* Every holder of a target needs every use's sum: the lowest rank that
+ * computed a use sends it to the holders that did not; then each holder
+ * receives what it lacks. All sends of a rank come before its receives, so
+ * the exchange cannot deadlock. recv_buf[k] gets the arena buffer of the
+ * k-th (target, use) pair received here, -1 if local. */
+static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int first, int last, int32_t *recv_buf) {
+    for (int i = first; i < last; i++) {
+        const pipit__param *pp = &p->params[i];
+        size_t bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+        for (int u = 0; u < pp->nuses; u++) {
+            if (__builtin_ctzll(pp->use_ranks[u]) != me) continue;
+            for (int q = 0; q < p->nranks; q++) {
+                if (!has(pp->holders, q) || has(pp->use_ranks[u], q)) continue;
+                pipit__instr *in = post(e, INS_ACC_SEND, i, u, q);
+                if (in) in->in[0] = (pipit__loc){LOC_ACC, -1, *acc_slot(p, pp, u, me)}, in->bytes = bytes;
+            }
+        }
+    }
+    for (int i = first, k = 0; i < last; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++, k++) {
+            recv_buf[k] = -1;
+            if (!has(pp->holders, me) || has(pp->use_ranks[u], me)) continue;
+            pipit__instr *in = post(e, INS_ACC_RECV, i, u, __builtin_ctzll(pp->use_ranks[u]));
+            if (!in) return;
+            in->bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+            recv_buf[k] = pipit__emit_buf(e, in->bytes, e->r->n - 1);
+            in->out = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
+        }
+    }
+}
+
+/* grad = per-use sums added in use order; a param's lands in its gradient
+ * block, a pre-loop value's in a buffer bound to its gradient leaf. */
+static void sum_uses(pipit_program *p, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
+    for (int i = first, k = 0; i < last; i++) {
+        const pipit__param *pp = &p->params[i];
+        if (!has(pp->holders, me)) {
+            k += pp->nuses;
+            continue;
+        }
+        pipit__instr *in = post(e, INS_GRADSUM, i, -1, -1);
+        if (!in) return;
+        int32_t at = e->r->n - 1;
+        in->numel = pp->numel;
+        if (pp->boundary) {
+            int32_t b = pipit__emit_buf(e, (size_t)pp->numel * pipit__dtype_size(pp->dtype), at);
+            pipit__emit_bind(e, pp->gacc, b);
+            in->out = (pipit__loc){LOC_ARENA, b, 0};
+        } else {
+            in->out = (pipit__loc){LOC_GRAD, i, 0};
+        }
+        in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
+        if (!in->srcs) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+            return;
+        }
+        for (int u = 0; u < pp->nuses; u++, k++) {
+            if (has(pp->use_ranks[u], me)) {
+                in->srcs[u] = (pipit__loc){LOC_ACC, -1, *acc_slot(p, pp, u, me)};
+            } else {
+                in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
+                pipit__emit_touch(e, recv_buf[k], at);
+            }
+        }
+    }
+}
+
+/* The post-loop region's param uses, computed once: stored as their sums. */
+static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
+    const pipit_program *p = L->p;
+    for (int i = 0; i < p->nparams; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++)
+            if (pp->post[u] && has(pp->use_ranks[u], me))
+                pipit__emit_acc(e, p->gr.t[i].contrib[u], 0, *acc_slot(p, pp, u, me), 1);
+    }
+}
+
+/* The global norm: each param's sum of squares is computed by one holder
+ * and shared with every rank; every rank adds them in param order. */
+static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
+    for (int i = 0; i < p->nparams; i++) {
+        if (p->params[i].norm_rank != me) continue;
+        pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
+        if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
+        post(e, INS_SUMSQ_FIN, i, -1, -1);
+        for (int q = 0; q < p->nranks; q++)
+            if (q != me) post(e, INS_NORM_SEND, i, -1, q);
+    }
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].norm_rank != me) post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
+    post(e, INS_NORM, -1, -1, -1);
+}
+
+static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
+    pipit_program *p = L->p;
+    int total = 0;
+    for (int i = 0; i < p->ntargets; i++) total += p->params[i].nuses;
+    int32_t *recv_buf = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(total, 1));
+    if (!recv_buf) {
+        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        return;
+    }
+    /* pre-loop values first: their backward adds post-loop uses to params */
+    exchange_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
+    sum_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
+    run_region(L, e, PH_POST, me);
+    accumulate_post(L, e, me);
+    exchange_uses(p, e, me, 0, p->nparams, recv_buf);
+    sum_uses(p, e, me, 0, p->nparams, recv_buf);
+    global_norm(p, e, me);
+    for (int i = 0; i < p->nparams; i++)
+        if (has(p->params[i].holders, me)) post(e, INS_UPDATE, i, -1, -1);
+    pipit__free(recv_buf);
+}
+
+static void patch_param_loc(const pipit__rank_prog *r, pipit__loc *l) {
+    if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off = r->param_off[l->idx];
+}
+
+static void patch_params(pipit_program *p) {
+    for (int q = 0; q < p->nranks; q++) {
+        pipit__rank_prog *r = &p->ranks[q];
+        for (int32_t i = 0; i < r->n; i++) {
+            pipit__instr *in = &r->ins[i];
+            patch_param_loc(r, &in->out);
+            for (int k = 0; k < PIPIT_MAX_IN; k++) patch_param_loc(r, &in->in[k]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- driver */
 
 /* The reference order on one rank: microbatch by microbatch, forward
  * through every stage, then backward from the last. */
@@ -145,7 +410,6 @@ static pipit_status check_schedule_fits(const pipit_program *p, const pipit_sche
 
 static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, int q) {
     r->rank = q;
-    if (r->tasks) return PIPIT_STATUS_OK;
     r->ntasks = sch->ntasks[q];
     r->tasks = pipit__malloc(sizeof(pipit_task) * (size_t)PIPIT_MAX(r->ntasks, 1));
     r->t_start = pipit__calloc((size_t)PIPIT_MAX(r->ntasks, 1), sizeof(double));
@@ -155,173 +419,8 @@ static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, i
     return PIPIT_STATUS_OK;
 }
 
-/* Which rank computes each use of each param, and where its accumulator
- * lives in that rank's accumulator block. */
-static void place_uses(lowering *L) {
-    pipit_program *p = L->p;
-    for (int i = 0; i < p->nparams; i++) {
-        pipit__param *pp = &p->params[i];
-        for (int u = 0; u < pp->nuses; u++) {
-            int32_t r = pipit__alias_root(p->g, p->gr.pg[i].contrib[u]);
-            int q = L->stage_rank[L->st->stage[r] < 0 ? 0 : L->st->stage[r]];
-            pp->use_rank[u] = q;
-            pp->acc_off[u] = p->ranks[q].acc_bytes;
-            p->ranks[q].acc_bytes += align64(pipit__node_bytes(&p->g->nodes[pp->node]));
-        }
-    }
-}
-
-/* A rank holds every param its instructions read (a tied weight is held by
- * each rank that uses it); an unused param is kept by rank 0. */
-static pipit_status place_params(pipit_program *p) {
-    for (int q = 0; q < p->nranks; q++) {
-        const pipit__rank_prog *r = &p->ranks[q];
-        for (int32_t i = 0; i < r->n; i++)
-            for (int k = 0; k < PIPIT_MAX_IN; k++)
-                if (r->ins[i].in[k].kind == LOC_PARAM) p->params[r->ins[i].in[k].idx].holders |= 1ull << q;
-    }
-    for (int i = 0; i < p->nparams; i++) {
-        pipit__param *pp = &p->params[i];
-        if (!pp->holders) pp->holders = 1;
-        for (int u = 0; u < pp->nuses; u++) pp->holders |= 1ull << pp->use_rank[u];
-        pp->norm_rank = __builtin_ctzll(pp->holders);
-    }
-    for (int q = 0; q < p->nranks; q++) {
-        pipit__rank_prog *r = &p->ranks[q];
-        r->param_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(p->nparams, 1));
-        if (!r->param_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
-        for (int i = 0; i < p->nparams; i++) {
-            const pipit__param *pp = &p->params[i];
-            r->param_off[i] = SIZE_MAX;
-            if (!(pp->holders >> q & 1)) continue;
-            r->param_off[i] = r->param_bytes;
-            r->param_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
-            r->max_chunks = PIPIT_MAX(r->max_chunks, (pp->numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK);
-        }
-    }
-    return PIPIT_STATUS_OK;
-}
-
-static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int peer) {
-    pipit__instr *in = pipit__emit_push(e);
-    if (!in) return NULL;
-    in->kind = (uint8_t)kind;
-    in->param = param;
-    in->use = use;
-    in->peer = peer;
-    return in;
-}
-
-static int holds(const pipit__param *pp, int q) { return (int)(pp->holders >> q & 1); }
-
-/* Every holder of a param needs every use's sum: owners send theirs, then
- * each holder receives the others' (all sends of a rank come before its
- * receives, so the exchange cannot deadlock). */
-static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int32_t *recv_buf) {
-    for (int i = 0; i < p->nparams; i++) {
-        const pipit__param *pp = &p->params[i];
-        size_t bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
-        for (int u = 0; u < pp->nuses; u++) {
-            if (pp->use_rank[u] != me) continue;
-            for (int q = 0; q < p->nranks; q++) {
-                if (q == me || !holds(pp, q)) continue;
-                pipit__instr *in = post(e, INS_ACC_SEND, i, u, q);
-                if (in) in->in[0] = (pipit__loc){LOC_ACC, -1, pp->acc_off[u]}, in->bytes = bytes;
-            }
-        }
-    }
-    int k = 0;
-    for (int i = 0; i < p->nparams; i++) {
-        const pipit__param *pp = &p->params[i];
-        for (int u = 0; u < pp->nuses; u++, k++) {
-            recv_buf[k] = -1;
-            if (!holds(pp, me) || pp->use_rank[u] == me) continue;
-            pipit__instr *in = post(e, INS_ACC_RECV, i, u, pp->use_rank[u]);
-            if (!in) return;
-            in->bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
-            recv_buf[k] = pipit__emit_buf(e, in->bytes, e->r->n - 1);
-            in->out = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
-        }
-    }
-}
-
-static void sum_uses(pipit_program *p, pipit__emitter *e, int me, const int32_t *recv_buf) {
-    int k = 0;
-    for (int i = 0; i < p->nparams; i++) {
-        const pipit__param *pp = &p->params[i];
-        if (!holds(pp, me)) {
-            k += pp->nuses;
-            continue;
-        }
-        pipit__instr *in = post(e, INS_GRADSUM, i, -1, -1);
-        if (!in) return;
-        in->numel = pp->numel;
-        in->out = (pipit__loc){LOC_GRAD, i, 0};
-        in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
-        if (!in->srcs) {
-            e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
-            return;
-        }
-        for (int u = 0; u < pp->nuses; u++, k++) {
-            if (pp->use_rank[u] == me) {
-                in->srcs[u] = (pipit__loc){LOC_ACC, -1, pp->acc_off[u]};
-            } else {
-                in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
-                pipit__emit_touch(e, recv_buf[k], e->r->n - 1);
-            }
-        }
-    }
-}
-
-/* The global norm: each param's sum of squares is computed by one holder
- * and shared with every rank; every rank adds them in param order. */
-static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
-    for (int i = 0; i < p->nparams; i++) {
-        if (p->params[i].norm_rank != me) continue;
-        pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
-        if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
-        post(e, INS_SUMSQ_FIN, i, -1, -1);
-        for (int q = 0; q < p->nranks; q++)
-            if (q != me) post(e, INS_NORM_SEND, i, -1, q);
-    }
-    for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].norm_rank != me) post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
-    post(e, INS_NORM, -1, -1, -1);
-}
-
-static void emit_post_loop(pipit_program *p, pipit__emitter *e, int me) {
-    int total = 0;
-    for (int i = 0; i < p->nparams; i++) total += p->params[i].nuses;
-    int32_t *recv_buf = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(total, 1));
-    if (!recv_buf) {
-        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
-        return;
-    }
-    exchange_uses(p, e, me, recv_buf);
-    sum_uses(p, e, me, recv_buf);
-    global_norm(p, e, me);
-    for (int i = 0; i < p->nparams; i++)
-        if (holds(&p->params[i], me)) post(e, INS_UPDATE, i, -1, -1);
-    pipit__free(recv_buf);
-}
-
-static void patch_param_loc(const pipit__rank_prog *r, pipit__loc *l) {
-    if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off = r->param_off[l->idx];
-}
-
-static void patch_params(pipit_program *p) {
-    for (int q = 0; q < p->nranks; q++) {
-        pipit__rank_prog *r = &p->ranks[q];
-        for (int32_t i = 0; i < r->n; i++) {
-            pipit__instr *in = &r->ins[i];
-            patch_param_loc(r, &in->out);
-            for (int k = 0; k < PIPIT_MAX_IN; k++) patch_param_loc(r, &in->in[k]);
-        }
-    }
-}
-
-/* Loop (every rank's tasks), then placement of params, then the post-loop;
- * only then are arenas planned, since post-loop buffers share them. */
+/* Pre-loop and loop on every rank, then placement of params, then the
+ * post-loop; only then are arenas planned, since post-loop buffers share them. */
 static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
     pipit_program *p = L->p;
     pipit__emitter *em = pipit__calloc((size_t)p->nranks, sizeof *em);
@@ -334,14 +433,15 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
         s = pipit__emitter_init(&em[q], p, &p->ranks[q]); /* sets e->r even when it fails */
         inited++;
     }
-    if (!s) place_uses(L);
+    if (!s) s = place_uses(L);
     for (int q = 0; !s && q < p->nranks; q++) {
+        run_region(L, &em[q], PH_PRE, q);
         for (int i = 0; i < p->ranks[q].ntasks; i++) lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
         s = em[q].status;
     }
     if (!s) s = place_params(p);
     for (int q = 0; !s && q < p->nranks; q++) {
-        emit_post_loop(p, &em[q], q);
+        emit_post_loop(L, &em[q], q);
         s = em[q].status;
     }
     for (int q = 0; q < inited; q++) {
@@ -370,15 +470,16 @@ pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
     lowering L = {p, &st, sch ? sch->stage_rank : NULL, NULL};
     if (!s) {
         p->S = st.S;
-        p->nranks = sch->P;
-        p->ranks = pipit__calloc((size_t)p->nranks, sizeof *p->ranks);
+        p->ranks = pipit__calloc((size_t)sch->P, sizeof *p->ranks);
         p->stage_rank = pipit__malloc(sizeof(int) * (size_t)st.S);
         if (!p->ranks || !p->stage_rank) s = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        else p->nranks = sch->P;
     }
     if (!s) {
         memcpy(p->stage_rank, sch->stage_rank, sizeof(int) * (size_t)st.S);
-        s = find_consumers(&L);
+        s = find_region_ranks(&L);
     }
+    if (!s) s = find_consumers(&L);
     if (!s) s = lower_all(&L, sch);
     if (!s) { /* keep stage and phase of every node for `pipit plan` and traces */
         p->node_stage = st.stage;

@@ -14,11 +14,21 @@ static const char *phase_name(int ph) {
     case PH_F: return "F";
     case PH_B: return "B";
     case PH_W: return "W";
+    case PH_PRE: return "pre";
+    case PH_POST: return "post";
     }
     return "-";
 }
 
+/* A param's name, or "pre-loop value <node>" for a boundary target. */
+static const char *target_name(const pipit_program *p, int i, char *buf, size_t n) {
+    if (p->params[i].name) return p->params[i].name;
+    snprintf(buf, n, "pre-loop value %d", p->params[i].node);
+    return buf;
+}
+
 static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in) {
+    char tb[48];
     const pipit__node *n = &p->g->nodes[in->node];
     switch ((pipit__ins_kind)in->kind) {
     case INS_RUN: fprintf(f, "RUN   %-12s node %-5d mb %d\n", pipit__ops[n->op].name, in->node, in->mb); break;
@@ -26,15 +36,15 @@ static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in)
     case INS_LOSS: fprintf(f, "LOSS  mb %d\n", in->mb); break;
     case INS_SEND: fprintf(f, "SEND  node %d mb %d -> rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
     case INS_RECV: fprintf(f, "RECV  node %d mb %d <- rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
-    case INS_ACC_SEND: fprintf(f, "SEND  %s use %d sum -> rank %d\n", p->params[in->param].name, in->use, in->peer); break;
-    case INS_ACC_RECV: fprintf(f, "RECV  %s use %d sum <- rank %d\n", p->params[in->param].name, in->use, in->peer); break;
-    case INS_GRADSUM: fprintf(f, "GRAD  %s = sum of %d use(s) in use order\n", p->params[in->param].name, p->params[in->param].nuses); break;
-    case INS_SUMSQ: fprintf(f, "SUMSQ %s\n", p->params[in->param].name); break;
+    case INS_ACC_SEND: fprintf(f, "SEND  %s use %d sum -> rank %d\n", target_name(p, in->param, tb, sizeof tb), in->use, in->peer); break;
+    case INS_ACC_RECV: fprintf(f, "RECV  %s use %d sum <- rank %d\n", target_name(p, in->param, tb, sizeof tb), in->use, in->peer); break;
+    case INS_GRADSUM: fprintf(f, "GRAD  %s = sum of %d use(s) in use order\n", target_name(p, in->param, tb, sizeof tb), p->params[in->param].nuses); break;
+    case INS_SUMSQ: fprintf(f, "SUMSQ %s\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_SUMSQ_FIN: break;
-    case INS_NORM_SEND: fprintf(f, "SEND  sumsq(%s) -> rank %d\n", p->params[in->param].name, in->peer); break;
-    case INS_NORM_RECV: fprintf(f, "RECV  sumsq(%s) <- rank %d\n", p->params[in->param].name, in->peer); break;
+    case INS_NORM_SEND: fprintf(f, "SEND  sumsq(%s) -> rank %d\n", target_name(p, in->param, tb, sizeof tb), in->peer); break;
+    case INS_NORM_RECV: fprintf(f, "RECV  sumsq(%s) <- rank %d\n", target_name(p, in->param, tb, sizeof tb), in->peer); break;
     case INS_NORM: fprintf(f, "NORM  global gradient norm (param order), clip scale\n"); break;
-    case INS_UPDATE: fprintf(f, "UPDATE %s\n", p->params[in->param].name); break;
+    case INS_UPDATE: fprintf(f, "UPDATE %s\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_MARK: break;
     }
 }
@@ -51,7 +61,9 @@ void pipit__plan_print(FILE *f, const pipit_program *p, int verbose) {
         fprintf(f, "ops (stage/phase):");
         int col = 0;
         for (int32_t i = 0; i < p->g->n; i++) {
-            if (p->node_phase[i] == PH_NONE || p->stage_rank[p->node_stage[i]] != r) continue;
+            int ph = p->node_phase[i];
+            if (ph == PH_NONE) continue;
+            if (ph == PH_PRE || ph == PH_POST ? !(p->node_ranks[i] >> r & 1) : p->stage_rank[p->node_stage[i]] != r) continue;
             fprintf(f, "%s%d:%s@%d%s", col++ % 6 ? "  " : "\n  ", i, pipit__ops[p->g->nodes[i].op].name,
                     p->node_stage[i], phase_name(p->node_phase[i]));
         }

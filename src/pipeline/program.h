@@ -60,16 +60,21 @@ typedef struct {
     pipit__loc *srcs;    /* INS_GRADSUM: [nuses] per-use sums, in use order (owned) */
 } pipit__instr;
 
+/* A gradient target: a param, or a pre-loop value read inside the loop
+ * (its accumulated gradient feeds the post-loop region). */
 typedef struct {
-    char *name;          /* borrowed from the graph node */
+    char *name;          /* params: borrowed from the graph node; boundary values: NULL */
     int32_t node;
+    int boundary;        /* 1: pre-loop value */
+    int32_t gacc;        /* boundary: the leaf that receives its accumulated gradient */
     pipit_dtype dtype;
     int64_t numel;
     int nuses;
-    int *use_rank;       /* [nuses] rank that computes use u */
-    size_t *acc_off;     /* [nuses] byte offset in use_rank[u]'s accumulator block */
-    uint64_t holders;    /* bit r: rank r holds a copy (reads the param) */
-    int norm_rank;       /* the holder that computes its sum of squares */
+    uint8_t *post;       /* [nuses] 1: use computed once after the loop */
+    uint64_t *use_ranks; /* [nuses] ranks that compute use u (post-loop uses are replicated) */
+    size_t *acc_off;     /* [nuses * nranks] use u's accumulator on rank r; SIZE_MAX if none */
+    uint64_t holders;    /* params: ranks holding a copy; boundary: ranks running its post-loop region */
+    int norm_rank;       /* params: the holder that computes its sum of squares */
     int decay;           /* AdamW weight decay applies (2-D params) */
 } pipit__param;
 
@@ -115,8 +120,10 @@ struct pipit_program {
     pipit__grads gr;
     pipit_options opt;
     int M, threads;
-    int nparams;
+    int nparams;         /* params[0, nparams): the model's parameters */
+    int ntargets;        /* params[nparams, ntargets): pre-loop boundary values */
     pipit__param *params;
+    uint64_t *node_ranks;/* [graph nodes] pre-loop and post-loop nodes: ranks that run them */
     int ninputs;
     pipit__input *inputs;
     double seed_f64;

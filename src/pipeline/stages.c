@@ -4,6 +4,8 @@
  * first use. Backward: a node lives in the stage of the forward op whose VJP
  * emitted it, except a backward yield, which moves one stage earlier. The B/W
  * split is then a reachability question inside each stage's backward.
+ * Pre-loop nodes (params only) and the post-loop region (their backward)
+ * run outside the microbatch loop, on every rank that needs them.
  */
 #include "pipeline/stages.h"
 #include "pipeline/emit.h"
@@ -19,8 +21,8 @@ static uint8_t *mark_live(const pipit_program *p) {
     uint8_t *live = pipit__calloc((size_t)g->n, 1);
     if (!live) return NULL;
     live[p->loss] = 1;
-    for (int i = 0; i < p->gr.nparams; i++)
-        for (int u = 0; u < p->gr.pg[i].nuses; u++) live[p->gr.pg[i].contrib[u]] = 1;
+    for (int i = 0; i < p->gr.ntargets; i++)
+        for (int u = 0; u < p->gr.t[i].nuses; u++) live[p->gr.t[i].contrib[u]] = 1;
     for (int32_t i = g->n - 1; i >= 0; i--)
         if (live[i])
             for (int k = 0; k < g->nodes[i].nin; k++) live[g->nodes[i].in[k]] = 1;
@@ -73,7 +75,7 @@ static pipit_status split_bw(const pipit_program *p, pipit__staging *st) {
     if (!inB) return pipit__err(PIPIT_STATUS_NOMEM, "stage inference: out of memory");
     for (int32_t j = g->n - 1; j >= p->gr.fwd_end; j--) {
         const pipit__node *n = &g->nodes[j];
-        if (!st->live[j] || !pipit__node_runs(n)) continue;
+        if (!st->live[j] || !pipit__node_runs(n) || (n->flags & NODE_POST)) continue;
         for (int k = 0; k < n->nin; k++) {
             int32_t r = pipit__alias_root(g, n->in[k]);
             if (r < p->gr.fwd_end || !pipit__node_runs(&g->nodes[r])) continue;
@@ -83,7 +85,8 @@ static pipit_status split_bw(const pipit_program *p, pipit__staging *st) {
     }
     for (int32_t i = 0; i < g->n; i++) {
         if (!st->live[i] || !pipit__node_runs(&g->nodes[i])) st->phase[i] = PH_NONE;
-        else if (i < p->gr.fwd_end) st->phase[i] = PH_F;
+        else if (i < p->gr.fwd_end) st->phase[i] = p->gr.preloop[i] ? PH_PRE : PH_F;
+        else if (g->nodes[i].flags & NODE_POST) st->phase[i] = PH_POST;
         else st->phase[i] = inB[i] ? PH_B : PH_W;
     }
     pipit__free(inB);

@@ -8,7 +8,9 @@
 
 #include "pipeline/program.h"
 
-enum { PH_NONE = 0, PH_F, PH_B, PH_W };
+/* PH_PRE: forward on params only, once before the loop; PH_POST: its
+ * backward, once after the loop, from the accumulated gradient. */
+enum { PH_NONE = 0, PH_F, PH_B, PH_W, PH_PRE, PH_POST };
 
 typedef struct {
     int S;              /* stages: 1 + yields on the longest chain */
