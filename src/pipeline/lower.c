@@ -44,7 +44,7 @@ static pipit_status find_region_ranks(lowering *L) {
     if (!rk) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     for (int32_t j = g->n - 1; j >= 0; j--) {
         const pipit__node *n = &g->nodes[j];
-        if (!L->st->live[j] || j >= p->gr.fwd_end) continue;
+        if (!L->st->live[j] || j >= p->gr.fwd_end || (pipit__ops[n->op].flags & OPF_LEAF)) continue;
         uint64_t mine = p->gr.preloop[j] ? rk[j] : 1ull << rank_of_node(L, j);
         for (int k = 0; k < n->nin; k++)
             if (n->in[k] < p->gr.fwd_end && p->gr.preloop[n->in[k]]) rk[n->in[k]] |= mine;
