@@ -129,6 +129,16 @@ PIPIT_API pipit_val pipit_transpose(pipit_graph *g, pipit_val x, int axis0, int 
 /* Stage boundary: identity whose output lives one pipeline stage later. */
 PIPIT_API pipit_val pipit_yield(pipit_graph *g, pipit_val x);
 
+/* Post-loop ops. pipit_grad_of is the accumulated gradient of `param` after
+ * the microbatch loop (summed over microbatches and uses, before clipping).
+ * Ops on it and on params form the post-loop region, which runs once per
+ * step on the ranks that hold the param; pipit_set_grad makes one of its
+ * values the gradient that clipping and the optimizer use (a custom
+ * gradient transform). Every transform sees the untransformed gradients.
+ * Post-loop ops may not read graph inputs or values the step computes. */
+PIPIT_API pipit_val pipit_grad_of(pipit_graph *g, pipit_val param);
+PIPIT_API pipit_status pipit_set_grad(pipit_graph *g, pipit_val param, pipit_val grad);
+
 /* ------------------------------------------------------------- schedules */
 
 typedef enum {

@@ -23,6 +23,7 @@ void pipit_graph_free(pipit_graph *g) {
     if (!g || g->magic != PIPIT_GRAPH_MAGIC) return;
     for (int32_t i = 0; i < g->n; i++) pipit__free(g->nodes[i].name);
     pipit__free(g->nodes);
+    pipit__free(g->gradset);
     g->magic = 0;
     pipit__free(g);
 }
@@ -321,4 +322,66 @@ int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *sha
     int64_t iattr[4] = {0};
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
     return pipit__node_add(g, PIPIT_OP_FILL, 1, &scalar, (double[2]){scale, (double)ndim}, iattr);
+}
+
+/* ---- post-loop ---- */
+
+static int32_t param_arg(pipit_graph *g, pipit_val param, const char *what) {
+    if (!graph_ok(g)) return -1;
+    int32_t id = val_id(g, param);
+    if (id < 0 || g->nodes[id].op != PIPIT_OP_PARAM) {
+        if (g->status == PIPIT_STATUS_OK)
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: the first argument must be a pipit_param", what);
+        return -1;
+    }
+    return id;
+}
+
+pipit_val pipit_grad_of(pipit_graph *g, pipit_val param) {
+    int32_t pid = param_arg(g, param, "pipit_grad_of");
+    if (pid < 0) return (pipit_val){g, -1};
+    for (int32_t i = 0; i < g->n; i++) /* one leaf per param */
+        if ((g->nodes[i].flags & NODE_GRADOF) && g->nodes[i].iattr[0] == pid) return (pipit_val){g, i};
+    char name[256];
+    snprintf(name, sizeof name, "@grad:%s", g->nodes[pid].name);
+    pipit_val v = leaf(g, PIPIT_OP_INPUT, name, (pipit_dtype)g->nodes[pid].dtype, g->nodes[pid].ndim,
+                       g->nodes[pid].shape);
+    if (v.id >= 0) {
+        g->nodes[v.id].flags |= NODE_GRADOF;
+        g->nodes[v.id].iattr[0] = pid;
+    }
+    return v;
+}
+
+pipit_status pipit_set_grad(pipit_graph *g, pipit_val param, pipit_val grad) {
+    int32_t pid = param_arg(g, param, "pipit_set_grad");
+    int32_t gid = pid < 0 ? -1 : val_id(g, grad);
+    if (pid >= 0 && gid < 0 && g->status == PIPIT_STATUS_OK)
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_set_grad: the gradient is an invalid value");
+    if (gid < 0) return g && g->magic == PIPIT_GRAPH_MAGIC && g->status ? g->status : PIPIT_STATUS_INVALID;
+    const pipit__node *p = &g->nodes[pid], *v = &g->nodes[gid];
+    char a[96], b[96];
+    int same = p->ndim == v->ndim && p->dtype == v->dtype;
+    for (int i = 0; same && i < p->ndim; i++) same = p->shape[i] == v->shape[i];
+    if (!same) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "pipit_set_grad '%s': the gradient is %s %s, the param %s %s", p->name,
+                          pipit__dtype_name((pipit_dtype)v->dtype), pipit__shape_str(a, sizeof a, v->ndim, v->shape),
+                          pipit__dtype_name((pipit_dtype)p->dtype), pipit__shape_str(b, sizeof b, p->ndim, p->shape));
+        return g->status;
+    }
+    for (int32_t i = 0; i < g->ngradset; i++)
+        if (g->gradset[i][0] == pid) {
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_set_grad '%s': the gradient is already set", p->name);
+            return g->status;
+        }
+    int32_t(*gs)[2] = pipit__realloc(g->gradset, sizeof *gs * (size_t)(g->ngradset + 1));
+    if (!gs) {
+        pipit__graph_fail(g, PIPIT_STATUS_NOMEM, "pipit_set_grad: out of memory");
+        return g->status;
+    }
+    g->gradset = gs;
+    g->gradset[g->ngradset][0] = pid;
+    g->gradset[g->ngradset][1] = gid;
+    g->ngradset++;
+    return PIPIT_STATUS_OK;
 }

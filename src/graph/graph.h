@@ -24,6 +24,7 @@ typedef enum {
 #define NODE_BWD 1        /* created by autodiff */
 #define NODE_BWD_YIELD 2  /* a backward yield: moves one stage earlier */
 #define NODE_POST 4       /* backward of the pre-loop region: runs once after the loop */
+#define NODE_GRADOF 8     /* INPUT leaf: the accumulated gradient of param iattr[0] */
 
 typedef struct {
     uint16_t op;               /* pipit__opcode */
@@ -49,6 +50,8 @@ struct pipit_graph {
     pipit_status status;       /* first build error */
     char errmsg[1024];
     int32_t cur_origin;        /* set by autodiff while emitting a VJP */
+    int32_t ngradset;          /* pipit_set_grad: param -> value pairs */
+    int32_t (*gradset)[2];
     uint8_t cur_flags;
 };
 

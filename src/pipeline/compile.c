@@ -56,13 +56,13 @@ static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
 static pipit_status collect_inputs(pipit_program *p) {
     const pipit_graph *g = p->g;
     for (int32_t i = 0; i < p->gr.fwd_end; i++)
-        if (g->nodes[i].op == PIPIT_OP_INPUT) p->ninputs++;
+        if (g->nodes[i].op == PIPIT_OP_INPUT && !(g->nodes[i].flags & NODE_GRADOF)) p->ninputs++;
     p->inputs = pipit__calloc((size_t)PIPIT_MAX(p->ninputs, 1), sizeof *p->inputs);
     if (!p->inputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
     int k = 0;
     for (int32_t i = 0; i < p->gr.fwd_end; i++) {
         const pipit__node *n = &g->nodes[i];
-        if (n->op != PIPIT_OP_INPUT) continue;
+        if (n->op != PIPIT_OP_INPUT || (n->flags & NODE_GRADOF)) continue;
         p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n),
                                         n->dtype == PIPIT_I32 ? input_limit(g, i, p->gr.fwd_end) : 0};
     }

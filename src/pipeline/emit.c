@@ -82,6 +82,7 @@ static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
     int32_t root = pipit__alias_root(g, id);
     const pipit__node *n = &g->nodes[root];
     if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, param_index(e->p, root), 0};
+    if (n->flags & NODE_GRADOF) return (pipit__loc){LOC_GRAD, param_index(e->p, (int32_t)n->iattr[0]), 0};
     if (n->op == PIPIT_OP_INPUT && !(n->flags & NODE_POST)) {
         if (root == e->p->gr.seed) return (pipit__loc){LOC_SEED, root, 0};
         return (pipit__loc){LOC_FEED, input_slot(e->p, root), 0};
@@ -91,6 +92,30 @@ static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
     PIPIT_ASSERT(b >= 0); /* lowering emits producers before consumers */
     if (e->bufs[b].last < at) e->bufs[b].last = at;
     return (pipit__loc){LOC_ARENA, b, 0};
+}
+
+int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node) {
+    if (e->status) return -1;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return -1;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_COPY;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    in->in[0] = read_loc(e, node, 0, at);
+    int32_t b = pipit__emit_buf(e, in->bytes, at);
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+    return b;
+}
+
+void pipit__emit_copy_out(pipit__emitter *e, int32_t b, pipit__loc dst, size_t bytes) {
+    if (e->status || b < 0) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_COPY;
+    in->bytes = bytes;
+    in->in[0] = (pipit__loc){LOC_ARENA, b, 0};
+    pipit__emit_touch(e, b, e->r->n - 1);
+    in->out = dst;
 }
 
 /* Gives (node, 0) the arena buffer b (post-loop gradient leaves). */

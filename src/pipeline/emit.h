@@ -35,6 +35,10 @@ pipit__instr *pipit__emit_push(pipit__emitter *e);
 int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at);
 void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at);
 void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b);
+/* Copies value (node, 0) into a new arena buffer (returned); copies arena
+ * buffer b to dst. */
+int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node);
+void pipit__emit_copy_out(pipit__emitter *e, int32_t b, pipit__loc dst, size_t bytes);
 /* Plans the arena, patches offsets, frees the emitter's scratch. */
 pipit_status pipit__emitter_finish(pipit__emitter *e);
 

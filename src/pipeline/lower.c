@@ -196,7 +196,46 @@ static pipit_status place_uses(lowering *L) {
 /* A rank holds every param its instructions read (a tied weight is held by
  * each rank that uses it); an unused param is kept by rank 0. A pre-loop
  * value's gradient is needed by the ranks that run its post-loop region. */
-static pipit_status place_params(pipit_program *p) {
+static int param_of(const pipit_program *p, int32_t node) {
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].node == node) return i;
+    return -1;
+}
+
+/* A gradient transform of param P runs on P's holders; they must then also
+ * hold every param (and gradient) it reads, which may widen those params'
+ * holders and so the ranks of their own transforms: iterate to a fixpoint. */
+static pipit_status place_gradpost(lowering *L) {
+    pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    uint8_t *cone = pipit__malloc((size_t)g->n);
+    if (!cone) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t k = 0; k < g->ngradset; k++) {
+            uint64_t ranks = p->params[param_of(p, g->gradset[k][0])].holders;
+            memset(cone, 0, (size_t)g->n);
+            cone[g->gradset[k][1]] = 1;
+            for (int32_t j = g->gradset[k][1]; j >= 0; j--) {
+                if (!cone[j]) continue;
+                const pipit__node *n = &g->nodes[j];
+                p->node_ranks[j] |= ranks;
+                int32_t q = n->op == PIPIT_OP_PARAM ? j : (n->flags & NODE_GRADOF) ? (int32_t)n->iattr[0] : -1;
+                if (q >= 0) {
+                    pipit__param *pq = &p->params[param_of(p, q)];
+                    if ((pq->holders | ranks) != pq->holders) changed = 1;
+                    pq->holders |= ranks;
+                }
+                for (int i = 0; i < n->nin; i++) cone[n->in[i]] = 1;
+            }
+        }
+    }
+    pipit__free(cone);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status place_params(lowering *L) {
+    pipit_program *p = L->p;
     for (int q = 0; q < p->nranks; q++) {
         const pipit__rank_prog *r = &p->ranks[q];
         for (int32_t i = 0; i < r->n; i++)
@@ -208,8 +247,10 @@ static pipit_status place_params(pipit_program *p) {
         if (pp->boundary) pp->holders = p->node_ranks[pp->gacc];
         if (!pp->holders) pp->holders = 1;
         for (int u = 0; u < pp->nuses && !pp->boundary; u++) pp->holders |= pp->use_ranks[u];
-        pp->norm_rank = __builtin_ctzll(pp->holders);
     }
+    pipit_status s = place_gradpost(L);
+    if (s) return s;
+    for (int i = 0; i < p->ntargets; i++) p->params[i].norm_rank = __builtin_ctzll(p->params[i].holders);
     for (int q = 0; q < p->nranks; q++) {
         pipit__rank_prog *r = &p->ranks[q];
         r->param_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(p->nparams, 1));
@@ -335,6 +376,31 @@ static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
     post(e, INS_NORM, -1, -1, -1);
 }
 
+/* User gradient transforms (pipit_set_grad): run the region, snapshot every
+ * new gradient, and only then overwrite the gradient blocks, so every
+ * transform reads untransformed gradients. */
+static void transform_grads(lowering *L, pipit__emitter *e, int me) {
+    pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    if (!g->ngradset) return;
+    run_region(L, e, PH_GRADPOST, me);
+    int32_t *snap = pipit__malloc(sizeof(int32_t) * (size_t)g->ngradset);
+    if (!snap) {
+        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        return;
+    }
+    for (int32_t k = 0; k < g->ngradset; k++) {
+        int i = param_of(p, g->gradset[k][0]);
+        snap[k] = has(p->params[i].holders, me) ? pipit__emit_snapshot(e, g->gradset[k][1]) : -1;
+    }
+    for (int32_t k = 0; k < g->ngradset; k++) {
+        int i = param_of(p, g->gradset[k][0]);
+        const pipit__param *pp = &p->params[i];
+        pipit__emit_copy_out(e, snap[k], (pipit__loc){LOC_GRAD, i, 0}, (size_t)pp->numel * pipit__dtype_size(pp->dtype));
+    }
+    pipit__free(snap);
+}
+
 static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
     pipit_program *p = L->p;
     int total = 0;
@@ -351,6 +417,7 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
     accumulate_post(L, e, me);
     exchange_uses(p, e, me, 0, p->nparams, recv_buf);
     sum_uses(p, e, me, 0, p->nparams, recv_buf);
+    transform_grads(L, e, me);
     global_norm(p, e, me);
     for (int i = 0; i < p->nparams; i++)
         if (has(p->params[i].holders, me)) post(e, INS_UPDATE, i, -1, -1);
@@ -439,7 +506,7 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
         for (int i = 0; i < p->ranks[q].ntasks; i++) lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
         s = em[q].status;
     }
-    if (!s) s = place_params(p);
+    if (!s) s = place_params(L);
     for (int q = 0; !s && q < p->nranks; q++) {
         emit_post_loop(L, &em[q], q);
         s = em[q].status;

@@ -16,6 +16,7 @@ static const char *phase_name(int ph) {
     case PH_W: return "W";
     case PH_PRE: return "pre";
     case PH_POST: return "post";
+    case PH_GRADPOST: return "gradpost";
     }
     return "-";
 }
@@ -45,6 +46,7 @@ static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in)
     case INS_NORM_RECV: fprintf(f, "RECV  sumsq(%s) <- rank %d\n", target_name(p, in->param, tb, sizeof tb), in->peer); break;
     case INS_NORM: fprintf(f, "NORM  global gradient norm (param order), clip scale\n"); break;
     case INS_UPDATE: fprintf(f, "UPDATE %s\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_COPY: fprintf(f, "COPY  %zu bytes (gradient transform)\n", in->bytes); break;
     case INS_MARK: break;
     }
 }
@@ -63,7 +65,8 @@ void pipit__plan_print(FILE *f, const pipit_program *p, int verbose) {
         for (int32_t i = 0; i < p->g->n; i++) {
             int ph = p->node_phase[i];
             if (ph == PH_NONE) continue;
-            if (ph == PH_PRE || ph == PH_POST ? !(p->node_ranks[i] >> r & 1) : p->stage_rank[p->node_stage[i]] != r) continue;
+            int replicated = ph == PH_PRE || ph == PH_POST || ph == PH_GRADPOST;
+            if (replicated ? !(p->node_ranks[i] >> r & 1) : p->stage_rank[p->node_stage[i]] != r) continue;
             fprintf(f, "%s%d:%s@%d%s", col++ % 6 ? "  " : "\n  ", i, pipit__ops[p->g->nodes[i].op].name,
                     p->node_stage[i], phase_name(p->node_phase[i]));
         }

@@ -43,7 +43,8 @@ typedef enum {
     INS_NORM_SEND,/* send sumsq[param] to rank peer */
     INS_NORM_RECV,/* receive sumsq[param] from rank peer */
     INS_NORM,     /* norm = sqrt(sum of sumsq in param order); clip scale */
-    INS_UPDATE    /* optimizer update of the rank's copy of param */
+    INS_UPDATE,   /* optimizer update of the rank's copy of param */
+    INS_COPY      /* out = in[0], `bytes` bytes (gradient transforms) */
 } pipit__ins_kind;
 
 typedef struct {

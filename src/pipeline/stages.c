@@ -93,6 +93,32 @@ static pipit_status split_bw(const pipit_program *p, pipit__staging *st) {
     return PIPIT_STATUS_OK;
 }
 
+/* The user's post-loop region: everything the pipit_set_grad values are
+ * computed from, back to params and accumulated gradients. It may not touch
+ * per-microbatch inputs or values the step itself computes. */
+static pipit_status mark_gradpost(const pipit_program *p, pipit__staging *st) {
+    const pipit_graph *g = p->g;
+    uint8_t *in = pipit__calloc((size_t)g->n, 1);
+    if (!in) return pipit__err(PIPIT_STATUS_NOMEM, "stage inference: out of memory");
+    for (int32_t k = 0; k < g->ngradset; k++) in[g->gradset[k][1]] = 1;
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int32_t i = p->gr.fwd_end - 1; i >= 0 && !s; i--) {
+        if (!in[i]) continue;
+        const pipit__node *n = &g->nodes[i];
+        if (n->op == PIPIT_OP_PARAM || (n->flags & NODE_GRADOF)) continue;
+        if (n->op == PIPIT_OP_INPUT)
+            s = pipit__err(PIPIT_STATUS_INVALID, "post-loop ops (pipit_set_grad) may not read the input '%s'", n->name);
+        else if (st->live[i])
+            s = pipit__err(PIPIT_STATUS_INVALID,
+                           "node %d (%s) is used both by the step and by post-loop ops (pipit_set_grad); build it twice",
+                           i, pipit__ops[n->op].name);
+        for (int k = 0; k < n->nin; k++) in[n->in[k]] = 1;
+        if (pipit__node_runs(n)) st->phase[i] = PH_GRADPOST;
+    }
+    pipit__free(in);
+    return s;
+}
+
 pipit_status pipit__infer_stages(const pipit_program *p, pipit__staging *st) {
     const pipit_graph *g = p->g;
     memset(st, 0, sizeof *st);
@@ -117,6 +143,7 @@ pipit_status pipit__infer_stages(const pipit_program *p, pipit__staging *st) {
     }
     backward_stages(p, st);
     pipit_status s = split_bw(p, st);
+    if (!s) s = mark_gradpost(p, st);
     if (s) pipit__staging_free(st);
     return s;
 }

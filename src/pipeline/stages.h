@@ -9,8 +9,9 @@
 #include "pipeline/program.h"
 
 /* PH_PRE: forward on params only, once before the loop; PH_POST: its
- * backward, once after the loop, from the accumulated gradient. */
-enum { PH_NONE = 0, PH_F, PH_B, PH_W, PH_PRE, PH_POST };
+ * backward, once after the loop, from the accumulated gradient;
+ * PH_GRADPOST: user ops on accumulated gradients (pipit_set_grad). */
+enum { PH_NONE = 0, PH_F, PH_B, PH_W, PH_PRE, PH_POST, PH_GRADPOST };
 
 typedef struct {
     int S;              /* stages: 1 + yields on the longest chain */

@@ -138,6 +138,10 @@ static void exec_worker(void *arg, int ith, int nth) {
             pipit__post_gradsum(x->p, r, in, k->out, srcs, ith, nth);
         } else if (in->kind == INS_SUMSQ) {
             pipit__post_sumsq(r, &x->p->params[in->param], k->in[0], ith, nth);
+        } else if (in->kind == INS_COPY) {
+            int64_t lo, hi;
+            pipit__range((int64_t)in->bytes, ith, nth, &lo, &hi);
+            if (k->out != k->in[0]) memcpy((char *)k->out + lo, (const char *)k->in[0] + lo, (size_t)(hi - lo));
         } else if (in->kind == INS_UPDATE) {
             if (x->p->do_update) pipit__post_update(x->p, r, in->param, ith, nth);
         } else if (ith == 0 && !x->status) {
