@@ -4,6 +4,7 @@
  */
 #include "util/common.h"
 
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -57,15 +58,18 @@ void pipit__err_prefix(const char *fmt, ...) {
 
 /* ---- allocator with failure injection ---- */
 
-static long alloc_countdown = -1; /* < 0: never fail */
+/* Atomic: rank threads allocate concurrently during a pipelined step. */
+static _Atomic long alloc_countdown = -1; /* <= 0: never fail */
 
 void pipit__alloc_fail_after(long k) { alloc_countdown = k; }
 
 static int alloc_should_fail(void) {
-    if (alloc_countdown <= 0) return 0;
-    if (--alloc_countdown > 0) return 0;
-    alloc_countdown = -1; /* fail once, then behave */
-    return 1;
+    long c = alloc_countdown;
+    while (c > 0) {
+        if (atomic_compare_exchange_weak(&alloc_countdown, &c, c == 1 ? -1 : c - 1))
+            return c == 1; /* fail once, then behave */
+    }
+    return 0;
 }
 
 void *pipit__malloc(size_t n) {
