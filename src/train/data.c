@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "util/common.h"
+#include "util/fileio.h"
 
 struct pipit__data {
     int T;
@@ -26,21 +27,6 @@ struct pipit__data {
     int max_token;
 };
 
-static int read_full(int fd, void *buf, size_t n, off_t off) {
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            if (r == 0) errno = EIO;
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
 
 static uint32_t load_le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -73,7 +59,7 @@ static pipit_status load_shard(const char *path, int fd, uint64_t size, pipit__d
                           "file has %llu",
                           path, (unsigned long long)hbytes, (unsigned long long)size);
     unsigned char hdr[PIPIT_DATA_SHARD_HEADER_INTS * 4];
-    if (read_full(fd, hdr, sizeof hdr, 0) != 0)
+    if (pipit__read_full(fd, hdr, sizeof hdr, 0) != 0)
         return pipit__err(PIPIT_STATUS_IO, "token shard '%s': cannot read: %s", path,
                           strerror(errno));
     uint32_t magic = load_le32(hdr), version = load_le32(hdr + 4), count = load_le32(hdr + 8);
@@ -102,7 +88,7 @@ static pipit_status load_shard(const char *path, int fd, uint64_t size, pipit__d
     d->toks = pipit__malloc((size_t)count * 2);
     if (!d->toks)
         return pipit__err(PIPIT_STATUS_NOMEM, "out of memory reading token shard '%s'", path);
-    if (read_full(fd, d->toks, (size_t)count * 2, (off_t)hbytes) != 0)
+    if (pipit__read_full(fd, d->toks, (size_t)count * 2, (off_t)hbytes) != 0)
         return pipit__err(PIPIT_STATUS_IO, "token shard '%s': cannot read: %s", path,
                           strerror(errno));
     int mx = 0;
@@ -153,7 +139,7 @@ pipit_status pipit__data_open(const char *path, int T, pipit__data_order order, 
     unsigned char m4[4] = {0};
     int magic = 0;
     if (size >= 4) {
-        if (read_full(fd, m4, 4, 0) != 0) {
+        if (pipit__read_full(fd, m4, 4, 0) != 0) {
             st = pipit__err(PIPIT_STATUS_IO, "data file '%s': cannot read: %s", path,
                             strerror(errno));
             goto fail;
@@ -170,7 +156,7 @@ pipit_status pipit__data_open(const char *path, int T, pipit__data_order order, 
                             (unsigned long long)size);
             goto fail;
         }
-        if (read_full(fd, d->bytes, (size_t)size, 0) != 0) {
+        if (pipit__read_full(fd, d->bytes, (size_t)size, 0) != 0) {
             st = pipit__err(PIPIT_STATUS_IO, "data file '%s': cannot read: %s", path,
                             strerror(errno));
             goto fail;

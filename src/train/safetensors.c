@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "util/common.h"
+#include "util/fileio.h"
 
 /* JSON integers are doubles in cJSON: accept only exact ones up to 2^53. */
 #define ST_MAX_INT 9007199254740992.0
@@ -105,22 +106,6 @@ static uint64_t shape_bytes(int ndim, const int64_t *shape, size_t elem, int *ok
     return b;
 }
 
-/* Reads exactly n bytes at offset off (retrying on EINTR / short reads). */
-static int read_full(int fd, void *buf, size_t n, off_t off) {
-    unsigned char *p = buf;
-    while (n > 0) {
-        ssize_t r = pread(fd, p, n > (1u << 30) ? (1u << 30) : n, off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            if (r == 0) errno = EIO; /* file shrank under us */
-            return -1;
-        }
-        p += r;
-        n -= (size_t)r;
-        off += r;
-    }
-    return 0;
-}
 
 /* ------------------------------------------------------------- reading */
 
@@ -370,7 +355,7 @@ pipit_status pipit__st_read(const char *path, pipit__st_file **out) {
         goto fail;
     }
     unsigned char lenb[8];
-    if (read_full(fd, lenb, 8, 0) != 0) {
+    if (pipit__read_full(fd, lenb, 8, 0) != 0) {
         st = st_fail(PIPIT_STATUS_IO, path, "cannot read: %s", strerror(errno));
         goto fail;
     }
@@ -396,7 +381,7 @@ pipit_status pipit__st_read(const char *path, pipit__st_file **out) {
         goto fail;
     }
     unsigned char *file = f->mem + pad;
-    if (read_full(fd, file, (size_t)size, 0) != 0) {
+    if (pipit__read_full(fd, file, (size_t)size, 0) != 0) {
         st = st_fail(PIPIT_STATUS_IO, path, "cannot read: %s", strerror(errno));
         goto fail;
     }

@@ -199,23 +199,23 @@ pipit_status pipit_program_set_param(pipit_program *p, const char *name, const v
     return PIPIT_STATUS_OK;
 }
 
-/* Reads the copy of the holder that computes the param's norm. */
-pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
-                                     size_t nbytes) {
+/* Reads the param (grad = 0) or its last gradient (grad = 1) from the copy
+ * of the holder that computes its norm (all copies are bitwise equal). */
+static pipit_status read_param(const pipit_program *p, const char *name, void *data, size_t nbytes, int grad) {
     int i;
     pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
     const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
-    memcpy(data, r->param_block + r->param_off[i], nbytes);
+    memcpy(data, (grad ? r->grad_block : r->param_block) + r->param_off[i], nbytes);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
+                                     size_t nbytes) {
+    return read_param(p, name, data, nbytes, 0);
 }
 
 pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
                                     size_t nbytes) {
-    int i;
-    pipit_status s = copy_param(p, name, nbytes, &i);
-    if (s) return s;
-    const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
-    memcpy(data, r->grad_block + r->param_off[i], nbytes);
-    return PIPIT_STATUS_OK;
+    return read_param(p, name, data, nbytes, 1);
 }
