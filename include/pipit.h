@@ -226,7 +226,8 @@ PIPIT_API pipit_status pipit_program_set_param(pipit_program *p, const char *nam
                                                const void *data, size_t nbytes);
 PIPIT_API pipit_status pipit_program_get_param(const pipit_program *p, const char *name,
                                                void *data, size_t nbytes);
-/* Accumulated gradient of the last step (before the update), by name. */
+/* Gradient of the last step, by name: accumulated over microbatches and
+ * uses, after any pipit_set_grad transform, before clipping. */
 PIPIT_API pipit_status pipit_program_get_grad(const pipit_program *p, const char *name,
                                               void *data, size_t nbytes);
 
