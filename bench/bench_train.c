@@ -1,0 +1,138 @@
+/*
+ * bench_train.c — one-rank GPT-2 training-step time and GFLOP/s against the
+ * OpenBLAS sgemm ceiling measured in the same process.
+ *
+ * Usage: bench_train [V T L H C B threads steps warmup]
+ *   default: the small model V=256 T=64 L=4 H=4 C=128 B=8, 1 thread, 10
+ *   timed steps after 2 warm-up steps.
+ *
+ * Each step is a full pipit_step (forward, backward, AdamW update) on one
+ * rank, M = 1, synthetic random tokens. Reported: median / min / mean step
+ * ms over the timed steps (the machine may be shared: the median is the
+ * number to quote), tokens/s, GFLOP/s with pipit_gpt2_flops_per_token (the
+ * same count as bench/torch_step.py), then cblas_sgemm GFLOP/s with
+ * OpenBLAS on the same thread count at the GPT-2 MLP shape
+ * (256 x 3072 x 768) and a 1024^3 square, and ours / the better of the two.
+ * The last line is one JSON object with the same numbers for scripts.
+ */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/gpt2.h"
+#include "util/common.h"
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static float *rnd(int64_t n, uint64_t seed) {
+    float *p = pipit__malloc_aligned((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        p[i] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5);
+    }
+    return p;
+}
+
+/* Best-of GFLOP/s of C = A @ B (row-major M x K times K x N) with OpenBLAS
+ * on `threads` threads, over at least `secs` seconds. */
+static double sgemm_gflops(int M, int N, int K, int threads, double secs) {
+    float *A = rnd((int64_t)M * K, 1), *B = rnd((int64_t)K * N, 2), *C = rnd((int64_t)M * N, 3);
+    openblas_set_num_threads(threads);
+    double best = 1e30;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1, A, K, B, N, 0, C, N);
+    double t_end = pipit__now() + secs;
+    for (int reps = 0; reps < 3 || pipit__now() < t_end; reps++) {
+        double t0 = pipit__now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1, A, K, B, N, 0, C, N);
+        double dt = pipit__now() - t0;
+        if (dt < best) best = dt;
+    }
+    pipit__free_aligned(A), pipit__free_aligned(B), pipit__free_aligned(C);
+    return 2.0 * M * N * (double)K / best * 1e-9;
+}
+
+static void die(const char *what, pipit_status s) {
+    fprintf(stderr, "bench_train: %s: %s: %s\n", what, pipit_status_name(s), pipit_errmsg());
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    int a[9] = {256, 64, 4, 4, 128, 8, 1, 10, 2};
+    if (argc > 1 && argc != 10) {
+        fprintf(stderr, "usage: bench_train [V T L H C B threads steps warmup]\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) a[i - 1] = atoi(argv[i]);
+    pipit_gpt2_config cfg = {.vocab = a[0], .max_ctx = a[1], .ctx = a[1], .layers = a[2],
+                             .heads = a[3], .dim = a[4], .batch = a[5], .stages = 1,
+                             .dtype = PIPIT_F32};
+    int threads = a[6], steps = a[7], warmup = a[8], B = cfg.batch, T = cfg.ctx;
+    if (steps < 1) steps = 1;
+    pipit_status s = pipit_gpt2_check(&cfg);
+    if (s) die("config", s);
+
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &cfg);
+    if ((s = pipit_graph_status(g))) die("build", s);
+    pipit_options po = {.microbatches = 1, .threads = threads};
+    pipit_program *p = NULL;
+    if ((s = pipit_compile(g, loss, &po, &p))) die("compile", s);
+    if ((s = pipit_gpt2_init(p, &cfg, 1))) die("init", s);
+
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * T), *tgt = malloc(sizeof(int32_t) * (size_t)B * T),
+            *pos = malloc(sizeof(int32_t) * (size_t)B * T);
+    uint64_t st = 42;
+    pipit_feed feeds[3] = {{PIPIT_GPT2_TOKENS, tok}, {PIPIT_GPT2_TARGETS, tgt}, {PIPIT_GPT2_POSITIONS, pos}};
+    double *ms = calloc((size_t)steps, sizeof *ms), sum = 0, mn = 1e30;
+    double last_loss = 0;
+    for (int i = 0; i < warmup + steps; i++) {
+        for (int k = 0; k < B * T; k++) {
+            st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+            tok[k] = (int32_t)((st >> 33) % (uint64_t)cfg.vocab);
+            st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+            tgt[k] = (int32_t)((st >> 33) % (uint64_t)cfg.vocab);
+            pos[k] = k % T;
+        }
+        pipit_metrics m;
+        if ((s = pipit_step(p, feeds, 3, 1, &m))) die("step", s);
+        last_loss = m.loss;
+        if (i >= warmup) {
+            ms[i - warmup] = m.ms;
+            sum += m.ms;
+            if (m.ms < mn) mn = m.ms;
+        }
+    }
+    double mean = sum / steps, med = median(ms, steps);
+    double tokens = (double)B * T, fpt = pipit_gpt2_flops_per_token(&cfg);
+    double gf = fpt * tokens / (med / 1e3) * 1e-9;
+    double ceil_mlp = sgemm_gflops(256, 3072, 768, threads, 0.5);
+    double ceil_sq = sgemm_gflops(1024, 1024, 1024, threads, 0.5);
+    double ceil = ceil_mlp > ceil_sq ? ceil_mlp : ceil_sq;
+
+    printf("pipit GPT-2 V=%d T=%d L=%d H=%d C=%d B=%d threads=%d (%lld params, %.3f GFLOP/step)\n",
+           cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads,
+           (long long)pipit_gpt2_num_params(&cfg), fpt * tokens * 1e-9);
+    printf("  step ms: median %.2f  min %.2f  mean %.2f  (%d steps after %d warm-up; loss %.4f)\n", med, mn,
+           mean, steps, warmup, last_loss);
+    printf("  %.0f tokens/s  %.2f GFLOP/s | sgemm ceiling (%d thr): 256x3072x768 %.1f, 1024^3 %.1f GFLOP/s"
+           " | ours/ceiling %.3f\n",
+           tokens / (med / 1e3), gf, threads, ceil_mlp, ceil_sq, gf / ceil);
+    printf("{\"vocab\":%d,\"ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"batch\":%d,\"threads\":%d,"
+           "\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_mean\":%.3f,\"tokens_per_s\":%.1f,"
+           "\"gflops\":%.3f,\"sgemm_mlp_gflops\":%.2f,\"sgemm_square_gflops\":%.2f,\"ratio_ceiling\":%.4f}\n",
+           cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, steps, med, mn, mean,
+           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil);
+    free(ms), free(tok), free(tgt), free(pos);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    return 0;
+}
