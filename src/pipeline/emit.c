@@ -139,7 +139,7 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
     in->out = (pipit__loc){LOC_ARENA, b, 0};
 }
 
-void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off, int first) {
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first) {
     if (e->status) return;
     pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
@@ -149,7 +149,7 @@ void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off,
     in->first = (uint8_t)first;
     in->numel = pipit__node_numel(&e->p->g->nodes[contrib]);
     in->in[0] = read_loc(e, contrib, mb, e->r->n - 1);
-    in->out = (pipit__loc){LOC_ACC, -1, acc_off};
+    in->out = acc;
 }
 
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb) {

@@ -23,7 +23,7 @@ pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__ran
 /* Follows aliasing ops (reshape, local yield) to the node that owns the bytes. */
 int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
-void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, size_t acc_off, int first);
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);
 void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst);
 void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src);

@@ -131,6 +131,15 @@ static size_t *acc_slot(const pipit_program *p, const pipit__param *pp, int u, i
     return &pp->acc_off[(size_t)u * (size_t)p->nranks + (size_t)q];
 }
 
+#define ACC_IN_GRAD (SIZE_MAX - 1) /* acc_slot: the use accumulates straight into the gradient block */
+
+/* Where use u of target i accumulates on rank q. */
+static pipit__loc use_loc(const pipit_program *p, int i, int u, int q) {
+    size_t off = *acc_slot(p, &p->params[i], u, q);
+    if (off == ACC_IN_GRAD) return (pipit__loc){LOC_GRAD, i, 0};
+    return (pipit__loc){LOC_ACC, -1, off};
+}
+
 /* Accumulates the per-microbatch target uses this task computed. */
 static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
     const pipit_program *p = L->p;
@@ -143,7 +152,7 @@ static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, 
             int ph = r == p->gr.seed ? PH_B : L->st->phase[r];
             int st = r == p->gr.seed ? p->S - 1 : L->st->stage[r];
             if (st != s || !task_has_phase(kind, ph)) continue;
-            pipit__emit_acc(e, c, mb, *acc_slot(p, pp, u, me), mb == 0);
+            pipit__emit_acc(e, c, mb, use_loc(p, i, u, me), mb == 0);
         }
     }
 }
@@ -182,9 +191,16 @@ static pipit_status place_uses(lowering *L) {
             int32_t r = pipit__alias_root(p->g, p->gr.t[i].contrib[u]);
             if (pp->post[u]) pp->use_ranks[u] = p->node_ranks[r];
             else pp->use_ranks[u] = 1ull << (r == p->gr.seed ? L->stage_rank[p->S - 1] : rank_of_node(L, r));
+            /* a param's only use, accumulated per microbatch, needs no buffer
+             * of its own: its sum is the gradient */
+            int direct = !pp->boundary && pp->nuses == 1 && !pp->post[u];
             for (int q = 0; q < p->nranks; q++) {
                 *acc_slot(p, pp, u, q) = SIZE_MAX;
                 if (!(pp->use_ranks[u] >> q & 1)) continue;
+                if (direct) {
+                    *acc_slot(p, pp, u, q) = ACC_IN_GRAD;
+                    continue;
+                }
                 *acc_slot(p, pp, u, q) = p->ranks[q].acc_bytes;
                 p->ranks[q].acc_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
             }
@@ -281,6 +297,13 @@ static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int p
 
 static int has(uint64_t set, int q) { return (int)(set >> q & 1); }
 
+/* Whether pipit_set_grad replaces param i's gradient. */
+static int transformed(const pipit_program *p, int i) {
+    for (int32_t k = 0; k < p->g->ngradset; k++)
+        if (p->g->gradset[k][0] == p->params[i].node) return 1;
+    return 0;
+}
+
 /* Every holder of a target needs every use's sum: the lowest rank that
  * computed a use sends it to the holders that did not; then each holder
  * receives what it lacks. All sends of a rank come before its receives, so
@@ -295,7 +318,7 @@ static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int first
             for (int q = 0; q < p->nranks; q++) {
                 if (!has(pp->holders, q) || has(pp->use_ranks[u], q)) continue;
                 pipit__instr *in = post(e, INS_ACC_SEND, i, u, q);
-                if (in) in->in[0] = (pipit__loc){LOC_ACC, -1, *acc_slot(p, pp, u, me)}, in->bytes = bytes;
+                if (in) in->in[0] = use_loc(p, i, u, me), in->bytes = bytes;
             }
         }
     }
@@ -333,6 +356,7 @@ static void sum_uses(pipit_program *p, pipit__emitter *e, int me, int first, int
         } else {
             in->out = (pipit__loc){LOC_GRAD, i, 0};
         }
+        in->first = (uint8_t)(!pp->boundary && pp->norm_rank == me && !transformed(p, i));
         in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
         if (!in->srcs) {
             e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
@@ -340,12 +364,13 @@ static void sum_uses(pipit_program *p, pipit__emitter *e, int me, int first, int
         }
         for (int u = 0; u < pp->nuses; u++, k++) {
             if (has(pp->use_ranks[u], me)) {
-                in->srcs[u] = (pipit__loc){LOC_ACC, -1, *acc_slot(p, pp, u, me)};
+                in->srcs[u] = use_loc(p, i, u, me);
             } else {
                 in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
                 pipit__emit_touch(e, recv_buf[k], at);
             }
         }
+        if (in->first) post(e, INS_SUMSQ_FIN, i, -1, -1); /* before the next param reuses the partials */
     }
 }
 
@@ -356,7 +381,7 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++)
             if (pp->post[u] && has(pp->use_ranks[u], me))
-                pipit__emit_acc(e, p->gr.t[i].contrib[u], 0, *acc_slot(p, pp, u, me), 1);
+                pipit__emit_acc(e, p->gr.t[i].contrib[u], 0, use_loc(p, i, u, me), 1);
     }
 }
 
@@ -365,9 +390,11 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
 static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++) {
         if (p->params[i].norm_rank != me) continue;
-        pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
-        if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
-        post(e, INS_SUMSQ_FIN, i, -1, -1);
+        if (transformed(p, i)) { /* else GRADSUM computed it on the fly */
+            pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
+            if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
+            post(e, INS_SUMSQ_FIN, i, -1, -1);
+        }
         for (int q = 0; q < p->nranks; q++)
             if (q != me) post(e, INS_NORM_SEND, i, -1, q);
     }
@@ -435,6 +462,7 @@ static void patch_params(pipit_program *p) {
             pipit__instr *in = &r->ins[i];
             patch_param_loc(r, &in->out);
             for (int k = 0; k < PIPIT_MAX_IN; k++) patch_param_loc(r, &in->in[k]);
+            for (int u = 0; in->srcs && u < p->params[in->param].nuses; u++) patch_param_loc(r, &in->srcs[u]);
         }
     }
 }

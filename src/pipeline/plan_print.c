@@ -90,3 +90,24 @@ void pipit__plan_print(FILE *f, const pipit_program *p, int verbose) {
         }
     }
 }
+
+static const char *ins_name(int kind) {
+    static const char *names[] = {"run", "accumulate", "loss", "send", "recv", "mark", "acc send", "acc recv",
+                                  "grad sum", "sum of squares", "sumsq final", "norm send", "norm recv", "norm",
+                                  "optimizer update", "copy"};
+    return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
+}
+
+void pipit__profile_print(FILE *f, const pipit_program *p) {
+    for (int r = 0; r < p->nranks; r++) {
+        const pipit__rank_prog *rp = &p->ranks[r];
+        double total = 0;
+        for (int k = 0; k < PIPIT_OP_COUNT + 32; k++) total += rp->prof[k];
+        fprintf(f, "profile rank %d: %.3f s in instructions\n", r, total);
+        for (int k = 0; k < PIPIT_OP_COUNT + 32; k++) {
+            if (rp->prof[k] <= 0) continue;
+            const char *name = k < PIPIT_OP_COUNT ? pipit__ops[k].name : ins_name(k - PIPIT_OP_COUNT);
+            fprintf(f, "  %-18s %9.3f s  %5.1f%%\n", name, rp->prof[k], 100.0 * rp->prof[k] / total);
+        }
+    }
+}

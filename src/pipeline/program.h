@@ -108,6 +108,7 @@ typedef struct {
     double *chunks;      /* scratch for per-chunk partial sums */
     int64_t max_chunks;
     double norm, clip_scale; /* of the last step (equal on every rank) */
+    double prof[PIPIT_OP_COUNT + 32]; /* profile: seconds per op (RUN) or per instruction kind */
     struct pipit__mp_buf_s *bufs; /* [nbufs] planned arena buffers (lifetimes, offsets) */
     int32_t nbufs;
 } pipit__rank_prog;
@@ -142,6 +143,7 @@ struct pipit_program {
     double step_t0;      /* wall clock at the start of the last step */
     double step_wall;    /* wall time of the last step's loop (s) */
     int fail_rank, fail_instr; /* test hook: rank fails at instruction (-1 off) */
+    int profile;         /* accumulate per-op times into ranks[].prof */
     char errmsg[2048];
 };
 

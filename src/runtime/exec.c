@@ -124,6 +124,7 @@ static void exec_worker(void *arg, int ith, int nth) {
     for (int32_t i = 0; i < r->n; i++) {
         const pipit__instr *in = &r->ins[i];
         const pipit__kctx *k = &r->kc[i];
+        double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
         if (i == x->p->fail_instr && r->rank == x->p->fail_rank) { /* test hook */
             if (ith == 0) fail_rank(x, pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i));
         } else if (in->kind == INS_RUN) {
@@ -149,6 +150,7 @@ static void exec_worker(void *arg, int ith, int nth) {
             if (s) fail_rank(x, s);
         }
         pipit__pool_barrier(r->pool);
+        if (t0 > 0) r->prof[in->kind == INS_RUN ? k->node->op : PIPIT_OP_COUNT + in->kind] += pipit__now() - t0;
         if (x->status) return; /* every thread sees it after the barrier */
     }
 }
