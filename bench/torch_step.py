@@ -24,7 +24,24 @@ import statistics
 import sys
 import time
 
-import torch
+
+def _pin_threads():
+    """Debian's torch does its matrix products in OpenBLAS, whose own thread
+    pool ignores torch.set_num_threads: without this, "--threads 1" would use
+    every core for GEMMs (and --threads 2 oversubscribes). Both pools must get
+    the thread count before torch (and OpenBLAS) load."""
+    n = "1"
+    for i, a in enumerate(sys.argv):
+        if a == "--threads" and i + 1 < len(sys.argv):
+            n = sys.argv[i + 1]
+        elif a.startswith("--threads="):
+            n = a.split("=", 1)[1]
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = n
+
+
+_pin_threads()
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import gpt2_torch as g  # noqa: E402
