@@ -88,13 +88,22 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     }
     case INS_ACC_SEND:
         return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->in[0], in->bytes);
-    case INS_ACC_RECV:
-        return t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->out, in->bytes);
+    case INS_ACC_RECV: {
+        double t0 = pipit__now();
+        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->out, in->bytes);
+        r->busy -= pipit__now() - t0;
+        return s;
+    }
     case INS_SUMSQ_FIN: pipit__post_sumsq_fin(r, &p->params[in->param], in->param); break;
     case INS_NORM_SEND:
         return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &r->sumsq[in->param], sizeof(double));
-    case INS_NORM_RECV:
-        return t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &r->sumsq[in->param], sizeof(double));
+    case INS_NORM_RECV: {
+        double t0 = pipit__now();
+        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &r->sumsq[in->param],
+                                     sizeof(double));
+        r->busy -= pipit__now() - t0;
+        return s;
+    }
     case INS_NORM: pipit__post_norm(p, r); break;
     case INS_MARK: {
         double now = pipit__now() - p->step_t0;
@@ -121,7 +130,9 @@ static void fail_rank(exec_ctx *x, pipit_status s) {
 static void exec_worker(void *arg, int ith, int nth) {
     exec_ctx *x = arg;
     pipit__rank_prog *r = x->r;
+    double post_start = 0; /* the post-loop (gradient sums, norm, update) is compute too */
     for (int32_t i = 0; i < r->n; i++) {
+        if (ith == 0 && !post_start && r->ins[i].kind >= INS_ACC_SEND) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
         const pipit__kctx *k = &r->kc[i];
         double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
@@ -153,6 +164,7 @@ static void exec_worker(void *arg, int ith, int nth) {
         if (t0 > 0) r->prof[in->kind == INS_RUN ? k->node->op : PIPIT_OP_COUNT + in->kind] += pipit__now() - t0;
         if (x->status) return; /* every thread sees it after the barrier */
     }
+    if (ith == 0 && post_start) r->busy += pipit__now() - post_start;
 }
 
 pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit_feed *feeds,
