@@ -206,3 +206,43 @@ PIPIT_TEST(pipeline_stage_count_mismatch) {
     pipit_schedule_free(sch);
     pipit_graph_free(g);
 }
+
+static int same_loc(pipit__loc a, pipit__loc b) { return a.kind == b.kind && a.idx == b.idx && a.off == b.off; }
+
+static int same_instr(const pipit__instr *a, const pipit__instr *b, int nuses) {
+    int same = a->kind == b->kind && a->first == b->first && a->node == b->node && a->mb == b->mb &&
+               a->numel == b->numel && a->peer == b->peer && a->task == b->task && a->bytes == b->bytes &&
+               a->param == b->param && a->use == b->use && same_loc(a->out, b->out);
+    for (int k = 0; k < PIPIT_MAX_IN; k++) same = same && same_loc(a->in[k], b->in[k]);
+    for (int u = 0; a->srcs && u < nuses; u++) same = same && same_loc(a->srcs[u], b->srcs[u]);
+    return same && !a->srcs == !b->srcs;
+}
+
+/* Every rank derives the same plan from the same inputs: two compiles of
+ * the same model and schedule give identical instruction streams. */
+PIPIT_TEST(pipeline_plan_deterministic) {
+    pipit_program *p[2] = {NULL, NULL};
+    pipit_graph *g[2];
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_ZB_H1, 4, 1, 5, &sch));
+    for (int k = 0; k < 2; k++) {
+        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 4, PIPIT_F32};
+        g[k] = pipit_graph_new();
+        pipit_val loss = pipit_gpt2_build(g[k], &c);
+        ASSERT_OK(pipit_compile(g[k], loss, &(pipit_options){.schedule = sch, .microbatches = 5}, &p[k]));
+    }
+    for (int r = 0; r < 4; r++) {
+        const pipit__rank_prog *a = &p[0]->ranks[r], *b = &p[1]->ranks[r];
+        ASSERT_EQ_I64(a->n, b->n);
+        ASSERT_EQ_I64(a->arena_bytes, b->arena_bytes);
+        for (int32_t i = 0; i < a->n; i++) {
+            int nuses = a->ins[i].srcs ? p[0]->params[a->ins[i].param].nuses : 0;
+            ASSERT_TRUE(same_instr(&a->ins[i], &b->ins[i], nuses));
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        pipit_program_free(p[k]);
+        pipit_graph_free(g[k]);
+    }
+    pipit_schedule_free(sch);
+}
