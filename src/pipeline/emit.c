@@ -118,6 +118,18 @@ void pipit__emit_copy_out(pipit__emitter *e, int32_t b, pipit__loc dst, size_t b
     in->out = dst;
 }
 
+int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
+    if (e->status) return 0;
+    int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
+    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0; /* absent, or already read */
+    pipit__instr *w = &e->r->ins[e->bufs[b].first];
+    if (w->kind != INS_RUN || w->node != node) return 0;
+    w->out = dst;
+    e->bufs[b].size = 0; /* the arena slot is not needed any more */
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = -1;
+    return 1;
+}
+
 /* Gives (node, 0) the arena buffer b (post-loop gradient leaves). */
 void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b) {
     e->buf_of[(size_t)node * (size_t)e->p->M] = b;

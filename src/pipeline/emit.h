@@ -35,6 +35,10 @@ pipit__instr *pipit__emit_push(pipit__emitter *e);
 int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at);
 void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at);
 void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b);
+/* Makes the kernel that computed (node, mb) write straight into dst, if no
+ * instruction has read its arena buffer yet (returns 1); the caller must
+ * know that none will. */
+int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);
 /* Copies value (node, 0) into a new arena buffer (returned); copies arena
  * buffer b to dst. */
 int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node);

@@ -28,6 +28,7 @@ typedef struct {
     const pipit__staging *st;
     const int *stage_rank;
     uint64_t *consumer_ranks; /* [n] loop values: bit q = a loop node on rank q reads it */
+    uint8_t *sole_acc;        /* [n] 1: the value's only reader is one gradient accumulation */
 } lowering;
 
 static int is_loop_phase(int ph) { return ph == PH_F || ph == PH_B || ph == PH_W; }
@@ -67,12 +68,41 @@ static pipit_status find_region_ranks(lowering *L) {
     return PIPIT_STATUS_OK;
 }
 
+/* Values whose only reader is one gradient-target use: the first
+ * microbatch's kernel can write them straight into the accumulator. */
+static void find_sole_acc(lowering *L) {
+    const pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    for (int i = 0; i < p->ntargets; i++)
+        for (int u = 0; u < p->gr.t[i].nuses; u++) {
+            int32_t r = pipit__alias_root(g, p->gr.t[i].contrib[u]);
+            if (pipit__node_runs(&g->nodes[r])) L->sole_acc[r] = L->sole_acc[r] ? 2 : 1;
+        }
+    for (int32_t j = 0; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !pipit__node_runs(n)) continue;
+        for (int k = 0; k < n->nin; k++) L->sole_acc[pipit__alias_root(g, n->in[k])] = 2;
+    }
+    L->sole_acc[p->loss] = 2;
+    for (int32_t j = 0; j < g->n; j++) L->sole_acc[j] = L->sole_acc[j] == 1;
+}
+
+/* First microbatch: let the kernel write the use's sum directly (no copy),
+ * when nothing else reads the value; otherwise accumulate. */
+static void acc_or_retarget(lowering *L, pipit__emitter *e, int32_t c, int mb, pipit__loc dst) {
+    int32_t r = pipit__alias_root(L->p->g, c);
+    if (mb == 0 && L->sole_acc[r] && pipit__emit_retarget(e, r, mb, dst)) return;
+    pipit__emit_acc(e, c, mb, dst, mb == 0);
+}
+
 /* Which ranks read each loop value (bit per rank); pre-loop values are
  * computed where they are read, so they are never sent. */
 static pipit_status find_consumers(lowering *L) {
     const pipit_graph *g = L->p->g;
     L->consumer_ranks = pipit__calloc((size_t)g->n, sizeof *L->consumer_ranks);
-    if (!L->consumer_ranks) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    L->sole_acc = pipit__calloc((size_t)g->n, 1);
+    if (!L->consumer_ranks || !L->sole_acc) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    find_sole_acc(L);
     for (int32_t j = 0; j < g->n; j++) {
         const pipit__node *n = &g->nodes[j];
         if (!L->st->live[j] || !is_loop_phase(L->st->phase[j])) continue;
@@ -152,7 +182,7 @@ static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, 
             int ph = r == p->gr.seed ? PH_B : L->st->phase[r];
             int st = r == p->gr.seed ? p->S - 1 : L->st->stage[r];
             if (st != s || !task_has_phase(kind, ph)) continue;
-            pipit__emit_acc(e, c, mb, use_loc(p, i, u, me), mb == 0);
+            acc_or_retarget(L, e, c, mb, use_loc(p, i, u, me));
         }
     }
 }
@@ -381,7 +411,7 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++)
             if (pp->post[u] && has(pp->use_ranks[u], me))
-                pipit__emit_acc(e, p->gr.t[i].contrib[u], 0, use_loc(p, i, u, me), 1);
+                acc_or_retarget(L, e, p->gr.t[i].contrib[u], 0, use_loc(p, i, u, me));
     }
 }
 
@@ -562,7 +592,7 @@ pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
                        "the graph has no pipit_yield, so it is one stage, but the schedule has %d ranks", sch->P);
     }
     if (!s) s = check_schedule_fits(p, sch, st.S);
-    lowering L = {p, &st, sch ? sch->stage_rank : NULL, NULL};
+    lowering L = {p, &st, sch ? sch->stage_rank : NULL, NULL, NULL};
     if (!s) {
         p->S = st.S;
         p->ranks = pipit__calloc((size_t)sch->P, sizeof *p->ranks);
@@ -583,6 +613,7 @@ pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
         st.phase = NULL;
     }
     pipit__free(L.consumer_ranks);
+    pipit__free(L.sole_acc);
     pipit_schedule_free(own);
     pipit__staging_free(&st);
     return s;
