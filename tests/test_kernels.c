@@ -509,10 +509,22 @@ PIPIT_TEST(kernel_embed) {
 
 /* ------------------------------------------------------------ attention */
 
+/* 1: exercise the streaming fallbacks instead of the blocked kernels. */
+static int att_stream;
+
 static void run_att(const kargs *a, int ith, int nth) {
+    if (att_stream) {
+        CALL(a->dt, attention_stream, a->out, a->in[0], a->d[0], a->d[1], a->d[2], a->d[3], ith, nth);
+        return;
+    }
     CALL(a->dt, attention, a->out, a->in[0], a->d[0], a->d[1], a->d[2], a->d[3], ith, nth);
 }
 static void run_att_d(const kargs *a, int ith, int nth) {
+    if (att_stream) {
+        CALL(a->dt, attention_dqkv_stream, a->out, a->in[0], a->in[1], a->d[0], a->d[1], a->d[2], a->d[3], ith,
+             nth);
+        return;
+    }
     CALL(a->dt, attention_dqkv, a->out, a->in[0], a->in[1], a->d[0], a->d[1], a->d[2], a->d[3],
          ith, nth);
 }
@@ -579,12 +591,14 @@ static void att_case(int dt, int64_t B, int64_t Tq, int64_t C, int64_t H) {
 }
 
 PIPIT_TEST(kernel_attention) {
-    for (int dt = 0; dt < 2; dt++) {
-        att_case(dt, 1, 1, 4, 1);
-        att_case(dt, 2, 5, 6, 2);  /* D = 3 */
-        att_case(dt, 3, 7, 16, 2); /* D = 8, odd T */
-        att_case(dt, 1, 135, 4, 1); /* T beyond one key chunk (online softmax) */
-    }
+    for (att_stream = 0; att_stream < 2; att_stream++) /* blocked, then the streaming fallback */
+        for (int dt = 0; dt < 2; dt++) {
+            att_case(dt, 1, 1, 4, 1);
+            att_case(dt, 2, 5, 6, 2);  /* D = 3 */
+            att_case(dt, 3, 7, 16, 2); /* D = 8, odd T */
+            att_case(dt, 1, 135, 4, 1); /* T beyond one key chunk (online softmax) */
+        }
+    att_stream = 0;
 }
 
 PIPIT_TEST(kernel_attention_long) {

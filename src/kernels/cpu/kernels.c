@@ -17,6 +17,9 @@
 #include <math.h>
 #include <string.h>
 
+#include <cblas.h>
+#include <stdlib.h>
+
 #include "kernels/cpu/kernels.h"
 #include "util/common.h"
 
@@ -52,15 +55,19 @@ static inline float fast_expf(float x) {
 #define T float
 #define S f32
 #define EXP fast_expf
+#define BLAS_GEMM cblas_sgemm
 #include "kernels/cpu/kernels_impl.h"
 #undef T
 #undef S
 #undef EXP
+#undef BLAS_GEMM
 
 #define T double
 #define S f64
 #define EXP exp
+#define BLAS_GEMM cblas_dgemm
 #include "kernels/cpu/kernels_impl.h"
 #undef T
 #undef S
 #undef EXP
+#undef BLAS_GEMM

@@ -88,6 +88,13 @@ void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt
      * out [B,T,C] = softmax(q k^T / sqrt(D), causal) v, heads concatenated. */        \
     void pipit__attention_##S(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C,  \
                               int64_t H, int ith, int nth);                             \
+    /* The same two, streaming keys with an online softmax and no scratch:     \
+     * the fallback when the blocked kernels cannot get their [T,T] scratch. */ \
+    void pipit__attention_stream_##S(T *out, const T *qkv, int64_t B, int64_t Tq,       \
+                                     int64_t C, int64_t H, int ith, int nth);            \
+    void pipit__attention_dqkv_stream_##S(T *dqkv, const T *qkv, const T *dout,          \
+                                          int64_t B, int64_t Tq, int64_t C, int64_t H,   \
+                                          int ith, int nth);                              \
     /* dqkv [B,T,3C] from qkv and dout [B,T,C] (recomputes probabilities) */            \
     void pipit__attention_dqkv_##S(T *dqkv, const T *qkv, const T *dout, int64_t B,    \
                                    int64_t Tq, int64_t C, int64_t H, int ith, int nth); \

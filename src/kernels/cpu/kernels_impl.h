@@ -321,8 +321,8 @@ void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, i
  * split the (b,h) pairs. Per query, keys are scored KERNEL_ATT_CHUNK at a
  * time with an online softmax (running max m, running sum l), so no
  * scratch beyond the stack is needed; the order is fixed by the shapes. */
-void FN(attention)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H,
-                   int ith, int nth) {
+void FN(attention_stream)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H,
+                                  int ith, int nth) {
     int64_t D = C / H, lo, hi;
     T scale = (T)(1.0 / sqrt((double)D));
     T s[KERNEL_ATT_CHUNK];
@@ -362,8 +362,8 @@ void FN(attention)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64
  * recomputes the softmax statistics (m, l) and delta = sum_j p_j (dout.v_j);
  * pass 2 forms dS_j = p_j (dout.v_j - delta) and accumulates dq_t, dk_j, dv_j.
  * A (b,h) pair's slices of dqkv belong to one thread, summed in t order. */
-void FN(attention_dqkv)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t Tq,
-                        int64_t C, int64_t H, int ith, int nth) {
+void FN(attention_dqkv_stream)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t Tq,
+                                       int64_t C, int64_t H, int ith, int nth) {
     int64_t D = C / H, lo, hi;
     T scale = (T)(1.0 / sqrt((double)D));
     T s[KERNEL_ATT_CHUNK], dp[KERNEL_ATT_CHUNK];
@@ -420,6 +420,87 @@ void FN(attention_dqkv)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t
             }
         }
     }
+}
+
+/* The blocked kernels: per (b,h) pair the score matrix S = q k^T is one
+ * small BLAS product into a [T,T] scratch, then a causal softmax row by row,
+ * then products for the output (forward) or dv, dp, dq, dk (backward).
+ * The masked half of S is computed and thrown away (BLAS is far faster
+ * than the scalar loops it replaces). Each pair is one thread's, its calls
+ * are fixed by the shapes: the bits do not depend on nth. Without scratch
+ * memory they fall back to the streaming kernels above. */
+
+/* P[t, 0..t] = softmax(S[t, 0..t]), P[t, t+1..] = 0, for a [T,T] block. */
+static void LOC(causal_softmax)(T *P, int64_t Tq) {
+    for (int64_t t = 0; t < Tq; t++) {
+        T *row = P + t * Tq;
+        T m = LOC(maxv)(row, t + 1);
+        LOC(exp_shift)(row, m, t + 1);
+        T inv = (T)(1.0 / LOC(sum_d)(row, t + 1));
+        for (int64_t j = 0; j <= t; j++) row[j] *= inv;
+        for (int64_t j = t + 1; j < Tq; j++) row[j] = 0;
+    }
+}
+
+void FN(attention)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H, int ith, int nth) {
+    T *P = malloc(sizeof(T) * (size_t)(Tq * Tq));
+    if (!P) {
+        FN(attention_stream)(out, qkv, B, Tq, C, H, ith, nth);
+        return;
+    }
+    int64_t D = C / H, lo, hi, ld = 3 * C;
+    T scale = (T)(1.0 / sqrt((double)D));
+    pipit__range(B * H, ith, nth, &lo, &hi);
+    for (int64_t bh = lo; bh < hi; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        const T *q = qkv + b * Tq * ld + h * D, *k = q + C, *v = q + 2 * C;
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Tq, (blasint)Tq, (blasint)D, scale, q,
+                  (blasint)ld, k, (blasint)ld, 0, P, (blasint)Tq);
+        LOC(causal_softmax)(P, Tq);
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, P,
+                  (blasint)Tq, v, (blasint)ld, 0, out + b * Tq * C + h * D, (blasint)C);
+    }
+    free(P);
+}
+
+void FN(attention_dqkv)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t Tq, int64_t C, int64_t H,
+                        int ith, int nth) {
+    T *P = malloc(sizeof(T) * (size_t)(2 * Tq * Tq));
+    if (!P) {
+        FN(attention_dqkv_stream)(dqkv, qkv, dout, B, Tq, C, H, ith, nth);
+        return;
+    }
+    T *dP = P + Tq * Tq;
+    int64_t D = C / H, lo, hi, ld = 3 * C;
+    T scale = (T)(1.0 / sqrt((double)D));
+    pipit__range(B * H, ith, nth, &lo, &hi);
+    for (int64_t bh = lo; bh < hi; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        const T *q = qkv + b * Tq * ld + h * D, *k = q + C, *v = q + 2 * C;
+        const T *dO = dout + b * Tq * C + h * D;
+        T *dq = dqkv + b * Tq * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Tq, (blasint)Tq, (blasint)D, scale, q,
+                  (blasint)ld, k, (blasint)ld, 0, P, (blasint)Tq);
+        LOC(causal_softmax)(P, Tq);
+        /* dv = P^T dO; dP = dO v^T */
+        BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, P,
+                  (blasint)Tq, dO, (blasint)C, 0, dv, (blasint)ld);
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Tq, (blasint)Tq, (blasint)D, 1, dO,
+                  (blasint)C, v, (blasint)ld, 0, dP, (blasint)Tq);
+        /* dS = P * (dP - rowsum(P * dP)) * scale, into dP */
+        for (int64_t t = 0; t < Tq; t++) {
+            T *p = P + t * Tq, *d = dP + t * Tq;
+            T delta = LOC(dot)(p, d, t + 1);
+            for (int64_t j = 0; j <= t; j++) d[j] = p[j] * (d[j] - delta) * scale;
+            for (int64_t j = t + 1; j < Tq; j++) d[j] = 0;
+        }
+        /* dq = dS k; dk = dS^T q */
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, dP,
+                  (blasint)Tq, k, (blasint)ld, 0, dq, (blasint)ld);
+        BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, dP,
+                  (blasint)Tq, q, (blasint)ld, 0, dk, (blasint)ld);
+    }
+    free(P);
 }
 
 /* ------------------------------------------------------------ cross-entropy */
