@@ -12,6 +12,7 @@
 
 #include "models/gpt2.h"
 #include "pipeline/plan_print.h"
+#include "pipeline/program.h"
 #include "pipeline/schedule.h"
 #include "pipit.h"
 #include "train/checkpoint.h"
@@ -118,7 +119,7 @@ static void check_status(pipit_status s, const char *what) {
 typedef struct {
     const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
-    int pp, virt, remat, batches;
+    int pp, virt, remat, batches, profile;
     double lr, wd, beta1, beta2, eps, clip;
     uint64_t seed;
 } opts;
@@ -216,6 +217,7 @@ static flag *train_flags(opts *o, int *n) {
         {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0},
         {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0},
         {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON)", 0},
+        {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0},
     };
     memcpy(fl, f, sizeof f);
     *n = NFLAGS(f);
@@ -360,6 +362,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
         if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
     }
+    s.p->profile = o.profile;
     if (!o.json)
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d thread(s)\n", s.cfg.layers,
                s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M, o.threads);
@@ -371,9 +374,12 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %d: %s", step, pipit_program_errmsg(s.p));
         print_step(&o, step, &met, (double)B * T * M, flops);
+        if (o.profile && step == 0 && o.steps > 1) /* the first step pays page faults: leave it out */
+            for (int r = 0; r < s.p->nranks; r++) memset(s.p->ranks[r].prof, 0, sizeof s.p->ranks[r].prof);
     }
     if (o.save) save_checkpoint(s.p, &s.cfg, o.save);
     if (o.trace) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
+    if (o.profile) pipit__profile_print(stderr, s.p);
     for (int m = 0; m < M; m++) {
         free(bufs[m].tok);
         free(bufs[m].tgt);
