@@ -344,8 +344,9 @@ pipit_val pipit_grad_of(pipit_graph *g, pipit_val param) {
         if ((g->nodes[i].flags & NODE_GRADOF) && g->nodes[i].iattr[0] == pid) return (pipit_val){g, i};
     char name[256];
     snprintf(name, sizeof name, "@grad:%s", g->nodes[pid].name);
-    pipit_val v = leaf(g, PIPIT_OP_INPUT, name, (pipit_dtype)g->nodes[pid].dtype, g->nodes[pid].ndim,
-                       g->nodes[pid].shape);
+    int64_t shape[PIPIT_MAX_DIMS]; /* a copy: adding the leaf may move the node array */
+    memcpy(shape, g->nodes[pid].shape, sizeof shape);
+    pipit_val v = leaf(g, PIPIT_OP_INPUT, name, (pipit_dtype)g->nodes[pid].dtype, g->nodes[pid].ndim, shape);
     if (v.id >= 0) {
         g->nodes[v.id].flags |= NODE_GRADOF;
         g->nodes[v.id].iattr[0] = pid;
