@@ -226,6 +226,25 @@ expect_ok "$PIPIT" train --data lowbytes.txt --vocab 50 "${MODEL[@]}" --steps 0 
 expect_fail "raise --vocab" "${EVAL[@]}" --init v50.st
 expect_ok "$PIPIT" eval --init v50.st --data lowbytes.txt --ctx 16 --micro-batch 2 --batches 1 --json
 
+# ---- pipelines: a built-in schedule exported and fed back
+PTRAIN=("$PIPIT" train --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2)
+expect_ok "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 --format file
+printf '%s\n' "$OUT" > exported.sched
+expect_ok "${PTRAIN[@]}" --steps 2 --microbatches 2 --schedule exported.sched --json
+FILE_JSON=$OUT
+expect_ok "${PTRAIN[@]}" --steps 2 --microbatches 2 --pp 2 --schedule 1f1b --json
+LOSS_FILE=$(printf '%s\n' "$FILE_JSON" | $PY -c 'import sys,json; print([json.loads(l)["loss"] for l in sys.stdin])')
+LOSS_BUILTIN=$(printf '%s\n' "$OUT" | $PY -c 'import sys,json; print([json.loads(l)["loss"] for l in sys.stdin])')
+[ "$LOSS_FILE" = "$LOSS_BUILTIN" ] || fail "schedule file and built-in give different losses: $LOSS_FILE vs $LOSS_BUILTIN"
+expect_fail "written for 2 microbatches" "${PTRAIN[@]}" --steps 1 --microbatches 3 --schedule exported.sched
+expect_fail "has 2 ranks" "${PTRAIN[@]}" --steps 1 --microbatches 2 --schedule exported.sched --pp 3
+printf 'stages: 0 1\nF0.0 F0.1 BW0.0 BW0.1\nF1.0 F1.1 BW1.1 BW1.0\n' > broken.sched
+expect_fail "BW1" "${PTRAIN[@]}" --steps 1 --microbatches 2 --schedule broken.sched
+expect_fail "unknown" "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 --bogus 1
+expect_fail "needs M" "$PIPIT" schedule --schedule dualpipev --pp 2 --microbatches 2
+expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 --schedule zb-h1
+printf '%s\n' "$OUT" | grep -q "planned peak activations" || fail "pipit plan prints no planned memory"
+
 # ---- save to an unwritable place fails cleanly
 expect_fail "no-such-dir" "${TRAIN[@]}" --steps 0 --save "$TMP/no-such-dir/x.st"
 

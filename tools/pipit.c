@@ -287,7 +287,19 @@ static void open_model(session *s, opts *o, flag *fl, int n, const char *cmd, in
     check_positive("pp", o->pp);
     check_positive("virtual", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
-    s->cfg = model_config(o, o->pp * o->virt);
+    int stages = o->pp * o->virt;
+    if (s->sched && o->schedule && pipit_schedule_kind_from_name(o->schedule) < 0) {
+        /* a schedule file brings its own layout; flags given must agree */
+        if ((flag_seen(fl, n, "pp") && o->pp != s->sched->P) ||
+            (flag_seen(fl, n, "virtual") && o->pp * o->virt != s->sched->S))
+            die("--schedule '%s' has %d ranks and %d stages, but --pp %d --virtual %d give %d", o->schedule,
+                s->sched->P, s->sched->S, o->pp, o->virt, o->pp * o->virt);
+        stages = s->sched->S;
+        if (s->sched->M != M)
+            die("--schedule '%s' is written for %d microbatches, but --microbatches is %d", o->schedule,
+                s->sched->M, M);
+    }
+    s->cfg = model_config(o, stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
     check_status(pipit__data_open(o->data, o->ctx, data_order(o->data_order), o->seed, &s->data), "--data");
     if (pipit__data_max_token(s->data) >= o->vocab)
