@@ -509,6 +509,10 @@ PIPIT_TEST(kernel_embed) {
 
 /* ------------------------------------------------------------ attention */
 
+/* The attention kernels call BLAS directly, under the kernels' contract
+ * that pipit__gemm_init made BLAS single-threaded (pipit_compile does). */
+__attribute__((constructor)) static void single_threaded_blas(void) { pipit__gemm_init(); }
+
 /* 1: exercise the streaming fallbacks instead of the blocked kernels. */
 static int att_stream;
 

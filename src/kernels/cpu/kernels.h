@@ -24,7 +24,8 @@ static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_
     *hi = PIPIT_RANGE_MIN_(*lo + per, n);
 }
 
-/* Must be called once before any gemm: makes BLAS single-threaded, since
+/* Must be called once before any gemm or attention kernel: makes BLAS
+ * single-threaded, since
  * pipit parallelises GEMMs itself by a shape-only split (see gemm.c). */
 void pipit__gemm_init(void);
 
