@@ -251,7 +251,8 @@ PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int
                                   int update, pipit_metrics *metrics);
 
 /* Writes the last step as a Chrome / Perfetto trace (JSON, one track per
- * rank, one slice per task), atomically. PIPIT_STATUS_IO on failure. */
+ * rank, one slice per task), or as an SVG timeline when `path` ends in
+ * ".svg"; atomically. PIPIT_STATUS_IO on failure. */
 PIPIT_API pipit_status pipit_program_write_trace(const pipit_program *p, const char *path);
 
 #ifdef __cplusplus

@@ -245,6 +245,15 @@ expect_fail "needs M" "$PIPIT" schedule --schedule dualpipev --pp 2 --microbatch
 expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 --schedule zb-h1
 printf '%s\n' "$OUT" | grep -q "planned peak activations" || fail "pipit plan prints no planned memory"
 
+# ---- timelines: a Chrome trace (JSON) and SVG pictures, simulated and measured
+expect_ok "${PTRAIN[@]}" --steps 1 --microbatches 2 --pp 2 --schedule 1f1b --trace step.json
+$PY -c 'import json,sys; d=json.load(open("step.json")); assert sum(e["ph"]=="X" for e in d["traceEvents"]) == 8' ||
+    fail "trace: expected 8 task slices (2 ranks x 4 tasks)"
+expect_ok "${PTRAIN[@]}" --steps 1 --microbatches 2 --pp 2 --schedule 1f1b --trace step.svg
+[ "$(grep -c '<rect' step.svg)" -ge 8 ] || fail "SVG timeline lacks task boxes"
+expect_ok "$PIPIT" schedule --schedule zb-h1 --pp 2 --microbatches 4 --format svg
+[ "$(printf '%s' "$OUT" | grep -c "<title>")" -eq 24 ] || fail "simulated SVG: expected 24 task boxes (F, B and W of 2 stages x 4 microbatches)"
+
 # ---- save to an unwritable place fails cleanly
 expect_fail "no-such-dir" "${TRAIN[@]}" --steps 0 --save "$TMP/no-such-dir/x.st"
 

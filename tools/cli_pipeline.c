@@ -10,6 +10,7 @@
 
 #include "pipeline/schedule.h"
 #include "pipit.h"
+#include "train/timeline.h"
 
 int pipit_cli_schedule(int argc, char **argv);
 
@@ -50,7 +51,8 @@ static void usage(FILE *f) {
                "  --virtual       stages per rank V (default: the schedule's own)\n"
                "  --microbatches  microbatches M\n"
                "  --costs         per-stage task costs F,B,W for the simulator (default 1,1,1)\n"
-               "  --format        grid (default): table, bubble, peak activations; file: the text format\n");
+               "  --format        grid (default): table, bubble, peak activations; file: the text format;\n"
+               "                  svg: the simulated timeline as an SVG picture\n");
 }
 
 int pipit_cli_schedule(int argc, char **argv) {
@@ -76,7 +78,8 @@ int pipit_cli_schedule(int argc, char **argv) {
         else return fail("unknown flag '%s' (see pipit schedule --help)", a);
     }
     if (!name) return fail("%s", "--schedule is required");
-    if (strcmp(format, "grid") && strcmp(format, "file")) return fail("bad value '%s' for --format: expected grid or file", format);
+    if (strcmp(format, "grid") && strcmp(format, "file") && strcmp(format, "svg"))
+        return fail("bad value '%s' for --format: expected grid, file or svg", format);
     pipit_schedule *s = NULL;
     int kind = pipit_schedule_kind_from_name(name);
     pipit_status st;
@@ -113,7 +116,14 @@ int pipit_cli_schedule(int argc, char **argv) {
         pipit_schedule_free(s);
         return fail("%s", pipit_errmsg());
     }
-    pipit__schedule_print_grid(stdout, s, &r);
+    if (!strcmp(format, "svg")) {
+        char title[128];
+        snprintf(title, sizeof title, "%s: P=%d S=%d M=%d (simulated, bubble %.1f%%)", name, s->P, s->S, s->M,
+                 100 * r.bubble);
+        pipit__timeline_svg(stdout, title, s->P, s->ntasks, s->tasks, r.start, r.end);
+    } else {
+        pipit__schedule_print_grid(stdout, s, &r);
+    }
     pipit__sim_result_free(&r);
     free(f);
     pipit_schedule_free(s);

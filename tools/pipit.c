@@ -216,7 +216,7 @@ static flag *train_flags(opts *o, int *n) {
         {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0},
         {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0},
         {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0},
-        {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON)", 0},
+        {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0},
         {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0},
     };
     memcpy(fl, f, sizeof f);

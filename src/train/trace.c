@@ -1,13 +1,17 @@
 /*
  * trace.c — the last step as a Chrome / Perfetto trace: one track per rank,
  * one complete event ("ph":"X") per task, microseconds from step start.
- * Open it at ui.perfetto.dev or chrome://tracing.
+ * Open it at ui.perfetto.dev or chrome://tracing. A path ending in .svg
+ * gets an SVG timeline instead.
  */
 #include <stdio.h>
 #include <unistd.h>
 
+#include <string.h>
+
 #include "pipeline/program.h"
 #include "pipeline/schedule.h"
+#include "train/timeline.h"
 
 static const char *kind_name(int k) {
     static const char *names[] = {"forward", "backward (input grads)", "backward (weight grads)", "backward"};
@@ -42,7 +46,27 @@ pipit_status pipit_program_write_trace(const pipit_program *p, const char *path)
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return pipit__err(PIPIT_STATUS_IO, "trace '%s': cannot create: %m", path);
-    int bad = write_events(f, p);
+    size_t n = strlen(path);
+    int bad = 0;
+    if (n > 4 && strcmp(path + n - 4, ".svg") == 0) { /* an SVG timeline instead of JSON */
+        int *nt = pipit__calloc((size_t)p->nranks, sizeof *nt);
+        pipit_task **tk = pipit__calloc((size_t)p->nranks, sizeof *tk);
+        double **st = pipit__calloc((size_t)p->nranks, sizeof *st), **en = pipit__calloc((size_t)p->nranks, sizeof *en);
+        if (nt && tk && st && en) {
+            for (int r = 0; r < p->nranks; r++) {
+                nt[r] = p->ranks[r].ntasks;
+                tk[r] = p->ranks[r].tasks;
+                st[r] = p->ranks[r].t_start;
+                en[r] = p->ranks[r].t_end;
+            }
+            pipit__timeline_svg(f, "pipit step (measured, seconds)", p->nranks, nt, tk, st, en);
+        } else {
+            bad = 1;
+        }
+        pipit__free(nt), pipit__free(tk), pipit__free(st), pipit__free(en);
+    } else {
+        bad = write_events(f, p);
+    }
     bad |= fflush(f) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
