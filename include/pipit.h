@@ -231,6 +231,17 @@ PIPIT_API pipit_status pipit_program_get_param(const pipit_program *p, const cha
 PIPIT_API pipit_status pipit_program_get_grad(const pipit_program *p, const char *name,
                                               void *data, size_t nbytes);
 
+/* Optimizer state, for checkpoints that resume exactly: per param the
+ * AdamW first and second moments (which = 0: exp_avg, 1: exp_avg_sq), and
+ * the number of updates taken (bias correction). Setting writes every
+ * holder's copy. */
+PIPIT_API pipit_status pipit_program_get_opt_state(const pipit_program *p, const char *name, int which,
+                                                   void *data, size_t nbytes);
+PIPIT_API pipit_status pipit_program_set_opt_state(pipit_program *p, const char *name, int which,
+                                                   const void *data, size_t nbytes);
+PIPIT_API int64_t pipit_program_opt_steps(const pipit_program *p);
+PIPIT_API pipit_status pipit_program_set_opt_steps(pipit_program *p, int64_t steps);
+
 /* One microbatch's inputs: one buffer per pipit_input, by name. */
 typedef struct {
     const char *name;

@@ -245,6 +245,19 @@ expect_fail "needs M" "$PIPIT" schedule --schedule dualpipev --pp 2 --microbatch
 expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 --schedule zb-h1
 printf '%s\n' "$OUT" | grep -q "planned peak activations" || fail "pipit plan prints no planned memory"
 
+# ---- resume: 2 steps + 2 resumed steps == 4 steps, byte for byte, also
+# when the second half runs on another pipeline layout
+RT=("${PTRAIN[@]}" --microbatches 2 --lr 1e-3 --seed 5 --data-order random)
+expect_ok "${RT[@]}" --steps 4 --save full.st
+expect_ok "${RT[@]}" --steps 2 --save half.st --save-optimizer half.opt
+expect_ok "${RT[@]}" --steps 2 --init half.st --init-optimizer half.opt --save resumed.st
+cmp -s full.st resumed.st || fail "resumed training differs from uninterrupted training"
+expect_ok "${RT[@]}" --steps 2 --init half.st --init-optimizer half.opt --save resumed_pp.st --pp 2 --schedule zb-h1
+cmp -s full.st resumed_pp.st || fail "resumed on 2 ranks differs from uninterrupted training"
+expect_fail "needs --init" "${RT[@]}" --steps 1 --init-optimizer half.opt
+expect_fail "optimizer state 'half.st'" "${RT[@]}" --steps 1 --init half.st --init-optimizer half.st
+[ -z "$(ls ./*.tmp.* 2>/dev/null)" ] || fail "temporary files left behind"
+
 # ---- timelines: a Chrome trace (JSON) and SVG pictures, simulated and measured
 expect_ok "${PTRAIN[@]}" --steps 1 --microbatches 2 --pp 2 --schedule 1f1b --trace step.json
 $PY -c 'import json,sys; d=json.load(open("step.json")); assert sum(e["ph"]=="X" for e in d["traceEvents"]) == 8' ||

@@ -117,7 +117,7 @@ static void check_status(pipit_status s, const char *what) {
 /* ------------------------------------------------------------ model setup */
 
 typedef struct {
-    const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace;
+    const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace, *init_opt, *save_opt;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
     int pp, virt, remat, batches, profile;
     double lr, wd, beta1, beta2, eps, clip;
@@ -187,7 +187,7 @@ static const char *TRAIN_USAGE =
     "--data FILE --ctx T --layers L --heads H --dim C --micro-batch B --microbatches M --steps N --lr X [...]";
 
 static flag *train_flags(opts *o, int *n) {
-    static flag fl[32];
+    static flag fl[48];
     flag f[] = {
         {"data", FL_STR, &o->data, "training text (bytes are tokens) or uint16 token shard (.bin)", 0},
         {"ctx", FL_INT, &o->ctx, "sequence length T", 0},
@@ -210,6 +210,8 @@ static flag *train_flags(opts *o, int *n) {
         {"data-order", FL_STR, &o->data_order, "random (default) or sequential", 0},
         {"init", FL_STR, &o->init, "load parameters from a safetensors checkpoint", 0},
         {"save", FL_STR, &o->save, "write parameters to a safetensors checkpoint at the end", 0},
+        {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer)", 0},
+        {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0},
         {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0},
         {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0},
         {"virtual", FL_INT, &o->virt, "stages per rank V (default 1; S = P*V)", 0},
@@ -219,6 +221,7 @@ static flag *train_flags(opts *o, int *n) {
         {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0},
         {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0},
     };
+    _Static_assert(sizeof f <= sizeof fl, "train flag table too small");
     memcpy(fl, f, sizeof f);
     *n = NFLAGS(f);
     return fl;
@@ -379,17 +382,23 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d thread(s)\n", s.cfg.layers,
                s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M, o.threads);
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
-    for (int step = 0; step < o.steps; step++) {
+    int64_t first_step = 0; /* a resumed run continues the data stream where it stopped */
+    if (o.init_opt) {
+        if (!o.init) die("--init-optimizer needs --init (the weights it belongs to)");
+        check_status(pipit__optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
+    }
+    for (int step = (int)first_step; step < (int)first_step + o.steps; step++) {
         for (int m = 0; m < M; m++)
             fill_microbatch(s.data, ((int64_t)step * M + m) * B, B, T, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %d: %s", step, pipit_program_errmsg(s.p));
         print_step(&o, step, &met, (double)B * T * M, flops);
-        if (o.profile && step == 0 && o.steps > 1) /* the first step pays page faults: leave it out */
+        if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
             for (int r = 0; r < s.p->nranks; r++) memset(s.p->ranks[r].prof, 0, sizeof s.p->ranks[r].prof);
     }
     if (o.save) save_checkpoint(s.p, &s.cfg, o.save);
+    if (o.save_opt) check_status(pipit__optimizer_save(s.p, o.save_opt, first_step + o.steps), "--save-optimizer");
     if (o.trace) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     if (o.profile) pipit__profile_print(stderr, s.p);
     for (int m = 0; m < M; m++) {

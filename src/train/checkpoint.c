@@ -10,6 +10,8 @@
 
 #include "util/common.h"
 
+#include <stdlib.h>
+
 pipit_status pipit__checkpoint_save(const pipit_program *p, const char *path,
                                     const char *const *meta) {
     int n = pipit_program_num_params(p);
@@ -90,4 +92,97 @@ pipit_status pipit__checkpoint_load(pipit_program *p, const pipit__st_file *f, c
         if (s) return s;
     }
     return PIPIT_STATUS_OK;
+}
+
+/* ---- optimizer state ---- */
+
+static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
+
+pipit_status pipit__optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+    int n = pipit_program_num_params(p);
+    pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(2 * n, 1), sizeof *t);
+    if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+    pipit_status s = PIPIT_STATUS_OK;
+    int made = 0;
+    for (int i = 0; i < n && !s; i++) {
+        const char *name = pipit_program_param_name(p, i);
+        for (int w = 0; w < 2 && !s; w++, made++) {
+            pipit__st_tensor *x = &t[2 * i + w];
+            size_t len = strlen(name) + strlen(moment_suffix[w]) + 1;
+            x->name = pipit__malloc(len);
+            s = x->name ? pipit_program_param_shape(p, name, &x->ndim, x->shape)
+                        : pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+            if (s) break;
+            snprintf(x->name, len, "%s%s", name, moment_suffix[w]);
+            int64_t numel = 1;
+            for (int k = 0; k < x->ndim; k++) numel *= x->shape[k];
+            x->dtype = PIPIT_F32;
+            x->nbytes = (size_t)numel * 4;
+            void *buf = pipit__malloc(x->nbytes);
+            x->data = buf;
+            s = buf ? pipit_program_get_opt_state(p, name, w, buf, x->nbytes)
+                    : pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+        }
+    }
+    char steps[32], next[32];
+    snprintf(steps, sizeof steps, "%lld", (long long)pipit_program_opt_steps(p));
+    snprintf(next, sizeof next, "%lld", (long long)next_step);
+    const char *meta[] = {"format", "pipit-optimizer", "opt_steps", steps, "next_step", next, NULL};
+    if (!s) s = pipit__st_write(path, t, 2 * n, meta);
+    for (int i = 0; i < made && i < 2 * n; i++) {
+        pipit__free(t[i].name);
+        pipit__free((void *)t[i].data);
+    }
+    pipit__free(t);
+    return s;
+}
+
+static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
+    const char *v = pipit__st_meta(f, key);
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : -1;
+    if (!v || !*v || *end || x < 0)
+        return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' missing or not a count", path, key);
+    *out = x;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit__optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+    pipit__st_file *f = NULL;
+    pipit_status s = pipit__st_read(path, &f);
+    int64_t steps = 0;
+    if (!s) s = meta_int(f, path, "opt_steps", &steps);
+    if (!s) s = meta_int(f, path, "next_step", next_step);
+    int n = pipit_program_num_params(p);
+    for (int pass = 0; pass < 2 && !s; pass++) /* validate everything, then load */
+        for (int i = 0; i < n && !s; i++) {
+            const char *name = pipit_program_param_name(p, i);
+            for (int w = 0; w < 2 && !s; w++) {
+                char key[512];
+                snprintf(key, sizeof key, "%s%s", name, moment_suffix[w]);
+                const pipit__st_tensor *t = pipit__st_find(f, key);
+                int nd;
+                int64_t shape[PIPIT_MAX_DIMS];
+                pipit_program_param_shape(p, name, &nd, shape);
+                int same = t && t->dtype == PIPIT_F32 && t->ndim == nd;
+                for (int k = 0; same && k < nd; k++) same = t->shape[k] == shape[k];
+                if (!same) {
+                    s = pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': tensor '%s' is missing or not f32 of the param's shape",
+                                   path, key);
+                    break;
+                }
+                if (pass == 1) {
+                    void *buf = pipit__malloc(t->nbytes);
+                    if (!buf) s = pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+                    else {
+                        memcpy(buf, t->data, t->nbytes);
+                        s = pipit_program_set_opt_state(p, name, w, buf, t->nbytes);
+                        pipit__free(buf);
+                    }
+                }
+            }
+        }
+    if (!s) s = pipit_program_set_opt_steps(p, steps);
+    pipit__st_free(f);
+    return s;
 }

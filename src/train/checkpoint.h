@@ -17,4 +17,11 @@ pipit_status pipit__checkpoint_save(const pipit_program *p, const char *path,
  * shape differs, is an error naming the file, the tensor and both shapes. */
 pipit_status pipit__checkpoint_load(pipit_program *p, const pipit__st_file *f, const char *path);
 
+/* Optimizer state beside a checkpoint: "<param>.exp_avg" and
+ * "<param>.exp_avg_sq" per param, metadata "opt_steps" (updates taken) and
+ * "next_step" (the training step to continue from). Written atomically;
+ * loading validates every tensor first (all or nothing). */
+pipit_status pipit__optimizer_save(const pipit_program *p, const char *path, int64_t next_step);
+pipit_status pipit__optimizer_load(pipit_program *p, const char *path, int64_t *next_step);
+
 #endif

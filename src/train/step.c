@@ -188,34 +188,78 @@ static pipit_status copy_param(const pipit_program *p, const char *name, size_t 
     return PIPIT_STATUS_OK;
 }
 
-/* Every holder gets the same bytes, so the copies start (and stay) equal. */
-pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
-                                     size_t nbytes) {
-    int i;
-    pipit_status s = copy_param(p, name, nbytes, &i);
-    if (s) return s;
-    for (int q = 0; q < p->nranks; q++)
-        if (p->params[i].holders >> q & 1) memcpy(p->ranks[q].param_block + p->ranks[q].param_off[i], data, nbytes);
-    return PIPIT_STATUS_OK;
+/* Reads a param, its last gradient or its optimizer state from the copy of
+ * the holder that computes its norm (all copies are bitwise equal). */
+enum { BLOCK_PARAM, BLOCK_GRAD, BLOCK_M, BLOCK_V };
+
+static uint8_t *block_of(const pipit__rank_prog *r, int which) {
+    switch (which) {
+    case BLOCK_GRAD: return r->grad_block;
+    case BLOCK_M: return r->m_block;
+    case BLOCK_V: return r->v_block;
+    }
+    return r->param_block;
 }
 
-/* Reads the param (grad = 0) or its last gradient (grad = 1) from the copy
- * of the holder that computes its norm (all copies are bitwise equal). */
-static pipit_status read_param(const pipit_program *p, const char *name, void *data, size_t nbytes, int grad) {
+static pipit_status read_param(const pipit_program *p, const char *name, void *data, size_t nbytes, int which) {
     int i;
     pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
     const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
-    memcpy(data, (grad ? r->grad_block : r->param_block) + r->param_off[i], nbytes);
+    memcpy(data, block_of(r, which) + r->param_off[i], nbytes);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status write_param(pipit_program *p, const char *name, const void *data, size_t nbytes, int which) {
+    int i;
+    pipit_status s = copy_param(p, name, nbytes, &i);
+    if (s) return s;
+    for (int q = 0; q < p->nranks; q++)
+        if (p->params[i].holders >> q & 1) memcpy(block_of(&p->ranks[q], which) + p->ranks[q].param_off[i], data, nbytes);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status check_which(int which) {
+    if (which != 0 && which != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "optimizer state: which must be 0 (exp_avg) or 1 (exp_avg_sq), got %d",
+                          which);
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_get_opt_state(const pipit_program *p, const char *name, int which, void *data,
+                                         size_t nbytes) {
+    pipit_status s = check_which(which);
+    return s ? s : read_param(p, name, data, nbytes, BLOCK_M + which);
+}
+
+pipit_status pipit_program_set_opt_state(pipit_program *p, const char *name, int which, const void *data,
+                                         size_t nbytes) {
+    pipit_status s = check_which(which);
+    return s ? s : write_param(p, name, data, nbytes, BLOCK_M + which);
+}
+
+int64_t pipit_program_opt_steps(const pipit_program *p) { return check_program(p) ? 0 : p->opt_step; }
+
+pipit_status pipit_program_set_opt_steps(pipit_program *p, int64_t steps) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    if (steps < 0) return pipit__err(PIPIT_STATUS_INVALID, "optimizer steps must be >= 0 (got %lld)", (long long)steps);
+    p->opt_step = steps;
     return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
                                      size_t nbytes) {
-    return read_param(p, name, data, nbytes, 0);
+    return read_param(p, name, data, nbytes, BLOCK_PARAM);
 }
 
 pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
                                     size_t nbytes) {
-    return read_param(p, name, data, nbytes, 1);
+    return read_param(p, name, data, nbytes, BLOCK_GRAD);
+}
+
+/* Every holder gets the same bytes, so the copies start (and stay) equal. */
+pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
+                                     size_t nbytes) {
+    return write_param(p, name, data, nbytes, BLOCK_PARAM);
 }
