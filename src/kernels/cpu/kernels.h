@@ -25,8 +25,8 @@ static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_
 }
 
 /* Must be called once before any gemm or attention kernel: makes BLAS
- * single-threaded, since
- * pipit parallelises GEMMs itself by a shape-only split (see gemm.c). */
+ * single-threaded, since pipit parallelises GEMMs itself by a shape-only
+ * split (see gemm.c). */
 void pipit__gemm_init(void);
 
 /* The GEMM tile rule, exposed for tests and benchmarks: C [M,N] is cut into
