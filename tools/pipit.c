@@ -379,8 +379,11 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     }
     s.p->profile = o.profile;
     if (!o.json)
-        printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d thread(s)\n", s.cfg.layers,
-               s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M, o.threads);
+        printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
+               "%d thread(s) per rank\n",
+               s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
+               s.cfg.stages, s.sched ? s.sched->P : 1, s.sched ? ", schedule " : "", s.sched ? o.schedule ? o.schedule : "1f1b" : "",
+               o.threads);
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
     int64_t first_step = 0; /* a resumed run continues the data stream where it stopped */
     if (o.init_opt) {
