@@ -214,7 +214,7 @@ static flag *train_flags(opts *o, int *n) {
         {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0},
         {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0},
         {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0},
-        {"virtual", FL_INT, &o->virt, "stages per rank V (default 1; S = P*V)", 0},
+        {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0},
         {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0},
         {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0},
         {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0},
@@ -240,7 +240,7 @@ static void default_opts(opts *o) {
     o->seed = 1;
     o->threads = 1;
     o->pp = 1;
-    o->virt = 1;
+    o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules and DualPipeV) */
     o->steps = -1;
 }
 
@@ -288,16 +288,15 @@ static void open_model(session *s, opts *o, flag *fl, int n, const char *cmd, in
     check_positive("microbatches", M);
     check_positive("threads", o->threads);
     check_positive("pp", o->pp);
-    check_positive("virtual", o->virt);
+    if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
-    int stages = o->pp * o->virt;
+    int stages = s->sched ? s->sched->S : o->pp * (o->virt ? o->virt : 1);
     if (s->sched && o->schedule && pipit_schedule_kind_from_name(o->schedule) < 0) {
         /* a schedule file brings its own layout; flags given must agree */
         if ((flag_seen(fl, n, "pp") && o->pp != s->sched->P) ||
             (flag_seen(fl, n, "virtual") && o->pp * o->virt != s->sched->S))
             die("--schedule '%s' has %d ranks and %d stages, but --pp %d --virtual %d give %d", o->schedule,
                 s->sched->P, s->sched->S, o->pp, o->virt, o->pp * o->virt);
-        stages = s->sched->S;
         if (s->sched->M != M)
             die("--schedule '%s' is written for %d microbatches, but --microbatches is %d", o->schedule,
                 s->sched->M, M);
@@ -357,7 +356,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if (o.steps < 0) die("--steps must be >= 0 (got %d)", o.steps);
     session s = {0};
     if (o.schedule || o.pp > 1 || o.virt > 1) {
-        int kind = pipit_schedule_kind_from_name(o.schedule ? o.schedule : "1f1b");
+        const char *def = o.virt > 1 ? "interleaved-1f1b" : "1f1b";
+        int kind = pipit_schedule_kind_from_name(o.schedule ? o.schedule : def);
         if (kind >= 0) check_status(pipit_schedule_build(kind, o.pp, o.virt, o.microbatches, &s.sched), "--schedule");
         else check_status(pipit_schedule_load(o.schedule, &s.sched), "--schedule");
     }
@@ -382,7 +382,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
                "%d thread(s) per rank\n",
                s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
-               s.cfg.stages, s.sched ? s.sched->P : 1, s.sched ? ", schedule " : "", s.sched ? o.schedule ? o.schedule : "1f1b" : "",
+               s.cfg.stages, s.sched ? s.sched->P : 1, s.sched ? ", schedule " : "",
+               s.sched ? (s.sched->kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)s.sched->kind) : o.schedule) : "",
                o.threads);
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
     int64_t first_step = 0; /* a resumed run continues the data stream where it stopped */
