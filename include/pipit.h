@@ -207,7 +207,6 @@ typedef struct {
     int remat;                  /* recompute forward inside backward */
     pipit_optimizer optimizer;  /* default: AdamW(3e-4, .9, .95, 1e-8, 0) */
     double clip_norm;           /* 0: no clipping */
-    uint64_t seed;              /* parameter init seed (see pipit_program_init_params) */
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, plans memory and

@@ -312,7 +312,7 @@ static void open_model(session *s, opts *o, flag *fl, int n, const char *cmd, in
     pipit_val loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
-                        .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip, .seed = o->seed};
+                        .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
     if (s->ckpt) check_status(pipit__checkpoint_load(s->p, s->ckpt, o->init), "--init");
