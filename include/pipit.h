@@ -209,8 +209,14 @@ typedef struct {
     double clip_norm;           /* 0: no clipping */
 } pipit_options;
 
-/* Differentiates `loss` (a scalar) w.r.t. every param, plans memory and
- * builds per-rank programs. The graph must outlive the program. */
+/* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from
+ * the yields, checks the schedule against them, plans memory and builds the
+ * per-rank programs; ops on params alone become the pre-loop region (run
+ * once per step). The backward is appended to `g`, so a graph is compiled
+ * once (again: PIPIT_STATUS_MISUSE) and must outlive the program.
+ * Errors: the graph's build error; INVALID (no param, loss not in the last
+ * stage, bad options); SCHEDULE (stage count, microbatches, checker);
+ * DEADLOCK; NOMEM. The message names the problem. */
 PIPIT_API pipit_status pipit_compile(pipit_graph *g, pipit_val loss,
                                      const pipit_options *opt, pipit_program **out);
 PIPIT_API void pipit_program_free(pipit_program *p);
