@@ -9,8 +9,12 @@
  * all, one per core on a 2-core machine). For M in {2, 8, 32} and each
  * schedule that accepts (P, V, M):
  *
- *   step ms   median over the timed steps of p->step_wall (the ranks' loop:
- *             thread start to join; gradient finish and AdamW are not in it)
+ *   step ms   median over the timed steps of p->step_wall (thread start to
+ *             join: the microbatch loop and the post-loop, AdamW included)
+ *   post ms   the part of it after the last task of any rank ended (gradient
+ *             exchange and sums, norm, AdamW); every column below is
+ *             measured on the loop alone (wall = until the last task ends),
+ *             which is what the simulator models
  *   seq ms    the same M microbatches on one rank, one thread, no pipeline
  *   speed     seq ms / step ms
  *   bub meas  1 - mean_r compute_r / wall, compute_r = sum over the rank's
@@ -19,9 +23,6 @@
  *   bub sim   pipit__schedule_simulate's bubble with per-stage costs = the
  *             mean measured compute per (stage, kind) over all timed steps
  *             (F, B, W; stages with fused BW: b = BW, w = 0)
- *   bub rt    1 - mean_r busy_r / wall with busy_r as the runtime records
- *             it (should equal bub meas when the runtime subtracts its
- *             receive waits; older runtimes counted them as busy)
  *   diff      bub meas - bub sim, in points
  *   ovh       (wall - max_r busy_r) / wall, the issue's definition; with
  *             waits excluded from busy it includes the busiest rank's idle
@@ -172,18 +173,20 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
     int *cnt = calloc((size_t)S * 4, sizeof *cnt);
     double *wall = calloc((size_t)steps, sizeof *wall), *bmark = calloc((size_t)steps, sizeof *bmark),
            *bcomp = calloc((size_t)steps, sizeof *bcomp), *ovh = calloc((size_t)steps, sizeof *ovh),
-           *ovrt = calloc((size_t)steps, sizeof *ovrt);
+           *ovrt = calloc((size_t)steps, sizeof *ovrt), *post = calloc((size_t)steps, sizeof *post),
+           *loopw = calloc((size_t)steps, sizeof *loopw);
     for (int it = 0; it < warmup + steps; it++) {
         if (pipit_step(p, f.feeds, 3, 1, NULL)) fail("step");
         if (it < warmup) continue;
         int k = it - warmup;
-        double wl = p->step_wall, sum_mark = 0, sum_comp = 0, mx = 0, mx_active = 0;
+        double wl = 0, sum_mark = 0, sum_comp = 0, mx = 0, mx_active = 0;
+        for (int r = 0; r < P; r++) /* the loop's wall: until the last task ends */
+            for (int i = 0; i < p->ranks[r].ntasks; i++) wl = PIPIT_MAX(wl, p->ranks[r].t_end[i]);
         for (int r = 0; r < P; r++) {
             const pipit__rank_prog *rp = &p->ranks[r];
-            double active = 0; /* compute + blocking receives */
-            sum_mark += rp->busy;
-            if (rp->busy > mx) mx = rp->busy;
-            for (int j = 0; j < nrecv[r]; j++) active += recv_d[r][j];
+            double active = 0, busy = 0; /* compute + blocking receives; compute */
+            for (int j = 0; j < nrecv[r]; j++)
+                if (recv_t[r][j] < wl) active += recv_d[r][j];
             for (int i = 0; i < rp->ntasks; i++) {
                 double t0 = rp->t_start[i], t1 = rp->t_end[i], w = 0;
                 for (int j = 0; j < nrecv[r]; j++)
@@ -193,10 +196,15 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
                 cnt[key]++;
                 sum_comp += t1 - t0 - w;
                 active += t1 - t0 - w;
+                busy += t1 - t0 - w;
             }
+            sum_mark += busy;
+            if (busy > mx) mx = busy;
             if (active > mx_active) mx_active = active;
         }
-        wall[k] = wl * 1e3;
+        wall[k] = p->step_wall * 1e3;
+        loopw[k] = wl * 1e3;
+        post[k] = (p->step_wall - wl) * 1e3;
         bmark[k] = 1.0 - sum_mark / P / wl;
         bcomp[k] = 1.0 - sum_comp / P / wl;
         ovh[k] = (wl - mx) / wl;
@@ -219,16 +227,17 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
     if (pipit__schedule_simulate(sch, &cm, &rm)) fail("simulate");
     double wmed = median(wall, steps);
     double sim_ms = rm.step_time * 1e3;
-    printf("%-17s %2d %3d %2d | %8.2f %8.2f %5.2fx | %7.1f%% %7.1f%% %7.1f%% %+6.1f | %6.1f%% %6.2f%% | %8.2f "
+    double lmed = median(loopw, steps);
+    printf("%-17s %2d %3d %2d | %8.2f %6.2f %8.2f %5.2fx | %7.1f%% %7.1f%% %+6.1f | %6.1f%% %6.2f%% | %8.2f "
            "%+6.1f%%\n",
-           pipit_schedule_kind_name(kind), V, M, S, wmed, seq, seq / wmed, 100 * median(bcomp, steps),
-           100 * rm.bubble, 100 * median(bmark, steps), 100 * (median(bcomp, steps) - rm.bubble),
-           100 * median(ovh, steps), 100 * median(ovrt, steps), sim_ms, 100 * (wmed - sim_ms) / wmed);
+           pipit_schedule_kind_name(kind), V, M, S, wmed, median(post, steps), seq, seq / wmed,
+           100 * median(bcomp, steps), 100 * rm.bubble, 100 * (median(bcomp, steps) - rm.bubble),
+           100 * median(ovh, steps), 100 * median(ovrt, steps), sim_ms, 100 * (lmed - sim_ms) / lmed);
     fflush(stdout);
     p->transport->vt = orig_vt;
     pipit__sim_result_free(&rm);
     free(fc), free(bc), free(wc);
-    free(csum), free(cnt), free(wall), free(bmark), free(bcomp), free(ovh), free(ovrt);
+    free(csum), free(cnt), free(wall), free(bmark), free(bcomp), free(ovh), free(ovrt), free(post), free(loopw);
     free_feeds(&f);
     pipit_program_free(p);
     pipit_graph_free(g);
@@ -251,19 +260,20 @@ int main(int argc, char **argv) {
     printf("GPT-2 V=256 T=64 L=4 H=4 C=128, B=4 per microbatch; P=%d ranks x 1 thread; median of %d steps"
            " after %d warm-up\n",
            P, steps, warmup);
-    printf("%-17s %2s %3s %2s | %8s %8s %6s | %8s %8s %8s %6s | %7s %7s | %8s %7s\n", "schedule", "V", "M",
-           "S", "step ms", "seq ms", "speed", "bub meas", "bub sim", "bub rt", "diff", "ovh", "ovh rt", "sim ms",
+    printf("%-17s %2s %3s %2s | %8s %6s %8s %6s | %8s %8s %6s | %7s %7s | %8s %7s\n", "schedule", "V", "M",
+           "S", "step ms", "post", "seq ms", "speed", "bub meas", "bub sim", "diff", "ovh", "ovh rt", "sim ms",
            "vs sim");
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
         double seq = seq_ms(Ms[mi], steps, warmup);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             run_case(cases[i].kind, cases[i].V, Ms[mi], steps, warmup, seq);
     }
-    printf("(bub meas: 1 - mean over ranks of compute/wall, compute = task intervals minus blocking\n"
-           " receives; bub sim: simulator with the mean measured compute per (stage, kind); bub rt: from\n"
-           " the runtime's own busy counters; diff = meas - sim in points; ovh: (wall - busiest rank's\n"
-           " busy) / wall (includes that rank's idle waits); ovh rt: (wall - max over ranks of compute +\n"
-           " blocking-receive time) / wall, i.e. neither computing nor waiting for data;\n"
+    printf("(step: the whole step, post: its post-loop part (gradient exchange, norm, AdamW); the rest\n"
+           " is on the loop alone, wall = until the last task ends: bub meas: 1 - mean over ranks of\n"
+           " compute/wall, compute = task intervals minus blocking receives; bub sim: simulator with the\n"
+           " mean measured compute per (stage, kind); diff = meas - sim in points; ovh: (wall - busiest\n"
+           " rank's compute) / wall (includes that rank's idle waits); ovh rt: (wall - max over ranks of\n"
+           " compute + blocking-receive time) / wall, i.e. neither computing nor waiting for data;\n"
            " vs sim: (wall - simulated makespan) / wall;\n"
            " speed: seq / step, 1 rank x 1 thread vs 2 ranks x 1 thread; all medians over steps)\n");
     return 0;
