@@ -427,3 +427,26 @@ PIPIT_TEST(api_oom_sweep_pipeline) {
     oom_sweep(1, sched);
     pipit_schedule_free(sched);
 }
+
+/* Indices that reach an embedding through a reshape and a yield are range
+ * checked like direct ones: an out-of-range id is a clear error, never an
+ * out-of-bounds read. */
+PIPIT_TEST(api_token_range_through_aliases) {
+    pipit_graph *g = pipit_graph_new();
+    int64_t s6[1] = {6}, s23[2] = {2, 3}, tab[2] = {5, 4};
+    pipit_val tok = pipit_input(g, "tok", PIPIT_I32, 1, s6);
+    pipit_val t = pipit_param(g, "t", PIPIT_F32, 2, tab);
+    pipit_val e = pipit_embed(g, t, pipit_yield(g, pipit_reshape(g, tok, 2, s23)));
+    pipit_val loss = pipit_sum(g, pipit_gelu(g, e));
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    int32_t ids[6] = {0, 1, 2, 3, 4, 5}; /* 5 is outside [0, 5) */
+    pipit_feed f = {"tok", ids};
+    ASSERT_STATUS(pipit_step(p, &f, 1, 0, NULL), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(strstr(pipit_program_errmsg(p), "'tok'") != NULL);
+    ASSERT_TRUE(strstr(pipit_program_errmsg(p), "[0, 5)") != NULL);
+    ids[5] = 4;
+    ASSERT_OK(pipit_step(p, &f, 1, 0, NULL));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}

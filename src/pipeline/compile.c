@@ -37,14 +37,16 @@ static pipit_status describe_params(pipit_program *p) {
     return PIPIT_STATUS_OK;
 }
 
-/* The smallest bound any consumer imposes on an i32 input's values. */
+/* The smallest bound any consumer imposes on an i32 input's values; the
+ * input may reach it through reshapes and yields (aliases of its bytes). */
 static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
     int64_t lim = 0;
     for (int32_t j = 0; j < fwd_end; j++) {
         const pipit__node *n = &g->nodes[j];
         int64_t b = 0;
-        if (n->op == PIPIT_OP_EMBED && n->in[1] == id) b = g->nodes[n->in[0]].shape[0];
-        if (n->op == PIPIT_OP_XENT_ROWS && n->in[1] == id) {
+        int reads = n->nin > 1 && pipit__alias_root(g, n->in[1]) == id;
+        if (n->op == PIPIT_OP_EMBED && reads) b = g->nodes[n->in[0]].shape[0];
+        if (n->op == PIPIT_OP_XENT_ROWS && reads) {
             const pipit__node *x = &g->nodes[n->in[0]];
             b = x->shape[x->ndim - 1];
         }
