@@ -450,3 +450,22 @@ PIPIT_TEST(api_token_range_through_aliases) {
     pipit_program_free(p);
     pipit_graph_free(g);
 }
+
+/* A param may be used any number of times: 70 uses, each accumulated on
+ * its own and added in use order, give exactly 70 * x. */
+PIPIT_TEST(api_param_many_uses) {
+    pipit_graph *g = pipit_graph_new();
+    int64_t s4[1] = {4};
+    pipit_val w = pipit_param(g, "w", PIPIT_F64, 1, s4), x = pipit_input(g, "x", PIPIT_F64, 1, s4);
+    pipit_val loss = pipit_sum(g, pipit_mul(g, w, x));
+    for (int k = 1; k < 70; k++) loss = pipit_add(g, loss, pipit_sum(g, pipit_mul(g, w, x)));
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    double xs[4] = {1, -2, 3, 0.5}, gw[4];
+    pipit_feed f = {"x", xs};
+    ASSERT_OK(pipit_step(p, &f, 1, 0, NULL));
+    ASSERT_OK(pipit_program_get_grad(p, "w", gw, sizeof gw));
+    for (int i = 0; i < 4; i++) ASSERT_TRUE(gw[i] == 70 * xs[i]);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}

@@ -85,6 +85,13 @@ static uint8_t *zeroed_block(size_t n) {
 }
 
 static pipit_status alloc_rank(pipit_program *p, pipit__rank_prog *rp) {
+    int64_t nsrcs = 0; /* a param may have any number of uses */
+    for (int32_t i = 0; i < rp->n; i++)
+        if (rp->ins[i].kind == INS_GRADSUM) {
+            rp->ins[i].srcs_at = nsrcs;
+            nsrcs += p->params[rp->ins[i].param].nuses;
+        }
+    rp->srcs_ptr = pipit__calloc((size_t)PIPIT_MAX(nsrcs, 1), sizeof *rp->srcs_ptr);
     rp->param_block = zeroed_block(rp->param_bytes);
     rp->grad_block = zeroed_block(rp->param_bytes);
     rp->m_block = zeroed_block(rp->param_bytes);
@@ -96,7 +103,7 @@ static pipit_status alloc_rank(pipit_program *p, pipit__rank_prog *rp) {
     rp->kc = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rp->kc);
     rp->pool = pipit__pool_new(p->threads);
     if (!rp->param_block || !rp->grad_block || !rp->m_block || !rp->v_block || !rp->acc_block ||
-        !rp->sumsq || !rp->chunks || !rp->arena || !rp->kc || !rp->pool)
+        !rp->sumsq || !rp->chunks || !rp->arena || !rp->kc || !rp->pool || !rp->srcs_ptr)
         return pipit__err(PIPIT_STATUS_NOMEM,
                           "compile: out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)",
                           rp->rank, rp->param_bytes, rp->arena_bytes);
@@ -180,6 +187,7 @@ void pipit_program_free(pipit_program *p) {
         pipit__free(rp->ins);
         pipit__free(rp->param_off);
         pipit__free(rp->bufs);
+        pipit__free(rp->srcs_ptr);
         pipit__free_aligned(rp->param_block);
         pipit__free_aligned(rp->grad_block);
         pipit__free_aligned(rp->m_block);

@@ -59,6 +59,7 @@ typedef struct {
     size_t bytes;        /* INS_SEND / INS_RECV */
     int32_t param, use;  /* post-loop instructions */
     pipit__loc *srcs;    /* INS_GRADSUM: [nuses] per-use sums, in use order (owned) */
+    int64_t srcs_at;     /* INS_GRADSUM: where their pointers start in the rank's srcs_ptr */
 } pipit__instr;
 
 /* A gradient target: a param, or a pre-loop value read inside the loop
@@ -109,6 +110,7 @@ typedef struct {
     int64_t max_chunks;
     double norm, clip_scale; /* of the last step (equal on every rank) */
     double prof[PIPIT_OP_COUNT + 32]; /* profile: seconds per op (RUN) or per instruction kind */
+    void **srcs_ptr;     /* resolved pointers of every GRADSUM's per-use sums */
     struct pipit__mp_buf_s *bufs; /* [nbufs] planned arena buffers (lifetimes, offsets) */
     int32_t nbufs;
 } pipit__rank_prog;

@@ -39,6 +39,8 @@ static void resolve(const exec_ctx *x) {
         const pipit__instr *in = &x->r->ins[i];
         pipit__kctx *k = &x->r->kc[i];
         k->node = &g->nodes[in->node >= 0 ? in->node : 0];
+        for (int u = 0; in->kind == INS_GRADSUM && u < x->p->params[in->param].nuses; u++)
+            x->r->srcs_ptr[in->srcs_at + u] = loc_ptr(x, &in->srcs[u], 0);
         k->out = loc_ptr(x, &in->out, in->mb);
         for (int j = 0; j < PIPIT_MAX_IN; j++) {
             k->in[j] = in->in[j].kind ? loc_ptr(x, &in->in[j], in->mb) : NULL;
@@ -143,11 +145,7 @@ static void exec_worker(void *arg, int ith, int nth) {
         } else if (in->kind == INS_ACC) {
             run_acc(in, k, ith, nth);
         } else if (in->kind == INS_GRADSUM) {
-            void *srcs[64];
-            int nu = x->p->params[in->param].nuses;
-            PIPIT_ASSERT(nu <= 64);
-            for (int u = 0; u < nu; u++) srcs[u] = loc_ptr(x, &in->srcs[u], 0);
-            pipit__post_gradsum(x->p, r, in, k->out, srcs, ith, nth);
+            pipit__post_gradsum(x->p, r, in, k->out, r->srcs_ptr + in->srcs_at, ith, nth);
         } else if (in->kind == INS_SUMSQ) {
             pipit__post_sumsq(r, &x->p->params[in->param], k->in[0], ith, nth);
         } else if (in->kind == INS_COPY) {
