@@ -262,7 +262,12 @@ typedef struct {
 } pipit_metrics;
 
 /* One training step. feeds[m*nfeed .. m*nfeed+nfeed-1] are microbatch m's
- * inputs (M*nfeed entries). update = 0 computes loss and grads only. */
+ * inputs (M*nfeed entries; each input exactly once per microbatch, extra
+ * names are ignored). update = 0 computes loss and grads only.
+ * INVALID for a missing or repeated feed or an index outside what its
+ * embedding or loss accepts (checked before anything runs); RUNTIME with
+ * "rank k failed: ..." if a rank fails, after which the parameters may be
+ * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
                                   int update, pipit_metrics *metrics);
 

@@ -469,3 +469,23 @@ PIPIT_TEST(api_param_many_uses) {
     pipit_program_free(p);
     pipit_graph_free(g);
 }
+
+/* A feed given twice is an error (which one would win?); a feed with no
+ * name among the real ones is ignored, never dereferenced. */
+PIPIT_TEST(api_feed_duplicates_and_unnamed) {
+    pipit_graph *g = pipit_graph_new();
+    int64_t s2[1] = {2};
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 1, s2), x = pipit_input(g, "x", PIPIT_F32, 1, s2);
+    pipit_val loss = pipit_sum(g, pipit_mul(g, w, x));
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    float a[2] = {1, 2}, b[2] = {3, 4};
+    pipit_feed twice[2] = {{"x", a}, {"x", b}};
+    ASSERT_STATUS(pipit_step(p, twice, 2, 0, NULL), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(strstr(pipit_program_errmsg(p), "two feeds for input 'x'") != NULL);
+    pipit_feed unnamed[2] = {{NULL, b}, {"x", a}};
+    pipit_metrics m;
+    ASSERT_OK(pipit_step(p, unnamed, 2, 0, &m));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}

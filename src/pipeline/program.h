@@ -158,9 +158,9 @@ size_t pipit__task_boundary_peak(const pipit__rank_prog *r);
 /* Lowers the step into per-rank programs for schedule `sch` (NULL: one rank,
  * each microbatch's forward then backward, in order). */
 pipit_status pipit__lower(pipit_program *p, const pipit_schedule *sch);
-/* Runs one rank's instruction list with the given feeds. */
-pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit_feed *feeds,
-                              int nfeed);
+/* Runs one rank's instruction list; feed_ptrs[m * ninputs + i] is input i
+ * of microbatch m (resolved and checked once by pipit_step). */
+pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const void **feed_ptrs);
 /* Post-loop kernels (train/optim.c), run by every thread of the rank. */
 #define PIPIT_SUMSQ_CHUNK 16384 /* elements per partial sum: fixed, so the norm's bits never depend on threads */
 void pipit__post_gradsum(pipit_program *p, pipit__rank_prog *r, const pipit__instr *in, void *grad,

@@ -165,25 +165,11 @@ static void exec_worker(void *arg, int ith, int nth) {
     if (ith == 0 && post_start) r->busy += pipit__now() - post_start;
 }
 
-pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const pipit_feed *feeds,
-                              int nfeed) {
-    (void)nfeed;
-    size_t nptr = (size_t)p->M * (size_t)PIPIT_MAX(p->ninputs, 1);
-    const void **ptrs = pipit__malloc(nptr * sizeof *ptrs);
-    if (!ptrs) return pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory");
-    for (int m = 0; m < p->M; m++)
-        for (int i = 0; i < p->ninputs; i++) {
-            const void *d = NULL;
-            for (int f = 0; f < nfeed; f++)
-                if (strcmp(feeds[(size_t)m * (size_t)nfeed + (size_t)f].name, p->inputs[i].name) == 0)
-                    d = feeds[(size_t)m * (size_t)nfeed + (size_t)f].data;
-            ptrs[(size_t)m * (size_t)p->ninputs + (size_t)i] = d;
-        }
-    exec_ctx x = {p, r, ptrs, PIPIT_STATUS_OK, ""};
+pipit_status pipit__exec_rank(pipit_program *p, pipit__rank_prog *r, const void **feed_ptrs) {
+    exec_ctx x = {p, r, feed_ptrs, PIPIT_STATUS_OK, ""};
     resolve(&x);
     r->busy = 0;
     pipit__pool_run(r->pool, exec_worker, &x);
-    pipit__free(ptrs);
     if (x.status) return pipit__err(x.status, "%s", x.msg);
     return PIPIT_STATUS_OK;
 }

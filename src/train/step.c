@@ -25,22 +25,33 @@ const char *pipit_program_errmsg(const pipit_program *p) {
     return p && p->magic == PIPIT_PROGRAM_MAGIC ? p->errmsg : "invalid program handle";
 }
 
-static const void *find_feed(const pipit_feed *f, int nfeed, const char *name) {
-    for (int i = 0; i < nfeed; i++)
-        if (f[i].name && strcmp(f[i].name, name) == 0) return f[i].data;
-    return NULL;
+/* The one feed of microbatch m named `name`; NULL (with a message) if it
+ * is missing or given twice. */
+static const void *find_feed(const pipit_feed *f, int nfeed, const char *name, int m) {
+    const void *d = NULL;
+    for (int i = 0; i < nfeed; i++) {
+        if (!f[i].name || strcmp(f[i].name, name) != 0) continue;
+        if (d) {
+            pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has two feeds for input '%s'", m, name);
+            return NULL;
+        }
+        d = f[i].data;
+    }
+    if (!d) pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has no data for input '%s'", m, name);
+    return d;
 }
 
-static pipit_status check_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed) {
+/* Resolves every (microbatch, input) to its data once for all ranks, and
+ * checks that index inputs lie within what their consumers allow. */
+static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed, const void **ptrs) {
     if (!feeds && p->ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
     for (int m = 0; m < p->M; m++) {
         const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
         for (int i = 0; i < p->ninputs; i++) {
             const pipit__input *in = &p->inputs[i];
-            const void *d = find_feed(f, nfeed, in->name);
-            if (!d)
-                return pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has no data for input '%s'", m,
-                                  in->name);
+            const void *d = find_feed(f, nfeed, in->name, m);
+            if (!d) return PIPIT_STATUS_INVALID;
+            ptrs[(size_t)m * (size_t)p->ninputs + (size_t)i] = d;
             if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
             const int32_t *t = d;
             for (int64_t k = 0; k < in->numel; k++)
@@ -57,15 +68,14 @@ static pipit_status check_feeds(const pipit_program *p, const pipit_feed *feeds,
 typedef struct {
     pipit_program *p;
     int rank;
-    const pipit_feed *feeds;
-    int nfeed;
+    const void **feed_ptrs;
     pipit_status status;
     char msg[2048];
 } rank_run;
 
 static void *rank_main(void *a) {
     rank_run *rr = a;
-    rr->status = pipit__exec_rank(rr->p, &rr->p->ranks[rr->rank], rr->feeds, rr->nfeed);
+    rr->status = pipit__exec_rank(rr->p, &rr->p->ranks[rr->rank], rr->feed_ptrs);
     if (rr->status) {
         snprintf(rr->msg, sizeof rr->msg, "%s", pipit_errmsg());
         /* a rank that failed before or outside its instruction loop must
@@ -77,8 +87,8 @@ static void *rank_main(void *a) {
 
 /* Runs every rank, one thread each (the caller's thread for one rank), and
  * reports the first rank that failed by name. */
-static pipit_status run_ranks(pipit_program *p, const pipit_feed *feeds, int nfeed) {
-    if (p->nranks == 1) return pipit__exec_rank(p, &p->ranks[0], feeds, nfeed);
+static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
+    if (p->nranks == 1) return pipit__exec_rank(p, &p->ranks[0], feed_ptrs);
     p->transport->vt->reset(p->transport);
     rank_run *rr = pipit__calloc((size_t)p->nranks, sizeof *rr);
     pthread_t *th = pipit__calloc((size_t)p->nranks, sizeof *th);
@@ -90,7 +100,7 @@ static pipit_status run_ranks(pipit_program *p, const pipit_feed *feeds, int nfe
     int started = 0;
     pipit_status s = PIPIT_STATUS_OK;
     for (int q = 0; q < p->nranks; q++, started++) {
-        rr[q] = (rank_run){p, q, feeds, nfeed, PIPIT_STATUS_OK, ""};
+        rr[q] = (rank_run){p, q, feed_ptrs, PIPIT_STATUS_OK, ""};
         if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
             s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", q);
             p->transport->vt->abort(p->transport, q, "thread not started");
@@ -114,13 +124,19 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     pipit_status s = check_program(p);
     if (s) return s;
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
-    s = check_feeds(p, feeds, nfeed);
-    if (s) return fail(p, s);
+    const void **ptrs = pipit__malloc(sizeof *ptrs * (size_t)p->M * (size_t)PIPIT_MAX(p->ninputs, 1));
+    if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));
+    s = resolve_feeds(p, feeds, nfeed, ptrs);
+    if (s) {
+        pipit__free(ptrs);
+        return fail(p, s);
+    }
     double t0 = pipit__now();
     p->step_t0 = t0;
     p->do_update = update != 0;
     if (update) p->opt_step++;
-    s = run_ranks(p, feeds, nfeed);
+    s = run_ranks(p, ptrs);
+    pipit__free(ptrs);
     p->step_wall = pipit__now() - t0;
     if (s) {
         if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
