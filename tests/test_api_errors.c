@@ -210,7 +210,7 @@ PIPIT_TEST(api_step_feed_errors) {
     const double loss0 = m.loss;
 
     /* microbatch 1 lacks targets */
-    pipit_feed miss[4] = {{"tokens", tok}, {"targets", tgt}, {"tokens", tok}, {"tokens", tok}};
+    pipit_feed miss[4] = {{"tokens", tok}, {"targets", tgt}, {"tokens", tok}, {"unused", tok}};
     ASSERT_STATUS(pipit_step(p, miss, 2, 0, &m), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("'targets'");
     ASSERT_MSG_HAS("microbatch 1");
