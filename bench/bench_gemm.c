@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/kernels.h"
+#include "backend/cpu/kernels.h"
 #include "util/common.h"
 
 typedef struct {

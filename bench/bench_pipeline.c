@@ -38,8 +38,8 @@
 #include <string.h>
 
 #include "models/gpt2.h"
-#include "pipeline/program.h"
-#include "pipeline/schedule.h"
+#include "runtime/program.h"
+#include "schedule/schedule.h"
 #include "runtime/transport.h"
 #include "util/common.h"
 

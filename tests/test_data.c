@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "test.h"
-#include "train/data.h"
+#include "io/data.h"
 #include "util/common.h"
 
 static const char *dpath(const char *name) {

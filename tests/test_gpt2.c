@@ -11,7 +11,7 @@
 #include "gradcheck.h"
 #include "models/gpt2.h"
 #include "test.h"
-#include "train/data.h"
+#include "io/data.h"
 
 /* Elements of a named param (0 on error). */
 static int64_t numel_of(pipit_program *p, const char *name) {

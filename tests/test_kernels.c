@@ -6,7 +6,7 @@
  */
 #include <pthread.h>
 
-#include "kernels/cpu/kernels.h"
+#include "backend/cpu/kernels.h"
 #include "test.h"
 
 /* ------------------------------------------------------------ helpers */

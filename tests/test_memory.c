@@ -5,8 +5,8 @@
  * schedule says a (stage, microbatch) is done.
  */
 #include "models/gpt2.h"
-#include "pipeline/program.h"
-#include "pipeline/schedule.h"
+#include "runtime/program.h"
+#include "schedule/schedule.h"
 #include "test.h"
 
 /* Instruction index of the MARK that starts (end = 0) or ends task t. */

@@ -7,8 +7,8 @@
  */
 #include <stdint.h>
 
-#include "pipeline/program.h"
-#include "runtime/memplan.h"
+#include "runtime/program.h"
+#include "compile/memplan.h"
 #include "test.h"
 
 static size_t al64(size_t n) { return (n + 63) / 64 * 64; }

@@ -7,8 +7,8 @@
  * of ops.def appears in no checked graph.
  */
 #include "gradcheck.h"
-#include "graph/graph.h"
-#include "pipeline/program.h"
+#include "ir/graph.h"
+#include "runtime/program.h"
 #include "test.h"
 
 #define F64 PIPIT_F64

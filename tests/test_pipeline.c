@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "models/gpt2.h"
-#include "pipeline/program.h"
-#include "pipeline/schedule.h"
+#include "runtime/program.h"
+#include "schedule/schedule.h"
 #include "test.h"
 
 enum { TV = 64, TT = 8, TL = 8, TH = 2, TC = 16, TB = 2 };

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "models/gpt2.h"
-#include "pipeline/program.h"
+#include "runtime/program.h"
 #include "test.h"
 
 enum { V = 64, T = 8, L = 4, H = 2, C = 16, B = 2, M = 2 };

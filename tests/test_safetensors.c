@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "test.h"
-#include "train/safetensors.h"
+#include "io/safetensors.h"
 #include "util/common.h"
 
 static const char *tpath(const char *name) {

@@ -5,7 +5,7 @@
  * are rejected with messages naming the task and rank; the text format round
  * trips; bad arguments and allocation failures are reported, never crash.
  */
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 
 #include "test.h"
 

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "models/gpt2.h"
-#include "pipeline/program.h"
-#include "pipeline/schedule.h"
+#include "runtime/program.h"
+#include "schedule/schedule.h"
 #include "gradcheck.h"
-#include "pipeline/stages.h"
+#include "compile/stages.h"
 #include "test.h"
 
 typedef struct {

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pipeline/schedule.h"
+#include "schedule/schedule.h"
 #include "pipit.h"
-#include "train/timeline.h"
+#include "inspect/timeline.h"
 
 int pipit_cli_schedule(int argc, char **argv);
 

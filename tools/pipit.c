@@ -11,12 +11,12 @@
 #include <string.h>
 
 #include "models/gpt2.h"
-#include "pipeline/plan_print.h"
-#include "pipeline/program.h"
-#include "pipeline/schedule.h"
+#include "inspect/plan_print.h"
+#include "runtime/program.h"
+#include "schedule/schedule.h"
 #include "pipit.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
+#include "io/checkpoint.h"
+#include "io/data.h"
 #include "util/common.h"
 
 /* ------------------------------------------------------------------ flags */

@@ -13,7 +13,7 @@
 #ifndef PIPIT_AUTODIFF_H
 #define PIPIT_AUTODIFF_H
 
-#include "graph/graph.h"
+#include "ir/graph.h"
 
 typedef struct {
     int32_t node;      /* the PARAM node, or a pre-loop value read in the loop */

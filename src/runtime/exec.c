@@ -6,8 +6,8 @@
  */
 #include <string.h>
 
-#include "kernels/cpu/kernels.h"
-#include "pipeline/program.h"
+#include "backend/cpu/kernels.h"
+#include "runtime/program.h"
 #include "runtime/transport.h"
 
 typedef struct {

@@ -1,0 +1,94 @@
+/*
+ * gemm.c — batched GEMM through single-threaded OpenBLAS calls.
+ *
+ * C is cut into tiles by a rule that looks only at (M,N,K); each tile is one
+ * cblas call and tiles are dealt to threads round-robin. OpenBLAS's bits
+ * depend on its own thread count and on the sub-matrix it is handed, so
+ * fixing both (1 BLAS thread, shape-only tiles) makes results nth-invariant.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "util/common.h"
+
+/* Preferred smallest tile: row splits below 256 and column splits below
+ * ~192 lose 5-15% to the packing each BLAS call redoes (bench/bench_gemm.c
+ * on Zen 4). Columns are split in multiples of 64, rows of 16. */
+#define GEMM_MIN_N 192
+#define GEMM_MIN_M 256
+/* Below this many tiles, sides may shrink to GEMM_MIN_HARD to find work
+ * for a few threads. */
+#define GEMM_MIN_HARD 128
+#define GEMM_FEW_TILES 4
+/* Up to this many tiles, for a fair round-robin deal over 2-8 threads ... */
+#define GEMM_TILES_MAX 16
+/* ... but none with less work than this (flops), so small GEMMs stay whole. */
+#define GEMM_TILE_FLOPS (1 << 22)
+
+void pipit__gemm_init(void) { openblas_set_num_threads(1); }
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+static int64_t cdiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt) {
+    double flops = 2.0 * (double)M * (double)N * (double)(K > 0 ? K : 1);
+    int64_t want = (int64_t)(flops / GEMM_TILE_FLOPS);
+    want = PIPIT_MAX(1, PIPIT_MIN(want, GEMM_TILES_MAX));
+    int64_t m = PIPIT_MAX(M, 1), n = PIPIT_MAX(N, 1);
+    /* Halve the side that is longer relative to its preferred minimum, while
+     * it stays above that minimum; then, if there are still very few tiles,
+     * go down to the hard minimum. */
+    for (int phase = 0; phase < 2; phase++) {
+        int64_t min_n = phase ? GEMM_MIN_HARD : GEMM_MIN_N;
+        int64_t min_m = phase ? GEMM_MIN_HARD : GEMM_MIN_M;
+        int64_t goal = phase ? PIPIT_MIN(want, GEMM_FEW_TILES) : want;
+        while (cdiv(M, m) * cdiv(N, n) < goal) {
+            int can_n = n >= 2 * min_n, can_m = m >= 2 * min_m;
+            if (can_n && (!can_m || n * min_m >= m * min_n))
+                n = round_up(cdiv(n, 2), 64);
+            else if (can_m)
+                m = round_up(cdiv(m, 2), 16);
+            else
+                break;
+        }
+    }
+    *mt = m;
+    *nt = n;
+}
+
+/* One implementation per type; BLAS is cblas_sgemm or cblas_dgemm. */
+#define PIPIT_GEMM_IMPL(T, S, BLAS)                                                       \
+    void pipit__gemm_##S(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,  \
+                         int64_t K, const T *A, int64_t lda, int64_t sA, const T *B,     \
+                         int64_t ldb, int64_t sB, T *C, int64_t ldc, int64_t sC,         \
+                         int accumulate, int ith, int nth) {                             \
+        if (batch <= 0 || M <= 0 || N <= 0) return;                                      \
+        PIPIT_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX);                \
+        PIPIT_ASSERT(lda <= INT32_MAX && ldb <= INT32_MAX && ldc <= INT32_MAX);          \
+        int64_t mt, nt;                                                                  \
+        pipit__gemm_tiles(M, N, K, &mt, &nt);                                            \
+        int64_t tn = cdiv(N, nt), tiles = cdiv(M, mt) * tn;                              \
+        for (int64_t u = ith; u < batch * tiles; u += nth) {                             \
+            int64_t b = u / tiles, t = u % tiles;                                        \
+            int64_t i0 = t / tn * mt, j0 = t % tn * nt;                                  \
+            int64_t m = PIPIT_MIN(mt, M - i0), n = PIPIT_MIN(nt, N - j0);               \
+            T *c = C + b * sC + i0 * ldc + j0; /* tile [m,n] of C[b] */                  \
+            if (K <= 0) {                                                                \
+                if (!accumulate)                                                         \
+                    for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, n * sizeof(T)); \
+                continue;                                                                \
+            }                                                                            \
+            /* rows i0.. of op(A): stored A is [M,K] (row i0) or [K,M] (column i0) */     \
+            const T *a = A + b * sA + (trans_a ? i0 : i0 * lda);                         \
+            /* columns j0.. of op(B): stored B is [K,N] or [N,K] */                      \
+            const T *bb = B + b * sB + (trans_b ? j0 * ldb : j0);                        \
+            BLAS(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,                     \
+                 trans_b ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n, (blasint)K, \
+                 (T)1, a, (blasint)lda, bb, (blasint)ldb, accumulate ? (T)1 : (T)0, c,   \
+                 (blasint)ldc);                                                          \
+        }                                                                                \
+    }
+
+PIPIT_GEMM_IMPL(float, f32, cblas_sgemm)
+PIPIT_GEMM_IMPL(double, f64, cblas_dgemm)

@@ -1,0 +1,73 @@
+/*
+ * kernels.c — every non-GEMM CPU kernel, for float and double.
+ *
+ * The bodies live in kernels_impl.h, a template included once per type
+ * (T = element type, S = name suffix). Reductions use fixed lane counts and
+ * fixed orders, and threads split only the non-reduced axis, so bits never
+ * depend on the thread count.
+ */
+
+/* GCC 12's -O2 only vectorises loops whose trip count is a multiple of the
+ * vector width; the dynamic cost model lets it vectorise plain loops with
+ * remainders, and no-trapping-math lets it turn the selects of fast_expf
+ * into blends. Neither changes a computed value (no reassociation, no
+ * contraction: that is what -ffast-math would add), so bits are unchanged. */
+#pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
+
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "backend/cpu/kernels.h"
+#include "util/common.h"
+
+/* exp(x) in float, branch-free so loops calling it vectorise (libm's expf
+ * does not, and costs ~4x more). Cephes expf: x = n ln2 + r, a degree-6
+ * polynomial for exp(r), 2^n from exponent bits; <= 1 ulp on normal
+ * results. Results below FLT_MIN flush to 0; x > 88.376 gives inf (a
+ * little early: softmax only ever calls it with x <= 0); NaN stays NaN.
+ * Plain IEEE arithmetic, so the bits are the same on every x86-64. */
+static inline float fast_expf(float x) {
+    float t = x * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: rounds x/ln2 */
+    float n = t - 12582912.0f;
+    float r = x - n * 0.693359375f - n * -2.12194440e-4f; /* ln2 in two parts */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    int32_t e = (int32_t)n + 127;
+    e = e < 1 ? 1 : e;
+    e = e > 254 ? 254 : e;
+    uint32_t bits = (uint32_t)e << 23;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    float y = p * s;
+    y = x < -87.33654f ? 0.0f : y;
+    y = x > 88.37626f ? INFINITY : y;
+    return x != x ? x : y;
+}
+
+#define T float
+#define S f32
+#define EXP fast_expf
+#define BLAS_GEMM cblas_sgemm
+#include "backend/cpu/kernels_impl.h"
+#undef T
+#undef S
+#undef EXP
+#undef BLAS_GEMM
+
+#define T double
+#define S f64
+#define EXP exp
+#define BLAS_GEMM cblas_dgemm
+#include "backend/cpu/kernels_impl.h"
+#undef T
+#undef S
+#undef EXP
+#undef BLAS_GEMM

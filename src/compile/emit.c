@@ -1,0 +1,250 @@
+/*
+ * emit.c — instruction emission with buffer lifetime tracking. A buffer is
+ * born at the instruction that writes it and dies after its last reader, so
+ * the planner can reuse its bytes; peak bytes are therefore known at compile
+ * time and equal what the runtime will touch.
+ */
+#include "compile/emit.h"
+
+#include <string.h>
+
+pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__rank_prog *r) {
+    memset(e, 0, sizeof *e);
+    e->p = p;
+    e->r = r;
+    size_t n = (size_t)p->g->n * (size_t)p->M;
+    e->buf_of = pipit__malloc(n * sizeof *e->buf_of);
+    if (!e->buf_of) return e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    memset(e->buf_of, 0xff, n * sizeof *e->buf_of);
+    return PIPIT_STATUS_OK;
+}
+
+int32_t pipit__alias_root(const pipit_graph *g, int32_t id) {
+    while (pipit__ops[g->nodes[id].op].alias) id = g->nodes[id].in[0];
+    return id;
+}
+
+pipit__instr *pipit__emit_push(pipit__emitter *e) {
+    pipit__rank_prog *r = e->r;
+    if (r->n == r->cap) {
+        int32_t cap = r->cap ? r->cap * 2 : 256;
+        pipit__instr *ins = pipit__realloc(r->ins, (size_t)cap * sizeof *ins);
+        if (!ins) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+            return NULL;
+        }
+        r->ins = ins;
+        r->cap = cap;
+    }
+    pipit__instr *in = &r->ins[r->n++];
+    memset(in, 0, sizeof *in);
+    return in;
+}
+
+int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
+    if (e->nbufs == e->capbufs) {
+        int32_t cap = e->capbufs ? e->capbufs * 2 : 256;
+        pipit__mp_buf *b = pipit__realloc(e->bufs, (size_t)cap * sizeof *b);
+        if (!b) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+            return -1;
+        }
+        e->bufs = b;
+        e->capbufs = cap;
+    }
+    e->bufs[e->nbufs] = (pipit__mp_buf){size, at, at, 0};
+    return e->nbufs++;
+}
+
+static int input_slot(const pipit_program *p, int32_t node) {
+    for (int i = 0; i < p->ninputs; i++)
+        if (p->inputs[i].node == node) return i;
+    return -1;
+}
+
+static int param_index(const pipit_program *p, int32_t node) {
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].node == node) return i;
+    PIPIT_ASSERT(0);
+    return -1;
+}
+
+/* Values that are the same for every microbatch live under microbatch 0:
+ * pre-loop values and the post-loop region. */
+static int mb_invariant(const pipit_program *p, int32_t root) {
+    if (root < p->gr.fwd_end) return p->gr.preloop[root];
+    return (p->g->nodes[root].flags & NODE_POST) != 0;
+}
+
+/* Location of value `id` of microbatch mb, read by the instruction `at`. */
+static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
+    const pipit_graph *g = e->p->g;
+    int32_t root = pipit__alias_root(g, id);
+    const pipit__node *n = &g->nodes[root];
+    if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, param_index(e->p, root), 0};
+    if (n->flags & NODE_GRADOF) return (pipit__loc){LOC_GRAD, param_index(e->p, (int32_t)n->iattr[0]), 0};
+    if (n->op == PIPIT_OP_INPUT && !(n->flags & NODE_POST)) {
+        if (root == e->p->gr.seed) return (pipit__loc){LOC_SEED, root, 0};
+        return (pipit__loc){LOC_FEED, input_slot(e->p, root), 0};
+    }
+    if (mb_invariant(e->p, root)) mb = 0;
+    int32_t b = e->buf_of[(size_t)root * (size_t)e->p->M + (size_t)mb];
+    PIPIT_ASSERT(b >= 0); /* lowering emits producers before consumers */
+    if (e->bufs[b].last < at) e->bufs[b].last = at;
+    return (pipit__loc){LOC_ARENA, b, 0};
+}
+
+int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node) {
+    if (e->status) return -1;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return -1;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_COPY;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    in->in[0] = read_loc(e, node, 0, at);
+    int32_t b = pipit__emit_buf(e, in->bytes, at);
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+    return b;
+}
+
+void pipit__emit_copy_out(pipit__emitter *e, int32_t b, pipit__loc dst, size_t bytes) {
+    if (e->status || b < 0) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_COPY;
+    in->bytes = bytes;
+    in->in[0] = (pipit__loc){LOC_ARENA, b, 0};
+    pipit__emit_touch(e, b, e->r->n - 1);
+    in->out = dst;
+}
+
+int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
+    if (e->status) return 0;
+    int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
+    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0; /* absent, or already read */
+    pipit__instr *w = &e->r->ins[e->bufs[b].first];
+    if (w->kind != INS_RUN || w->node != node) return 0;
+    w->out = dst;
+    e->bufs[b].size = 0; /* the arena slot is not needed any more */
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = -1;
+    return 1;
+}
+
+/* Gives (node, 0) the arena buffer b (post-loop gradient leaves). */
+void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b) {
+    e->buf_of[(size_t)node * (size_t)e->p->M] = b;
+}
+
+void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
+    if (e->status) return;
+    const pipit__node *n = &e->p->g->nodes[node];
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_RUN;
+    in->node = node;
+    in->mb = mb;
+    for (int k = 0; k < n->nin; k++) in->in[k] = read_loc(e, n->in[k], mb, at);
+    int32_t b = pipit__emit_buf(e, pipit__node_bytes(n), at);
+    if (b < 0) return;
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+}
+
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first) {
+    if (e->status) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_ACC;
+    in->node = contrib;
+    in->mb = mb;
+    in->first = (uint8_t)first;
+    in->numel = pipit__node_numel(&e->p->g->nodes[contrib]);
+    in->in[0] = read_loc(e, contrib, mb, e->r->n - 1);
+    in->out = acc;
+}
+
+void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb) {
+    if (e->status) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_LOSS;
+    in->node = loss;
+    in->mb = mb;
+    in->in[0] = read_loc(e, loss, mb, e->r->n - 1);
+}
+
+void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst) {
+    if (e->status) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_SEND;
+    in->node = node;
+    in->mb = mb;
+    in->peer = dst;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    in->in[0] = read_loc(e, node, mb, e->r->n - 1);
+}
+
+void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src) {
+    if (e->status) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_RECV;
+    in->node = node;
+    in->mb = mb;
+    in->peer = src;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    int32_t b = pipit__emit_buf(e, in->bytes, at);
+    if (b < 0) return;
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+}
+
+void pipit__emit_mark(pipit__emitter *e, int task, int end) {
+    if (e->status) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_MARK;
+    in->task = task;
+    in->first = (uint8_t)end;
+    in->node = 0;
+}
+
+int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb) {
+    return e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] >= 0;
+}
+
+static void patch(pipit__loc *l, const pipit__mp_buf *bufs) {
+    if (l->kind == LOC_ARENA) l->off = bufs[l->idx].offset;
+}
+
+/* Extends arena buffer b's life to instruction `at` (post-loop readers). */
+void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at) {
+    if (e->bufs[b].last < at) e->bufs[b].last = at;
+}
+
+pipit_status pipit__emitter_finish(pipit__emitter *e) {
+    pipit_status s = e->status;
+    if (!s) {
+        size_t peak = pipit__memplan(e->bufs, e->nbufs);
+        if (peak == (size_t)-1) s = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+        e->r->arena_bytes = peak;
+        e->r->naive_bytes = pipit__memplan_naive(e->bufs, e->nbufs);
+        for (int32_t i = 0; !s && i < e->r->n; i++) {
+            pipit__instr *in = &e->r->ins[i];
+            patch(&in->out, e->bufs);
+            for (int k = 0; k < PIPIT_MAX_IN; k++) patch(&in->in[k], e->bufs);
+            for (int u = 0; in->srcs && u < e->p->params[in->param].nuses; u++) patch(&in->srcs[u], e->bufs);
+        }
+    }
+    pipit__free(e->buf_of);
+    e->buf_of = NULL;
+    /* the rank keeps its buffers' lifetimes: memory statistics read them */
+    pipit__free(e->r->bufs);
+    e->r->bufs = e->bufs;
+    e->r->nbufs = e->nbufs;
+    e->bufs = NULL;
+    return s;
+}

@@ -1,0 +1,49 @@
+/*
+ * emit.h — building a rank's instruction list: each emitted instruction
+ * names its operands by (value, microbatch); the emitter turns them into
+ * locations, tracks each arena buffer's lifetime, and finally plans the
+ * arena (memplan) so every buffer has a fixed offset before the first step.
+ */
+#ifndef PIPIT_EMIT_H
+#define PIPIT_EMIT_H
+
+#include "runtime/program.h"
+#include "compile/memplan.h"
+
+typedef struct {
+    pipit_program *p;
+    pipit__rank_prog *r;
+    int32_t *buf_of;      /* [graph nodes * M]: arena buffer of (node, mb), -1 none */
+    pipit__mp_buf *bufs;
+    int32_t nbufs, capbufs;
+    pipit_status status;
+} pipit__emitter;
+
+pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__rank_prog *r);
+/* Follows aliasing ops (reshape, local yield) to the node that owns the bytes. */
+int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
+void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first);
+void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);
+void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst);
+void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src);
+void pipit__emit_mark(pipit__emitter *e, int task, int end);
+/* Whether (node, mb) already has a buffer on this rank. */
+int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb);
+/* Low-level: a new zeroed instruction; a new arena buffer born at `at`. */
+pipit__instr *pipit__emit_push(pipit__emitter *e);
+int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at);
+void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at);
+void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b);
+/* Makes the kernel that computed (node, mb) write straight into dst, if no
+ * instruction has read its arena buffer yet (returns 1); the caller must
+ * know that none will. */
+int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);
+/* Copies value (node, 0) into a new arena buffer (returned); copies arena
+ * buffer b to dst. */
+int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node);
+void pipit__emit_copy_out(pipit__emitter *e, int32_t b, pipit__loc dst, size_t bytes);
+/* Plans the arena, patches offsets, frees the emitter's scratch. */
+pipit_status pipit__emitter_finish(pipit__emitter *e);
+
+#endif

@@ -1,0 +1,620 @@
+/*
+ * lower.c — from (staged graph, schedule) to one instruction list per rank.
+ *
+ *   pre-loop   RUN the pre-loop nodes this rank needs (ops on params only;
+ *              replicated on every rank that reads them, so no messages)
+ *   loop       per task of the rank's list: RECV what the task reads from
+ *              other ranks (just before its first reader, so a receive never
+ *              holds back work that does not need it), RUN the task's nodes,
+ *              ACC the gradient-target uses it produced, SEND what others read
+ *   post-loop  pre-loop values' per-use sums exchanged and added in use
+ *              order, their backward (the post-loop region), then the params':
+ *              per-use sums exchanged between holders and added in use order,
+ *              the global norm from per-param sums of squares in param
+ *              order, and the same update on every holder.
+ *
+ * Every rank derives the same plan from the same inputs: it is deterministic.
+ */
+#include <string.h>
+
+#include "compile/emit.h"
+#include "schedule/schedule.h"
+#include "compile/stages.h"
+
+static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
+
+typedef struct {
+    pipit_program *p;
+    const pipit__staging *st;
+    const int *stage_rank;
+    uint64_t *consumer_ranks; /* [n] loop values: bit q = a loop node on rank q reads it */
+    uint8_t *sole_acc;        /* [n] 1: the value's only reader is one gradient accumulation */
+} lowering;
+
+static int is_loop_phase(int ph) { return ph == PH_F || ph == PH_B || ph == PH_W; }
+
+static int rank_of_node(const lowering *L, int32_t id) { return L->stage_rank[L->st->stage[id]]; }
+
+/* Ranks that run each pre-loop node: those of its loop readers, and those
+ * that run its pre-loop readers. Post-loop nodes and gradient leaves run
+ * where the pre-loop node they differentiate runs. */
+static pipit_status find_region_ranks(lowering *L) {
+    pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    uint64_t *rk = pipit__calloc((size_t)g->n, sizeof *rk);
+    if (!rk) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    for (int32_t j = g->n - 1; j >= 0; j--) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || j >= p->gr.fwd_end || (pipit__ops[n->op].flags & OPF_LEAF)) continue;
+        uint64_t mine = p->gr.preloop[j] ? rk[j] : 1ull << rank_of_node(L, j);
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k] < p->gr.fwd_end && p->gr.preloop[n->in[k]]) rk[n->in[k]] |= mine;
+    }
+    /* loop readers in the backward (e.g. a VJP reading a pre-loop value) */
+    for (int32_t j = p->gr.fwd_end; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !is_loop_phase(L->st->phase[j])) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int32_t r = pipit__alias_root(g, n->in[k]);
+            if (r < p->gr.fwd_end && p->gr.preloop[r]) rk[r] |= 1ull << rank_of_node(L, j);
+        }
+    }
+    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--) /* re-close over pre-loop readers */
+        for (int k = 0; p->gr.preloop[j] && k < g->nodes[j].nin; k++)
+            if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
+    for (int32_t j = p->gr.fwd_end; j < g->n; j++)
+        if (g->nodes[j].flags & NODE_POST) rk[j] = g->nodes[j].origin >= 0 ? rk[g->nodes[j].origin] : 1;
+    p->node_ranks = rk;
+    return PIPIT_STATUS_OK;
+}
+
+/* Values whose only reader is one gradient-target use: the first
+ * microbatch's kernel can write them straight into the accumulator. */
+static void find_sole_acc(lowering *L) {
+    const pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    for (int i = 0; i < p->ntargets; i++)
+        for (int u = 0; u < p->gr.t[i].nuses; u++) {
+            int32_t r = pipit__alias_root(g, p->gr.t[i].contrib[u]);
+            if (pipit__node_runs(&g->nodes[r])) L->sole_acc[r] = L->sole_acc[r] ? 2 : 1;
+        }
+    for (int32_t j = 0; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !pipit__node_runs(n)) continue;
+        for (int k = 0; k < n->nin; k++) L->sole_acc[pipit__alias_root(g, n->in[k])] = 2;
+    }
+    L->sole_acc[p->loss] = 2;
+    for (int32_t j = 0; j < g->n; j++) L->sole_acc[j] = L->sole_acc[j] == 1;
+}
+
+/* First microbatch: let the kernel write the use's sum directly (no copy),
+ * when nothing else reads the value; otherwise accumulate. */
+static void acc_or_retarget(lowering *L, pipit__emitter *e, int32_t c, int mb, pipit__loc dst) {
+    int32_t r = pipit__alias_root(L->p->g, c);
+    if (mb == 0 && L->sole_acc[r] && pipit__emit_retarget(e, r, mb, dst)) return;
+    pipit__emit_acc(e, c, mb, dst, mb == 0);
+}
+
+/* Which ranks read each loop value (bit per rank); pre-loop values are
+ * computed where they are read, so they are never sent. */
+static pipit_status find_consumers(lowering *L) {
+    const pipit_graph *g = L->p->g;
+    L->consumer_ranks = pipit__calloc((size_t)g->n, sizeof *L->consumer_ranks);
+    L->sole_acc = pipit__calloc((size_t)g->n, 1);
+    if (!L->consumer_ranks || !L->sole_acc) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    find_sole_acc(L);
+    for (int32_t j = 0; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !is_loop_phase(L->st->phase[j])) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int32_t r = pipit__alias_root(g, n->in[k]);
+            if (is_loop_phase(L->st->phase[r])) L->consumer_ranks[r] |= 1ull << rank_of_node(L, j);
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+static int task_has_phase(int kind, int phase) {
+    switch (kind) {
+    case PIPIT_TASK_F: return phase == PH_F;
+    case PIPIT_TASK_B: return phase == PH_B;
+    case PIPIT_TASK_W: return phase == PH_W;
+    case PIPIT_TASK_BW: return phase == PH_B || phase == PH_W;
+    }
+    return 0;
+}
+
+/* Receives every loop input of node j that lives on another rank and is not here yet. */
+static void recv_inputs(lowering *L, pipit__emitter *e, int32_t j, int mb, int me) {
+    const pipit_graph *g = L->p->g;
+    const pipit__node *n = &g->nodes[j];
+    for (int k = 0; k < n->nin; k++) {
+        int32_t r = pipit__alias_root(g, n->in[k]);
+        if (!is_loop_phase(L->st->phase[r]) || pipit__emit_has(e, r, mb)) continue;
+        int src = rank_of_node(L, r);
+        if (src != me) pipit__emit_recv(e, r, mb, src);
+    }
+}
+
+static void run_nodes(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me, int remat_only) {
+    const pipit_graph *g = L->p->g;
+    for (int32_t j = 0; j < g->n; j++) {
+        int ph = L->st->phase[j];
+        if (!is_loop_phase(ph) || L->st->stage[j] != s) continue;
+        if (remat_only ? ph != PH_F : !task_has_phase(kind, ph)) continue;
+        recv_inputs(L, e, j, mb, me);
+        pipit__emit_run(e, j, mb);
+    }
+}
+
+static void send_outputs(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
+    const pipit_graph *g = L->p->g;
+    for (int32_t j = 0; j < g->n; j++) {
+        int ph = L->st->phase[j];
+        if (!is_loop_phase(ph) || L->st->stage[j] != s || !task_has_phase(kind, ph)) continue;
+        for (int q = 0; q < L->p->nranks; q++)
+            if (q != me && (L->consumer_ranks[j] >> q & 1)) pipit__emit_send(e, j, mb, q);
+    }
+}
+
+static size_t *acc_slot(const pipit_program *p, const pipit__param *pp, int u, int q) {
+    return &pp->acc_off[(size_t)u * (size_t)p->nranks + (size_t)q];
+}
+
+#define ACC_IN_GRAD (SIZE_MAX - 1) /* acc_slot: the use accumulates straight into the gradient block */
+
+/* Where use u of target i accumulates on rank q. */
+static pipit__loc use_loc(const pipit_program *p, int i, int u, int q) {
+    size_t off = *acc_slot(p, &p->params[i], u, q);
+    if (off == ACC_IN_GRAD) return (pipit__loc){LOC_GRAD, i, 0};
+    return (pipit__loc){LOC_ACC, -1, off};
+}
+
+/* Accumulates the per-microbatch target uses this task computed. */
+static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
+    const pipit_program *p = L->p;
+    for (int i = 0; i < p->ntargets; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++) {
+            if (pp->post[u]) continue;
+            int32_t c = p->gr.t[i].contrib[u];
+            int32_t r = pipit__alias_root(p->g, c);
+            int ph = r == p->gr.seed ? PH_B : L->st->phase[r];
+            int st = r == p->gr.seed ? p->S - 1 : L->st->stage[r];
+            if (st != s || !task_has_phase(kind, ph)) continue;
+            acc_or_retarget(L, e, c, mb, use_loc(p, i, u, me));
+        }
+    }
+}
+
+static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int me) {
+    pipit_program *p = L->p;
+    pipit__emit_mark(e, ti, 0);
+    if (p->opt.remat && (t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW))
+        run_nodes(L, e, t.kind, t.stage, t.mb, me, 1); /* recompute the stage's forward */
+    run_nodes(L, e, t.kind, t.stage, t.mb, me, 0);
+    if (t.kind == PIPIT_TASK_F && t.stage == L->st->stage[p->loss]) pipit__emit_loss(e, p->loss, t.mb);
+    accumulate(L, e, t.kind, t.stage, t.mb, me);
+    send_outputs(L, e, t.kind, t.stage, t.mb, me);
+    pipit__emit_mark(e, ti, 1);
+}
+
+/* The pre-loop and post-loop regions run on every rank that needs them. */
+static void run_region(lowering *L, pipit__emitter *e, int phase, int me) {
+    const pipit_program *p = L->p;
+    for (int32_t j = 0; j < p->g->n; j++)
+        if (L->st->phase[j] == phase && (p->node_ranks[j] >> me & 1)) pipit__emit_run(e, j, 0);
+}
+
+/* ------------------------------------------------------------ placement */
+
+/* Which ranks compute each use of each target, and where its accumulator
+ * lives on each of them. Loop uses run on their stage's rank; post-loop
+ * uses on every rank of their region. */
+static pipit_status place_uses(lowering *L) {
+    pipit_program *p = L->p;
+    for (int i = 0; i < p->ntargets; i++) {
+        pipit__param *pp = &p->params[i];
+        pp->acc_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(pp->nuses, 1) * (size_t)p->nranks);
+        if (!pp->acc_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        for (int u = 0; u < pp->nuses; u++) {
+            int32_t r = pipit__alias_root(p->g, p->gr.t[i].contrib[u]);
+            if (pp->post[u]) pp->use_ranks[u] = p->node_ranks[r];
+            else pp->use_ranks[u] = 1ull << (r == p->gr.seed ? L->stage_rank[p->S - 1] : rank_of_node(L, r));
+            /* a param's only use, accumulated per microbatch, needs no buffer
+             * of its own: its sum is the gradient */
+            int direct = !pp->boundary && pp->nuses == 1 && !pp->post[u];
+            for (int q = 0; q < p->nranks; q++) {
+                *acc_slot(p, pp, u, q) = SIZE_MAX;
+                if (!(pp->use_ranks[u] >> q & 1)) continue;
+                if (direct) {
+                    *acc_slot(p, pp, u, q) = ACC_IN_GRAD;
+                    continue;
+                }
+                *acc_slot(p, pp, u, q) = p->ranks[q].acc_bytes;
+                p->ranks[q].acc_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+            }
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* A rank holds every param its instructions read (a tied weight is held by
+ * each rank that uses it); an unused param is kept by rank 0. A pre-loop
+ * value's gradient is needed by the ranks that run its post-loop region. */
+static int param_of(const pipit_program *p, int32_t node) {
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].node == node) return i;
+    return -1;
+}
+
+/* A gradient transform of param P runs on P's holders; they must then also
+ * hold every param (and gradient) it reads, which may widen those params'
+ * holders and so the ranks of their own transforms: iterate to a fixpoint. */
+static pipit_status place_gradpost(lowering *L) {
+    pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    uint8_t *cone = pipit__malloc((size_t)g->n);
+    if (!cone) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int32_t k = 0; k < g->ngradset; k++) {
+            uint64_t ranks = p->params[param_of(p, g->gradset[k][0])].holders;
+            memset(cone, 0, (size_t)g->n);
+            cone[g->gradset[k][1]] = 1;
+            for (int32_t j = g->gradset[k][1]; j >= 0; j--) {
+                if (!cone[j]) continue;
+                const pipit__node *n = &g->nodes[j];
+                p->node_ranks[j] |= ranks;
+                int32_t q = n->op == PIPIT_OP_PARAM ? j : (n->flags & NODE_GRADOF) ? (int32_t)n->iattr[0] : -1;
+                if (q >= 0) {
+                    pipit__param *pq = &p->params[param_of(p, q)];
+                    if ((pq->holders | ranks) != pq->holders) changed = 1;
+                    pq->holders |= ranks;
+                }
+                for (int i = 0; i < n->nin; i++) cone[n->in[i]] = 1;
+            }
+        }
+    }
+    pipit__free(cone);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status place_params(lowering *L) {
+    pipit_program *p = L->p;
+    for (int q = 0; q < p->nranks; q++) {
+        const pipit__rank_prog *r = &p->ranks[q];
+        for (int32_t i = 0; i < r->n; i++)
+            for (int k = 0; k < PIPIT_MAX_IN; k++)
+                if (r->ins[i].in[k].kind == LOC_PARAM) p->params[r->ins[i].in[k].idx].holders |= 1ull << q;
+    }
+    for (int i = 0; i < p->ntargets; i++) {
+        pipit__param *pp = &p->params[i];
+        if (pp->boundary) pp->holders = p->node_ranks[pp->gacc];
+        if (!pp->holders) pp->holders = 1;
+        for (int u = 0; u < pp->nuses && !pp->boundary; u++) pp->holders |= pp->use_ranks[u];
+    }
+    pipit_status s = place_gradpost(L);
+    if (s) return s;
+    for (int i = 0; i < p->ntargets; i++) p->params[i].norm_rank = __builtin_ctzll(p->params[i].holders);
+    for (int q = 0; q < p->nranks; q++) {
+        pipit__rank_prog *r = &p->ranks[q];
+        r->param_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(p->nparams, 1));
+        if (!r->param_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        for (int i = 0; i < p->nparams; i++) {
+            const pipit__param *pp = &p->params[i];
+            r->param_off[i] = SIZE_MAX;
+            if (!(pp->holders >> q & 1)) continue;
+            r->param_off[i] = r->param_bytes;
+            r->param_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+            r->max_chunks = PIPIT_MAX(r->max_chunks, (pp->numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK);
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* ------------------------------------------------------------ post-loop */
+
+static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int peer) {
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return NULL;
+    in->kind = (uint8_t)kind;
+    in->param = param;
+    in->use = use;
+    in->peer = peer;
+    return in;
+}
+
+static int has(uint64_t set, int q) { return (int)(set >> q & 1); }
+
+/* Whether pipit_set_grad replaces param i's gradient. */
+static int transformed(const pipit_program *p, int i) {
+    for (int32_t k = 0; k < p->g->ngradset; k++)
+        if (p->g->gradset[k][0] == p->params[i].node) return 1;
+    return 0;
+}
+
+/* Every holder of a target needs every use's sum: the lowest rank that
+ * computed a use sends it to the holders that did not; then each holder
+ * receives what it lacks. All sends of a rank come before its receives, so
+ * the exchange cannot deadlock. recv_buf[k] gets the arena buffer of the
+ * k-th (target, use) pair received here, -1 if local. */
+static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int first, int last, int32_t *recv_buf) {
+    for (int i = first; i < last; i++) {
+        const pipit__param *pp = &p->params[i];
+        size_t bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+        for (int u = 0; u < pp->nuses; u++) {
+            if (__builtin_ctzll(pp->use_ranks[u]) != me) continue;
+            for (int q = 0; q < p->nranks; q++) {
+                if (!has(pp->holders, q) || has(pp->use_ranks[u], q)) continue;
+                pipit__instr *in = post(e, INS_ACC_SEND, i, u, q);
+                if (in) in->in[0] = use_loc(p, i, u, me), in->bytes = bytes;
+            }
+        }
+    }
+    for (int i = first, k = 0; i < last; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++, k++) {
+            recv_buf[k] = -1;
+            if (!has(pp->holders, me) || has(pp->use_ranks[u], me)) continue;
+            pipit__instr *in = post(e, INS_ACC_RECV, i, u, __builtin_ctzll(pp->use_ranks[u]));
+            if (!in) return;
+            in->bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+            recv_buf[k] = pipit__emit_buf(e, in->bytes, e->r->n - 1);
+            in->out = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
+        }
+    }
+}
+
+/* grad = per-use sums added in use order; a param's lands in its gradient
+ * block, a pre-loop value's in a buffer bound to its gradient leaf. */
+static void sum_uses(pipit_program *p, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
+    for (int i = first, k = 0; i < last; i++) {
+        const pipit__param *pp = &p->params[i];
+        if (!has(pp->holders, me)) {
+            k += pp->nuses;
+            continue;
+        }
+        pipit__instr *in = post(e, INS_GRADSUM, i, -1, -1);
+        if (!in) return;
+        int32_t at = e->r->n - 1;
+        in->numel = pp->numel;
+        if (pp->boundary) {
+            int32_t b = pipit__emit_buf(e, (size_t)pp->numel * pipit__dtype_size(pp->dtype), at);
+            pipit__emit_bind(e, pp->gacc, b);
+            in->out = (pipit__loc){LOC_ARENA, b, 0};
+        } else {
+            in->out = (pipit__loc){LOC_GRAD, i, 0};
+        }
+        in->first = (uint8_t)(!pp->boundary && pp->norm_rank == me && !transformed(p, i));
+        in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
+        if (!in->srcs) {
+            e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+            return;
+        }
+        for (int u = 0; u < pp->nuses; u++, k++) {
+            if (has(pp->use_ranks[u], me)) {
+                in->srcs[u] = use_loc(p, i, u, me);
+            } else {
+                in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
+                pipit__emit_touch(e, recv_buf[k], at);
+            }
+        }
+        if (in->first) post(e, INS_SUMSQ_FIN, i, -1, -1); /* before the next param reuses the partials */
+    }
+}
+
+/* The post-loop region's param uses, computed once: stored as their sums. */
+static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
+    const pipit_program *p = L->p;
+    for (int i = 0; i < p->nparams; i++) {
+        const pipit__param *pp = &p->params[i];
+        for (int u = 0; u < pp->nuses; u++)
+            if (pp->post[u] && has(pp->use_ranks[u], me))
+                acc_or_retarget(L, e, p->gr.t[i].contrib[u], 0, use_loc(p, i, u, me));
+    }
+}
+
+/* The global norm: each param's sum of squares is computed by one holder
+ * and shared with every rank; every rank adds them in param order. */
+static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
+    for (int i = 0; i < p->nparams; i++) {
+        if (p->params[i].norm_rank != me) continue;
+        if (transformed(p, i)) { /* else GRADSUM computed it on the fly */
+            pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
+            if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
+            post(e, INS_SUMSQ_FIN, i, -1, -1);
+        }
+        for (int q = 0; q < p->nranks; q++)
+            if (q != me) post(e, INS_NORM_SEND, i, -1, q);
+    }
+    for (int i = 0; i < p->nparams; i++)
+        if (p->params[i].norm_rank != me) post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
+    post(e, INS_NORM, -1, -1, -1);
+}
+
+/* User gradient transforms (pipit_set_grad): run the region, snapshot every
+ * new gradient, and only then overwrite the gradient blocks, so every
+ * transform reads untransformed gradients. */
+static void transform_grads(lowering *L, pipit__emitter *e, int me) {
+    pipit_program *p = L->p;
+    const pipit_graph *g = p->g;
+    if (!g->ngradset) return;
+    run_region(L, e, PH_GRADPOST, me);
+    int32_t *snap = pipit__malloc(sizeof(int32_t) * (size_t)g->ngradset);
+    if (!snap) {
+        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        return;
+    }
+    for (int32_t k = 0; k < g->ngradset; k++) {
+        int i = param_of(p, g->gradset[k][0]);
+        snap[k] = has(p->params[i].holders, me) ? pipit__emit_snapshot(e, g->gradset[k][1]) : -1;
+    }
+    for (int32_t k = 0; k < g->ngradset; k++) {
+        int i = param_of(p, g->gradset[k][0]);
+        const pipit__param *pp = &p->params[i];
+        pipit__emit_copy_out(e, snap[k], (pipit__loc){LOC_GRAD, i, 0}, (size_t)pp->numel * pipit__dtype_size(pp->dtype));
+    }
+    pipit__free(snap);
+}
+
+static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
+    pipit_program *p = L->p;
+    int total = 0;
+    for (int i = 0; i < p->ntargets; i++) total += p->params[i].nuses;
+    int32_t *recv_buf = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(total, 1));
+    if (!recv_buf) {
+        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        return;
+    }
+    /* pre-loop values first: their backward adds post-loop uses to params */
+    exchange_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
+    sum_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
+    run_region(L, e, PH_POST, me);
+    accumulate_post(L, e, me);
+    exchange_uses(p, e, me, 0, p->nparams, recv_buf);
+    sum_uses(p, e, me, 0, p->nparams, recv_buf);
+    transform_grads(L, e, me);
+    global_norm(p, e, me);
+    for (int i = 0; i < p->nparams; i++)
+        if (has(p->params[i].holders, me)) post(e, INS_UPDATE, i, -1, -1);
+    pipit__free(recv_buf);
+}
+
+static void patch_param_loc(const pipit__rank_prog *r, pipit__loc *l) {
+    if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off = r->param_off[l->idx];
+}
+
+static void patch_params(pipit_program *p) {
+    for (int q = 0; q < p->nranks; q++) {
+        pipit__rank_prog *r = &p->ranks[q];
+        for (int32_t i = 0; i < r->n; i++) {
+            pipit__instr *in = &r->ins[i];
+            patch_param_loc(r, &in->out);
+            for (int k = 0; k < PIPIT_MAX_IN; k++) patch_param_loc(r, &in->in[k]);
+            for (int u = 0; in->srcs && u < p->params[in->param].nuses; u++) patch_param_loc(r, &in->srcs[u]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- driver */
+
+/* The reference order on one rank: microbatch by microbatch, forward
+ * through every stage, then backward from the last. */
+static pipit_status sequential_schedule(int S, int M, pipit_schedule **out) {
+    pipit_schedule *s = pipit__schedule_alloc(1, S, M);
+    if (!s) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    s->ntasks[0] = 2 * S * M;
+    s->tasks[0] = pipit__malloc(sizeof(pipit_task) * (size_t)s->ntasks[0]);
+    if (!s->tasks[0]) {
+        pipit_schedule_free(s);
+        return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    }
+    int k = 0;
+    for (int m = 0; m < M; m++) {
+        for (int st = 0; st < S; st++) s->tasks[0][k++] = (pipit_task){PIPIT_TASK_F, (int16_t)st, m};
+        for (int st = S - 1; st >= 0; st--) s->tasks[0][k++] = (pipit_task){PIPIT_TASK_BW, (int16_t)st, m};
+    }
+    for (int st = 0; st < S; st++) s->stage_rank[st] = 0;
+    *out = s;
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status check_schedule_fits(const pipit_program *p, const pipit_schedule *sch, int S) {
+    if (sch->S != S)
+        return pipit__err(PIPIT_STATUS_SCHEDULE,
+                          "the graph has %d stage%s (%d yield%s on the longest chain) but the schedule has %d "
+                          "stages (P=%d ranks x V=%d)",
+                          S, S == 1 ? "" : "s", S - 1, S == 2 ? "" : "s", sch->S, sch->P, sch->V);
+    if (sch->M != p->M)
+        return pipit__err(PIPIT_STATUS_SCHEDULE, "the schedule is for %d microbatches but the step has %d",
+                          sch->M, p->M);
+    if (sch->P > 64) return pipit__err(PIPIT_STATUS_SCHEDULE, "at most 64 pipeline ranks (got %d)", sch->P);
+    return pipit__schedule_check(sch);
+}
+
+static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, int q) {
+    r->rank = q;
+    r->ntasks = sch->ntasks[q];
+    r->tasks = pipit__malloc(sizeof(pipit_task) * (size_t)PIPIT_MAX(r->ntasks, 1));
+    r->t_start = pipit__calloc((size_t)PIPIT_MAX(r->ntasks, 1), sizeof(double));
+    r->t_end = pipit__calloc((size_t)PIPIT_MAX(r->ntasks, 1), sizeof(double));
+    if (!r->tasks || !r->t_start || !r->t_end) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    memcpy(r->tasks, sch->tasks[q], sizeof(pipit_task) * (size_t)r->ntasks);
+    return PIPIT_STATUS_OK;
+}
+
+/* Pre-loop and loop on every rank, then placement of params, then the
+ * post-loop; only then are arenas planned, since post-loop buffers share them. */
+static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
+    pipit_program *p = L->p;
+    pipit__emitter *em = pipit__calloc((size_t)p->nranks, sizeof *em);
+    if (!em) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    pipit_status s = PIPIT_STATUS_OK;
+    int inited = 0;
+    for (int q = 0; !s && q < p->nranks; q++) {
+        s = copy_tasks(&p->ranks[q], sch, q);
+        if (s) break;
+        s = pipit__emitter_init(&em[q], p, &p->ranks[q]); /* sets e->r even when it fails */
+        inited++;
+    }
+    if (!s) s = place_uses(L);
+    for (int q = 0; !s && q < p->nranks; q++) {
+        run_region(L, &em[q], PH_PRE, q);
+        for (int i = 0; i < p->ranks[q].ntasks; i++) lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
+        s = em[q].status;
+    }
+    if (!s) s = place_params(L);
+    for (int q = 0; !s && q < p->nranks; q++) {
+        emit_post_loop(L, &em[q], q);
+        s = em[q].status;
+    }
+    for (int q = 0; q < inited; q++) {
+        pipit_status s2 = pipit__emitter_finish(&em[q]);
+        if (!s) s = s2;
+    }
+    if (!s) patch_params(p);
+    pipit__free(em);
+    return s;
+}
+
+pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
+    pipit__staging st;
+    pipit_status s = pipit__infer_stages(p, &st);
+    if (s) return s;
+    pipit_schedule *own = NULL;
+    const pipit_schedule *sch = user_sch;
+    if (!sch) {
+        s = sequential_schedule(st.S, p->M, &own);
+        sch = own;
+    } else if (st.S == 1 && sch->P > 1) {
+        s = pipit__err(PIPIT_STATUS_SCHEDULE,
+                       "the graph has no pipit_yield, so it is one stage, but the schedule has %d ranks", sch->P);
+    }
+    if (!s) s = check_schedule_fits(p, sch, st.S);
+    lowering L = {p, &st, sch ? sch->stage_rank : NULL, NULL, NULL};
+    if (!s) {
+        p->S = st.S;
+        p->ranks = pipit__calloc((size_t)sch->P, sizeof *p->ranks);
+        p->stage_rank = pipit__malloc(sizeof(int) * (size_t)st.S);
+        if (!p->ranks || !p->stage_rank) s = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        else p->nranks = sch->P;
+    }
+    if (!s) {
+        memcpy(p->stage_rank, sch->stage_rank, sizeof(int) * (size_t)st.S);
+        s = find_region_ranks(&L);
+    }
+    if (!s) s = find_consumers(&L);
+    if (!s) s = lower_all(&L, sch);
+    if (!s) { /* keep stage and phase of every node for `pipit plan` and traces */
+        p->node_stage = st.stage;
+        p->node_phase = st.phase;
+        st.stage = NULL;
+        st.phase = NULL;
+    }
+    pipit__free(L.consumer_ranks);
+    pipit__free(L.sole_acc);
+    pipit_schedule_free(own);
+    pipit__staging_free(&st);
+    return s;
+}

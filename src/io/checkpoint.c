@@ -1,0 +1,188 @@
+/*
+ * checkpoint.c — parameter save/load through safetensors. Saving gathers
+ * each tensor into a pipit__st_tensor list and lets the safetensors writer
+ * do the atomic tmp+fsync+rename; loading validates every tensor before the
+ * first byte is copied, so a bad file never leaves a half-loaded model.
+ */
+#include "io/checkpoint.h"
+
+#include <string.h>
+
+#include "util/common.h"
+
+#include <stdlib.h>
+
+pipit_status pipit__checkpoint_save(const pipit_program *p, const char *path,
+                                    const char *const *meta) {
+    int n = pipit_program_num_params(p);
+    pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(n, 1), sizeof *t);
+    if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+    pipit_status s = PIPIT_STATUS_OK;
+    int made = 0;
+    for (int i = 0; i < n && !s; i++, made++) {
+        const char *name = pipit_program_param_name(p, i);
+        t[i].name = (char *)name;
+        s = pipit_program_param_shape(p, name, &t[i].ndim, t[i].shape);
+        if (s) break;
+        int64_t numel = 1;
+        for (int k = 0; k < t[i].ndim; k++) numel *= t[i].shape[k];
+        t[i].dtype = PIPIT_F32;
+        t[i].nbytes = (size_t)numel * 4;
+        void *buf = pipit__malloc(t[i].nbytes);
+        if (!buf) {
+            s = pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+            break;
+        }
+        t[i].data = buf;
+        if (pipit_program_get_param(p, name, buf, t[i].nbytes)) {
+            /* f64 params (gradient-check models) */
+            pipit__free(buf);
+            t[i].dtype = PIPIT_F64;
+            t[i].nbytes = (size_t)numel * 8;
+            buf = pipit__malloc(t[i].nbytes);
+            t[i].data = buf;
+            if (!buf) s = pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+            else s = pipit_program_get_param(p, name, buf, t[i].nbytes);
+        }
+    }
+    if (!s) s = pipit__st_write(path, t, n, meta);
+    for (int i = 0; i < made && i < n; i++) pipit__free((void *)t[i].data);
+    pipit__free(t);
+    return s;
+}
+
+static pipit_status check_tensor(const pipit_program *p, const pipit__st_file *f, const char *path,
+                                 const char *name, const pipit__st_tensor **out) {
+    int nd;
+    int64_t shape[PIPIT_MAX_DIMS];
+    pipit_program_param_shape(p, name, &nd, shape);
+    const pipit__st_tensor *t = pipit__st_find(f, name);
+    if (!t)
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is missing", path, name);
+    int same = t->ndim == nd;
+    for (int k = 0; same && k < nd; k++) same = t->shape[k] == shape[k];
+    if (!same) {
+        char a[96], b[96];
+        return pipit__err(PIPIT_STATUS_SHAPE, "checkpoint '%s': tensor '%s': expected %s, file has %s", path,
+                          name, pipit__shape_str(a, sizeof a, nd, shape),
+                          pipit__shape_str(b, sizeof b, t->ndim, t->shape));
+    }
+    if (t->dtype != PIPIT_F32)
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is %s, expected f32", path, name,
+                          pipit__dtype_name(t->dtype));
+    *out = t;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit__checkpoint_load(pipit_program *p, const pipit__st_file *f, const char *path) {
+    int n = pipit_program_num_params(p);
+    const pipit__st_tensor *t;
+    for (int i = 0; i < n; i++) { /* validate everything first: all or nothing */
+        pipit_status s = check_tensor(p, f, path, pipit_program_param_name(p, i), &t);
+        if (s) return s;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = pipit_program_param_name(p, i);
+        check_tensor(p, f, path, name, &t);
+        void *buf = pipit__malloc(t->nbytes); /* file data may be unaligned */
+        if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+        memcpy(buf, t->data, t->nbytes);
+        pipit_status s = pipit_program_set_param(p, name, buf, t->nbytes);
+        pipit__free(buf);
+        if (s) return s;
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* ---- optimizer state ---- */
+
+static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
+
+pipit_status pipit__optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+    int n = pipit_program_num_params(p);
+    pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(2 * n, 1), sizeof *t);
+    if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+    pipit_status s = PIPIT_STATUS_OK;
+    int made = 0;
+    for (int i = 0; i < n && !s; i++) {
+        const char *name = pipit_program_param_name(p, i);
+        for (int w = 0; w < 2 && !s; w++, made++) {
+            pipit__st_tensor *x = &t[2 * i + w];
+            size_t len = strlen(name) + strlen(moment_suffix[w]) + 1;
+            x->name = pipit__malloc(len);
+            s = x->name ? pipit_program_param_shape(p, name, &x->ndim, x->shape)
+                        : pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+            if (s) break;
+            snprintf(x->name, len, "%s%s", name, moment_suffix[w]);
+            int64_t numel = 1;
+            for (int k = 0; k < x->ndim; k++) numel *= x->shape[k];
+            x->dtype = PIPIT_F32;
+            x->nbytes = (size_t)numel * 4;
+            void *buf = pipit__malloc(x->nbytes);
+            x->data = buf;
+            s = buf ? pipit_program_get_opt_state(p, name, w, buf, x->nbytes)
+                    : pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+        }
+    }
+    char steps[32], next[32];
+    snprintf(steps, sizeof steps, "%lld", (long long)pipit_program_opt_steps(p));
+    snprintf(next, sizeof next, "%lld", (long long)next_step);
+    const char *meta[] = {"format", "pipit-optimizer", "opt_steps", steps, "next_step", next, NULL};
+    if (!s) s = pipit__st_write(path, t, 2 * n, meta);
+    for (int i = 0; i < made && i < 2 * n; i++) {
+        pipit__free(t[i].name);
+        pipit__free((void *)t[i].data);
+    }
+    pipit__free(t);
+    return s;
+}
+
+static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
+    const char *v = pipit__st_meta(f, key);
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : -1;
+    if (!v || !*v || *end || x < 0)
+        return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' missing or not a count", path, key);
+    *out = x;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit__optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+    pipit__st_file *f = NULL;
+    pipit_status s = pipit__st_read(path, &f);
+    int64_t steps = 0;
+    if (!s) s = meta_int(f, path, "opt_steps", &steps);
+    if (!s) s = meta_int(f, path, "next_step", next_step);
+    int n = pipit_program_num_params(p);
+    for (int pass = 0; pass < 2 && !s; pass++) /* validate everything, then load */
+        for (int i = 0; i < n && !s; i++) {
+            const char *name = pipit_program_param_name(p, i);
+            for (int w = 0; w < 2 && !s; w++) {
+                char key[512];
+                snprintf(key, sizeof key, "%s%s", name, moment_suffix[w]);
+                const pipit__st_tensor *t = pipit__st_find(f, key);
+                int nd;
+                int64_t shape[PIPIT_MAX_DIMS];
+                pipit_program_param_shape(p, name, &nd, shape);
+                int same = t && t->dtype == PIPIT_F32 && t->ndim == nd;
+                for (int k = 0; same && k < nd; k++) same = t->shape[k] == shape[k];
+                if (!same) {
+                    s = pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': tensor '%s' is missing or not f32 of the param's shape",
+                                   path, key);
+                    break;
+                }
+                if (pass == 1) {
+                    void *buf = pipit__malloc(t->nbytes);
+                    if (!buf) s = pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
+                    else {
+                        memcpy(buf, t->data, t->nbytes);
+                        s = pipit_program_set_opt_state(p, name, w, buf, t->nbytes);
+                        pipit__free(buf);
+                    }
+                }
+            }
+        }
+    if (!s) s = pipit_program_set_opt_steps(p, steps);
+    pipit__st_free(f);
+    return s;
+}

@@ -1,0 +1,388 @@
+/*
+ * graph.c — graph lifecycle, the generic node builder and the public op
+ * builders. Builders never fail loudly: the first error poisons the graph
+ * (sticky status + message) and later builders return invalid values, so a
+ * model can be written as straight-line code and checked once at compile.
+ */
+#include "ir/graph.h"
+
+#include <string.h>
+
+pipit_graph *pipit_graph_new(void) {
+    pipit_graph *g = pipit__calloc(1, sizeof *g);
+    if (!g) {
+        pipit__err(PIPIT_STATUS_NOMEM, "pipit_graph_new: out of memory");
+        return NULL;
+    }
+    g->magic = PIPIT_GRAPH_MAGIC;
+    g->cur_origin = -1;
+    return g;
+}
+
+void pipit_graph_free(pipit_graph *g) {
+    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return;
+    for (int32_t i = 0; i < g->n; i++) pipit__free(g->nodes[i].name);
+    pipit__free(g->nodes);
+    pipit__free(g->gradset);
+    g->magic = 0;
+    pipit__free(g);
+}
+
+pipit_status pipit_graph_status(const pipit_graph *g) {
+    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return PIPIT_STATUS_MISUSE;
+    return g->status;
+}
+
+const char *pipit_graph_errmsg(const pipit_graph *g) {
+    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return "invalid graph handle";
+    return g->errmsg;
+}
+
+void pipit__graph_fail(pipit_graph *g, pipit_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pipit__verr(s, fmt, ap);
+    va_end(ap);
+    if (g && g->status == PIPIT_STATUS_OK) {
+        g->status = s;
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", pipit_errmsg());
+    }
+}
+
+int64_t pipit__node_numel(const pipit__node *n) {
+    int64_t k = 1;
+    for (int i = 0; i < n->ndim; i++) k *= n->shape[i];
+    return k;
+}
+
+size_t pipit__node_bytes(const pipit__node *n) {
+    return (size_t)pipit__node_numel(n) * pipit__dtype_size((pipit_dtype)n->dtype);
+}
+
+const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *buf,
+                             size_t len) {
+    size_t used = (size_t)snprintf(buf, len, "%s(", pipit__ops[n->op].name);
+    for (int i = 0; i < n->nin && used < len; i++) {
+        const pipit__node *a = &g->nodes[n->in[i]];
+        char s[96];
+        used += (size_t)snprintf(buf + used, len - used, "%s%s %s", i ? ", " : "",
+                                 pipit__dtype_name((pipit_dtype)a->dtype),
+                                 pipit__shape_str(s, sizeof s, a->ndim, a->shape));
+    }
+    if (used < len) snprintf(buf + used, len - used, ")");
+    return buf;
+}
+
+static int graph_ok(pipit_graph *g) {
+    if (!g || g->magic != PIPIT_GRAPH_MAGIC) {
+        pipit__err(PIPIT_STATUS_MISUSE, "invalid graph handle");
+        return 0;
+    }
+    return g->status == PIPIT_STATUS_OK;
+}
+
+static int graph_reserve(pipit_graph *g) {
+    if (g->n < g->cap) return 1;
+    int32_t cap = g->cap ? g->cap * 2 : 64;
+    pipit__node *nodes = pipit__realloc(g->nodes, (size_t)cap * sizeof *nodes);
+    if (!nodes) {
+        pipit__graph_fail(g, PIPIT_STATUS_NOMEM, "graph: out of memory at %d nodes", g->n);
+        return 0;
+    }
+    g->nodes = nodes;
+    g->cap = cap;
+    return 1;
+}
+
+int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t *in,
+                        const double *fattr, const int64_t *iattr) {
+    if (!graph_ok(g)) return -1;
+    const pipit__op_info *info = &pipit__ops[op];
+    for (int i = 0; i < nin; i++) {
+        if (in[i] < 0 || in[i] >= g->n) {
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: input %d is not a value of this graph",
+                              info->name, i);
+            return -1;
+        }
+    }
+    if (!graph_reserve(g)) return -1;
+    pipit__node *n = &g->nodes[g->n];
+    memset(n, 0, sizeof *n);
+    n->op = (uint16_t)op;
+    n->nin = (uint8_t)nin;
+    for (int i = 0; i < nin; i++) n->in[i] = in[i];
+    if (fattr) memcpy(n->fattr, fattr, sizeof n->fattr);
+    if (iattr) memcpy(n->iattr, iattr, sizeof n->iattr);
+    n->stage = -1;
+    n->origin = g->cur_origin;
+    n->flags = g->cur_flags;
+    pipit_status s = info->shape(g, n);
+    if (s != PIPIT_STATUS_OK) {
+        char desc[512];
+        pipit__node_desc(g, n, desc, sizeof desc);
+        char why[1024];
+        snprintf(why, sizeof why, "%s", pipit_errmsg());
+        pipit__graph_fail(g, s, "%s: %s", desc, why);
+        return -1;
+    }
+    return g->n++;
+}
+
+pipit_val pipit__val(pipit_graph *g, int32_t id) { return (pipit_val){g, id}; }
+
+/* Validates a public value argument; poisons the graph if it is foreign. */
+static int32_t val_id(pipit_graph *g, pipit_val v) {
+    if (v.id < 0) return -1;
+    if (v.g != g) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "value belongs to another graph");
+        return -1;
+    }
+    return v.id;
+}
+
+static pipit_val build(pipit_graph *g, pipit__opcode op, int nin, const pipit_val *vin,
+                       const double *fattr, const int64_t *iattr) {
+    int32_t in[PIPIT_MAX_IN];
+    for (int i = 0; i < nin; i++) {
+        in[i] = val_id(g, vin[i]);
+        if (in[i] < 0) {
+            if (g && g->magic == PIPIT_GRAPH_MAGIC && g->status == PIPIT_STATUS_OK)
+                pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: input %d is an invalid value",
+                                  pipit__ops[op].name, i);
+            return (pipit_val){g, -1};
+        }
+    }
+    return (pipit_val){g, pipit__node_add(g, op, nin, in, fattr, iattr)};
+}
+
+/* ---- shape queries ---- */
+
+static const pipit__node *val_node(pipit_val v) {
+    if (!v.g || v.g->magic != PIPIT_GRAPH_MAGIC || v.id < 0 || v.id >= v.g->n) return NULL;
+    return &v.g->nodes[v.id];
+}
+
+int pipit_val_ndim(pipit_val v) {
+    const pipit__node *n = val_node(v);
+    return n ? n->ndim : 0;
+}
+
+int64_t pipit_val_dim(pipit_val v, int axis) {
+    const pipit__node *n = val_node(v);
+    if (!n) return 0;
+    if (axis < 0) axis += n->ndim;
+    return axis >= 0 && axis < n->ndim ? n->shape[axis] : 0;
+}
+
+pipit_dtype pipit_val_dtype(pipit_val v) {
+    const pipit__node *n = val_node(v);
+    return n ? (pipit_dtype)n->dtype : PIPIT_F32;
+}
+
+/* ---- leaves ---- */
+
+static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_dtype dt,
+                      int ndim, const int64_t *shape) {
+    if (!graph_ok(g)) return (pipit_val){g, -1};
+    const char *what = op == PIPIT_OP_PARAM ? "pipit_param" : "pipit_input";
+    if (!name || !*name) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: a name is required", what);
+        return (pipit_val){g, -1};
+    }
+    if (ndim < 0 || ndim > PIPIT_MAX_DIMS || (ndim > 0 && !shape)) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s '%s': rank %d not in 0..%d", what, name,
+                          ndim, PIPIT_MAX_DIMS);
+        return (pipit_val){g, -1};
+    }
+    if ((unsigned)dt > PIPIT_I32 || (op == PIPIT_OP_PARAM && dt == PIPIT_I32)) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s '%s': dtype %d not allowed", what, name,
+                          (int)dt);
+        return (pipit_val){g, -1};
+    }
+    for (int32_t i = 0; i < g->n; i++) {
+        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) {
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: name '%s' is already used", what,
+                              name);
+            return (pipit_val){g, -1};
+        }
+    }
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0) {
+            pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s '%s': dimension %d is %lld (must be > 0)",
+                              what, name, i, (long long)shape[i]);
+            return (pipit_val){g, -1};
+        }
+    }
+    int64_t iattr[4] = {0};
+    int32_t id = pipit__node_add(g, op, 0, NULL, NULL, iattr);
+    if (id < 0) return (pipit_val){g, -1};
+    pipit__node *n = &g->nodes[id];
+    n->dtype = (uint8_t)dt;
+    n->ndim = (uint8_t)ndim;
+    for (int i = 0; i < ndim; i++) n->shape[i] = shape[i];
+    n->name = pipit__strdup(name);
+    if (!n->name) {
+        g->n--;
+        pipit__graph_fail(g, PIPIT_STATUS_NOMEM, "%s: out of memory", what);
+        return (pipit_val){g, -1};
+    }
+    return (pipit_val){g, id};
+}
+
+pipit_val pipit_input(pipit_graph *g, const char *name, pipit_dtype dt, int ndim,
+                      const int64_t *shape) {
+    return leaf(g, PIPIT_OP_INPUT, name, dt, ndim, shape);
+}
+
+pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt, int ndim,
+                      const int64_t *shape) {
+    return leaf(g, PIPIT_OP_PARAM, name, dt, ndim, shape);
+}
+
+/* ---- ops ---- */
+
+pipit_val pipit_embed(pipit_graph *g, pipit_val table, pipit_val idx) {
+    return build(g, PIPIT_OP_EMBED, 2, (pipit_val[]){table, idx}, NULL, NULL);
+}
+pipit_val pipit_add(pipit_graph *g, pipit_val a, pipit_val b) {
+    return build(g, PIPIT_OP_ADD, 2, (pipit_val[]){a, b}, NULL, NULL);
+}
+pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b) {
+    return build(g, PIPIT_OP_MUL, 2, (pipit_val[]){a, b}, NULL, NULL);
+}
+pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha) {
+    return build(g, PIPIT_OP_SCALE, 1, &a, (double[2]){alpha, 0}, NULL);
+}
+pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b, int trans_a, int trans_b) {
+    int64_t iattr[4] = {trans_a != 0, trans_b != 0, 0, 0};
+    return build(g, PIPIT_OP_MATMUL, 2, (pipit_val[]){a, b}, NULL, iattr);
+}
+pipit_val pipit_matmul_nt(pipit_graph *g, pipit_val a, pipit_val b) {
+    return pipit_matmul(g, a, b, 0, 1);
+}
+pipit_val pipit_bias_add(pipit_graph *g, pipit_val x, pipit_val bias) {
+    return build(g, PIPIT_OP_BIAS_ADD, 2, (pipit_val[]){x, bias}, NULL, NULL);
+}
+pipit_val pipit_layernorm(pipit_graph *g, pipit_val x, pipit_val w, pipit_val b, double eps) {
+    return build(g, PIPIT_OP_LAYERNORM, 3, (pipit_val[]){x, w, b}, (double[2]){eps, 0}, NULL);
+}
+pipit_val pipit_gelu(pipit_graph *g, pipit_val x) {
+    return build(g, PIPIT_OP_GELU, 1, &x, NULL, NULL);
+}
+pipit_val pipit_attention(pipit_graph *g, pipit_val qkv, int heads) {
+    int64_t iattr[4] = {heads, 0, 0, 0};
+    return build(g, PIPIT_OP_ATTENTION, 1, &qkv, NULL, iattr);
+}
+pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets) {
+    pipit_val rows = build(g, PIPIT_OP_XENT_ROWS, 2, (pipit_val[]){logits, targets}, NULL, NULL);
+    return pipit_mean(g, rows);
+}
+pipit_val pipit_sum(pipit_graph *g, pipit_val x) {
+    return build(g, PIPIT_OP_SUM, 1, &x, (double[2]){1.0, 0}, NULL);
+}
+pipit_val pipit_mean(pipit_graph *g, pipit_val x) {
+    const pipit__node *n = val_node(x);
+    double inv = n ? 1.0 / (double)pipit__node_numel(n) : 1.0;
+    return build(g, PIPIT_OP_SUM, 1, &x, (double[2]){inv, 0}, NULL);
+}
+pipit_val pipit_reshape(pipit_graph *g, pipit_val x, int ndim, const int64_t *shape) {
+    int64_t iattr[4] = {0};
+    if (ndim < 0 || ndim > PIPIT_MAX_DIMS) {
+        if (graph_ok(g))
+            pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "reshape: rank %d not in 0..%d", ndim,
+                              PIPIT_MAX_DIMS);
+        return (pipit_val){g, -1};
+    }
+    for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
+    /* Rank travels in fattr[0] so iattr holds the full shape. */
+    return build(g, PIPIT_OP_RESHAPE, 1, &x, (double[2]){(double)ndim, 0}, iattr);
+}
+pipit_val pipit_transpose(pipit_graph *g, pipit_val x, int axis0, int axis1) {
+    const pipit__node *n = val_node(x);
+    int nd = n ? n->ndim : 0;
+    if (axis0 < 0) axis0 += nd;
+    if (axis1 < 0) axis1 += nd;
+    if (n && (axis0 < 0 || axis0 >= nd || axis1 < 0 || axis1 >= nd)) {
+        if (graph_ok(g))
+            pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "transpose: axes %d,%d out of range for rank %d",
+                              axis0, axis1, nd);
+        return (pipit_val){g, -1};
+    }
+    int64_t perm[4] = {0, 1, 2, 3};
+    perm[axis0] = axis1;
+    perm[axis1] = axis0;
+    return build(g, PIPIT_OP_PERMUTE, 1, &x, NULL, perm);
+}
+pipit_val pipit_yield(pipit_graph *g, pipit_val x) {
+    return build(g, PIPIT_OP_YIELD, 1, &x, NULL, NULL);
+}
+
+int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape,
+                    double scale) {
+    int64_t iattr[4] = {0};
+    for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
+    return pipit__node_add(g, PIPIT_OP_FILL, 1, &scalar, (double[2]){scale, (double)ndim}, iattr);
+}
+
+/* ---- post-loop ---- */
+
+static int32_t param_arg(pipit_graph *g, pipit_val param, const char *what) {
+    if (!graph_ok(g)) return -1;
+    int32_t id = val_id(g, param);
+    if (id < 0 || g->nodes[id].op != PIPIT_OP_PARAM) {
+        if (g->status == PIPIT_STATUS_OK)
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: the first argument must be a pipit_param", what);
+        return -1;
+    }
+    return id;
+}
+
+pipit_val pipit_grad_of(pipit_graph *g, pipit_val param) {
+    int32_t pid = param_arg(g, param, "pipit_grad_of");
+    if (pid < 0) return (pipit_val){g, -1};
+    for (int32_t i = 0; i < g->n; i++) /* one leaf per param */
+        if ((g->nodes[i].flags & NODE_GRADOF) && g->nodes[i].iattr[0] == pid) return (pipit_val){g, i};
+    char name[256];
+    snprintf(name, sizeof name, "@grad:%s", g->nodes[pid].name);
+    int64_t shape[PIPIT_MAX_DIMS]; /* a copy: adding the leaf may move the node array */
+    memcpy(shape, g->nodes[pid].shape, sizeof shape);
+    pipit_val v = leaf(g, PIPIT_OP_INPUT, name, (pipit_dtype)g->nodes[pid].dtype, g->nodes[pid].ndim, shape);
+    if (v.id >= 0) {
+        g->nodes[v.id].flags |= NODE_GRADOF;
+        g->nodes[v.id].iattr[0] = pid;
+    }
+    return v;
+}
+
+pipit_status pipit_set_grad(pipit_graph *g, pipit_val param, pipit_val grad) {
+    int32_t pid = param_arg(g, param, "pipit_set_grad");
+    int32_t gid = pid < 0 ? -1 : val_id(g, grad);
+    if (pid >= 0 && gid < 0 && g->status == PIPIT_STATUS_OK)
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_set_grad: the gradient is an invalid value");
+    if (gid < 0) return g && g->magic == PIPIT_GRAPH_MAGIC && g->status ? g->status : PIPIT_STATUS_INVALID;
+    const pipit__node *p = &g->nodes[pid], *v = &g->nodes[gid];
+    char a[96], b[96];
+    int same = p->ndim == v->ndim && p->dtype == v->dtype;
+    for (int i = 0; same && i < p->ndim; i++) same = p->shape[i] == v->shape[i];
+    if (!same) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "pipit_set_grad '%s': the gradient is %s %s, the param %s %s", p->name,
+                          pipit__dtype_name((pipit_dtype)v->dtype), pipit__shape_str(a, sizeof a, v->ndim, v->shape),
+                          pipit__dtype_name((pipit_dtype)p->dtype), pipit__shape_str(b, sizeof b, p->ndim, p->shape));
+        return g->status;
+    }
+    for (int32_t i = 0; i < g->ngradset; i++)
+        if (g->gradset[i][0] == pid) {
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_set_grad '%s': the gradient is already set", p->name);
+            return g->status;
+        }
+    int32_t(*gs)[2] = pipit__realloc(g->gradset, sizeof *gs * (size_t)(g->ngradset + 1));
+    if (!gs) {
+        pipit__graph_fail(g, PIPIT_STATUS_NOMEM, "pipit_set_grad: out of memory");
+        return g->status;
+    }
+    g->gradset = gs;
+    g->gradset[g->ngradset][0] = pid;
+    g->gradset[g->ngradset][1] = gid;
+    g->ngradset++;
+    return PIPIT_STATUS_OK;
+}

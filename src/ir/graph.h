@@ -1,0 +1,104 @@
+/*
+ * graph.h — the graph IR: SSA nodes with static shapes and dtypes, kept in
+ * one growable array owned by the graph (no per-node free), and the op table
+ * interface generated from ops.def.
+ */
+#ifndef PIPIT_GRAPH_H
+#define PIPIT_GRAPH_H
+
+#include "util/common.h"
+
+#define OPF_LEAF  1
+#define OPF_NOVJP 2
+
+typedef enum {
+#define X(NAME, str, arity, nondiff, alias, flags) PIPIT_OP_##NAME,
+#include "ir/ops.def"
+#undef X
+    PIPIT_OP_COUNT
+} pipit__opcode;
+
+#define PIPIT_MAX_IN 3
+
+/* Node flags. */
+#define NODE_BWD 1        /* created by autodiff */
+#define NODE_BWD_YIELD 2  /* a backward yield: moves one stage earlier */
+#define NODE_POST 4       /* backward of the pre-loop region: runs once after the loop */
+#define NODE_GRADOF 8     /* INPUT leaf: the accumulated gradient of param iattr[0] */
+
+typedef struct {
+    uint16_t op;               /* pipit__opcode */
+    uint8_t dtype;             /* pipit_dtype */
+    uint8_t ndim;              /* 0 = scalar */
+    uint8_t nin;
+    uint8_t flags;             /* NODE_* */
+    int32_t in[PIPIT_MAX_IN];  /* input node ids */
+    int64_t shape[PIPIT_MAX_DIMS];
+    double fattr[2];           /* SCALE alpha; LAYERNORM eps; FILL scale */
+    int64_t iattr[4];          /* MATMUL trans; heads; PERMUTE perm; EMBED_DTABLE V */
+    char *name;                /* INPUT / PARAM name (owned) */
+    int32_t stage;             /* pipeline stage, -1 until inferred */
+    int32_t origin;            /* forward node whose VJP created this node (-1) */
+} pipit__node;
+
+#define PIPIT_GRAPH_MAGIC 0x70697067u
+
+struct pipit_graph {
+    uint32_t magic;
+    pipit__node *nodes;
+    int32_t n, cap;
+    pipit_status status;       /* first build error */
+    char errmsg[1024];
+    int32_t cur_origin;        /* set by autodiff while emitting a VJP */
+    int32_t ngradset;          /* pipit_set_grad: param -> value pairs */
+    int32_t (*gradset)[2];
+    uint8_t cur_flags;
+};
+
+/* Op table entry, generated from ops.def + the functions in ops.c. */
+typedef struct pipit__kctx {
+    const pipit__node *node;
+    const pipit__node *in_node[PIPIT_MAX_IN];
+    void *out;
+    const void *in[PIPIT_MAX_IN];
+} pipit__kctx;
+
+typedef struct {
+    const char *name;
+    int arity;
+    unsigned nondiff;   /* bitmask of inputs without gradient */
+    int alias;          /* output aliases input 0 */
+    int flags;
+    /* Fills node->dtype/ndim/shape from inputs and attrs; on a bad shape
+     * returns PIPIT_STATUS_SHAPE with a message naming the op and shapes. */
+    pipit_status (*shape)(const pipit_graph *g, pipit__node *n);
+    /* Runs the kernel on thread ith of nth. */
+    void (*run)(const pipit__kctx *k, int ith, int nth);
+    /* Emits the gradients of the inputs given dout (ids; -1 = none). */
+    void (*vjp)(pipit_graph *g, int32_t node, int32_t dout, int32_t *din);
+} pipit__op_info;
+
+extern const pipit__op_info pipit__ops[PIPIT_OP_COUNT];
+
+static inline pipit__node *pipit__node_at(const pipit_graph *g, int32_t id) {
+    return &g->nodes[id];
+}
+int64_t pipit__node_numel(const pipit__node *n);
+size_t pipit__node_bytes(const pipit__node *n);
+
+/* Generic builder: appends a node (after validating inputs and running the
+ * shape rule). On error the graph is poisoned and an invalid id (-1) is
+ * returned. fattr/iattr may be NULL. */
+int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t *in,
+                        const double *fattr, const int64_t *iattr);
+pipit_val pipit__val(pipit_graph *g, int32_t id);
+/* Records the first build error on the graph (and the thread). */
+void pipit__graph_fail(pipit_graph *g, pipit_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* "matmul(a [2,3], b [4,5])"-style description of a node's inputs. */
+const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *buf, size_t len);
+
+/* Internal builders for backward-only ops (used by VJP rules). */
+int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape, double scale);
+
+#endif

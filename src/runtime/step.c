@@ -1,0 +1,281 @@
+/*
+ * step.c — pipit_step and the parameter accessors: validates a step's feeds
+ * (every input present, token ids in range), runs the rank programs, then
+ * the post-loop (gradient sums, norm, clipping, update).
+ */
+#include <math.h>
+#include <string.h>
+
+#include <pthread.h>
+
+#include "runtime/program.h"
+#include "runtime/transport.h"
+
+static pipit_status check_program(const pipit_program *p) {
+    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "invalid program handle");
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status fail(pipit_program *p, pipit_status s) {
+    snprintf(p->errmsg, sizeof p->errmsg, "%s", pipit_errmsg());
+    return s;
+}
+
+const char *pipit_program_errmsg(const pipit_program *p) {
+    return p && p->magic == PIPIT_PROGRAM_MAGIC ? p->errmsg : "invalid program handle";
+}
+
+/* The one feed of microbatch m named `name`; NULL (with a message) if it
+ * is missing or given twice. */
+static const void *find_feed(const pipit_feed *f, int nfeed, const char *name, int m) {
+    const void *d = NULL;
+    for (int i = 0; i < nfeed; i++) {
+        if (!f[i].name || strcmp(f[i].name, name) != 0) continue;
+        if (d) {
+            pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has two feeds for input '%s'", m, name);
+            return NULL;
+        }
+        d = f[i].data;
+    }
+    if (!d) pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has no data for input '%s'", m, name);
+    return d;
+}
+
+/* Resolves every (microbatch, input) to its data once for all ranks, and
+ * checks that index inputs lie within what their consumers allow. */
+static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed, const void **ptrs) {
+    if (!feeds && p->ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
+    for (int m = 0; m < p->M; m++) {
+        const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
+        for (int i = 0; i < p->ninputs; i++) {
+            const pipit__input *in = &p->inputs[i];
+            const void *d = find_feed(f, nfeed, in->name, m);
+            if (!d) return PIPIT_STATUS_INVALID;
+            ptrs[(size_t)m * (size_t)p->ninputs + (size_t)i] = d;
+            if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
+            const int32_t *t = d;
+            for (int64_t k = 0; k < in->numel; k++)
+                if (t[k] < 0 || t[k] >= in->limit)
+                    return pipit__err(PIPIT_STATUS_INVALID,
+                                      "step: input '%s' of microbatch %d holds %d at index %lld, outside [0, %d) "
+                                      "(is --vocab large enough for this data?)",
+                                      in->name, m, t[k], (long long)k, in->limit);
+        }
+    }
+    return PIPIT_STATUS_OK;
+}
+
+typedef struct {
+    pipit_program *p;
+    int rank;
+    const void **feed_ptrs;
+    pipit_status status;
+    char msg[2048];
+} rank_run;
+
+static void *rank_main(void *a) {
+    rank_run *rr = a;
+    rr->status = pipit__exec_rank(rr->p, &rr->p->ranks[rr->rank], rr->feed_ptrs);
+    if (rr->status) {
+        snprintf(rr->msg, sizeof rr->msg, "%s", pipit_errmsg());
+        /* a rank that failed before or outside its instruction loop must
+         * still wake the others (abort is idempotent) */
+        rr->p->transport->vt->abort(rr->p->transport, rr->rank, rr->msg);
+    }
+    return NULL;
+}
+
+/* Runs every rank, one thread each (the caller's thread for one rank), and
+ * reports the first rank that failed by name. */
+static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
+    if (p->nranks == 1) return pipit__exec_rank(p, &p->ranks[0], feed_ptrs);
+    p->transport->vt->reset(p->transport);
+    rank_run *rr = pipit__calloc((size_t)p->nranks, sizeof *rr);
+    pthread_t *th = pipit__calloc((size_t)p->nranks, sizeof *th);
+    if (!rr || !th) {
+        pipit__free(rr);
+        pipit__free(th);
+        return pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory");
+    }
+    int started = 0;
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int q = 0; q < p->nranks; q++, started++) {
+        rr[q] = (rank_run){p, q, feed_ptrs, PIPIT_STATUS_OK, ""};
+        if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
+            s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", q);
+            p->transport->vt->abort(p->transport, q, "thread not started");
+            break;
+        }
+    }
+    for (int q = 0; q < started; q++) pthread_join(th[q], NULL);
+    /* Report the rank that failed first on its own, not one that stopped
+     * because of it ("rank 1 failed: ..." is already in its message). */
+    for (int q = 0; !s && q < started; q++)
+        if (rr[q].status && !strstr(rr[q].msg, "failed: ")) s = pipit__err(rr[q].status, "rank %d failed: %s", q, rr[q].msg);
+    for (int q = 0; !s && q < started; q++)
+        if (rr[q].status) s = pipit__err(rr[q].status, "%s", rr[q].msg);
+    pipit__free(rr);
+    pipit__free(th);
+    return s;
+}
+
+pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, int update,
+                        pipit_metrics *metrics) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
+    const void **ptrs = pipit__malloc(sizeof *ptrs * (size_t)p->M * (size_t)PIPIT_MAX(p->ninputs, 1));
+    if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));
+    s = resolve_feeds(p, feeds, nfeed, ptrs);
+    if (s) {
+        pipit__free(ptrs);
+        return fail(p, s);
+    }
+    double t0 = pipit__now();
+    p->step_t0 = t0;
+    p->do_update = update != 0;
+    if (update) p->opt_step++;
+    s = run_ranks(p, ptrs);
+    pipit__free(ptrs);
+    p->step_wall = pipit__now() - t0;
+    if (s) {
+        if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
+        return fail(p, s);
+    }
+    double loss = 0;
+    for (int m = 0; m < p->M; m++) loss += p->losses[m];
+    loss /= p->M;
+    double norm = p->ranks[0].norm;
+    if (metrics) {
+        metrics->loss = loss;
+        metrics->grad_norm = norm;
+        metrics->ms = (pipit__now() - t0) * 1e3;
+        metrics->peak_bytes = 0;
+        double busy = 0;
+        for (int r = 0; r < p->nranks; r++) {
+            metrics->peak_bytes = PIPIT_MAX(metrics->peak_bytes, p->ranks[r].arena_bytes);
+            busy += p->ranks[r].busy;
+        }
+        metrics->bubble = p->step_wall > 0 ? 1.0 - busy / (p->nranks * p->step_wall) : 0;
+    }
+    if (!isfinite(loss))
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower --lr)", loss));
+    return PIPIT_STATUS_OK;
+}
+
+/* ---- parameter access ---- */
+
+int pipit_program_num_params(const pipit_program *p) { return check_program(p) ? 0 : p->nparams; }
+
+const char *pipit_program_param_name(const pipit_program *p, int i) {
+    if (check_program(p) || i < 0 || i >= p->nparams) return NULL;
+    return p->params[i].name;
+}
+
+static const pipit__param *find_param(const pipit_program *p, const char *name) {
+    for (int i = 0; i < p->nparams; i++)
+        if (strcmp(p->params[i].name, name) == 0) return &p->params[i];
+    pipit__err(PIPIT_STATUS_INVALID, "no parameter named '%s'", name ? name : "(null)");
+    return NULL;
+}
+
+pipit_status pipit_program_param_shape(const pipit_program *p, const char *name, int *ndim,
+                                       int64_t *shape) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    const pipit__param *pp = name ? find_param(p, name) : NULL;
+    if (!pp) return PIPIT_STATUS_INVALID;
+    const pipit__node *n = &p->g->nodes[pp->node];
+    if (ndim) *ndim = n->ndim;
+    if (shape) memcpy(shape, n->shape, sizeof(int64_t) * n->ndim);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status copy_param(const pipit_program *p, const char *name, size_t nbytes, int *idx) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    const pipit__param *pp = name ? find_param(p, name) : NULL;
+    if (!pp) return PIPIT_STATUS_INVALID;
+    size_t want = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+    if (nbytes != want)
+        return pipit__err(PIPIT_STATUS_SHAPE, "parameter '%s' has %zu bytes, caller passed %zu", name, want,
+                          nbytes);
+    *idx = (int)(pp - p->params);
+    return PIPIT_STATUS_OK;
+}
+
+/* Reads a param, its last gradient or its optimizer state from the copy of
+ * the holder that computes its norm (all copies are bitwise equal). */
+enum { BLOCK_PARAM, BLOCK_GRAD, BLOCK_M, BLOCK_V };
+
+static uint8_t *block_of(const pipit__rank_prog *r, int which) {
+    switch (which) {
+    case BLOCK_GRAD: return r->grad_block;
+    case BLOCK_M: return r->m_block;
+    case BLOCK_V: return r->v_block;
+    }
+    return r->param_block;
+}
+
+static pipit_status read_param(const pipit_program *p, const char *name, void *data, size_t nbytes, int which) {
+    int i;
+    pipit_status s = copy_param(p, name, nbytes, &i);
+    if (s) return s;
+    const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
+    memcpy(data, block_of(r, which) + r->param_off[i], nbytes);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status write_param(pipit_program *p, const char *name, const void *data, size_t nbytes, int which) {
+    int i;
+    pipit_status s = copy_param(p, name, nbytes, &i);
+    if (s) return s;
+    for (int q = 0; q < p->nranks; q++)
+        if (p->params[i].holders >> q & 1) memcpy(block_of(&p->ranks[q], which) + p->ranks[q].param_off[i], data, nbytes);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status check_which(int which) {
+    if (which != 0 && which != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "optimizer state: which must be 0 (exp_avg) or 1 (exp_avg_sq), got %d",
+                          which);
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_get_opt_state(const pipit_program *p, const char *name, int which, void *data,
+                                         size_t nbytes) {
+    pipit_status s = check_which(which);
+    return s ? s : read_param(p, name, data, nbytes, BLOCK_M + which);
+}
+
+pipit_status pipit_program_set_opt_state(pipit_program *p, const char *name, int which, const void *data,
+                                         size_t nbytes) {
+    pipit_status s = check_which(which);
+    return s ? s : write_param(p, name, data, nbytes, BLOCK_M + which);
+}
+
+int64_t pipit_program_opt_steps(const pipit_program *p) { return check_program(p) ? 0 : p->opt_step; }
+
+pipit_status pipit_program_set_opt_steps(pipit_program *p, int64_t steps) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    if (steps < 0) return pipit__err(PIPIT_STATUS_INVALID, "optimizer steps must be >= 0 (got %lld)", (long long)steps);
+    p->opt_step = steps;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
+                                     size_t nbytes) {
+    return read_param(p, name, data, nbytes, BLOCK_PARAM);
+}
+
+pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
+                                    size_t nbytes) {
+    return read_param(p, name, data, nbytes, BLOCK_GRAD);
+}
+
+/* Every holder gets the same bytes, so the copies start (and stay) equal. */
+pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
+                                     size_t nbytes) {
+    return write_param(p, name, data, nbytes, BLOCK_PARAM);
+}
