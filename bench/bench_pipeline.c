@@ -164,7 +164,7 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
     pipit_options po = {.schedule = sch, .microbatches = M, .threads = 1};
     pipit_program *p = NULL;
     if (pipit_graph_status(g) || pipit_compile(g, loss, &po, &p) || pipit_gpt2_init(p, &c, 1)) fail("compile");
-    if (p->nranks != P) fail("unexpected rank count");
+    if (p->plan.nranks != P) fail("unexpected rank count");
     wrap_transport(p);
     feedset f = make_feeds(M, c.batch, c.ctx, c.vocab);
 
@@ -181,14 +181,15 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
         int k = it - warmup;
         double wl = 0, sum_mark = 0, sum_comp = 0, mx = 0, mx_active = 0;
         for (int r = 0; r < P; r++) /* the loop's wall: until the last task ends */
-            for (int i = 0; i < p->ranks[r].ntasks; i++) wl = PIPIT_MAX(wl, p->ranks[r].t_end[i]);
+            for (int i = 0; i < p->plan.ranks[r].ntasks; i++) wl = PIPIT_MAX(wl, p->rs[r].t_end[i]);
         for (int r = 0; r < P; r++) {
-            const pipit__rank_prog *rp = &p->ranks[r];
+            const pipit__rank_plan *rp = &p->plan.ranks[r];
+            const pipit__rank_state *rst = &p->rs[r];
             double active = 0, busy = 0; /* compute + blocking receives; compute */
             for (int j = 0; j < nrecv[r]; j++)
                 if (recv_t[r][j] < wl) active += recv_d[r][j];
             for (int i = 0; i < rp->ntasks; i++) {
-                double t0 = rp->t_start[i], t1 = rp->t_end[i], w = 0;
+                double t0 = rst->t_start[i], t1 = rst->t_end[i], w = 0;
                 for (int j = 0; j < nrecv[r]; j++)
                     if (recv_t[r][j] >= t0 && recv_t[r][j] < t1) w += recv_d[r][j];
                 int key = rp->tasks[i].stage * 4 + rp->tasks[i].kind;

@@ -10,7 +10,7 @@
 #include "test.h"
 
 /* Instruction index of the MARK that starts (end = 0) or ends task t. */
-static int32_t mark_of(const pipit__rank_prog *r, int t, int end) {
+static int32_t mark_of(const pipit__rank_plan *r, int t, int end) {
     for (int32_t i = 0; i < r->n; i++)
         if (r->ins[i].kind == INS_MARK && r->ins[i].task == t && r->ins[i].first == end) return i;
     return 0;
@@ -19,7 +19,7 @@ static int32_t mark_of(const pipit__rank_prog *r, int t, int end) {
 /* Bytes that task (kind, s, 0) adds to what its rank holds: for F the
  * stage's activation set; for B what W will still need minus what B freed. */
 static double task_delta_bytes(const pipit_program *p, int kind, int s) {
-    const pipit__rank_prog *r = &p->ranks[p->stage_rank[s]];
+    const pipit__rank_plan *r = &p->plan.ranks[p->plan.stage_rank[s]];
     for (int t = 0; t < r->ntasks; t++) {
         pipit_task k = r->tasks[t];
         if (k.kind != kind || k.stage != s || k.mb != 0) continue;
@@ -43,7 +43,7 @@ static void check_case(pipit_schedule_kind kind, int P, int V, int M, int *failu
         (*failures)++;
     } else {
         double act[64], bdelta[64];
-        for (int s = 0; s < p->S; s++) {
+        for (int s = 0; s < p->plan.S; s++) {
             act[s] = task_delta_bytes(p, PIPIT_TASK_F, s);
             bdelta[s] = task_delta_bytes(p, PIPIT_TASK_B, s);
         }
@@ -53,7 +53,7 @@ static void check_case(pipit_schedule_kind kind, int P, int V, int M, int *failu
             (*failures)++;
         } else {
             for (int r = 0; r < P; r++) {
-                double got = (double)pipit__task_boundary_peak(&p->ranks[r]);
+                double got = (double)pipit__task_boundary_peak(&p->plan.ranks[r]);
                 if (!(res.peak_bytes[r] > 0) || got != res.peak_bytes[r]) {
                     fprintf(stderr, "%s P=%d V=%d M=%d rank %d: runtime keeps %.0f bytes, simulator says %.0f\n",
                             pipit_schedule_kind_name(kind), P, V, M, r, got, res.peak_bytes[r]);

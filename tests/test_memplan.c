@@ -117,8 +117,8 @@ PIPIT_TEST(memplan_compiled_chain) {
     ASSERT_OK(pipit_graph_status(g));
     pipit_program *p = NULL;
     ASSERT_OK(pipit_compile(g, loss, NULL, &p));
-    ASSERT_EQ_I64(p->nranks, 1);
-    size_t arena = p->ranks[0].arena_bytes, naive = p->ranks[0].naive_bytes;
+    ASSERT_EQ_I64(p->plan.nranks, 1);
+    size_t arena = p->plan.ranks[0].arena_bytes, naive = p->plan.ranks[0].naive_bytes;
     const size_t t = 64 * 64 * 4; /* one activation */
     fprintf(stderr, "chain of 20 gelus: arena %zu bytes, naive %zu (%.1f tensors vs %.1f)\n", arena, naive,
             (double)arena / t, (double)naive / t);

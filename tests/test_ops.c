@@ -135,7 +135,7 @@ static double run_case(const op_case *c, int *seen) {
     }
     for (int32_t i = 0; i < g->n; i++) seen[g->nodes[i].op] = 1;
     int npre = 0; /* the mode really is what it claims */
-    for (int32_t i = 0; i < p->gr.fwd_end; i++) npre += p->gr.preloop[i];
+    for (int32_t i = 0; i < p->plan.gr.fwd_end; i++) npre += p->plan.gr.preloop[i];
     if (!loop_mode && npre > 0) preloop_cases++;
     if (loop_mode && npre != 0) {
         fprintf(stderr, "%s: %d pre-loop nodes in %s mode\n", c->name, npre, loop_mode ? "loop" : "pre-loop");

@@ -232,11 +232,11 @@ PIPIT_TEST(pipeline_plan_deterministic) {
         ASSERT_OK(pipit_compile(g[k], loss, &(pipit_options){.schedule = sch, .microbatches = 5}, &p[k]));
     }
     for (int r = 0; r < 4; r++) {
-        const pipit__rank_prog *a = &p[0]->ranks[r], *b = &p[1]->ranks[r];
+        const pipit__rank_plan *a = &p[0]->plan.ranks[r], *b = &p[1]->plan.ranks[r];
         ASSERT_EQ_I64(a->n, b->n);
         ASSERT_EQ_I64(a->arena_bytes, b->arena_bytes);
         for (int32_t i = 0; i < a->n; i++) {
-            int nuses = a->ins[i].srcs ? p[0]->params[a->ins[i].param].nuses : 0;
+            int nuses = a->ins[i].srcs ? p[0]->plan.params[a->ins[i].param].nuses : 0;
             ASSERT_TRUE(same_instr(&a->ins[i], &b->ins[i], nuses));
         }
     }

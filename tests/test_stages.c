@@ -70,16 +70,16 @@ PIPIT_TEST(stages_hand_built_graph) {
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 4, 1, 4, &sch));
     pipit_program *p = NULL;
     ASSERT_OK(pipit_compile(g, h.loss, &(pipit_options){.schedule = sch, .microbatches = 4}, &p));
-    ASSERT_EQ_I64(p->S, 4);
-    ASSERT_EQ_I64(p->node_stage[h.a.id], 0);      /* producer of the fan-out */
-    ASSERT_EQ_I64(p->node_stage[h.pre.id], 1);    /* op on a param: first use */
-    ASSERT_EQ_I64(p->node_stage[h.late.id], 2);   /* from the input, first used in stage 2 */
-    ASSERT_EQ_I64(p->node_stage[h.fan.id], 3);    /* residual from stage 0 lands in stage 3 */
-    ASSERT_EQ_I64(p->node_stage[h.loss.id], 3);
+    ASSERT_EQ_I64(p->plan.S, 4);
+    ASSERT_EQ_I64(p->plan.node_stage[h.a.id], 0);      /* producer of the fan-out */
+    ASSERT_EQ_I64(p->plan.node_stage[h.pre.id], 1);    /* op on a param: first use */
+    ASSERT_EQ_I64(p->plan.node_stage[h.late.id], 2);   /* from the input, first used in stage 2 */
+    ASSERT_EQ_I64(p->plan.node_stage[h.fan.id], 3);    /* residual from stage 0 lands in stage 3 */
+    ASSERT_EQ_I64(p->plan.node_stage[h.loss.id], 3);
     /* rank 0 sends `a` to the three other ranks in each forward */
     int sends_of_a = 0;
-    for (int i = 0; i < p->ranks[0].n; i++)
-        if (p->ranks[0].ins[i].kind == INS_SEND && p->ranks[0].ins[i].node == h.a.id) sends_of_a++;
+    for (int i = 0; i < p->plan.ranks[0].n; i++)
+        if (p->plan.ranks[0].ins[i].kind == INS_SEND && p->plan.ranks[0].ins[i].node == h.a.id) sends_of_a++;
     ASSERT_EQ_I64(sends_of_a, 3 * 4);
     init_and_step(p, 4);
     float piped[3][16], seq[3][16];
@@ -126,7 +126,7 @@ static size_t peak(pipit_schedule_kind kind, int M) {
     size_t most = 0;
     if (!pipit_schedule_build(kind, 4, 1, M, &sch) &&
         !pipit_compile(g, loss, &(pipit_options){.schedule = sch, .microbatches = M}, &p)) {
-        for (int r = 0; r < p->nranks; r++) most = PIPIT_MAX(most, p->ranks[r].arena_bytes);
+        for (int r = 0; r < p->plan.nranks; r++) most = PIPIT_MAX(most, p->plan.ranks[r].arena_bytes);
     }
     pipit_program_free(p);
     pipit_schedule_free(sch);
@@ -147,9 +147,9 @@ PIPIT_TEST(stages_memory_gpipe_grows_1f1b_bounded) {
 static int count_runs(const pipit_program *p, int32_t id, uint64_t *ranks) {
     int n = 0;
     *ranks = 0;
-    for (int r = 0; r < p->nranks; r++)
-        for (int32_t i = 0; i < p->ranks[r].n; i++)
-            if (p->ranks[r].ins[i].kind == INS_RUN && p->ranks[r].ins[i].node == id) {
+    for (int r = 0; r < p->plan.nranks; r++)
+        for (int32_t i = 0; i < p->plan.ranks[r].n; i++)
+            if (p->plan.ranks[r].ins[i].kind == INS_RUN && p->plan.ranks[r].ins[i].node == id) {
                 n++;
                 *ranks |= 1ull << r;
             }
@@ -184,7 +184,7 @@ PIPIT_TEST(stages_preloop_once_and_replicated) {
     ASSERT_EQ_I64(ranks, 3);
     int post_nodes = 0;
     for (int32_t i = 0; i < g->n; i++) {
-        if (p->node_phase[i] != PH_POST) continue;
+        if (p->plan.node_phase[i] != PH_POST) continue;
         post_nodes++;
         ASSERT_EQ_I64(count_runs(p, i, &ranks), 2);
     }

@@ -399,7 +399,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (st) die("step %d: %s", step, pipit_program_errmsg(s.p));
         print_step(&o, step, &met, (double)B * T * M, flops);
         if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
-            for (int r = 0; r < s.p->nranks; r++) memset(s.p->ranks[r].prof, 0, sizeof s.p->ranks[r].prof);
+            for (int r = 0; r < s.p->plan.nranks; r++) memset(s.p->rs[r].prof, 0, sizeof s.p->rs[r].prof);
     }
     if (o.save) save_checkpoint(s.p, &s.cfg, o.save);
     if (o.save_opt) check_status(pipit__optimizer_save(s.p, o.save_opt, first_step + o.steps), "--save-optimizer");

@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__rank_prog *r) {
+pipit_status pipit__emitter_init(pipit__emitter *e, pipit__plan *p, pipit__rank_plan *r) {
     memset(e, 0, sizeof *e);
     e->p = p;
     e->r = r;
@@ -19,13 +19,8 @@ pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__ran
     return PIPIT_STATUS_OK;
 }
 
-int32_t pipit__alias_root(const pipit_graph *g, int32_t id) {
-    while (pipit__ops[g->nodes[id].op].alias) id = g->nodes[id].in[0];
-    return id;
-}
-
 pipit__instr *pipit__emit_push(pipit__emitter *e) {
-    pipit__rank_prog *r = e->r;
+    pipit__rank_plan *r = e->r;
     if (r->n == r->cap) {
         int32_t cap = r->cap ? r->cap * 2 : 256;
         pipit__instr *ins = pipit__realloc(r->ins, (size_t)cap * sizeof *ins);
@@ -56,13 +51,13 @@ int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
     return e->nbufs++;
 }
 
-static int input_slot(const pipit_program *p, int32_t node) {
+static int input_slot(const pipit__plan *p, int32_t node) {
     for (int i = 0; i < p->ninputs; i++)
         if (p->inputs[i].node == node) return i;
     return -1;
 }
 
-static int param_index(const pipit_program *p, int32_t node) {
+static int param_index(const pipit__plan *p, int32_t node) {
     for (int i = 0; i < p->nparams; i++)
         if (p->params[i].node == node) return i;
     PIPIT_ASSERT(0);
@@ -71,7 +66,7 @@ static int param_index(const pipit_program *p, int32_t node) {
 
 /* Values that are the same for every microbatch live under microbatch 0:
  * pre-loop values and the post-loop region. */
-static int mb_invariant(const pipit_program *p, int32_t root) {
+static int mb_invariant(const pipit__plan *p, int32_t root) {
     if (root < p->gr.fwd_end) return p->gr.preloop[root];
     return (p->g->nodes[root].flags & NODE_POST) != 0;
 }

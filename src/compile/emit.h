@@ -7,21 +7,19 @@
 #ifndef PIPIT_EMIT_H
 #define PIPIT_EMIT_H
 
-#include "runtime/program.h"
+#include "compile/plan.h"
 #include "compile/memplan.h"
 
 typedef struct {
-    pipit_program *p;
-    pipit__rank_prog *r;
+    pipit__plan *p;
+    pipit__rank_plan *r;
     int32_t *buf_of;      /* [graph nodes * M]: arena buffer of (node, mb), -1 none */
     pipit__mp_buf *bufs;
     int32_t nbufs, capbufs;
     pipit_status status;
 } pipit__emitter;
 
-pipit_status pipit__emitter_init(pipit__emitter *e, pipit_program *p, pipit__rank_prog *r);
-/* Follows aliasing ops (reshape, local yield) to the node that owns the bytes. */
-int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
+pipit_status pipit__emitter_init(pipit__emitter *e, pipit__plan *p, pipit__rank_plan *r);
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);

@@ -24,7 +24,7 @@
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 typedef struct {
-    pipit_program *p;
+    pipit__plan *p;
     const pipit__staging *st;
     const int *stage_rank;
     uint64_t *consumer_ranks; /* [n] loop values: bit q = a loop node on rank q reads it */
@@ -39,7 +39,7 @@ static int rank_of_node(const lowering *L, int32_t id) { return L->stage_rank[L-
  * that run its pre-loop readers. Post-loop nodes and gradient leaves run
  * where the pre-loop node they differentiate runs. */
 static pipit_status find_region_ranks(lowering *L) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     const pipit_graph *g = p->g;
     uint64_t *rk = pipit__calloc((size_t)g->n, sizeof *rk);
     if (!rk) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
@@ -71,7 +71,7 @@ static pipit_status find_region_ranks(lowering *L) {
 /* Values whose only reader is one gradient-target use: the first
  * microbatch's kernel can write them straight into the accumulator. */
 static void find_sole_acc(lowering *L) {
-    const pipit_program *p = L->p;
+    const pipit__plan *p = L->p;
     const pipit_graph *g = p->g;
     for (int i = 0; i < p->ntargets; i++)
         for (int u = 0; u < p->gr.t[i].nuses; u++) {
@@ -157,14 +157,14 @@ static void send_outputs(lowering *L, pipit__emitter *e, int kind, int s, int mb
     }
 }
 
-static size_t *acc_slot(const pipit_program *p, const pipit__param *pp, int u, int q) {
+static size_t *acc_slot(const pipit__plan *p, const pipit__param *pp, int u, int q) {
     return &pp->acc_off[(size_t)u * (size_t)p->nranks + (size_t)q];
 }
 
 #define ACC_IN_GRAD (SIZE_MAX - 1) /* acc_slot: the use accumulates straight into the gradient block */
 
 /* Where use u of target i accumulates on rank q. */
-static pipit__loc use_loc(const pipit_program *p, int i, int u, int q) {
+static pipit__loc use_loc(const pipit__plan *p, int i, int u, int q) {
     size_t off = *acc_slot(p, &p->params[i], u, q);
     if (off == ACC_IN_GRAD) return (pipit__loc){LOC_GRAD, i, 0};
     return (pipit__loc){LOC_ACC, -1, off};
@@ -172,7 +172,7 @@ static pipit__loc use_loc(const pipit_program *p, int i, int u, int q) {
 
 /* Accumulates the per-microbatch target uses this task computed. */
 static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
-    const pipit_program *p = L->p;
+    const pipit__plan *p = L->p;
     for (int i = 0; i < p->ntargets; i++) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++) {
@@ -188,7 +188,7 @@ static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, 
 }
 
 static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int me) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     pipit__emit_mark(e, ti, 0);
     if (p->opt.remat && (t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW))
         run_nodes(L, e, t.kind, t.stage, t.mb, me, 1); /* recompute the stage's forward */
@@ -201,7 +201,7 @@ static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int
 
 /* The pre-loop and post-loop regions run on every rank that needs them. */
 static void run_region(lowering *L, pipit__emitter *e, int phase, int me) {
-    const pipit_program *p = L->p;
+    const pipit__plan *p = L->p;
     for (int32_t j = 0; j < p->g->n; j++)
         if (L->st->phase[j] == phase && (p->node_ranks[j] >> me & 1)) pipit__emit_run(e, j, 0);
 }
@@ -212,7 +212,7 @@ static void run_region(lowering *L, pipit__emitter *e, int phase, int me) {
  * lives on each of them. Loop uses run on their stage's rank; post-loop
  * uses on every rank of their region. */
 static pipit_status place_uses(lowering *L) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     for (int i = 0; i < p->ntargets; i++) {
         pipit__param *pp = &p->params[i];
         pp->acc_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(pp->nuses, 1) * (size_t)p->nranks);
@@ -242,7 +242,7 @@ static pipit_status place_uses(lowering *L) {
 /* A rank holds every param its instructions read (a tied weight is held by
  * each rank that uses it); an unused param is kept by rank 0. A pre-loop
  * value's gradient is needed by the ranks that run its post-loop region. */
-static int param_of(const pipit_program *p, int32_t node) {
+static int param_of(const pipit__plan *p, int32_t node) {
     for (int i = 0; i < p->nparams; i++)
         if (p->params[i].node == node) return i;
     return -1;
@@ -252,7 +252,7 @@ static int param_of(const pipit_program *p, int32_t node) {
  * hold every param (and gradient) it reads, which may widen those params'
  * holders and so the ranks of their own transforms: iterate to a fixpoint. */
 static pipit_status place_gradpost(lowering *L) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     const pipit_graph *g = p->g;
     uint8_t *cone = pipit__malloc((size_t)g->n);
     if (!cone) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
@@ -281,9 +281,9 @@ static pipit_status place_gradpost(lowering *L) {
 }
 
 static pipit_status place_params(lowering *L) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     for (int q = 0; q < p->nranks; q++) {
-        const pipit__rank_prog *r = &p->ranks[q];
+        const pipit__rank_plan *r = &p->ranks[q];
         for (int32_t i = 0; i < r->n; i++)
             for (int k = 0; k < PIPIT_MAX_IN; k++)
                 if (r->ins[i].in[k].kind == LOC_PARAM) p->params[r->ins[i].in[k].idx].holders |= 1ull << q;
@@ -298,7 +298,7 @@ static pipit_status place_params(lowering *L) {
     if (s) return s;
     for (int i = 0; i < p->ntargets; i++) p->params[i].norm_rank = __builtin_ctzll(p->params[i].holders);
     for (int q = 0; q < p->nranks; q++) {
-        pipit__rank_prog *r = &p->ranks[q];
+        pipit__rank_plan *r = &p->ranks[q];
         r->param_off = pipit__malloc(sizeof(size_t) * (size_t)PIPIT_MAX(p->nparams, 1));
         if (!r->param_off) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
         for (int i = 0; i < p->nparams; i++) {
@@ -328,7 +328,7 @@ static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int p
 static int has(uint64_t set, int q) { return (int)(set >> q & 1); }
 
 /* Whether pipit_set_grad replaces param i's gradient. */
-static int transformed(const pipit_program *p, int i) {
+static int transformed(const pipit__plan *p, int i) {
     for (int32_t k = 0; k < p->g->ngradset; k++)
         if (p->g->gradset[k][0] == p->params[i].node) return 1;
     return 0;
@@ -339,7 +339,7 @@ static int transformed(const pipit_program *p, int i) {
  * receives what it lacks. All sends of a rank come before its receives, so
  * the exchange cannot deadlock. recv_buf[k] gets the arena buffer of the
  * k-th (target, use) pair received here, -1 if local. */
-static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int first, int last, int32_t *recv_buf) {
+static void exchange_uses(pipit__plan *p, pipit__emitter *e, int me, int first, int last, int32_t *recv_buf) {
     for (int i = first; i < last; i++) {
         const pipit__param *pp = &p->params[i];
         size_t bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
@@ -368,7 +368,7 @@ static void exchange_uses(pipit_program *p, pipit__emitter *e, int me, int first
 
 /* grad = per-use sums added in use order; a param's lands in its gradient
  * block, a pre-loop value's in a buffer bound to its gradient leaf. */
-static void sum_uses(pipit_program *p, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
+static void sum_uses(pipit__plan *p, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
     for (int i = first, k = 0; i < last; i++) {
         const pipit__param *pp = &p->params[i];
         if (!has(pp->holders, me)) {
@@ -406,7 +406,7 @@ static void sum_uses(pipit_program *p, pipit__emitter *e, int me, int first, int
 
 /* The post-loop region's param uses, computed once: stored as their sums. */
 static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
-    const pipit_program *p = L->p;
+    const pipit__plan *p = L->p;
     for (int i = 0; i < p->nparams; i++) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++)
@@ -417,7 +417,7 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
 
 /* The global norm: each param's sum of squares is computed by one holder
  * and shared with every rank; every rank adds them in param order. */
-static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
+static void global_norm(pipit__plan *p, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++) {
         if (p->params[i].norm_rank != me) continue;
         if (transformed(p, i)) { /* else GRADSUM computed it on the fly */
@@ -437,7 +437,7 @@ static void global_norm(pipit_program *p, pipit__emitter *e, int me) {
  * new gradient, and only then overwrite the gradient blocks, so every
  * transform reads untransformed gradients. */
 static void transform_grads(lowering *L, pipit__emitter *e, int me) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     const pipit_graph *g = p->g;
     if (!g->ngradset) return;
     run_region(L, e, PH_GRADPOST, me);
@@ -459,7 +459,7 @@ static void transform_grads(lowering *L, pipit__emitter *e, int me) {
 }
 
 static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     int total = 0;
     for (int i = 0; i < p->ntargets; i++) total += p->params[i].nuses;
     int32_t *recv_buf = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(total, 1));
@@ -481,13 +481,13 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
     pipit__free(recv_buf);
 }
 
-static void patch_param_loc(const pipit__rank_prog *r, pipit__loc *l) {
+static void patch_param_loc(const pipit__rank_plan *r, pipit__loc *l) {
     if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off = r->param_off[l->idx];
 }
 
-static void patch_params(pipit_program *p) {
+static void patch_params(pipit__plan *p) {
     for (int q = 0; q < p->nranks; q++) {
-        pipit__rank_prog *r = &p->ranks[q];
+        pipit__rank_plan *r = &p->ranks[q];
         for (int32_t i = 0; i < r->n; i++) {
             pipit__instr *in = &r->ins[i];
             patch_param_loc(r, &in->out);
@@ -520,7 +520,7 @@ static pipit_status sequential_schedule(int S, int M, pipit_schedule **out) {
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status check_schedule_fits(const pipit_program *p, const pipit_schedule *sch, int S) {
+static pipit_status check_schedule_fits(const pipit__plan *p, const pipit_schedule *sch, int S) {
     if (sch->S != S)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
                           "the graph has %d stage%s (%d yield%s on the longest chain) but the schedule has %d "
@@ -533,13 +533,11 @@ static pipit_status check_schedule_fits(const pipit_program *p, const pipit_sche
     return pipit__schedule_check(sch);
 }
 
-static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, int q) {
+static pipit_status copy_tasks(pipit__rank_plan *r, const pipit_schedule *sch, int q) {
     r->rank = q;
     r->ntasks = sch->ntasks[q];
     r->tasks = pipit__malloc(sizeof(pipit_task) * (size_t)PIPIT_MAX(r->ntasks, 1));
-    r->t_start = pipit__calloc((size_t)PIPIT_MAX(r->ntasks, 1), sizeof(double));
-    r->t_end = pipit__calloc((size_t)PIPIT_MAX(r->ntasks, 1), sizeof(double));
-    if (!r->tasks || !r->t_start || !r->t_end) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    if (!r->tasks) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     memcpy(r->tasks, sch->tasks[q], sizeof(pipit_task) * (size_t)r->ntasks);
     return PIPIT_STATUS_OK;
 }
@@ -547,7 +545,7 @@ static pipit_status copy_tasks(pipit__rank_prog *r, const pipit_schedule *sch, i
 /* Pre-loop and loop on every rank, then placement of params, then the
  * post-loop; only then are arenas planned, since post-loop buffers share them. */
 static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
-    pipit_program *p = L->p;
+    pipit__plan *p = L->p;
     pipit__emitter *em = pipit__calloc((size_t)p->nranks, sizeof *em);
     if (!em) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -578,7 +576,7 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
     return s;
 }
 
-pipit_status pipit__lower(pipit_program *p, const pipit_schedule *user_sch) {
+pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
     pipit__staging st;
     pipit_status s = pipit__infer_stages(p, &st);
     if (s) return s;

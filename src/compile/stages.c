@@ -12,11 +12,7 @@
 
 #include <string.h>
 
-int pipit__node_runs(const pipit__node *n) {
-    return !(pipit__ops[n->op].flags & OPF_LEAF) && !pipit__ops[n->op].alias;
-}
-
-static uint8_t *mark_live(const pipit_program *p) {
+static uint8_t *mark_live(const pipit__plan *p) {
     const pipit_graph *g = p->g;
     uint8_t *live = pipit__calloc((size_t)g->n, 1);
     if (!live) return NULL;
@@ -30,7 +26,7 @@ static uint8_t *mark_live(const pipit_program *p) {
 }
 
 /* Forward stages by data flow; -1 = unstaged so far. */
-static void forward_stages(const pipit_program *p, pipit__staging *st) {
+static void forward_stages(const pipit__plan *p, pipit__staging *st) {
     const pipit_graph *g = p->g;
     for (int32_t i = 0; i < p->gr.fwd_end; i++) {
         const pipit__node *n = &g->nodes[i];
@@ -56,7 +52,7 @@ static void forward_stages(const pipit_program *p, pipit__staging *st) {
     }
 }
 
-static void backward_stages(const pipit_program *p, pipit__staging *st) {
+static void backward_stages(const pipit__plan *p, pipit__staging *st) {
     const pipit_graph *g = p->g;
     for (int32_t i = p->gr.fwd_end; i < g->n; i++) {
         const pipit__node *n = &g->nodes[i];
@@ -69,7 +65,7 @@ static void backward_stages(const pipit_program *p, pipit__staging *st) {
 
 /* B: backward nodes of a stage that lead to a value another stage reads.
  * Marked by walking consumers to producers from those values. */
-static pipit_status split_bw(const pipit_program *p, pipit__staging *st) {
+static pipit_status split_bw(const pipit__plan *p, pipit__staging *st) {
     const pipit_graph *g = p->g;
     uint8_t *inB = pipit__calloc((size_t)g->n, 1);
     if (!inB) return pipit__err(PIPIT_STATUS_NOMEM, "stage inference: out of memory");
@@ -96,7 +92,7 @@ static pipit_status split_bw(const pipit_program *p, pipit__staging *st) {
 /* The user's post-loop region: everything the pipit_set_grad values are
  * computed from, back to params and accumulated gradients. It may not touch
  * per-microbatch inputs or values the step itself computes. */
-static pipit_status mark_gradpost(const pipit_program *p, pipit__staging *st) {
+static pipit_status mark_gradpost(const pipit__plan *p, pipit__staging *st) {
     const pipit_graph *g = p->g;
     uint8_t *in = pipit__calloc((size_t)g->n, 1);
     if (!in) return pipit__err(PIPIT_STATUS_NOMEM, "stage inference: out of memory");
@@ -119,7 +115,7 @@ static pipit_status mark_gradpost(const pipit_program *p, pipit__staging *st) {
     return s;
 }
 
-pipit_status pipit__infer_stages(const pipit_program *p, pipit__staging *st) {
+pipit_status pipit__infer_stages(const pipit__plan *p, pipit__staging *st) {
     const pipit_graph *g = p->g;
     memset(st, 0, sizeof *st);
     st->stage = pipit__malloc(sizeof(int32_t) * (size_t)g->n);

@@ -6,7 +6,7 @@
 #ifndef PIPIT_STAGES_H
 #define PIPIT_STAGES_H
 
-#include "runtime/program.h"
+#include "compile/plan.h"
 
 /* PH_PRE: forward on params only, once before the loop; PH_POST: its
  * backward, once after the loop, from the accumulated gradient;
@@ -22,9 +22,7 @@ typedef struct {
 
 /* Infers stages for forward and backward nodes and splits backward into B
  * and W. Errors: loss not in the last stage. */
-pipit_status pipit__infer_stages(const pipit_program *p, pipit__staging *st);
+pipit_status pipit__infer_stages(const pipit__plan *p, pipit__staging *st);
 void pipit__staging_free(pipit__staging *st);
-/* Whether node n runs a kernel (not a leaf, not an alias). */
-int pipit__node_runs(const pipit__node *n);
 
 #endif

@@ -22,13 +22,13 @@ static const char *phase_name(int ph) {
 }
 
 /* A param's name, or "pre-loop value <node>" for a boundary target. */
-static const char *target_name(const pipit_program *p, int i, char *buf, size_t n) {
+static const char *target_name(const pipit__plan *p, int i, char *buf, size_t n) {
     if (p->params[i].name) return p->params[i].name;
     snprintf(buf, n, "pre-loop value %d", p->params[i].node);
     return buf;
 }
 
-static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in) {
+static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     char tb[48];
     const pipit__node *n = &p->g->nodes[in->node];
     switch ((pipit__ins_kind)in->kind) {
@@ -51,10 +51,11 @@ static void print_instr(FILE *f, const pipit_program *p, const pipit__instr *in)
     }
 }
 
-void pipit__plan_print(FILE *f, const pipit_program *p, int verbose) {
+void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
+    const pipit__plan *p = &prog->plan;
     fprintf(f, "%d stage(s) on %d rank(s), %d microbatch(es)\n", p->S, p->nranks, p->M);
     for (int r = 0; r < p->nranks; r++) {
-        const pipit__rank_prog *rp = &p->ranks[r];
+        const pipit__rank_plan *rp = &p->ranks[r];
         fprintf(f, "\n== rank %d: stages", r);
         for (int s = 0; s < p->S; s++)
             if (p->stage_rank[s] == r) fprintf(f, " %d", s);
@@ -99,8 +100,8 @@ static const char *ins_name(int kind) {
 }
 
 void pipit__profile_print(FILE *f, const pipit_program *p) {
-    for (int r = 0; r < p->nranks; r++) {
-        const pipit__rank_prog *rp = &p->ranks[r];
+    for (int r = 0; r < p->plan.nranks; r++) {
+        const pipit__rank_state *rp = &p->rs[r];
         double total = 0;
         for (int k = 0; k < PIPIT_OP_COUNT + 32; k++) total += rp->prof[k];
         fprintf(f, "profile rank %d: %.3f s in instructions\n", r, total);

@@ -55,6 +55,33 @@ int64_t pipit__node_numel(const pipit__node *n) {
     return k;
 }
 
+int64_t pipit__node_rows(const pipit__node *n) {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < n->ndim; i++) r *= n->shape[i];
+    return r;
+}
+
+int64_t pipit__node_last_dim(const pipit__node *n) { return n->ndim ? n->shape[n->ndim - 1] : 1; }
+
+pipit__mm_dims pipit__matmul_dims(const pipit__node *a, const pipit__node *b, const pipit__node *n) {
+    pipit__mm_dims d = {(int)n->iattr[0], (int)n->iattr[1], b->ndim == 2 && a->ndim > 2, 1, 0, 0, 0};
+    int ra = a->ndim, rb = b->ndim;
+    d.M = d.ta ? a->shape[ra - 1] : a->shape[ra - 2];
+    d.K = d.ta ? a->shape[ra - 2] : a->shape[ra - 1];
+    d.N = d.tb ? b->shape[rb - 2] : b->shape[rb - 1];
+    for (int i = 0; i + 2 < ra; i++) d.batch *= a->shape[i];
+    return d;
+}
+
+int32_t pipit__alias_root(const pipit_graph *g, int32_t id) {
+    while (pipit__ops[g->nodes[id].op].alias) id = g->nodes[id].in[0];
+    return id;
+}
+
+int pipit__node_runs(const pipit__node *n) {
+    return !(pipit__ops[n->op].flags & OPF_LEAF) && !pipit__ops[n->op].alias;
+}
+
 size_t pipit__node_bytes(const pipit__node *n) {
     return (size_t)pipit__node_numel(n) * pipit__dtype_size((pipit_dtype)n->dtype);
 }

@@ -55,14 +55,9 @@ struct pipit_graph {
     uint8_t cur_flags;
 };
 
-/* Op table entry, generated from ops.def + the functions in ops.c. */
-typedef struct pipit__kctx {
-    const pipit__node *node;
-    const pipit__node *in_node[PIPIT_MAX_IN];
-    void *out;
-    const void *in[PIPIT_MAX_IN];
-} pipit__kctx;
-
+/* Op table entry: what an op is, generated from ops.def + the functions in
+ * ops.c. Kernels are not here: each backend keeps its own run table keyed
+ * by the same opcodes (src/backend/). */
 typedef struct {
     const char *name;
     int arity;
@@ -72,8 +67,6 @@ typedef struct {
     /* Fills node->dtype/ndim/shape from inputs and attrs; on a bad shape
      * returns PIPIT_STATUS_SHAPE with a message naming the op and shapes. */
     pipit_status (*shape)(const pipit_graph *g, pipit__node *n);
-    /* Runs the kernel on thread ith of nth. */
-    void (*run)(const pipit__kctx *k, int ith, int nth);
     /* Emits the gradients of the inputs given dout (ids; -1 = none). */
     void (*vjp)(pipit_graph *g, int32_t node, int32_t dout, int32_t *din);
 } pipit__op_info;
@@ -85,6 +78,22 @@ static inline pipit__node *pipit__node_at(const pipit_graph *g, int32_t id) {
 }
 int64_t pipit__node_numel(const pipit__node *n);
 size_t pipit__node_bytes(const pipit__node *n);
+/* Rows of a [..., C] tensor (the product of all but the last axis) and C. */
+int64_t pipit__node_rows(const pipit__node *n);
+int64_t pipit__node_last_dim(const pipit__node *n);
+/* Follows aliasing ops (reshape, yield) to the node that owns the bytes. */
+int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
+/* Whether node n runs a kernel: not a leaf, not an alias of its input. */
+int pipit__node_runs(const pipit__node *n);
+
+/* A matmul node's problem: a [..., M, K] (or [..., K, M] with trans_a) @
+ * b [K, N] (broadcast) or b [..., K, N] (batched, same leading dims);
+ * trans_b stores b as [.., N, K]. */
+typedef struct {
+    int ta, tb, broadcast;
+    int64_t batch, M, N, K;
+} pipit__mm_dims;
+pipit__mm_dims pipit__matmul_dims(const pipit__node *a, const pipit__node *b, const pipit__node *n);
 
 /* Generic builder: appends a node (after validating inputs and running the
  * shape rule). On error the graph is poisoned and an invalid id (-1) is

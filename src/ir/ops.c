@@ -1,23 +1,16 @@
 /*
- * ops.c — one section per op of ops.def: its shape rule, its kernel call and
- * its gradient (VJP) rule, then the table that binds them. To add an op: a
- * line in ops.def, a section here, a raw kernel in src/kernels/cpu if the math
- * is new, and a gradcheck entry in tests/test_ops.c (the test enforces it).
+ * ops.c — one section per op of ops.def: what the op IS — its shape and
+ * dtype rule and its gradient (VJP) rule as graph ops — then the table that
+ * binds them. Kernels live with each backend (src/backend/<name>/), which
+ * fills its own run table from the same ops.def. To add an op: a line in
+ * ops.def, a section here, a kernel per backend, and a gradcheck entry in
+ * tests/test_ops.c (the test enforces both).
  */
 #include <string.h>
 
 #include "ir/graph.h"
-#include "backend/cpu/kernels.h"
 
 #define IN(i) (&g->nodes[n->in[i]])
-#define KIN(i) (k->in_node[i])
-
-/* Calls kernel fn_f32 or fn_f64 by the output's dtype. */
-#define DISPATCH(k, fn, ...)                                                      \
-    do {                                                                          \
-        if ((k)->node->dtype == PIPIT_F64) fn##_f64(__VA_ARGS__);                  \
-        else fn##_f32(__VA_ARGS__);                                               \
-    } while (0)
 
 static pipit_status shape_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static pipit_status shape_err(const char *fmt, ...) {
@@ -41,14 +34,6 @@ static void copy_shape(pipit__node *dst, const pipit__node *src) {
     dst->ndim = src->ndim;
     memcpy(dst->shape, src->shape, sizeof dst->shape);
 }
-
-/* Rows of a [..., C] tensor: the product of all but the last axis. */
-static int64_t rows_of(const pipit__node *n) {
-    int64_t r = 1;
-    for (int i = 0; i + 1 < n->ndim; i++) r *= n->shape[i];
-    return r;
-}
-static int64_t last_dim(const pipit__node *n) { return n->ndim ? n->shape[n->ndim - 1] : 1; }
 
 static pipit_status need_float(const pipit__node *n, const char *what) {
     if (!is_float(n)) return shape_err("%s must be f32 or f64", what);
@@ -79,8 +64,6 @@ static int32_t reshape_to(pipit_graph *g, int32_t x, int ndim, const int64_t *sh
 
 static pipit_status op_INPUT_shape(const pipit_graph *g, pipit__node *n) { (void)g; (void)n; return PIPIT_STATUS_OK; }
 #define op_PARAM_shape op_INPUT_shape
-#define op_INPUT_run NULL
-#define op_PARAM_run NULL
 #define op_INPUT_vjp NULL
 #define op_PARAM_vjp NULL
 
@@ -98,10 +81,6 @@ static pipit_status op_EMBED_shape(const pipit_graph *g, pipit__node *n) {
     n->shape[idx->ndim] = t->shape[1];
     return PIPIT_STATUS_OK;
 }
-static void op_EMBED_run(const pipit__kctx *k, int ith, int nth) {
-    int64_t cnt = pipit__node_numel(KIN(1)), C = KIN(0)->shape[1];
-    DISPATCH(k, pipit__embed, k->out, k->in[0], k->in[1], cnt, C, ith, nth);
-}
 static void op_EMBED_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
     int64_t iattr[4] = {IN(0)->shape[0], 0, 0, 0};
@@ -117,12 +96,8 @@ static pipit_status op_EMBED_DTABLE_shape(const pipit_graph *g, pipit__node *n) 
     n->dtype = d->dtype;
     n->ndim = 2;
     n->shape[0] = n->iattr[0];
-    n->shape[1] = last_dim(d);
+    n->shape[1] = pipit__node_last_dim(d);
     return PIPIT_STATUS_OK;
-}
-static void op_EMBED_DTABLE_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__embed_dtable, k->out, k->in[0], k->in[1], pipit__node_numel(KIN(0)),
-             k->node->shape[0], k->node->shape[1], ith, nth);
 }
 #define op_EMBED_DTABLE_vjp NULL
 
@@ -135,9 +110,6 @@ static pipit_status op_ADD_shape(const pipit_graph *g, pipit__node *n) {
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
 }
-static void op_ADD_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__add, k->out, k->in[0], k->in[1], pipit__node_numel(k->node), ith, nth);
-}
 static void op_ADD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     (void)g; (void)id;
     din[0] = dout;
@@ -145,9 +117,6 @@ static void op_ADD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
 }
 
 #define op_MUL_shape op_ADD_shape
-static void op_MUL_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__mul, k->out, k->in[0], k->in[1], pipit__node_numel(k->node), ith, nth);
-}
 static void op_MUL_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
     int32_t a = n->in[0], b = n->in[1];
@@ -161,36 +130,12 @@ static pipit_status op_SCALE_shape(const pipit_graph *g, pipit__node *n) {
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
 }
-static void op_SCALE_run(const pipit__kctx *k, int ith, int nth) {
-    int64_t cnt = pipit__node_numel(k->node);
-    if (k->node->dtype == PIPIT_F64)
-        pipit__scale_f64(k->out, k->in[0], k->node->fattr[0], cnt, ith, nth);
-    else
-        pipit__scale_f32(k->out, k->in[0], (float)k->node->fattr[0], cnt, ith, nth);
-}
 static void op_SCALE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     double f[2] = {g->nodes[id].fattr[0], 0};
     din[0] = add_node(g, PIPIT_OP_SCALE, 1, &dout, f, NULL);
 }
 
 /* ---------------------------------------------------------------- matmul */
-
-/* a [..., M, K] (or [..., K, M] with trans_a) @ b [K, N] (broadcast) or
- * b [..., K, N] (batched, same leading dims); trans_b stores b as [.., N, K]. */
-typedef struct {
-    int ta, tb, broadcast;
-    int64_t batch, M, N, K;
-} mm_dims;
-
-static mm_dims mm_get(const pipit__node *a, const pipit__node *b, const pipit__node *n) {
-    mm_dims d = {(int)n->iattr[0], (int)n->iattr[1], b->ndim == 2 && a->ndim > 2, 1, 0, 0, 0};
-    int ra = a->ndim, rb = b->ndim;
-    d.M = d.ta ? a->shape[ra - 1] : a->shape[ra - 2];
-    d.K = d.ta ? a->shape[ra - 2] : a->shape[ra - 1];
-    d.N = d.tb ? b->shape[rb - 2] : b->shape[rb - 1];
-    for (int i = 0; i + 2 < ra; i++) d.batch *= a->shape[i];
-    return d;
-}
 
 static pipit_status op_MATMUL_shape(const pipit_graph *g, pipit__node *n) {
     const pipit__node *a = IN(0), *b = IN(1);
@@ -201,7 +146,7 @@ static pipit_status op_MATMUL_shape(const pipit_graph *g, pipit__node *n) {
     if (b->ndim == a->ndim)
         for (int i = 0; i + 2 < a->ndim; i++)
             if (a->shape[i] != b->shape[i]) return shape_err("batch dimensions differ");
-    mm_dims d = mm_get(a, b, n);
+    pipit__mm_dims d = pipit__matmul_dims(a, b, n);
     int64_t Kb = d.tb ? b->shape[b->ndim - 1] : b->shape[b->ndim - 2];
     if (d.K != Kb) return shape_err("inner dimensions differ: %lld vs %lld", (long long)d.K, (long long)Kb);
     if (d.broadcast && d.ta) return shape_err("trans_a with a broadcast 2-D b is not supported");
@@ -211,17 +156,6 @@ static pipit_status op_MATMUL_shape(const pipit_graph *g, pipit__node *n) {
     n->shape[a->ndim - 1] = d.N;
     return PIPIT_STATUS_OK;
 }
-static void op_MATMUL_run(const pipit__kctx *k, int ith, int nth) {
-    const pipit__node *a = KIN(0), *b = KIN(1);
-    mm_dims d = mm_get(a, b, k->node);
-    int64_t lda = a->shape[a->ndim - 1], ldb = b->shape[b->ndim - 1];
-    int64_t batch = d.batch, M = d.M;
-    if (d.broadcast) { M *= batch; batch = 1; } /* rows of a flatten into M */
-    int64_t sA = a->shape[a->ndim - 1] * a->shape[a->ndim - 2];
-    int64_t sB = b->ndim == 2 ? 0 : b->shape[b->ndim - 1] * b->shape[b->ndim - 2];
-    DISPATCH(k, pipit__gemm, d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb,
-             sB, k->out, d.N, d.M * d.N, 0, ith, nth);
-}
 static int32_t mm(pipit_graph *g, int32_t a, int32_t b, int ta, int tb) {
     int64_t iattr[4] = {ta, tb, 0, 0};
     return add_node(g, PIPIT_OP_MATMUL, 2, (int32_t[]){a, b}, NULL, iattr);
@@ -229,7 +163,7 @@ static int32_t mm(pipit_graph *g, int32_t a, int32_t b, int ta, int tb) {
 static void op_MATMUL_vjp(pipit_graph *g, int32_t id, int32_t dc, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
     int32_t a = n->in[0], b = n->in[1];
-    mm_dims d = mm_get(IN(0), IN(1), n);
+    pipit__mm_dims d = pipit__matmul_dims(IN(0), IN(1), n);
     din[0] = d.ta ? mm(g, b, dc, d.tb, 1) : mm(g, dc, b, 0, !d.tb);
     if (!d.broadcast) {
         din[1] = d.tb ? mm(g, dc, a, 1, d.ta) : mm(g, a, dc, !d.ta, 0);
@@ -247,15 +181,11 @@ static void op_MATMUL_vjp(pipit_graph *g, int32_t id, int32_t dc, int32_t *din) 
 static pipit_status op_BIAS_ADD_shape(const pipit_graph *g, pipit__node *n) {
     const pipit__node *x = IN(0), *b = IN(1);
     if (need_same_float(x, b)) return PIPIT_STATUS_SHAPE;
-    if (x->ndim < 1 || b->ndim != 1 || b->shape[0] != last_dim(x))
+    if (x->ndim < 1 || b->ndim != 1 || b->shape[0] != pipit__node_last_dim(x))
         return shape_err("bias must be 1-D matching x's last axis");
     n->dtype = x->dtype;
     copy_shape(n, x);
     return PIPIT_STATUS_OK;
-}
-static void op_BIAS_ADD_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__bias_add, k->out, k->in[0], k->in[1], rows_of(k->node),
-             last_dim(k->node), ith, nth);
 }
 static void op_BIAS_ADD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     (void)id;
@@ -267,11 +197,8 @@ static pipit_status op_SUM_ROWS_shape(const pipit_graph *g, pipit__node *n) {
     if (need_float(IN(0), "input") || IN(0)->ndim < 1) return shape_err("input must be float, rank >= 1");
     n->dtype = IN(0)->dtype;
     n->ndim = 1;
-    n->shape[0] = last_dim(IN(0));
+    n->shape[0] = pipit__node_last_dim(IN(0));
     return PIPIT_STATUS_OK;
-}
-static void op_SUM_ROWS_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__sum_rows, k->out, k->in[0], rows_of(KIN(0)), last_dim(KIN(0)), ith, nth);
 }
 #define op_SUM_ROWS_vjp NULL
 
@@ -280,17 +207,13 @@ static void op_SUM_ROWS_run(const pipit__kctx *k, int ith, int nth) {
 static pipit_status op_LAYERNORM_shape(const pipit_graph *g, pipit__node *n) {
     const pipit__node *x = IN(0), *w = IN(1), *b = IN(2);
     if (need_same_float(x, w) || need_same_float(x, b)) return PIPIT_STATUS_SHAPE;
-    int64_t C = last_dim(x);
+    int64_t C = pipit__node_last_dim(x);
     if (x->ndim < 1 || w->ndim != 1 || b->ndim != 1 || w->shape[0] != C || b->shape[0] != C)
         return shape_err("weight and bias must be 1-D of x's last axis");
     if (!(n->fattr[0] > 0)) return shape_err("eps must be > 0");
     n->dtype = x->dtype;
     copy_shape(n, x);
     return PIPIT_STATUS_OK;
-}
-static void op_LAYERNORM_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__layernorm, k->out, k->in[0], k->in[1], k->in[2], rows_of(k->node),
-             last_dim(k->node), k->node->fattr[0], ith, nth);
 }
 static void op_LAYERNORM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
@@ -308,10 +231,6 @@ static pipit_status op_LN_DX_shape(const pipit_graph *g, pipit__node *n) {
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
 }
-static void op_LN_DX_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__layernorm_dx, k->out, k->in[0], k->in[1], k->in[2], rows_of(k->node),
-             last_dim(k->node), k->node->fattr[0], ith, nth);
-}
 #define op_LN_DX_vjp NULL
 
 static pipit_status op_LN_DW_shape(const pipit_graph *g, pipit__node *n) {
@@ -319,28 +238,18 @@ static pipit_status op_LN_DW_shape(const pipit_graph *g, pipit__node *n) {
         return shape_err("x and dout must match");
     n->dtype = IN(0)->dtype;
     n->ndim = 1;
-    n->shape[0] = last_dim(IN(0));
+    n->shape[0] = pipit__node_last_dim(IN(0));
     return PIPIT_STATUS_OK;
-}
-static void op_LN_DW_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__layernorm_dw, k->out, k->in[0], k->in[1], rows_of(KIN(0)),
-             last_dim(KIN(0)), k->node->fattr[0], ith, nth);
 }
 #define op_LN_DW_vjp NULL
 
 /* ------------------------------------------------------------------ gelu */
 
 #define op_GELU_shape op_SCALE_shape
-static void op_GELU_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__gelu, k->out, k->in[0], pipit__node_numel(k->node), ith, nth);
-}
 static void op_GELU_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     din[0] = op2(g, PIPIT_OP_GELU_DX, g->nodes[id].in[0], dout);
 }
 #define op_GELU_DX_shape op_ADD_shape
-static void op_GELU_DX_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__gelu_dx, k->out, k->in[0], k->in[1], pipit__node_numel(k->node), ith, nth);
-}
 #define op_GELU_DX_vjp NULL
 
 /* ------------------------------------------------------------- attention */
@@ -358,11 +267,6 @@ static pipit_status op_ATTENTION_shape(const pipit_graph *g, pipit__node *n) {
     n->shape[2] = C;
     return PIPIT_STATUS_OK;
 }
-static void op_ATTENTION_run(const pipit__kctx *k, int ith, int nth) {
-    const pipit__node *n = k->node;
-    DISPATCH(k, pipit__attention, k->out, k->in[0], n->shape[0], n->shape[1], n->shape[2],
-             n->iattr[0], ith, nth);
-}
 static void op_ATTENTION_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     int64_t iattr[4] = {g->nodes[id].iattr[0], 0, 0, 0};
     din[0] = add_node(g, PIPIT_OP_ATTN_DQKV, 2, (int32_t[]){g->nodes[id].in[0], dout}, NULL, iattr);
@@ -372,11 +276,6 @@ static pipit_status op_ATTN_DQKV_shape(const pipit_graph *g, pipit__node *n) {
     n->dtype = IN(0)->dtype;
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
-}
-static void op_ATTN_DQKV_run(const pipit__kctx *k, int ith, int nth) {
-    const pipit__node *d = KIN(1);
-    DISPATCH(k, pipit__attention_dqkv, k->out, k->in[0], k->in[1], d->shape[0], d->shape[1],
-             d->shape[2], k->node->iattr[0], ith, nth);
 }
 #define op_ATTN_DQKV_vjp NULL
 
@@ -393,10 +292,6 @@ static pipit_status op_XENT_ROWS_shape(const pipit_graph *g, pipit__node *n) {
     copy_shape(n, t);
     return PIPIT_STATUS_OK;
 }
-static void op_XENT_ROWS_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__xent_rows, k->out, k->in[0], k->in[1], rows_of(KIN(0)), last_dim(KIN(0)),
-             ith, nth);
-}
 static void op_XENT_ROWS_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
     din[0] = add_node(g, PIPIT_OP_XENT_DLOGITS, 3, (int32_t[]){n->in[0], n->in[1], dout}, NULL, NULL);
@@ -406,10 +301,6 @@ static pipit_status op_XENT_DLOGITS_shape(const pipit_graph *g, pipit__node *n) 
     n->dtype = IN(0)->dtype;
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
-}
-static void op_XENT_DLOGITS_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__xent_dlogits, k->out, k->in[0], k->in[1], k->in[2], rows_of(KIN(0)),
-             last_dim(KIN(0)), ith, nth);
 }
 #define op_XENT_DLOGITS_vjp NULL
 
@@ -421,10 +312,6 @@ static pipit_status op_SUM_shape(const pipit_graph *g, pipit__node *n) {
     n->dtype = IN(0)->dtype;
     n->ndim = 0;
     return PIPIT_STATUS_OK;
-}
-static void op_SUM_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__sum_all, k->out, k->in[0], pipit__node_numel(KIN(0)), k->node->fattr[0],
-             ith, nth);
 }
 static void op_SUM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *x = &g->nodes[g->nodes[id].in[0]];
@@ -442,10 +329,6 @@ static pipit_status op_FILL_shape(const pipit_graph *g, pipit__node *n) {
     n->ndim = (uint8_t)nd;
     for (int i = 0; i < nd; i++) n->shape[i] = n->iattr[i];
     return PIPIT_STATUS_OK;
-}
-static void op_FILL_run(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__fill, k->out, k->in[0], k->node->fattr[0], pipit__node_numel(k->node), ith,
-             nth);
 }
 static void op_FILL_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     double f[2] = {g->nodes[id].fattr[0], 0};
@@ -469,7 +352,6 @@ static pipit_status op_RESHAPE_shape(const pipit_graph *g, pipit__node *n) {
     for (int i = 0; i < nd; i++) n->shape[i] = n->iattr[i];
     return PIPIT_STATUS_OK;
 }
-#define op_RESHAPE_run NULL /* aliases its input */
 static void op_RESHAPE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *x = &g->nodes[g->nodes[id].in[0]];
     int64_t shape[PIPIT_MAX_DIMS];
@@ -491,11 +373,6 @@ static pipit_status op_PERMUTE_shape(const pipit_graph *g, pipit__node *n) {
     n->ndim = x->ndim;
     return PIPIT_STATUS_OK;
 }
-static void op_PERMUTE_run(const pipit__kctx *k, int ith, int nth) {
-    int perm[PIPIT_MAX_DIMS];
-    for (int i = 0; i < PIPIT_MAX_DIMS; i++) perm[i] = (int)k->node->iattr[i];
-    DISPATCH(k, pipit__permute, k->out, k->in[0], KIN(0)->ndim, KIN(0)->shape, perm, ith, nth);
-}
 static void op_PERMUTE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
     int64_t inv[4] = {0, 1, 2, 3};
@@ -508,7 +385,6 @@ static pipit_status op_YIELD_shape(const pipit_graph *g, pipit__node *n) {
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
 }
-#define op_YIELD_run NULL /* identity; the pipeline turns it into a send/recv */
 /* The transpose of a yield is a yield: the gradient moves one stage back. */
 static void op_YIELD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     (void)id;
@@ -521,7 +397,7 @@ static void op_YIELD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din)
 #define VJP_OF_(NAME) op_##NAME##_vjp
 const pipit__op_info pipit__ops[PIPIT_OP_COUNT] = {
 #define X(NAME, str, arity, nondiff, alias, flags) \
-    [PIPIT_OP_##NAME] = {str, arity, nondiff, alias, flags, op_##NAME##_shape, op_##NAME##_run, VJP_OF_(NAME)},
+    [PIPIT_OP_##NAME] = {str, arity, nondiff, alias, flags, op_##NAME##_shape, VJP_OF_(NAME)},
 #include "ir/ops.def"
 #undef X
 };

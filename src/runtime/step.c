@@ -44,21 +44,21 @@ static const void *find_feed(const pipit_feed *f, int nfeed, const char *name, i
 /* Resolves every (microbatch, input) to its data once for all ranks, and
  * checks that index inputs lie within what their consumers allow. */
 static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed, const void **ptrs) {
-    if (!feeds && p->ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
-    for (int m = 0; m < p->M; m++) {
+    if (!feeds && p->plan.ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
+    for (int m = 0; m < p->plan.M; m++) {
         const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
-        for (int i = 0; i < p->ninputs; i++) {
-            const pipit__input *in = &p->inputs[i];
+        for (int i = 0; i < p->plan.ninputs; i++) {
+            const pipit__input *in = &p->plan.inputs[i];
             const void *d = find_feed(f, nfeed, in->name, m);
             if (!d) return PIPIT_STATUS_INVALID;
-            ptrs[(size_t)m * (size_t)p->ninputs + (size_t)i] = d;
+            ptrs[(size_t)m * (size_t)p->plan.ninputs + (size_t)i] = d;
             if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
             const int32_t *t = d;
             for (int64_t k = 0; k < in->numel; k++)
                 if (t[k] < 0 || t[k] >= in->limit)
                     return pipit__err(PIPIT_STATUS_INVALID,
                                       "step: input '%s' of microbatch %d holds %d at index %lld, outside [0, %d) "
-                                      "(is --vocab large enough for this data?)",
+                                      "(is the vocabulary large enough for this data?)",
                                       in->name, m, t[k], (long long)k, in->limit);
         }
     }
@@ -75,7 +75,7 @@ typedef struct {
 
 static void *rank_main(void *a) {
     rank_run *rr = a;
-    rr->status = pipit__exec_rank(rr->p, &rr->p->ranks[rr->rank], rr->feed_ptrs);
+    rr->status = pipit__exec_rank(rr->p, rr->rank, rr->feed_ptrs);
     if (rr->status) {
         snprintf(rr->msg, sizeof rr->msg, "%s", pipit_errmsg());
         /* a rank that failed before or outside its instruction loop must
@@ -88,10 +88,10 @@ static void *rank_main(void *a) {
 /* Runs every rank, one thread each (the caller's thread for one rank), and
  * reports the first rank that failed by name. */
 static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
-    if (p->nranks == 1) return pipit__exec_rank(p, &p->ranks[0], feed_ptrs);
+    if (p->plan.nranks == 1) return pipit__exec_rank(p, 0, feed_ptrs);
     p->transport->vt->reset(p->transport);
-    rank_run *rr = pipit__calloc((size_t)p->nranks, sizeof *rr);
-    pthread_t *th = pipit__calloc((size_t)p->nranks, sizeof *th);
+    rank_run *rr = pipit__calloc((size_t)p->plan.nranks, sizeof *rr);
+    pthread_t *th = pipit__calloc((size_t)p->plan.nranks, sizeof *th);
     if (!rr || !th) {
         pipit__free(rr);
         pipit__free(th);
@@ -99,7 +99,7 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     }
     int started = 0;
     pipit_status s = PIPIT_STATUS_OK;
-    for (int q = 0; q < p->nranks; q++, started++) {
+    for (int q = 0; q < p->plan.nranks; q++, started++) {
         rr[q] = (rank_run){p, q, feed_ptrs, PIPIT_STATUS_OK, ""};
         if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
             s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", q);
@@ -124,7 +124,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     pipit_status s = check_program(p);
     if (s) return s;
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
-    const void **ptrs = pipit__malloc(sizeof *ptrs * (size_t)p->M * (size_t)PIPIT_MAX(p->ninputs, 1));
+    const void **ptrs = pipit__malloc(sizeof *ptrs * (size_t)p->plan.M * (size_t)PIPIT_MAX(p->plan.ninputs, 1));
     if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));
     s = resolve_feeds(p, feeds, nfeed, ptrs);
     if (s) {
@@ -143,38 +143,38 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
         return fail(p, s);
     }
     double loss = 0;
-    for (int m = 0; m < p->M; m++) loss += p->losses[m];
-    loss /= p->M;
-    double norm = p->ranks[0].norm;
+    for (int m = 0; m < p->plan.M; m++) loss += p->losses[m];
+    loss /= p->plan.M;
+    double norm = p->rs[0].norm;
     if (metrics) {
         metrics->loss = loss;
         metrics->grad_norm = norm;
         metrics->ms = (pipit__now() - t0) * 1e3;
         metrics->peak_bytes = 0;
         double busy = 0;
-        for (int r = 0; r < p->nranks; r++) {
-            metrics->peak_bytes = PIPIT_MAX(metrics->peak_bytes, p->ranks[r].arena_bytes);
-            busy += p->ranks[r].busy;
+        for (int r = 0; r < p->plan.nranks; r++) {
+            metrics->peak_bytes = PIPIT_MAX(metrics->peak_bytes, p->plan.ranks[r].arena_bytes);
+            busy += p->rs[r].busy;
         }
-        metrics->bubble = p->step_wall > 0 ? 1.0 - busy / (p->nranks * p->step_wall) : 0;
+        metrics->bubble = p->step_wall > 0 ? 1.0 - busy / (p->plan.nranks * p->step_wall) : 0;
     }
     if (!isfinite(loss))
-        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower --lr)", loss));
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower learning rate)", loss));
     return PIPIT_STATUS_OK;
 }
 
 /* ---- parameter access ---- */
 
-int pipit_program_num_params(const pipit_program *p) { return check_program(p) ? 0 : p->nparams; }
+int pipit_program_num_params(const pipit_program *p) { return check_program(p) ? 0 : p->plan.nparams; }
 
 const char *pipit_program_param_name(const pipit_program *p, int i) {
-    if (check_program(p) || i < 0 || i >= p->nparams) return NULL;
-    return p->params[i].name;
+    if (check_program(p) || i < 0 || i >= p->plan.nparams) return NULL;
+    return p->plan.params[i].name;
 }
 
 static const pipit__param *find_param(const pipit_program *p, const char *name) {
-    for (int i = 0; i < p->nparams; i++)
-        if (strcmp(p->params[i].name, name) == 0) return &p->params[i];
+    for (int i = 0; i < p->plan.nparams; i++)
+        if (strcmp(p->plan.params[i].name, name) == 0) return &p->plan.params[i];
     pipit__err(PIPIT_STATUS_INVALID, "no parameter named '%s'", name ? name : "(null)");
     return NULL;
 }
@@ -185,7 +185,7 @@ pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
     if (s) return s;
     const pipit__param *pp = name ? find_param(p, name) : NULL;
     if (!pp) return PIPIT_STATUS_INVALID;
-    const pipit__node *n = &p->g->nodes[pp->node];
+    const pipit__node *n = &p->plan.g->nodes[pp->node];
     if (ndim) *ndim = n->ndim;
     if (shape) memcpy(shape, n->shape, sizeof(int64_t) * n->ndim);
     return PIPIT_STATUS_OK;
@@ -200,7 +200,7 @@ static pipit_status copy_param(const pipit_program *p, const char *name, size_t 
     if (nbytes != want)
         return pipit__err(PIPIT_STATUS_SHAPE, "parameter '%s' has %zu bytes, caller passed %zu", name, want,
                           nbytes);
-    *idx = (int)(pp - p->params);
+    *idx = (int)(pp - p->plan.params);
     return PIPIT_STATUS_OK;
 }
 
@@ -208,7 +208,7 @@ static pipit_status copy_param(const pipit_program *p, const char *name, size_t 
  * the holder that computes its norm (all copies are bitwise equal). */
 enum { BLOCK_PARAM, BLOCK_GRAD, BLOCK_M, BLOCK_V };
 
-static uint8_t *block_of(const pipit__rank_prog *r, int which) {
+static uint8_t *block_of(const pipit__rank_state *r, int which) {
     switch (which) {
     case BLOCK_GRAD: return r->grad_block;
     case BLOCK_M: return r->m_block;
@@ -221,8 +221,8 @@ static pipit_status read_param(const pipit_program *p, const char *name, void *d
     int i;
     pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    const pipit__rank_prog *r = &p->ranks[p->params[i].norm_rank];
-    memcpy(data, block_of(r, which) + r->param_off[i], nbytes);
+    int q = p->plan.params[i].norm_rank;
+    p->be->download(data, block_of(&p->rs[q], which) + p->plan.ranks[q].param_off[i], nbytes);
     return PIPIT_STATUS_OK;
 }
 
@@ -230,8 +230,9 @@ static pipit_status write_param(pipit_program *p, const char *name, const void *
     int i;
     pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    for (int q = 0; q < p->nranks; q++)
-        if (p->params[i].holders >> q & 1) memcpy(block_of(&p->ranks[q], which) + p->ranks[q].param_off[i], data, nbytes);
+    for (int q = 0; q < p->plan.nranks; q++)
+        if (p->plan.params[i].holders >> q & 1)
+            p->be->upload(block_of(&p->rs[q], which) + p->plan.ranks[q].param_off[i], data, nbytes);
     return PIPIT_STATUS_OK;
 }
 

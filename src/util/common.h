@@ -50,6 +50,14 @@ void pipit__alloc_fail_after(long k); /* k < 0 disables injection */
 #define PIPIT_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define PIPIT_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/* The slice [*lo, *hi) of n items owned by thread ith of nth: a static
+ * split, so which thread computes what never depends on timing. */
+static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = (n + nth - 1) / nth;
+    *lo = PIPIT_MIN((int64_t)ith * per, n);
+    *hi = PIPIT_MIN(*lo + per, n);
+}
+
 /* Bytes of one element of a dtype. */
 static inline size_t pipit__dtype_size(pipit_dtype dt) { return dt == PIPIT_F64 ? 8 : 4; }
 const char *pipit__dtype_name(pipit_dtype dt);

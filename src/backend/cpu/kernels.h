@@ -16,13 +16,7 @@
 
 #include <stdint.h>
 
-#define PIPIT_RANGE_MIN_(a, b) ((a) < (b) ? (a) : (b))
-/* The slice [*lo, *hi) of n items owned by thread ith of nth. */
-static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    int64_t per = (n + nth - 1) / nth;
-    *lo = PIPIT_RANGE_MIN_((int64_t)ith * per, n);
-    *hi = PIPIT_RANGE_MIN_(*lo + per, n);
-}
+#include "util/common.h"
 
 /* Must be called once before any gemm or attention kernel: makes BLAS
  * single-threaded, since pipit parallelises GEMMs itself by a shape-only

@@ -21,18 +21,19 @@ static const char *kind_name(int k) {
 static int write_events(FILE *f, const pipit_program *p) {
     fprintf(f, "{\"traceEvents\":[\n");
     int first = 1;
-    for (int r = 0; r < p->nranks; r++) {
+    for (int r = 0; r < p->plan.nranks; r++) {
         fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
                 first ? "" : ",\n", r, r);
         first = 0;
-        const pipit__rank_prog *rp = &p->ranks[r];
+        const pipit__rank_plan *rp = &p->plan.ranks[r];
+        const pipit__rank_state *rs = &p->rs[r];
         for (int t = 0; t < rp->ntasks; t++) {
             char name[32];
             pipit__task_str(name, sizeof name, rp->tasks[t]);
             fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                        "\"args\":{\"stage\":%d,\"microbatch\":%d}}",
-                    name, kind_name(rp->tasks[t].kind), r, rp->t_start[t] * 1e6,
-                    (rp->t_end[t] - rp->t_start[t]) * 1e6, rp->tasks[t].stage, rp->tasks[t].mb);
+                    name, kind_name(rp->tasks[t].kind), r, rs->t_start[t] * 1e6,
+                    (rs->t_end[t] - rs->t_start[t]) * 1e6, rp->tasks[t].stage, rp->tasks[t].mb);
         }
     }
     fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
@@ -49,17 +50,17 @@ pipit_status pipit_program_write_trace(const pipit_program *p, const char *path)
     size_t n = strlen(path);
     int bad = 0;
     if (n > 4 && strcmp(path + n - 4, ".svg") == 0) { /* an SVG timeline instead of JSON */
-        int *nt = pipit__calloc((size_t)p->nranks, sizeof *nt);
-        pipit_task **tk = pipit__calloc((size_t)p->nranks, sizeof *tk);
-        double **st = pipit__calloc((size_t)p->nranks, sizeof *st), **en = pipit__calloc((size_t)p->nranks, sizeof *en);
+        int *nt = pipit__calloc((size_t)p->plan.nranks, sizeof *nt);
+        pipit_task **tk = pipit__calloc((size_t)p->plan.nranks, sizeof *tk);
+        double **st = pipit__calloc((size_t)p->plan.nranks, sizeof *st), **en = pipit__calloc((size_t)p->plan.nranks, sizeof *en);
         if (nt && tk && st && en) {
-            for (int r = 0; r < p->nranks; r++) {
-                nt[r] = p->ranks[r].ntasks;
-                tk[r] = p->ranks[r].tasks;
-                st[r] = p->ranks[r].t_start;
-                en[r] = p->ranks[r].t_end;
+            for (int r = 0; r < p->plan.nranks; r++) {
+                nt[r] = p->plan.ranks[r].ntasks;
+                tk[r] = p->plan.ranks[r].tasks;
+                st[r] = p->rs[r].t_start;
+                en[r] = p->rs[r].t_end;
             }
-            pipit__timeline_svg(f, "pipit step (measured, seconds)", p->nranks, nt, tk, st, en);
+            pipit__timeline_svg(f, "pipit step (measured, seconds)", p->plan.nranks, nt, tk, st, en);
         } else {
             bad = 1;
         }

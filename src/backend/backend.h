@@ -1,0 +1,75 @@
+/*
+ * backend.h — the seam between the runtime and the kernels. The op table
+ * (ir/) says what an op is; a backend says how to run it on one kind of
+ * device: it owns that device's memory (alloc, free, copies to and from
+ * the host), a run table with one kernel per op of ir/ops.def, GEMM, and
+ * the few primitives the executor and the post-loop need beyond the ops
+ * (accumulate, copy, per-use gradient sums, sums of squares, optimizer
+ * updates). The runtime talks to this vtable only, never to a backend's
+ * kernels directly; `cpu` is the one backend today.
+ *
+ * Thread contract (as in ggml): the runtime calls every kernel and
+ * primitive taking (ith, nth) once on each of the nth threads of a rank's
+ * team; each computes its own static slice, and results never depend on
+ * nth. Those taking a range [a, b) work on that range only.
+ */
+#ifndef PIPIT_BACKEND_H
+#define PIPIT_BACKEND_H
+
+#include "ir/graph.h"
+
+/* Everything a kernel needs to run one node: the node (sizes, attributes),
+ * its inputs' nodes, and resolved pointers into backend memory. */
+typedef struct pipit__kctx {
+    const pipit__node *node;
+    const pipit__node *in_node[PIPIT_MAX_IN];
+    void *out;
+    const void *in[PIPIT_MAX_IN];
+} pipit__kctx;
+
+typedef void (*pipit__op_kernel)(const pipit__kctx *k, int ith, int nth);
+
+/* AdamW coefficients of one step and param, computed once by the runtime. */
+typedef struct {
+    double b1, b2, step_size, bc2_sqrt, eps, decay, clip;
+} pipit__adamw_coef;
+
+typedef struct pipit__backend {
+    const char *name;
+    /* Once per process before any kernel runs (idempotent). */
+    void (*init)(void);
+    /* Device memory: zeroed and 64-byte aligned, NULL when out of memory. */
+    void *(*alloc)(size_t bytes);
+    void (*free)(void *ptr);
+    /* Host <-> device copies (feeds, losses, parameters, checkpoints). */
+    void (*upload)(void *dst, const void *host, size_t n);
+    void (*download)(void *host, const void *src, size_t n);
+    /* [PIPIT_OP_COUNT] one kernel per op; NULL exactly for the ops that run
+     * nothing (leaves and aliases, see pipit__node_runs). */
+    const pipit__op_kernel *ops;
+    /* C[b] = op(A[b]) @ op(B[b]) (+ C[b] if accumulate) for b < batch, row
+     * major with row strides lda/ldb/ldc and batch strides sA/sB/sC (sB = 0
+     * broadcasts B); dt is F32 or F64. */
+    void (*gemm)(pipit_dtype dt, int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                 const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, void *C,
+                 int64_t ldc, int64_t sC, int accumulate, int ith, int nth);
+    /* acc[n] = x[n] (first) or acc[n] += x[n]: one microbatch's gradient. */
+    void (*accumulate)(pipit_dtype dt, void *acc, const void *x, int64_t n, int first, int ith, int nth);
+    /* dst = src, n bytes (gradient transforms). */
+    void (*copy)(void *dst, const void *src, size_t n, int ith, int nth);
+    /* dst[a, b) = ((srcs[0] + srcs[1]) + srcs[2]) ...; zero when nsrcs = 0
+     * (a param no loss depends on). srcs[0] may be dst. */
+    void (*sum_uses)(pipit_dtype dt, void *dst, void *const *srcs, int nsrcs, int64_t a, int64_t b);
+    /* Sum of squares of x[a, b) in double, in a fixed order. */
+    double (*sumsq)(pipit_dtype dt, const void *x, int64_t a, int64_t b);
+    /* Updates of w[lo, hi) from gradient g scaled by the clip factor. */
+    void (*adamw)(pipit_dtype dt, const pipit__adamw_coef *c, void *w, const void *g, void *m, void *v,
+                  int64_t lo, int64_t hi);
+    void (*sgd)(pipit_dtype dt, double lr, double clip, void *w, const void *g, int64_t lo, int64_t hi);
+} pipit__backend;
+
+/* The backend called `name` ("cpu"); NULL (with a message listing the
+ * known ones) when there is none by that name. */
+const pipit__backend *pipit__backend_find(const char *name);
+
+#endif

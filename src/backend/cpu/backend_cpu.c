@@ -1,0 +1,166 @@
+/*
+ * backend_cpu.c — the CPU backend's vtable: host memory, the op run table,
+ * GEMM, and the executor's and post-loop's primitives. The post-loop
+ * loops are written so they vectorise without reordering any sum: the
+ * optimizer works element by element, and the sum of squares adds 8 fixed
+ * lanes in a fixed order.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
+
+static void *cpu_alloc(size_t bytes) {
+    size_t n = PIPIT_MAX(bytes, 64);
+    void *p = pipit__malloc_aligned(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+static void cpu_copy_bytes(void *dst, const void *src, size_t n) {
+    if (n && dst != src) memcpy(dst, src, n);
+}
+
+static void cpu_gemm(pipit_dtype dt, int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K,
+                     const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, void *C,
+                     int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+    if (dt == PIPIT_F64)
+        pipit__gemm_f64(ta, tb, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate, ith, nth);
+    else
+        pipit__gemm_f32(ta, tb, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate, ith, nth);
+}
+
+static void cpu_accumulate(pipit_dtype dt, void *acc, const void *x, int64_t n, int first, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(n, ith, nth, &lo, &hi);
+    size_t es = pipit__dtype_size(dt);
+    if (first) {
+        memcpy((char *)acc + lo * es, (const char *)x + lo * es, (size_t)(hi - lo) * es);
+    } else if (dt == PIPIT_F64) {
+        double *a = acc;
+        const double *c = x;
+        for (int64_t j = lo; j < hi; j++) a[j] += c[j];
+    } else {
+        float *a = acc;
+        const float *c = x;
+        for (int64_t j = lo; j < hi; j++) a[j] += c[j];
+    }
+}
+
+static void cpu_copy(void *dst, const void *src, size_t n, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range((int64_t)n, ith, nth, &lo, &hi);
+    if (dst != src) memcpy((char *)dst + lo, (const char *)src + lo, (size_t)(hi - lo));
+}
+
+static void cpu_sum_uses(pipit_dtype dt, void *dst, void *const *srcs, int nsrcs, int64_t a, int64_t b) {
+    size_t es = pipit__dtype_size(dt);
+    if (nsrcs == 0) {
+        memset((char *)dst + a * es, 0, (size_t)(b - a) * es);
+        return;
+    }
+    if (srcs[0] != dst) memcpy((char *)dst + a * es, (const char *)srcs[0] + a * es, (size_t)(b - a) * es);
+    for (int u = 1; u < nsrcs; u++) {
+        if (dt == PIPIT_F64) {
+            double *restrict g = dst;
+            const double *restrict s = srcs[u];
+            for (int64_t i = a; i < b; i++) g[i] += s[i];
+        } else {
+            float *restrict g = dst;
+            const float *restrict s = srcs[u];
+            for (int64_t i = a; i < b; i++) g[i] += s[i];
+        }
+    }
+}
+
+/* Sum of squares of n elements in double, in 8 interleaved lanes added in
+ * a fixed order at the end: vectorisable, and the same bits everywhere. */
+static double sumsq_f32(const float *g, int64_t n) {
+    double lane[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += (double)g[i + l] * (double)g[i + l];
+    for (; i < n; i++) lane[0] += (double)g[i] * (double)g[i];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+static double sumsq_f64(const double *g, int64_t n) {
+    double lane[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += g[i + l] * g[i + l];
+    for (; i < n; i++) lane[0] += g[i] * g[i];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+static double cpu_sumsq(pipit_dtype dt, const void *x, int64_t a, int64_t b) {
+    if (dt == PIPIT_F64) return sumsq_f64((const double *)x + a, b - a);
+    return sumsq_f32((const float *)x + a, b - a);
+}
+
+/* AdamW as torch.optim.AdamW computes it (single tensor, no foreach):
+ * m, v in the param's precision, bias corrections folded into the step
+ * size and the denominator. One plain loop per dtype, so it vectorises. */
+static void adamw_f32(const pipit__adamw_coef *c, float *restrict w, const float *restrict gr, float *restrict m,
+                      float *restrict v, int64_t lo, int64_t hi) {
+    const float b1 = (float)c->b1, nb1 = (float)(1.0 - c->b1), b2 = (float)c->b2, nb2 = (float)(1.0 - c->b2);
+    const float step = (float)c->step_size, bc2 = (float)c->bc2_sqrt, eps = (float)c->eps;
+    const float decay = (float)c->decay, clip = (float)c->clip;
+    for (int64_t i = lo; i < hi; i++) {
+        float g = gr[i] * clip;
+        float mi = b1 * m[i] + nb1 * g;
+        float vi = b2 * v[i] + nb2 * (g * g);
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = w[i] * decay - step * (mi / (sqrtf(vi) / bc2 + eps));
+    }
+}
+
+static void adamw_f64(const pipit__adamw_coef *c, double *restrict w, const double *restrict gr,
+                      double *restrict m, double *restrict v, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) {
+        double g = gr[i] * c->clip;
+        double mi = c->b1 * m[i] + (1.0 - c->b1) * g;
+        double vi = c->b2 * v[i] + (1.0 - c->b2) * (g * g);
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = w[i] * c->decay - c->step_size * (mi / (sqrt(vi) / c->bc2_sqrt + c->eps));
+    }
+}
+
+static void cpu_adamw(pipit_dtype dt, const pipit__adamw_coef *c, void *w, const void *g, void *m, void *v,
+                      int64_t lo, int64_t hi) {
+    if (dt == PIPIT_F64) adamw_f64(c, w, g, m, v, lo, hi);
+    else adamw_f32(c, w, g, m, v, lo, hi);
+}
+
+/* w -= lr * (g * clip), computed in double and rounded once, as before. */
+static void cpu_sgd(pipit_dtype dt, double lr, double clip, void *w, const void *g, int64_t lo, int64_t hi) {
+    if (dt == PIPIT_F64) {
+        double *x = w;
+        const double *d = g;
+        for (int64_t i = lo; i < hi; i++) x[i] = x[i] - lr * (d[i] * clip);
+    } else {
+        float *x = w;
+        const float *d = g;
+        for (int64_t i = lo; i < hi; i++) x[i] = (float)((double)x[i] - lr * ((double)d[i] * clip));
+    }
+}
+
+const pipit__backend pipit__backend_cpu = {
+    .name = "cpu",
+    .init = pipit__gemm_init,
+    .alloc = cpu_alloc,
+    .free = pipit__free_aligned,
+    .upload = cpu_copy_bytes,
+    .download = cpu_copy_bytes,
+    .ops = pipit__cpu_ops,
+    .gemm = cpu_gemm,
+    .accumulate = cpu_accumulate,
+    .copy = cpu_copy,
+    .sum_uses = cpu_sum_uses,
+    .sumsq = cpu_sumsq,
+    .adamw = cpu_adamw,
+    .sgd = cpu_sgd,
+};

@@ -1,0 +1,141 @@
+/*
+ * plan.c — from a graph and its loss to a plan: differentiate, describe
+ * every gradient target and graph input, and lower the step into per-rank
+ * instruction lists (lower.c). With no schedule (or one rank) the step is
+ * the sequential reference: for each microbatch, forward then backward.
+ */
+#include <string.h>
+
+#include "compile/plan.h"
+#include "schedule/schedule.h"
+
+/* Global facts about each gradient target; ranks come with lowering. */
+static pipit_status describe_params(pipit__plan *p) {
+    p->nparams = p->gr.nparams;
+    p->ntargets = p->gr.ntargets;
+    p->params = pipit__calloc((size_t)PIPIT_MAX(p->ntargets, 1), sizeof *p->params);
+    if (!p->params) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    for (int i = 0; i < p->ntargets; i++) {
+        const pipit__grad_target *t = &p->gr.t[i];
+        const pipit__node *n = &p->g->nodes[t->node];
+        pipit__param *pp = &p->params[i];
+        pp->name = t->boundary ? NULL : n->name;
+        pp->node = t->node;
+        pp->boundary = t->boundary;
+        pp->gacc = t->gacc;
+        pp->dtype = (pipit_dtype)n->dtype;
+        pp->numel = pipit__node_numel(n);
+        pp->decay = n->ndim >= 2;
+        pp->nuses = t->nuses;
+        pp->post = t->post;
+        pp->use_ranks = pipit__calloc((size_t)PIPIT_MAX(t->nuses, 1), sizeof *pp->use_ranks);
+        if (!pp->use_ranks) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* The smallest bound any consumer imposes on an i32 input's values; the
+ * input may reach it through reshapes and yields (aliases of its bytes). */
+static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
+    int64_t lim = 0;
+    for (int32_t j = 0; j < fwd_end; j++) {
+        const pipit__node *n = &g->nodes[j];
+        int64_t b = 0;
+        int reads = n->nin > 1 && pipit__alias_root(g, n->in[1]) == id;
+        if (n->op == PIPIT_OP_EMBED && reads) b = g->nodes[n->in[0]].shape[0];
+        if (n->op == PIPIT_OP_XENT_ROWS && reads) {
+            const pipit__node *x = &g->nodes[n->in[0]];
+            b = x->shape[x->ndim - 1];
+        }
+        if (b && (!lim || b < lim)) lim = b;
+    }
+    return (int32_t)lim;
+}
+
+static pipit_status collect_inputs(pipit__plan *p) {
+    const pipit_graph *g = p->g;
+    for (int32_t i = 0; i < p->gr.fwd_end; i++)
+        if (g->nodes[i].op == PIPIT_OP_INPUT && !(g->nodes[i].flags & NODE_GRADOF)) p->ninputs++;
+    p->inputs = pipit__calloc((size_t)PIPIT_MAX(p->ninputs, 1), sizeof *p->inputs);
+    if (!p->inputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    int k = 0;
+    for (int32_t i = 0; i < p->gr.fwd_end; i++) {
+        const pipit__node *n = &g->nodes[i];
+        if (n->op != PIPIT_OP_INPUT || (n->flags & NODE_GRADOF)) continue;
+        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n),
+                                        n->dtype == PIPIT_I32 ? input_limit(g, i, p->gr.fwd_end) : 0};
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* A graph that already holds backward nodes before this compile's own. */
+static int already_compiled(const pipit_graph *g, int32_t fwd_end) {
+    for (int32_t i = 0; i < fwd_end; i++)
+        if (g->nodes[i].flags & NODE_BWD) return 1;
+    return 0;
+}
+
+/* Where each GRADSUM's per-use sums start in its rank's pointer table (a
+ * param may have any number of uses). */
+static void index_gradsum_sources(pipit__plan *p) {
+    for (int r = 0; r < p->nranks; r++) {
+        pipit__rank_plan *rp = &p->ranks[r];
+        rp->nsrcs = 0;
+        for (int32_t i = 0; i < rp->n; i++)
+            if (rp->ins[i].kind == INS_GRADSUM) {
+                rp->ins[i].srcs_at = rp->nsrcs;
+                rp->nsrcs += p->params[rp->ins[i].param].nuses;
+            }
+    }
+}
+
+static void apply_defaults(pipit__plan *p, const pipit_options *o) {
+    p->opt = *o;
+    p->M = o->microbatches ? o->microbatches : 1;
+    p->threads = o->threads ? o->threads : 1;
+    pipit_optimizer *op = &p->opt.optimizer;
+    if (op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0)
+        *op = pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);
+}
+
+pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *p) {
+    memset(p, 0, sizeof *p);
+    p->g = g;
+    p->loss = loss;
+    apply_defaults(p, opt);
+    pipit_status s;
+    if (already_compiled(g, g->n))
+        s = pipit__err(PIPIT_STATUS_MISUSE, "this graph was already compiled (compile each graph once)");
+    else
+        s = pipit__autodiff(g, loss, &p->gr);
+    if (!s) s = describe_params(p);
+    if (!s) s = collect_inputs(p);
+    if (!s) s = pipit__lower(p, opt->schedule);
+    if (!s) index_gradsum_sources(p);
+    if (s) pipit__plan_free(p);
+    return s;
+}
+
+void pipit__plan_free(pipit__plan *p) {
+    for (int r = 0; p->ranks && r < p->nranks; r++) {
+        pipit__rank_plan *rp = &p->ranks[r];
+        for (int32_t i = 0; rp->ins && i < rp->n; i++) pipit__free(rp->ins[i].srcs);
+        pipit__free(rp->ins);
+        pipit__free(rp->param_off);
+        pipit__free(rp->bufs);
+        pipit__free(rp->tasks);
+    }
+    pipit__free(p->ranks);
+    pipit__free(p->stage_rank);
+    pipit__free(p->node_stage);
+    pipit__free(p->node_phase);
+    for (int i = 0; p->params && i < p->ntargets; i++) {
+        pipit__free(p->params[i].acc_off);
+        pipit__free(p->params[i].use_ranks);
+    }
+    pipit__free(p->node_ranks);
+    pipit__free(p->params);
+    pipit__free(p->inputs);
+    pipit__grads_free(&p->gr);
+    memset(p, 0, sizeof *p);
+}
