@@ -25,8 +25,7 @@ static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
     case LOC_PARAM: return x->rs->param_block + l->off;
     case LOC_GRAD: return x->rs->grad_block + l->off;
     case LOC_ACC: return x->rs->acc_block + l->off;
-    case LOC_SEED:
-        return p->plan.g->nodes[p->plan.gr.seed].dtype == PIPIT_F64 ? (void *)&p->seed_f64 : (void *)&p->seed_f32;
+    case LOC_SEED: return x->rs->seed;
     case LOC_FEED: return (void *)x->feed_ptrs[(size_t)mb * (size_t)p->plan.ninputs + (size_t)l->idx];
     case LOC_NONE: break;
     }

@@ -19,6 +19,15 @@ static pipit_status check_options(const pipit_options *o) {
     return PIPIT_STATUS_OK;
 }
 
+/* The loss gradient of one microbatch's loss: 1/M, since the step's loss
+ * is the mean over microbatches. */
+static void upload_seed(const pipit_program *p, pipit__rank_state *rs) {
+    double s64 = 1.0 / p->plan.M;
+    float s32 = (float)s64;
+    if (p->plan.g->nodes[p->plan.gr.seed].dtype == PIPIT_F64) p->be->upload(rs->seed, &s64, sizeof s64);
+    else p->be->upload(rs->seed, &s32, sizeof s32);
+}
+
 static pipit_status alloc_rank(pipit_program *p, int r) {
     const pipit__rank_plan *rp = &p->plan.ranks[r];
     pipit__rank_state *rs = &p->rs[r];
@@ -29,6 +38,7 @@ static pipit_status alloc_rank(pipit_program *p, int r) {
     rs->v_block = be->alloc(rp->param_bytes);
     rs->acc_block = be->alloc(rp->acc_bytes);
     rs->arena = be->alloc(rp->arena_bytes);
+    rs->seed = be->alloc(sizeof(double));
     rs->srcs_ptr = pipit__calloc((size_t)PIPIT_MAX(rp->nsrcs, 1), sizeof *rs->srcs_ptr);
     rs->sumsq = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->sumsq);
     rs->chunks = pipit__calloc((size_t)PIPIT_MAX(rp->max_chunks, 1), sizeof *rs->chunks);
@@ -36,19 +46,18 @@ static pipit_status alloc_rank(pipit_program *p, int r) {
     rs->t_start = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_start);
     rs->t_end = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_end);
     rs->pool = pipit__pool_new(p->plan.threads);
-    if (!rs->param_block || !rs->grad_block || !rs->m_block || !rs->v_block || !rs->acc_block || !rs->arena ||
+    if (!rs->param_block || !rs->grad_block || !rs->m_block || !rs->v_block || !rs->acc_block || !rs->arena || !rs->seed ||
         !rs->srcs_ptr || !rs->sumsq || !rs->chunks || !rs->kc || !rs->t_start || !rs->t_end || !rs->pool)
         return pipit__err(PIPIT_STATUS_NOMEM,
                           "out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)", r,
                           rp->param_bytes, rp->arena_bytes);
+    upload_seed(p, rs);
     return PIPIT_STATUS_OK;
 }
 
 /* Backend memory, thread teams and the transport for a built plan. */
 static pipit_status instantiate(pipit_program *p) {
     p->be->init();
-    p->seed_f64 = 1.0 / p->plan.M;
-    p->seed_f32 = (float)(1.0 / p->plan.M);
     p->losses = pipit__calloc((size_t)p->plan.M, sizeof *p->losses);
     p->rs = pipit__calloc((size_t)p->plan.nranks, sizeof *p->rs);
     if (!p->losses || !p->rs) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
@@ -94,6 +103,7 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     p->be->free(rs->v_block);
     p->be->free(rs->acc_block);
     p->be->free(rs->arena);
+    p->be->free(rs->seed);
     pipit__free(rs->srcs_ptr);
     pipit__free(rs->sumsq);
     pipit__free(rs->chunks);

@@ -15,6 +15,7 @@
 /* One rank's running state; its plan is program->plan.ranks[rank]. */
 typedef struct {
     uint8_t *arena;      /* backend memory, plan arena_bytes */
+    void *seed;          /* backend memory: the loss gradient 1/M in the loss's dtype */
     uint8_t *param_block, *grad_block, *m_block, *v_block, *acc_block;
     pipit__kctx *kc;     /* [n] resolved kernel contexts (per step) */
     void **srcs_ptr;     /* [nsrcs] resolved pointers of every GRADSUM's per-use sums */
@@ -35,8 +36,6 @@ struct pipit_program {
     const pipit__backend *be;
     pipit__rank_state *rs; /* [plan.nranks] */
     struct pipit__transport *transport;
-    double seed_f64;
-    float seed_f32;
     double *losses;      /* [M] */
     int64_t opt_step;    /* optimizer steps taken (AdamW bias correction) */
     int do_update;       /* this step applies the optimizer */
