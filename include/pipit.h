@@ -29,10 +29,16 @@
 extern "C" {
 #endif
 
-#if defined(PIPIT_BUILD_SHARED)
+/* PIPIT_API marks every public function. The library is compiled with
+ * -fvisibility=hidden and PIPIT_BUILDING defined, so exactly the PIPIT_API
+ * functions are exported from libpipit.so (internal pipit__* ones are not).
+ * For clients it expands to nothing (a plain declaration). */
+#ifndef PIPIT_API
+#if defined(PIPIT_BUILDING) && (defined(__GNUC__) || defined(__clang__))
 #define PIPIT_API __attribute__((visibility("default")))
 #else
 #define PIPIT_API
+#endif
 #endif
 
 /* ---------------------------------------------------------------- status */
