@@ -101,6 +101,7 @@ typedef struct {
     pipit_task *tasks;   /* the schedule's list for this rank (borrowed copy) */
     double *t_start, *t_end; /* [ntasks] measured task times of the last step (s, from step start) */
     double busy;         /* sum of task times of the last step */
+    double wait;         /* seconds blocked in INS_RECV (inside tasks) in the last step */
     /* this rank's copies of the params it holds, and their state */
     size_t *param_off;   /* [nparams] offset in the blocks below; SIZE_MAX: not held */
     size_t param_bytes, acc_bytes;
