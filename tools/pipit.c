@@ -85,9 +85,11 @@ static const char *PLAN_ABOUT =
     "Compiles the model as `pipit train` would (same model and pipeline flags) and prints, per rank,\n"
     "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.";
 
-enum { CMD_TRAIN = 1, CMD_PLAN = 2 };
+enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
 
-/* The flags of train and plan in one table; `cmds` says which commands take each. */
+/* The flags of train and plan in one table; `cmds` says which commands take
+ * each. Plan accepts every train flag, so a train command line works as is;
+ * IGN marks those plan ignores (its help says so). */
 static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
     const struct {
         int cmds;
@@ -102,21 +104,21 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"dim", FL_INT, &o->dim, "model width C", 0}},
         {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
         {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
-        {1, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
-        {1, {"lr", FL_DBL, &o->lr, "learning rate (default 3e-4)", 0}},
+        {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
+        {3 | IGN, {"lr", FL_DBL, &o->lr, "learning rate (default 3e-4)", 0}},
         {3, {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0}},
-        {1, {"beta1", FL_DBL, &o->beta1, "AdamW beta1 (default 0.9)", 0}},
-        {1, {"beta2", FL_DBL, &o->beta2, "AdamW beta2 (default 0.95)", 0}},
-        {1, {"eps", FL_DBL, &o->eps, "AdamW epsilon (default 1e-8)", 0}},
+        {3 | IGN, {"beta1", FL_DBL, &o->beta1, "AdamW beta1 (default 0.9)", 0}},
+        {3 | IGN, {"beta2", FL_DBL, &o->beta2, "AdamW beta2 (default 0.95)", 0}},
+        {3 | IGN, {"eps", FL_DBL, &o->eps, "AdamW epsilon (default 1e-8)", 0}},
         {3, {"clip", FL_DBL, &o->clip, "clip gradients to this global norm (default: off)", 0}},
         {3, {"optimizer", FL_STR, &o->optimizer, "adamw (default) or sgd", 0}},
-        {1, {"seed", FL_U64, &o->seed, "seed for init and random data order (default 1)", 0}},
-        {1, {"data-order", FL_STR, &o->data_order, "random (default) or sequential", 0}},
+        {3 | IGN, {"seed", FL_U64, &o->seed, "seed for init and random data order (default 1)", 0}},
+        {3 | IGN, {"data-order", FL_STR, &o->data_order, "random (default) or sequential", 0}},
         {1, {"init", FL_STR, &o->init, "load parameters from a safetensors checkpoint", 0}},
         {2, {"init", FL_STR, &o->init, "plan for a checkpoint's model (sizes from the file)", 0}},
-        {1, {"save", FL_STR, &o->save, "write parameters to a safetensors checkpoint at the end", 0}},
-        {1, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer)", 0}},
-        {1, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
+        {3 | IGN, {"save", FL_STR, &o->save, "write parameters to a safetensors checkpoint at the end", 0}},
+        {3 | IGN, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer)", 0}},
+        {3 | IGN, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
         {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
@@ -125,14 +127,16 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
-        {1, {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0}},
-        {1, {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0}},
+        {3 | IGN, {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0}},
+        {3 | IGN, {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0}},
     };
     int n = 0;
     for (int i = 0; i < NFLAGS(all); i++)
         if (all[i].cmds & cmd) {
             if (n == cap) die("internal: flag table too small");
-            out[n++] = all[i].f;
+            out[n] = all[i].f;
+            if (cmd == CMD_PLAN && (all[i].cmds & IGN)) out[n].help = "(train only: accepted and ignored)";
+            n++;
         }
     return n;
 }
