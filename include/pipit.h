@@ -1,5 +1,6 @@
 /*
- * pipit.h — the one public header of pipit: MPMD pipeline-parallel training.
+ * pipit.h — the core public header of pipit: MPMD pipeline-parallel training
+ * (pipit_io.h, pipit_gpt2.h and pipit_inspect.h build on it).
  *
  * A user traces the loss of ONE microbatch as a graph (pipit_graph), marks
  * stage boundaries with pipit_yield, and compiles it with a schedule into a
