@@ -9,7 +9,7 @@
  * all, one per core on a 2-core machine). For M in {2, 8, 32} and each
  * schedule that accepts (P, V, M):
  *
- *   step ms   median over the timed steps of p->step_wall (thread start to
+ *   step ms   median over the timed steps of pipit_program_step_wall (thread start to
  *             join: the microbatch loop and the post-loop, AdamW included)
  *   post ms   the part of it after the last task of any rank ended (gradient
  *             exchange and sums, norm, AdamW); every column below is
@@ -18,18 +18,20 @@
  *   seq ms    the same M microbatches on one rank, one thread, no pipeline
  *   speed     seq ms / step ms
  *   bub meas  1 - mean_r compute_r / wall, compute_r = sum over the rank's
- *             tasks of (mark interval - blocking receives that started in
- *             it); receives are timed by wrapping the transport's vtable
- *   bub sim   pipit__schedule_simulate's bubble with per-stage costs = the
- *             mean measured compute per (stage, kind) over all timed steps
- *             (F, B, W; stages with fused BW: b = BW, w = 0)
+ *             tasks of their intervals minus the rank's blocking receives
+ *             (pipit_program_last_step: recv_wait; every receive of the
+ *             loop happens inside a task)
+ *   bub sim   pipit_schedule_simulate's bubble with per-stage costs = the
+ *             shortest measured interval per (stage, kind) over all timed
+ *             steps, i.e. an instance that did not wait (F, B, W; stages
+ *             with fused BW: b = BW, w = 0)
  *   diff      bub meas - bub sim, in points
  *   ovh       (wall - max_r busy_r) / wall, the issue's definition; with
  *             waits excluded from busy it includes the busiest rank's idle
  *             time, so it is an upper bound on runtime overhead
- *   ovh rt    (wall - max_r (compute_r + receive waits_r)) / wall: time the
- *             most active rank spends neither computing nor waiting for a
- *             message (thread start/join, sends, marks, gaps)
+ *   ovh rt    (wall - max_r (compute_r + receive waits_r)) / wall, i.e. the
+ *             time the most active rank spends outside its tasks (thread
+ *             start, gaps between tasks)
  *   sim ms    the simulated makespan; vs sim = (wall - sim) / wall
  * Every ratio is a median over the timed steps.
  */
@@ -37,46 +39,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/gpt2.h"
-#include "runtime/program.h"
-#include "schedule/schedule.h"
-#include "runtime/transport.h"
-#include "util/common.h"
+#include "pipit.h"
+#include "pipit_gpt2.h"
+#include "pipit_inspect.h"
 
-enum { P = 2, MAXRECV = 1 << 14 };
+enum { P = 2 };
 
-/* Receive timing: the transport's vtable is wrapped so each blocking recv
- * is logged per rank (start, duration, seconds from step start); reset (run
- * at the start of every step) clears the logs. A task's compute time is its
- * mark interval minus the receives that started inside it. */
-static const pipit__transport_i *orig_vt;
-static pipit__transport_i wrap_vt;
-static pipit_program *cur_prog;
-static double recv_t[P][MAXRECV], recv_d[P][MAXRECV];
-static int nrecv[P];
-
-static pipit_status wrap_recv(pipit__transport *t, int dst, int src, uint64_t tag, void *data, size_t n) {
-    double t0 = pipit__now();
-    pipit_status s = orig_vt->recv(t, dst, src, tag, data, n);
-    double t1 = pipit__now();
-    if (dst >= 0 && dst < P && nrecv[dst] < MAXRECV) {
-        recv_t[dst][nrecv[dst]] = t0 - cur_prog->step_t0;
-        recv_d[dst][nrecv[dst]++] = t1 - t0;
-    }
-    return s;
-}
-static void wrap_reset(pipit__transport *t) {
-    memset(nrecv, 0, sizeof nrecv);
-    orig_vt->reset(t);
-}
-static void wrap_transport(pipit_program *p) {
-    cur_prog = p;
-    orig_vt = p->transport->vt;
-    wrap_vt = *orig_vt;
-    wrap_vt.recv = wrap_recv;
-    wrap_vt.reset = wrap_reset;
-    p->transport->vt = &wrap_vt;
-}
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -139,7 +109,7 @@ static double seq_ms(int M, int steps, int warmup) {
     double *w = calloc((size_t)steps, sizeof *w);
     for (int i = 0; i < warmup + steps; i++) {
         if (pipit_step(p, f.feeds, 3, 1, NULL)) fail("seq step");
-        if (i >= warmup) w[i - warmup] = p->step_wall * 1e3;
+        if (i >= warmup) w[i - warmup] = pipit_program_step_wall(p) * 1e3;
     }
     double r = median(w, steps);
     free(w);
@@ -157,88 +127,81 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
         printf("%-17s %2d %3d  (rejected: %s)\n", pipit_schedule_kind_name(kind), V, M, pipit_errmsg());
         return 0;
     }
-    int S = sch->S;
+    int S = pipit_schedule_stages(sch);
     pipit_gpt2_config c = model(S);
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_options po = {.schedule = sch, .microbatches = M, .threads = 1};
     pipit_program *p = NULL;
     if (pipit_graph_status(g) || pipit_compile(g, loss, &po, &p) || pipit_gpt2_init(p, &c, 1)) fail("compile");
-    if (p->plan.nranks != P) fail("unexpected rank count");
-    wrap_transport(p);
+    if (pipit_program_num_ranks(p) != P) fail("unexpected rank count");
     feedset f = make_feeds(M, c.batch, c.ctx, c.vocab);
 
-    /* compute-time sums per (stage, kind), pooled over timed steps */
-    double *csum = calloc((size_t)S * 4, sizeof *csum);
-    int *cnt = calloc((size_t)S * 4, sizeof *cnt);
-    double *wall = calloc((size_t)steps, sizeof *wall), *bmark = calloc((size_t)steps, sizeof *bmark),
-           *bcomp = calloc((size_t)steps, sizeof *bcomp), *ovh = calloc((size_t)steps, sizeof *ovh),
-           *ovrt = calloc((size_t)steps, sizeof *ovrt), *post = calloc((size_t)steps, sizeof *post),
-           *loopw = calloc((size_t)steps, sizeof *loopw);
+    /* shortest task interval per (stage, kind), over timed steps: an
+     * instance that did not wait for a message is pure compute */
+    double *cmin = malloc((size_t)S * 4 * sizeof *cmin);
+    for (int i = 0; i < S * 4; i++) cmin[i] = -1;
+    double *wall = calloc((size_t)steps, sizeof *wall), *bcomp = calloc((size_t)steps, sizeof *bcomp),
+           *ovh = calloc((size_t)steps, sizeof *ovh), *ovrt = calloc((size_t)steps, sizeof *ovrt),
+           *post = calloc((size_t)steps, sizeof *post), *loopw = calloc((size_t)steps, sizeof *loopw);
     for (int it = 0; it < warmup + steps; it++) {
         if (pipit_step(p, f.feeds, 3, 1, NULL)) fail("step");
         if (it < warmup) continue;
         int k = it - warmup;
-        double wl = 0, sum_mark = 0, sum_comp = 0, mx = 0, mx_active = 0;
+        pipit_rank_step rs[P];
+        for (int r = 0; r < P; r++)
+            if (pipit_program_last_step(p, r, &rs[r])) fail("last step");
+        double wl = 0, sum_comp = 0, mx = 0, mx_active = 0;
         for (int r = 0; r < P; r++) /* the loop's wall: until the last task ends */
-            for (int i = 0; i < p->plan.ranks[r].ntasks; i++) wl = PIPIT_MAX(wl, p->rs[r].t_end[i]);
+            for (int i = 0; i < rs[r].ntasks; i++) wl = MAX(wl, rs[r].end[i]);
         for (int r = 0; r < P; r++) {
-            const pipit__rank_plan *rp = &p->plan.ranks[r];
-            const pipit__rank_state *rst = &p->rs[r];
-            double active = 0, busy = 0; /* compute + blocking receives; compute */
-            for (int j = 0; j < nrecv[r]; j++)
-                if (recv_t[r][j] < wl) active += recv_d[r][j];
-            for (int i = 0; i < rp->ntasks; i++) {
-                double t0 = rst->t_start[i], t1 = rst->t_end[i], w = 0;
-                for (int j = 0; j < nrecv[r]; j++)
-                    if (recv_t[r][j] >= t0 && recv_t[r][j] < t1) w += recv_d[r][j];
-                int key = rp->tasks[i].stage * 4 + rp->tasks[i].kind;
-                csum[key] += t1 - t0 - w;
-                cnt[key]++;
-                sum_comp += t1 - t0 - w;
-                active += t1 - t0 - w;
-                busy += t1 - t0 - w;
+            double active = 0; /* sum of task intervals: compute + blocking receives */
+            for (int i = 0; i < rs[r].ntasks; i++) {
+                double d = rs[r].end[i] - rs[r].start[i];
+                int key = rs[r].tasks[i].stage * 4 + rs[r].tasks[i].kind;
+                cmin[key] = cmin[key] < 0 ? d : MIN(cmin[key], d);
+                active += d;
             }
-            sum_mark += busy;
+            double busy = active - rs[r].recv_wait; /* compute */
+            sum_comp += busy;
             if (busy > mx) mx = busy;
             if (active > mx_active) mx_active = active;
         }
-        wall[k] = p->step_wall * 1e3;
+        double sw = pipit_program_step_wall(p);
+        wall[k] = sw * 1e3;
         loopw[k] = wl * 1e3;
-        post[k] = (p->step_wall - wl) * 1e3;
-        bmark[k] = 1.0 - sum_mark / P / wl;
+        post[k] = (sw - wl) * 1e3;
         bcomp[k] = 1.0 - sum_comp / P / wl;
         ovh[k] = (wl - mx) / wl;
         ovrt[k] = (wl - mx_active) / wl;
     }
-    /* simulator costs: mean compute time per (stage, kind); BW-only stages
-     * get b = BW, w = 0 */
+    /* simulator costs per (stage, kind); BW-only stages get b = BW, w = 0 */
     double *fc = calloc((size_t)S, sizeof(double)), *bc = calloc((size_t)S, sizeof(double)),
            *wc = calloc((size_t)S, sizeof(double));
     for (int st = 0; st < S; st++) {
-        double mean[4];
-        for (int kd = 0; kd < 4; kd++) mean[kd] = cnt[st * 4 + kd] ? csum[st * 4 + kd] / cnt[st * 4 + kd] : 0;
-        int split = cnt[st * 4 + PIPIT_TASK_B] > 0;
-        fc[st] = mean[PIPIT_TASK_F];
-        bc[st] = split ? mean[PIPIT_TASK_B] : mean[PIPIT_TASK_BW];
-        wc[st] = split ? mean[PIPIT_TASK_W] : 0;
+        double best[4];
+        for (int kd = 0; kd < 4; kd++) best[kd] = cmin[st * 4 + kd] > 0 ? cmin[st * 4 + kd] : 0;
+        int split = cmin[st * 4 + PIPIT_TASK_B] >= 0;
+        fc[st] = best[PIPIT_TASK_F];
+        bc[st] = split ? best[PIPIT_TASK_B] : best[PIPIT_TASK_BW];
+        wc[st] = split ? best[PIPIT_TASK_W] : 0;
     }
-    pipit__sim_costs cm = {.f = fc, .b = bc, .w = wc};
-    pipit__sim_result rm = {0};
-    if (pipit__schedule_simulate(sch, &cm, &rm)) fail("simulate");
+    pipit_sim_costs cm = {.f = fc, .b = bc, .w = wc};
+    pipit_sim_result *rm = NULL;
+    if (pipit_schedule_simulate(sch, &cm, &rm)) fail("simulate");
+    double sim_bubble = pipit_sim_result_bubble(rm);
     double wmed = median(wall, steps);
-    double sim_ms = rm.step_time * 1e3;
+    double sim_ms = pipit_sim_result_step_time(rm) * 1e3;
     double lmed = median(loopw, steps);
     printf("%-17s %2d %3d %2d | %8.2f %6.2f %8.2f %5.2fx | %7.1f%% %7.1f%% %+6.1f | %6.1f%% %6.2f%% | %8.2f "
            "%+6.1f%%\n",
            pipit_schedule_kind_name(kind), V, M, S, wmed, median(post, steps), seq, seq / wmed,
-           100 * median(bcomp, steps), 100 * rm.bubble, 100 * (median(bcomp, steps) - rm.bubble),
+           100 * median(bcomp, steps), 100 * sim_bubble, 100 * (median(bcomp, steps) - sim_bubble),
            100 * median(ovh, steps), 100 * median(ovrt, steps), sim_ms, 100 * (lmed - sim_ms) / lmed);
     fflush(stdout);
-    p->transport->vt = orig_vt;
-    pipit__sim_result_free(&rm);
+    pipit_sim_result_free(rm);
     free(fc), free(bc), free(wc);
-    free(csum), free(cnt), free(wall), free(bmark), free(bcomp), free(ovh), free(ovrt), free(post), free(loopw);
+    free(cmin), free(wall), free(bcomp), free(ovh), free(ovrt), free(post), free(loopw);
     free_feeds(&f);
     pipit_program_free(p);
     pipit_graph_free(g);
@@ -272,9 +235,9 @@ int main(int argc, char **argv) {
     printf("(step: the whole step, post: its post-loop part (gradient exchange, norm, AdamW); the rest\n"
            " is on the loop alone, wall = until the last task ends: bub meas: 1 - mean over ranks of\n"
            " compute/wall, compute = task intervals minus blocking receives; bub sim: simulator with the\n"
-           " mean measured compute per (stage, kind); diff = meas - sim in points; ovh: (wall - busiest\n"
+           " shortest measured task per (stage, kind); diff = meas - sim in points; ovh: (wall - busiest\n"
            " rank's compute) / wall (includes that rank's idle waits); ovh rt: (wall - max over ranks of\n"
-           " compute + blocking-receive time) / wall, i.e. neither computing nor waiting for data;\n"
+           " compute + blocking-receive time) / wall, i.e. time outside any task;\n"
            " vs sim: (wall - simulated makespan) / wall;\n"
            " speed: seq / step, 1 rank x 1 thread vs 2 ranks x 1 thread; all medians over steps)\n");
     return 0;

@@ -19,9 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "models/gpt2.h"
-#include "util/common.h"
+#include "pipit.h"
+#include "pipit_gpt2.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -34,7 +41,12 @@ static double median(double *v, int n) {
 }
 
 static float *rnd(int64_t n, uint64_t seed) {
-    float *p = pipit__malloc_aligned((size_t)n * sizeof(float));
+    size_t bytes = ((size_t)n * sizeof(float) + 63) / 64 * 64; /* aligned_alloc: a multiple of the alignment */
+    float *p = aligned_alloc(64, bytes);
+    if (!p) {
+        fprintf(stderr, "bench_train: out of memory\n");
+        exit(1);
+    }
     for (int64_t i = 0; i < n; i++) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         p[i] = (float)((double)(seed >> 11) / 9007199254740992.0 - 0.5);
@@ -49,14 +61,14 @@ static double sgemm_gflops(int M, int N, int K, int threads, double secs) {
     openblas_set_num_threads(threads);
     double best = 1e30;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1, A, K, B, N, 0, C, N);
-    double t_end = pipit__now() + secs;
-    for (int reps = 0; reps < 3 || pipit__now() < t_end; reps++) {
-        double t0 = pipit__now();
+    double t_end = now_s() + secs;
+    for (int reps = 0; reps < 3 || now_s() < t_end; reps++) {
+        double t0 = now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1, A, K, B, N, 0, C, N);
-        double dt = pipit__now() - t0;
+        double dt = now_s() - t0;
         if (dt < best) best = dt;
     }
-    pipit__free_aligned(A), pipit__free_aligned(B), pipit__free_aligned(C);
+    free(A), free(B), free(C);
     return 2.0 * M * N * (double)K / best * 1e-9;
 }
 

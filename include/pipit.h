@@ -1,5 +1,6 @@
 /*
- * pipit.h — the one public header of pipit: MPMD pipeline-parallel training.
+ * pipit.h — the core public header of pipit: MPMD pipeline-parallel training
+ * (pipit_io.h, pipit_gpt2.h and pipit_inspect.h build on it).
  *
  * A user traces the loss of ONE microbatch as a graph (pipit_graph), marks
  * stage boundaries with pipit_yield, and compiles it with a schedule into a
@@ -192,6 +193,26 @@ PIPIT_API pipit_status pipit_schedule_load(const char *path, pipit_schedule **ou
 PIPIT_API pipit_status pipit_schedule_check(const pipit_schedule *s);
 PIPIT_API void pipit_schedule_free(pipit_schedule *s);
 
+/* Inspection (src/schedule/schedule_query.c). A NULL or out-of-range
+ * argument gives 0 (or -1 where noted) and sets pipit_errmsg. */
+PIPIT_API int pipit_schedule_ranks(const pipit_schedule *s);        /* P */
+PIPIT_API int pipit_schedule_stages(const pipit_schedule *s);       /* S */
+PIPIT_API int pipit_schedule_microbatches(const pipit_schedule *s); /* M */
+/* V = S / P when every rank holds the same number of stages, else 0. */
+PIPIT_API int pipit_schedule_virtual(const pipit_schedule *s);
+/* The built-in kind it was built as, or -1 for a custom or loaded one
+ * (not pipit_schedule_kind: that name is the enum type). */
+PIPIT_API int pipit_schedule_get_kind(const pipit_schedule *s);
+/* 1 if it uses separate B and W tasks (zero-bubble style), else 0. */
+PIPIT_API int pipit_schedule_split_bw(const pipit_schedule *s);
+/* Rank that owns `stage` (0 <= stage < S), -1 if out of range. */
+PIPIT_API int pipit_schedule_stage_rank(const pipit_schedule *s, int stage);
+/* Length of rank's task list (0 <= rank < P). */
+PIPIT_API int pipit_schedule_num_tasks(const pipit_schedule *s, int rank);
+/* Task i of rank's list, in execution order. MISUSE for NULL, INVALID for
+ * an index out of range. */
+PIPIT_API pipit_status pipit_schedule_task(const pipit_schedule *s, int rank, int i, pipit_task *out);
+
 /* ------------------------------------------------------- optimizer, step */
 
 typedef enum { PIPIT_OPT_ADAMW = 0, PIPIT_OPT_SGD = 1 } pipit_optimizer_kind;
@@ -233,6 +254,11 @@ PIPIT_API int pipit_program_num_params(const pipit_program *p);
 PIPIT_API const char *pipit_program_param_name(const pipit_program *p, int i);
 PIPIT_API pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
                                                  int *ndim, int64_t *shape);
+/* Declared dtype and element count of a param (src/runtime/program_query.c). */
+PIPIT_API pipit_status pipit_program_param_dtype(const pipit_program *p, const char *name,
+                                                 pipit_dtype *out);
+PIPIT_API pipit_status pipit_program_param_numel(const pipit_program *p, const char *name,
+                                                 int64_t *out);
 PIPIT_API pipit_status pipit_program_set_param(pipit_program *p, const char *name,
                                                const void *data, size_t nbytes);
 PIPIT_API pipit_status pipit_program_get_param(const pipit_program *p, const char *name,
@@ -276,6 +302,35 @@ typedef struct {
  * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
                                   int update, pipit_metrics *metrics);
+
+/* Profiling: on != 0 starts accumulating the time of every op and
+ * instruction kind over the following steps, from zero (calling it again
+ * with on != 0 resets the counters, e.g. to leave out a warm-up step);
+ * on = 0 stops accumulating and keeps the counters. Print them with
+ * pipit_program_print_profile (pipit_inspect.h). */
+PIPIT_API pipit_status pipit_program_set_profile(pipit_program *p, int on);
+
+/* The last step as measured, per rank (src/runtime/program_query.c).
+ * Times are seconds from the start of the step. */
+PIPIT_API int pipit_program_num_ranks(const pipit_program *p);
+/* Wall time of the last step (thread start to join: the microbatch loop
+ * and the post-loop), in seconds; 0 before the first step. */
+PIPIT_API double pipit_program_step_wall(const pipit_program *p);
+
+typedef struct {
+    int ntasks;               /* the rank's task list (the schedule's order) */
+    const pipit_task *tasks;  /* [ntasks] */
+    const double *start;      /* [ntasks] when each task started */
+    const double *end;        /* [ntasks] when each task ended */
+    double busy;              /* compute seconds: task time minus receive
+                                 waits, plus the post-loop */
+    double recv_wait;         /* seconds blocked in receives of activations
+                                 and gradients inside tasks (the loop) */
+} pipit_rank_step;
+
+/* Fills *out for rank 0 <= rank < pipit_program_num_ranks(p). The arrays
+ * are owned by the program and overwritten by the next pipit_step. */
+PIPIT_API pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_rank_step *out);
 
 /* Writes the last step as a Chrome / Perfetto trace (JSON, one track per
  * rank, one slice per task), or as an SVG timeline when `path` ends in

@@ -244,6 +244,25 @@ expect_fail "unknown" "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 
 expect_fail "needs M" "$PIPIT" schedule --schedule dualpipev --pp 2 --microbatches 2
 expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 --schedule zb-h1
 printf '%s\n' "$OUT" | grep -q "planned peak activations" || fail "pipit plan prints no planned memory"
+# one flag parser for every command: --flag=value works for schedule as for train and eval
+expect_ok "$PIPIT" schedule --schedule=1f1b --pp=2 --microbatches=4
+printf '%s\n' "$OUT" | grep -q "rank 1" || fail "schedule --pp=2 prints no grid for rank 1"
+expect_ok "$PIPIT" schedule --schedule 1f1b --pp=2 --microbatches 2 --format=file
+[ "$OUT" = "$(cat exported.sched)" ] || fail "schedule --pp=2 --format=file differs from --pp 2 --format file"
+expect_fail "bad value" "$PIPIT" schedule --schedule 1f1b --pp=two --microbatches 2
+expect_fail "needs a value" "$PIPIT" schedule --schedule 1f1b --microbatches 2 --pp
+expect_fail "unknown flag" "$PIPIT" eval --ctx=4 --bogus=1
+# plan --json is real JSON, one entry per rank; plan --help is plan's own
+expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 --json
+printf '%s\n' "$OUT" | $PY -m json.tool >/dev/null || fail "plan --json is not JSON: $OUT"
+printf '%s\n' "$OUT" | $PY -c 'import json,sys; d=json.load(sys.stdin); assert len(d["ranks"]) == 2 and all(r["arena_bytes"] > 0 for r in d["ranks"]), d' ||
+    fail "plan --json: expected 2 ranks with arena_bytes"
+expect_ok "$PIPIT" plan --help
+grep -q "usage: pipit plan" <<<"$OUT" || fail "plan --help does not describe plan: $OUT"
+grep -q -- "--verbose" <<<"$OUT" || fail "plan --help lacks --verbose"
+# plan takes a train command line as is (train-only flags are accepted and ignored)
+expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --steps 3 --lr 1e-3
+expect_fail "unknown flag" "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --bogus
 
 # ---- resume: 2 steps + 2 resumed steps == 4 steps, byte for byte, also
 # when the second half runs on another pipeline layout

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "gradcheck.h"
-#include "models/gpt2.h"
+#include "pipit_gpt2.h"
 #include "test.h"
 #include "io/data.h"
 

@@ -4,7 +4,7 @@
  * activation sizes, for every rank: the runtime frees exactly when the
  * schedule says a (stage, microbatch) is done.
  */
-#include "models/gpt2.h"
+#include "pipit_gpt2.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
 #include "test.h"

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "models/gpt2.h"
+#include "pipit_gpt2.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
 #include "test.h"

@@ -4,111 +4,15 @@
  * the errors for unknown flags and bad values come for free), builds GPT-2,
  * and drives the library. This is the only place that calls exit().
  */
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/gpt2.h"
-#include "inspect/plan_print.h"
-#include "runtime/program.h"
-#include "schedule/schedule.h"
+#include "flags.h"
 #include "pipit.h"
-#include "io/checkpoint.h"
-#include "io/data.h"
-#include "util/common.h"
-
-/* ------------------------------------------------------------------ flags */
-
-typedef enum { FL_INT, FL_U64, FL_DBL, FL_STR, FL_BOOL } flag_type;
-
-typedef struct {
-    const char *name;
-    flag_type type;
-    void *ptr;
-    const char *help;
-    int seen;
-} flag;
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "pipit: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-
-static void print_help(const char *cmd, const char *usage, const flag *fl, int n) {
-    printf("usage: pipit %s %s\n\nflags:\n", cmd, usage);
-    for (int i = 0; i < n; i++) printf("  --%-16s %s\n", fl[i].name, fl[i].help);
-    printf("  --%-16s %s\n", "help", "show this help");
-}
-
-static void parse_value(flag *f, const char *v) {
-    char *end = NULL;
-    errno = 0;
-    switch (f->type) {
-    case FL_INT: {
-        long x = strtol(v, &end, 10);
-        if (errno || !*v || *end || x < -2147483647L || x > 2147483647L)
-            die("bad value '%s' for --%s: expected an integer", v, f->name);
-        *(int *)f->ptr = (int)x;
-        break;
-    }
-    case FL_U64: {
-        unsigned long long x = strtoull(v, &end, 10);
-        if (errno || !*v || *end || *v == '-') die("bad value '%s' for --%s: expected a non-negative integer", v, f->name);
-        *(uint64_t *)f->ptr = x;
-        break;
-    }
-    case FL_DBL: {
-        double x = strtod(v, &end);
-        if (errno || !*v || *end || !isfinite(x)) die("bad value '%s' for --%s: expected a number", v, f->name);
-        *(double *)f->ptr = x;
-        break;
-    }
-    case FL_STR: *(const char **)f->ptr = v; break;
-    case FL_BOOL: break;
-    }
-}
-
-static void parse_flags(const char *cmd, const char *usage, flag *fl, int n, int argc, char **argv) {
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            print_help(cmd, usage, fl, n);
-            exit(0);
-        }
-        if (strncmp(a, "--", 2) != 0) die("%s: unexpected argument '%s' (see pipit %s --help)", cmd, a, cmd);
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t len = eq ? (size_t)(eq - name) : strlen(name);
-        flag *f = NULL;
-        for (int k = 0; k < n; k++)
-            if (strlen(fl[k].name) == len && strncmp(fl[k].name, name, len) == 0) f = &fl[k];
-        if (!f) die("%s: unknown flag '%s' (see pipit %s --help)", cmd, a, cmd);
-        f->seen = 1;
-        if (f->type == FL_BOOL) {
-            if (eq) die("--%s takes no value", f->name);
-            *(int *)f->ptr = 1;
-            continue;
-        }
-        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-        if (!v) die("--%s needs a value", f->name);
-        parse_value(f, v);
-    }
-}
-
-static int flag_seen(const flag *fl, int n, const char *name) {
-    for (int i = 0; i < n; i++)
-        if (strcmp(fl[i].name, name) == 0) return fl[i].seen;
-    return 0;
-}
-
-#define NFLAGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#include "pipit_gpt2.h"
+#include "pipit_inspect.h"
+#include "pipit_io.h"
 
 static void check_status(pipit_status s, const char *what) {
     if (s) die("%s: %s", what, pipit_errmsg());
@@ -119,39 +23,31 @@ static void check_status(pipit_status s, const char *what) {
 typedef struct {
     const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace, *init_opt, *save_opt;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
-    int pp, virt, remat, batches, profile;
+    int pp, virt, remat, batches, profile, verbose;
     double lr, wd, beta1, beta2, eps, clip;
     uint64_t seed;
 } opts;
 
-/* Reads model sizes from a checkpoint's tensor shapes (and heads from its
+/* Model sizes from a checkpoint's tensor shapes (and heads from its
  * metadata); flags given explicitly must agree with the file. */
-static void config_from_checkpoint(const pipit__st_file *f, const char *path, opts *o, flag *fl, int n) {
-    const pipit__st_tensor *wte = pipit__st_find(f, "wte.weight"), *wpe = pipit__st_find(f, "wpe.weight");
-    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2)
-        die("checkpoint '%s': no 2-D 'wte.weight' and 'wpe.weight': not a GPT-2 checkpoint", path);
-    int L = 0;
-    char name[64];
-    for (;; L++) {
-        snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
-        if (!pipit__st_find(f, name)) break;
-    }
-    if (L == 0) die("checkpoint '%s': tensor 'h.0.ln_1.weight' is missing: no transformer blocks", path);
+static void config_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c) {
+    const char *path = pipit_checkpoint_path(ck);
+    pipit_gpt2_config f = {0};
+    check_status(pipit_gpt2_config_from_checkpoint(ck, &f), "--init");
     struct { const char *flag; int *dst; int64_t v; } from_file[] = {
-        {"vocab", &o->vocab, wte->shape[0]}, {"dim", &o->dim, wte->shape[1]},
-        {"max-ctx", &o->max_ctx, wpe->shape[0]}, {"layers", &o->layers, L}};
+        {"vocab", &o->vocab, f.vocab}, {"dim", &o->dim, f.dim},
+        {"max-ctx", &o->max_ctx, f.max_ctx}, {"layers", &o->layers, f.layers}};
     for (int i = 0; i < 4; i++) {
-        if (flag_seen(fl, n, from_file[i].flag) && *from_file[i].dst != from_file[i].v)
+        if (flags_seen(c, from_file[i].flag) && *from_file[i].dst != from_file[i].v)
             die("--%s %d disagrees with checkpoint '%s' (%lld)", from_file[i].flag, *from_file[i].dst, path,
                 (long long)from_file[i].v);
         *from_file[i].dst = (int)from_file[i].v;
     }
-    const char *h = pipit__st_meta(f, "heads");
-    if (h && flag_seen(fl, n, "heads") && o->heads != atoi(h))
-        die("--heads %d disagrees with checkpoint '%s' (%s)", o->heads, path, h);
-    if (!flag_seen(fl, n, "heads")) {
-        if (!h) die("checkpoint '%s' does not record its head count: pass --heads", path);
-        o->heads = atoi(h);
+    if (f.heads && flags_seen(c, "heads") && o->heads != f.heads)
+        die("--heads %d disagrees with checkpoint '%s' (%d)", o->heads, path, f.heads);
+    if (!flags_seen(c, "heads")) {
+        if (!f.heads) die("checkpoint '%s' does not record its head count: pass --heads", path);
+        o->heads = f.heads;
     }
 }
 
@@ -165,7 +61,7 @@ static void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, 
     snprintf(heads, sizeof heads, "%d", c->heads);
     snprintf(layers, sizeof layers, "%d", c->layers);
     const char *meta[] = {"format", "pt", "model", "gpt2", "heads", heads, "layers", layers, NULL};
-    check_status(pipit__checkpoint_save(p, path, meta), "save");
+    check_status(pipit_checkpoint_save(p, path, meta), "save");
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
@@ -173,58 +69,76 @@ typedef struct {
     int32_t *tok, *tgt, *pos;
 } mb_buf;
 
-static void fill_microbatch(const pipit__data *d, int64_t first, int B, int T, mb_buf *b, pipit_feed *f) {
-    pipit__data_batch(d, first, B, b->tok, b->tgt);
-    for (int i = 0; i < B * T; i++) b->pos[i] = i % T;
-    f[0] = (pipit_feed){PIPIT_GPT2_TOKENS, b->tok};
-    f[1] = (pipit_feed){PIPIT_GPT2_TARGETS, b->tgt};
-    f[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, b->pos};
+static void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int64_t first, mb_buf *b,
+                            pipit_feed *f) {
+    check_status(pipit_data_batch(d, first, c->batch, b->tok, b->tgt), "--data");
+    check_status(pipit_gpt2_feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
 }
 
 /* ------------------------------------------------------------------ train */
 
 static const char *TRAIN_USAGE =
     "--data FILE --ctx T --layers L --heads H --dim C --micro-batch B --microbatches M --steps N --lr X [...]";
+static const char *PLAN_USAGE =
+    "--data FILE --ctx T --layers L --heads H --dim C --micro-batch B [--pp P --schedule S ...] [--json]";
+static const char *PLAN_ABOUT =
+    "Compiles the model as `pipit train` would (same model and pipeline flags) and prints, per rank,\n"
+    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.";
 
-static flag *train_flags(opts *o, int *n) {
-    static flag fl[48];
-    flag f[] = {
-        {"data", FL_STR, &o->data, "training text (bytes are tokens) or uint16 token shard (.bin)", 0},
-        {"ctx", FL_INT, &o->ctx, "sequence length T", 0},
-        {"max-ctx", FL_INT, &o->max_ctx, "rows of wpe (default: --ctx)", 0},
-        {"vocab", FL_INT, &o->vocab, "vocabulary size V (default 256: bytes)", 0},
-        {"layers", FL_INT, &o->layers, "transformer blocks L", 0},
-        {"heads", FL_INT, &o->heads, "attention heads H", 0},
-        {"dim", FL_INT, &o->dim, "model width C", 0},
-        {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0},
-        {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0},
-        {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0},
-        {"lr", FL_DBL, &o->lr, "learning rate (default 3e-4)", 0},
-        {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0},
-        {"beta1", FL_DBL, &o->beta1, "AdamW beta1 (default 0.9)", 0},
-        {"beta2", FL_DBL, &o->beta2, "AdamW beta2 (default 0.95)", 0},
-        {"eps", FL_DBL, &o->eps, "AdamW epsilon (default 1e-8)", 0},
-        {"clip", FL_DBL, &o->clip, "clip gradients to this global norm (default: off)", 0},
-        {"optimizer", FL_STR, &o->optimizer, "adamw (default) or sgd", 0},
-        {"seed", FL_U64, &o->seed, "seed for init and random data order (default 1)", 0},
-        {"data-order", FL_STR, &o->data_order, "random (default) or sequential", 0},
-        {"init", FL_STR, &o->init, "load parameters from a safetensors checkpoint", 0},
-        {"save", FL_STR, &o->save, "write parameters to a safetensors checkpoint at the end", 0},
-        {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer)", 0},
-        {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0},
-        {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0},
-        {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0},
-        {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0},
-        {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0},
-        {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0},
-        {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0},
-        {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0},
-        {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0},
+enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
+
+/* The flags of train and plan in one table; `cmds` says which commands take
+ * each. Plan accepts every train flag, so a train command line works as is;
+ * IGN marks those plan ignores (its help says so). */
+static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
+    const struct {
+        int cmds;
+        flag f;
+    } all[] = {
+        {3, {"data", FL_STR, &o->data, "training text (bytes are tokens) or uint16 token shard (.bin)", 0}},
+        {3, {"ctx", FL_INT, &o->ctx, "sequence length T", 0}},
+        {3, {"max-ctx", FL_INT, &o->max_ctx, "rows of wpe (default: --ctx)", 0}},
+        {3, {"vocab", FL_INT, &o->vocab, "vocabulary size V (default 256: bytes)", 0}},
+        {3, {"layers", FL_INT, &o->layers, "transformer blocks L", 0}},
+        {3, {"heads", FL_INT, &o->heads, "attention heads H", 0}},
+        {3, {"dim", FL_INT, &o->dim, "model width C", 0}},
+        {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
+        {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
+        {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
+        {3 | IGN, {"lr", FL_DBL, &o->lr, "learning rate (default 3e-4)", 0}},
+        {3, {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0}},
+        {3 | IGN, {"beta1", FL_DBL, &o->beta1, "AdamW beta1 (default 0.9)", 0}},
+        {3 | IGN, {"beta2", FL_DBL, &o->beta2, "AdamW beta2 (default 0.95)", 0}},
+        {3 | IGN, {"eps", FL_DBL, &o->eps, "AdamW epsilon (default 1e-8)", 0}},
+        {3, {"clip", FL_DBL, &o->clip, "clip gradients to this global norm (default: off)", 0}},
+        {3, {"optimizer", FL_STR, &o->optimizer, "adamw (default) or sgd", 0}},
+        {3 | IGN, {"seed", FL_U64, &o->seed, "seed for init and random data order (default 1)", 0}},
+        {3 | IGN, {"data-order", FL_STR, &o->data_order, "random (default) or sequential", 0}},
+        {1, {"init", FL_STR, &o->init, "load parameters from a safetensors checkpoint", 0}},
+        {2, {"init", FL_STR, &o->init, "plan for a checkpoint's model (sizes from the file)", 0}},
+        {3 | IGN, {"save", FL_STR, &o->save, "write parameters to a safetensors checkpoint at the end", 0}},
+        {3 | IGN, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer)", 0}},
+        {3 | IGN, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
+        {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0}},
+        {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
+        {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
+        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0}},
+        {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
+        {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
+        {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
+        {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
+        {3 | IGN, {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0}},
+        {3 | IGN, {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0}},
     };
-    _Static_assert(sizeof f <= sizeof fl, "train flag table too small");
-    memcpy(fl, f, sizeof f);
-    *n = NFLAGS(f);
-    return fl;
+    int n = 0;
+    for (int i = 0; i < NFLAGS(all); i++)
+        if (all[i].cmds & cmd) {
+            if (n == cap) die("internal: flag table too small");
+            out[n] = all[i].f;
+            if (cmd == CMD_PLAN && (all[i].cmds & IGN)) out[n].help = "(train only: accepted and ignored)";
+            n++;
+        }
+    return n;
 }
 
 static void default_opts(opts *o) {
@@ -244,11 +158,6 @@ static void default_opts(opts *o) {
     o->steps = -1;
 }
 
-static void require(const flag *fl, int n, const char *cmd, const char *const *names) {
-    for (; *names; names++)
-        if (!flag_seen(fl, n, *names)) die("%s: --%s is required (see pipit %s --help)", cmd, *names, cmd);
-}
-
 static pipit_optimizer make_optimizer(const opts *o) {
     if (strcmp(o->optimizer, "adamw") == 0) return pipit_adamw(o->lr, o->beta1, o->beta2, o->eps, o->wd);
     if (strcmp(o->optimizer, "sgd") == 0) {
@@ -258,7 +167,7 @@ static pipit_optimizer make_optimizer(const opts *o) {
     die("bad value '%s' for --optimizer: expected adamw or sgd", o->optimizer);
 }
 
-static pipit__data_order data_order(const char *s) {
+static pipit_data_order data_order(const char *s) {
     if (strcmp(s, "random") == 0) return PIPIT_DATA_RANDOM;
     if (strcmp(s, "sequential") == 0) return PIPIT_DATA_SEQUENTIAL;
     die("bad value '%s' for --data-order: expected random or sequential", s);
@@ -270,18 +179,19 @@ static void check_positive(const char *name, int v) {
 
 /* Everything train and eval share: data, model config, graph, program. */
 typedef struct {
-    pipit__data *data;
-    pipit__st_file *ckpt;
+    pipit_data *data;
+    pipit_checkpoint *ckpt;
     pipit_graph *g;
     pipit_program *p;
     pipit_schedule *sched;
     pipit_gpt2_config cfg;
 } session;
 
-static void open_model(session *s, opts *o, flag *fl, int n, const char *cmd, int M) {
+static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
+    const char *cmd = c->name;
     if (o->init) {
-        check_status(pipit__st_read(o->init, &s->ckpt), "--init");
-        config_from_checkpoint(s->ckpt, o->init, o, fl, n);
+        check_status(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
+        config_from_checkpoint(s->ckpt, o, c);
     }
     check_positive("ctx", o->ctx);
     check_positive("micro-batch", o->micro_batch);
@@ -290,23 +200,23 @@ static void open_model(session *s, opts *o, flag *fl, int n, const char *cmd, in
     check_positive("pp", o->pp);
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
-    int stages = s->sched ? s->sched->S : o->pp * (o->virt ? o->virt : 1);
+    int sP = pipit_schedule_ranks(s->sched), sS = pipit_schedule_stages(s->sched),
+        sM = pipit_schedule_microbatches(s->sched);
+    int stages = s->sched ? sS : o->pp * (o->virt ? o->virt : 1);
     if (s->sched && o->schedule && pipit_schedule_kind_from_name(o->schedule) < 0) {
         /* a schedule file brings its own layout; flags given must agree */
-        if ((flag_seen(fl, n, "pp") && o->pp != s->sched->P) ||
-            (flag_seen(fl, n, "virtual") && o->pp * o->virt != s->sched->S))
-            die("--schedule '%s' has %d ranks and %d stages, but --pp %d --virtual %d give %d", o->schedule,
-                s->sched->P, s->sched->S, o->pp, o->virt, o->pp * o->virt);
-        if (s->sched->M != M)
-            die("--schedule '%s' is written for %d microbatches, but --microbatches is %d", o->schedule,
-                s->sched->M, M);
+        if ((flags_seen(c, "pp") && o->pp != sP) || (flags_seen(c, "virtual") && o->pp * o->virt != sS))
+            die("--schedule '%s' has %d ranks and %d stages, but --pp %d --virtual %d give %d", o->schedule, sP, sS,
+                o->pp, o->virt, o->pp * o->virt);
+        if (sM != M)
+            die("--schedule '%s' is written for %d microbatches, but --microbatches is %d", o->schedule, sM, M);
     }
     s->cfg = model_config(o, stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
-    check_status(pipit__data_open(o->data, o->ctx, data_order(o->data_order), o->seed, &s->data), "--data");
-    if (pipit__data_max_token(s->data) >= o->vocab)
+    check_status(pipit_data_open(o->data, o->ctx, data_order(o->data_order), o->seed, &s->data), "--data");
+    if (pipit_data_max_token(s->data) >= o->vocab)
         die("--data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->data,
-            pipit__data_max_token(s->data), o->vocab);
+            pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
     pipit_val loss = pipit_gpt2_build(s->g, &s->cfg);
@@ -315,7 +225,7 @@ static void open_model(session *s, opts *o, flag *fl, int n, const char *cmd, in
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
-    if (s->ckpt) check_status(pipit__checkpoint_load(s->p, s->ckpt, o->init), "--init");
+    if (s->ckpt) check_status(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
     else check_status(pipit_gpt2_init(s->p, &s->cfg, o->seed), "init");
 }
 
@@ -323,8 +233,8 @@ static void close_session(session *s) {
     pipit_program_free(s->p);
     pipit_graph_free(s->g);
     pipit_schedule_free(s->sched);
-    pipit__data_free(s->data);
-    pipit__st_free(s->ckpt);
+    pipit_data_free(s->data);
+    pipit_checkpoint_free(s->ckpt);
 }
 
 static void print_step(const opts *o, int step, const pipit_metrics *m, double tokens, double flops) {
@@ -343,15 +253,15 @@ static void print_step(const opts *o, int step, const pipit_metrics *m, double t
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
-    int n;
-    flag *fl = train_flags(&o, &n);
-    const char *cmd = plan ? "plan" : "train";
+    flag fl[48];
+    flag_cmd c = {plan ? "plan" : "train", plan ? PLAN_USAGE : TRAIN_USAGE, plan ? PLAN_ABOUT : NULL, fl,
+                  train_plan_flags(&o, plan ? CMD_PLAN : CMD_TRAIN, fl, NFLAGS(fl))};
     if (plan) o.steps = 0;
-    parse_flags(cmd, TRAIN_USAGE, fl, n, argc, argv);
+    flags_parse(&c, argc, argv);
     static const char *const need_init[] = {"data", "ctx", "micro-batch", NULL};
     static const char *const need_new[] = {"data", "ctx", "layers", "heads", "dim", "micro-batch", NULL};
-    require(fl, n, cmd, o.init ? need_init : need_new);
-    if (!plan) require(fl, n, cmd, (const char *const[]){"steps", NULL});
+    flags_require(&c, o.init ? need_init : need_new);
+    if (!plan) flags_require(&c, (const char *const[]){"steps", NULL});
     if (plan) o.steps = 0;
     if (o.steps < 0) die("--steps must be >= 0 (got %d)", o.steps);
     session s = {0};
@@ -361,9 +271,10 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (kind >= 0) check_status(pipit_schedule_build(kind, o.pp, o.virt, o.microbatches, &s.sched), "--schedule");
         else check_status(pipit_schedule_load(o.schedule, &s.sched), "--schedule");
     }
-    open_model(&s, &o, fl, n, cmd, o.microbatches);
+    open_model(&s, &o, &c, o.microbatches);
     if (plan) {
-        pipit__plan_print(stdout, s.p, o.json); /* --json doubles as "verbose" here */
+        if (o.json) check_status(pipit_program_write_plan_json(stdout, s.p), "plan");
+        else check_status(pipit_program_print_plan(stdout, s.p, o.verbose), "plan");
         close_session(&s);
         return 0;
     }
@@ -377,34 +288,37 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
         if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
     }
-    s.p->profile = o.profile;
+    if (o.profile) check_status(pipit_program_set_profile(s.p, 1), "--profile");
     if (!o.json)
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
                "%d thread(s) per rank\n",
                s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
-               s.cfg.stages, s.sched ? s.sched->P : 1, s.sched ? ", schedule " : "",
-               s.sched ? (s.sched->kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)s.sched->kind) : o.schedule) : "",
+               s.cfg.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
+               s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
+                              ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
+                              : o.schedule)
+                       : "",
                o.threads);
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
     int64_t first_step = 0; /* a resumed run continues the data stream where it stopped */
     if (o.init_opt) {
         if (!o.init) die("--init-optimizer needs --init (the weights it belongs to)");
-        check_status(pipit__optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
+        check_status(pipit_optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
     }
     for (int step = (int)first_step; step < (int)first_step + o.steps; step++) {
         for (int m = 0; m < M; m++)
-            fill_microbatch(s.data, ((int64_t)step * M + m) * B, B, T, &bufs[m], feeds + 3 * m);
+            fill_microbatch(s.data, &s.cfg, ((int64_t)step * M + m) * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %d: %s", step, pipit_program_errmsg(s.p));
         print_step(&o, step, &met, (double)B * T * M, flops);
         if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
-            for (int r = 0; r < s.p->plan.nranks; r++) memset(s.p->rs[r].prof, 0, sizeof s.p->rs[r].prof);
+            check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
     if (o.save) save_checkpoint(s.p, &s.cfg, o.save);
-    if (o.save_opt) check_status(pipit__optimizer_save(s.p, o.save_opt, first_step + o.steps), "--save-optimizer");
+    if (o.save_opt) check_status(pipit_optimizer_save(s.p, o.save_opt, first_step + o.steps), "--save-optimizer");
     if (o.trace) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
-    if (o.profile) pipit__profile_print(stderr, s.p);
+    if (o.profile) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
     for (int m = 0; m < M; m++) {
         free(bufs[m].tok);
         free(bufs[m].tgt);
@@ -432,19 +346,20 @@ static int cmd_eval(int argc, char **argv) {
         {"threads", FL_INT, &o.threads, "compute threads (default 1)", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
     };
-    int n = NFLAGS(fl);
-    parse_flags("eval", "--init FILE --data FILE --ctx T --micro-batch B --batches K [--json]", fl, n, argc, argv);
-    require(fl, n, "eval", (const char *const[]){"init", "data", "ctx", "micro-batch", "batches", NULL});
+    flag_cmd c = {"eval", "--init FILE --data FILE --ctx T --micro-batch B --batches K [--json]", NULL, fl,
+                  NFLAGS(fl)};
+    flags_parse(&c, argc, argv);
+    flags_require(&c, (const char *const[]){"init", "data", "ctx", "micro-batch", "batches", NULL});
     check_positive("batches", o.batches);
     session s = {0};
-    open_model(&s, &o, fl, n, "eval", o.batches);
+    open_model(&s, &o, &c, o.batches);
     int B = o.micro_batch, T = o.ctx, K = o.batches;
     int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B * T * K);
     pipit_feed *feeds = calloc((size_t)K * 3, sizeof *feeds);
     if (!buf || !feeds) die("out of memory");
     for (int k = 0; k < K; k++) {
         mb_buf b = {buf + (size_t)3 * k * B * T, buf + (size_t)(3 * k + 1) * B * T, buf + (size_t)(3 * k + 2) * B * T};
-        fill_microbatch(s.data, (int64_t)k * B, B, T, &b, feeds + 3 * k);
+        fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &b, feeds + 3 * k);
     }
     pipit_metrics met;
     if (pipit_step(s.p, feeds, 3, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
@@ -466,7 +381,7 @@ static void usage(FILE *f) {
             "  train     train GPT-2 on a text file or token shard\n"
             "  eval      mean loss of a checkpoint on sequential windows of a file\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
-            "  plan      print the per-rank programs and planned memory (train flags; --json lists every op)\n\n"
+            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 

@@ -4,10 +4,15 @@
  * activation memory, and its instruction list.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
-#include "inspect/plan_print.h"
-#include "schedule/schedule.h"
+#include <cJSON.h>
+
 #include "compile/stages.h"
+#include "inspect/plan_print.h"
+#include "pipit_inspect.h"
+#include "schedule/schedule.h"
+#include "util/common.h"
 
 static const char *phase_name(int ph) {
     switch (ph) {
@@ -111,4 +116,126 @@ void pipit__profile_print(FILE *f, const pipit_program *p) {
             fprintf(f, "  %-18s %9.3f s  %5.1f%%\n", name, rp->prof[k], 100.0 * rp->prof[k] / total);
         }
     }
+}
+
+/* ---- public API (pipit_inspect.h) ---- */
+
+static pipit_status check_args(FILE *f, const pipit_program *p, const char *fn) {
+    if (!f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL file", fn);
+    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle", fn);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status io_status(FILE *f, const char *what) {
+    return ferror(f) ? pipit__err(PIPIT_STATUS_IO, "%s: write failed", what) : PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_print_plan(FILE *f, const pipit_program *p, int verbose) {
+    pipit_status s = check_args(f, p, __func__);
+    if (s) return s;
+    pipit__plan_print(f, p, verbose);
+    return io_status(f, "plan");
+}
+
+pipit_status pipit_program_print_profile(FILE *f, const pipit_program *p) {
+    pipit_status s = check_args(f, p, __func__);
+    if (s) return s;
+    pipit__profile_print(f, p);
+    return io_status(f, "profile");
+}
+
+/* One instruction as the verbose plan prints it, without indent or newline. */
+static char *instr_text(const pipit__plan *p, const pipit__instr *in) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return NULL;
+    print_instr(m, p, in);
+    fclose(m);
+    if (buf && len > 0 && buf[len - 1] == '\n') buf[len - 1] = 0;
+    return buf;
+}
+
+static cJSON *rank_json(const pipit__plan *p, int r) {
+    const pipit__rank_plan *rp = &p->ranks[r];
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddNumberToObject(o, "rank", r);
+    cJSON *st = cJSON_AddArrayToObject(o, "stages");
+    for (int s = 0; st && s < p->S; s++)
+        if (p->stage_rank[s] == r) cJSON_AddItemToArray(st, cJSON_CreateNumber(s));
+    cJSON_AddNumberToObject(o, "arena_bytes", (double)rp->arena_bytes);
+    cJSON_AddNumberToObject(o, "naive_bytes", (double)rp->naive_bytes);
+    cJSON_AddNumberToObject(o, "instructions", rp->n);
+    enum { NKINDS = 16 };
+    int count[NKINDS] = {0};
+    for (int32_t i = 0; i < rp->n; i++)
+        if (rp->ins[i].kind < NKINDS) count[rp->ins[i].kind]++;
+    cJSON *kinds = cJSON_AddObjectToObject(o, "instruction_kinds");
+    for (int k = 0; kinds && k < NKINDS; k++)
+        if (count[k]) cJSON_AddNumberToObject(kinds, ins_name(k), count[k]);
+    cJSON *tasks = cJSON_AddArrayToObject(o, "tasks");
+    for (int t = 0; tasks && t < rp->ntasks; t++) {
+        char name[32];
+        cJSON_AddItemToArray(tasks, cJSON_CreateString(pipit__task_str(name, sizeof name, rp->tasks[t])));
+    }
+    cJSON *prog = cJSON_AddArrayToObject(o, "program");
+    for (int32_t i = 0; prog && i < rp->n; i++) {
+        const pipit__instr *in = &rp->ins[i];
+        if (in->kind == INS_SUMSQ_FIN || (in->kind == INS_MARK && in->first)) continue;
+        char *text;
+        if (in->kind == INS_MARK) {
+            char t[32], line[48];
+            snprintf(line, sizeof line, "task %s", pipit__task_str(t, sizeof t, rp->tasks[in->task]));
+            text = pipit__strdup(line);
+            cJSON_AddItemToArray(prog, cJSON_CreateString(text ? text : "?"));
+            pipit__free(text);
+            continue;
+        }
+        text = instr_text(p, in);
+        cJSON_AddItemToArray(prog, cJSON_CreateString(text ? text : "?"));
+        free(text); /* open_memstream's buffer comes from malloc */
+    }
+    return o;
+}
+
+static cJSON *param_json(const pipit__plan *p, int i) {
+    const pipit__param *pp = &p->params[i];
+    const pipit__node *n = &p->g->nodes[pp->node];
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "name", pp->name ? pp->name : "");
+    cJSON_AddStringToObject(o, "dtype", pipit__dtype_name(pp->dtype));
+    cJSON *shape = cJSON_AddArrayToObject(o, "shape");
+    for (int k = 0; shape && k < n->ndim; k++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)n->shape[k]));
+    cJSON_AddNumberToObject(o, "numel", (double)pp->numel);
+    cJSON *holders = cJSON_AddArrayToObject(o, "holders");
+    for (int r = 0; holders && r < p->nranks && r < 64; r++)
+        if (pp->holders >> r & 1) cJSON_AddItemToArray(holders, cJSON_CreateNumber(r));
+    cJSON_AddNumberToObject(o, "norm_rank", pp->norm_rank);
+    return o;
+}
+
+pipit_status pipit_program_write_plan_json(FILE *f, const pipit_program *prog) {
+    pipit_status s = check_args(f, prog, __func__);
+    if (s) return s;
+    const pipit__plan *p = &prog->plan;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return pipit__err(PIPIT_STATUS_NOMEM, "plan JSON: out of memory");
+    cJSON_AddNumberToObject(root, "stages", p->S);
+    cJSON_AddNumberToObject(root, "microbatches", p->M);
+    cJSON_AddNumberToObject(root, "threads", p->threads);
+    cJSON *sr = cJSON_AddArrayToObject(root, "stage_rank");
+    for (int k = 0; sr && k < p->S; k++) cJSON_AddItemToArray(sr, cJSON_CreateNumber(p->stage_rank[k]));
+    cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
+    for (int r = 0; ranks && r < p->nranks; r++) cJSON_AddItemToArray(ranks, rank_json(p, r));
+    cJSON *params = cJSON_AddArrayToObject(root, "params");
+    for (int i = 0; params && i < p->nparams; i++) cJSON_AddItemToArray(params, param_json(p, i));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return pipit__err(PIPIT_STATUS_NOMEM, "plan JSON: out of memory");
+    fputs(text, f);
+    fputc('\n', f);
+    cJSON_free(text);
+    return io_status(f, "plan JSON");
 }

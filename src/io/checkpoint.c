@@ -4,16 +4,21 @@
  * do the atomic tmp+fsync+rename; loading validates every tensor before the
  * first byte is copied, so a bad file never leaves a half-loaded model.
  */
-#include "io/checkpoint.h"
-
+#include <stdlib.h>
 #include <string.h>
 
+#include "io/safetensors.h"
+#include "pipit_io.h"
 #include "util/common.h"
 
-#include <stdlib.h>
+struct pipit_checkpoint {
+    pipit__st_file *f;
+    char *path;
+};
 
-pipit_status pipit__checkpoint_save(const pipit_program *p, const char *path,
-                                    const char *const *meta) {
+pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
+    if (!p || !path)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save: NULL %s", p ? "path" : "program");
     int n = pipit_program_num_params(p);
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
@@ -74,7 +79,7 @@ static pipit_status check_tensor(const pipit_program *p, const pipit__st_file *f
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit__checkpoint_load(pipit_program *p, const pipit__st_file *f, const char *path) {
+static pipit_status load_params(pipit_program *p, const pipit__st_file *f, const char *path) {
     int n = pipit_program_num_params(p);
     const pipit__st_tensor *t;
     for (int i = 0; i < n; i++) { /* validate everything first: all or nothing */
@@ -94,11 +99,96 @@ pipit_status pipit__checkpoint_load(pipit_program *p, const pipit__st_file *f, c
     return PIPIT_STATUS_OK;
 }
 
+/* ---- opened checkpoints ---- */
+
+pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out) {
+    if (!path || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_open: NULL %s", path ? "out" : "path");
+    *out = NULL;
+    pipit_checkpoint *ck = pipit__calloc(1, sizeof *ck);
+    if (!ck || !(ck->path = pipit__strdup(path))) {
+        pipit__free(ck);
+        return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint '%s': out of memory", path);
+    }
+    pipit_status s = pipit__st_read(path, &ck->f);
+    if (s) {
+        pipit_checkpoint_free(ck);
+        return s;
+    }
+    *out = ck;
+    return PIPIT_STATUS_OK;
+}
+
+void pipit_checkpoint_free(pipit_checkpoint *ck) {
+    if (!ck) return;
+    pipit__st_free(ck->f);
+    pipit__free(ck->path);
+    pipit__free(ck);
+}
+
+const char *pipit_checkpoint_path(const pipit_checkpoint *ck) { return ck ? ck->path : NULL; }
+
+int pipit_checkpoint_num_tensors(const pipit_checkpoint *ck) {
+    if (!ck) {
+        pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_num_tensors: NULL checkpoint");
+        return 0;
+    }
+    return pipit__st_count(ck->f);
+}
+
+const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
+    const pipit__st_tensor *t = ck ? pipit__st_get(ck->f, i) : NULL;
+    if (!t) {
+        if (!ck) pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_name: NULL checkpoint");
+        else pipit__err(PIPIT_STATUS_INVALID, "checkpoint '%s': no tensor %d (it has %d)", ck->path, i,
+                        pipit__st_count(ck->f));
+        return NULL;
+    }
+    return t->name;
+}
+
+pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
+                                           int64_t *shape) {
+    if (!ck || !name)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: NULL %s", ck ? "name" : "checkpoint");
+    const pipit__st_tensor *t = pipit__st_find(ck->f, name);
+    if (!t) return pipit__err(PIPIT_STATUS_INVALID, "checkpoint '%s': no tensor '%s'", ck->path, name);
+    if (ndim) *ndim = t->ndim;
+    if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    return PIPIT_STATUS_OK;
+}
+
+const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {
+    if (!ck || !key) {
+        pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_meta: NULL %s", ck ? "key" : "checkpoint");
+        return NULL;
+    }
+    return pipit__st_meta(ck->f, key);
+}
+
+pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
+    if (!p || !ck)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_into: NULL %s", p ? "checkpoint" : "program");
+    return load_params(p, ck->f, ck->path);
+}
+
+pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
+    if (!p || !path)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load: NULL %s", p ? "path" : "program");
+    pipit_checkpoint *ck = NULL;
+    pipit_status s = pipit_checkpoint_open(path, &ck);
+    if (!s) s = pipit_checkpoint_load_into(p, ck);
+    pipit_checkpoint_free(ck);
+    return s;
+}
+
 /* ---- optimizer state ---- */
 
 static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
 
-pipit_status pipit__optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+    if (!p || !path)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_save: NULL %s", p ? "path" : "program");
     int n = pipit_program_num_params(p);
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(2 * n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
@@ -147,7 +237,10 @@ static pipit_status meta_int(const pipit__st_file *f, const char *path, const ch
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit__optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+    if (!p || !path || !next_step)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_load: NULL %s",
+                          !p ? "program" : !path ? "path" : "next_step");
     pipit__st_file *f = NULL;
     pipit_status s = pipit__st_read(path, &f);
     int64_t steps = 0;

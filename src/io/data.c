@@ -16,7 +16,7 @@
 #include "util/common.h"
 #include "util/fileio.h"
 
-struct pipit__data {
+struct pipit_data {
     int T;
     pipit__data_order order;
     uint64_t seed;
@@ -221,4 +221,28 @@ void pipit__data_batch(const pipit__data *d, int64_t first, int B, int32_t *inpu
             }
         }
     }
+}
+
+/* ---- public API (pipit_io.h) ---- */
+
+pipit_status pipit_data_open(const char *path, int T, pipit_data_order order, uint64_t seed, pipit_data **out) {
+    if (!out || !path)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_open: NULL %s", path ? "out" : "path");
+    return pipit__data_open(path, T, order, seed, out);
+}
+
+void pipit_data_free(pipit_data *d) { pipit__data_free(d); }
+int64_t pipit_data_tokens(const pipit_data *d) { return pipit__data_tokens(d); }
+int64_t pipit_data_windows(const pipit_data *d) { return pipit__data_windows(d); }
+int pipit_data_max_token(const pipit_data *d) { return pipit__data_max_token(d); }
+int pipit_data_vocab_hint(const pipit_data *d) { return pipit__data_vocab_hint(d); }
+int64_t pipit_data_offset(const pipit_data *d, int64_t k) { return pipit__data_offset(d, k); }
+
+pipit_status pipit_data_batch(const pipit_data *d, int64_t first, int B, int32_t *inputs, int32_t *targets) {
+    if (!d || ((!inputs || !targets) && B > 0))
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_batch: NULL %s",
+                          !d ? "data" : !inputs ? "inputs" : "targets");
+    if (B < 0) return pipit__err(PIPIT_STATUS_INVALID, "pipit_data_batch: batch size B = %d is negative", B);
+    pipit__data_batch(d, first, B, inputs, targets);
+    return PIPIT_STATUS_OK;
 }

@@ -10,14 +10,15 @@
 
 #include <stdint.h>
 
-#include "pipit.h"
+#include "pipit_io.h"
 
 #define PIPIT_DATA_SHARD_MAGIC 20240520
 #define PIPIT_DATA_SHARD_HEADER_INTS 256
 
-typedef struct pipit__data pipit__data;
-
-typedef enum { PIPIT_DATA_RANDOM = 0, PIPIT_DATA_SEQUENTIAL = 1 } pipit__data_order;
+/* The public pipit_data (pipit_io.h) is this reader; pipit_data_* wrap
+ * these functions with argument checks. */
+typedef struct pipit_data pipit__data;
+typedef pipit_data_order pipit__data_order;
 
 /* Opens a data file and loads its tokens into memory.
  * Format: a file whose first int32 is the shard magic, or any file whose name

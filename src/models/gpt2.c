@@ -3,21 +3,24 @@
  * Hugging Face's Conv1D ([in, out]), so checkpoints load by name with no
  * transposes, and the lm head reuses wte (logits = h @ wte^T).
  */
-#include "models/gpt2.h"
+#include "pipit_gpt2.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "util/common.h"
 
 pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
+    if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_check: NULL config");
     if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: vocab, ctx, layers, heads, dim and batch must be >= 1");
     if (c->dim % c->heads)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dim %d is not divisible by heads %d", c->dim, c->heads);
     if (c->max_ctx < c->ctx)
-        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: ctx %d exceeds max-ctx %d (rows of wpe)", c->ctx,
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: ctx %d exceeds max_ctx %d (rows of wpe)", c->ctx,
                           c->max_ctx);
     if (c->stages < 1 || c->stages > c->layers)
         return pipit__err(PIPIT_STATUS_INVALID,
@@ -27,6 +30,7 @@ pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
 }
 
 int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s) {
+    if (!c || c->stages < 1) return 0;
     /* Even split; the first L mod S stages get one layer more. */
     int base = c->layers / c->stages, extra = c->layers % c->stages;
     return s * base + (s < extra ? s : extra);
@@ -74,6 +78,10 @@ static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, 
 }
 
 pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c) {
+    if (!g || !c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_build: NULL %s", g ? "config" : "graph");
+        return (pipit_val){g, -1};
+    }
     int64_t bt[2] = {c->batch, c->ctx};
     pipit_val tok = pipit_input(g, PIPIT_GPT2_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_GPT2_TARGETS, PIPIT_I32, 2, bt);
@@ -121,6 +129,7 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
+    if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: NULL %s", p ? "config" : "program");
     for (int i = 0; i < pipit_program_num_params(p); i++) {
         const char *name = pipit_program_param_name(p, i);
         int nd;
@@ -147,15 +156,74 @@ pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint6
 }
 
 int64_t pipit_gpt2_num_params(const pipit_gpt2_config *c) {
+    if (!c) return 0;
     int64_t C = c->dim, L = c->layers;
     return (int64_t)c->vocab * C + (int64_t)c->max_ctx * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
 double pipit_gpt2_flops_per_token(const pipit_gpt2_config *c) {
+    if (!c) return 0;
     /* 6 N per token for the weights that multiply activations (wpe is only
      * gathered, so it is left out, as nanoGPT does), plus attention scores and
      * values: 12 L T C per token (forward and backward, full square), as in
      * the PaLM appendix. bench/torch_step.py counts the same way. */
     double n = (double)pipit_gpt2_num_params(c) - (double)c->max_ctx * c->dim;
     return 6.0 * n + 12.0 * c->layers * c->ctx * (double)c->dim;
+}
+
+/* ---- checkpoints and feeds ---- */
+
+pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit_gpt2_config *cfg) {
+    if (!ck || !cfg)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_config_from_checkpoint: NULL %s",
+                          ck ? "config" : "checkpoint");
+    const char *path = pipit_checkpoint_path(ck);
+    int nd_wte = 0, nd_wpe = 0;
+    int64_t wte[PIPIT_MAX_DIMS], wpe[PIPIT_MAX_DIMS];
+    if (pipit_checkpoint_tensor_shape(ck, "wte.weight", &nd_wte, wte) ||
+        pipit_checkpoint_tensor_shape(ck, "wpe.weight", &nd_wpe, wpe) || nd_wte != 2 || nd_wpe != 2)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': no 2-D 'wte.weight' and 'wpe.weight': not a GPT-2 checkpoint", path);
+    int L = 0;
+    char name[64];
+    for (;; L++) {
+        snprintf(name, sizeof name, "h.%d.ln_1.weight", L);
+        if (pipit_checkpoint_tensor_shape(ck, name, NULL, NULL)) break;
+    }
+    if (L == 0)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': tensor 'h.0.ln_1.weight' is missing: no transformer blocks", path);
+    if (wte[0] > INT32_MAX || wte[1] > INT32_MAX || wpe[0] > INT32_MAX)
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': 'wte.weight' or 'wpe.weight' is too large", path);
+    int heads = 0;
+    const char *h = pipit_checkpoint_meta(ck, "heads");
+    if (h) {
+        char *end = NULL;
+        long v = strtol(h, &end, 10);
+        if (!*h || *end || v < 1 || v > INT32_MAX)
+            return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': metadata 'heads' is '%s', not a positive count",
+                              path, h);
+        heads = (int)v;
+    }
+    cfg->vocab = (int)wte[0];
+    cfg->dim = (int)wte[1];
+    cfg->max_ctx = (int)wpe[0];
+    cfg->layers = L;
+    cfg->heads = heads;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens, const int32_t *targets,
+                              int32_t *positions_out, pipit_feed out[3]) {
+    if (!c || !tokens || !targets || !positions_out || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_feeds: NULL %s",
+                          !c ? "config" : !tokens ? "tokens" : !targets ? "targets" : !positions_out ? "positions" : "out");
+    if (c->batch < 1 || c->ctx < 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2 feeds: batch %d and ctx %d must be >= 1", c->batch, c->ctx);
+    int64_t n = (int64_t)c->batch * c->ctx;
+    for (int64_t i = 0; i < n; i++) positions_out[i] = (int32_t)(i % c->ctx);
+    out[0] = (pipit_feed){PIPIT_GPT2_TOKENS, tokens};
+    out[1] = (pipit_feed){PIPIT_GPT2_TARGETS, targets};
+    out[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, positions_out};
+    return PIPIT_STATUS_OK;
 }

@@ -73,7 +73,9 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     case INS_RECV: { /* time spent waiting inside a task is not busy time */
         double t0 = pipit__now();
         pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->out, in->bytes);
-        rs->busy -= pipit__now() - t0;
+        double waited = pipit__now() - t0;
+        rs->busy -= waited;
+        rs->wait += waited;
         return s;
     }
     case INS_ACC_SEND:
@@ -166,7 +168,7 @@ static void exec_worker(void *arg, int ith, int nth) {
 pipit_status pipit__exec_rank(pipit_program *p, int rank, const void **feed_ptrs) {
     exec_ctx x = {p, &p->plan.ranks[rank], &p->rs[rank], feed_ptrs, PIPIT_STATUS_OK, ""};
     resolve(&x);
-    x.rs->busy = 0;
+    x.rs->busy = x.rs->wait = 0;
     pipit__pool_run(x.rs->pool, exec_worker, &x);
     if (x.status) return pipit__err(x.status, "%s", x.msg);
     return PIPIT_STATUS_OK;

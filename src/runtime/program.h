@@ -22,6 +22,7 @@ typedef struct {
     pipit__pool *pool;
     double *t_start, *t_end; /* [ntasks] measured task times of the last step (s, from step start) */
     double busy;         /* sum of task times of the last step */
+    double wait;         /* seconds blocked in INS_RECV (inside tasks) in the last step */
     double *sumsq;       /* [nparams] per-param sums of squares of the last step */
     double *chunks;      /* [max_chunks] scratch for per-chunk partial sums */
     double norm, clip_scale; /* of the last step (equal on every rank) */

@@ -1,0 +1,66 @@
+/*
+ * pipit_gpt2.h — GPT-2 exactly as Hugging Face defines it (pre-LN blocks,
+ * tanh GELU, learned positions, lm head tied to wte), built as a pipit graph
+ * for one microbatch, with yields splitting the blocks into S pipeline
+ * stages. Same conventions as pipit.h.
+ */
+#ifndef PIPIT_GPT2_H
+#define PIPIT_GPT2_H
+
+#include <stdint.h>
+
+#include "pipit.h"
+#include "pipit_io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int vocab;      /* V */
+    int max_ctx;    /* rows of wpe */
+    int ctx;        /* T of a training sequence */
+    int layers;     /* L */
+    int heads;      /* H */
+    int dim;        /* C */
+    int batch;      /* B: sequences per microbatch */
+    int stages;     /* S: pipeline stages (1 = no yield) */
+    pipit_dtype dtype;
+} pipit_gpt2_config;
+
+/* Graph inputs the builder declares; feed them per microbatch. */
+#define PIPIT_GPT2_TOKENS "tokens"       /* i32 [B,T] */
+#define PIPIT_GPT2_TARGETS "targets"     /* i32 [B,T] */
+#define PIPIT_GPT2_POSITIONS "positions" /* i32 [B,T]: 0..T-1 per row */
+
+/* Checks the config (positive sizes, C % H == 0, T <= max_ctx, 1 <= S <= L). */
+PIPIT_API pipit_status pipit_gpt2_check(const pipit_gpt2_config *c);
+/* Builds the graph; returns the scalar mean loss (check pipit_graph_status). */
+PIPIT_API pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c);
+/* First layer of stage s (stage s holds layers [first(s), first(s+1))). */
+PIPIT_API int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s);
+/* GPT-2 init: N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2L)), biases 0, LN
+ * weights 1. Each tensor's stream is seeded by (seed, name), so the init is
+ * the same whatever the pipeline layout. */
+PIPIT_API pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed);
+/* Parameter count and training FLOPs per token (6N + attention). */
+PIPIT_API int64_t pipit_gpt2_num_params(const pipit_gpt2_config *c);
+PIPIT_API double pipit_gpt2_flops_per_token(const pipit_gpt2_config *c);
+
+/* Reads the model sizes a checkpoint implies into cfg: vocab and dim from
+ * 'wte.weight' [V,C], max_ctx from 'wpe.weight' [max_ctx,C], layers from
+ * the blocks 'h.<i>.ln_1.weight' present, and heads from the metadata
+ * "heads" (0 if the file does not record it). Other fields are untouched.
+ * FORMAT with a message naming the file if it is not a GPT-2 checkpoint. */
+PIPIT_API pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit_gpt2_config *cfg);
+
+/* One microbatch's feeds: writes positions_out[B*T] = 0..T-1 per row and
+ * out[0..2] = tokens, targets, positions (the buffers are borrowed, each
+ * i32 [B,T] with B = c->batch, T = c->ctx). */
+PIPIT_API pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens,
+                                        const int32_t *targets, int32_t *positions_out, pipit_feed out[3]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPIT_GPT2_H */

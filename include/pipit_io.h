@@ -1,0 +1,97 @@
+/*
+ * pipit_io.h — checkpoints (safetensors files, by tensor name, so any
+ * pipeline layout loads any checkpoint and Hugging Face GPT-2 weights load
+ * directly), optimizer state for exact resumes, and training data streams.
+ * Same conventions as pipit.h: every fallible call returns pipit_status and
+ * leaves a message naming the file in pipit_errmsg(); *_free accepts NULL.
+ */
+#ifndef PIPIT_IO_H
+#define PIPIT_IO_H
+
+#include <stdint.h>
+
+#include "pipit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------- checkpoints */
+
+typedef struct pipit_checkpoint pipit_checkpoint;
+
+/* Writes every param (f32, or f64 as declared) to a safetensors file,
+ * atomically (tmp file, fsync, rename). meta: NULL-terminated key, value,
+ * key, value, ... list stored in "__metadata__", or NULL. */
+PIPIT_API pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path,
+                                             const char *const *meta);
+/* Sets every param from the file, by name: a missing tensor, or one whose
+ * dtype or shape differs, is an error naming the file, the tensor and both
+ * shapes; everything is validated before the first param is written. */
+PIPIT_API pipit_status pipit_checkpoint_load(pipit_program *p, const char *path);
+
+/* Reads and validates a whole file (IO, FORMAT, NOMEM), to look at its
+ * tensors and metadata before (or instead of) loading it. */
+PIPIT_API pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out);
+PIPIT_API void pipit_checkpoint_free(pipit_checkpoint *ck);
+/* The path it was opened from. */
+PIPIT_API const char *pipit_checkpoint_path(const pipit_checkpoint *ck);
+PIPIT_API int pipit_checkpoint_num_tensors(const pipit_checkpoint *ck);
+/* Name of tensor i (file order), NULL if out of range. */
+PIPIT_API const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i);
+/* Shape of a tensor (shape: PIPIT_MAX_DIMS entries); INVALID if absent. */
+PIPIT_API pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name,
+                                                     int *ndim, int64_t *shape);
+/* A "__metadata__" value, NULL if absent. */
+PIPIT_API const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key);
+/* pipit_checkpoint_load from an opened file. */
+PIPIT_API pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck);
+
+/* Optimizer state beside a checkpoint: "<param>.exp_avg" and
+ * "<param>.exp_avg_sq" per param, metadata "opt_steps" (updates taken) and
+ * "next_step" (the training step to continue from). Written atomically;
+ * loading validates every tensor first (all or nothing). */
+PIPIT_API pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step);
+PIPIT_API pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step);
+
+/* ------------------------------------------------------------------ data */
+
+/* A training data stream: a byte-level text file (token = byte, vocab 256)
+ * or a uint16 GPT-2 token shard as written by the llm.c / nanoGPT-style
+ * scripts (256-int32 header, magic 20240520; any file whose first int32 is
+ * the magic, or whose name ends in ".bin"). A sequence is T+1 consecutive
+ * tokens: inputs are the first T, targets the last T (shifted by one). */
+typedef struct pipit_data pipit_data;
+
+typedef enum { PIPIT_DATA_RANDOM = 0, PIPIT_DATA_SEQUENTIAL = 1 } pipit_data_order;
+
+/* Loads the file's tokens into memory. IO (cannot read), FORMAT (bad shard
+ * header, size mismatch, fewer than T+1 tokens), INVALID (T < 1, bad
+ * order), MISUSE (NULL). */
+PIPIT_API pipit_status pipit_data_open(const char *path, int T, pipit_data_order order, uint64_t seed,
+                                       pipit_data **out);
+PIPIT_API void pipit_data_free(pipit_data *d);
+/* Number of tokens n. */
+PIPIT_API int64_t pipit_data_tokens(const pipit_data *d);
+/* W = floor((n-1)/T) full windows of T+1 tokens. */
+PIPIT_API int64_t pipit_data_windows(const pipit_data *d);
+/* Largest token id in the file. Tokens are NOT checked against any model:
+ * reject max_token >= the model's vocabulary before training. */
+PIPIT_API int pipit_data_max_token(const pipit_data *d);
+/* Vocabulary the format implies: 256 for text, 50257 (GPT-2) for shards. */
+PIPIT_API int pipit_data_vocab_hint(const pipit_data *d);
+/* Token offset where sequence k starts:
+ *   sequential: window (k mod W), i.e. token (k mod W)*T (negative k wraps);
+ *   random:     splitmix64(seed, k) mod (n-T), in [0, n-T-1], depending
+ *               only on (seed, k), never on the batch size or call pattern. */
+PIPIT_API int64_t pipit_data_offset(const pipit_data *d, int64_t k);
+/* Fills inputs[B*T] and targets[B*T] for sequences first .. first+B-1: row
+ * b is sequence first+b, and targets[b*T+t] is the token that follows
+ * inputs[b*T+t] in the file. B = 0 writes nothing; B < 0 is INVALID. */
+PIPIT_API pipit_status pipit_data_batch(const pipit_data *d, int64_t first, int B, int32_t *inputs,
+                                        int32_t *targets);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPIT_IO_H */

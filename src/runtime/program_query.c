@@ -1,0 +1,72 @@
+/*
+ * program_query.c — read-only queries on a compiled program (pipit.h):
+ * param dtype and size, profiling on/off, and the last step's measured
+ * per-rank timeline. Kept apart so that the program's layout can change
+ * behind these few functions.
+ */
+#include <string.h>
+
+#include "runtime/program.h"
+#include "util/common.h"
+
+static pipit_status check(const pipit_program *p, const char *fn) {
+    if (!p || p->magic != PIPIT_PROGRAM_MAGIC)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle", fn);
+    return PIPIT_STATUS_OK;
+}
+
+static const pipit__param *param_named(const pipit_program *p, const char *name) {
+    if (!name) {
+        pipit__err(PIPIT_STATUS_MISUSE, "NULL parameter name");
+        return NULL;
+    }
+    for (int i = 0; i < p->plan.nparams; i++)
+        if (p->plan.params[i].name && strcmp(p->plan.params[i].name, name) == 0) return &p->plan.params[i];
+    pipit__err(PIPIT_STATUS_INVALID, "no parameter named '%s'", name);
+    return NULL;
+}
+
+pipit_status pipit_program_param_dtype(const pipit_program *p, const char *name, pipit_dtype *out) {
+    pipit_status s = check(p, __func__);
+    if (s) return s;
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
+    const pipit__param *pp = param_named(p, name);
+    if (!pp) return name ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
+    *out = pp->dtype;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_param_numel(const pipit_program *p, const char *name, int64_t *out) {
+    pipit_status s = check(p, __func__);
+    if (s) return s;
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
+    const pipit__param *pp = param_named(p, name);
+    if (!pp) return name ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
+    *out = pp->numel;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_set_profile(pipit_program *p, int on) {
+    pipit_status s = check(p, __func__);
+    if (s) return s;
+    p->profile = on != 0;
+    if (on)
+        for (int r = 0; r < p->plan.nranks; r++) memset(p->rs[r].prof, 0, sizeof p->rs[r].prof);
+    return PIPIT_STATUS_OK;
+}
+
+int pipit_program_num_ranks(const pipit_program *p) { return check(p, __func__) ? 0 : p->plan.nranks; }
+
+double pipit_program_step_wall(const pipit_program *p) { return check(p, __func__) ? 0 : p->step_wall; }
+
+pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_rank_step *out) {
+    pipit_status s = check(p, __func__);
+    if (s) return s;
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
+    if (rank < 0 || rank >= p->plan.nranks)
+        return pipit__err(PIPIT_STATUS_INVALID, "program: rank %d out of range [0, %d)", rank, p->plan.nranks);
+    const pipit__rank_plan *r = &p->plan.ranks[rank];
+    const pipit__rank_state *rs = &p->rs[rank];
+    *out = (pipit_rank_step){r->ntasks, r->tasks, rs->t_start, rs->t_end, rs->busy, rs->wait};
+    return PIPIT_STATUS_OK;
+}

@@ -1,0 +1,94 @@
+/*
+ * flags.c — see flags.h. The only place besides main() that calls exit().
+ */
+#include "flags.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pipit: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+void flags_print_help(const flag_cmd *c) {
+    printf("usage: pipit %s %s\n\n", c->name, c->usage);
+    if (c->about) printf("%s\n\n", c->about);
+    printf("flags:\n");
+    for (int i = 0; i < c->n; i++) printf("  --%-16s %s\n", c->flags[i].name, c->flags[i].help);
+    printf("  --%-16s %s\n", "help", "show this help");
+}
+
+static void parse_value(const flag *f, const char *v) {
+    char *end = NULL;
+    errno = 0;
+    switch (f->type) {
+    case FL_INT: {
+        long x = strtol(v, &end, 10);
+        if (errno || !*v || *end || x < -2147483647L || x > 2147483647L)
+            die("bad value '%s' for --%s: expected an integer", v, f->name);
+        *(int *)f->ptr = (int)x;
+        break;
+    }
+    case FL_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (errno || !*v || *end || *v == '-') die("bad value '%s' for --%s: expected a non-negative integer", v, f->name);
+        *(uint64_t *)f->ptr = x;
+        break;
+    }
+    case FL_DBL: {
+        double x = strtod(v, &end);
+        if (errno || !*v || *end || !isfinite(x)) die("bad value '%s' for --%s: expected a number", v, f->name);
+        *(double *)f->ptr = x;
+        break;
+    }
+    case FL_STR: *(const char **)f->ptr = v; break;
+    case FL_BOOL: break;
+    }
+}
+
+void flags_parse(flag_cmd *c, int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            flags_print_help(c);
+            exit(0);
+        }
+        if (strncmp(a, "--", 2) != 0) die("%s: unexpected argument '%s' (see pipit %s --help)", c->name, a, c->name);
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        flag *f = NULL;
+        for (int k = 0; k < c->n; k++)
+            if (strlen(c->flags[k].name) == len && strncmp(c->flags[k].name, name, len) == 0) f = &c->flags[k];
+        if (!f) die("%s: unknown flag '%s' (see pipit %s --help)", c->name, a, c->name);
+        f->seen = 1;
+        if (f->type == FL_BOOL) {
+            if (eq) die("--%s takes no value", f->name);
+            *(int *)f->ptr = 1;
+            continue;
+        }
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) die("--%s needs a value", f->name);
+        parse_value(f, v);
+    }
+}
+
+int flags_seen(const flag_cmd *c, const char *name) {
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->flags[i].name, name) == 0) return c->flags[i].seen;
+    return 0;
+}
+
+void flags_require(const flag_cmd *c, const char *const *names) {
+    for (; *names; names++)
+        if (!flags_seen(c, *names)) die("%s: --%s is required (see pipit %s --help)", c->name, *names, c->name);
+}
