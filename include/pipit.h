@@ -70,6 +70,20 @@ PIPIT_API const char *pipit_status_name(pipit_status s);
 /* The message of the last failure on this thread ("" if none). */
 PIPIT_API const char *pipit_errmsg(void);
 
+/* ------------------------------------------------------------- processes */
+
+/* Ranks are threads of this process unless the program was started by an
+ * MPI launcher (mpirun -np N ...; detected from its environment): then
+ * every process runs one world rank, and pipit_init initialises MPI.
+ * pipit_init is idempotent and optional (pipit_compile calls it; call it
+ * first to learn the process rank early); argc/argv may be NULL.
+ * pipit_finalize ends MPI (call it once, after freeing every program). */
+PIPIT_API pipit_status pipit_init(int *argc, char ***argv);
+PIPIT_API void pipit_finalize(void);
+/* This process's rank and the number of processes: 0 and 1 without MPI. */
+PIPIT_API int pipit_process_rank(void);
+PIPIT_API int pipit_process_count(void);
+
 /* ----------------------------------------------------------------- types */
 
 typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;

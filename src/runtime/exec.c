@@ -69,29 +69,29 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     pipit__transport *t = p->transport;
     switch ((pipit__ins_kind)in->kind) {
     case INS_LOSS: run_loss(p, in, k); break;
-    case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->in[0], in->bytes);
+    case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb), k->in[0], in->bytes);
     case INS_RECV: { /* time spent waiting inside a task is not busy time */
         double t0 = pipit__now();
-        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(in->node, in->mb), k->out, in->bytes);
+        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb), k->out, in->bytes);
         double waited = pipit__now() - t0;
         rs->busy -= waited;
         rs->wait += waited;
         return s;
     }
     case INS_ACC_SEND:
-        return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->in[0], in->bytes);
+        return t->vt->send(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_ACC, in->param, in->use), k->in[0], in->bytes);
     case INS_ACC_RECV: {
         double t0 = pipit__now();
-        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, in->use), k->out, in->bytes);
+        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_ACC, in->param, in->use), k->out, in->bytes);
         rs->busy -= pipit__now() - t0;
         return s;
     }
     case INS_SUMSQ_FIN: pipit__post_sumsq_fin(p, r->rank, in->param); break;
     case INS_NORM_SEND:
-        return t->vt->send(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &rs->sumsq[in->param], sizeof(double));
+        return t->vt->send(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_NORM, in->param, 0), &rs->sumsq[in->param], sizeof(double));
     case INS_NORM_RECV: {
         double t0 = pipit__now();
-        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(-1 - in->param, -1), &rs->sumsq[in->param],
+        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_NORM, in->param, 0), &rs->sumsq[in->param],
                                      sizeof(double));
         rs->busy -= pipit__now() - t0;
         return s;

@@ -1,9 +1,12 @@
 /*
- * transport.h — how ranks exchange values: a vtable (isend, recv, abort,
- * free) so the runtime does not care whether ranks are threads (local) or
- * processes (MPI, a later transport). Tags name (value, microbatch), so
- * messages never mix; sends never block, receives block until the message
- * arrives or some rank aborts.
+ * transport.h — how world ranks exchange values: a vtable so the runtime
+ * does not care whether ranks are threads of one process (local) or MPI
+ * processes (mpi). World rank w = d * P + p runs pipeline rank p of
+ * replica d. Tags name what a message carries (pipit__tag: a kind and two
+ * indices, e.g. (value, microbatch)), so messages never mix; sends never
+ * block (the data is copied or handed to the network before send returns,
+ * so the caller may reuse its buffer at once); receives block until the
+ * message arrives, some rank aborts, or the timeout passes.
  */
 #ifndef PIPIT_TRANSPORT_H
 #define PIPIT_TRANSPORT_H
@@ -16,15 +19,25 @@
 typedef struct pipit__transport pipit__transport;
 
 typedef struct {
-    /* Copies n bytes and queues them for rank dst; returns at once. */
+    /* Queues n bytes from world rank src (a rank of this process) for world
+     * rank dst; returns at once. */
     pipit_status (*send)(pipit__transport *t, int src, int dst, uint64_t tag, const void *data, size_t n);
-    /* Waits for (src, tag) at rank dst and copies it into data. Returns
-     * PIPIT_STATUS_RUNTIME with the failing rank's message if any rank aborted. */
+    /* Waits at world rank dst (of this process) for (src, tag) and copies it
+     * into data (n bytes: a size mismatch is PIPIT_STATUS_RUNTIME). Returns
+     * PIPIT_STATUS_RUNTIME with the failing rank's message if any rank
+     * aborted, or with "rank dst: no message from rank src for T s" once
+     * the transport's timeout passes (see pipit__transport_timeout). */
     pipit_status (*recv)(pipit__transport *t, int dst, int src, uint64_t tag, void *data, size_t n);
-    /* Marks rank `rank` failed with `msg` and wakes every waiting rank. */
+    /* Marks world rank `rank` failed with `msg` and wakes every waiting rank,
+     * in every process (idempotent; the first message wins). */
     void (*abort)(pipit__transport *t, int rank, const char *msg);
-    /* Clears an abort and drops queued messages (start of a step). */
+    /* Start of a step: clears a local abort and drops queued messages where
+     * that is possible (local); a no-op where an abort is final (mpi). */
     void (*reset)(pipit__transport *t);
+    /* Collective over all processes (mpi): the n bytes at `data` of the
+     * process that runs world rank `root` are copied to `data` on every
+     * process. Local: nothing to do (one process). */
+    pipit_status (*bcast)(pipit__transport *t, int root, void *data, size_t n);
     void (*free)(pipit__transport *t);
 } pipit__transport_i;
 
@@ -32,11 +45,35 @@ struct pipit__transport {
     const pipit__transport_i *vt;
 };
 
-/* One process, P ranks as threads, one mailbox per destination rank. */
-pipit__transport *pipit__transport_local_new(int P);
+/* One process, W world ranks as threads, one mailbox per destination rank. */
+pipit__transport *pipit__transport_local_new(int W);
 
-static inline uint64_t pipit__tag(int32_t node, int32_t mb) {
-    return ((uint64_t)(uint32_t)node << 32) | (uint32_t)mb;
+/* One world rank per MPI process (MPI_COMM_WORLD rank = world rank), W =
+ * the communicator's size. `tags` lists every tag the program's ranks will
+ * use (sorted, unique, ntags entries; copied): an MPI tag is its index
+ * there. NULL with a message when MPI is not available or not
+ * initialised (see pipit_init). */
+pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t ntags);
+
+/* Seconds a receive may wait before the job is declared hung: the
+ * environment variable PIPIT_TIMEOUT (seconds, > 0), else 300. */
+double pipit__transport_timeout(void);
+
+/* What a message carries. */
+typedef enum {
+    PIPIT_TAG_VALUE = 0,  /* a loop value: (node, microbatch) */
+    PIPIT_TAG_ACC,        /* a param use's accumulated sum: (param, use) */
+    PIPIT_TAG_NORM,       /* a param's sum of squares: (param, 0) */
+    PIPIT_TAG_LOSS,       /* a replica's per-microbatch losses: (replica, 0) */
+    PIPIT_TAG_DP_REDUCE,  /* data parallel: a gradient shard to its owner: (param, shard) */
+    PIPIT_TAG_DP_GRAD,    /* data parallel: a summed gradient shard: (param, shard) */
+    PIPIT_TAG_DP_PARAM,   /* ZeRO-1: an updated parameter shard: (param, shard) */
+    PIPIT_TAG_DP_SUMSQ    /* ZeRO-1: a shard's sum-of-squares partials: (param, shard) */
+} pipit__tag_kind;
+
+/* kind in the top 4 bits, a in the next 28, b in the low 32. */
+static inline uint64_t pipit__tag(pipit__tag_kind kind, int32_t a, int32_t b) {
+    return ((uint64_t)kind << 60) | ((uint64_t)((uint32_t)a & 0x0fffffffu) << 32) | (uint32_t)b;
 }
 
 #endif

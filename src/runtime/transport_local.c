@@ -5,8 +5,10 @@
  * it into its planned arena slot and frees the message. An abort wakes every
  * mailbox so no rank waits forever on a rank that died.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/transport.h"
 
@@ -27,6 +29,7 @@ typedef struct {
 typedef struct {
     pipit__transport base;
     int P;
+    double timeout;     /* seconds a receive waits before reporting a hang */
     mailbox *box;
     pthread_mutex_t abort_mu;
     int aborted;        /* rank that failed + 1, 0 if none */
@@ -72,10 +75,26 @@ static msg *take(mailbox *b, int src, uint64_t tag) {
     return NULL;
 }
 
+/* The monotonic clock `secs` from now, for pthread_cond_timedwait. */
+static struct timespec deadline_in(double secs) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double whole = (double)(time_t)secs;
+    ts.tv_sec += (time_t)secs;
+    ts.tv_nsec += (long)((secs - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 static pipit_status local_recv(pipit__transport *tt, int dst, int src, uint64_t tag, void *data, size_t n) {
     local_transport *t = (local_transport *)tt;
     mailbox *b = &t->box[dst];
     char why[1024];
+    double timeout = t->timeout;
+    struct timespec deadline = deadline_in(timeout);
     pthread_mutex_lock(&b->mu);
     msg *m;
     while (!(m = take(b, src, tag))) {
@@ -83,12 +102,18 @@ static pipit_status local_recv(pipit__transport *tt, int dst, int src, uint64_t 
             pthread_mutex_unlock(&b->mu);
             return pipit__err(PIPIT_STATUS_RUNTIME, "%s", why);
         }
-        pthread_cond_wait(&b->cv, &b->mu);
+        if (pthread_cond_timedwait(&b->cv, &b->mu, &deadline) == ETIMEDOUT && !(m = take(b, src, tag))) {
+            pthread_mutex_unlock(&b->mu);
+            return pipit__err(PIPIT_STATUS_RUNTIME,
+                              "rank %d: no message from rank %d for %g s (hung? the limit is PIPIT_TIMEOUT)", dst,
+                              src, timeout);
+        }
+        if (m) break;
     }
     pthread_mutex_unlock(&b->mu);
     pipit_status s = PIPIT_STATUS_OK;
     if (m->n != n)
-        s = pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: message from rank %d has %zu bytes, expected %zu", dst,
+        s = pipit__err(PIPIT_STATUS_RUNTIME, "rank %d: message from rank %d has %zu bytes, expected %zu", dst,
                        src, m->n, n);
     else
         memcpy(data, m->data, n);
@@ -145,7 +170,14 @@ static void local_free(pipit__transport *tt) {
     pipit__free(t);
 }
 
-static const pipit__transport_i local_vt = {local_send, local_recv, local_abort, local_reset, local_free};
+/* One process: every rank's memory is here, nothing to broadcast. */
+static pipit_status local_bcast(pipit__transport *tt, int root, void *data, size_t n) {
+    (void)tt, (void)root, (void)data, (void)n;
+    return PIPIT_STATUS_OK;
+}
+
+static const pipit__transport_i local_vt = {local_send, local_recv, local_abort, local_reset, local_bcast,
+                                            local_free};
 
 pipit__transport *pipit__transport_local_new(int P) {
     local_transport *t = pipit__calloc(1, sizeof *t);
@@ -157,10 +189,15 @@ pipit__transport *pipit__transport_local_new(int P) {
     }
     t->base.vt = &local_vt;
     t->P = P;
+    t->timeout = pipit__transport_timeout();
     pthread_mutex_init(&t->abort_mu, NULL);
+    pthread_condattr_t ca; /* timeouts on the monotonic clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     for (int i = 0; i < P; i++) {
         pthread_mutex_init(&t->box[i].mu, NULL);
-        pthread_cond_init(&t->box[i].cv, NULL);
+        pthread_cond_init(&t->box[i].cv, &ca);
     }
+    pthread_condattr_destroy(&ca);
     return &t->base;
 }
