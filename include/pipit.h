@@ -248,6 +248,13 @@ typedef struct {
     int remat;                  /* recompute forward inside backward */
     pipit_optimizer optimizer;  /* default: AdamW(3e-4, .9, .95, 1e-8, 0) */
     double clip_norm;           /* 0: no clipping */
+    /* Data parallelism: D replicas of the pipeline (world ranks w = d*P + p,
+     * threads of this process or one MPI process each). Replica d runs
+     * microbatches d*M .. d*M+M-1 of the step's M*D; gradients are summed
+     * over the replicas in replica order, so every replica keeps bitwise
+     * equal parameters. Default 1. */
+    int data_parallel;
+    int zero1;                  /* D > 1: optimizer state sharded over the replicas (ZeRO-1) */
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from
@@ -308,8 +315,10 @@ typedef struct {
 } pipit_metrics;
 
 /* One training step. feeds[m*nfeed .. m*nfeed+nfeed-1] are microbatch m's
- * inputs (M*nfeed entries; each input exactly once per microbatch, extra
- * names are ignored). update = 0 computes loss and grads only.
+ * inputs (M*D*nfeed entries for M microbatches and D replicas; each input
+ * exactly once per microbatch, extra names are ignored; in a multi-process
+ * job only this process's replica's entries are read, the others may hold
+ * NULL data). The loss is the mean over all M*D microbatches. update = 0 computes loss and grads only.
  * INVALID for a missing or repeated feed or an index outside what its
  * embedding or loss accepts (checked before anything runs); RUNTIME with
  * "rank k failed: ..." if a rank fails, after which the parameters may be

@@ -386,7 +386,9 @@ static void sum_uses(pipit__plan *p, pipit__emitter *e, int me, int first, int l
         } else {
             in->out = (pipit__loc){LOC_GRAD, i, 0};
         }
-        in->first = (uint8_t)(!pp->boundary && pp->norm_rank == me && !transformed(p, i));
+        /* the norm's partials on the fly, unless data parallelism or a
+         * transform changes the gradient after this sum */
+        in->first = (uint8_t)(!pp->boundary && pp->norm_rank == me && !transformed(p, i) && p->D == 1);
         in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
         if (!in->srcs) {
             e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
@@ -415,14 +417,24 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
     }
 }
 
+/* ZeRO-1 without gradient transforms: after the reduce-scatter each
+ * replica holds only its shard of the summed gradient. */
+static int sharded_grads(const pipit__plan *p) { return p->zero1 && !p->g->ngradset; }
+
 /* The global norm: each param's sum of squares is computed by one holder
- * and shared with every rank; every rank adds them in param order. */
+ * and shared with every rank; every rank adds them in param order. With
+ * sharded gradients each replica computes its shard's chunk partials and
+ * the replicas exchange them, so every replica adds the same chunks. */
 static void global_norm(pipit__plan *p, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++) {
         if (p->params[i].norm_rank != me) continue;
-        if (transformed(p, i)) { /* else GRADSUM computed it on the fly */
+        if (transformed(p, i) || p->D > 1) { /* else GRADSUM computed it on the fly */
             pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
-            if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0};
+            if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0}, a->first = (uint8_t)sharded_grads(p);
+            if (sharded_grads(p)) {
+                post(e, INS_DP_SUMSQ_SEND, i, -1, -1);
+                post(e, INS_DP_SUMSQ_RECV, i, -1, -1);
+            }
             post(e, INS_SUMSQ_FIN, i, -1, -1);
         }
         for (int q = 0; q < p->nranks; q++)
@@ -431,6 +443,38 @@ static void global_norm(pipit__plan *p, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++)
         if (p->params[i].norm_rank != me) post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
     post(e, INS_NORM, -1, -1, -1);
+}
+
+/* Data parallelism: every held param's gradient is summed over the
+ * replicas, each shard by its owner in replica order (so every replica
+ * gets the same bits), then gathered back unless ZeRO-1 keeps it sharded.
+ * All sends of a phase precede its receives, so nothing can deadlock, and
+ * the sends of later params overlap the sums of earlier ones. */
+static void dp_reduce(pipit__plan *p, pipit__emitter *e, int me) {
+    if (p->D == 1) return;
+    static const int phases[2][2] = {{INS_DP_RS_SEND, INS_DP_RS_RECV}, {INS_DP_AG_SEND, INS_DP_AG_RECV}};
+    for (int ph = 0; ph < (sharded_grads(p) ? 1 : 2); ph++)
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < p->nparams; i++)
+                if (has(p->params[i].holders, me)) post(e, phases[ph][k], i, -1, -1);
+}
+
+/* ZeRO-1: each replica updated its shard; the others receive it. */
+static void dp_gather_params(pipit__plan *p, pipit__emitter *e, int me) {
+    if (!p->zero1) return;
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < p->nparams; i++)
+            if (has(p->params[i].holders, me)) post(e, k ? INS_DP_PARAM_RECV : INS_DP_PARAM_SEND, i, -1, -1);
+}
+
+/* Every world rank learns every replica's losses: the loss rank sends its
+ * replica's at the start of the post-loop, receives come last. */
+static void loss_send(pipit__plan *p, pipit__emitter *e, int me) {
+    if (me == p->loss_rank && p->nranks * p->D > 1) post(e, INS_LOSS_SEND, -1, -1, -1);
+}
+static void loss_recv(pipit__plan *p, pipit__emitter *e, int me) {
+    (void)me;
+    for (int d = 0; d < p->D && p->nranks * p->D > 1; d++) post(e, INS_LOSS_RECV, -1, p->loss_rank, d);
 }
 
 /* User gradient transforms (pipit_set_grad): run the region, snapshot every
@@ -467,6 +511,7 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
         e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
         return;
     }
+    loss_send(p, e, me);
     /* pre-loop values first: their backward adds post-loop uses to params */
     exchange_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
     sum_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
@@ -474,10 +519,13 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
     accumulate_post(L, e, me);
     exchange_uses(p, e, me, 0, p->nparams, recv_buf);
     sum_uses(p, e, me, 0, p->nparams, recv_buf);
+    dp_reduce(p, e, me);
     transform_grads(L, e, me);
     global_norm(p, e, me);
     for (int i = 0; i < p->nparams; i++)
         if (has(p->params[i].holders, me)) post(e, INS_UPDATE, i, -1, -1);
+    dp_gather_params(p, e, me);
+    loss_recv(p, e, me);
     pipit__free(recv_buf);
 }
 
@@ -600,6 +648,7 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
     }
     if (!s) {
         memcpy(p->stage_rank, sch->stage_rank, sizeof(int) * (size_t)st.S);
+        p->loss_rank = p->stage_rank[st.stage[p->loss]];
         s = find_region_ranks(&L);
     }
     if (!s) s = find_consumers(&L);

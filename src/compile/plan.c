@@ -93,6 +93,8 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
     p->opt = *o;
     p->M = o->microbatches ? o->microbatches : 1;
     p->threads = o->threads ? o->threads : 1;
+    p->D = o->data_parallel ? o->data_parallel : 1;
+    p->zero1 = p->D > 1 && o->zero1;
     pipit_optimizer *op = &p->opt.optimizer;
     if (op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0)
         *op = pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);

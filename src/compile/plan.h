@@ -46,13 +46,26 @@ typedef enum {
     INS_NORM_SEND,/* send sumsq[param] to rank peer */
     INS_NORM_RECV,/* receive sumsq[param] from rank peer */
     INS_NORM,     /* norm = sqrt(sum of sumsq in param order); clip scale */
-    INS_UPDATE,   /* optimizer update of the rank's copy of param */
-    INS_COPY      /* out = in[0], `bytes` bytes (gradient transforms) */
+    INS_UPDATE,   /* optimizer update of the rank's copy of param (ZeRO-1: of its shard) */
+    INS_COPY,     /* out = in[0], `bytes` bytes (gradient transforms) */
+    /* data parallelism over the D replicas of this pipeline rank; each
+     * param's elements are cut into D shards of whole sum-of-squares chunks,
+     * shard k owned by replica k (runtime: pipit__dp_shard) */
+    INS_DP_RS_SEND,   /* send every shard of grad[param] but mine to its owner */
+    INS_DP_RS_RECV,   /* my shard = the replicas' shards added in replica order */
+    INS_DP_AG_SEND,   /* send my summed shard to every other replica */
+    INS_DP_AG_RECV,   /* receive every other summed shard into grad[param] */
+    INS_DP_SUMSQ_SEND,/* ZeRO-1: send my shard's chunk partials to every other replica */
+    INS_DP_SUMSQ_RECV,/* ZeRO-1: receive the other shards' chunk partials */
+    INS_DP_PARAM_SEND,/* ZeRO-1: send my updated shard of param to every other replica */
+    INS_DP_PARAM_RECV,/* ZeRO-1: receive the other updated shards */
+    INS_LOSS_SEND,    /* the loss rank: send this replica's M losses to every other world rank */
+    INS_LOSS_RECV     /* receive replica `peer`'s M losses from its loss rank `use` */
 } pipit__ins_kind;
 
 typedef struct {
     uint8_t kind;
-    uint8_t first;       /* INS_ACC: first microbatch, copy instead of add */
+    uint8_t first;       /* INS_ACC: first microbatch, copy instead of add; INS_SUMSQ: my DP shard only */
     int32_t node;        /* INS_RUN: node; INS_ACC: contribution node */
     int32_t mb;
     pipit__loc out, in[PIPIT_MAX_IN];
@@ -109,6 +122,7 @@ typedef struct {
     int32_t nbufs;
 } pipit__rank_plan;
 
+#define PIPIT_MAX_DP 64        /* data-parallel replicas */
 #define PIPIT_SUMSQ_CHUNK 16384 /* elements per partial sum: fixed, so the norm's bits never depend on threads */
 
 typedef struct {
@@ -117,6 +131,9 @@ typedef struct {
     pipit__grads gr;
     pipit_options opt;   /* with defaults applied */
     int M, threads;
+    int D;               /* data-parallel replicas (world ranks = nranks * D) */
+    int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
+    int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
     int ntargets;        /* params[nparams, ntargets): pre-loop boundary values */
     pipit__param *params;

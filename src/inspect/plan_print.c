@@ -53,6 +53,16 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     case INS_UPDATE: fprintf(f, "UPDATE %s\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_COPY: fprintf(f, "COPY  %zu bytes (gradient transform)\n", in->bytes); break;
     case INS_MARK: break;
+    case INS_DP_RS_SEND: fprintf(f, "DP    send grad(%s) shards to their owner replicas\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_RS_RECV: fprintf(f, "DP    my shard of grad(%s) = replicas' shards in replica order\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_AG_SEND: fprintf(f, "DP    send my summed shard of grad(%s) to every replica\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_AG_RECV: fprintf(f, "DP    receive the other summed shards of grad(%s)\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_SUMSQ_SEND: fprintf(f, "DP    send my shard's sumsq partials of %s\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_SUMSQ_RECV: fprintf(f, "DP    receive the other shards' sumsq partials of %s\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_PARAM_SEND: fprintf(f, "DP    send my updated shard of %s to every replica\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_DP_PARAM_RECV: fprintf(f, "DP    receive the other updated shards of %s\n", target_name(p, in->param, tb, sizeof tb)); break;
+    case INS_LOSS_SEND: fprintf(f, "SEND  this replica's losses -> every other rank\n"); break;
+    case INS_LOSS_RECV: fprintf(f, "RECV  replica %d's losses <- its rank %d\n", in->peer, in->use); break;
     }
 }
 
@@ -100,7 +110,9 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
 static const char *ins_name(int kind) {
     static const char *names[] = {"run", "accumulate", "loss", "send", "recv", "mark", "acc send", "acc recv",
                                   "grad sum", "sum of squares", "sumsq final", "norm send", "norm recv", "norm",
-                                  "optimizer update", "copy"};
+                                  "optimizer update", "copy", "dp reduce send", "dp reduce", "dp gather send",
+                                  "dp gather", "dp sumsq send", "dp sumsq recv", "dp param send", "dp param recv",
+                                  "loss send", "loss recv"};
     return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
 }
 
@@ -167,7 +179,7 @@ static cJSON *rank_json(const pipit__plan *p, int r) {
     cJSON_AddNumberToObject(o, "arena_bytes", (double)rp->arena_bytes);
     cJSON_AddNumberToObject(o, "naive_bytes", (double)rp->naive_bytes);
     cJSON_AddNumberToObject(o, "instructions", rp->n);
-    enum { NKINDS = 16 };
+    enum { NKINDS = INS_LOSS_RECV + 1 };
     int count[NKINDS] = {0};
     for (int32_t i = 0; i < rp->n; i++)
         if (rp->ins[i].kind < NKINDS) count[rp->ins[i].kind]++;

@@ -13,7 +13,8 @@ typedef struct {
     pipit_program *p;
     const pipit__rank_plan *r; /* the rank's plan */
     pipit__rank_state *rs;     /* and its memory, threads, timings */
-    const void **feed_ptrs; /* [M * ninputs] */
+    int w;                     /* world rank */
+    const void **feed_ptrs; /* [M * D * ninputs]: this replica's start at d * M */
     pipit_status status;    /* first failure on this rank (thread 0 writes) */
     char msg[1024];
 } exec_ctx;
@@ -26,7 +27,10 @@ static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
     case LOC_GRAD: return x->rs->grad_block + l->off;
     case LOC_ACC: return x->rs->acc_block + l->off;
     case LOC_SEED: return x->rs->seed;
-    case LOC_FEED: return (void *)x->feed_ptrs[(size_t)mb * (size_t)p->plan.ninputs + (size_t)l->idx];
+    case LOC_FEED: {
+        size_t global_mb = (size_t)x->rs->replica * (size_t)p->plan.M + (size_t)mb;
+        return (void *)x->feed_ptrs[global_mb * (size_t)p->plan.ninputs + (size_t)l->idx];
+    }
     case LOC_NONE: break;
     }
     return NULL;
@@ -48,66 +52,76 @@ static void resolve(const exec_ctx *x) {
     }
 }
 
-/* The loss scalar comes back to the host. */
-static void run_loss(pipit_program *p, const pipit__instr *in, const pipit__kctx *k) {
+/* The loss scalar comes back to the host, into this replica's row. */
+static void run_loss(const exec_ctx *x, const pipit__instr *in, const pipit__kctx *k) {
+    double *dst = &x->rs->losses[(size_t)x->rs->replica * (size_t)x->p->plan.M + (size_t)in->mb];
     if (k->node->dtype == PIPIT_F64) {
-        p->be->download(&p->losses[in->mb], k->in[0], sizeof(double));
+        x->p->be->download(dst, k->in[0], sizeof(double));
     } else {
         float v;
-        p->be->download(&v, k->in[0], sizeof v);
-        p->losses[in->mb] = (double)v;
+        x->p->be->download(&v, k->in[0], sizeof v);
+        *dst = (double)v;
+    }
+}
+
+/* The world rank of pipeline rank q in this rank's replica. */
+static int same_replica(const exec_ctx *x, int q) { return x->rs->replica * x->p->plan.nranks + q; }
+
+/* A receive from pipeline rank q of this replica; waiting is not busy time
+ * (and inside a task it counts as the rank's receive wait). */
+static pipit_status timed_recv(exec_ctx *x, int q, uint64_t tag, void *data, size_t n, int in_task) {
+    pipit__transport *t = x->p->transport;
+    double t0 = pipit__now();
+    pipit_status s = t->vt->recv(t, x->w, same_replica(x, q), tag, data, n);
+    double waited = pipit__now() - t0;
+    x->rs->busy -= waited;
+    if (in_task) x->rs->wait += waited;
+    return s;
+}
+
+static pipit_status send_to(exec_ctx *x, int q, uint64_t tag, const void *data, size_t n) {
+    pipit__transport *t = x->p->transport;
+    return t->vt->send(t, x->w, same_replica(x, q), tag, data, n);
+}
+
+static void mark_task(exec_ctx *x, const pipit__instr *in) {
+    pipit__rank_state *rs = x->rs;
+    double now = pipit__now() - x->p->step_t0;
+    if (in->first) {
+        rs->t_end[in->task] = now;
+        rs->busy += now - rs->t_start[in->task];
+    } else {
+        rs->t_start[in->task] = now;
     }
 }
 
 /* Communication and bookkeeping run on thread 0 of the rank's team. */
 static pipit_status run_serial(exec_ctx *x, int32_t i) {
     pipit_program *p = x->p;
-    const pipit__rank_plan *r = x->r;
     pipit__rank_state *rs = x->rs;
-    const pipit__instr *in = &r->ins[i];
+    const pipit__instr *in = &x->r->ins[i];
     const pipit__kctx *k = &rs->kc[i];
-    pipit__transport *t = p->transport;
+    uint64_t value = pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb);
+    uint64_t use = pipit__tag(PIPIT_TAG_ACC, in->param, in->use), norm = pipit__tag(PIPIT_TAG_NORM, in->param, 0);
     switch ((pipit__ins_kind)in->kind) {
-    case INS_LOSS: run_loss(p, in, k); break;
-    case INS_SEND: return t->vt->send(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb), k->in[0], in->bytes);
-    case INS_RECV: { /* time spent waiting inside a task is not busy time */
-        double t0 = pipit__now();
-        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb), k->out, in->bytes);
-        double waited = pipit__now() - t0;
-        rs->busy -= waited;
-        rs->wait += waited;
-        return s;
-    }
-    case INS_ACC_SEND:
-        return t->vt->send(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_ACC, in->param, in->use), k->in[0], in->bytes);
-    case INS_ACC_RECV: {
-        double t0 = pipit__now();
-        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_ACC, in->param, in->use), k->out, in->bytes);
-        rs->busy -= pipit__now() - t0;
-        return s;
-    }
-    case INS_SUMSQ_FIN: pipit__post_sumsq_fin(p, r->rank, in->param); break;
-    case INS_NORM_SEND:
-        return t->vt->send(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_NORM, in->param, 0), &rs->sumsq[in->param], sizeof(double));
-    case INS_NORM_RECV: {
-        double t0 = pipit__now();
-        pipit_status s = t->vt->recv(t, r->rank, in->peer, pipit__tag(PIPIT_TAG_NORM, in->param, 0), &rs->sumsq[in->param],
-                                     sizeof(double));
-        rs->busy -= pipit__now() - t0;
-        return s;
-    }
-    case INS_NORM: pipit__post_norm(p, r->rank); break;
-    case INS_MARK: {
-        double now = pipit__now() - p->step_t0;
-        if (in->first) {
-            rs->t_end[in->task] = now;
-            rs->busy += now - rs->t_start[in->task];
-        } else {
-            rs->t_start[in->task] = now;
+    case INS_LOSS: run_loss(x, in, k); break;
+    case INS_SEND: return send_to(x, in->peer, value, k->in[0], in->bytes);
+    case INS_RECV: return timed_recv(x, in->peer, value, k->out, in->bytes, 1);
+    case INS_ACC_SEND: return send_to(x, in->peer, use, k->in[0], in->bytes);
+    case INS_ACC_RECV: return timed_recv(x, in->peer, use, k->out, in->bytes, 0);
+    case INS_SUMSQ_FIN: pipit__post_sumsq_fin(p, x->w, in->param); break;
+    case INS_NORM_SEND: return send_to(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double));
+    case INS_NORM_RECV: return timed_recv(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double), 0);
+    case INS_NORM: pipit__post_norm(p, x->w); break;
+    case INS_MARK: mark_task(x, in); break;
+    default:
+        if (pipit__is_dp_instr(in->kind)) {
+            double t0 = pipit__now();
+            pipit_status s = pipit__dp_comm(p, x->w, in);
+            rs->busy -= pipit__now() - t0;
+            return s;
         }
         break;
-    }
-    default: break;
     }
     return PIPIT_STATUS_OK;
 }
@@ -116,7 +130,7 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
 static void fail_rank(exec_ctx *x, pipit_status s) {
     x->status = s;
     snprintf(x->msg, sizeof x->msg, "%s", pipit_errmsg());
-    if (x->p->transport) x->p->transport->vt->abort(x->p->transport, x->r->rank, x->msg);
+    if (x->p->transport) x->p->transport->vt->abort(x->p->transport, x->w, x->msg);
 }
 
 /* One instruction's compute on this thread's slice; communication and
@@ -130,16 +144,20 @@ static void run_instr(exec_ctx *x, int32_t i, int ith, int nth) {
     switch ((pipit__ins_kind)in->kind) {
     case INS_RUN: be->ops[k->node->op](k, ith, nth); break;
     case INS_ACC: be->accumulate((pipit_dtype)k->node->dtype, k->out, k->in[0], in->numel, in->first, ith, nth); break;
-    case INS_GRADSUM: pipit__post_gradsum(p, r->rank, in, k->out, x->rs->srcs_ptr + in->srcs_at, ith, nth); break;
-    case INS_SUMSQ: pipit__post_sumsq(p, r->rank, in->param, k->in[0], ith, nth); break;
+    case INS_GRADSUM: pipit__post_gradsum(p, x->w, in, k->out, x->rs->srcs_ptr + in->srcs_at, ith, nth); break;
+    case INS_SUMSQ: pipit__post_sumsq(p, x->w, in->param, in->first, k->in[0], ith, nth); break;
     case INS_COPY: be->copy(k->out, k->in[0], in->bytes, ith, nth); break;
     case INS_UPDATE:
-        if (p->do_update) pipit__post_update(p, r->rank, in->param, ith, nth);
+        if (p->do_update) pipit__post_update(p, x->w, in->param, ith, nth);
         break;
     default:
         if (ith == 0 && !x->status) {
             pipit_status s = run_serial(x, i);
             if (s) fail_rank(x, s);
+        }
+        if (pipit__is_dp_instr(in->kind)) { /* the compute part, once the data is here */
+            pipit__pool_barrier(x->rs->pool);
+            if (!x->status) pipit__dp_compute(p, x->w, in, ith, nth);
         }
     }
 }
@@ -153,7 +171,7 @@ static void exec_worker(void *arg, int ith, int nth) {
         if (ith == 0 && !post_start && r->ins[i].kind >= INS_ACC_SEND) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
         double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
-        if (i == x->p->fail_instr && r->rank == x->p->fail_rank) { /* test hook */
+        if (i == x->p->fail_instr && x->w == x->p->fail_rank) { /* test hook */
             if (ith == 0) fail_rank(x, pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i));
         } else {
             run_instr(x, i, ith, nth);
@@ -165,8 +183,8 @@ static void exec_worker(void *arg, int ith, int nth) {
     if (ith == 0 && post_start) rs->busy += pipit__now() - post_start;
 }
 
-pipit_status pipit__exec_rank(pipit_program *p, int rank, const void **feed_ptrs) {
-    exec_ctx x = {p, &p->plan.ranks[rank], &p->rs[rank], feed_ptrs, PIPIT_STATUS_OK, ""};
+pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
+    exec_ctx x = {p, &p->plan.ranks[w % p->plan.nranks], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, ""};
     resolve(&x);
     x.rs->busy = x.rs->wait = 0;
     pipit__pool_run(x.rs->pool, exec_worker, &x);

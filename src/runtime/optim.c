@@ -23,10 +23,10 @@ static int64_t num_chunks(const pipit__param *pp) { return (pp->numel + PIPIT_SU
 /* The per-use sums, chunk by chunk (threads take whole chunks), and, when
  * this rank computes the param's share of the norm (in->first), each
  * chunk's sum of squares while it is still in cache. */
-void pipit__post_gradsum(pipit_program *p, int rank, const pipit__instr *in, void *grad, void *const *srcs,
+void pipit__post_gradsum(pipit_program *p, int w, const pipit__instr *in, void *grad, void *const *srcs,
                          int ith, int nth) {
     const pipit__param *pp = &p->plan.params[in->param];
-    double *chunks = p->rs[rank].chunks;
+    double *chunks = p->rs[w].chunks;
     int64_t lo, hi;
     pipit__range(num_chunks(pp), ith, nth, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
@@ -36,28 +36,36 @@ void pipit__post_gradsum(pipit_program *p, int rank, const pipit__instr *in, voi
     }
 }
 
-/* Chunk c's partial sum of squares, for the chunks this thread owns. */
-void pipit__post_sumsq(pipit_program *p, int rank, int param, const void *grad, int ith, int nth) {
+/* Chunk c's partial sum of squares, for the chunks this thread owns (of
+ * this replica's data-parallel shard only, when my_shard is set). */
+void pipit__post_sumsq(pipit_program *p, int w, int param, int my_shard, const void *grad, int ith, int nth) {
     const pipit__param *pp = &p->plan.params[param];
-    double *chunks = p->rs[rank].chunks;
-    int64_t lo, hi;
-    pipit__range(num_chunks(pp), ith, nth, &lo, &hi);
+    double *chunks = p->rs[w].chunks;
+    int64_t c0 = 0, c1 = num_chunks(pp), lo, hi;
+    if (my_shard) {
+        int64_t a, b;
+        pipit__dp_shard(pp->numel, p->plan.D, p->rs[w].replica, &a, &b);
+        c0 = a / PIPIT_SUMSQ_CHUNK;
+        c1 = (b + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK;
+    }
+    pipit__range(c1 - c0, ith, nth, &lo, &hi);
+    lo += c0, hi += c0;
     for (int64_t c = lo; c < hi; c++) {
         int64_t a = c * PIPIT_SUMSQ_CHUNK, b = PIPIT_MIN(a + PIPIT_SUMSQ_CHUNK, pp->numel);
         chunks[c] = p->be->sumsq(pp->dtype, grad, a, b);
     }
 }
 
-void pipit__post_sumsq_fin(pipit_program *p, int rank, int param) {
-    pipit__rank_state *rs = &p->rs[rank];
+void pipit__post_sumsq_fin(pipit_program *p, int w, int param) {
+    pipit__rank_state *rs = &p->rs[w];
     int64_t n = num_chunks(&p->plan.params[param]);
     double s = 0;
     for (int64_t c = 0; c < n; c++) s += rs->chunks[c];
     rs->sumsq[param] = s;
 }
 
-void pipit__post_norm(pipit_program *p, int rank) {
-    pipit__rank_state *rs = &p->rs[rank];
+void pipit__post_norm(pipit_program *p, int w) {
+    pipit__rank_state *rs = &p->rs[w];
     double total = 0;
     for (int i = 0; i < p->plan.nparams; i++) total += rs->sumsq[i];
     rs->norm = sqrt(total);
@@ -76,18 +84,21 @@ static pipit__adamw_coef adamw_coefs(const pipit_program *p, const pipit__param 
     return c;
 }
 
-void pipit__post_update(pipit_program *p, int rank, int param, int ith, int nth) {
+/* The update of this thread's slice of param (with ZeRO-1, of this
+ * replica's shard, whose moments alone it keeps). */
+void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth) {
     const pipit__param *pp = &p->plan.params[param];
-    pipit__rank_state *rs = &p->rs[rank];
-    size_t off = p->plan.ranks[rank].param_off[param];
-    int64_t lo, hi;
-    pipit__range(pp->numel, ith, nth, &lo, &hi);
+    pipit__rank_state *rs = &p->rs[w];
+    size_t es = pipit__dtype_size(pp->dtype);
+    int64_t a = 0, b = pp->numel, lo, hi;
+    if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
+    pipit__range(b - a, ith, nth, &lo, &hi);
+    size_t off = p->plan.ranks[rs->prank].param_off[param] + (size_t)a * es;
+    uint8_t *wt = rs->param_block + off, *g = rs->grad_block + off;
     if (p->plan.opt.optimizer.kind == PIPIT_OPT_ADAMW) {
         pipit__adamw_coef c = adamw_coefs(p, pp, rs->clip_scale);
-        p->be->adamw(pp->dtype, &c, rs->param_block + off, rs->grad_block + off, rs->m_block + off,
-                     rs->v_block + off, lo, hi);
+        p->be->adamw(pp->dtype, &c, wt, g, rs->m_block + rs->opt_off[param], rs->v_block + rs->opt_off[param], lo, hi);
         return;
     }
-    p->be->sgd(pp->dtype, p->plan.opt.optimizer.lr, rs->clip_scale, rs->param_block + off, rs->grad_block + off,
-               lo, hi);
+    p->be->sgd(pp->dtype, p->plan.opt.optimizer.lr, rs->clip_scale, wt, g, lo, hi);
 }

@@ -3,15 +3,24 @@
  * build the plan (compile/), then instantiate it on a backend: every
  * rank's memory, its thread team and, with several ranks, the transport.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 static pipit_status check_options(const pipit_options *o) {
     if (o->microbatches < 0) return pipit__err(PIPIT_STATUS_INVALID, "microbatches must be >= 1 (got %d)", o->microbatches);
     if (o->threads < 0 || o->threads > 256) return pipit__err(PIPIT_STATUS_INVALID, "threads must be in 1..256 (got %d)", o->threads);
     if (o->clip_norm < 0) return pipit__err(PIPIT_STATUS_INVALID, "clip norm must be >= 0");
+    if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
+        return pipit__err(PIPIT_STATUS_INVALID, "data_parallel must be in 1..%d (got %d)", PIPIT_MAX_DP,
+                          o->data_parallel);
     const pipit_optimizer *op = &o->optimizer;
     if (op->lr < 0 || op->weight_decay < 0 || op->beta1 < 0 || op->beta1 >= 1 || op->beta2 < 0 ||
         op->beta2 >= 1 || op->eps < 0)
@@ -19,26 +28,50 @@ static pipit_status check_options(const pipit_options *o) {
     return PIPIT_STATUS_OK;
 }
 
-/* The loss gradient of one microbatch's loss: 1/M, since the step's loss
- * is the mean over microbatches. */
+/* The loss gradient of one microbatch's loss: 1/(M*D), since the step's
+ * loss is the mean over all microbatches of all replicas. */
 static void upload_seed(const pipit_program *p, pipit__rank_state *rs) {
-    double s64 = 1.0 / p->plan.M;
+    double s64 = 1.0 / ((double)p->plan.M * p->plan.D);
     float s32 = (float)s64;
     if (p->plan.g->nodes[p->plan.gr.seed].dtype == PIPIT_F64) p->be->upload(rs->seed, &s64, sizeof s64);
     else p->be->upload(rs->seed, &s32, sizeof s32);
 }
 
-static pipit_status alloc_rank(pipit_program *p, int r) {
-    const pipit__rank_plan *rp = &p->plan.ranks[r];
-    pipit__rank_state *rs = &p->rs[r];
+/* Where each held param's AdamW moments live: the whole param, or with
+ * ZeRO-1 only this replica's shard of it. */
+static size_t layout_moments(const pipit_program *p, pipit__rank_state *rs) {
+    const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
+    size_t bytes = 0;
+    for (int i = 0; i < p->plan.nparams; i++) {
+        const pipit__param *pp = &p->plan.params[i];
+        rs->opt_off[i] = SIZE_MAX;
+        if (rp->param_off[i] == SIZE_MAX) continue;
+        int64_t a = 0, b = pp->numel;
+        if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
+        rs->opt_off[i] = bytes;
+        bytes += ((size_t)(b - a) * pipit__dtype_size(pp->dtype) + 63) / 64 * 64;
+    }
+    return bytes;
+}
+
+static pipit_status alloc_rank(pipit_program *p, int w) {
+    pipit__rank_state *rs = &p->rs[w];
+    rs->world = w;
+    rs->prank = w % p->plan.nranks;
+    rs->replica = w / p->plan.nranks;
+    const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
     const pipit__backend *be = p->be;
+    rs->opt_off = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->opt_off);
+    size_t opt_bytes = rs->opt_off ? layout_moments(p, rs) : 0;
     rs->param_block = be->alloc(rp->param_bytes);
     rs->grad_block = be->alloc(rp->param_bytes);
-    rs->m_block = be->alloc(rp->param_bytes);
-    rs->v_block = be->alloc(rp->param_bytes);
+    rs->m_block = be->alloc(opt_bytes);
+    rs->v_block = be->alloc(opt_bytes);
     rs->acc_block = be->alloc(rp->acc_bytes);
     rs->arena = be->alloc(rp->arena_bytes);
     rs->seed = be->alloc(sizeof(double));
+    rs->dp_buf = p->plan.D > 1 ? be->alloc((size_t)p->plan.D * p->dp_shard_bytes) : NULL;
+    rs->losses = pipit__calloc((size_t)p->plan.M * (size_t)p->plan.D, sizeof *rs->losses);
     rs->srcs_ptr = pipit__calloc((size_t)PIPIT_MAX(rp->nsrcs, 1), sizeof *rs->srcs_ptr);
     rs->sumsq = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->sumsq);
     rs->chunks = pipit__calloc((size_t)PIPIT_MAX(rp->max_chunks, 1), sizeof *rs->chunks);
@@ -46,28 +79,117 @@ static pipit_status alloc_rank(pipit_program *p, int r) {
     rs->t_start = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_start);
     rs->t_end = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_end);
     rs->pool = pipit__pool_new(p->plan.threads);
-    if (!rs->param_block || !rs->grad_block || !rs->m_block || !rs->v_block || !rs->acc_block || !rs->arena || !rs->seed ||
-        !rs->srcs_ptr || !rs->sumsq || !rs->chunks || !rs->kc || !rs->t_start || !rs->t_end || !rs->pool)
+    if (!rs->opt_off || !rs->param_block || !rs->grad_block || !rs->m_block || !rs->v_block || !rs->acc_block ||
+        !rs->arena || !rs->seed || (p->plan.D > 1 && !rs->dp_buf) || !rs->losses || !rs->srcs_ptr || !rs->sumsq ||
+        !rs->chunks || !rs->kc || !rs->t_start || !rs->t_end || !rs->pool)
         return pipit__err(PIPIT_STATUS_NOMEM,
-                          "out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)", r,
+                          "out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)", w,
                           rp->param_bytes, rp->arena_bytes);
     upload_seed(p, rs);
     return PIPIT_STATUS_OK;
 }
 
+/* The largest data-parallel shard of any param, in bytes. */
+static size_t max_shard_bytes(const pipit__plan *pl) {
+    size_t m = 0;
+    for (int i = 0; pl->D > 1 && i < pl->nparams; i++) {
+        int64_t a, b;
+        pipit__dp_shard(pl->params[i].numel, pl->D, 0, &a, &b); /* shard 0 is never smaller */
+        m = PIPIT_MAX(m, (size_t)(b - a) * pipit__dtype_size(pl->params[i].dtype));
+    }
+    return (m + 63) / 64 * 64;
+}
+
+/* Which world ranks run here: all of them as threads, or under an MPI
+ * launch exactly one per process (the mesh must match the launch). */
+static pipit_status place_ranks(pipit_program *p) {
+    pipit_status s = pipit_init(NULL, NULL);
+    if (s) return s;
+    p->W = p->plan.nranks * p->plan.D;
+    int procs = pipit_process_count();
+    if (procs > 1 && procs != p->W)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "this job has %d processes, but the mesh needs P x D = %d x %d = %d world ranks (one "
+                          "process each)",
+                          procs, p->plan.nranks, p->plan.D, p->W);
+    p->procs = procs > 1 ? procs : 1;
+    p->nlocal = p->procs > 1 ? 1 : p->W;
+    p->local = pipit__calloc((size_t)p->nlocal, sizeof *p->local);
+    if (!p->local) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
+    for (int i = 0; i < p->nlocal; i++) p->local[i] = p->procs > 1 ? pipit_process_rank() : i;
+    return PIPIT_STATUS_OK;
+}
+
+/* Every tag any world rank's messages will carry, sorted and unique (the
+ * MPI transport numbers them). */
+static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *n) {
+    size_t cap = 64, k = 0;
+    uint64_t *t = pipit__malloc(cap * sizeof *t);
+    for (int r = 0; t && r < pl->nranks; r++)
+        for (int32_t i = 0; t && i < pl->ranks[r].n; i++) {
+            const pipit__instr *in = &pl->ranks[r].ins[i];
+            uint64_t one[PIPIT_MAX_DP];
+            int m = 0;
+            switch ((pipit__ins_kind)in->kind) {
+            case INS_SEND: case INS_RECV: one[m++] = pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb); break;
+            case INS_ACC_SEND: case INS_ACC_RECV: one[m++] = pipit__tag(PIPIT_TAG_ACC, in->param, in->use); break;
+            case INS_NORM_SEND: case INS_NORM_RECV: one[m++] = pipit__tag(PIPIT_TAG_NORM, in->param, 0); break;
+            case INS_DP_RS_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_REDUCE, in->param, d); break;
+            case INS_DP_AG_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_GRAD, in->param, d); break;
+            case INS_DP_PARAM_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_PARAM, in->param, d); break;
+            case INS_DP_SUMSQ_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_SUMSQ, in->param, d); break;
+            case INS_LOSS_RECV: one[m++] = pipit__tag(PIPIT_TAG_LOSS, in->peer, 0); break;
+            default: break;
+            }
+            for (int j = 0; j < m; j++) {
+                if (k == cap) {
+                    uint64_t *bigger = pipit__realloc(t, 2 * cap * sizeof *t);
+                    if (!bigger) {
+                        pipit__free(t);
+                        t = NULL;
+                        break;
+                    }
+                    t = bigger, cap *= 2;
+                }
+                t[k++] = one[j];
+            }
+        }
+    if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
+    qsort(t, k, sizeof *t, cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < k; i++)
+        if (u == 0 || t[u - 1] != t[i]) t[u++] = t[i];
+    *out = t;
+    *n = u;
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status open_transport(pipit_program *p) {
+    if (p->procs == 1) {
+        if (p->W > 1 && !(p->transport = pipit__transport_local_new(p->W)))
+            return pipit__err(PIPIT_STATUS_NOMEM, "out of memory for the transport");
+        return PIPIT_STATUS_OK;
+    }
+    uint64_t *tags = NULL;
+    size_t ntags = 0;
+    pipit_status s = message_tags(&p->plan, &tags, &ntags);
+    if (s) return s;
+    p->transport = pipit__transport_mpi_new(p->W, tags, ntags);
+    pipit__free(tags);
+    return p->transport ? PIPIT_STATUS_OK : PIPIT_STATUS_RUNTIME;
+}
+
 /* Backend memory, thread teams and the transport for a built plan. */
 static pipit_status instantiate(pipit_program *p) {
+    pipit_status s = place_ranks(p);
+    if (s) return s;
     p->be->init();
-    p->losses = pipit__calloc((size_t)p->plan.M, sizeof *p->losses);
-    p->rs = pipit__calloc((size_t)p->plan.nranks, sizeof *p->rs);
-    if (!p->losses || !p->rs) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
-    if (p->plan.nranks > 1 && !(p->transport = pipit__transport_local_new(p->plan.nranks)))
-        return pipit__err(PIPIT_STATUS_NOMEM, "out of memory for the transport");
-    for (int r = 0; r < p->plan.nranks; r++) {
-        pipit_status s = alloc_rank(p, r);
-        if (s) return s;
-    }
-    return PIPIT_STATUS_OK;
+    p->dp_shard_bytes = max_shard_bytes(&p->plan);
+    p->rs = pipit__calloc((size_t)p->W, sizeof *p->rs);
+    if (!p->rs) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
+    s = open_transport(p);
+    for (int i = 0; !s && i < p->nlocal; i++) s = alloc_rank(p, p->local[i]);
+    return s;
 }
 
 pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *opt,
@@ -97,6 +219,9 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
 }
 
 static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
+    pipit__free(rs->opt_off);
+    pipit__free(rs->losses);
+    p->be->free(rs->dp_buf);
     p->be->free(rs->param_block);
     p->be->free(rs->grad_block);
     p->be->free(rs->m_block);
@@ -115,10 +240,10 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
 
 void pipit_program_free(pipit_program *p) {
     if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return;
-    for (int r = 0; p->rs && r < p->plan.nranks; r++) free_rank(p, &p->rs[r]);
+    for (int i = 0; p->rs && i < p->nlocal; i++) free_rank(p, &p->rs[p->local[i]]);
     pipit__free(p->rs);
+    pipit__free(p->local);
     if (p->transport) p->transport->vt->free(p->transport);
-    pipit__free(p->losses);
     pipit__plan_free(&p->plan);
     p->magic = 0;
     pipit__free(p);

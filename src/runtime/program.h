@@ -12,11 +12,17 @@
 #include "compile/plan.h"
 #include "runtime/pool.h"
 
-/* One rank's running state; its plan is program->plan.ranks[rank]. */
+/* One world rank's running state: world rank w runs pipeline rank
+ * w % P of replica w / P; its plan is program->plan.ranks[w % P]. */
 typedef struct {
+    int world, prank, replica; /* w, p, d */
     uint8_t *arena;      /* backend memory, plan arena_bytes */
     void *seed;          /* backend memory: the loss gradient 1/M in the loss's dtype */
     uint8_t *param_block, *grad_block, *m_block, *v_block, *acc_block;
+    size_t *opt_off;     /* [nparams] offset of param i's AdamW moments in m/v_block (ZeRO-1: its
+                            shard only); SIZE_MAX: not held */
+    uint8_t *dp_buf;     /* data parallel: D shard-sized buffers (the other replicas' shards and the sum) */
+    double *losses;      /* [M * D] every replica's per-microbatch losses of the last step */
     pipit__kctx *kc;     /* [n] resolved kernel contexts (per step) */
     void **srcs_ptr;     /* [nsrcs] resolved pointers of every GRADSUM's per-use sums */
     pipit__pool *pool;
@@ -35,9 +41,13 @@ struct pipit_program {
     uint32_t magic;
     pipit__plan plan;
     const pipit__backend *be;
-    pipit__rank_state *rs; /* [plan.nranks] */
+    int W;               /* world ranks: plan.nranks * plan.D */
+    int procs;           /* processes: 1 (ranks are threads) or W (one MPI process each) */
+    int nlocal;          /* world ranks this process runs */
+    int *local;          /* [nlocal] their world ranks, ascending */
+    pipit__rank_state *rs; /* [W]; only the local ranks' are allocated */
+    size_t dp_shard_bytes; /* the largest shard of any param (data parallel scratch) */
     struct pipit__transport *transport;
-    double *losses;      /* [M] */
     int64_t opt_step;    /* optimizer steps taken (AdamW bias correction) */
     int do_update;       /* this step applies the optimizer */
     double step_t0;      /* wall clock at the start of the last step */
@@ -47,17 +57,40 @@ struct pipit_program {
     char errmsg[2048];
 };
 
-/* Runs one rank's instruction list; feed_ptrs[m * ninputs + i] is input i
- * of microbatch m (resolved and checked once by pipit_step). */
-pipit_status pipit__exec_rank(pipit_program *p, int rank, const void **feed_ptrs);
+/* Runs world rank w's instruction list; feed_ptrs[m * ninputs + i] is
+ * input i of the step's microbatch m (of M * D; resolved and checked once
+ * by pipit_step). */
+pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs);
+
+/* Whether world rank w runs in this process. */
+static inline int pipit__is_local(const pipit_program *p, int w) {
+    return p->procs == 1 || w == p->local[0];
+}
+
+/* Data parallelism: param elements [*a, *b) form shard k of D: whole
+ * sum-of-squares chunks, dealt as evenly as the chunk count allows (a
+ * shard may be empty). The chunks are [*a, *b) / PIPIT_SUMSQ_CHUNK. */
+static inline void pipit__dp_shard(int64_t numel, int D, int k, int64_t *a, int64_t *b) {
+    int64_t lo, hi, nchunks = (numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK;
+    pipit__range(nchunks, k, D, &lo, &hi);
+    *a = PIPIT_MIN(lo * PIPIT_SUMSQ_CHUNK, numel);
+    *b = PIPIT_MIN(hi * PIPIT_SUMSQ_CHUNK, numel);
+}
 
 /* Post-loop (runtime/optim.c): gradient sums, norm, update; run by every
  * thread of the rank. */
-void pipit__post_gradsum(pipit_program *p, int rank, const pipit__instr *in, void *grad, void *const *srcs,
+void pipit__post_gradsum(pipit_program *p, int w, const pipit__instr *in, void *grad, void *const *srcs,
                          int ith, int nth);
-void pipit__post_sumsq(pipit_program *p, int rank, int param, const void *grad, int ith, int nth);
-void pipit__post_sumsq_fin(pipit_program *p, int rank, int param);
-void pipit__post_norm(pipit_program *p, int rank);
-void pipit__post_update(pipit_program *p, int rank, int param, int ith, int nth);
+void pipit__post_sumsq(pipit_program *p, int w, int param, int my_shard, const void *grad, int ith, int nth);
+void pipit__post_sumsq_fin(pipit_program *p, int w, int param);
+void pipit__post_norm(pipit_program *p, int w);
+void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth);
+
+/* Data-parallel and loss-exchange instructions (runtime/dp.c): the
+ * communication runs on thread 0; then, after a barrier, the compute part
+ * (the reduce-scatter's sums) on every thread. */
+pipit_status pipit__dp_comm(pipit_program *p, int w, const pipit__instr *in);
+void pipit__dp_compute(pipit_program *p, int w, const pipit__instr *in, int ith, int nth);
+static inline int pipit__is_dp_instr(int kind) { return kind >= INS_DP_RS_SEND && kind <= INS_LOSS_RECV; }
 
 #endif

@@ -41,11 +41,19 @@ static const void *find_feed(const pipit_feed *f, int nfeed, const char *name, i
     return d;
 }
 
-/* Resolves every (microbatch, input) to its data once for all ranks, and
- * checks that index inputs lie within what their consumers allow. */
+/* Whether replica d's ranks run in this process. */
+static int replica_is_local(const pipit_program *p, int d) {
+    return p->procs == 1 || p->local[0] / p->plan.nranks == d;
+}
+
+/* Resolves every (microbatch, input) of the replicas run here to its data
+ * once for all ranks, and checks that index inputs lie within what their
+ * consumers allow. Microbatch j of the step (of M * D) is replica j / M's. */
 static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed, const void **ptrs) {
     if (!feeds && p->plan.ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
-    for (int m = 0; m < p->plan.M; m++) {
+    int G = p->plan.M * p->plan.D;
+    for (int m = 0; m < G; m++) {
+        if (!replica_is_local(p, m / p->plan.M)) continue;
         const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
         for (int i = 0; i < p->plan.ninputs; i++) {
             const pipit__input *in = &p->plan.inputs[i];
@@ -85,13 +93,20 @@ static void *rank_main(void *a) {
     return NULL;
 }
 
-/* Runs every rank, one thread each (the caller's thread for one rank), and
- * reports the first rank that failed by name. */
+/* Runs every world rank of this process, one thread each (the caller's
+ * thread when there is one), and reports the first rank that failed by
+ * name. */
 static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
-    if (p->plan.nranks == 1) return pipit__exec_rank(p, 0, feed_ptrs);
-    p->transport->vt->reset(p->transport);
-    rank_run *rr = pipit__calloc((size_t)p->plan.nranks, sizeof *rr);
-    pthread_t *th = pipit__calloc((size_t)p->plan.nranks, sizeof *th);
+    if (p->transport) p->transport->vt->reset(p->transport);
+    if (p->nlocal == 1) {
+        pipit_status s = pipit__exec_rank(p, p->local[0], feed_ptrs);
+        if (s && p->W > 1 && !strstr(pipit_errmsg(), "failed: ")) /* name the rank, as the threads below do */
+            s = pipit__err(s, "rank %d failed: %s", p->local[0], pipit_errmsg());
+        return s;
+    }
+    int n = p->nlocal;
+    rank_run *rr = pipit__calloc((size_t)n, sizeof *rr);
+    pthread_t *th = pipit__calloc((size_t)n, sizeof *th);
     if (!rr || !th) {
         pipit__free(rr);
         pipit__free(th);
@@ -99,11 +114,11 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     }
     int started = 0;
     pipit_status s = PIPIT_STATUS_OK;
-    for (int q = 0; q < p->plan.nranks; q++, started++) {
-        rr[q] = (rank_run){p, q, feed_ptrs, PIPIT_STATUS_OK, ""};
+    for (int q = 0; q < n; q++, started++) {
+        rr[q] = (rank_run){p, p->local[q], feed_ptrs, PIPIT_STATUS_OK, ""};
         if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
-            s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", q);
-            p->transport->vt->abort(p->transport, q, "thread not started");
+            s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", p->local[q]);
+            p->transport->vt->abort(p->transport, p->local[q], "thread not started");
             break;
         }
     }
@@ -111,7 +126,8 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     /* Report the rank that failed first on its own, not one that stopped
      * because of it ("rank 1 failed: ..." is already in its message). */
     for (int q = 0; !s && q < started; q++)
-        if (rr[q].status && !strstr(rr[q].msg, "failed: ")) s = pipit__err(rr[q].status, "rank %d failed: %s", q, rr[q].msg);
+        if (rr[q].status && !strstr(rr[q].msg, "failed: "))
+            s = pipit__err(rr[q].status, "rank %d failed: %s", rr[q].rank, rr[q].msg);
     for (int q = 0; !s && q < started; q++)
         if (rr[q].status) s = pipit__err(rr[q].status, "%s", rr[q].msg);
     pipit__free(rr);
@@ -119,12 +135,30 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     return s;
 }
 
+/* The step's metrics from this process's ranks; every rank has every
+ * replica's losses and the same norm. */
+static void fill_metrics(const pipit_program *p, double t0, double loss, pipit_metrics *m) {
+    const pipit__rank_state *first = &p->rs[p->local[0]];
+    m->loss = loss;
+    m->grad_norm = first->norm;
+    m->ms = (pipit__now() - t0) * 1e3;
+    m->peak_bytes = 0;
+    double busy = 0;
+    for (int i = 0; i < p->nlocal; i++) {
+        int w = p->local[i];
+        m->peak_bytes = PIPIT_MAX(m->peak_bytes, p->plan.ranks[w % p->plan.nranks].arena_bytes);
+        busy += p->rs[w].busy;
+    }
+    m->bubble = p->step_wall > 0 ? 1.0 - busy / (p->nlocal * p->step_wall) : 0;
+}
+
 pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, int update,
                         pipit_metrics *metrics) {
     pipit_status s = check_program(p);
     if (s) return s;
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
-    const void **ptrs = pipit__malloc(sizeof *ptrs * (size_t)p->plan.M * (size_t)PIPIT_MAX(p->plan.ninputs, 1));
+    size_t nptrs = (size_t)p->plan.M * (size_t)p->plan.D * (size_t)PIPIT_MAX(p->plan.ninputs, 1);
+    const void **ptrs = pipit__calloc(nptrs, sizeof *ptrs);
     if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));
     s = resolve_feeds(p, feeds, nfeed, ptrs);
     if (s) {
@@ -142,22 +176,12 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
         if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
         return fail(p, s);
     }
+    /* the mean over the M * D microbatches, added in the step's order */
+    int G = p->plan.M * p->plan.D;
     double loss = 0;
-    for (int m = 0; m < p->plan.M; m++) loss += p->losses[m];
-    loss /= p->plan.M;
-    double norm = p->rs[0].norm;
-    if (metrics) {
-        metrics->loss = loss;
-        metrics->grad_norm = norm;
-        metrics->ms = (pipit__now() - t0) * 1e3;
-        metrics->peak_bytes = 0;
-        double busy = 0;
-        for (int r = 0; r < p->plan.nranks; r++) {
-            metrics->peak_bytes = PIPIT_MAX(metrics->peak_bytes, p->plan.ranks[r].arena_bytes);
-            busy += p->rs[r].busy;
-        }
-        metrics->bubble = p->step_wall > 0 ? 1.0 - busy / (p->plan.nranks * p->step_wall) : 0;
-    }
+    for (int m = 0; m < G; m++) loss += p->rs[p->local[0]].losses[m];
+    loss /= G;
+    if (metrics) fill_metrics(p, t0, loss, metrics);
     if (!isfinite(loss))
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower learning rate)", loss));
     return PIPIT_STATUS_OK;
@@ -205,7 +229,9 @@ static pipit_status copy_param(const pipit_program *p, const char *name, size_t 
 }
 
 /* Reads a param, its last gradient or its optimizer state from the copy of
- * the holder that computes its norm (all copies are bitwise equal). */
+ * the holder that computes its norm (all copies are bitwise equal); what
+ * ZeRO-1 shards over the replicas (the moments, and the gradient unless a
+ * transform gathered it) comes shard by shard from each replica. */
 enum { BLOCK_PARAM, BLOCK_GRAD, BLOCK_M, BLOCK_V };
 
 static uint8_t *block_of(const pipit__rank_state *r, int which) {
@@ -217,22 +243,66 @@ static uint8_t *block_of(const pipit__rank_state *r, int which) {
     return r->param_block;
 }
 
+/* Where param i's element `a` of `which` lives on world rank w. */
+static const uint8_t *element_at(const pipit_program *p, int w, int i, int which, int64_t a) {
+    const pipit__rank_state *rs = &p->rs[w];
+    size_t es = pipit__dtype_size(p->plan.params[i].dtype);
+    if (which == BLOCK_M || which == BLOCK_V) {
+        int64_t first = 0, end;
+        if (p->plan.zero1) pipit__dp_shard(p->plan.params[i].numel, p->plan.D, rs->replica, &first, &end);
+        return block_of(rs, which) + rs->opt_off[i] + (size_t)(a - first) * es;
+    }
+    return block_of(rs, which) + p->plan.ranks[w % p->plan.nranks].param_off[i] + (size_t)a * es;
+}
+
+/* n bytes from world rank w to `dst` on every process: a copy when w runs
+ * here, else (MPI) a broadcast from its process, which every process joins. */
+static pipit_status fetch(const pipit_program *p, int w, const uint8_t *src, void *dst, size_t n) {
+    if (pipit__is_local(p, w)) p->be->download(dst, src, n);
+    if (p->procs == 1) return PIPIT_STATUS_OK;
+    return p->transport->vt->bcast(p->transport, w, dst, n);
+}
+
+static int sharded(const pipit_program *p, int which) {
+    if (!p->plan.zero1) return 0;
+    return which == BLOCK_M || which == BLOCK_V || (which == BLOCK_GRAD && !p->plan.g->ngradset);
+}
+
 static pipit_status read_param(const pipit_program *p, const char *name, void *data, size_t nbytes, int which) {
     int i;
     pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    int q = p->plan.params[i].norm_rank;
-    p->be->download(data, block_of(&p->rs[q], which) + p->plan.ranks[q].param_off[i], nbytes);
-    return PIPIT_STATUS_OK;
+    const pipit__param *pp = &p->plan.params[i];
+    int q = pp->norm_rank, D = sharded(p, which) ? p->plan.D : 1;
+    size_t es = pipit__dtype_size(pp->dtype);
+    for (int d = 0; !s && d < D; d++) { /* replica d holds shard d (all of it when not sharded) */
+        int64_t a = 0, b = pp->numel;
+        if (D > 1) pipit__dp_shard(pp->numel, D, d, &a, &b);
+        if (b <= a) continue;
+        int w = d * p->plan.nranks + q;
+        const uint8_t *src = pipit__is_local(p, w) ? element_at(p, w, i, which, a) : NULL;
+        s = fetch(p, w, src, (uint8_t *)data + (size_t)a * es, (size_t)(b - a) * es);
+    }
+    return s;
 }
 
+/* Every holder this process runs gets the same bytes (with ZeRO-1 the
+ * moments of its shard), so the copies start (and stay) equal. */
 static pipit_status write_param(pipit_program *p, const char *name, const void *data, size_t nbytes, int which) {
     int i;
     pipit_status s = copy_param(p, name, nbytes, &i);
     if (s) return s;
-    for (int q = 0; q < p->plan.nranks; q++)
-        if (p->plan.params[i].holders >> q & 1)
-            p->be->upload(block_of(&p->rs[q], which) + p->plan.ranks[q].param_off[i], data, nbytes);
+    const pipit__param *pp = &p->plan.params[i];
+    size_t es = pipit__dtype_size(pp->dtype);
+    for (int k = 0; k < p->nlocal; k++) {
+        int w = p->local[k];
+        if (!(pp->holders >> (w % p->plan.nranks) & 1)) continue;
+        int64_t a = 0, b = pp->numel;
+        if (sharded(p, which)) pipit__dp_shard(pp->numel, p->plan.D, p->rs[w].replica, &a, &b);
+        if (b > a)
+            p->be->upload((uint8_t *)element_at(p, w, i, which, a), (const uint8_t *)data + (size_t)a * es,
+                          (size_t)(b - a) * es);
+    }
     return PIPIT_STATUS_OK;
 }
 
