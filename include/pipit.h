@@ -270,7 +270,11 @@ PIPIT_API pipit_status pipit_compile(pipit_graph *g, pipit_val loss,
 PIPIT_API void pipit_program_free(pipit_program *p);
 PIPIT_API const char *pipit_program_errmsg(const pipit_program *p);
 
-/* Parameters, addressed by name. Data is copied in / out (f32 row-major). */
+/* Parameters, addressed by name. Data is copied in / out (f32 row-major).
+ * In a multi-process (MPI) job the get_* calls below are collective: every
+ * process calls them in the same order and every process receives the
+ * data from the rank that holds it; set_* write the copies this process's
+ * ranks hold (pass the same data everywhere). */
 PIPIT_API int pipit_program_num_params(const pipit_program *p);
 PIPIT_API const char *pipit_program_param_name(const pipit_program *p, int i);
 PIPIT_API pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
@@ -333,8 +337,10 @@ PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int
  * pipit_program_print_profile (pipit_inspect.h). */
 PIPIT_API pipit_status pipit_program_set_profile(pipit_program *p, int on);
 
-/* The last step as measured, per rank (src/runtime/program_query.c).
- * Times are seconds from the start of the step. */
+/* The last step as measured, per world rank (src/runtime/program_query.c).
+ * Times are seconds from the start of the step. num_ranks is the number of
+ * world ranks, P x D; this process ran pipit_process_count() == 1 ? all of
+ * them : only rank pipit_process_rank(). */
 PIPIT_API int pipit_program_num_ranks(const pipit_program *p);
 /* Wall time of the last step (thread start to join: the microbatch loop
  * and the post-loop), in seconds; 0 before the first step. */
@@ -351,13 +357,14 @@ typedef struct {
                                  and gradients inside tasks (the loop) */
 } pipit_rank_step;
 
-/* Fills *out for rank 0 <= rank < pipit_program_num_ranks(p). The arrays
- * are owned by the program and overwritten by the next pipit_step. */
+/* Fills *out for a world rank this process ran (INVALID for another
+ * process's). The arrays are owned by the program and overwritten by the
+ * next pipit_step. */
 PIPIT_API pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_rank_step *out);
 
 /* Writes the last step as a Chrome / Perfetto trace (JSON, one track per
- * rank, one slice per task), or as an SVG timeline when `path` ends in
- * ".svg"; atomically. PIPIT_STATUS_IO on failure. */
+ * world rank this process ran, one slice per task), or as an SVG timeline
+ * when `path` ends in ".svg"; atomically. PIPIT_STATUS_IO on failure. */
 PIPIT_API pipit_status pipit_program_write_trace(const pipit_program *p, const char *path);
 
 #ifdef __cplusplus

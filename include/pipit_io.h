@@ -22,7 +22,11 @@ typedef struct pipit_checkpoint pipit_checkpoint;
 
 /* Writes every param (f32, or f64 as declared) to a safetensors file,
  * atomically (tmp file, fsync, rename). meta: NULL-terminated key, value,
- * key, value, ... list stored in "__metadata__", or NULL. */
+ * key, value, ... list stored in "__metadata__", or NULL. In a
+ * multi-process (MPI) job this is collective: every process calls it (the
+ * params are gathered from their holders) and process 0 writes the file.
+ * The same holds for pipit_optimizer_save; loads read the file on every
+ * process, each setting the params its ranks hold. */
 PIPIT_API pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path,
                                              const char *const *meta);
 /* Sets every param from the file, by name: a missing tensor, or one whose

@@ -2,6 +2,7 @@
  * flags.c — see flags.h. The only place besides main() that calls exit().
  */
 #include "flags.h"
+#include "pipit.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,7 +14,10 @@
 void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "pipit: ");
+    if (pipit_process_count() > 1) /* say which process of an MPI job speaks */
+        fprintf(stderr, "pipit (process %d of %d): ", pipit_process_rank(), pipit_process_count());
+    else
+        fprintf(stderr, "pipit: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);

@@ -23,7 +23,7 @@ static void check_status(pipit_status s, const char *what) {
 typedef struct {
     const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace, *init_opt, *save_opt;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
-    int pp, virt, remat, batches, profile, verbose;
+    int pp, virt, remat, batches, profile, verbose, dp, zero1;
     double lr, wd, beta1, beta2, eps, clip;
     uint64_t seed;
 } opts;
@@ -121,6 +121,8 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3 | IGN, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
         {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
+        {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
+        {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
         {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
@@ -154,6 +156,7 @@ static void default_opts(opts *o) {
     o->seed = 1;
     o->threads = 1;
     o->pp = 1;
+    o->dp = 1;
     o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules and DualPipeV) */
     o->steps = -1;
 }
@@ -198,6 +201,8 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("microbatches", M);
     check_positive("threads", o->threads);
     check_positive("pp", o->pp);
+    check_positive("dp", o->dp);
+    if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
     int sP = pipit_schedule_ranks(s->sched), sS = pipit_schedule_stages(s->sched),
@@ -222,7 +227,8 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_val loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
-                        .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip};
+                        .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
+                        .data_parallel = o->dp, .zero1 = o->zero1};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
     if (s->ckpt) check_status(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
@@ -272,26 +278,33 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         else check_status(pipit_schedule_load(o.schedule, &s.sched), "--schedule");
     }
     open_model(&s, &o, &c, o.microbatches);
+    if (plan && pipit_process_rank() != 0) {
+        close_session(&s);
+        return 0;
+    }
     if (plan) {
         if (o.json) check_status(pipit_program_write_plan_json(stdout, s.p), "plan");
         else check_status(pipit_program_print_plan(stdout, s.p, o.verbose), "plan");
         close_session(&s);
         return 0;
     }
-    int B = o.micro_batch, T = o.ctx, M = o.microbatches;
-    mb_buf *bufs = calloc((size_t)M, sizeof *bufs);
-    pipit_feed *feeds = calloc((size_t)M * 3, sizeof *feeds);
+    /* a step's global batch: G = M * D microbatches of B sequences, replica d
+     * taking microbatches d*M .. d*M+M-1 */
+    int B = o.micro_batch, T = o.ctx, M = o.microbatches, G = M * o.dp;
+    int speaker = pipit_process_rank() == 0; /* one process prints */
+    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
+    pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
     if (!bufs || !feeds) die("out of memory");
-    for (int m = 0; m < M; m++) {
+    for (int m = 0; m < G; m++) {
         bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
         bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
         bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
         if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
     }
     if (o.profile) check_status(pipit_program_set_profile(s.p, 1), "--profile");
-    if (!o.json)
+    if (!o.json && speaker) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
-               "%d thread(s) per rank\n",
+               "%d thread(s) per rank",
                s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
                s.cfg.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
                s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
@@ -299,6 +312,10 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
                               : o.schedule)
                        : "",
                o.threads);
+        if (o.dp > 1) printf("; x %d data-parallel replicas%s", o.dp, o.zero1 ? " (ZeRO-1)" : "");
+        if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
+        printf("\n");
+    }
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
     int64_t first_step = 0; /* a resumed run continues the data stream where it stopped */
     if (o.init_opt) {
@@ -306,20 +323,20 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         check_status(pipit_optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
     }
     for (int step = (int)first_step; step < (int)first_step + o.steps; step++) {
-        for (int m = 0; m < M; m++)
-            fill_microbatch(s.data, &s.cfg, ((int64_t)step * M + m) * B, &bufs[m], feeds + 3 * m);
+        for (int m = 0; m < G; m++)
+            fill_microbatch(s.data, &s.cfg, ((int64_t)step * G + m) * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %d: %s", step, pipit_program_errmsg(s.p));
-        print_step(&o, step, &met, (double)B * T * M, flops);
+        if (speaker) print_step(&o, step, &met, (double)B * T * G, flops);
         if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
-    if (o.save) save_checkpoint(s.p, &s.cfg, o.save);
+    if (o.save) save_checkpoint(s.p, &s.cfg, o.save); /* collective under MPI: process 0 writes */
     if (o.save_opt) check_status(pipit_optimizer_save(s.p, o.save_opt, first_step + o.steps), "--save-optimizer");
-    if (o.trace) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
-    if (o.profile) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
-    for (int m = 0; m < M; m++) {
+    if (o.trace && speaker) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
+    if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
+    for (int m = 0; m < G; m++) {
         free(bufs[m].tok);
         free(bufs[m].tgt);
         free(bufs[m].pos);
@@ -397,9 +414,15 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (strcmp(cmd, "train") == 0) return cmd_train_or_plan(argc - 2, argv + 2, 0);
-    if (strcmp(cmd, "plan") == 0) return cmd_train_or_plan(argc - 2, argv + 2, 1);
-    if (strcmp(cmd, "eval") == 0) return cmd_eval(argc - 2, argv + 2);
+    int rc = -1;
+    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "plan") == 0 || strcmp(cmd, "eval") == 0) {
+        /* under mpirun each process runs one world rank */
+        if (pipit_init(&argc, &argv)) die("%s", pipit_errmsg());
+        if (strcmp(cmd, "eval") == 0) rc = cmd_eval(argc - 2, argv + 2);
+        else rc = cmd_train_or_plan(argc - 2, argv + 2, strcmp(cmd, "plan") == 0);
+        pipit_finalize();
+        return rc;
+    }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
     fprintf(stderr, "pipit: unknown command '%s'\n", cmd);
     usage(stderr);

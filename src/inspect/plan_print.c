@@ -117,7 +117,8 @@ static const char *ins_name(int kind) {
 }
 
 void pipit__profile_print(FILE *f, const pipit_program *p) {
-    for (int r = 0; r < p->plan.nranks; r++) {
+    for (int i = 0; i < p->nlocal; i++) {
+        int r = p->local[i];
         const pipit__rank_state *rp = &p->rs[r];
         double total = 0;
         for (int k = 0; k < PIPIT_OP_COUNT + 32; k++) total += rp->prof[k];

@@ -21,11 +21,12 @@ static const char *kind_name(int k) {
 static int write_events(FILE *f, const pipit_program *p) {
     fprintf(f, "{\"traceEvents\":[\n");
     int first = 1;
-    for (int r = 0; r < p->plan.nranks; r++) {
+    for (int i = 0; i < p->nlocal; i++) { /* the world ranks this process ran */
+        int r = p->local[i];
         fprintf(f, "%s{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"rank %d\"}}",
                 first ? "" : ",\n", r, r);
         first = 0;
-        const pipit__rank_plan *rp = &p->plan.ranks[r];
+        const pipit__rank_plan *rp = &p->plan.ranks[r % p->plan.nranks];
         const pipit__rank_state *rs = &p->rs[r];
         for (int t = 0; t < rp->ntasks; t++) {
             char name[32];
@@ -50,17 +51,19 @@ pipit_status pipit_program_write_trace(const pipit_program *p, const char *path)
     size_t n = strlen(path);
     int bad = 0;
     if (n > 4 && strcmp(path + n - 4, ".svg") == 0) { /* an SVG timeline instead of JSON */
-        int *nt = pipit__calloc((size_t)p->plan.nranks, sizeof *nt);
-        pipit_task **tk = pipit__calloc((size_t)p->plan.nranks, sizeof *tk);
-        double **st = pipit__calloc((size_t)p->plan.nranks, sizeof *st), **en = pipit__calloc((size_t)p->plan.nranks, sizeof *en);
+        size_t n_ = (size_t)p->nlocal;
+        int *nt = pipit__calloc(n_, sizeof *nt);
+        pipit_task **tk = pipit__calloc(n_, sizeof *tk);
+        double **st = pipit__calloc(n_, sizeof *st), **en = pipit__calloc(n_, sizeof *en);
         if (nt && tk && st && en) {
-            for (int r = 0; r < p->plan.nranks; r++) {
-                nt[r] = p->plan.ranks[r].ntasks;
-                tk[r] = p->plan.ranks[r].tasks;
-                st[r] = p->rs[r].t_start;
-                en[r] = p->rs[r].t_end;
+            for (int i = 0; i < p->nlocal; i++) {
+                int r = p->local[i];
+                nt[i] = p->plan.ranks[r % p->plan.nranks].ntasks;
+                tk[i] = p->plan.ranks[r % p->plan.nranks].tasks;
+                st[i] = p->rs[r].t_start;
+                en[i] = p->rs[r].t_end;
             }
-            pipit__timeline_svg(f, "pipit step (measured, seconds)", p->plan.nranks, nt, tk, st, en);
+            pipit__timeline_svg(f, "pipit step (measured, seconds)", p->nlocal, nt, tk, st, en);
         } else {
             bad = 1;
         }

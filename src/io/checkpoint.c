@@ -50,7 +50,8 @@ pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, con
             else s = pipit_program_get_param(p, name, buf, t[i].nbytes);
         }
     }
-    if (!s) s = pipit__st_write(path, t, n, meta);
+    /* every process took part in the gathers; one writes the file */
+    if (!s && pipit_process_rank() == 0) s = pipit__st_write(path, t, n, meta);
     for (int i = 0; i < made && i < n; i++) pipit__free((void *)t[i].data);
     pipit__free(t);
     return s;
@@ -218,7 +219,7 @@ pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int6
     snprintf(steps, sizeof steps, "%lld", (long long)pipit_program_opt_steps(p));
     snprintf(next, sizeof next, "%lld", (long long)next_step);
     const char *meta[] = {"format", "pipit-optimizer", "opt_steps", steps, "next_step", next, NULL};
-    if (!s) s = pipit__st_write(path, t, 2 * n, meta);
+    if (!s && pipit_process_rank() == 0) s = pipit__st_write(path, t, 2 * n, meta);
     for (int i = 0; i < made && i < 2 * n; i++) {
         pipit__free(t[i].name);
         pipit__free((void *)t[i].data);

@@ -51,11 +51,11 @@ pipit_status pipit_program_set_profile(pipit_program *p, int on) {
     if (s) return s;
     p->profile = on != 0;
     if (on)
-        for (int r = 0; r < p->plan.nranks; r++) memset(p->rs[r].prof, 0, sizeof p->rs[r].prof);
+        for (int i = 0; i < p->nlocal; i++) memset(p->rs[p->local[i]].prof, 0, sizeof p->rs[p->local[i]].prof);
     return PIPIT_STATUS_OK;
 }
 
-int pipit_program_num_ranks(const pipit_program *p) { return check(p, __func__) ? 0 : p->plan.nranks; }
+int pipit_program_num_ranks(const pipit_program *p) { return check(p, __func__) ? 0 : p->W; }
 
 double pipit_program_step_wall(const pipit_program *p) { return check(p, __func__) ? 0 : p->step_wall; }
 
@@ -63,9 +63,12 @@ pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_ran
     pipit_status s = check(p, __func__);
     if (s) return s;
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
-    if (rank < 0 || rank >= p->plan.nranks)
-        return pipit__err(PIPIT_STATUS_INVALID, "program: rank %d out of range [0, %d)", rank, p->plan.nranks);
-    const pipit__rank_plan *r = &p->plan.ranks[rank];
+    if (rank < 0 || rank >= p->W)
+        return pipit__err(PIPIT_STATUS_INVALID, "program: rank %d out of range [0, %d)", rank, p->W);
+    if (!pipit__is_local(p, rank))
+        return pipit__err(PIPIT_STATUS_INVALID, "program: rank %d runs in another process (this one runs rank %d)",
+                          rank, p->local[0]);
+    const pipit__rank_plan *r = &p->plan.ranks[rank % p->plan.nranks];
     const pipit__rank_state *rs = &p->rs[rank];
     *out = (pipit_rank_step){r->ntasks, r->tasks, rs->t_start, rs->t_end, rs->busy, rs->wait};
     return PIPIT_STATUS_OK;
