@@ -1,0 +1,288 @@
+/*
+ * test_dp.c — data parallelism (P x D world ranks on threads):
+ *   - for every schedule the mesh P x D gives the same bits as P = 1 with the
+ *     same D (the pipeline never changes a bit, and the replicas' sum has a
+ *     fixed order);
+ *   - D replicas of M microbatches match one rank running all M * D: the
+ *     gradients differ only by the order of one sum, to 1e-6 relative, and
+ *     the losses of the first step are equal;
+ *   - ZeRO-1 equals the unsharded run bit for bit (params, gradients and
+ *     the AdamW moments gathered from the shards), also with a gradient
+ *     transform, and its moments load back into any layout;
+ *   - bad meshes are refused by name.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "pipit_gpt2.h"
+#include "test.h"
+
+enum { TV = 64, TT = 8, TL = 8, TH = 2, TC = 16, TB = 2, STEPS = 3 };
+
+typedef struct {
+    int n;
+    char **names;
+    float **param, **grad, **m, **v;
+    size_t *bytes;
+    double losses[STEPS];
+} snapshot;
+
+typedef struct {
+    pipit_schedule *sch;
+    int stages, M, D, zero1, sgd, transform;
+} run_cfg;
+
+/* Microbatch j of step `step` of the global batch (M * D of them). */
+static void fill_feeds(int G, int step, int32_t *buf, pipit_feed *feeds) {
+    for (int m = 0; m < G; m++) {
+        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
+        for (int i = 0; i < TB * TT; i++) {
+            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
+            tgt[i] = (tok[i] * 3 + 1) % TV;
+            pos[i] = i % TT;
+        }
+        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok};
+        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt};
+        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos};
+    }
+}
+
+static float *copy_out(pipit_program *p, const char *name, size_t bytes, int what) {
+    float *d = malloc(bytes);
+    pipit_status s = what == 0   ? pipit_program_get_param(p, name, d, bytes)
+                     : what == 1 ? pipit_program_get_grad(p, name, d, bytes)
+                                 : pipit_program_get_opt_state(p, name, what - 2, d, bytes);
+    if (s) fprintf(stderr, "copy out %s (%d): %s\n", name, what, pipit_errmsg());
+    return d;
+}
+
+static void take_snapshot(pipit_program *p, snapshot *snap) {
+    snap->n = pipit_program_num_params(p);
+    snap->names = calloc((size_t)snap->n, sizeof(char *));
+    snap->param = calloc((size_t)snap->n, sizeof(float *));
+    snap->grad = calloc((size_t)snap->n, sizeof(float *));
+    snap->m = calloc((size_t)snap->n, sizeof(float *));
+    snap->v = calloc((size_t)snap->n, sizeof(float *));
+    snap->bytes = calloc((size_t)snap->n, sizeof(size_t));
+    for (int i = 0; i < snap->n; i++) {
+        const char *name = pipit_program_param_name(p, i);
+        int64_t numel = 0;
+        pipit_program_param_numel(p, name, &numel);
+        snap->names[i] = strdup(name);
+        snap->bytes[i] = sizeof(float) * (size_t)numel;
+        snap->param[i] = copy_out(p, name, snap->bytes[i], 0);
+        snap->grad[i] = copy_out(p, name, snap->bytes[i], 1);
+        snap->m[i] = copy_out(p, name, snap->bytes[i], 2);
+        snap->v[i] = copy_out(p, name, snap->bytes[i], 3);
+    }
+}
+
+static void snap_free(snapshot *s) {
+    for (int i = 0; i < s->n; i++) {
+        free(s->names[i]);
+        free(s->param[i]), free(s->grad[i]), free(s->m[i]), free(s->v[i]);
+    }
+    free(s->names), free(s->param), free(s->grad), free(s->m), free(s->v), free(s->bytes);
+    memset(s, 0, sizeof *s);
+}
+
+/* A gradient transform, to run the ZeRO-1 path that gathers gradients
+ * before the transforms: the tied wte (the first [V, C] value the builder
+ * makes, held by the first and the last stage) gets half its gradient. */
+static void halve_wte_grad(pipit_graph *g) {
+    for (int32_t id = 0; pipit_val_ndim((pipit_val){g, id}) > 0 || id < 8; id++) {
+        pipit_val v = {g, id};
+        if (pipit_val_ndim(v) == 2 && pipit_val_dim(v, 0) == TV && pipit_val_dim(v, 1) == TC) {
+            pipit_set_grad(g, v, pipit_scale(g, pipit_grad_of(g, v), 0.5));
+            return;
+        }
+    }
+}
+
+/* Builds, compiles and trains STEPS steps; *out keeps the program when
+ * non-NULL (the caller frees it and *gout). */
+static pipit_status train(const run_cfg *rc, snapshot *snap, pipit_program **out, pipit_graph **gout) {
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, rc->stages, PIPIT_F32};
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    if (rc->transform) halve_wte_grad(g);
+    pipit_optimizer opt = rc->sgd ? pipit_sgd(0.05) : pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1);
+    pipit_options o = {.schedule = rc->sch, .microbatches = rc->M, .optimizer = opt, .clip_norm = 0.5,
+                       .data_parallel = rc->D, .zero1 = rc->zero1};
+    pipit_program *p = NULL;
+    pipit_status s = pipit_compile(g, loss, &o, &p);
+    if (s) {
+        pipit_graph_free(g);
+        return s;
+    }
+    pipit_gpt2_init(p, &c, 7);
+    int G = rc->M * rc->D;
+    int32_t *buf = malloc(sizeof(int32_t) * 3 * TB * TT * (size_t)G);
+    pipit_feed *feeds = malloc(sizeof(pipit_feed) * 3 * (size_t)G);
+    for (int step = 0; step < STEPS && !s; step++) {
+        fill_feeds(G, step, buf, feeds);
+        pipit_metrics met;
+        s = pipit_step(p, feeds, 3, 1, &met);
+        snap->losses[step] = met.loss;
+    }
+    if (!s) take_snapshot(p, snap);
+    free(buf);
+    free(feeds);
+    if (out && !s) {
+        *out = p;
+        *gout = g;
+    } else {
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+    return s;
+}
+
+/* 1 if a and b hold the same bits everywhere (params, grads, moments, losses). */
+static int same_bits(const snapshot *a, const snapshot *b, const char *what) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++) {
+        float *const *fa[4] = {a->param, a->grad, a->m, a->v}, *const *fb[4] = {b->param, b->grad, b->m, b->v};
+        static const char *kind[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+        for (int k = 0; k < 4; k++)
+            if (memcmp(fa[k][i], fb[k][i], a->bytes[i]) != 0) {
+                fprintf(stderr, "%s: %s of %s differs\n", what, kind[k], a->names[i]);
+                return 0;
+            }
+    }
+    if (memcmp(a->losses, b->losses, sizeof a->losses) != 0) {
+        fprintf(stderr, "%s: losses differ: %.9g vs %.9g\n", what, a->losses[STEPS - 1], b->losses[STEPS - 1]);
+        return 0;
+    }
+    return 1;
+}
+
+/* Largest |a-b| over the largest |a| of each tensor, over all tensors. */
+static double rel_diff(float *const *a, float *const *b, const snapshot *s) {
+    double worst = 0;
+    for (int i = 0; i < s->n; i++) {
+        size_t n = s->bytes[i] / 4;
+        double d = 0, m = 0;
+        for (size_t k = 0; k < n; k++) {
+            d = fmax(d, fabs((double)a[i][k] - b[i][k]));
+            m = fmax(m, fabs((double)a[i][k]));
+        }
+        if (m > 0) worst = fmax(worst, d / m);
+    }
+    return worst;
+}
+
+static int schedule_v(pipit_schedule_kind k) {
+    return k == PIPIT_SCHED_INTERLEAVED_1F1B || k == PIPIT_SCHED_DUALPIPEV ? 2 : 1;
+}
+
+PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
+    static const pipit_schedule_kind kinds[] = {PIPIT_SCHED_GPIPE, PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B,
+                                                PIPIT_SCHED_ZB_H1, PIPIT_SCHED_DUALPIPEV};
+    int ran = 0;
+    for (int D = 1; D <= 2; D++) {
+        for (int P = 2; P <= 4; P += 2) {
+            int M = 2 * P;
+            snapshot ref = {0};
+            ASSERT_OK(train(&(run_cfg){NULL, 1, M, D, 0, 0, 0}, &ref, NULL, NULL));
+            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                int V = schedule_v(kinds[k]);
+                pipit_schedule *sch = NULL;
+                ASSERT_OK(pipit_schedule_build(kinds[k], P, V, M, &sch));
+                snapshot got = {0};
+                ASSERT_OK(train(&(run_cfg){sch, P * V, M, D, 0, 0, 0}, &got, NULL, NULL));
+                char what[96];
+                snprintf(what, sizeof what, "%s P=%d D=%d M=%d", pipit_schedule_kind_name(kinds[k]), P, D, M);
+                ASSERT_TRUE(same_bits(&ref, &got, what));
+                snap_free(&got);
+                pipit_schedule_free(sch);
+                ran++;
+            }
+            snap_free(&ref);
+        }
+    }
+    ASSERT_EQ_I64(ran, 20);
+}
+
+/* D replicas vs one rank over the same global batch: only the order of the
+ * microbatch sum differs ((m0 + m1) + (m2 + m3) vs ((m0 + m1) + m2) + m3). */
+PIPIT_TEST(dp_matches_single_rank_to_rounding) {
+    for (int D = 2; D <= 4; D += 2) {
+        snapshot one = {0}, dp = {0};
+        ASSERT_OK(train(&(run_cfg){NULL, 1, 2 * D, 1, 0, 1, 0}, &one, NULL, NULL)); /* SGD: linear in the gradient */
+        ASSERT_OK(train(&(run_cfg){NULL, 1, 2, D, 0, 1, 0}, &dp, NULL, NULL));
+        double dg = rel_diff(one.grad, dp.grad, &one), dparam = rel_diff(one.param, dp.param, &one);
+        fprintf(stderr, "D=%d: gradients %.3g, params %.3g relative\n", D, dg, dparam);
+        ASSERT_TRUE(dg < 1e-6);
+        ASSERT_TRUE(dparam < 1e-6);
+        ASSERT_NEAR_F64(dp.losses[0], one.losses[0], 1e-6 * fabs(one.losses[0]));
+        snap_free(&one);
+        snap_free(&dp);
+    }
+}
+
+PIPIT_TEST(dp_zero1_equals_unsharded) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 4, &sch));
+    snapshot plain = {0}, halved = {0}; /* the transform is really there */
+    ASSERT_OK(train(&(run_cfg){sch, 2, 4, 2, 0, 0, 0}, &plain, NULL, NULL));
+    ASSERT_OK(train(&(run_cfg){sch, 2, 4, 2, 0, 0, 1}, &halved, NULL, NULL));
+    ASSERT_TRUE(plain.losses[STEPS - 1] != halved.losses[STEPS - 1]);
+    snap_free(&plain), snap_free(&halved);
+    for (int transform = 0; transform < 2; transform++)
+        for (int D = 2; D <= 3; D++) {
+            snapshot full = {0}, z = {0};
+            ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 0, 0, transform}, &full, NULL, NULL));
+            ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 1, 0, transform}, &z, NULL, NULL));
+            char what[64];
+            snprintf(what, sizeof what, "zero1 D=%d transform=%d", D, transform);
+            ASSERT_TRUE(same_bits(&full, &z, what));
+            snap_free(&full);
+            snap_free(&z);
+        }
+    pipit_schedule_free(sch);
+}
+
+/* Moments read from a ZeRO-1 program (gathered from the shards) load into
+ * an unsharded one and back, and both continue with the same bits. */
+PIPIT_TEST(dp_zero1_state_moves_between_layouts) {
+    snapshot a = {0}, b = {0};
+    pipit_program *pz = NULL, *pf = NULL;
+    pipit_graph *gz = NULL, *gf = NULL;
+    ASSERT_OK(train(&(run_cfg){NULL, 1, 2, 2, 1, 0, 0}, &a, &pz, &gz));
+    /* a fresh unsharded D=2 program takes pz's params, moments and step */
+    ASSERT_OK(train(&(run_cfg){NULL, 1, 2, 2, 0, 0, 0}, &b, &pf, &gf));
+    for (int i = 0; i < a.n; i++) {
+        ASSERT_OK(pipit_program_set_param(pf, a.names[i], a.param[i], a.bytes[i]));
+        ASSERT_OK(pipit_program_set_opt_state(pf, a.names[i], 0, a.m[i], a.bytes[i]));
+        ASSERT_OK(pipit_program_set_opt_state(pf, a.names[i], 1, a.v[i], a.bytes[i]));
+    }
+    ASSERT_OK(pipit_program_set_opt_steps(pf, pipit_program_opt_steps(pz)));
+    int32_t buf[3 * TB * TT * 4];
+    pipit_feed feeds[3 * 4];
+    fill_feeds(4, 99, buf, feeds);
+    pipit_metrics mz, mf;
+    ASSERT_OK(pipit_step(pz, feeds, 3, 1, &mz));
+    ASSERT_OK(pipit_step(pf, feeds, 3, 1, &mf));
+    ASSERT_TRUE(mz.loss == mf.loss);
+    snapshot az = {0}, af = {0};
+    take_snapshot(pz, &az);
+    take_snapshot(pf, &af);
+    memcpy(az.losses, af.losses, sizeof az.losses);
+    ASSERT_TRUE(same_bits(&az, &af, "after moving the state"));
+    snap_free(&a), snap_free(&b), snap_free(&az), snap_free(&af);
+    pipit_program_free(pz), pipit_program_free(pf);
+    pipit_graph_free(gz), pipit_graph_free(gf);
+}
+
+PIPIT_TEST(dp_bad_options) {
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 1, PIPIT_F32};
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = -1}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("data_parallel");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 65}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("1..64");
+    pipit_graph_free(g);
+}
