@@ -12,7 +12,9 @@
  *   - bad meshes are refused by name.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pipit_gpt2.h"
 #include "test.h"
@@ -285,4 +287,40 @@ PIPIT_TEST(dp_bad_options) {
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 65}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("1..64");
     pipit_graph_free(g);
+}
+
+/* A rank that stops without a word (alive, silent) is reported after the
+ * timeout with its rank, on threads too, and the program refuses to run
+ * again; it is kept (a hung thread may still touch it), so the test keeps
+ * it reachable. */
+static pipit_program *hung_program;
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static pipit_graph *hung_graph;
+
+PIPIT_TEST(runtime_hung_rank_is_reported) {
+    setenv("PIPIT_TIMEOUT", "1", 1);
+    setenv("PIPIT_INJECT_HANG", "1:30", 1);
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32};
+    hung_graph = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(hung_graph, &c);
+    ASSERT_OK(pipit_compile(hung_graph, loss, &(pipit_options){.schedule = sch, .microbatches = 2}, &hung_program));
+    unsetenv("PIPIT_INJECT_HANG");
+    int32_t buf[3 * TB * TT * 2];
+    pipit_feed feeds[3 * 2];
+    fill_feeds(2, 0, buf, feeds);
+    double t0 = wall_seconds();
+    ASSERT_STATUS(pipit_step(hung_program, feeds, 3, 1, NULL), PIPIT_STATUS_RUNTIME);
+    ASSERT_MSG_HAS("rank 1 failed: no progress for 1 s");
+    ASSERT_TRUE(wall_seconds() - t0 < 10);
+    ASSERT_STATUS(pipit_step(hung_program, feeds, 3, 1, NULL), PIPIT_STATUS_RUNTIME);
+    ASSERT_MSG_HAS("can no longer run");
+    pipit_program_free(hung_program); /* does not free under the hung thread */
+    unsetenv("PIPIT_TIMEOUT");
+    pipit_schedule_free(sch);
 }

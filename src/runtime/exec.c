@@ -5,6 +5,7 @@
  * instruction with its (ith, nth), with a barrier between instructions.
  */
 #include <string.h>
+#include <time.h>
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
@@ -162,6 +163,12 @@ static void run_instr(exec_ctx *x, int32_t i, int ith, int nth) {
     }
 }
 
+/* A hung rank, for the hang-detection tests: alive, silent, forever. */
+static void pause_forever(void) {
+    struct timespec ts = {1, 0};
+    nanosleep(&ts, NULL);
+}
+
 static void exec_worker(void *arg, int ith, int nth) {
     exec_ctx *x = arg;
     const pipit__rank_plan *r = x->r;
@@ -171,7 +178,8 @@ static void exec_worker(void *arg, int ith, int nth) {
         if (ith == 0 && !post_start && r->ins[i].kind >= INS_ACC_SEND) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
         double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
-        if (i == x->p->fail_instr && x->w == x->p->fail_rank) { /* test hook */
+        if (i == x->p->fail_instr && x->w == x->p->fail_rank) { /* test hooks */
+            while (x->p->hang) pause_forever();
             if (ith == 0) fail_rank(x, pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i));
         } else {
             run_instr(x, i, ith, nth);

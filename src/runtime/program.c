@@ -3,6 +3,7 @@
  * build the plan (compile/), then instantiate it on a backend: every
  * rank's memory, its thread team and, with several ranks, the transport.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,23 @@ static pipit_status instantiate(pipit_program *p) {
     return s;
 }
 
+/* Fault injection for the failure tests of whole jobs (processes cannot be
+ * reached through the API): PIPIT_INJECT_FAILURE="w:i" makes world rank w
+ * fail at instruction i of the first step; PIPIT_INJECT_HANG="w:i" makes
+ * it stop there silently instead. */
+static void inject_faults(pipit_program *p) {
+    const char *names[2] = {"PIPIT_INJECT_FAILURE", "PIPIT_INJECT_HANG"};
+    for (int k = 0; k < 2; k++) {
+        const char *v = getenv(names[k]);
+        int w, i;
+        if (v && sscanf(v, "%d:%d", &w, &i) == 2 && w >= 0 && i >= 0) {
+            p->fail_rank = w;
+            p->fail_instr = i;
+            p->hang = k;
+        }
+    }
+}
+
 pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *opt,
                            pipit_program **out) {
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: out is NULL");
@@ -206,6 +224,7 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     if (!p) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
     p->magic = PIPIT_PROGRAM_MAGIC;
     p->fail_rank = p->fail_instr = -1;
+    inject_faults(p);
     p->be = pipit__backend_find("cpu");
     s = p->be ? pipit__plan_build(g, loss.id, opt, &p->plan) : PIPIT_STATUS_INVALID;
     if (!s) s = instantiate(p);
@@ -240,6 +259,10 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
 
 void pipit_program_free(pipit_program *p) {
     if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return;
+    if (p->broken) { /* a hung rank's thread may still use all of it: leak rather than free under it */
+        p->magic = 0;
+        return;
+    }
     for (int i = 0; p->rs && i < p->nlocal; i++) free_rank(p, &p->rs[p->local[i]]);
     pipit__free(p->rs);
     pipit__free(p->local);

@@ -53,6 +53,8 @@ struct pipit_program {
     double step_t0;      /* wall clock at the start of the last step */
     double step_wall;    /* wall time of the last step's loop (s) */
     int fail_rank, fail_instr; /* test hook: rank fails at instruction (-1 off) */
+    int hang;            /* test hook: ... or stops there without a word (a hung rank) */
+    int broken;          /* a rank hung: its thread may still run, so nothing is freed or run */
     int profile;         /* accumulate per-op times into rs[].prof */
     char errmsg[2048];
 };

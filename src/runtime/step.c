@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include <pthread.h>
+#include <time.h>
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
@@ -73,10 +74,20 @@ static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feed
     return PIPIT_STATUS_OK;
 }
 
+/* The threads of one step and how many have finished: the caller waits on
+ * this instead of joining blindly, so a rank that hangs cannot hang it. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int finished, failed;
+} step_join;
+
 typedef struct {
     pipit_program *p;
     int rank;
     const void **feed_ptrs;
+    step_join *join;
+    int done;
     pipit_status status;
     char msg[2048];
 } rank_run;
@@ -90,7 +101,40 @@ static void *rank_main(void *a) {
          * still wake the others (abort is idempotent) */
         rr->p->transport->vt->abort(rr->p->transport, rr->rank, rr->msg);
     }
+    pthread_mutex_lock(&rr->join->mu);
+    rr->done = 1;
+    rr->join->finished++;
+    rr->join->failed |= rr->status != PIPIT_STATUS_OK;
+    pthread_cond_broadcast(&rr->join->cv);
+    pthread_mutex_unlock(&rr->join->mu);
     return NULL;
+}
+
+/* Waits until every rank thread is done. Once one is, the others get the
+ * hang timeout (5 s once one has failed: the abort wakes every rank that
+ * waits for a message); a rank still running then has hung. Returns the
+ * first rank not done, or -1. */
+static int wait_ranks(step_join *j, const rank_run *rr, int n) {
+    double timeout = pipit__transport_timeout(), deadline = 0;
+    pthread_mutex_lock(&j->mu);
+    while (j->finished < n) {
+        double now = pipit__now();
+        if (j->finished > 0) {
+            double d = now + (j->failed ? PIPIT_MIN(timeout, 5.0) : timeout);
+            if (!deadline || d < deadline) deadline = d;
+        }
+        if (deadline && now >= deadline) break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L; /* re-check the deadline 10 times a second */
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    }
+    int hung = -1;
+    for (int q = 0; q < n && hung < 0; q++)
+        if (!rr[q].done) hung = q;
+    pthread_mutex_unlock(&j->mu);
+    return hung;
 }
 
 /* Runs every world rank of this process, one thread each (the caller's
@@ -107,20 +151,36 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     int n = p->nlocal;
     rank_run *rr = pipit__calloc((size_t)n, sizeof *rr);
     pthread_t *th = pipit__calloc((size_t)n, sizeof *th);
-    if (!rr || !th) {
-        pipit__free(rr);
-        pipit__free(th);
+    step_join *j = pipit__calloc(1, sizeof *j);
+    if (!rr || !th || !j) {
+        pipit__free(rr), pipit__free(th), pipit__free(j);
         return pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory");
     }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
     int started = 0;
     pipit_status s = PIPIT_STATUS_OK;
     for (int q = 0; q < n; q++, started++) {
-        rr[q] = (rank_run){p, p->local[q], feed_ptrs, PIPIT_STATUS_OK, ""};
+        rr[q] = (rank_run){p, p->local[q], feed_ptrs, j, 0, PIPIT_STATUS_OK, ""};
         if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
             s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", p->local[q]);
             p->transport->vt->abort(p->transport, p->local[q], "thread not started");
             break;
         }
+    }
+    int hung = wait_ranks(j, rr, started);
+    if (hung >= 0) {
+        /* A hung thread may still touch the program: leave it, its rank
+         * data and this step's tables alive, and refuse further steps. */
+        p->broken = 1;
+        for (int q = 0; q < started; q++) pthread_detach(th[q]);
+        pipit__free(th);
+        char first[2100] = "";
+        for (int q = 0; q < started && !first[0]; q++)
+            if (rr[q].done && rr[q].status) snprintf(first, sizeof first, " after %s", rr[q].msg);
+        return pipit__err(PIPIT_STATUS_RUNTIME,
+                          "rank %d failed: no progress for %g s (hung%s); this program can no longer run",
+                          rr[hung].rank, pipit__transport_timeout(), first);
     }
     for (int q = 0; q < started; q++) pthread_join(th[q], NULL);
     /* Report the rank that failed first on its own, not one that stopped
@@ -130,8 +190,9 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
             s = pipit__err(rr[q].status, "rank %d failed: %s", rr[q].rank, rr[q].msg);
     for (int q = 0; !s && q < started; q++)
         if (rr[q].status) s = pipit__err(rr[q].status, "%s", rr[q].msg);
-    pipit__free(rr);
-    pipit__free(th);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    pipit__free(rr), pipit__free(th), pipit__free(j);
     return s;
 }
 
@@ -156,6 +217,9 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
                         pipit_metrics *metrics) {
     pipit_status s = check_program(p);
     if (s) return s;
+    if (p->broken)
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: a rank of this program hung in an earlier step; "
+                                                        "it can no longer run (free it and compile again)"));
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
     size_t nptrs = (size_t)p->plan.M * (size_t)p->plan.D * (size_t)PIPIT_MAX(p->plan.ninputs, 1);
     const void **ptrs = pipit__calloc(nptrs, sizeof *ptrs);
@@ -170,7 +234,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     p->do_update = update != 0;
     if (update) p->opt_step++;
     s = run_ranks(p, ptrs);
-    pipit__free(ptrs);
+    if (!p->broken) pipit__free(ptrs); /* else a hung rank may still read it */
     p->step_wall = pipit__now() - t0;
     if (s) {
         if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
