@@ -14,6 +14,7 @@ static struct {
 } tests[MAX_TESTS];
 static int ntests;
 int pipit_test_failed;
+int pipit_test_skipped;
 
 void pipit_test_register(const char *name, pipit_test_fn fn) {
     if (ntests < MAX_TESTS) {
@@ -36,10 +37,14 @@ const char *pipit_test_tmpdir(void) {
 
 const char *pipit_test_srcdir(void) { return PIPIT_TEST_SRCDIR; }
 
+static int nskipped;
+
 static int run_one(int i) {
     pipit_test_failed = 0;
+    pipit_test_skipped = 0;
     tests[i].fn();
-    printf("%s %s\n", pipit_test_failed ? "FAIL" : "ok  ", tests[i].name);
+    if (pipit_test_skipped && !pipit_test_failed) nskipped++;
+    printf("%s %s\n", pipit_test_failed ? "FAIL" : pipit_test_skipped ? "skip" : "ok  ", tests[i].name);
     fflush(stdout);
     return pipit_test_failed;
 }
@@ -62,6 +67,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "no test matched\n");
         return 2;
     }
-    printf("%d passed, %d failed\n", ran - failed, failed);
-    return failed ? 1 : 0;
+    printf("%d passed, %d failed, %d skipped\n", ran - failed - nskipped, failed, nskipped);
+    if (failed) return 1;
+    return nskipped == ran ? PIPIT_TEST_SKIP_CODE : 0;
 }

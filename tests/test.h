@@ -21,6 +21,11 @@ typedef void (*pipit_test_fn)(void);
 void pipit_test_register(const char *name, pipit_test_fn fn);
 /* Set when an assertion fails; the runner returns non-zero. */
 extern int pipit_test_failed;
+/* Set by PIPIT_SKIP: the test did not apply here (e.g. not under mpirun).
+ * When every test that ran was skipped, the runner exits PIPIT_TEST_SKIP_CODE
+ * (ctest's SKIP_RETURN_CODE). */
+extern int pipit_test_skipped;
+#define PIPIT_TEST_SKIP_CODE 77
 /* Directory for scratch files of this test run (exists, writable). */
 const char *pipit_test_tmpdir(void);
 /* Directory of the source tree's tests/ (for fixtures and scripts). */
@@ -39,6 +44,15 @@ const char *pipit_test_srcdir(void);
         fprintf(stderr, __VA_ARGS__);                                        \
         fprintf(stderr, "\n");                                               \
         pipit_test_failed = 1;                                               \
+        return;                                                              \
+    } while (0)
+
+#define PIPIT_SKIP(...)                                                      \
+    do {                                                                     \
+        printf("skipped: ");                                                 \
+        printf(__VA_ARGS__);                                                 \
+        printf("\n");                                                        \
+        pipit_test_skipped = 1;                                              \
         return;                                                              \
     } while (0)
 

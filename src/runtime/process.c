@@ -1,6 +1,6 @@
 /*
  * process.c — the process layer without MPI: one process, ranks are
- * threads. (transport_mpi.c provides the MPI build's version.)
+ * threads. (process_mpi.c provides the MPI build's version.)
  */
 #include "pipit.h"
 

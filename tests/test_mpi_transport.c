@@ -1,0 +1,269 @@
+/*
+ * test_mpi_transport.c — the MPI transport, under `mpirun -np 2` (ctest:
+ * mpi_transport_vader, mpi_transport_tcp, test_mpi_netns). Run alone (one
+ * process) every test here skips (exit code 77 when only these ran).
+ * Each test creates its own transport (a collective: both processes run
+ * the tests in the same order) and frees it.
+ */
+#include <time.h>
+#include <unistd.h>
+
+#include "pipit.h"
+#include "runtime/transport.h"
+#include "test.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Two processes, or NULL (skip). MPI is finalised at exit. */
+static pipit__transport *mpi_two(const uint64_t *tags, size_t ntags) {
+    static int registered;
+    if (pipit_init(NULL, NULL) != PIPIT_STATUS_OK || pipit_process_count() != 2) return NULL;
+    if (!registered) {
+        atexit(pipit_finalize);
+        registered = 1;
+    }
+    return pipit__transport_mpi_new(2, tags, ntags);
+}
+
+#define NEED_MPI(t)                                                                  \
+    do {                                                                             \
+        if (pipit_init(NULL, NULL) != PIPIT_STATUS_OK || pipit_process_count() != 2) \
+            PIPIT_SKIP("not under mpirun -np 2");                                    \
+        if (!(t)) PIPIT_FAIL_("pipit__transport_mpi_new: %s", pipit_errmsg());       \
+    } while (0)
+
+static unsigned char pattern(size_t i, int salt) { return (unsigned char)(i * 131u + (unsigned)salt * 7u + (i >> 9)); }
+
+static int check_pattern(const unsigned char *p, size_t n, int salt) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != pattern(i, salt)) return 0;
+    return 1;
+}
+
+static void fill(unsigned char *p, size_t n, int salt) {
+    for (size_t i = 0; i < n; i++) p[i] = pattern(i, salt);
+}
+
+/* Ping-pong of several sizes (eager and rendezvous) and tags; also the
+ * message the netns test runs across emulated hosts. */
+PIPIT_TEST(mpi_transport_pingpong) {
+    static const size_t sizes[] = {0, 1, 8, 4096, 65536 + 3, 1 << 20, 8 << 20};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
+    uint64_t tags[2 * NS];
+    for (int i = 0; i < NS; i++) {
+        tags[2 * i] = pipit__tag(PIPIT_TAG_VALUE, i, 0);
+        tags[2 * i + 1] = pipit__tag(PIPIT_TAG_VALUE, i, 1);
+    }
+    pipit__transport *t = mpi_two(tags, 2 * NS);
+    NEED_MPI(t);
+    int me = pipit_process_rank(), peer = 1 - me;
+    char host[256] = "?";
+    gethostname(host, sizeof host);
+    printf("mpi_transport_pingpong: process %d of %d on %s\n", me, pipit_process_count(), host);
+    unsigned char *buf = malloc(8 << 20), *got = malloc(8 << 20);
+    ASSERT_TRUE(buf && got);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < NS; i++) {
+            size_t n = sizes[i];
+            if (me == 0) {
+                fill(buf, n, i + round);
+                ASSERT_OK(t->vt->send(t, me, peer, tags[2 * i], buf, n));
+                memset(buf, 0xee, n); /* the caller may reuse its buffer at once */
+                ASSERT_OK(t->vt->recv(t, me, peer, tags[2 * i + 1], got, n));
+                ASSERT_TRUE(check_pattern(got, n, i + round + 1));
+            } else {
+                ASSERT_OK(t->vt->recv(t, me, peer, tags[2 * i], got, n));
+                ASSERT_TRUE(check_pattern(got, n, i + round));
+                fill(buf, n, i + round + 1);
+                ASSERT_OK(t->vt->send(t, me, peer, tags[2 * i + 1], buf, n));
+            }
+        }
+    }
+    free(buf);
+    free(got);
+    t->vt->free(t);
+}
+
+/* Receives posted in the reverse order of the sends: the tags keep the
+ * messages apart. */
+PIPIT_TEST(mpi_transport_order) {
+    enum { K = 6 };
+    uint64_t tags[K];
+    for (int i = 0; i < K; i++) tags[i] = pipit__tag(i % 2 ? PIPIT_TAG_ACC : PIPIT_TAG_VALUE, 3, i);
+    /* sorted, as the runtime passes them */
+    for (int i = 1; i < K; i++)
+        for (int j = i; j > 0 && tags[j - 1] > tags[j]; j--) {
+            uint64_t x = tags[j];
+            tags[j] = tags[j - 1];
+            tags[j - 1] = x;
+        }
+    pipit__transport *t = mpi_two(tags, K);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    size_t n = 300000; /* above the eager limits: rendezvous */
+    unsigned char *buf = malloc(n);
+    ASSERT_TRUE(buf);
+    if (me == 0) {
+        for (int i = 0; i < K; i++) {
+            fill(buf, n, 10 + i);
+            ASSERT_OK(t->vt->send(t, 0, 1, tags[i], buf, n - (size_t)i));
+        }
+    } else {
+        for (int i = K - 1; i >= 0; i--) {
+            ASSERT_OK(t->vt->recv(t, 1, 0, tags[i], buf, n - (size_t)i));
+            ASSERT_TRUE(check_pattern(buf, n - (size_t)i, 10 + i));
+        }
+    }
+    unsigned char sync = 0;
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    free(buf);
+    t->vt->free(t);
+}
+
+/* A sender that goes on computing (never calls MPI) still delivers a large
+ * message: the progress thread moves it. */
+PIPIT_TEST(mpi_transport_progress) {
+    uint64_t tag = pipit__tag(PIPIT_TAG_VALUE, 0, 0);
+    pipit__transport *t = mpi_two(&tag, 1);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    size_t n = 16 << 20;
+    unsigned char *buf = malloc(n);
+    ASSERT_TRUE(buf);
+    unsigned char sync = 0;
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    if (me == 0) {
+        fill(buf, n, 5);
+        ASSERT_OK(t->vt->send(t, 0, 1, tag, buf, n));
+        double t0 = now();
+        volatile double x = 0; /* compute, no MPI calls, for 1.5 s */
+        while (now() - t0 < 1.5) x += 1.0;
+    } else {
+        double t0 = now();
+        ASSERT_OK(t->vt->recv(t, 1, 0, tag, buf, n));
+        double dt = now() - t0;
+        printf("16 MiB arrived after %.3f s while the sender computed\n", dt);
+        ASSERT_TRUE(check_pattern(buf, n, 5));
+        ASSERT_TRUE(dt < 1.0);
+    }
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    free(buf);
+    t->vt->free(t);
+}
+
+PIPIT_TEST(mpi_transport_bcast) {
+    uint64_t tag = pipit__tag(PIPIT_TAG_LOSS, 0, 0);
+    pipit__transport *t = mpi_two(&tag, 1);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    size_t n = 3 << 20;
+    unsigned char *buf = malloc(n);
+    ASSERT_TRUE(buf);
+    for (int root = 0; root < 2; root++) {
+        if (me == root)
+            fill(buf, n, 40 + root);
+        else
+            memset(buf, 0, n);
+        ASSERT_OK(t->vt->bcast(t, root, buf, n));
+        ASSERT_TRUE(check_pattern(buf, n, 40 + root));
+    }
+    free(buf);
+    t->vt->free(t);
+}
+
+PIPIT_TEST(mpi_transport_size_mismatch) {
+    uint64_t tags[2] = {pipit__tag(PIPIT_TAG_VALUE, 1, 0), pipit__tag(PIPIT_TAG_VALUE, 1, 1)};
+    pipit__transport *t = mpi_two(tags, 2);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    unsigned char buf[32];
+    if (me == 0) {
+        fill(buf, 32, 1);
+        ASSERT_OK(t->vt->send(t, 0, 1, tags[0], buf, 16)); /* too big */
+        ASSERT_OK(t->vt->send(t, 0, 1, tags[0], buf, 4));  /* too small */
+        ASSERT_OK(t->vt->send(t, 0, 1, tags[0], buf, 8));  /* right */
+        ASSERT_STATUS(t->vt->send(t, 0, 1, pipit__tag(PIPIT_TAG_NORM, 0, 0), buf, 8), PIPIT_STATUS_INTERNAL);
+        ASSERT_MSG_HAS("not in the tag table");
+    } else {
+        memset(buf, 0, sizeof buf);
+        ASSERT_STATUS(t->vt->recv(t, 1, 0, tags[0], buf, 8), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("rank 1: message from rank 0 has 16 bytes, expected 8");
+        ASSERT_TRUE(buf[9] == 0 && buf[15] == 0); /* no overrun */
+        ASSERT_STATUS(t->vt->recv(t, 1, 0, tags[0], buf, 8), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("has 4 bytes, expected 8");
+        ASSERT_OK(t->vt->recv(t, 1, 0, tags[0], buf, 8));
+        ASSERT_TRUE(check_pattern(buf, 8, 1));
+    }
+    unsigned char sync = 0;
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    t->vt->free(t);
+}
+
+/* Rank 1 fails while rank 0 waits for it: rank 0 wakes at once with rank
+ * 1's message; the abort stays (reset is a no-op). */
+PIPIT_TEST(mpi_transport_abort) {
+    uint64_t tag = pipit__tag(PIPIT_TAG_VALUE, 2, 0);
+    pipit__transport *t = mpi_two(&tag, 1);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    unsigned char sync = 0, buf[8];
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    if (me == 1) {
+        sleep_s(0.3);
+        t->vt->abort(t, 1, "boom");
+        t->vt->abort(t, 1, "second"); /* the first message wins */
+        ASSERT_STATUS(t->vt->recv(t, 1, 0, tag, buf, 8), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("rank 1 failed: boom");
+    } else {
+        double t0 = now();
+        ASSERT_STATUS(t->vt->recv(t, 0, 1, tag, buf, 8), PIPIT_STATUS_RUNTIME);
+        double dt = now() - t0;
+        ASSERT_MSG_HAS("rank 1 failed: boom");
+        printf("rank 0 woke %.3f s after it began waiting (rank 1 aborted after 0.3 s)\n", dt);
+        ASSERT_TRUE(dt < 1.3);
+        t->vt->reset(t);
+        ASSERT_STATUS(t->vt->recv(t, 0, 1, tag, buf, 8), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("rank 1 failed: boom");
+    }
+    t->vt->free(t);
+}
+
+/* Rank 0 waits for a message rank 1 never sends: with PIPIT_TIMEOUT=1 it
+ * reports the hang, and rank 1 (waiting with a long limit) hears of it. */
+PIPIT_TEST(mpi_transport_timeout) {
+    uint64_t tag = pipit__tag(PIPIT_TAG_VALUE, 4, 0);
+    if (pipit_init(NULL, NULL) != PIPIT_STATUS_OK || pipit_process_count() != 2) PIPIT_SKIP("not under mpirun -np 2");
+    int me = pipit_process_rank();
+    const char *old = getenv("PIPIT_TIMEOUT");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    setenv("PIPIT_TIMEOUT", me == 0 ? "1" : "30", 1);
+    pipit__transport *t = mpi_two(&tag, 1);
+    if (old)
+        setenv("PIPIT_TIMEOUT", saved, 1);
+    else
+        unsetenv("PIPIT_TIMEOUT");
+    NEED_MPI(t);
+    unsigned char buf[8];
+    double t0 = now();
+    if (me == 0) {
+        ASSERT_STATUS(t->vt->recv(t, 0, 1, tag, buf, 8), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("rank 0: no message from rank 1 for 1 s (hung? the limit is PIPIT_TIMEOUT)");
+    } else {
+        ASSERT_STATUS(t->vt->recv(t, 1, 0, tag, buf, 8), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("rank 0 failed: rank 0: no message from rank 1 for 1 s");
+    }
+    double dt = now() - t0;
+    printf("process %d: %s (after %.2f s)\n", me, pipit_errmsg(), dt);
+    ASSERT_TRUE(dt < 5);
+    t->vt->free(t);
+}
