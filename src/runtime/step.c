@@ -144,8 +144,11 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     if (p->transport) p->transport->vt->reset(p->transport);
     if (p->nlocal == 1) {
         pipit_status s = pipit__exec_rank(p, p->local[0], feed_ptrs);
-        if (s && p->W > 1 && !strstr(pipit_errmsg(), "failed: ")) /* name the rank, as the threads below do */
-            s = pipit__err(s, "rank %d failed: %s", p->local[0], pipit_errmsg());
+        if (s && p->W > 1 && strncmp(pipit_errmsg(), "rank ", 5) != 0) { /* name the rank, as below */
+            char msg[2048];
+            snprintf(msg, sizeof msg, "%s", pipit_errmsg());
+            s = pipit__err(s, "rank %d failed: %s", p->local[0], msg);
+        }
         return s;
     }
     int n = p->nlocal;

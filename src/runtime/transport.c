@@ -15,10 +15,3 @@ double pipit__transport_timeout(void) {
     return 300.0;
 }
 
-#ifndef PIPIT_HAVE_MPI
-pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t ntags) {
-    (void)W, (void)tags, (void)ntags;
-    pipit__err(PIPIT_STATUS_RUNTIME, "this pipit was built without MPI (configure with -DPIPIT_MPI=ON)");
-    return NULL;
-}
-#endif
