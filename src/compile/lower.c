@@ -15,6 +15,7 @@
  *
  * Every rank derives the same plan from the same inputs: it is deterministic.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "compile/emit.h"
@@ -366,6 +367,14 @@ static void exchange_uses(pipit__plan *p, pipit__emitter *e, int me, int first, 
     }
 }
 
+/* A benchmark knob (bench/mpi.sh): PIPIT_BENCH_DP_SERIAL=1 completes each
+ * param's data-parallel exchange before the next one starts, to measure
+ * what overlapping them saves. Same bits either way. */
+static int dp_serial(void) {
+    const char *v = getenv("PIPIT_BENCH_DP_SERIAL");
+    return v && strcmp(v, "1") == 0;
+}
+
 /* grad = per-use sums added in use order; a param's lands in its gradient
  * block, a pre-loop value's in a buffer bound to its gradient leaf. */
 static void sum_uses(pipit__plan *p, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
@@ -403,6 +412,9 @@ static void sum_uses(pipit__plan *p, pipit__emitter *e, int me, int first, int l
             }
         }
         if (in->first) post(e, INS_SUMSQ_FIN, i, -1, -1); /* before the next param reuses the partials */
+        /* data parallel: this param's shards leave for their owners while
+         * the next params are summed */
+        if (!pp->boundary && p->D > 1 && !dp_serial()) post(e, INS_DP_RS_SEND, i, -1, -1);
     }
 }
 
@@ -452,11 +464,22 @@ static void global_norm(pipit__plan *p, pipit__emitter *e, int me) {
  * the sends of later params overlap the sums of earlier ones. */
 static void dp_reduce(pipit__plan *p, pipit__emitter *e, int me) {
     if (p->D == 1) return;
-    static const int phases[2][2] = {{INS_DP_RS_SEND, INS_DP_RS_RECV}, {INS_DP_AG_SEND, INS_DP_AG_RECV}};
-    for (int ph = 0; ph < (sharded_grads(p) ? 1 : 2); ph++)
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < p->nparams; i++)
-                if (has(p->params[i].holders, me)) post(e, phases[ph][k], i, -1, -1);
+    int gather = !sharded_grads(p);
+    if (dp_serial()) {
+        for (int i = 0; i < p->nparams; i++) {
+            if (!has(p->params[i].holders, me)) continue;
+            post(e, INS_DP_RS_SEND, i, -1, -1);
+            post(e, INS_DP_RS_RECV, i, -1, -1);
+            if (gather) post(e, INS_DP_AG_SEND, i, -1, -1), post(e, INS_DP_AG_RECV, i, -1, -1);
+        }
+        return;
+    }
+    /* the reduce-scatter's sends went out with each GRADSUM (sum_uses) */
+    for (int i = 0; i < p->nparams; i++)
+        if (has(p->params[i].holders, me)) post(e, INS_DP_RS_RECV, i, -1, -1);
+    for (int k = 0; gather && k < 2; k++)
+        for (int i = 0; i < p->nparams; i++)
+            if (has(p->params[i].holders, me)) post(e, k ? INS_DP_AG_RECV : INS_DP_AG_SEND, i, -1, -1);
 }
 
 /* ZeRO-1: each replica updated its shard; the others receive it. */
