@@ -40,6 +40,13 @@ typedef struct pipit__backend {
     void (*init)(void);
     /* Device memory: zeroed and 64-byte aligned, NULL when out of memory. */
     void *(*alloc)(size_t bytes);
+    /* Same, but the contents are unspecified and the memory is not touched,
+     * so a program can reserve all its blocks, and only once every one of
+     * them succeeded zero them (zero: the first n bytes of a reserved or
+     * allocated block). A model that does not fit thus fails before filling
+     * any memory. Free either kind with free. */
+    void *(*reserve)(size_t bytes);
+    void (*zero)(void *ptr, size_t n);
     void (*free)(void *ptr);
     /* Host <-> device copies (feeds, losses, parameters, checkpoints). */
     void (*upload)(void *dst, const void *host, size_t n);

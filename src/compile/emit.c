@@ -225,6 +225,10 @@ pipit_status pipit__emitter_finish(pipit__emitter *e) {
     if (!s) {
         size_t peak = pipit__memplan(e->bufs, e->nbufs);
         if (peak == (size_t)-1) s = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+        else if (peak == PIPIT__MEMPLAN_TOO_LARGE)
+            s = pipit__err(PIPIT_STATUS_INVALID,
+                           "compile: rank %d's activation arena exceeds 2^56 bytes (the limit of one memory block)",
+                           e->r->rank);
         e->r->arena_bytes = peak;
         e->r->naive_bytes = pipit__memplan_naive(e->bufs, e->nbufs);
         for (int32_t i = 0; !s && i < e->r->n; i++) {

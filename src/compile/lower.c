@@ -21,8 +21,8 @@
 #include "compile/emit.h"
 #include "schedule/schedule.h"
 #include "compile/stages.h"
+#include "util/checked.h"
 
-static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
 
 typedef struct {
     pipit__plan *p;
@@ -233,7 +233,13 @@ static pipit_status place_uses(lowering *L) {
                     continue;
                 }
                 *acc_slot(p, pp, u, q) = p->ranks[q].acc_bytes;
-                p->ranks[q].acc_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+                if (!pipit__add_align64(p->ranks[q].acc_bytes, (size_t)pp->numel * pipit__dtype_size(pp->dtype),
+                                        &p->ranks[q].acc_bytes) ||
+                    p->ranks[q].acc_bytes > (size_t)PIPIT__MAX_BYTES)
+                    return pipit__err(PIPIT_STATUS_INVALID,
+                                      "rank %d: gradient accumulators exceed 2^56 bytes (the limit of one memory "
+                                      "block)",
+                                      q);
             }
         }
     }
@@ -307,7 +313,12 @@ static pipit_status place_params(lowering *L) {
             r->param_off[i] = SIZE_MAX;
             if (!(pp->holders >> q & 1)) continue;
             r->param_off[i] = r->param_bytes;
-            r->param_bytes += align64((size_t)pp->numel * pipit__dtype_size(pp->dtype));
+            if (!pipit__add_align64(r->param_bytes, (size_t)pp->numel * pipit__dtype_size(pp->dtype),
+                                    &r->param_bytes) ||
+                r->param_bytes > (size_t)PIPIT__MAX_BYTES)
+                return pipit__err(PIPIT_STATUS_INVALID,
+                                  "rank %d: parameters exceed 2^56 bytes (the limit of one memory block) at '%s'",
+                                  q, pp->name ? pp->name : "?");
             r->max_chunks = PIPIT_MAX(r->max_chunks, (pp->numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK);
         }
     }
@@ -573,6 +584,11 @@ static void patch_params(pipit__plan *p) {
 /* The reference order on one rank: microbatch by microbatch, forward
  * through every stage, then backward from the last. */
 static pipit_status sequential_schedule(int S, int M, pipit_schedule **out) {
+    if (S > PIPIT__SCHED_MAX_STAGES || M > PIPIT__SCHED_MAX_MB || (int64_t)S * M > PIPIT__SCHED_MAX_SLOTS)
+        return pipit__err(PIPIT_STATUS_SCHEDULE,
+                          "sequential schedule: %d stages x %d microbatches exceeds the limits (stages <= %d, "
+                          "microbatches <= %d, stages x microbatches <= %ld)",
+                          S, M, PIPIT__SCHED_MAX_STAGES, PIPIT__SCHED_MAX_MB, PIPIT__SCHED_MAX_SLOTS);
     pipit_schedule *s = pipit__schedule_alloc(1, S, M);
     if (!s) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     s->ntasks[0] = 2 * S * M;

@@ -6,6 +6,7 @@
  */
 #include "compile/memplan.h"
 
+#include "util/checked.h"
 #include "util/common.h"
 
 static size_t align64(size_t n) { return (n + 63) / 64 * 64; }
@@ -44,12 +45,15 @@ size_t pipit__memplan(pipit__mp_buf *bufs, int32_t n) {
             if (live[i]->last >= b->first) live[keep++] = live[i];
         nlive = keep;
         qsort(live, (size_t)nlive, sizeof *live, by_offset);
+        /* every size and offset stays <= PIPIT__MAX_BYTES, so these sums cannot wrap */
+        if (b->size > (size_t)PIPIT__MAX_BYTES) goto too_large;
         size_t need = align64(b->size), at = 0;
         for (int32_t i = 0; i < nlive; i++) {
             if (live[i]->offset >= at + need) break;
             size_t end = live[i]->offset + align64(live[i]->size);
             if (end > at) at = end;
         }
+        if (at + need > (size_t)PIPIT__MAX_BYTES) goto too_large;
         b->offset = at;
         live[nlive++] = b;
         if (at + need > peak) peak = at + need;
@@ -57,10 +61,15 @@ size_t pipit__memplan(pipit__mp_buf *bufs, int32_t n) {
     pipit__free(order);
     pipit__free(live);
     return peak;
+too_large:
+    pipit__free(order);
+    pipit__free(live);
+    return PIPIT__MEMPLAN_TOO_LARGE;
 }
 
 size_t pipit__memplan_naive(const pipit__mp_buf *bufs, int32_t n) {
     size_t s = 0;
-    for (int32_t i = 0; i < n; i++) s += align64(bufs[i].size);
+    for (int32_t i = 0; i < n; i++) /* saturates: a statistic only */
+        if (!pipit__add_align64(s, bufs[i].size, &s)) return SIZE_MAX;
     return s;
 }

@@ -20,6 +20,9 @@ typedef struct pipit__mp_buf_s {
 /* Assigns offsets (greedy first-fit in order of first use) and returns the
  * arena size, i.e. the planned peak. Returns (size_t)-1 on out of memory. */
 size_t pipit__memplan(pipit__mp_buf *bufs, int32_t n);
+/* pipit__memplan's result when an arena would exceed PIPIT__MAX_BYTES
+ * (util/checked.h); (size_t)-1 means out of memory. */
+#define PIPIT__MEMPLAN_TOO_LARGE ((size_t)-2)
 /* Sum of all sizes: what a plan without reuse would need. */
 size_t pipit__memplan_naive(const pipit__mp_buf *bufs, int32_t n);
 

@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "util/checked.h"
+
 pipit_graph *pipit_graph_new(void) {
     pipit_graph *g = pipit__calloc(1, sizeof *g);
     if (!g) {
@@ -144,6 +146,13 @@ int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t
     n->origin = g->cur_origin;
     n->flags = g->cur_flags;
     pipit_status s = info->shape(g, n);
+    int64_t numel;
+    if (s == PIPIT_STATUS_OK && !pipit__shape_numel(n->ndim, n->shape, &numel)) {
+        char sh[96];
+        s = pipit__err(PIPIT_STATUS_SHAPE,
+                       "output shape %s has more than 2^48 elements (the limit of one tensor)",
+                       pipit__shape_str(sh, sizeof sh, n->ndim, n->shape));
+    }
     if (s != PIPIT_STATUS_OK) {
         char desc[512];
         pipit__node_desc(g, n, desc, sizeof desc);
@@ -239,6 +248,14 @@ static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_
                               what, name, i, (long long)shape[i]);
             return (pipit_val){g, -1};
         }
+    }
+    int64_t numel;
+    if (!pipit__shape_numel(ndim, shape, &numel)) {
+        char sh[96];
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE,
+                          "%s '%s': shape %s has more than 2^48 elements (the limit of one tensor)",
+                          what, name, pipit__shape_str(sh, sizeof sh, ndim, shape));
+        return (pipit_val){g, -1};
     }
     int64_t iattr[4] = {0};
     int32_t id = pipit__node_add(g, op, 0, NULL, NULL, iattr);

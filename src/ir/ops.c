@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ir/graph.h"
+#include "util/checked.h"
 
 #define IN(i) (&g->nodes[n->in[i]])
 
@@ -325,6 +326,8 @@ static pipit_status op_FILL_shape(const pipit_graph *g, pipit__node *n) {
     if (need_float(IN(0), "input") || IN(0)->ndim != 0) return shape_err("input must be a float scalar");
     int nd = (int)n->fattr[1];
     if (nd < 0 || nd > PIPIT_MAX_DIMS) return shape_err("bad rank %d", nd);
+    for (int i = 0; i < nd; i++)
+        if (n->iattr[i] <= 0) return shape_err("dimension %d is %lld", i, (long long)n->iattr[i]);
     n->dtype = IN(0)->dtype;
     n->ndim = (uint8_t)nd;
     for (int i = 0; i < nd; i++) n->shape[i] = n->iattr[i];
@@ -342,7 +345,8 @@ static pipit_status op_RESHAPE_shape(const pipit_graph *g, pipit__node *n) {
     int64_t cnt = 1;
     for (int i = 0; i < nd; i++) {
         if (n->iattr[i] <= 0) return shape_err("dimension %d is %lld", i, (long long)n->iattr[i]);
-        cnt *= n->iattr[i];
+        if (!pipit__mul_le(cnt, n->iattr[i], PIPIT__MAX_NUMEL, &cnt))
+            return shape_err("target shape has more than 2^48 elements (the limit of one tensor)");
     }
     if (cnt != pipit__node_numel(IN(0)))
         return shape_err("element count %lld differs from the input's %lld", (long long)cnt,

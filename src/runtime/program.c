@@ -9,6 +9,8 @@
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
+#include "schedule/schedule.h"
+#include "util/checked.h"
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -16,8 +18,11 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 static pipit_status check_options(const pipit_options *o) {
-    if (o->microbatches < 0) return pipit__err(PIPIT_STATUS_INVALID, "microbatches must be >= 1 (got %d)", o->microbatches);
-    if (o->threads < 0 || o->threads > 256) return pipit__err(PIPIT_STATUS_INVALID, "threads must be in 1..256 (got %d)", o->threads);
+    if (o->microbatches < 0 || o->microbatches > PIPIT__SCHED_MAX_MB)
+        return pipit__err(PIPIT_STATUS_INVALID, "microbatches must be in 1..%d (got %d)", PIPIT__SCHED_MAX_MB,
+                          o->microbatches);
+    if (o->threads < 0 || o->threads > PIPIT__MAX_THREADS)
+        return pipit__err(PIPIT_STATUS_INVALID, "threads must be in 1..%d (got %d)", PIPIT__MAX_THREADS, o->threads);
     if (o->clip_norm < 0) return pipit__err(PIPIT_STATUS_INVALID, "clip norm must be >= 0");
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "data_parallel must be in 1..%d (got %d)", PIPIT_MAX_DP,
@@ -64,14 +69,31 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     const pipit__backend *be = p->be;
     rs->opt_off = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->opt_off);
     size_t opt_bytes = rs->opt_off ? layout_moments(p, rs) : 0;
-    rs->param_block = be->alloc(rp->param_bytes);
-    rs->grad_block = be->alloc(rp->param_bytes);
-    rs->m_block = be->alloc(opt_bytes);
-    rs->v_block = be->alloc(opt_bytes);
-    rs->acc_block = be->alloc(rp->acc_bytes);
-    rs->arena = be->alloc(rp->arena_bytes);
+    /* The large blocks: reserved untouched first, zeroed only once all of
+     * them exist, so a model that does not fit fails before filling any. */
+    struct { const char *what; size_t bytes; uint8_t **at; } blk[] = {
+        {"parameters", rp->param_bytes, &rs->param_block},
+        {"gradients", rp->param_bytes, &rs->grad_block},
+        {"optimizer first moments", opt_bytes, &rs->m_block},
+        {"optimizer second moments", opt_bytes, &rs->v_block},
+        {"gradient accumulators", rp->acc_bytes, &rs->acc_block},
+        {"activation arena", rp->arena_bytes, &rs->arena},
+        {"data-parallel buffer", (size_t)(p->plan.D > 1 ? p->plan.D : 0) * p->dp_shard_bytes, &rs->dp_buf},
+    };
+    int nblk = (int)(sizeof blk / sizeof blk[0]) - (p->plan.D > 1 ? 0 : 1);
+    size_t total = 0;
+    for (int i = 0; i < nblk; i++)
+        if (!pipit__add_size(total, blk[i].bytes, &total) || total > (size_t)PIPIT__MAX_BYTES)
+            return pipit__err(PIPIT_STATUS_NOMEM, "rank %d needs more than 2^56 bytes (limit of one rank's memory) at its %s",
+                              w, blk[i].what);
+    for (int i = 0; i < nblk; i++)
+        if (!(*blk[i].at = (uint8_t *)be->reserve(blk[i].bytes)))
+            return pipit__err(PIPIT_STATUS_NOMEM,
+                              "out of memory for rank %d: its %s (%zu bytes) failed; the rank needs %zu bytes in all "
+                              "(%zu of parameters, %zu-byte activation arena)",
+                              w, blk[i].what, blk[i].bytes, total, rp->param_bytes, rp->arena_bytes);
+    for (int i = 0; i < nblk; i++) be->zero(*blk[i].at, blk[i].bytes);
     rs->seed = be->alloc(sizeof(double));
-    rs->dp_buf = p->plan.D > 1 ? be->alloc((size_t)p->plan.D * p->dp_shard_bytes) : NULL;
     rs->losses = pipit__calloc((size_t)p->plan.M * (size_t)p->plan.D, sizeof *rs->losses);
     rs->srcs_ptr = pipit__calloc((size_t)PIPIT_MAX(rp->nsrcs, 1), sizeof *rs->srcs_ptr);
     rs->sumsq = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->sumsq);

@@ -92,6 +92,7 @@ void pipit__free(void *p) { free(p); }
 void *pipit__malloc_aligned(size_t n) {
     if (alloc_should_fail()) return NULL;
     void *p = NULL;
+    if (n > SIZE_MAX - 63) return NULL;
     if (posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) != 0) return NULL;
     return p;
 }

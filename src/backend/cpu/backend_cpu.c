@@ -11,10 +11,15 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 
+static void *cpu_reserve(size_t bytes) { return pipit__malloc_aligned(PIPIT_MAX(bytes, 64)); }
+
+static void cpu_zero(void *p, size_t n) {
+    if (n) memset(p, 0, n);
+}
+
 static void *cpu_alloc(size_t bytes) {
-    size_t n = PIPIT_MAX(bytes, 64);
-    void *p = pipit__malloc_aligned(n);
-    if (p) memset(p, 0, n);
+    void *p = cpu_reserve(bytes);
+    if (p) cpu_zero(p, PIPIT_MAX(bytes, 64));
     return p;
 }
 
@@ -152,6 +157,8 @@ const pipit__backend pipit__backend_cpu = {
     .name = "cpu",
     .init = pipit__gemm_init,
     .alloc = cpu_alloc,
+    .reserve = cpu_reserve,
+    .zero = cpu_zero,
     .free = pipit__free_aligned,
     .upload = cpu_copy_bytes,
     .download = cpu_copy_bytes,
