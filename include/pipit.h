@@ -89,6 +89,13 @@ PIPIT_API int pipit_process_count(void);
 typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;
 
 #define PIPIT_MAX_DIMS 4
+/* Size limits (docs/ops.md "Limits"): elements of one tensor, microbatches
+ * per step, stages of a schedule, compute threads per rank. Larger values
+ * are refused with a message naming the limit, never wrapped. */
+#define PIPIT_MAX_ELEMENTS ((int64_t)1 << 48)
+#define PIPIT_MAX_MICROBATCHES (1 << 24)
+#define PIPIT_MAX_STAGES 32767
+#define PIPIT_MAX_THREADS 256
 
 typedef struct pipit_graph pipit_graph;
 typedef struct pipit_program pipit_program;

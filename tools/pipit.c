@@ -200,6 +200,8 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("micro-batch", o->micro_batch);
     check_positive("microbatches", M);
     check_positive("threads", o->threads);
+    if (M > PIPIT_MAX_MICROBATCHES) die("--microbatches must be at most %d (got %d)", PIPIT_MAX_MICROBATCHES, M);
+    if (o->threads > PIPIT_MAX_THREADS) die("--threads must be at most %d (got %d)", PIPIT_MAX_THREADS, o->threads);
     check_positive("pp", o->pp);
     check_positive("dp", o->dp);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
@@ -243,15 +245,15 @@ static void close_session(session *s) {
     pipit_checkpoint_free(s->ckpt);
 }
 
-static void print_step(const opts *o, int step, const pipit_metrics *m, double tokens, double flops) {
+static void print_step(const opts *o, int64_t step, const pipit_metrics *m, double tokens, double flops) {
     double tps = tokens / (m->ms / 1e3);
     if (o->json)
-        printf("{\"step\":%d,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
+        printf("{\"step\":%lld,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
                "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f}\n",
-               step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes,
+               (long long)step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes,
                m->bubble);
     else
-        printf("step %4d  loss %.6f  grad norm %.4f  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s\n", step, m->loss,
+        printf("step %4lld  loss %.6f  grad norm %.4f  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s\n", (long long)step, m->loss,
                m->grad_norm, m->ms, tps, flops * tokens / (m->ms / 1e3) / 1e9);
     fflush(stdout);
 }
@@ -290,7 +292,10 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     }
     /* a step's global batch: G = M * D microbatches of B sequences, replica d
      * taking microbatches d*M .. d*M+M-1 */
-    int B = o.micro_batch, T = o.ctx, M = o.microbatches, G = M * o.dp;
+    int B = o.micro_batch, T = o.ctx, M = o.microbatches;
+    /* M <= 2^24 and D <= 64 (checked at compile): G fits an int; B * T * G tokens per step must fit int64 */
+    int G = M * o.dp;
+    if ((int64_t)B * T > INT64_MAX / G / 4) die("--micro-batch %d x --ctx %d x %d microbatches is too large", B, T, G);
     int speaker = pipit_process_rank() == 0; /* one process prints */
     mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
     pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
@@ -322,12 +327,16 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (!o.init) die("--init-optimizer needs --init (the weights it belongs to)");
         check_status(pipit_optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
     }
-    for (int step = (int)first_step; step < (int)first_step + o.steps; step++) {
+    /* 64-bit step counter; the data offset (step * G + m) * B must fit too */
+    if (first_step > INT64_MAX / ((int64_t)G * B) - o.steps)
+        die("--init-optimizer: step %lld is too large to continue %d more steps of %d x %d sequences",
+            (long long)first_step, o.steps, G, B);
+    for (int64_t step = first_step; step < first_step + o.steps; step++) {
         for (int m = 0; m < G; m++)
             fill_microbatch(s.data, &s.cfg, ((int64_t)step * G + m) * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
-        if (st) die("step %d: %s", step, pipit_program_errmsg(s.p));
+        if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         if (speaker) print_step(&o, step, &met, (double)B * T * G, flops);
         if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */

@@ -230,10 +230,18 @@ pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int6
 
 static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(f, key);
-    char *end = NULL;
-    long long x = v ? strtoll(v, &end, 10) : -1;
-    if (!v || !*v || *end || x < 0)
+    if (!v || !*v)
         return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' missing or not a count", path, key);
+    int64_t x = 0; /* strictly digits, no sign, no overflow */
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' is '%.40s', not a count", path,
+                              key, v);
+        if (x > (INT64_MAX - (*c - '0')) / 10)
+            return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' = %.40s exceeds 2^63-1", path,
+                              key, v);
+        x = x * 10 + (*c - '0');
+    }
     *out = x;
     return PIPIT_STATUS_OK;
 }

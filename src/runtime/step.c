@@ -224,6 +224,8 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: a rank of this program hung in an earlier step; "
                                                         "it can no longer run (free it and compile again)"));
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
+    if (update && p->opt_step == INT64_MAX)
+        return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: the optimizer step counter is at 2^63-1 and cannot advance"));
     size_t nptrs = (size_t)p->plan.M * (size_t)p->plan.D * (size_t)PIPIT_MAX(p->plan.ninputs, 1);
     const void **ptrs = pipit__calloc(nptrs, sizeof *ptrs);
     if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));

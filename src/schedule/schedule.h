@@ -95,8 +95,8 @@ const char *pipit__task_str(char *buf, size_t n, pipit_task t);
 
 /* Size limits, so index arithmetic (stage * M + mb, task counts) never
  * overflows and a hostile file cannot ask for absurd allocations. */
-#define PIPIT__SCHED_MAX_STAGES 32767       /* pipit_task.stage is int16 */
-#define PIPIT__SCHED_MAX_MB (1 << 24)
+#define PIPIT__SCHED_MAX_STAGES PIPIT_MAX_STAGES       /* pipit_task.stage is int16 */
+#define PIPIT__SCHED_MAX_MB PIPIT_MAX_MICROBATCHES
 #define PIPIT__SCHED_MAX_SLOTS (1L << 26)   /* S * M */
 
 /* Fills the derived fields V (uniform stages per rank, else 0) and split_bw

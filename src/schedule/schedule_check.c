@@ -308,9 +308,73 @@ static pipit_status check_static(walk_ctx *c) {
     return st ? st : check_order(c);
 }
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The first slot (stage * M + mb) in 0..slots-1 absent from keys[n], or -1. */
+static int64_t first_gap(int64_t *keys, size_t n, int64_t slots) {
+    qsort(keys, n, sizeof *keys, cmp_i64);
+    int64_t want = 0;
+    for (size_t i = 0; i < n && want < slots; i++) {
+        if (keys[i] > want) return want;
+        if (keys[i] == want) want++;
+    }
+    return want < slots ? want : -1;
+}
+
+/* The checker's tables have S * M entries per task kind. A schedule with
+ * fewer than 2 * S * M tasks is incomplete, so when those tables would be
+ * larger than the schedule itself, the missing task is found by sorting the
+ * tasks instead: memory and time stay proportional to what the schedule
+ * holds (a 28-byte file naming microbatch 16777215 allocates nothing big). */
+static pipit_status check_sparse(const pipit_schedule *s, int *done) {
+    int64_t slots = (int64_t)s->S * s->M, total = total_tasks(s);
+    *done = 0;
+    if (slots <= 65536 || total >= 2 * slots) return PIPIT_STATUS_OK;
+    *done = 1;
+    for (int r = 0; r < s->P; r++) /* the cheap per-task checks come first, as in check_static */
+        for (int i = 0; i < s->ntasks[r]; i++) {
+            pipit_task t = s->tasks[r][i];
+            char a[32];
+            if (t.kind > PIPIT_TASK_BW)
+                return pipit__err(PIPIT_STATUS_SCHEDULE, "rank %d task %d has unknown kind %d", r, i, (int)t.kind);
+            if (t.stage < 0 || t.stage >= s->S || t.mb < 0 || t.mb >= s->M)
+                return pipit__err(PIPIT_STATUS_SCHEDULE,
+                                  "rank %d has %s, outside the schedule's %d stages and %d microbatches", r,
+                                  pipit__task_str(a, sizeof a, t), s->S, s->M);
+        }
+    int64_t *keys = pipit__malloc(sizeof *keys * (size_t)PIPIT_MAX(total, 1));
+    if (!keys) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory checking a schedule");
+    int64_t gap = -1;
+    int kind = PIPIT_TASK_F;
+    for (int pass = 0; pass < 2 && gap < 0; pass++) {
+        size_t n = 0;
+        for (int r = 0; r < s->P; r++)
+            for (int i = 0; i < s->ntasks[r]; i++) {
+                pipit_task t = s->tasks[r][i];
+                int fwd = t.kind == PIPIT_TASK_F, bwd = t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW;
+                if (pass == 0 ? fwd : bwd) keys[n++] = (int64_t)t.stage * s->M + t.mb;
+            }
+        gap = first_gap(keys, n, slots);
+        kind = pass == 0 ? PIPIT_TASK_F : s->split_bw ? PIPIT_TASK_B : PIPIT_TASK_BW;
+    }
+    pipit__free(keys);
+    PIPIT_ASSERT(gap >= 0); /* fewer than 2 * slots tasks: F or a backward is missing */
+    int st = (int)(gap / s->M), mb = (int)(gap % s->M);
+    char a[32];
+    return pipit__err(PIPIT_STATUS_SCHEDULE,
+                      "missing task %s (stage %d is on rank %d): %lld tasks cannot cover %d stages x %d microbatches",
+                      pipit__task_str(a, sizeof a, mk_task(kind, st, mb)), st, s->stage_rank[st], (long long)total,
+                      s->S, s->M);
+}
+
 pipit_status pipit__schedule_check(const pipit_schedule *s) {
     pipit_status st = check_sizes(s);
     if (st) return st;
+    int done;
+    if ((st = check_sparse(s, &done)) || done) return st;
     walk_ctx c;
     if ((st = ctx_init(&c, s, 0))) return st;
     st = check_static(&c);

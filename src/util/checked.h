@@ -12,13 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pipit.h"
+
 /* Largest element count of one tensor (2^48) and byte count of one tensor
  * or memory block (2^56): far above any memory, far below int64 overflow,
  * so sums of a few thousand of them cannot wrap. */
-#define PIPIT__MAX_NUMEL ((int64_t)1 << 48)
+#define PIPIT__MAX_NUMEL PIPIT_MAX_ELEMENTS
 #define PIPIT__MAX_BYTES ((int64_t)1 << 56)
 /* Other limits (microbatches and stages: schedule/schedule.h). */
-#define PIPIT__MAX_THREADS 256
+#define PIPIT__MAX_THREADS PIPIT_MAX_THREADS
 
 static inline int pipit__mul_i64(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
