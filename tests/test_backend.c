@@ -63,3 +63,16 @@ PIPIT_TEST(backend_cpu_memory_and_postloop) {
     be->free(g);
     be->free(NULL);
 }
+
+PIPIT_TEST(backend_cpu_reserve_then_zero) {
+    const pipit__backend *be = pipit__backend_find("cpu");
+    ASSERT_TRUE(be->reserve != NULL && be->zero != NULL);
+    unsigned char *a = be->reserve(1000);
+    ASSERT_TRUE(a != NULL);
+    ASSERT_EQ_I64((int64_t)((uintptr_t)a % 64), 0);
+    memset(a, 0xab, 1000);
+    be->zero(a, 1000);
+    for (int i = 0; i < 1000; i++) ASSERT_TRUE(a[i] == 0);
+    be->free(a);
+    ASSERT_TRUE(be->reserve(SIZE_MAX - 8) == NULL); /* no wrap in the rounding */
+}

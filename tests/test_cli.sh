@@ -73,6 +73,9 @@ expect_fail "usage" "$PIPIT"
 expect_fail "unknown flag" "${TRAIN[@]}" --steps 1 --bogus
 expect_fail "bogus" "${TRAIN[@]}" --steps 1 --bogus
 expect_fail "bad value" "${TRAIN[@]}" --steps abc
+# ---- size limits (docs/ops.md "Limits")
+expect_fail "--microbatches must be at most 16777216" "${TRAIN[@]}" --steps 1 --microbatches 1073741824
+expect_fail "--threads must be at most 256" "${TRAIN[@]}" --steps 1 --threads 100000
 expect_fail "bad value" "${TRAIN[@]}" --steps 12abc
 expect_fail "bad value" "${TRAIN[@]}" --steps 1 --lr fast
 expect_fail "bad value" "${TRAIN[@]}" --steps 1 --seed -3

@@ -243,6 +243,9 @@ pipit_status pipit_data_batch(const pipit_data *d, int64_t first, int B, int32_t
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_batch: NULL %s",
                           !d ? "data" : !inputs ? "inputs" : "targets");
     if (B < 0) return pipit__err(PIPIT_STATUS_INVALID, "pipit_data_batch: batch size B = %d is negative", B);
+    if (first > INT64_MAX - B)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_data_batch: sequence index %lld + B = %d exceeds 2^63-1",
+                          (long long)first, B);
     pipit__data_batch(d, first, B, inputs, targets);
     return PIPIT_STATUS_OK;
 }

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/checked.h"
 #include "util/common.h"
 #include "util/fileio.h"
 
@@ -93,15 +94,13 @@ static int json_uint(const cJSON *x, uint64_t *v) {
 
 /* prod(shape) * elem; 0 on overflow (sets *ok = 0). */
 static uint64_t shape_bytes(int ndim, const int64_t *shape, size_t elem, int *ok) {
-    uint64_t b = elem;
+    size_t b = elem;
     *ok = 1;
     for (int i = 0; i < ndim; i++) {
-        uint64_t d = (uint64_t)shape[i];
-        if (d != 0 && b > UINT64_MAX / d) {
+        if (!pipit__mul_size(b, (size_t)shape[i], &b)) {
             *ok = 0;
             return 0;
         }
-        b *= d;
     }
     return b;
 }
