@@ -99,7 +99,7 @@ static pipit_val three_stages(pipit_graph *g) {
     pipit_val x = pipit_input(g, "x", PIPIT_F32, 2, SH(2, 4));
     pipit_val h = x;
     for (int s = 0; s < 3; s++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", s);
         h = pipit_matmul(g, h, pipit_param(g, name, PIPIT_F32, 2, SH(4, 4)), 0, 0);
         if (s < 2) h = pipit_yield(g, h);
@@ -125,7 +125,7 @@ PIPIT_TEST(limits_sequential_stage_slots) {
     pipit_graph *g = pipit_graph_new();
     pipit_val h = pipit_input(g, "x", PIPIT_F32, 2, SH(2, 4));
     for (int s = 0; s < 8; s++) {
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", s);
         h = pipit_matmul(g, h, pipit_param(g, name, PIPIT_F32, 2, SH(4, 4)), 0, 0);
         if (s < 7) h = pipit_yield(g, h);
