@@ -156,3 +156,73 @@ PIPIT_TEST(hard_set_grad_mismatch) {
     pipit_graph_free(g);
     pipit_graph_free(o);
 }
+
+/* ---- class: undefined behaviour on non-finite values ---- */
+
+/* A NaN weight flows through attention's softmax (fast_expf's float-to-int
+ * step was UB on NaN) to a NaN loss: no sanitizer report, "loss is nan",
+ * and the update is skipped (a NaN gradient norm), parameters unchanged. */
+PIPIT_TEST(hard_nan_through_attention) {
+    enum { B = 1, T = 4, C = 4, V = 5 };
+    for (int dt = 0; dt < 2; dt++) {
+        pipit_dtype f = dt ? PIPIT_F64 : PIPIT_F32;
+        pipit_graph *g = pipit_graph_new();
+        pipit_val tok = pipit_input(g, "tok", PIPIT_I32, 2, SH(B, T));
+        pipit_val tgt = pipit_input(g, "tgt", PIPIT_I32, 2, SH(B, T));
+        pipit_val wte = pipit_param(g, "wte", f, 2, SH(V, 3 * C));
+        pipit_val w = pipit_param(g, "w", f, 2, SH(C, V));
+        pipit_val h = pipit_attention(g, pipit_embed(g, wte, tok), 2);
+        pipit_val l = pipit_xent_mean(g, pipit_gelu(g, pipit_matmul(g, h, w, 0, 0)), tgt);
+        pipit_program *p = NULL;
+        ASSERT_OK(pipit_compile(g, l, &(pipit_options){.optimizer = pipit_sgd(0.1)}, &p));
+        double e[V * 3 * C], wv[C * V];
+        float ef[V * 3 * C], wf[C * V];
+        for (int i = 0; i < V * 3 * C; i++) e[i] = ef[i] = (float)((i % 7) - 3) * 0.25f;
+        for (int i = 0; i < C * V; i++) wv[i] = wf[i] = (float)((i % 5) - 2) * 0.5f;
+        e[3] = ef[3] = NAN;     /* a q of token 0 */
+        e[2 * C] = ef[2 * C] = INFINITY; /* a v of token 0 */
+        size_t es = dt ? sizeof(double) : sizeof(float);
+        ASSERT_OK(pipit_program_set_param(p, "wte", dt ? (void *)e : (void *)ef, es * V * 3 * C));
+        ASSERT_OK(pipit_program_set_param(p, "w", dt ? (void *)wv : (void *)wf, es * C * V));
+        int32_t tk[B * T] = {0, 1, 2, 3}, tg[B * T] = {1, 2, 3, 4};
+        pipit_feed feeds[2] = {{"tok", tk}, {"tgt", tg}};
+        pipit_metrics m;
+        ASSERT_STATUS(pipit_step(p, feeds, 2, 1, &m), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("loss is nan");
+        ASSERT_MSG_HAS("update was skipped");
+        ASSERT_TRUE(isnan(m.loss));
+        ASSERT_TRUE(!isfinite(m.grad_norm));
+        ASSERT_EQ_I64(pipit_program_opt_steps(p), 0);
+        double back[C * V];
+        float backf[C * V];
+        ASSERT_OK(pipit_program_get_param(p, "w", dt ? (void *)back : (void *)backf, es * C * V));
+        ASSERT_TRUE(memcmp(dt ? (void *)back : (void *)backf, dt ? (void *)wv : (void *)wf, es * C * V) == 0);
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+}
+
+/* A finite loss with a gradient whose norm overflows stops the step too. */
+PIPIT_TEST(hard_nonfinite_grad_norm) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F64, 1, SH(2));
+    pipit_val x = pipit_input(g, "x", PIPIT_F64, 1, SH(2));
+    pipit_val l = pipit_sum(g, pipit_mul(g, w, x));
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, l, &(pipit_options){.optimizer = pipit_adamw(1e-3, 0.9, 0.95, 1e-8, 0)}, &p));
+    double xv[2] = {1e300, -1e300}, wv[2];
+    pipit_metrics m;
+    ASSERT_STATUS(pipit_step(p, &(pipit_feed){"x", xv}, 1, 1, &m), PIPIT_STATUS_RUNTIME);
+    ASSERT_MSG_HAS("gradient norm is inf");
+    ASSERT_MSG_HAS("parameters are unchanged");
+    ASSERT_NEAR_F64(m.loss, 0, 0);
+    ASSERT_OK(pipit_program_get_param(p, "w", wv, sizeof wv));
+    ASSERT_TRUE(wv[0] == 0 && wv[1] == 0);
+    ASSERT_EQ_I64(pipit_program_opt_steps(p), 0);
+    /* a finite step afterwards trains normally */
+    xv[0] = 1, xv[1] = 2;
+    ASSERT_OK(pipit_step(p, &(pipit_feed){"x", xv}, 1, 1, &m));
+    ASSERT_EQ_I64(pipit_program_opt_steps(p), 1);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}

@@ -4,6 +4,7 @@
  * do the atomic tmp+fsync+rename; loading validates every tensor before the
  * first byte is copied, so a bad file never leaves a half-loaded model.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,10 +231,13 @@ pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int6
 
 static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(f, key);
+    if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' is missing", path, key);
     char *end = NULL;
-    long long x = v ? strtoll(v, &end, 10) : -1;
-    if (!v || !*v || *end || x < 0)
-        return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' missing or not a count", path, key);
+    errno = 0;
+    long long x = v[0] >= '0' && v[0] <= '9' ? strtoll(v, &end, 10) : -1; /* digits only: no sign, no spaces */
+    if (x < 0 || errno || *end)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "optimizer state '%s': metadata '%s' is '%.40s', expected a non-negative integer", path, key, v);
     *out = x;
     return PIPIT_STATUS_OK;
 }
