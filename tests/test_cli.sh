@@ -310,6 +310,8 @@ $PY -c "import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])" amp.svg 
 grep -q "s&amp;&lt;.txt" amp.svg || fail "SVG title lacks the escaped path"
 "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 4 --format svg >plain.svg &&
     $PY -c "import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])" plain.svg || fail "plain SVG does not parse"
+# finite costs whose simulated sums overflow: an error naming the costs
+expect_fail "costs are too large" "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 --costs 1e308,1e308,1e308
 # plurals: a schedule file written for one microbatch
 "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 1 --format file >one.sched || fail "one.sched"
 expect_fail "for 1 microbatch, but" "${PTRAIN[@]}" --steps 1 --microbatches 2 --schedule one.sched

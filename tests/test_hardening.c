@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pipit.h"
+#include "pipit_inspect.h"
 #include "test.h"
 
 #define SH(...) (int64_t[]){__VA_ARGS__}
@@ -225,4 +226,18 @@ PIPIT_TEST(hard_nonfinite_grad_norm) {
     ASSERT_EQ_I64(pipit_program_opt_steps(p), 1);
     pipit_program_free(p);
     pipit_graph_free(g);
+}
+
+/* Finite costs whose simulated sums overflow: a clear error, not a NaN
+ * grid column count converted to int (UB). */
+PIPIT_TEST(hard_sim_costs_overflow) {
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &s));
+    double f[2] = {1e308, 1e308};
+    pipit_sim_costs c = {.f = f, .b = f, .w = f};
+    pipit_sim_result *r = NULL;
+    ASSERT_STATUS(pipit_schedule_simulate(s, &c, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("too large");
+    ASSERT_TRUE(r == NULL);
+    pipit_schedule_free(s);
 }

@@ -444,5 +444,13 @@ pipit_status pipit__schedule_simulate(const pipit_schedule *s, const pipit__sim_
     ctx_free(&w);
     PIPIT_ASSERT(ran == r->ntotal); /* the check above proved it deadlock-free */
     summarize(s, c, r);
+    if (!isfinite(r->step_time)) { /* finite costs whose sums overflow */
+        double t = r->step_time;
+        pipit__sim_result_free(r);
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "simulate: the task costs are too large: the simulated step time overflows to %g "
+                          "(scale the costs down)",
+                          t);
+    }
     return PIPIT_STATUS_OK;
 }
