@@ -162,8 +162,12 @@ expect_fail "missing.st" "${EVAL[@]}" --init missing.st
 # explicit flag that disagrees with the file's shapes
 expect_fail "disagrees" "$PIPIT" train --init init.st --dim 16 --data text.txt --ctx 16 --micro-batch 2 --steps 1
 expect_fail "disagrees" "$PIPIT" train --init init.st --layers 2 --data text.txt --ctx 16 --micro-batch 2 --steps 1
-# ctx beyond the checkpoint's wpe rows
-expect_fail "max-ctx" "$PIPIT" eval --init init.st --data text.txt --ctx 32 --micro-batch 2 --batches 1
+# ctx beyond the checkpoint's wpe rows: names the file's wpe rows, not a
+# --max-ctx the user never gave
+expect_fail "'wpe.weight' has 16 rows" "$PIPIT" eval --init init.st --data text.txt --ctx 32 --micro-batch 2 --batches 1
+out=$("$PIPIT" eval --init init.st --data text.txt --ctx 32 --micro-batch 2 --batches 1 2>&1)
+grep -q -- "--max-ctx" <<<"$out" && fail "--ctx beyond wpe blames --max-ctx: $out"
+expect_fail "--max-ctx 8 is smaller than --ctx 16" "$PIPIT" train --data text.txt "${MODEL[@]}" --max-ctx 8 --steps 1
 
 # hand-written checkpoints: GPT-2 pieces missing, or one tensor's shape wrong
 $PY - <<'EOF'
@@ -207,7 +211,14 @@ del meta["heads"]
 write("noheads.st", t, meta)
 t, meta = read("init.st")
 write("roundtrip.st", t, meta)
+for i, bad in enumerate(["abc", "2x", " 2", "+2", "-2", "0", "99999999999999999999"]):
+    t, meta = read("init.st")
+    meta["heads"] = bad
+    write("heads_%d.st" % i, t, meta)
 EOF
+for i in 0 1 2 3 4 5 6; do
+    expect_fail "checkpoint 'heads_$i.st': metadata 'heads'" "${EVAL[@]}" --init heads_$i.st
+done
 expect_fail "missing" "${EVAL[@]}" --init wtewpe.st
 expect_fail "h.0.mlp.c_fc.bias" "${EVAL[@]}" --init nobias.st
 expect_fail "missing" "${EVAL[@]}" --init nobias.st
@@ -288,6 +299,25 @@ expect_ok "${PTRAIN[@]}" --steps 1 --microbatches 2 --pp 2 --schedule 1f1b --tra
 [ "$(grep -c '<rect' step.svg)" -ge 8 ] || fail "SVG timeline lacks task boxes"
 expect_ok "$PIPIT" schedule --schedule zb-h1 --pp 2 --microbatches 4 --format svg
 [ "$(printf '%s' "$OUT" | grep -c "<title>")" -eq 24 ] || fail "simulated SVG: expected 24 task boxes (F, B and W of 2 stages x 4 microbatches)"
+
+# a schedule name that is neither built in nor a file lists the names
+expect_fail "unknown schedule 'zbh1'" "$PIPIT" schedule --schedule zbh1 --pp 2 --microbatches 4
+expect_fail "gpipe, 1f1b, eager-1f1b" "$PIPIT" schedule --schedule zbh1 --pp 2 --microbatches 4
+expect_fail "or a schedule file" "${PTRAIN[@]}" --steps 1 --microbatches 2 --pp 2 --schedule zbh1
+# an SVG title holding a path with XML's special characters stays well-formed
+SDIR="a&b<c>'\"d"
+mkdir -p "$SDIR" && "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 4 --format file >"$SDIR/s&<.txt" ||
+    fail "schedule --format file"
+"$PIPIT" schedule --schedule "$SDIR/s&<.txt" --format svg >amp.svg 2>&1 || fail "svg of a schedule file: $(cat amp.svg)"
+$PY -c "import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])" amp.svg || fail "SVG with '&<' in its title does not parse"
+grep -q "s&amp;&lt;.txt" amp.svg || fail "SVG title lacks the escaped path"
+"$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 4 --format svg >plain.svg &&
+    $PY -c "import xml.dom.minidom,sys; xml.dom.minidom.parse(sys.argv[1])" plain.svg || fail "plain SVG does not parse"
+# finite costs whose simulated sums overflow: an error naming the costs
+expect_fail "costs are too large" "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 --costs 1e308,1e308,1e308
+# plurals: a schedule file written for one microbatch
+"$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 1 --format file >one.sched || fail "one.sched"
+expect_fail "for 1 microbatch, but" "${PTRAIN[@]}" --steps 1 --microbatches 2 --schedule one.sched
 
 # ---- save to an unwritable place fails cleanly
 expect_fail "no-such-dir" "${TRAIN[@]}" --steps 0 --save "$TMP/no-such-dir/x.st"

@@ -13,6 +13,26 @@
 #include "pipit_inspect.h"
 
 int pipit_cli_schedule(int argc, char **argv);
+pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int P, int V, int M, pipit_schedule **out);
+
+/* --schedule NAME|FILE: a built-in name, or a file that exists; anything
+ * else lists the names (a typo of a name is not "cannot open"). */
+pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int P, int V, int M, pipit_schedule **out) {
+    int kind = pipit_schedule_kind_from_name(name);
+    if (kind >= 0) return pipit_schedule_build((pipit_schedule_kind)kind, P, V, M, out);
+    FILE *f = fopen(name, "r");
+    if (!f && errno == ENOENT) {
+        char names[256] = "";
+        for (int k = 0; k < PIPIT_SCHED_COUNT; k++) {
+            size_t u = strlen(names);
+            snprintf(names + u, sizeof names - u, "%s%s", k ? ", " : "", pipit_schedule_kind_name((pipit_schedule_kind)k));
+        }
+        die("unknown schedule '%s' for --%s: expected one of %s, or a schedule file (no file '%s' exists)", name, flagname,
+            names, name);
+    }
+    if (f) fclose(f);
+    return pipit_schedule_load(name, out);
+}
 
 /* "F,B,W" -> three positive costs. */
 static int parse_costs(const char *s, double c[3]) {
@@ -56,14 +76,11 @@ int pipit_cli_schedule(int argc, char **argv) {
     if (strcmp(format, "grid") && strcmp(format, "file") && strcmp(format, "svg"))
         die("bad value '%s' for --format: expected grid, file or svg", format);
     pipit_schedule *s = NULL;
-    int kind = pipit_schedule_kind_from_name(name);
-    if (kind >= 0) {
+    if (pipit_schedule_kind_from_name(name) >= 0) {
         if (P < 1) die("schedule: --pp P (>= 1) is required for a built-in schedule");
         if (M < 1) die("schedule: --microbatches M (>= 1) is required for a built-in schedule");
-        check_status(pipit_schedule_build((pipit_schedule_kind)kind, P, V, M, &s));
-    } else {
-        check_status(pipit_schedule_load(name, &s));
     }
+    check_status(pipit_cli_schedule_open("schedule", name, P, V, M, &s));
     check_status(pipit_schedule_check(s));
     if (!strcmp(format, "file")) {
         check_status(pipit_schedule_write(stdout, s));
@@ -82,10 +99,16 @@ int pipit_cli_schedule(int argc, char **argv) {
     pipit_sim_result *r = NULL;
     check_status(pipit_schedule_simulate(s, &sc, &r));
     if (!strcmp(format, "svg")) {
-        char title[128];
-        snprintf(title, sizeof title, "%s: P=%d S=%d M=%d (simulated, bubble %.1f%%)", name,
-                 pipit_schedule_ranks(s), S, pipit_schedule_microbatches(s), 100 * pipit_sim_result_bubble(r));
+        /* the whole name, however long (a path), never cut inside a character */
+        const char *fmt = "%s: P=%d S=%d M=%d (simulated, bubble %.1f%%)";
+        int P1 = pipit_schedule_ranks(s), M1 = pipit_schedule_microbatches(s);
+        double bub = 100 * pipit_sim_result_bubble(r);
+        size_t len = (size_t)snprintf(NULL, 0, fmt, name, P1, S, M1, bub) + 1;
+        char *title = malloc(len);
+        if (!title) die("out of memory");
+        snprintf(title, len, fmt, name, P1, S, M1, bub);
         check_status(pipit_schedule_write_svg(stdout, s, r, title));
+        free(title);
     } else {
         check_status(pipit_schedule_print_grid(stdout, s, r));
     }

@@ -14,6 +14,9 @@
 #include "pipit_inspect.h"
 #include "pipit_io.h"
 
+/* tools/cli_pipeline.c */
+pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int P, int V, int M, pipit_schedule **out);
+
 static void check_status(pipit_status s, const char *what) {
     if (s) die("%s: %s", what, pipit_errmsg());
 }
@@ -206,17 +209,24 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("dp", o->dp);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
-    if (o->max_ctx && o->max_ctx < o->ctx) die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
+    if (o->max_ctx && o->max_ctx < o->ctx) {
+        if (s->ckpt && !flags_seen(c, "max-ctx")) /* the limit came from the file, not from a flag */
+            die("--ctx %d is longer than checkpoint '%s' allows: its 'wpe.weight' has %d rows (positions); pass "
+                "--ctx %d or less",
+                o->ctx, pipit_checkpoint_path(s->ckpt), o->max_ctx, o->max_ctx);
+        die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
+    }
     int sP = pipit_schedule_ranks(s->sched), sS = pipit_schedule_stages(s->sched),
         sM = pipit_schedule_microbatches(s->sched);
     int stages = s->sched ? sS : o->pp * (o->virt ? o->virt : 1);
     if (s->sched && o->schedule && pipit_schedule_kind_from_name(o->schedule) < 0) {
         /* a schedule file brings its own layout; flags given must agree */
         if ((flags_seen(c, "pp") && o->pp != sP) || (flags_seen(c, "virtual") && o->pp * o->virt != sS))
-            die("--schedule '%s' has %d ranks and %d stages, but --pp %d --virtual %d give %d", o->schedule, sP, sS,
-                o->pp, o->virt, o->pp * o->virt);
+            die("--schedule '%s' has %d rank%s and %d stage%s, but --pp %d --virtual %d give %d", o->schedule, sP,
+                sP == 1 ? "" : "s", sS, sS == 1 ? "" : "s", o->pp, o->virt, o->pp * o->virt);
         if (sM != M)
-            die("--schedule '%s' is written for %d microbatches, but --microbatches is %d", o->schedule, sM, M);
+            die("--schedule '%s' is written for %d microbatch%s, but --microbatches is %d", o->schedule, sM,
+                sM == 1 ? "" : "es", M);
     }
     s->cfg = model_config(o, stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
@@ -275,9 +285,9 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     session s = {0};
     if (o.schedule || o.pp > 1 || o.virt > 1) {
         const char *def = o.virt > 1 ? "interleaved-1f1b" : "1f1b";
-        int kind = pipit_schedule_kind_from_name(o.schedule ? o.schedule : def);
-        if (kind >= 0) check_status(pipit_schedule_build(kind, o.pp, o.virt, o.microbatches, &s.sched), "--schedule");
-        else check_status(pipit_schedule_load(o.schedule, &s.sched), "--schedule");
+        check_status(pipit_cli_schedule_open("schedule", o.schedule ? o.schedule : def, o.pp, o.virt, o.microbatches,
+                                             &s.sched),
+                     "--schedule");
     }
     open_model(&s, &o, &c, o.microbatches);
     if (plan && pipit_process_rank() != 0) {

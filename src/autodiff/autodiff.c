@@ -37,10 +37,12 @@ static int list_push(contrib_list *l, int32_t id, int32_t consumer) {
 
 static int diff_input(const pipit__node *n, int k) { return !(pipit__ops[n->op].nondiff >> k & 1); }
 
-/* needs[i]: node i lies on a path param -> loss (so it gets a gradient). */
-static uint8_t *mark_needed(const pipit_graph *g, int32_t loss) {
+/* needs[i]: node i lies on a path param -> loss (so it gets a gradient).
+ * Sized for every forward node [0, fwd_end): nodes built after the loss
+ * (post-loop transforms, unused ops) are simply not part of the loss. */
+static uint8_t *mark_needed(const pipit_graph *g, int32_t loss, int32_t fwd_end) {
     int32_t n = loss + 1;
-    uint8_t *from_param = pipit__calloc((size_t)n, 1), *to_loss = pipit__calloc((size_t)n, 1);
+    uint8_t *from_param = pipit__calloc((size_t)PIPIT_MAX(fwd_end, 1), 1), *to_loss = pipit__calloc((size_t)n, 1);
     if (!from_param || !to_loss) {
         pipit__free(from_param);
         pipit__free(to_loss);
@@ -114,7 +116,31 @@ static pipit_status validate_loss(const pipit_graph *g, int32_t loss) {
     const pipit__node *l = &g->nodes[loss];
     if (l->ndim != 0 || (l->dtype != PIPIT_F32 && l->dtype != PIPIT_F64))
         return pipit__err(PIPIT_STATUS_SHAPE, "loss must be a float scalar (got rank %d)", l->ndim);
-    return PIPIT_STATUS_OK;
+    int32_t y = loss; /* a yield anywhere in the loss's alias chain (reshape(yield(x))) */
+    while (pipit__ops[g->nodes[y].op].alias && g->nodes[y].op != PIPIT_OP_YIELD) y = g->nodes[y].in[0];
+    if (g->nodes[y].op == PIPIT_OP_YIELD)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "the loss (node %d) is the output of pipit_yield: a stage boundary cannot be the loss; "
+                          "pass the value before the yield (the loss is computed in the last stage)",
+                          loss);
+    /* Everything the loss reads runs inside the microbatch loop; an
+     * accumulated gradient exists only after it. */
+    uint8_t *anc = pipit__calloc((size_t)loss + 1, 1);
+    if (!anc) return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory");
+    anc[loss] = 1;
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int32_t i = loss; i >= 0 && !s; i--) {
+        if (!anc[i]) continue;
+        const pipit__node *n = &g->nodes[i];
+        if (n->flags & NODE_GRADOF)
+            s = pipit__err(PIPIT_STATUS_INVALID,
+                           "the loss reads pipit_grad_of('%s'): accumulated gradients exist only after the "
+                           "microbatch loop, so they may be used only by post-loop ops (pipit_set_grad), not by the loss",
+                           g->nodes[n->iattr[0]].name);
+        for (int k = 0; k < n->nin; k++) anc[n->in[k]] = 1;
+    }
+    pipit__free(anc);
+    return s;
 }
 
 typedef struct {
@@ -267,7 +293,7 @@ pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     if (s) return s;
     ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL};
     out->fwd_end = a.fwd_end;
-    a.needs = mark_needed(g, loss);
+    a.needs = mark_needed(g, loss, a.fwd_end);
     a.pre = mark_preloop(g, a.fwd_end, loss);
     a.lists = pipit__calloc((size_t)a.fwd_end, sizeof *a.lists);
     a.loop_uses = pipit__calloc((size_t)a.fwd_end, sizeof *a.loop_uses);

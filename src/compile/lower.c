@@ -611,11 +611,12 @@ static pipit_status check_schedule_fits(const pipit__plan *p, const pipit_schedu
     if (sch->S != S)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
                           "the graph has %d stage%s (%d yield%s on the longest chain) but the schedule has %d "
-                          "stages (P=%d ranks x V=%d)",
-                          S, S == 1 ? "" : "s", S - 1, S == 2 ? "" : "s", sch->S, sch->P, sch->V);
+                          "stage%s (P=%d rank%s x V=%d)",
+                          S, S == 1 ? "" : "s", S - 1, S == 2 ? "" : "s", sch->S, sch->S == 1 ? "" : "s", sch->P,
+                          sch->P == 1 ? "" : "s", sch->V);
     if (sch->M != p->M)
-        return pipit__err(PIPIT_STATUS_SCHEDULE, "the schedule is for %d microbatches but the step has %d",
-                          sch->M, p->M);
+        return pipit__err(PIPIT_STATUS_SCHEDULE, "the schedule is for %d microbatch%s but the step has %d (options.microbatches)",
+                          sch->M, sch->M == 1 ? "" : "es", p->M);
     if (sch->P > 64) return pipit__err(PIPIT_STATUS_SCHEDULE, "at most 64 pipeline ranks (got %d)", sch->P);
     return pipit__schedule_check(sch);
 }

@@ -100,13 +100,31 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
         *op = pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);
 }
 
+/* A failed compile leaves the graph as it was: drops the backward nodes
+ * this compile appended (and an error they raised), so fixing the options
+ * or the schedule and compiling again works instead of reporting "already
+ * compiled". */
+static void rollback(pipit_graph *g, int32_t n0, pipit_status st0) {
+    for (int32_t i = n0; i < g->n; i++) pipit__free(g->nodes[i].name);
+    g->n = n0;
+    g->cur_flags = 0;
+    g->cur_origin = -1;
+    if (st0 == PIPIT_STATUS_OK && g->status != PIPIT_STATUS_OK) {
+        g->status = PIPIT_STATUS_OK;
+        g->errmsg[0] = 0;
+    }
+}
+
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *p) {
     memset(p, 0, sizeof *p);
     p->g = g;
     p->loss = loss;
     apply_defaults(p, opt);
     pipit_status s;
-    if (already_compiled(g, g->n))
+    int32_t n0 = g->n;
+    pipit_status st0 = g->status;
+    int compiled = already_compiled(g, g->n);
+    if (compiled)
         s = pipit__err(PIPIT_STATUS_MISUSE, "this graph was already compiled (compile each graph once)");
     else
         s = pipit__autodiff(g, loss, &p->gr);
@@ -114,7 +132,10 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     if (!s) s = collect_inputs(p);
     if (!s) s = pipit__lower(p, opt->schedule);
     if (!s) index_gradsum_sources(p);
-    if (s) pipit__plan_free(p);
+    if (s) {
+        pipit__plan_free(p);
+        if (!compiled) rollback(g, n0, st0);
+    }
     return s;
 }
 

@@ -96,8 +96,8 @@ double pipit_sim_result_peak_bytes(const pipit_sim_result *r, int rank) {
 pipit_status pipit_sim_result_task(const pipit_sim_result *r, int rank, int i, double *start, double *end) {
     if (bad_rank(r, rank, __func__)) return r ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
     if (i < 0 || i >= r->ntasks[rank])
-        return pipit__err(PIPIT_STATUS_INVALID, "simulation: rank %d has %d tasks, asked for task %d", rank,
-                          r->ntasks[rank], i);
+        return pipit__err(PIPIT_STATUS_INVALID, "simulation: rank %d has %d task%s, asked for task %d", rank,
+                          r->ntasks[rank], r->ntasks[rank] == 1 ? "" : "s", i);
     if (start) *start = r->r.start[rank][i];
     if (end) *end = r->r.end[rank][i];
     return PIPIT_STATUS_OK;

@@ -13,6 +13,23 @@ static const char *kind_color(int kind) {
     return kind >= 0 && kind < 4 ? c[kind] : "#999999";
 }
 
+/* Writes text with XML's five special characters escaped (a title holds a
+ * user's path: "a&b<c" must not break the file). Control characters other
+ * than tab and newline are not allowed in XML 1.0 at all: written as '?'. */
+static void put_xml(FILE *f, const char *s) {
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&apos;", f); break;
+        default: fputc(c < 0x20 && c != '\t' && c != '\n' ? '?' : c, f);
+        }
+    }
+}
+
 void pipit__timeline_svg(FILE *f, const char *title, int P, const int *ntasks, pipit_task *const *tasks,
                          double *const *start, double *const *end) {
     double t0 = 1e300, t1 = 0;
@@ -26,7 +43,9 @@ void pipit__timeline_svg(FILE *f, const char *title, int P, const int *ntasks, p
     double sx = width / (t1 - t0);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
                "font-size=\"11\">\n", left + width + 20, top + row * P + 40);
-    fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s</text>\n", left, title);
+    fprintf(f, "<text x=\"%.0f\" y=\"20\" font-size=\"14\">", left);
+    put_xml(f, title);
+    fputs("</text>\n", f);
     for (int r = 0; r < P; r++) {
         double y = top + r * row;
         fprintf(f, "<text x=\"5\" y=\"%.1f\">rank %d</text>\n", y + row * 0.6, r);

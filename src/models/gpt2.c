@@ -5,6 +5,7 @@
  */
 #include "pipit_gpt2.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
     if (c->dim % c->heads)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dim %d is not divisible by heads %d", c->dim, c->heads);
     if (c->max_ctx < c->ctx)
-        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: ctx %d exceeds max_ctx %d (rows of wpe)", c->ctx,
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: ctx %d exceeds max_ctx %d (the rows of 'wpe.weight', one per position)", c->ctx,
                           c->max_ctx);
     if (c->stages < 1 || c->stages > c->layers)
         return pipit__err(PIPIT_STATUS_INVALID,
@@ -199,8 +200,9 @@ pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit
     const char *h = pipit_checkpoint_meta(ck, "heads");
     if (h) {
         char *end = NULL;
-        long v = strtol(h, &end, 10);
-        if (!*h || *end || v < 1 || v > INT32_MAX)
+        errno = 0;
+        long v = *h >= '0' && *h <= '9' ? strtol(h, &end, 10) : 0; /* digits only: no sign, no spaces */
+        if (v < 1 || errno || *end || v > INT32_MAX)
             return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': metadata 'heads' is '%s', not a positive count",
                               path, h);
         heads = (int)v;

@@ -4,6 +4,7 @@
  * rank's pool walks the list, calling the backend's kernel for each
  * instruction with its (ith, nth), with a barrier between instructions.
  */
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -149,7 +150,9 @@ static void run_instr(exec_ctx *x, int32_t i, int ith, int nth) {
     case INS_SUMSQ: pipit__post_sumsq(p, x->w, in->param, in->first, k->in[0], ith, nth); break;
     case INS_COPY: be->copy(k->out, k->in[0], in->bytes, ith, nth); break;
     case INS_UPDATE:
-        if (p->do_update) pipit__post_update(p, x->w, in->param, ith, nth);
+        /* a non-finite global norm (equal on every rank) skips the update
+         * everywhere: pipit_step then stops with "gradient norm is nan" */
+        if (p->do_update && isfinite(x->rs->norm)) pipit__post_update(p, x->w, in->param, ith, nth);
         break;
     default:
         if (ith == 0 && !x->status) {

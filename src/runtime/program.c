@@ -3,6 +3,7 @@
  * build the plan (compile/), then instantiate it on a backend: every
  * rank's memory, its thread team and, with several ranks, the transport.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +18,40 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* A finite value in [lo, hi] (hi_open: [lo, hi)); NaN and infinities fail
+ * (comparisons that are written as "accept" never let NaN through). */
+static int in_range(double x, double lo, double hi, int hi_open) {
+    return isfinite(x) && x >= lo && (hi_open ? x < hi : x <= hi);
+}
+
 static pipit_status check_options(const pipit_options *o) {
     if (o->microbatches < 0 || o->microbatches > PIPIT__SCHED_MAX_MB)
-        return pipit__err(PIPIT_STATUS_INVALID, "microbatches must be in 1..%d (got %d)", PIPIT__SCHED_MAX_MB,
-                          o->microbatches);
+        return pipit__err(PIPIT_STATUS_INVALID, "options.microbatches must be in 1..%d (or 0: default 1), got %d",
+                          PIPIT__SCHED_MAX_MB, o->microbatches);
     if (o->threads < 0 || o->threads > PIPIT__MAX_THREADS)
-        return pipit__err(PIPIT_STATUS_INVALID, "threads must be in 1..%d (got %d)", PIPIT__MAX_THREADS, o->threads);
-    if (o->clip_norm < 0) return pipit__err(PIPIT_STATUS_INVALID, "clip norm must be >= 0");
+        return pipit__err(PIPIT_STATUS_INVALID, "options.threads must be in 1..%d (or 0: default 1), got %d",
+                          PIPIT__MAX_THREADS, o->threads);
+    if (!in_range(o->clip_norm, 0, HUGE_VAL, 0))
+        return pipit__err(PIPIT_STATUS_INVALID, "options.clip_norm must be a finite number >= 0 (0: no clipping), got %g",
+                          o->clip_norm);
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
-        return pipit__err(PIPIT_STATUS_INVALID, "data_parallel must be in 1..%d (got %d)", PIPIT_MAX_DP,
-                          o->data_parallel);
+        return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
+                          PIPIT_MAX_DP, o->data_parallel);
     const pipit_optimizer *op = &o->optimizer;
-    if (op->lr < 0 || op->weight_decay < 0 || op->beta1 < 0 || op->beta1 >= 1 || op->beta2 < 0 ||
-        op->beta2 >= 1 || op->eps < 0)
-        return pipit__err(PIPIT_STATUS_INVALID, "optimizer: need lr, eps, weight decay >= 0 and betas in [0,1)");
+    if (op->kind != PIPIT_OPT_ADAMW && op->kind != PIPIT_OPT_SGD)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.optimizer.kind must be PIPIT_OPT_ADAMW (0) or PIPIT_OPT_SGD (1), got %d",
+                          (int)op->kind);
+    const struct {
+        const char *name;
+        double v;
+        int open; /* [0,1) */
+    } f[] = {{"lr", op->lr, 0}, {"beta1", op->beta1, 1}, {"beta2", op->beta2, 1},
+             {"eps", op->eps, 0}, {"weight_decay", op->weight_decay, 0}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (!in_range(f[i].v, 0, f[i].open ? 1 : HUGE_VAL, f[i].open))
+            return pipit__err(PIPIT_STATUS_INVALID, "options.optimizer.%s must be a finite number %s, got %g", f[i].name,
+                              f[i].open ? "in [0, 1)" : ">= 0", f[i].v);
     return PIPIT_STATUS_OK;
 }
 

@@ -251,8 +251,20 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     for (int m = 0; m < G; m++) loss += p->rs[p->local[0]].losses[m];
     loss /= G;
     if (metrics) fill_metrics(p, t0, loss, metrics);
+    double norm = p->rs[p->local[0]].norm;
+    if (!isfinite(norm) && update) p->opt_step--; /* every rank skipped its update (exec.c) */
+    const char *skipped = !update ? "" : isfinite(norm) ? "; the parameters were updated"
+                                                        : "; the update was skipped, the parameters are unchanged";
     if (!isfinite(loss))
-        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: loss is %g (diverged; try a lower learning rate)", loss));
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME,
+                                  "step: loss is %g (diverged: a non-finite input, parameter or learning rate; try a "
+                                  "lower learning rate)%s",
+                                  loss, skipped));
+    if (!isfinite(norm))
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME,
+                                  "step: gradient norm is %g (loss %g: the gradients overflowed or a value is "
+                                  "non-finite; try a lower learning rate or clip_norm)%s",
+                                  norm, loss, skipped));
     return PIPIT_STATUS_OK;
 }
 

@@ -80,8 +80,8 @@ static pipit_status check_sizes(const pipit_schedule *s) {
     for (int st = 0; st < s->S; st++)
         if (s->stage_rank[st] < 0 || s->stage_rank[st] >= s->P)
             return pipit__err(PIPIT_STATUS_SCHEDULE,
-                              "stage %d is mapped to rank %d, but there are only %d ranks", st,
-                              s->stage_rank[st], s->P);
+                              "stage %d is mapped to rank %d, but there %s only %d rank%s (0..%d)", st,
+                              s->stage_rank[st], s->P == 1 ? "is" : "are", s->P, s->P == 1 ? "" : "s", s->P - 1);
     for (int r = 0; r < s->P; r++)
         if (s->ntasks[r] < 0 || (s->ntasks[r] > 0 && !s->tasks[r]))
             return pipit__err(PIPIT_STATUS_MISUSE, "rank %d has a bad task list (ntasks=%d)", r,
@@ -99,8 +99,8 @@ static pipit_status index_task(walk_ctx *c, int r, int i) {
                           (int)t.kind);
     if (t.stage < 0 || t.stage >= s->S || t.mb < 0 || t.mb >= s->M)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
-                          "rank %d has %s, outside the schedule's %d stages and %d microbatches",
-                          r, pipit__task_str(a, sizeof a, t), s->S, s->M);
+                          "rank %d has %s, outside the schedule's %d stage%s and %d microbatch%s",
+                          r, pipit__task_str(a, sizeof a, t), s->S, s->S == 1 ? "" : "s", s->M, s->M == 1 ? "" : "es");
     if (s->stage_rank[t.stage] != r)
         return pipit__err(PIPIT_STATUS_SCHEDULE, "rank %d has %s but stage %d belongs to rank %d",
                           r, pipit__task_str(a, sizeof a, t), (int)t.stage,
@@ -508,5 +508,13 @@ pipit_status pipit__schedule_simulate(const pipit_schedule *s, const pipit__sim_
     ctx_free(&w);
     PIPIT_ASSERT(ran == r->ntotal); /* the check above proved it deadlock-free */
     summarize(s, c, r);
+    if (!isfinite(r->step_time)) { /* finite costs whose sums overflow */
+        double t = r->step_time;
+        pipit__sim_result_free(r);
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "simulate: the task costs are too large: the simulated step time overflows to %g "
+                          "(scale the costs down)",
+                          t);
+    }
     return PIPIT_STATUS_OK;
 }

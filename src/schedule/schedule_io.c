@@ -352,7 +352,8 @@ void pipit__schedule_print_grid(FILE *f, const pipit_schedule *s, const pipit__s
     if (!f || !s || !res || res->P != s->P) return;
     double q = grid_quantum(s, res);
     int w = label_width(s);
-    int ncols = q > 0 ? (int)ceil(res->step_time / q - 1e-9) : 0;
+    double cols = q > 0 ? ceil(res->step_time / q - 1e-9) : 0; /* <= GRID_MAX_COLS + 1 when finite */
+    int ncols = cols > 0 && cols <= GRID_MAX_COLS + 1 ? (int)cols : 0;
     if (ncols > 0) {
         fprintf(f, "time    |");
         for (int col = 0; col < ncols; col++) {

@@ -41,8 +41,8 @@ pipit_status pipit_schedule_task(const pipit_schedule *s, int rank, int i, pipit
     if (rank < 0 || rank >= s->P)
         return pipit__err(PIPIT_STATUS_INVALID, "schedule: rank %d out of range [0, %d)", rank, s->P);
     if (i < 0 || i >= s->ntasks[rank])
-        return pipit__err(PIPIT_STATUS_INVALID, "schedule: rank %d has %d tasks, asked for task %d", rank,
-                          s->ntasks[rank], i);
+        return pipit__err(PIPIT_STATUS_INVALID, "schedule: rank %d has %d task%s, asked for task %d", rank,
+                          s->ntasks[rank], s->ntasks[rank] == 1 ? "" : "s", i);
     *out = s->tasks[rank][i];
     return PIPIT_STATUS_OK;
 }

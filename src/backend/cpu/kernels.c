@@ -27,7 +27,8 @@
  * does not, and costs ~4x more). Cephes expf: x = n ln2 + r, a degree-6
  * polynomial for exp(r), 2^n from exponent bits; <= 1 ulp on normal
  * results. Results below FLT_MIN flush to 0; x > 88.376 gives inf (a
- * little early: softmax only ever calls it with x <= 0); NaN stays NaN.
+ * little early: softmax only ever calls it with x <= 0); NaN stays NaN,
+ * without undefined behaviour on the way.
  * Plain IEEE arithmetic, so the bits are the same on every x86-64. */
 static inline float fast_expf(float x) {
     float t = x * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: rounds x/ln2 */
@@ -40,7 +41,13 @@ static inline float fast_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * (r * r) + r + 1.0f;
-    int32_t e = (int32_t)n + 127;
+    /* n is out of int32 range for |x| > 1.5e9 and NaN for x = NaN or inf:
+     * converting that is undefined behaviour. Clamp first (NaN goes to the
+     * low side, the result is NaN anyway): any |n| >= 200 ends at the same
+     * clamped exponent below, so every other result keeps its bits. */
+    float nc = n > -200.0f ? n : -200.0f;
+    nc = nc < 200.0f ? nc : 200.0f;
+    int32_t e = (int32_t)nc + 127;
     e = e < 1 ? 1 : e;
     e = e > 254 ? 254 : e;
     uint32_t bits = (uint32_t)e << 23;
