@@ -4,7 +4,6 @@
  * do the atomic tmp+fsync+rename; loading validates every tensor before the
  * first byte is copied, so a bad file never leaves a half-loaded model.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
