@@ -11,6 +11,8 @@
 #include "io/safetensors.h"
 #include "util/common.h"
 
+static volatile uint64_t sink; /* keeps touch() from being optimised away */
+
 static uint64_t touch(const void *p, size_t n) { /* reads every byte (ASan checks) */
     const unsigned char *b = p;
     uint64_t h = 0;
@@ -33,7 +35,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     PIPIT_ASSERT(pipit__st_get(f, n) == NULL && pipit__st_get(f, -1) == NULL);
     pipit__st_tensor *copy = pipit__calloc((size_t)(n ? n : 1), sizeof *copy);
     PIPIT_ASSERT(copy);
-    volatile uint64_t sink = 0;
     for (int i = 0; i < n; i++) {
         const pipit__st_tensor *t = pipit__st_get(f, i);
         PIPIT_ASSERT(t && t->name);
