@@ -23,12 +23,13 @@ for t in $TARGETS; do
   rm -rf "$OUT/corpus/$t" "$OUT/artifacts/$t"
   mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
   cp "$SRC/corpus/$t/"* "$OUT/corpus/$t/"
-  quiet=""
-  [ "$t" = flags ] && quiet="-close_fd_mask=3" # its rejected arguments print to stderr
+  extra=""
+  [ -f "$SRC/dict/$t.dict" ] && extra="-dict=$SRC/dict/$t.dict"
+  [ "$t" = flags ] && extra="$extra -close_fd_mask=3" # its rejected arguments print to stderr
   start=$(date +%s)
   # shellcheck disable=SC2086
   "$exe" -max_total_time="$SECS" -rss_limit_mb=2048 -timeout=25 -print_final_stats=1 \
-    -artifact_prefix="$OUT/artifacts/$t/" $quiet ${FUZZ_FLAGS:-} "$OUT/corpus/$t" > "$OUT/$t.log" 2>&1
+    -artifact_prefix="$OUT/artifacts/$t/" $extra ${FUZZ_FLAGS:-} "$OUT/corpus/$t" > "$OUT/$t.log" 2>&1
   rc=$?
   end=$(date +%s)
   runs=$(grep -o '^stat::number_of_executed_units: *[0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$')
