@@ -11,6 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* tests/fuzz/fuzz_flags.c compiles this file with -DPIPIT_FLAGS_EXIT=<its
+ * own noreturn function>, so that a rejected argument (or --help) returns to
+ * the fuzzer (longjmp) instead of ending the process. The CLI build does not
+ * define it: exit() as always. */
+#ifdef PIPIT_FLAGS_EXIT
+void PIPIT_FLAGS_EXIT(int status) __attribute__((noreturn));
+#define exit PIPIT_FLAGS_EXIT
+#endif
+
 void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""make_corpus.py — writes the seed corpora tests/fuzz/corpus/<target>/.
+
+Usage: python3 tests/fuzz/make_corpus.py [OUT_DIR]   (default: tests/fuzz/corpus)
+
+Small valid files of every format plus a few invalid ones next to the
+boundaries the readers check, so a short fuzzing run starts deep in each
+parser. Deterministic: rerunning it rewrites the same bytes (the files are
+committed; keep the total small). See docs/fuzzing.md.
+"""
+
+import json
+import os
+import struct
+import sys
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
+
+
+def put(target, name, data):
+    d = os.path.join(OUT, target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ------------------------------------------------------------- safetensors
+DT = {"F32": ("<f", 4), "F64": ("<d", 8), "I32": ("<i", 4)}
+
+
+def safetensors(tensors, meta=None, pad_to=8, raw_header=None):
+    """tensors: list of (name, dtype, shape, values)."""
+    hdr, blob = {}, b""
+    for name, dt, shape, vals in tensors:
+        fmt, size = DT[dt]
+        data = b"".join(struct.pack(fmt, v) for v in vals)
+        hdr[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+        blob += data
+    if meta is not None:
+        hdr["__metadata__"] = meta
+    h = raw_header if raw_header is not None else json.dumps(hdr, separators=(",", ":")).encode()
+    while len(h) % pad_to:
+        h += b" "
+    return struct.pack("<Q", len(h)) + h + blob
+
+
+def vals(n, scale=0.01):
+    return [((i * 37) % 17 - 8) * scale for i in range(n)]
+
+
+put("safetensors", "valid_two", safetensors(
+    [("a", "F32", [2, 3], vals(6)), ("c", "I32", [2], [1, -2])], {"format": "pt"}))
+put("safetensors", "valid_f64_scalar", safetensors([("x", "F64", [], [3.5]), ("e", "F32", [0], [])]))
+put("safetensors", "valid_4d", safetensors([("t", "F32", [1, 2, 1, 2], vals(4))]))
+put("safetensors", "empty_header", safetensors([], raw_header=b"{}"))
+put("safetensors", "bad_overlap", safetensors([], raw_header=json.dumps(
+    {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+     "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}).encode()) + b"\0" * 12)
+put("safetensors", "bad_size", safetensors([], raw_header=json.dumps(
+    {"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}).encode()) + b"\0" * 8)
+put("safetensors", "bad_dtype", safetensors([], raw_header=json.dumps(
+    {"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()) + b"\0" * 2)
+put("safetensors", "bad_hlen", struct.pack("<Q", 1 << 62) + b"{}")
+put("safetensors", "short", b"\x02\0\0")
+
+# -------------------------------------------------------------- checkpoint
+# The model of fuzz_checkpoint.c: vocab 8, max_ctx 4, dim 4, 2 layers, 1 head.
+V, T, C, L = 8, 4, 4, 2
+
+
+def gpt2_params():
+    p = [("wte.weight", [V, C]), ("wpe.weight", [T, C])]
+    for l in range(L):
+        for name, shape in [("ln_1.weight", [C]), ("ln_1.bias", [C]),
+                            ("attn.c_attn.weight", [C, 3 * C]), ("attn.c_attn.bias", [3 * C]),
+                            ("attn.c_proj.weight", [C, C]), ("attn.c_proj.bias", [C]),
+                            ("ln_2.weight", [C]), ("ln_2.bias", [C]),
+                            ("mlp.c_fc.weight", [C, 4 * C]), ("mlp.c_fc.bias", [4 * C]),
+                            ("mlp.c_proj.weight", [4 * C, C]), ("mlp.c_proj.bias", [C])]:
+            p.append((f"h.{l}.{name}", shape))
+    p += [("ln_f.weight", [C]), ("ln_f.bias", [C])]
+    return p
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+P = gpt2_params()
+put("checkpoint", "gpt2_valid", safetensors([(n, "F32", s, vals(numel(s))) for n, s in P], {"heads": "1"}))
+put("checkpoint", "gpt2_wrong_shape", safetensors(
+    [(n, "F32", (s if n != "wpe.weight" else [T + 1, C]), vals(numel(s) if n != "wpe.weight" else (T + 1) * C))
+     for n, s in P]))
+put("checkpoint", "gpt2_missing", safetensors([(n, "F32", s, vals(numel(s))) for n, s in P[:-1]]))
+put("checkpoint", "gpt2_f64", safetensors([(n, "F64" if n == "ln_f.bias" else "F32", s, vals(numel(s)))
+                                           for n, s in P]))
+opt = []
+for n, s in P:
+    opt.append((n + ".exp_avg", "F32", s, vals(numel(s), 0.001)))
+    opt.append((n + ".exp_avg_sq", "F32", s, [abs(x) for x in vals(numel(s), 0.0001)]))
+put("checkpoint", "optimizer_valid", safetensors(opt, {"format": "pipit-optimizer", "opt_steps": "3",
+                                                        "next_step": "4"}))
+put("checkpoint", "optimizer_bad_meta", safetensors(opt[:4], {"opt_steps": "-1", "next_step": "x"}))
+
+# -------------------------------------------------------------------- data
+# First byte of each input (fuzz_data.c): bit 0 = ".bin" name, bit 1 =
+# sequential, bits 3.. = T - 1.
+
+
+def ctl(binname, seq, T):
+    return bytes([(1 if binname else 0) | (2 if seq else 0) | ((T - 1) << 3)])
+
+
+def shard(tokens, magic=20240520, version=1, count=None):
+    h = [magic, version, len(tokens) if count is None else count] + [0] * 253
+    return struct.pack("<256i", *h) + struct.pack(f"<{len(tokens)}H", *tokens)
+
+
+put("data", "shard_valid", ctl(1, 0, 4) + shard([i * 977 % 50257 for i in range(40)]))
+put("data", "shard_seq_maxtok", ctl(1, 1, 2) + shard([65535, 0, 1, 2, 3]))
+put("data", "shard_magic_txt_name", ctl(0, 1, 1) + shard([5, 6, 7]))
+put("data", "shard_truncated", ctl(1, 0, 4) + shard(list(range(10)), count=11))
+put("data", "shard_bad_version", ctl(1, 0, 4) + shard(list(range(10)), version=2))
+put("data", "shard_negative", ctl(1, 0, 4) + shard([], count=-5))
+put("data", "shard_short_header", ctl(1, 0, 4) + b"\x28\x33\x35\x01")
+put("data", "text_valid", ctl(0, 0, 8) + b"hello, world: a tiny text file for the byte-level reader\n")
+put("data", "text_seq_t1", ctl(0, 1, 1) + b"ab")
+put("data", "text_too_short", ctl(0, 0, 32) + b"short")
+put("data", "text_binary", ctl(0, 1, 3) + bytes(range(256)))
+
+# ---------------------------------------------------------------- schedule
+put("schedule", "gpipe_p2m2", "# gpipe\nstages: 0 1\nF0.0 F0.1 BW0.0 BW0.1\nF1.0 F1.1 BW1.0 BW1.1\n")
+put("schedule", "1f1b_p2m3", "stages: 0 1\nF0.0 F0.1 BW0.0 F0.2 BW0.1 BW0.2\nF1.0 BW1.0 F1.1 BW1.1 F1.2 BW1.2\n")
+put("schedule", "zb_split", "stages: 0 1\r\nF0.0 F0.1 B0.0 W0.0 B0.1 W0.1\r\nF1.0 B1.0 F1.1 B1.1 W1.0 W1.1\r\n")
+put("schedule", "interleaved_v2", "stages: 0 1 0 1\nF0.0 F2.0 BW2.0 BW0.0\nF1.0 F3.0 BW3.0 BW1.0\n")
+put("schedule", "single_rank", "stages: 0\nF0.0 BW0.0\n")
+put("schedule", "mixed_forms", "stages: 0\nF0.0 F0.1 BW0.0 B0.1 W0.1\n")
+put("schedule", "bad_deadlock", "stages: 0 1\nBW0.0 F0.0\nF1.0 BW1.0\n")
+put("schedule", "bad_missing", "stages: 0 1\nF0.0\nF1.0 BW1.0\n")
+put("schedule", "bad_token", "stages: 0 1\nF0.0 X0.0 BW0.0\nF1.0 BW1.0\n")
+put("schedule", "bad_big", "stages: 0\nF0.99999999999 BW0.2147483648\n")
+put("schedule", "bad_no_header", "F0.0 BW0.0\n")
+put("schedule", "bad_rank", "stages: 0 7\nF0.0 BW0.0\nF1.0 BW1.0\n")
+
+# ------------------------------------------------------------------- flags
+# NUL-separated argv (fuzz_flags.c's table: steps int, seed u64, lr double,
+# out string, verbose bool, s string, steps-max bool).
+
+
+def argv(*a):
+    return b"\0".join(x.encode() for x in a)
+
+
+put("flags", "all_types", argv("--steps", "10", "--seed=18446744073709551615", "--lr", "3e-4", "--out=x.st",
+                               "--verbose", "--s", "y"))
+put("flags", "prefix", argv("--steps-max", "--steps=-2147483647"))
+put("flags", "help", argv("--lr", "1", "--help"))
+put("flags", "bad_int", argv("--steps", "2147483648"))
+put("flags", "bad_u64", argv("--seed", "-1"))
+put("flags", "bad_double", argv("--lr=inf"))
+put("flags", "bool_value", argv("--verbose=1"))
+put("flags", "missing_value", argv("--out"))
+put("flags", "unknown", argv("--step", "1"))
+put("flags", "positional", argv("train"))
+put("flags", "empty_value", argv("--out=", "--steps="))

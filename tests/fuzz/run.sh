@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# run.sh — runs libFuzzer targets built with -DPIPIT_FUZZ=ON (docs/fuzzing.md).
+# Usage: tests/fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (default: all targets)
+# Each target fuzzes for SECONDS on a COPY of tests/fuzz/corpus/<target>
+# (the repository's corpus is never written), ASan/UBSan halting and aborting
+# on the first error. A crash leaves its input in $FUZZ_OUT/artifacts/<target>/
+# (FUZZ_OUT defaults to a fresh temp dir; set FUZZ_KEEP=1 to keep it) and
+# makes the script exit 1 after the remaining targets ran. Extra libFuzzer
+# flags: FUZZ_FLAGS="-jobs=4 -workers=4".
+set -uo pipefail
+BUILD=${1:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
+SECS=${2:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
+shift 2
+SRC=$(cd "$(dirname "$0")" && pwd)
+TARGETS=${*:-safetensors data schedule checkpoint flags}
+OUT=${FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/pipit_fuzz.XXXXXX")}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
+failed=""
+for t in $TARGETS; do
+  exe="$BUILD/fuzz_$t"
+  [ -x "$exe" ] || { echo "run.sh: no $exe (configure with -DPIPIT_FUZZ=ON)"; exit 2; }
+  rm -rf "$OUT/corpus/$t" "$OUT/artifacts/$t"
+  mkdir -p "$OUT/corpus/$t" "$OUT/artifacts/$t"
+  cp "$SRC/corpus/$t/"* "$OUT/corpus/$t/"
+  extra=""
+  [ -f "$SRC/dict/$t.dict" ] && extra="-dict=$SRC/dict/$t.dict"
+  [ "$t" = flags ] && extra="$extra -close_fd_mask=3" # its rejected arguments print to stderr
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  "$exe" -max_total_time="$SECS" -rss_limit_mb=2048 -timeout=25 -print_final_stats=1 \
+    -artifact_prefix="$OUT/artifacts/$t/" $extra ${FUZZ_FLAGS:-} "$OUT/corpus/$t" > "$OUT/$t.log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  runs=$(grep -o '^stat::number_of_executed_units: *[0-9]*' "$OUT/$t.log" | grep -o '[0-9]*$')
+  cov=$(grep -o 'cov: [0-9]*' "$OUT/$t.log" | tail -1)
+  if [ $rc -ne 0 ]; then
+    echo "== fuzz_$t: FAILED (rc $rc) after $((end - start)) s; log $OUT/$t.log, input(s):"
+    ls "$OUT/artifacts/$t/"
+    grep -E "ERROR|SUMMARY|#[0-9]+ 0x" "$OUT/$t.log" | head -20
+    failed="$failed $t"
+  else
+    echo "== fuzz_$t: ok, ${runs:-?} runs in $((end - start)) s, ${cov:-?}"
+  fi
+done
+if [ -n "$failed" ]; then
+  echo "fuzzing found crashes in:$failed (keep the inputs under tests/fuzz/regressions/<target>/)"
+  exit 1
+fi
+[ -n "${FUZZ_KEEP:-}" ] || [ -n "${FUZZ_OUT:-}" ] || rm -rf "$OUT"
+exit 0
