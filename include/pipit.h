@@ -304,10 +304,14 @@ PIPIT_API pipit_status pipit_program_set_opt_state(pipit_program *p, const char 
 PIPIT_API int64_t pipit_program_opt_steps(const pipit_program *p);
 PIPIT_API pipit_status pipit_program_set_opt_steps(pipit_program *p, int64_t steps);
 
-/* One microbatch's inputs: one buffer per pipit_input, by name. */
+/* One microbatch's inputs: one buffer per pipit_input, by name. nbytes is
+ * required and must equal the input's declared size (numel x dtype size):
+ * pipit_step refuses a feed of another size with INVALID, before it reads
+ * any data. */
 typedef struct {
     const char *name;
     const void *data;      /* dtype and shape as declared by pipit_input */
+    size_t nbytes;         /* bytes at data */
 } pipit_feed;
 
 typedef struct {
@@ -323,8 +327,9 @@ typedef struct {
  * exactly once per microbatch, extra names are ignored; in a multi-process
  * job only this process's replica's entries are read, the others may hold
  * NULL data). The loss is the mean over all M*D microbatches. update = 0 computes loss and grads only.
- * INVALID for a missing or repeated feed or an index outside what its
- * embedding or loss accepts (checked before anything runs); RUNTIME with
+ * INVALID for a missing or repeated feed, NULL data, an nbytes other than
+ * the input's size, or an index outside what its embedding or loss
+ * accepts (all checked before anything runs); RUNTIME with
  * "rank k failed: ..." if a rank fails, after which the parameters may be
  * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,

@@ -222,8 +222,9 @@ pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens,
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2 feeds: batch %d and ctx %d must be >= 1", c->batch, c->ctx);
     int64_t n = (int64_t)c->batch * c->ctx;
     for (int64_t i = 0; i < n; i++) positions_out[i] = (int32_t)(i % c->ctx);
-    out[0] = (pipit_feed){PIPIT_GPT2_TOKENS, tokens};
-    out[1] = (pipit_feed){PIPIT_GPT2_TARGETS, targets};
-    out[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, positions_out};
+    size_t nb = (size_t)n * sizeof(int32_t);
+    out[0] = (pipit_feed){PIPIT_GPT2_TOKENS, tokens, nb};
+    out[1] = (pipit_feed){PIPIT_GPT2_TARGETS, targets, nb};
+    out[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, positions_out, nb};
     return PIPIT_STATUS_OK;
 }

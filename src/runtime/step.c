@@ -26,20 +26,35 @@ const char *pipit_program_errmsg(const pipit_program *p) {
     return p && p->magic == PIPIT_PROGRAM_MAGIC ? p->errmsg : "invalid program handle";
 }
 
-/* The one feed of microbatch m named `name`; NULL (with a message) if it
- * is missing or given twice. */
-static const void *find_feed(const pipit_feed *f, int nfeed, const char *name, int m) {
-    const void *d = NULL;
+/* The one feed of microbatch m for input `in`; NULL (with a message) if it
+ * is missing, given twice, has NULL data or a size other than the input's. */
+static const void *find_feed(const pipit_feed *f, int nfeed, const pipit__input *in, int m) {
+    const pipit_feed *hit = NULL;
     for (int i = 0; i < nfeed; i++) {
-        if (!f[i].name || strcmp(f[i].name, name) != 0) continue;
-        if (d) {
-            pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has two feeds for input '%s'", m, name);
+        if (!f[i].name || strcmp(f[i].name, in->name) != 0) continue;
+        if (hit) {
+            pipit__err(PIPIT_STATUS_INVALID, "pipit_step: microbatch %d has two feeds for input '%s'", m, in->name);
             return NULL;
         }
-        d = f[i].data;
+        hit = &f[i];
     }
-    if (!d) pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has no data for input '%s'", m, name);
-    return d;
+    if (!hit) {
+        pipit__err(PIPIT_STATUS_INVALID, "pipit_step: microbatch %d has no data for input '%s'", m, in->name);
+        return NULL;
+    }
+    size_t want = (size_t)in->numel * pipit__dtype_size(in->dtype);
+    if (!hit->data) {
+        pipit__err(PIPIT_STATUS_INVALID, "pipit_step: input '%s' of microbatch %d: data is NULL (expected %zu bytes)",
+                   in->name, m, want);
+        return NULL;
+    }
+    if (hit->nbytes != want) {
+        pipit__err(PIPIT_STATUS_INVALID,
+                   "pipit_step: input '%s' of microbatch %d: feed has %zu bytes, expected %zu (%s x %lld)",
+                   in->name, m, hit->nbytes, want, pipit__dtype_name(in->dtype), (long long)in->numel);
+        return NULL;
+    }
+    return hit->data;
 }
 
 /* Whether replica d's ranks run in this process. */
@@ -51,14 +66,14 @@ static int replica_is_local(const pipit_program *p, int d) {
  * once for all ranks, and checks that index inputs lie within what their
  * consumers allow. Microbatch j of the step (of M * D) is replica j / M's. */
 static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed, const void **ptrs) {
-    if (!feeds && p->plan.ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
+    if (!feeds && p->plan.ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "pipit_step: feeds is NULL");
     int G = p->plan.M * p->plan.D;
     for (int m = 0; m < G; m++) {
         if (!replica_is_local(p, m / p->plan.M)) continue;
         const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
         for (int i = 0; i < p->plan.ninputs; i++) {
             const pipit__input *in = &p->plan.inputs[i];
-            const void *d = find_feed(f, nfeed, in->name, m);
+            const void *d = find_feed(f, nfeed, in, m);
             if (!d) return PIPIT_STATUS_INVALID;
             ptrs[(size_t)m * (size_t)p->plan.ninputs + (size_t)i] = d;
             if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
