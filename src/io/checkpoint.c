@@ -90,7 +90,7 @@ static pipit_status check_tensor(const pipit_program *p, const pipit__st_file *f
 
 static pipit_status load_params(pipit_program *p, const pipit__st_file *f, const char *path) {
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program("pipit_checkpoint_load");
+    if (n <= 0) return bad_program("pipit_checkpoint_load_into");
     const pipit__st_tensor *t;
     for (int i = 0; i < n; i++) { /* validate everything first: all or nothing */
         pipit_status s = check_tensor(p, f, path, pipit_program_param_name(p, i), &t);
@@ -166,7 +166,9 @@ pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const cha
     if (!ck || !name)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: %s is NULL", ck ? "name" : "checkpoint");
     const pipit__st_tensor *t = pipit__st_find(ck->f, name);
-    if (!t) return pipit__err(PIPIT_STATUS_INVALID, "checkpoint '%s': no tensor '%s'", ck->path, name);
+    if (!t)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_tensor_shape: checkpoint '%s' has no tensor '%s'",
+                          ck->path, name);
     if (ndim) *ndim = t->ndim;
     if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     return PIPIT_STATUS_OK;

@@ -207,7 +207,12 @@ static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin
             return (pipit_val){g, -1};
         }
     }
-    return (pipit_val){g, pipit__node_add(g, op, nin, in, fattr, iattr)};
+    int32_t id = pipit__node_add(g, op, nin, in, fattr, iattr);
+    if (id < 0) { /* this call poisoned the graph: name the public function first */
+        pipit__err_prefix("%s", fn);
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", pipit_errmsg());
+    }
+    return (pipit_val){g, id};
 }
 
 /* ---- shape queries ---- */

@@ -172,7 +172,10 @@ pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint6
         }
         s = pipit_program_set_param(p, name, buf, (size_t)n * es);
         pipit__free(buf);
-        if (s) return s;
+        if (s) {
+            pipit__err_prefix("pipit_gpt2_init (config dtype %s)", c->dtype == PIPIT_F64 ? "f64" : "f32");
+            return s;
+        }
     }
     return PIPIT_STATUS_OK;
 }

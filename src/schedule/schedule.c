@@ -418,9 +418,9 @@ pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
     if (P < 1 || S < 1 || M < 1)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
                           "custom schedule needs P, S, M >= 1 (got P=%d S=%d M=%d)", P, S, M);
-    if (S > PIPIT__SCHED_MAX_STAGES || M > PIPIT__SCHED_MAX_MB)
+    if (P > PIPIT__SCHED_MAX_STAGES || S > PIPIT__SCHED_MAX_STAGES || M > PIPIT__SCHED_MAX_MB)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
-                          "custom schedule too large (S=%d > %d or M=%d > %d)", S,
+                          "custom schedule too large (P=%d or S=%d > %d, or M=%d > %d)", P, S,
                           PIPIT__SCHED_MAX_STAGES, M, PIPIT__SCHED_MAX_MB);
     if (!stage_rank || !ntasks || !tasks)
         return pipit__err(PIPIT_STATUS_MISUSE,
