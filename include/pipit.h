@@ -10,11 +10,20 @@
  * Conventions
  *   - Every fallible call returns pipit_status. On failure a readable message
  *     is left in the thread-local pipit_errmsg() and, where a handle exists,
- *     on that handle (pipit_graph_errmsg, pipit_program_errmsg).
+ *     on that handle (pipit_graph_errmsg, pipit_program_errmsg). Every
+ *     failing call sets a fresh message naming the function (and, for a bad
+ *     pointer, the argument); it never leaves an earlier failure's text.
+ *   - Pointer arguments are checked: NULL (or a graph / program handle
+ *     without its magic number: freed or garbage) is MISUSE, or INVALID
+ *     where documented. Getters that return a value rather than a status
+ *     return a neutral one (0, -1 where noted, NULL, an invalid pipit_val)
+ *     and set the message.
  *   - Graph builders return pipit_val and never fail loudly: the first error
  *     (bad shape, bad dtype, ...) makes the graph "poisoned"; later builders
  *     return an invalid value and pipit_graph_status / pipit_compile report
- *     the first error with the op and the shapes involved.
+ *     the first error with the op and the shapes involved (a builder called
+ *     on a poisoned graph sets "<builder>: the graph already failed: <first
+ *     error>" as the thread's message).
  *   - Every *_free accepts NULL. Strings returned by pipit are owned by pipit
  *     and stay valid until the owning handle is freed (or, for
  *     pipit_errmsg, until the next failing call on the same thread).

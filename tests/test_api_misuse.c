@@ -43,7 +43,8 @@ static int names_fn(const char *msg, const char *fn) { return !fn || strstr(msg,
         const char *m_ = pipit_errmsg();                                                 \
         if (!m_[0] || strstr(m_, STALE_TEXT))                                            \
             PIPIT_FAIL_("%s: the message is not fresh: \"%s\"", expr, m_);               \
-        if (!names_fn(m_, (fn))) PIPIT_FAIL_("%s: \"%s\" does not name %s", expr, m_, (fn)); \
+        const char *f_ = (fn);                                                           \
+        if (f_ && !names_fn(m_, f_)) PIPIT_FAIL_("%s: \"%s\" does not name %s", expr, m_, f_); \
     } while (0)
 
 /* A status call that fails with `st`, a fresh message naming the function. */
