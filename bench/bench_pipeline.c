@@ -79,9 +79,10 @@ static feedset make_feeds(int M, int B, int T, int V) {
     }
     for (int m = 0; m < M; m++) {
         size_t o = (size_t)m * B * T;
-        f.feeds[3 * m + 0] = (pipit_feed){PIPIT_GPT2_TOKENS, f.tok + o};
-        f.feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, f.tgt + o};
-        f.feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, f.pos + o};
+        size_t nb = (size_t)B * T * sizeof(int32_t);
+        f.feeds[3 * m + 0] = (pipit_feed){PIPIT_GPT2_TOKENS, f.tok + o, nb};
+        f.feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, f.tgt + o, nb};
+        f.feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, f.pos + o, nb};
     }
     return f;
 }

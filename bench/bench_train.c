@@ -103,7 +103,8 @@ int main(int argc, char **argv) {
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * T), *tgt = malloc(sizeof(int32_t) * (size_t)B * T),
             *pos = malloc(sizeof(int32_t) * (size_t)B * T);
     uint64_t st = 42;
-    pipit_feed feeds[3] = {{PIPIT_GPT2_TOKENS, tok}, {PIPIT_GPT2_TARGETS, tgt}, {PIPIT_GPT2_POSITIONS, pos}};
+    size_t nb = sizeof(int32_t) * (size_t)B * T;
+    pipit_feed feeds[3] = {{PIPIT_GPT2_TOKENS, tok, nb}, {PIPIT_GPT2_TARGETS, tgt, nb}, {PIPIT_GPT2_POSITIONS, pos, nb}};
     double *ms = calloc((size_t)steps, sizeof *ms), sum = 0, mn = 1e30;
     double last_loss = 0;
     for (int i = 0; i < warmup + steps; i++) {

@@ -93,8 +93,8 @@ int main(int argc, char **argv) {
     for (int step = 0; step < steps; step++) {
         for (int m = 0; m < M; m++) {
             make_batch(&seed, xs[m], ys[m]);
-            feeds[2 * m] = (pipit_feed){"x", xs[m]};
-            feeds[2 * m + 1] = (pipit_feed){"y", ys[m]};
+            feeds[2 * m] = (pipit_feed){"x", xs[m], sizeof xs[m]};
+            feeds[2 * m + 1] = (pipit_feed){"y", ys[m], sizeof ys[m]};
         }
         pipit_metrics met;
         check(pipit_step(p, feeds, 2, 1, &met), "step");

@@ -10,11 +10,20 @@
  * Conventions
  *   - Every fallible call returns pipit_status. On failure a readable message
  *     is left in the thread-local pipit_errmsg() and, where a handle exists,
- *     on that handle (pipit_graph_errmsg, pipit_program_errmsg).
+ *     on that handle (pipit_graph_errmsg, pipit_program_errmsg). Every
+ *     failing call sets a fresh message naming the function (and, for a bad
+ *     pointer, the argument); it never leaves an earlier failure's text.
+ *   - Pointer arguments are checked: NULL (or a graph / program handle
+ *     without its magic number: freed or garbage) is MISUSE, or INVALID
+ *     where documented. Getters that return a value rather than a status
+ *     return a neutral one (0, -1 where noted, NULL, an invalid pipit_val)
+ *     and set the message.
  *   - Graph builders return pipit_val and never fail loudly: the first error
  *     (bad shape, bad dtype, ...) makes the graph "poisoned"; later builders
  *     return an invalid value and pipit_graph_status / pipit_compile report
- *     the first error with the op and the shapes involved.
+ *     the first error with the op and the shapes involved (a builder called
+ *     on a poisoned graph sets "<builder>: the graph already failed: <first
+ *     error>" as the thread's message).
  *   - Every *_free accepts NULL. Strings returned by pipit are owned by pipit
  *     and stay valid until the owning handle is freed (or, for
  *     pipit_errmsg, until the next failing call on the same thread).
@@ -311,10 +320,14 @@ PIPIT_API pipit_status pipit_program_set_opt_state(pipit_program *p, const char 
 PIPIT_API int64_t pipit_program_opt_steps(const pipit_program *p);
 PIPIT_API pipit_status pipit_program_set_opt_steps(pipit_program *p, int64_t steps);
 
-/* One microbatch's inputs: one buffer per pipit_input, by name. */
+/* One microbatch's inputs: one buffer per pipit_input, by name. nbytes is
+ * required and must equal the input's declared size (numel x dtype size):
+ * pipit_step refuses a feed of another size with INVALID, before it reads
+ * any data. */
 typedef struct {
     const char *name;
     const void *data;      /* dtype and shape as declared by pipit_input */
+    size_t nbytes;         /* bytes at data */
 } pipit_feed;
 
 typedef struct {
@@ -330,8 +343,9 @@ typedef struct {
  * exactly once per microbatch, extra names are ignored; in a multi-process
  * job only this process's replica's entries are read, the others may hold
  * NULL data). The loss is the mean over all M*D microbatches. update = 0 computes loss and grads only.
- * INVALID for a missing or repeated feed or an index outside what its
- * embedding or loss accepts (checked before anything runs); RUNTIME with
+ * INVALID for a missing or repeated feed, NULL data, an nbytes other than
+ * the input's size, or an index outside what its embedding or loss
+ * accepts (all checked before anything runs); RUNTIME with
  * "rank k failed: ..." if a rank fails, after which the parameters may be
  * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,

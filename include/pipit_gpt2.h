@@ -35,9 +35,12 @@ typedef struct {
 
 /* Checks the config (positive sizes, C % H == 0, T <= max_ctx, 1 <= S <= L). */
 PIPIT_API pipit_status pipit_gpt2_check(const pipit_gpt2_config *c);
-/* Builds the graph; returns the scalar mean loss (check pipit_graph_status). */
+/* Builds the graph; returns the scalar mean loss (check pipit_graph_status).
+ * A NULL argument, a bad or poisoned graph or a config pipit_gpt2_check
+ * refuses: an invalid value and a message, the graph left as it was. */
 PIPIT_API pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c);
-/* First layer of stage s (stage s holds layers [first(s), first(s+1))). */
+/* First layer of stage s (stage s holds layers [first(s), first(s+1))),
+ * 0 <= s <= S (s = S gives L); -1 and a message otherwise or for NULL. */
 PIPIT_API int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s);
 /* GPT-2 init: N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2L)), biases 0, LN
  * weights 1. Each tensor's stream is seeded by (seed, name), so the init is

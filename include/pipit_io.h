@@ -75,6 +75,7 @@ typedef enum { PIPIT_DATA_RANDOM = 0, PIPIT_DATA_SEQUENTIAL = 1 } pipit_data_ord
 PIPIT_API pipit_status pipit_data_open(const char *path, int T, pipit_data_order order, uint64_t seed,
                                        pipit_data **out);
 PIPIT_API void pipit_data_free(pipit_data *d);
+/* The getters below give 0 (and set pipit_errmsg) for a NULL stream. */
 /* Number of tokens n. */
 PIPIT_API int64_t pipit_data_tokens(const pipit_data *d);
 /* W = floor((n-1)/T) full windows of T+1 tokens. */

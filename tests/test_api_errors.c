@@ -203,20 +203,20 @@ PIPIT_TEST(api_step_feed_errors) {
     pipit_program *p = NULL;
     ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.microbatches = 2}, &p));
     int32_t tok[8] = {0, 1, 2, 3, 4, 5, 6, 9}, tgt[8] = {0, 1, 2, 3, 4, 5, 6, 6};
-    pipit_feed ok[4] = {{"tokens", tok}, {"targets", tgt}, {"tokens", tok}, {"targets", tgt}};
+    pipit_feed ok[4] = {{"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}, {"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}};
     pipit_metrics m;
     ASSERT_OK(pipit_step(p, ok, 2, 0, &m));
     ASSERT_TRUE(isfinite(m.loss));
     const double loss0 = m.loss;
 
     /* microbatch 1 lacks targets */
-    pipit_feed miss[4] = {{"tokens", tok}, {"targets", tgt}, {"tokens", tok}, {"unused", tok}};
+    pipit_feed miss[4] = {{"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}, {"tokens", tok, sizeof tok}, {"unused", tok, sizeof tok}};
     ASSERT_STATUS(pipit_step(p, miss, 2, 0, &m), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("'targets'");
     ASSERT_MSG_HAS("microbatch 1");
     ASSERT_HAS(pipit_program_errmsg(p), "'targets'");
     /* a misspelt name is a missing feed */
-    pipit_feed typo[4] = {{"token", tok}, {"targets", tgt}, {"tokens", tok}, {"targets", tgt}};
+    pipit_feed typo[4] = {{"token", tok, sizeof tok}, {"targets", tgt, sizeof tgt}, {"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}};
     ASSERT_STATUS(pipit_step(p, typo, 2, 0, &m), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("'tokens'");
     ASSERT_STATUS(pipit_step(p, NULL, 2, 0, &m), PIPIT_STATUS_INVALID);
@@ -224,19 +224,19 @@ PIPIT_TEST(api_step_feed_errors) {
 
     /* token id >= vocab (10) of the embedding */
     int32_t big[8] = {0, 1, 2, 3, 4, 5, 6, 10};
-    pipit_feed oob[4] = {{"tokens", tok}, {"targets", tgt}, {"tokens", big}, {"targets", tgt}};
+    pipit_feed oob[4] = {{"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}, {"tokens", big, sizeof big}, {"targets", tgt, sizeof tgt}};
     ASSERT_STATUS(pipit_step(p, oob, 2, 0, &m), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("'tokens'");
     ASSERT_MSG_HAS("10");
     ASSERT_MSG_HAS("microbatch 1");
     /* negative id */
     int32_t neg[8] = {0, 1, 2, -3, 4, 5, 6, 7};
-    pipit_feed negf[4] = {{"tokens", neg}, {"targets", tgt}, {"tokens", tok}, {"targets", tgt}};
+    pipit_feed negf[4] = {{"tokens", neg, sizeof neg}, {"targets", tgt, sizeof tgt}, {"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}};
     ASSERT_STATUS(pipit_step(p, negf, 2, 0, &m), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("-3");
     /* target id >= number of classes (7 logits) */
     int32_t badt[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    pipit_feed tf[4] = {{"tokens", tok}, {"targets", badt}, {"tokens", tok}, {"targets", tgt}};
+    pipit_feed tf[4] = {{"tokens", tok, sizeof tok}, {"targets", badt, sizeof badt}, {"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}};
     ASSERT_STATUS(pipit_step(p, tf, 2, 0, &m), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("'targets'");
     ASSERT_MSG_HAS("7");
@@ -335,7 +335,7 @@ static pipit_status build_compile_step(int threads, pipit_schedule *sched, int *
     if (s == PIPIT_STATUS_OK) {
         *got_program = p != NULL;
         int32_t tok[8] = {0, 1, 2, 3, 4, 5, 6, 9}, tgt[8] = {0, 1, 2, 3, 4, 5, 6, 6};
-        pipit_feed f[4] = {{"tokens", tok}, {"targets", tgt}, {"tokens", tok}, {"targets", tgt}};
+        pipit_feed f[4] = {{"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}, {"tokens", tok, sizeof tok}, {"targets", tgt, sizeof tgt}};
         pipit_metrics m;
         s = pipit_step(p, f, 2, 1, &m);
     } else if (p != NULL) {
@@ -441,7 +441,7 @@ PIPIT_TEST(api_token_range_through_aliases) {
     pipit_program *p = NULL;
     ASSERT_OK(pipit_compile(g, loss, NULL, &p));
     int32_t ids[6] = {0, 1, 2, 3, 4, 5}; /* 5 is outside [0, 5) */
-    pipit_feed f = {"tok", ids};
+    pipit_feed f = {"tok", ids, sizeof ids};
     ASSERT_STATUS(pipit_step(p, &f, 1, 0, NULL), PIPIT_STATUS_INVALID);
     ASSERT_TRUE(strstr(pipit_program_errmsg(p), "'tok'") != NULL);
     ASSERT_TRUE(strstr(pipit_program_errmsg(p), "[0, 5)") != NULL);
@@ -462,7 +462,7 @@ PIPIT_TEST(api_param_many_uses) {
     pipit_program *p = NULL;
     ASSERT_OK(pipit_compile(g, loss, NULL, &p));
     double xs[4] = {1, -2, 3, 0.5}, gw[4];
-    pipit_feed f = {"x", xs};
+    pipit_feed f = {"x", xs, sizeof xs};
     ASSERT_OK(pipit_step(p, &f, 1, 0, NULL));
     ASSERT_OK(pipit_program_get_grad(p, "w", gw, sizeof gw));
     for (int i = 0; i < 4; i++) ASSERT_TRUE(gw[i] == 70 * xs[i]);
@@ -480,10 +480,10 @@ PIPIT_TEST(api_feed_duplicates_and_unnamed) {
     pipit_program *p = NULL;
     ASSERT_OK(pipit_compile(g, loss, NULL, &p));
     float a[2] = {1, 2}, b[2] = {3, 4};
-    pipit_feed twice[2] = {{"x", a}, {"x", b}};
+    pipit_feed twice[2] = {{"x", a, sizeof a}, {"x", b, sizeof b}};
     ASSERT_STATUS(pipit_step(p, twice, 2, 0, NULL), PIPIT_STATUS_INVALID);
     ASSERT_TRUE(strstr(pipit_program_errmsg(p), "two feeds for input 'x'") != NULL);
-    pipit_feed unnamed[2] = {{NULL, b}, {"x", a}};
+    pipit_feed unnamed[2] = {{NULL, b, sizeof b}, {"x", a, sizeof a}};
     pipit_metrics m;
     ASSERT_OK(pipit_step(p, unnamed, 2, 0, &m));
     pipit_program_free(p);

@@ -61,9 +61,11 @@ static const char *write_text(size_t n) {
 
 typedef struct {
     int32_t *tok, *tgt, *pos;
+    size_t nbytes; /* of each */
 } mb;
 
 static void mb_alloc(mb *b, int B, int T) {
+    b->nbytes = sizeof(int32_t) * (size_t)(B * T);
     b->tok = malloc(sizeof(int32_t) * (size_t)(B * T));
     b->tgt = malloc(sizeof(int32_t) * (size_t)(B * T));
     b->pos = malloc(sizeof(int32_t) * (size_t)(B * T));
@@ -77,9 +79,9 @@ static void mb_free(mb *b) {
 }
 
 static void mb_feeds(const mb *b, pipit_feed *f) {
-    f[0] = (pipit_feed){PIPIT_GPT2_TOKENS, b->tok};
-    f[1] = (pipit_feed){PIPIT_GPT2_TARGETS, b->tgt};
-    f[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, b->pos};
+    f[0] = (pipit_feed){PIPIT_GPT2_TOKENS, b->tok, b->nbytes};
+    f[1] = (pipit_feed){PIPIT_GPT2_TARGETS, b->tgt, b->nbytes};
+    f[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, b->pos, b->nbytes};
 }
 
 /* ------------------------------------------------------------ gradcheck */
@@ -266,11 +268,13 @@ PIPIT_TEST(gpt2_microbatch_accumulation) {
         ASSERT_OK(pipit_program_set_param(p4, name, w, sizeof(float) * (size_t)n));
         free(w);
     }
+    const size_t h = sizeof(int32_t) * 2 * T; /* a microbatch of 2 sequences */
     pipit_feed f2[6] = {
-        {PIPIT_GPT2_TOKENS, tok},         {PIPIT_GPT2_TARGETS, tgt},         {PIPIT_GPT2_POSITIONS, pos},
-        {PIPIT_GPT2_TOKENS, tok + 2 * T}, {PIPIT_GPT2_TARGETS, tgt + 2 * T}, {PIPIT_GPT2_POSITIONS, pos + 2 * T},
+        {PIPIT_GPT2_TOKENS, tok, h},         {PIPIT_GPT2_TARGETS, tgt, h},         {PIPIT_GPT2_POSITIONS, pos, h},
+        {PIPIT_GPT2_TOKENS, tok + 2 * T, h}, {PIPIT_GPT2_TARGETS, tgt + 2 * T, h}, {PIPIT_GPT2_POSITIONS, pos + 2 * T, h},
     };
-    pipit_feed f4[3] = {{PIPIT_GPT2_TOKENS, tok}, {PIPIT_GPT2_TARGETS, tgt}, {PIPIT_GPT2_POSITIONS, pos}};
+    pipit_feed f4[3] = {{PIPIT_GPT2_TOKENS, tok, sizeof tok}, {PIPIT_GPT2_TARGETS, tgt, sizeof tgt},
+                        {PIPIT_GPT2_POSITIONS, pos, sizeof pos}};
     pipit_metrics m2, m4;
     ASSERT_OK(pipit_step(p2, f2, 3, 0, &m2));
     ASSERT_OK(pipit_step(p4, f4, 3, 0, &m4));

@@ -111,7 +111,7 @@ PIPIT_TEST(hard_ops_after_loss) {
     float x[3] = {1, 2, 3}, wv[3] = {1, 1, 1}, gw[3];
     ASSERT_OK(pipit_program_set_param(p, "w", wv, sizeof wv));
     pipit_metrics m;
-    ASSERT_OK(pipit_step(p, &(pipit_feed){"x", x}, 1, 0, &m));
+    ASSERT_OK(pipit_step(p, &(pipit_feed){"x", x, sizeof x}, 1, 0, &m));
     ASSERT_NEAR_F64(m.loss, 6.0, 0);
     ASSERT_OK(pipit_program_get_grad(p, "w", gw, sizeof gw));
     for (int i = 0; i < 3; i++) ASSERT_NEAR_F64(gw[i], x[i], 0);
@@ -186,7 +186,7 @@ PIPIT_TEST(hard_nan_through_attention) {
         ASSERT_OK(pipit_program_set_param(p, "wte", dt ? (void *)e : (void *)ef, es * V * 3 * C));
         ASSERT_OK(pipit_program_set_param(p, "w", dt ? (void *)wv : (void *)wf, es * C * V));
         int32_t tk[B * T] = {0, 1, 2, 3}, tg[B * T] = {1, 2, 3, 4};
-        pipit_feed feeds[2] = {{"tok", tk}, {"tgt", tg}};
+        pipit_feed feeds[2] = {{"tok", tk, sizeof tk}, {"tgt", tg, sizeof tg}};
         pipit_metrics m;
         ASSERT_STATUS(pipit_step(p, feeds, 2, 1, &m), PIPIT_STATUS_RUNTIME);
         ASSERT_MSG_HAS("loss is nan");
@@ -213,7 +213,7 @@ PIPIT_TEST(hard_nonfinite_grad_norm) {
     ASSERT_OK(pipit_compile(g, l, &(pipit_options){.optimizer = pipit_adamw(1e-3, 0.9, 0.95, 1e-8, 0)}, &p));
     double xv[2] = {1e300, -1e300}, wv[2];
     pipit_metrics m;
-    ASSERT_STATUS(pipit_step(p, &(pipit_feed){"x", xv}, 1, 1, &m), PIPIT_STATUS_RUNTIME);
+    ASSERT_STATUS(pipit_step(p, &(pipit_feed){"x", xv, sizeof xv}, 1, 1, &m), PIPIT_STATUS_RUNTIME);
     ASSERT_MSG_HAS("gradient norm is inf");
     ASSERT_MSG_HAS("parameters are unchanged");
     ASSERT_NEAR_F64(m.loss, 0, 0);
@@ -222,7 +222,7 @@ PIPIT_TEST(hard_nonfinite_grad_norm) {
     ASSERT_EQ_I64(pipit_program_opt_steps(p), 0);
     /* a finite step afterwards trains normally */
     xv[0] = 1, xv[1] = 2;
-    ASSERT_OK(pipit_step(p, &(pipit_feed){"x", xv}, 1, 1, &m));
+    ASSERT_OK(pipit_step(p, &(pipit_feed){"x", xv, sizeof xv}, 1, 1, &m));
     ASSERT_EQ_I64(pipit_program_opt_steps(p), 1);
     pipit_program_free(p);
     pipit_graph_free(g);

@@ -188,7 +188,7 @@ PIPIT_TEST(limits_optimizer_step) {
     /* the counter at 2^63-1 cannot advance */
     ASSERT_OK(pipit_program_set_opt_steps(p, INT64_MAX));
     float x[8] = {0};
-    pipit_feed feed = {"x", x};
+    pipit_feed feed = {"x", x, sizeof x};
     ASSERT_STATUS(pipit_step(p, &feed, 1, 1, NULL), PIPIT_STATUS_INVALID);
     ASSERT_TRUE(strstr(pipit_program_errmsg(p), "2^63-1") != NULL);
     ASSERT_EQ_I64(pipit_program_opt_steps(p), INT64_MAX);

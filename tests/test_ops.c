@@ -113,7 +113,7 @@ static void fill_feeds(pipit_graph *g, pipit_feed *feeds, int *nfeed, void **buf
             else ((double *)b)[k] = strncmp(n->name, "ones_", 5) == 0 ? 1.0 : gc_rand(&seed);
         }
         bufs[*nfeed] = b;
-        feeds[*nfeed] = (pipit_feed){n->name, b};
+        feeds[*nfeed] = (pipit_feed){n->name, b, pipit__node_bytes(n)};
         (*nfeed)++;
     }
 }

@@ -30,9 +30,10 @@ static void fill_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
             tgt[i] = (tok[i] * 3 + 1) % TV;
             pos[i] = i % TT;
         }
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos};
+        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
+        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
+        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
+        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
     }
 }
 

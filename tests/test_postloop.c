@@ -29,9 +29,10 @@ static void feeds_for(int step, int32_t *buf, pipit_feed *feeds) {
             tgt[i] = (tok[i] * 3 + 2) % V;
             pos[i] = i % T;
         }
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos};
+        size_t nb = sizeof(int32_t) * (size_t)(B * T);
+        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
+        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
+        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
     }
 }
 

@@ -58,7 +58,7 @@ static void init_and_step(pipit_program *p, int M) {
     pipit_feed feeds[8];
     for (int m = 0; m < M; m++) {
         for (int i = 0; i < 8; i++) x[m * 8 + i] = (float)((i + 3 * m) % 5) / 4.0f - 0.5f;
-        feeds[m] = (pipit_feed){"x", x + m * 8};
+        feeds[m] = (pipit_feed){"x", x + m * 8, sizeof(float) * 8};
     }
     pipit_step(p, feeds, 1, 0, NULL);
 }
@@ -195,7 +195,7 @@ PIPIT_TEST(stages_preloop_once_and_replicated) {
     uint64_t seed = 5;
     for (int m = 0; m < 3; m++) {
         for (int k = 0; k < 6; k++) xb[m][k] = gc_rand(&seed);
-        feeds[m] = (pipit_feed){"x", xb[m]};
+        feeds[m] = (pipit_feed){"x", xb[m], sizeof xb[m]};
     }
     gc_init_params(p, 11, 0.8);
     ASSERT_TRUE(gc_max_rel_error(p, feeds, 1, 1e-6, 1) < 1e-6);

@@ -134,8 +134,10 @@ void pipit__profile_print(FILE *f, const pipit_program *p) {
 /* ---- public API (pipit_inspect.h) ---- */
 
 static pipit_status check_args(FILE *f, const pipit_program *p, const char *fn) {
-    if (!f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL file", fn);
-    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle", fn);
+    if (!f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: file is NULL", fn);
+    if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", fn);
+    if (p->magic != PIPIT_PROGRAM_MAGIC)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
     return PIPIT_STATUS_OK;
 }
 

@@ -17,8 +17,9 @@ struct pipit_sim_result {
 };
 
 pipit_status pipit_schedule_write(FILE *f, const pipit_schedule *s) {
-    if (!f || !s) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_write: NULL %s", f ? "schedule" : "file");
-    pipit_status st = pipit__schedule_write(f, s);
+    if (!f || !s) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_write: %s is NULL", f ? "schedule" : "file");
+    unsigned long gen0 = pipit__err_gen();
+    pipit_status st = pipit__err_fresh(pipit__schedule_write(f, s), gen0, __func__);
     if (!st && ferror(f)) st = pipit__err(PIPIT_STATUS_IO, "schedule write: write failed");
     return st;
 }
@@ -37,8 +38,9 @@ pipit_status pipit_schedule_simulate(const pipit_schedule *s, const pipit_sim_co
     if (!s || !out)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_simulate: NULL %s", s ? "out" : "schedule");
     *out = NULL;
+    unsigned long gen0 = pipit__err_gen();
     pipit_status st = pipit__schedule_check(s);
-    if (st) return st;
+    if (st) return pipit__err_fresh(st, gen0, __func__);
     pipit__sim_costs c = {0};
     if (costs) {
         c.f = costs->f, c.b = costs->b, c.w = costs->w;
@@ -49,7 +51,7 @@ pipit_status pipit_schedule_simulate(const pipit_schedule *s, const pipit_sim_co
     st = pipit__schedule_simulate(s, &c, &r->r);
     if (st) {
         pipit__free(r);
-        return st;
+        return pipit__err_fresh(st, gen0, __func__);
     }
     r->ntasks = pipit__calloc((size_t)s->P, sizeof *r->ntasks);
     r->tasks = pipit__calloc((size_t)s->P, sizeof *r->tasks);
@@ -70,19 +72,25 @@ pipit_status pipit_schedule_simulate(const pipit_schedule *s, const pipit_sim_co
 
 static int bad_rank(const pipit_sim_result *r, int rank, const char *fn) {
     if (!r) {
-        pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL result", fn);
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: result is NULL", fn);
         return 1;
     }
     if (rank < 0 || rank >= r->r.P) {
-        pipit__err(PIPIT_STATUS_INVALID, "simulation: rank %d out of range [0, %d)", rank, r->r.P);
+        pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d out of range [0, %d)", fn, rank, r->r.P);
         return 1;
     }
     return 0;
 }
 
-int pipit_sim_result_ranks(const pipit_sim_result *r) { return r ? r->r.P : 0; }
-double pipit_sim_result_step_time(const pipit_sim_result *r) { return r ? r->r.step_time : 0; }
-double pipit_sim_result_bubble(const pipit_sim_result *r) { return r ? r->r.bubble : 0; }
+static int null_result(const pipit_sim_result *r, const char *fn) {
+    if (r) return 0;
+    pipit__err(PIPIT_STATUS_MISUSE, "%s: result is NULL", fn);
+    return 1;
+}
+
+int pipit_sim_result_ranks(const pipit_sim_result *r) { return null_result(r, __func__) ? 0 : r->r.P; }
+double pipit_sim_result_step_time(const pipit_sim_result *r) { return null_result(r, __func__) ? 0 : r->r.step_time; }
+double pipit_sim_result_bubble(const pipit_sim_result *r) { return null_result(r, __func__) ? 0 : r->r.bubble; }
 double pipit_sim_result_busy(const pipit_sim_result *r, int rank) {
     return bad_rank(r, rank, __func__) ? 0 : r->r.busy[rank];
 }
@@ -96,7 +104,7 @@ double pipit_sim_result_peak_bytes(const pipit_sim_result *r, int rank) {
 pipit_status pipit_sim_result_task(const pipit_sim_result *r, int rank, int i, double *start, double *end) {
     if (bad_rank(r, rank, __func__)) return r ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
     if (i < 0 || i >= r->ntasks[rank])
-        return pipit__err(PIPIT_STATUS_INVALID, "simulation: rank %d has %d task%s, asked for task %d", rank,
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d has %d task%s, asked for task %d", __func__, rank,
                           r->ntasks[rank], r->ntasks[rank] == 1 ? "" : "s", i);
     if (start) *start = r->r.start[rank][i];
     if (end) *end = r->r.end[rank][i];
@@ -106,7 +114,7 @@ pipit_status pipit_sim_result_task(const pipit_sim_result *r, int rank, int i, d
 /* The result must come from this schedule (same ranks and task counts). */
 static pipit_status check_pair(FILE *f, const pipit_schedule *s, const pipit_sim_result *r, const char *fn) {
     if (!f || !s || !r)
-        return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL %s", fn, !f ? "file" : !s ? "schedule" : "result");
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, !f ? "file" : !s ? "schedule" : "result");
     int same = r->r.P == s->P;
     for (int i = 0; same && i < s->P; i++) same = r->ntasks[i] == s->ntasks[i];
     if (!same) return pipit__err(PIPIT_STATUS_INVALID, "%s: the result is of another schedule", fn);

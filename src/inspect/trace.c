@@ -42,8 +42,10 @@ static int write_events(FILE *f, const pipit_program *p) {
 }
 
 pipit_status pipit_program_write_trace(const pipit_program *p, const char *path) {
-    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "invalid program handle");
-    if (!path) return pipit__err(PIPIT_STATUS_INVALID, "trace: path is NULL");
+    if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", __func__);
+    if (p->magic != PIPIT_PROGRAM_MAGIC)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", __func__);
+    if (!path) return pipit__err(PIPIT_STATUS_INVALID, "%s: path is NULL", __func__);
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");

@@ -16,10 +16,18 @@ struct pipit_checkpoint {
     char *path;
 };
 
+/* io/ sees programs through the public API only: a handle for which
+ * pipit_program_num_params gives 0 (every compiled program has a param)
+ * is not a live program. */
+static pipit_status bad_program(const char *fn) {
+    return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
+}
+
 pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
     if (!p || !path)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save: NULL %s", p ? "path" : "program");
-    int n = pipit_program_num_params(p);
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save: %s is NULL", p ? "path" : "program");
+    int n = pipit_program_num_params(p); /* a compiled program has params */
+    if (n <= 0) return bad_program(__func__);
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -82,6 +90,7 @@ static pipit_status check_tensor(const pipit_program *p, const pipit__st_file *f
 
 static pipit_status load_params(pipit_program *p, const pipit__st_file *f, const char *path) {
     int n = pipit_program_num_params(p);
+    if (n <= 0) return bad_program("pipit_checkpoint_load_into");
     const pipit__st_tensor *t;
     for (int i = 0; i < n; i++) { /* validate everything first: all or nothing */
         pipit_status s = check_tensor(p, f, path, pipit_program_param_name(p, i), &t);
@@ -104,17 +113,18 @@ static pipit_status load_params(pipit_program *p, const pipit__st_file *f, const
 
 pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out) {
     if (!path || !out)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_open: NULL %s", path ? "out" : "path");
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_open: %s is NULL", path ? "out" : "path");
     *out = NULL;
     pipit_checkpoint *ck = pipit__calloc(1, sizeof *ck);
     if (!ck || !(ck->path = pipit__strdup(path))) {
         pipit__free(ck);
         return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint '%s': out of memory", path);
     }
+    unsigned long gen0 = pipit__err_gen();
     pipit_status s = pipit__st_read(path, &ck->f);
     if (s) {
         pipit_checkpoint_free(ck);
-        return s;
+        return pipit__err_fresh(s, gen0, __func__);
     }
     *out = ck;
     return PIPIT_STATUS_OK;
@@ -127,11 +137,14 @@ void pipit_checkpoint_free(pipit_checkpoint *ck) {
     pipit__free(ck);
 }
 
-const char *pipit_checkpoint_path(const pipit_checkpoint *ck) { return ck ? ck->path : NULL; }
+const char *pipit_checkpoint_path(const pipit_checkpoint *ck) {
+    if (!ck) pipit__err(PIPIT_STATUS_MISUSE, "%s: checkpoint is NULL", __func__);
+    return ck ? ck->path : NULL;
+}
 
 int pipit_checkpoint_num_tensors(const pipit_checkpoint *ck) {
     if (!ck) {
-        pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_num_tensors: NULL checkpoint");
+        pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_num_tensors: checkpoint is NULL");
         return 0;
     }
     return pipit__st_count(ck->f);
@@ -140,8 +153,8 @@ int pipit_checkpoint_num_tensors(const pipit_checkpoint *ck) {
 const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
     const pipit__st_tensor *t = ck ? pipit__st_get(ck->f, i) : NULL;
     if (!t) {
-        if (!ck) pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_name: NULL checkpoint");
-        else pipit__err(PIPIT_STATUS_INVALID, "checkpoint '%s': no tensor %d (it has %d)", ck->path, i,
+        if (!ck) pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_name: checkpoint is NULL");
+        else pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_tensor_name: checkpoint '%s' has no tensor %d (it has %d)", ck->path, i,
                         pipit__st_count(ck->f));
         return NULL;
     }
@@ -151,9 +164,11 @@ const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
 pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
                                            int64_t *shape) {
     if (!ck || !name)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: NULL %s", ck ? "name" : "checkpoint");
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: %s is NULL", ck ? "name" : "checkpoint");
     const pipit__st_tensor *t = pipit__st_find(ck->f, name);
-    if (!t) return pipit__err(PIPIT_STATUS_INVALID, "checkpoint '%s': no tensor '%s'", ck->path, name);
+    if (!t)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_tensor_shape: checkpoint '%s' has no tensor '%s'",
+                          ck->path, name);
     if (ndim) *ndim = t->ndim;
     if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     return PIPIT_STATUS_OK;
@@ -161,7 +176,7 @@ pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const cha
 
 const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {
     if (!ck || !key) {
-        pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_meta: NULL %s", ck ? "key" : "checkpoint");
+        pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_meta: %s is NULL", ck ? "key" : "checkpoint");
         return NULL;
     }
     return pipit__st_meta(ck->f, key);
@@ -169,13 +184,13 @@ const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {
 
 pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
     if (!p || !ck)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_into: NULL %s", p ? "checkpoint" : "program");
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_into: %s is NULL", p ? "checkpoint" : "program");
     return load_params(p, ck->f, ck->path);
 }
 
 pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
     if (!p || !path)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load: NULL %s", p ? "path" : "program");
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load: %s is NULL", p ? "path" : "program");
     pipit_checkpoint *ck = NULL;
     pipit_status s = pipit_checkpoint_open(path, &ck);
     if (!s) s = pipit_checkpoint_load_into(p, ck);
@@ -189,8 +204,9 @@ static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
 
 pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
     if (!p || !path)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_save: NULL %s", p ? "path" : "program");
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_save: %s is NULL", p ? "path" : "program");
     int n = pipit_program_num_params(p);
+    if (n <= 0) return bad_program(__func__);
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(2 * n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -248,8 +264,9 @@ static pipit_status meta_int(const pipit__st_file *f, const char *path, const ch
 
 pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
     if (!p || !path || !next_step)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_load: NULL %s",
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_load: %s is NULL",
                           !p ? "program" : !path ? "path" : "next_step");
+    if (pipit_program_num_params(p) <= 0) return bad_program(__func__);
     pipit__st_file *f = NULL;
     pipit_status s = pipit__st_read(path, &f);
     int64_t steps = 0;

@@ -205,7 +205,7 @@ void pipit__data_batch(const pipit__data *d, int64_t first, int B, int32_t *inpu
     if (!d || B <= 0) return;
     const int T = d->T;
     for (int b = 0; b < B; b++) {
-        int64_t o = pipit__data_offset(d, first + b);
+        int64_t o = pipit__data_offset(d, (int64_t)((uint64_t)first + (uint64_t)b)); /* wraps, never UB */
         int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
         if (d->is_shard) {
             const uint16_t *s = d->toks + o;
@@ -227,20 +227,29 @@ void pipit__data_batch(const pipit__data *d, int64_t first, int B, int32_t *inpu
 
 pipit_status pipit_data_open(const char *path, int T, pipit_data_order order, uint64_t seed, pipit_data **out) {
     if (!out || !path)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_open: NULL %s", path ? "out" : "path");
-    return pipit__data_open(path, T, order, seed, out);
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_open: %s is NULL", path ? "out" : "path");
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(pipit__data_open(path, T, order, seed, out), gen0, __func__);
+}
+
+static int null_data(const pipit_data *d, const char *fn) {
+    if (d) return 0;
+    pipit__err(PIPIT_STATUS_MISUSE, "%s: data is NULL", fn);
+    return 1;
 }
 
 void pipit_data_free(pipit_data *d) { pipit__data_free(d); }
-int64_t pipit_data_tokens(const pipit_data *d) { return pipit__data_tokens(d); }
-int64_t pipit_data_windows(const pipit_data *d) { return pipit__data_windows(d); }
-int pipit_data_max_token(const pipit_data *d) { return pipit__data_max_token(d); }
-int pipit_data_vocab_hint(const pipit_data *d) { return pipit__data_vocab_hint(d); }
-int64_t pipit_data_offset(const pipit_data *d, int64_t k) { return pipit__data_offset(d, k); }
+int64_t pipit_data_tokens(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_tokens(d); }
+int64_t pipit_data_windows(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_windows(d); }
+int pipit_data_max_token(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_max_token(d); }
+int pipit_data_vocab_hint(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_vocab_hint(d); }
+int64_t pipit_data_offset(const pipit_data *d, int64_t k) {
+    return null_data(d, __func__) ? 0 : pipit__data_offset(d, k);
+}
 
 pipit_status pipit_data_batch(const pipit_data *d, int64_t first, int B, int32_t *inputs, int32_t *targets) {
     if (!d || ((!inputs || !targets) && B > 0))
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_batch: NULL %s",
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_data_batch: %s is NULL",
                           !d ? "data" : !inputs ? "inputs" : "targets");
     if (B < 0) return pipit__err(PIPIT_STATUS_INVALID, "pipit_data_batch: batch size B = %d is negative", B);
     if (first > INT64_MAX - B)

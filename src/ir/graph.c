@@ -30,13 +30,28 @@ void pipit_graph_free(pipit_graph *g) {
     pipit__free(g);
 }
 
+/* A handle check naming the public function: MISUSE for NULL, a freed
+ * graph or anything else without the graph magic. */
+static int bad_graph(const pipit_graph *g, const char *fn) {
+    if (!g) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: graph is NULL", fn);
+        return 1;
+    }
+    if (g->magic != PIPIT_GRAPH_MAGIC) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid graph handle (freed, or not a pipit_graph)", fn);
+        return 1;
+    }
+    return 0;
+}
+
 pipit_status pipit_graph_status(const pipit_graph *g) {
-    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return PIPIT_STATUS_MISUSE;
+    if (bad_graph(g, __func__)) return PIPIT_STATUS_MISUSE;
+    if (g->status != PIPIT_STATUS_OK) pipit__set_errmsg(g->errmsg); /* a failing call leaves its message */
     return g->status;
 }
 
 const char *pipit_graph_errmsg(const pipit_graph *g) {
-    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return "invalid graph handle";
+    if (bad_graph(g, __func__)) return "invalid graph handle";
     return g->errmsg;
 }
 
@@ -110,6 +125,18 @@ static int graph_ok(pipit_graph *g) {
     return g->status == PIPIT_STATUS_OK;
 }
 
+/* graph_ok for a public builder: a bad handle, or a graph an earlier call
+ * poisoned, leaves a fresh message naming `fn` (the graph keeps its first
+ * error; the thread's message repeats it). */
+static int graph_ok_fn(pipit_graph *g, const char *fn) {
+    if (bad_graph(g, fn)) return 0;
+    if (g->status != PIPIT_STATUS_OK) {
+        pipit__err(g->status, "%s: the graph already failed: %s", fn, g->errmsg);
+        return 0;
+    }
+    return 1;
+}
+
 static int graph_reserve(pipit_graph *g) {
     if (g->n < g->cap) return 1;
     int32_t cap = g->cap ? g->cap * 2 : 64;
@@ -167,28 +194,34 @@ int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t
 pipit_val pipit__val(pipit_graph *g, int32_t id) { return (pipit_val){g, id}; }
 
 /* Validates a public value argument; poisons the graph if it is foreign. */
-static int32_t val_id(pipit_graph *g, pipit_val v) {
+static int32_t val_id(pipit_graph *g, pipit_val v, const char *fn) {
     if (v.id < 0) return -1;
     if (v.g != g) {
-        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "value belongs to another graph");
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: value belongs to another graph", fn);
         return -1;
     }
     return v.id;
 }
 
-static pipit_val build(pipit_graph *g, pipit__opcode op, int nin, const pipit_val *vin,
+static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
                        const double *fattr, const int64_t *iattr) {
     int32_t in[PIPIT_MAX_IN];
+    if (!graph_ok_fn(g, fn)) return (pipit_val){g, -1};
     for (int i = 0; i < nin; i++) {
-        in[i] = val_id(g, vin[i]);
+        in[i] = val_id(g, vin[i], fn);
         if (in[i] < 0) {
-            if (g && g->magic == PIPIT_GRAPH_MAGIC && g->status == PIPIT_STATUS_OK)
+            if (g->status == PIPIT_STATUS_OK)
                 pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: input %d is an invalid value",
-                                  pipit__ops[op].name, i);
+                                  fn, i);
             return (pipit_val){g, -1};
         }
     }
-    return (pipit_val){g, pipit__node_add(g, op, nin, in, fattr, iattr)};
+    int32_t id = pipit__node_add(g, op, nin, in, fattr, iattr);
+    if (id < 0) { /* this call poisoned the graph: name the public function first */
+        pipit__err_prefix("%s", fn);
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", pipit_errmsg());
+    }
+    return (pipit_val){g, id};
 }
 
 /* ---- shape queries ---- */
@@ -198,20 +231,35 @@ static const pipit__node *val_node(pipit_val v) {
     return &v.g->nodes[v.id];
 }
 
-int pipit_val_ndim(pipit_val v) {
+/* val_node for a public query: NULL with a message naming `fn`. */
+static const pipit__node *val_node_fn(pipit_val v, const char *fn) {
     const pipit__node *n = val_node(v);
+    if (n) return n;
+    if (!v.g) pipit__err(PIPIT_STATUS_INVALID, "%s: invalid value (its graph is NULL)", fn);
+    else if (v.g->magic != PIPIT_GRAPH_MAGIC)
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid graph handle in the value (freed, or not a pipit_graph)", fn);
+    else pipit__err(PIPIT_STATUS_INVALID, "%s: invalid value (id %d; a builder failed?)", fn, (int)v.id);
+    return NULL;
+}
+
+int pipit_val_ndim(pipit_val v) {
+    const pipit__node *n = val_node_fn(v, __func__);
     return n ? n->ndim : 0;
 }
 
 int64_t pipit_val_dim(pipit_val v, int axis) {
-    const pipit__node *n = val_node(v);
+    const pipit__node *n = val_node_fn(v, __func__);
     if (!n) return 0;
-    if (axis < 0) axis += n->ndim;
-    return axis >= 0 && axis < n->ndim ? n->shape[axis] : 0;
+    int a = axis < 0 ? axis + n->ndim : axis;
+    if (a < 0 || a >= n->ndim) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: axis %d out of range for rank %d", __func__, axis, n->ndim);
+        return 0;
+    }
+    return n->shape[a];
 }
 
 pipit_dtype pipit_val_dtype(pipit_val v) {
-    const pipit__node *n = val_node(v);
+    const pipit__node *n = val_node_fn(v, __func__);
     return n ? (pipit_dtype)n->dtype : PIPIT_F32;
 }
 
@@ -219,15 +267,20 @@ pipit_dtype pipit_val_dtype(pipit_val v) {
 
 static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_dtype dt,
                       int ndim, const int64_t *shape) {
-    if (!graph_ok(g)) return (pipit_val){g, -1};
     const char *what = op == PIPIT_OP_PARAM ? "pipit_param" : "pipit_input";
+    if (!graph_ok_fn(g, what)) return (pipit_val){g, -1};
     if (!name || !*name) {
-        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: a name is required", what);
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: name is %s (a name is required)", what,
+                          name ? "empty" : "NULL");
         return (pipit_val){g, -1};
     }
-    if (ndim < 0 || ndim > PIPIT_MAX_DIMS || (ndim > 0 && !shape)) {
+    if (ndim < 0 || ndim > PIPIT_MAX_DIMS) {
         pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s '%s': rank %d not in 0..%d", what, name,
                           ndim, PIPIT_MAX_DIMS);
+        return (pipit_val){g, -1};
+    }
+    if (ndim > 0 && !shape) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s '%s': shape is NULL (ndim %d)", what, name, ndim);
         return (pipit_val){g, -1};
     }
     if ((unsigned)dt > PIPIT_I32 || (op == PIPIT_OP_PARAM && dt == PIPIT_I32)) {
@@ -286,79 +339,87 @@ pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt, int ndim
 /* ---- ops ---- */
 
 pipit_val pipit_embed(pipit_graph *g, pipit_val table, pipit_val idx) {
-    return build(g, PIPIT_OP_EMBED, 2, (pipit_val[]){table, idx}, NULL, NULL);
+    return build(g, __func__, PIPIT_OP_EMBED, 2, (pipit_val[]){table, idx}, NULL, NULL);
 }
 pipit_val pipit_add(pipit_graph *g, pipit_val a, pipit_val b) {
-    return build(g, PIPIT_OP_ADD, 2, (pipit_val[]){a, b}, NULL, NULL);
+    return build(g, __func__, PIPIT_OP_ADD, 2, (pipit_val[]){a, b}, NULL, NULL);
 }
 pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b) {
-    return build(g, PIPIT_OP_MUL, 2, (pipit_val[]){a, b}, NULL, NULL);
+    return build(g, __func__, PIPIT_OP_MUL, 2, (pipit_val[]){a, b}, NULL, NULL);
 }
 pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha) {
-    return build(g, PIPIT_OP_SCALE, 1, &a, (double[2]){alpha, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_SCALE, 1, &a, (double[2]){alpha, 0}, NULL);
 }
 pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b, int trans_a, int trans_b) {
     int64_t iattr[4] = {trans_a != 0, trans_b != 0, 0, 0};
-    return build(g, PIPIT_OP_MATMUL, 2, (pipit_val[]){a, b}, NULL, iattr);
+    return build(g, __func__, PIPIT_OP_MATMUL, 2, (pipit_val[]){a, b}, NULL, iattr);
 }
 pipit_val pipit_matmul_nt(pipit_graph *g, pipit_val a, pipit_val b) {
-    return pipit_matmul(g, a, b, 0, 1);
+    int64_t iattr[4] = {0, 1, 0, 0};
+    return build(g, __func__, PIPIT_OP_MATMUL, 2, (pipit_val[]){a, b}, NULL, iattr);
 }
 pipit_val pipit_bias_add(pipit_graph *g, pipit_val x, pipit_val bias) {
-    return build(g, PIPIT_OP_BIAS_ADD, 2, (pipit_val[]){x, bias}, NULL, NULL);
+    return build(g, __func__, PIPIT_OP_BIAS_ADD, 2, (pipit_val[]){x, bias}, NULL, NULL);
 }
 pipit_val pipit_layernorm(pipit_graph *g, pipit_val x, pipit_val w, pipit_val b, double eps) {
-    return build(g, PIPIT_OP_LAYERNORM, 3, (pipit_val[]){x, w, b}, (double[2]){eps, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_LAYERNORM, 3, (pipit_val[]){x, w, b}, (double[2]){eps, 0}, NULL);
 }
 pipit_val pipit_gelu(pipit_graph *g, pipit_val x) {
-    return build(g, PIPIT_OP_GELU, 1, &x, NULL, NULL);
+    return build(g, __func__, PIPIT_OP_GELU, 1, &x, NULL, NULL);
 }
 pipit_val pipit_attention(pipit_graph *g, pipit_val qkv, int heads) {
     int64_t iattr[4] = {heads, 0, 0, 0};
-    return build(g, PIPIT_OP_ATTENTION, 1, &qkv, NULL, iattr);
+    return build(g, __func__, PIPIT_OP_ATTENTION, 1, &qkv, NULL, iattr);
 }
 pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets) {
-    pipit_val rows = build(g, PIPIT_OP_XENT_ROWS, 2, (pipit_val[]){logits, targets}, NULL, NULL);
-    return pipit_mean(g, rows);
+    pipit_val rows = build(g, __func__, PIPIT_OP_XENT_ROWS, 2, (pipit_val[]){logits, targets}, NULL, NULL);
+    if (rows.id < 0) return rows;
+    return build(g, __func__, PIPIT_OP_SUM, 1, &rows,
+                 (double[2]){1.0 / (double)pipit__node_numel(&g->nodes[rows.id]), 0}, NULL);
 }
 pipit_val pipit_sum(pipit_graph *g, pipit_val x) {
-    return build(g, PIPIT_OP_SUM, 1, &x, (double[2]){1.0, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_SUM, 1, &x, (double[2]){1.0, 0}, NULL);
 }
 pipit_val pipit_mean(pipit_graph *g, pipit_val x) {
     const pipit__node *n = val_node(x);
     double inv = n ? 1.0 / (double)pipit__node_numel(n) : 1.0;
-    return build(g, PIPIT_OP_SUM, 1, &x, (double[2]){inv, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_SUM, 1, &x, (double[2]){inv, 0}, NULL);
 }
 pipit_val pipit_reshape(pipit_graph *g, pipit_val x, int ndim, const int64_t *shape) {
     int64_t iattr[4] = {0};
+    if (!graph_ok_fn(g, __func__)) return (pipit_val){g, -1};
     if (ndim < 0 || ndim > PIPIT_MAX_DIMS) {
-        if (graph_ok(g))
-            pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "reshape: rank %d not in 0..%d", ndim,
-                              PIPIT_MAX_DIMS);
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "pipit_reshape: rank %d not in 0..%d", ndim, PIPIT_MAX_DIMS);
+        return (pipit_val){g, -1};
+    }
+    if (ndim > 0 && !shape) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_reshape: shape is NULL (ndim %d)", ndim);
         return (pipit_val){g, -1};
     }
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
     /* Rank travels in fattr[0] so iattr holds the full shape. */
-    return build(g, PIPIT_OP_RESHAPE, 1, &x, (double[2]){(double)ndim, 0}, iattr);
+    return build(g, __func__, PIPIT_OP_RESHAPE, 1, &x, (double[2]){(double)ndim, 0}, iattr);
 }
 pipit_val pipit_transpose(pipit_graph *g, pipit_val x, int axis0, int axis1) {
+    if (!graph_ok_fn(g, __func__)) return (pipit_val){g, -1};
     const pipit__node *n = val_node(x);
-    int nd = n ? n->ndim : 0;
+    if (!n || x.g != g) /* build names the bad value */
+        return build(g, __func__, PIPIT_OP_PERMUTE, 1, &x, NULL, (int64_t[4]){0, 1, 2, 3});
+    int nd = n->ndim;
     if (axis0 < 0) axis0 += nd;
     if (axis1 < 0) axis1 += nd;
-    if (n && (axis0 < 0 || axis0 >= nd || axis1 < 0 || axis1 >= nd)) {
-        if (graph_ok(g))
-            pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "transpose: axes %d,%d out of range for rank %d",
-                              axis0, axis1, nd);
+    if (axis0 < 0 || axis0 >= nd || axis1 < 0 || axis1 >= nd) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "pipit_transpose: axes %d,%d out of range for rank %d",
+                          axis0, axis1, nd);
         return (pipit_val){g, -1};
     }
     int64_t perm[4] = {0, 1, 2, 3};
     perm[axis0] = axis1;
     perm[axis1] = axis0;
-    return build(g, PIPIT_OP_PERMUTE, 1, &x, NULL, perm);
+    return build(g, __func__, PIPIT_OP_PERMUTE, 1, &x, NULL, perm);
 }
 pipit_val pipit_yield(pipit_graph *g, pipit_val x) {
-    return build(g, PIPIT_OP_YIELD, 1, &x, NULL, NULL);
+    return build(g, __func__, PIPIT_OP_YIELD, 1, &x, NULL, NULL);
 }
 
 int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape,
@@ -371,8 +432,8 @@ int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *sha
 /* ---- post-loop ---- */
 
 static int32_t param_arg(pipit_graph *g, pipit_val param, const char *what) {
-    if (!graph_ok(g)) return -1;
-    int32_t id = val_id(g, param);
+    if (!graph_ok_fn(g, what)) return -1;
+    int32_t id = val_id(g, param, what);
     if (id < 0 || g->nodes[id].op != PIPIT_OP_PARAM) {
         if (g->status == PIPIT_STATUS_OK)
             pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: the first argument must be a pipit_param", what);
@@ -400,10 +461,13 @@ pipit_val pipit_grad_of(pipit_graph *g, pipit_val param) {
 
 pipit_status pipit_set_grad(pipit_graph *g, pipit_val param, pipit_val grad) {
     int32_t pid = param_arg(g, param, "pipit_set_grad");
-    int32_t gid = pid < 0 ? -1 : val_id(g, grad);
+    int32_t gid = pid < 0 ? -1 : val_id(g, grad, "pipit_set_grad");
     if (pid >= 0 && gid < 0 && g->status == PIPIT_STATUS_OK)
         pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_set_grad: the gradient is an invalid value");
-    if (gid < 0) return g && g->magic == PIPIT_GRAPH_MAGIC && g->status ? g->status : PIPIT_STATUS_INVALID;
+    if (gid < 0) {
+        if (!g || g->magic != PIPIT_GRAPH_MAGIC) return PIPIT_STATUS_MISUSE; /* message set by param_arg */
+        return g->status ? g->status : pipit__err(PIPIT_STATUS_INVALID, "pipit_set_grad: invalid gradient");
+    }
     const pipit__node *p = &g->nodes[pid], *v = &g->nodes[gid];
     char a[96], b[96];
     int same = p->ndim == v->ndim && p->dtype == v->dtype;

@@ -15,9 +15,11 @@
 #include "util/common.h"
 
 pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
-    if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_check: NULL config");
+    if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_check: config is NULL");
     if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: vocab, ctx, layers, heads, dim and batch must be >= 1");
+    if (c->dtype != PIPIT_F32 && c->dtype != PIPIT_F64)
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dtype %d is not f32 or f64", (int)c->dtype);
     if (c->dim % c->heads)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dim %d is not divisible by heads %d", c->dim, c->heads);
     if (c->max_ctx < c->ctx)
@@ -31,7 +33,14 @@ pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
 }
 
 int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s) {
-    if (!c || c->stages < 1) return 0;
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return -1;
+    }
+    if (c->stages < 1 || c->layers < 1 || s < 0 || s > c->stages) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: stage %d not in 0..%d (layers %d)", __func__, s, c->stages, c->layers);
+        return -1;
+    }
     /* Even split; the first L mod S stages get one layer more. */
     int base = c->layers / c->stages, extra = c->layers % c->stages;
     return s * base + (s < extra ? s : extra);
@@ -80,7 +89,15 @@ static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, 
 
 pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c) {
     if (!g || !c) {
-        pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_build: NULL %s", g ? "config" : "graph");
+        pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_build: %s is NULL", g ? "config" : "graph");
+        return (pipit_val){g, -1};
+    }
+    if (pipit_graph_status(g) != PIPIT_STATUS_OK) { /* a bad handle or a poisoned graph */
+        pipit__err_prefix("pipit_gpt2_build");
+        return (pipit_val){g, -1};
+    }
+    if (pipit_gpt2_check(c) != PIPIT_STATUS_OK) {
+        pipit__err_prefix("pipit_gpt2_build");
         return (pipit_val){g, -1};
     }
     int64_t bt[2] = {c->batch, c->ctx};
@@ -130,8 +147,13 @@ static int ends_with(const char *s, const char *suffix) {
 }
 
 pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
-    if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: NULL %s", p ? "config" : "program");
-    for (int i = 0; i < pipit_program_num_params(p); i++) {
+    if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: %s is NULL", p ? "config" : "program");
+    int np = pipit_program_num_params(p); /* a compiled program has params */
+    if (np <= 0)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: invalid program handle (freed, or not a pipit_program)");
+    if (c->dtype != PIPIT_F32 && c->dtype != PIPIT_F64)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_gpt2_init: config dtype %d is not f32 or f64", (int)c->dtype);
+    for (int i = 0; i < np; i++) {
         const char *name = pipit_program_param_name(p, i);
         int nd;
         int64_t shape[PIPIT_MAX_DIMS], n = 1;
@@ -151,19 +173,28 @@ pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint6
         }
         s = pipit_program_set_param(p, name, buf, (size_t)n * es);
         pipit__free(buf);
-        if (s) return s;
+        if (s) {
+            pipit__err_prefix("pipit_gpt2_init (config dtype %s)", c->dtype == PIPIT_F64 ? "f64" : "f32");
+            return s;
+        }
     }
     return PIPIT_STATUS_OK;
 }
 
 int64_t pipit_gpt2_num_params(const pipit_gpt2_config *c) {
-    if (!c) return 0;
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
     int64_t C = c->dim, L = c->layers;
     return (int64_t)c->vocab * C + (int64_t)c->max_ctx * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
 double pipit_gpt2_flops_per_token(const pipit_gpt2_config *c) {
-    if (!c) return 0;
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
     /* 6 N per token for the weights that multiply activations (wpe is only
      * gathered, so it is left out, as nanoGPT does), plus attention scores and
      * values: 12 L T C per token (forward and backward, full square), as in
@@ -224,8 +255,9 @@ pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens,
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2 feeds: batch %d and ctx %d must be >= 1", c->batch, c->ctx);
     int64_t n = (int64_t)c->batch * c->ctx;
     for (int64_t i = 0; i < n; i++) positions_out[i] = (int32_t)(i % c->ctx);
-    out[0] = (pipit_feed){PIPIT_GPT2_TOKENS, tokens};
-    out[1] = (pipit_feed){PIPIT_GPT2_TARGETS, targets};
-    out[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, positions_out};
+    size_t nb = (size_t)n * sizeof(int32_t);
+    out[0] = (pipit_feed){PIPIT_GPT2_TOKENS, tokens, nb};
+    out[1] = (pipit_feed){PIPIT_GPT2_TARGETS, targets, nb};
+    out[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, positions_out, nb};
     return PIPIT_STATUS_OK;
 }

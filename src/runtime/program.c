@@ -218,9 +218,11 @@ static pipit_status open_transport(pipit_program *p) {
     size_t ntags = 0;
     pipit_status s = message_tags(&p->plan, &tags, &ntags);
     if (s) return s;
+    unsigned long gen0 = pipit__err_gen();
     p->transport = pipit__transport_mpi_new(p->W, tags, ntags);
     pipit__free(tags);
-    return p->transport ? PIPIT_STATUS_OK : PIPIT_STATUS_RUNTIME;
+    if (p->transport) return PIPIT_STATUS_OK;
+    return pipit__err_fresh(PIPIT_STATUS_RUNTIME, gen0, "cannot open the MPI transport");
 }
 
 /* Backend memory, thread teams and the transport for a built plan. */
@@ -257,21 +259,26 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
                            pipit_program **out) {
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: out is NULL");
     *out = NULL;
-    if (!g || g->magic != PIPIT_GRAPH_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: invalid graph");
+    if (!g) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: graph is NULL");
+    if (g->magic != PIPIT_GRAPH_MAGIC)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_compile: invalid graph handle (freed, or not a pipit_graph)");
     if (loss.g != g) return pipit__err(PIPIT_STATUS_INVALID, "pipit_compile: loss is not a value of this graph");
     pipit_options defaults = {0};
     if (!opt) opt = &defaults;
+    unsigned long gen0 = pipit__err_gen();
     pipit_status s = check_options(opt);
-    if (s) return s;
+    if (s) return pipit__err_fresh(s, gen0, "pipit_compile");
     pipit_program *p = pipit__calloc(1, sizeof *p);
     if (!p) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
     p->magic = PIPIT_PROGRAM_MAGIC;
     p->fail_rank = p->fail_instr = -1;
     inject_faults(p);
     p->be = pipit__backend_find("cpu");
-    s = p->be ? pipit__plan_build(g, loss.id, opt, &p->plan) : PIPIT_STATUS_INVALID;
+    s = p->be ? pipit__plan_build(g, loss.id, opt, &p->plan)
+              : pipit__err(PIPIT_STATUS_INTERNAL, "no cpu backend");
     if (!s) s = instantiate(p);
     if (s) {
+        if (pipit__err_gen() == gen0) pipit__err(s, "%s", pipit_status_name(s)); /* a helper set no message */
         pipit__err_prefix("pipit_compile");
         pipit_program_free(p);
         return s;

@@ -10,27 +10,28 @@
 #include "util/common.h"
 
 static pipit_status check(const pipit_program *p, const char *fn) {
-    if (!p || p->magic != PIPIT_PROGRAM_MAGIC)
-        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle", fn);
+    if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", fn);
+    if (p->magic != PIPIT_PROGRAM_MAGIC)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
     return PIPIT_STATUS_OK;
 }
 
-static const pipit__param *param_named(const pipit_program *p, const char *name) {
+static const pipit__param *param_named(const pipit_program *p, const char *name, const char *fn) {
     if (!name) {
-        pipit__err(PIPIT_STATUS_MISUSE, "NULL parameter name");
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: name is NULL", fn);
         return NULL;
     }
     for (int i = 0; i < p->plan.nparams; i++)
         if (p->plan.params[i].name && strcmp(p->plan.params[i].name, name) == 0) return &p->plan.params[i];
-    pipit__err(PIPIT_STATUS_INVALID, "no parameter named '%s'", name);
+    pipit__err(PIPIT_STATUS_INVALID, "%s: no parameter named '%s'", fn, name);
     return NULL;
 }
 
 pipit_status pipit_program_param_dtype(const pipit_program *p, const char *name, pipit_dtype *out) {
     pipit_status s = check(p, __func__);
     if (s) return s;
-    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
-    const pipit__param *pp = param_named(p, name);
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: out is NULL", __func__);
+    const pipit__param *pp = param_named(p, name, __func__);
     if (!pp) return name ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
     *out = pp->dtype;
     return PIPIT_STATUS_OK;
@@ -39,8 +40,8 @@ pipit_status pipit_program_param_dtype(const pipit_program *p, const char *name,
 pipit_status pipit_program_param_numel(const pipit_program *p, const char *name, int64_t *out) {
     pipit_status s = check(p, __func__);
     if (s) return s;
-    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
-    const pipit__param *pp = param_named(p, name);
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: out is NULL", __func__);
+    const pipit__param *pp = param_named(p, name, __func__);
     if (!pp) return name ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
     *out = pp->numel;
     return PIPIT_STATUS_OK;
@@ -62,12 +63,12 @@ double pipit_program_step_wall(const pipit_program *p) { return check(p, __func_
 pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_rank_step *out) {
     pipit_status s = check(p, __func__);
     if (s) return s;
-    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL out", __func__);
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: out is NULL", __func__);
     if (rank < 0 || rank >= p->W)
-        return pipit__err(PIPIT_STATUS_INVALID, "program: rank %d out of range [0, %d)", rank, p->W);
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d out of range [0, %d)", __func__, rank, p->W);
     if (!pipit__is_local(p, rank))
-        return pipit__err(PIPIT_STATUS_INVALID, "program: rank %d runs in another process (this one runs rank %d)",
-                          rank, p->local[0]);
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d runs in another process (this one runs rank %d)",
+                          __func__, rank, p->local[0]);
     const pipit__rank_plan *r = &p->plan.ranks[rank % p->plan.nranks];
     const pipit__rank_state *rs = &p->rs[rank];
     *out = (pipit_rank_step){r->ntasks, r->tasks, rs->t_start, rs->t_end, rs->busy, rs->wait};

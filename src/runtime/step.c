@@ -12,10 +12,13 @@
 #include "runtime/program.h"
 #include "runtime/transport.h"
 
-static pipit_status check_program(const pipit_program *p) {
-    if (!p || p->magic != PIPIT_PROGRAM_MAGIC) return pipit__err(PIPIT_STATUS_MISUSE, "invalid program handle");
+static pipit_status check_program_fn(const pipit_program *p, const char *fn) {
+    if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", fn);
+    if (p->magic != PIPIT_PROGRAM_MAGIC)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
     return PIPIT_STATUS_OK;
 }
+#define check_program(p) check_program_fn(p, __func__)
 
 static pipit_status fail(pipit_program *p, pipit_status s) {
     snprintf(p->errmsg, sizeof p->errmsg, "%s", pipit_errmsg());
@@ -23,23 +26,38 @@ static pipit_status fail(pipit_program *p, pipit_status s) {
 }
 
 const char *pipit_program_errmsg(const pipit_program *p) {
-    return p && p->magic == PIPIT_PROGRAM_MAGIC ? p->errmsg : "invalid program handle";
+    return check_program(p) ? "invalid program handle" : p->errmsg;
 }
 
-/* The one feed of microbatch m named `name`; NULL (with a message) if it
- * is missing or given twice. */
-static const void *find_feed(const pipit_feed *f, int nfeed, const char *name, int m) {
-    const void *d = NULL;
+/* The one feed of microbatch m for input `in`; NULL (with a message) if it
+ * is missing, given twice, has NULL data or a size other than the input's. */
+static const void *find_feed(const pipit_feed *f, int nfeed, const pipit__input *in, int m) {
+    const pipit_feed *hit = NULL;
     for (int i = 0; i < nfeed; i++) {
-        if (!f[i].name || strcmp(f[i].name, name) != 0) continue;
-        if (d) {
-            pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has two feeds for input '%s'", m, name);
+        if (!f[i].name || strcmp(f[i].name, in->name) != 0) continue;
+        if (hit) {
+            pipit__err(PIPIT_STATUS_INVALID, "pipit_step: microbatch %d has two feeds for input '%s'", m, in->name);
             return NULL;
         }
-        d = f[i].data;
+        hit = &f[i];
     }
-    if (!d) pipit__err(PIPIT_STATUS_INVALID, "step: microbatch %d has no data for input '%s'", m, name);
-    return d;
+    if (!hit) {
+        pipit__err(PIPIT_STATUS_INVALID, "pipit_step: microbatch %d has no data for input '%s'", m, in->name);
+        return NULL;
+    }
+    size_t want = (size_t)in->numel * pipit__dtype_size(in->dtype);
+    if (!hit->data) {
+        pipit__err(PIPIT_STATUS_INVALID, "pipit_step: input '%s' of microbatch %d: data is NULL (expected %zu bytes)",
+                   in->name, m, want);
+        return NULL;
+    }
+    if (hit->nbytes != want) {
+        pipit__err(PIPIT_STATUS_INVALID,
+                   "pipit_step: input '%s' of microbatch %d: feed has %zu bytes, expected %zu (%s x %lld)",
+                   in->name, m, hit->nbytes, want, pipit__dtype_name(in->dtype), (long long)in->numel);
+        return NULL;
+    }
+    return hit->data;
 }
 
 /* Whether replica d's ranks run in this process. */
@@ -51,14 +69,14 @@ static int replica_is_local(const pipit_program *p, int d) {
  * once for all ranks, and checks that index inputs lie within what their
  * consumers allow. Microbatch j of the step (of M * D) is replica j / M's. */
 static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feeds, int nfeed, const void **ptrs) {
-    if (!feeds && p->plan.ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "step: feeds are NULL");
+    if (!feeds && p->plan.ninputs > 0) return pipit__err(PIPIT_STATUS_INVALID, "pipit_step: feeds is NULL");
     int G = p->plan.M * p->plan.D;
     for (int m = 0; m < G; m++) {
         if (!replica_is_local(p, m / p->plan.M)) continue;
         const pipit_feed *f = feeds + (size_t)m * (size_t)nfeed;
         for (int i = 0; i < p->plan.ninputs; i++) {
             const pipit__input *in = &p->plan.inputs[i];
-            const void *d = find_feed(f, nfeed, in->name, m);
+            const void *d = find_feed(f, nfeed, in, m);
             if (!d) return PIPIT_STATUS_INVALID;
             ptrs[(size_t)m * (size_t)p->plan.ninputs + (size_t)i] = d;
             if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
@@ -220,12 +238,14 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
                         pipit_metrics *metrics) {
     pipit_status s = check_program(p);
     if (s) return s;
+    unsigned long gen0 = pipit__err_gen();
     if (p->broken)
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: a rank of this program hung in an earlier step; "
                                                         "it can no longer run (free it and compile again)"));
-    if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: nfeed < 0"));
+    if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "pipit_step: nfeed is %d (< 0)", nfeed));
     if (update && p->opt_step == INT64_MAX)
-        return fail(p, pipit__err(PIPIT_STATUS_INVALID, "step: the optimizer step counter is at 2^63-1 and cannot advance"));
+        return fail(p, pipit__err(PIPIT_STATUS_INVALID,
+                                  "pipit_step: the optimizer step counter is at 2^63-1 and cannot advance"));
     size_t nptrs = (size_t)p->plan.M * (size_t)p->plan.D * (size_t)PIPIT_MAX(p->plan.ninputs, 1);
     const void **ptrs = pipit__calloc(nptrs, sizeof *ptrs);
     if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));
@@ -238,7 +258,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     p->step_t0 = t0;
     p->do_update = update != 0;
     if (update) p->opt_step++;
-    s = run_ranks(p, ptrs);
+    s = pipit__err_fresh(run_ranks(p, ptrs), gen0, "pipit_step");
     if (!p->broken) pipit__free(ptrs); /* else a hung rank may still read it */
     p->step_wall = pipit__now() - t0;
     if (s) {
@@ -273,37 +293,51 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
 int pipit_program_num_params(const pipit_program *p) { return check_program(p) ? 0 : p->plan.nparams; }
 
 const char *pipit_program_param_name(const pipit_program *p, int i) {
-    if (check_program(p) || i < 0 || i >= p->plan.nparams) return NULL;
+    if (check_program(p)) return NULL;
+    if (i < 0 || i >= p->plan.nparams) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: index %d out of range [0, %d)", __func__, i, p->plan.nparams);
+        return NULL;
+    }
     return p->plan.params[i].name;
 }
 
-static const pipit__param *find_param(const pipit_program *p, const char *name) {
+/* The param called `name`; NULL with a message naming `fn` and INVALID in
+ * *why for a NULL or unknown name. */
+static const pipit__param *find_param(const pipit_program *p, const char *name, const char *fn,
+                                      pipit_status *why) {
+    if (!name) {
+        *why = pipit__err(PIPIT_STATUS_INVALID, "%s: name is NULL", fn);
+        return NULL;
+    }
     for (int i = 0; i < p->plan.nparams; i++)
         if (strcmp(p->plan.params[i].name, name) == 0) return &p->plan.params[i];
-    pipit__err(PIPIT_STATUS_INVALID, "no parameter named '%s'", name ? name : "(null)");
+    *why = pipit__err(PIPIT_STATUS_INVALID, "%s: no parameter named '%s'", fn, name);
     return NULL;
 }
 
+/* ndim and shape are optional (either may be NULL). */
 pipit_status pipit_program_param_shape(const pipit_program *p, const char *name, int *ndim,
                                        int64_t *shape) {
     pipit_status s = check_program(p);
     if (s) return s;
-    const pipit__param *pp = name ? find_param(p, name) : NULL;
-    if (!pp) return PIPIT_STATUS_INVALID;
+    const pipit__param *pp = find_param(p, name, __func__, &s);
+    if (!pp) return s;
     const pipit__node *n = &p->plan.g->nodes[pp->node];
     if (ndim) *ndim = n->ndim;
     if (shape) memcpy(shape, n->shape, sizeof(int64_t) * n->ndim);
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status copy_param(const pipit_program *p, const char *name, size_t nbytes, int *idx) {
-    pipit_status s = check_program(p);
+static pipit_status copy_param(const pipit_program *p, const char *fn, const char *name, const void *data,
+                               size_t nbytes, int *idx) {
+    pipit_status s = check_program_fn(p, fn);
     if (s) return s;
-    const pipit__param *pp = name ? find_param(p, name) : NULL;
-    if (!pp) return PIPIT_STATUS_INVALID;
+    const pipit__param *pp = find_param(p, name, fn, &s);
+    if (!pp) return s;
     size_t want = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+    if (!data) return pipit__err(PIPIT_STATUS_MISUSE, "%s '%s': data is NULL (%zu bytes expected)", fn, name, want);
     if (nbytes != want)
-        return pipit__err(PIPIT_STATUS_SHAPE, "parameter '%s' has %zu bytes, caller passed %zu", name, want,
+        return pipit__err(PIPIT_STATUS_SHAPE, "%s: parameter '%s' has %zu bytes, caller passed %zu", fn, name, want,
                           nbytes);
     *idx = (int)(pp - p->plan.params);
     return PIPIT_STATUS_OK;
@@ -349,9 +383,10 @@ static int sharded(const pipit_program *p, int which) {
     return which == BLOCK_M || which == BLOCK_V || (which == BLOCK_GRAD && !p->plan.g->ngradset);
 }
 
-static pipit_status read_param(const pipit_program *p, const char *name, void *data, size_t nbytes, int which) {
+static pipit_status read_param(const pipit_program *p, const char *fn, const char *name, void *data, size_t nbytes,
+                               int which) {
     int i;
-    pipit_status s = copy_param(p, name, nbytes, &i);
+    pipit_status s = copy_param(p, fn, name, data, nbytes, &i);
     if (s) return s;
     const pipit__param *pp = &p->plan.params[i];
     int q = pp->norm_rank, D = sharded(p, which) ? p->plan.D : 1;
@@ -369,9 +404,10 @@ static pipit_status read_param(const pipit_program *p, const char *name, void *d
 
 /* Every holder this process runs gets the same bytes (with ZeRO-1 the
  * moments of its shard), so the copies start (and stay) equal. */
-static pipit_status write_param(pipit_program *p, const char *name, const void *data, size_t nbytes, int which) {
+static pipit_status write_param(pipit_program *p, const char *fn, const char *name, const void *data, size_t nbytes,
+                                int which) {
     int i;
-    pipit_status s = copy_param(p, name, nbytes, &i);
+    pipit_status s = copy_param(p, fn, name, data, nbytes, &i);
     if (s) return s;
     const pipit__param *pp = &p->plan.params[i];
     size_t es = pipit__dtype_size(pp->dtype);
@@ -387,23 +423,25 @@ static pipit_status write_param(pipit_program *p, const char *name, const void *
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status check_which(int which) {
+static pipit_status check_which(const pipit_program *p, int which, const char *fn) {
+    pipit_status s = check_program_fn(p, fn);
+    if (s) return s;
     if (which != 0 && which != 1)
-        return pipit__err(PIPIT_STATUS_INVALID, "optimizer state: which must be 0 (exp_avg) or 1 (exp_avg_sq), got %d",
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: which must be 0 (exp_avg) or 1 (exp_avg_sq), got %d", fn,
                           which);
     return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit_program_get_opt_state(const pipit_program *p, const char *name, int which, void *data,
                                          size_t nbytes) {
-    pipit_status s = check_which(which);
-    return s ? s : read_param(p, name, data, nbytes, BLOCK_M + which);
+    pipit_status s = check_which(p, which, __func__);
+    return s ? s : read_param(p, __func__, name, data, nbytes, BLOCK_M + which);
 }
 
 pipit_status pipit_program_set_opt_state(pipit_program *p, const char *name, int which, const void *data,
                                          size_t nbytes) {
-    pipit_status s = check_which(which);
-    return s ? s : write_param(p, name, data, nbytes, BLOCK_M + which);
+    pipit_status s = check_which(p, which, __func__);
+    return s ? s : write_param(p, __func__, name, data, nbytes, BLOCK_M + which);
 }
 
 int64_t pipit_program_opt_steps(const pipit_program *p) { return check_program(p) ? 0 : p->opt_step; }
@@ -411,23 +449,24 @@ int64_t pipit_program_opt_steps(const pipit_program *p) { return check_program(p
 pipit_status pipit_program_set_opt_steps(pipit_program *p, int64_t steps) {
     pipit_status s = check_program(p);
     if (s) return s;
-    if (steps < 0) return pipit__err(PIPIT_STATUS_INVALID, "optimizer steps must be >= 0 (got %lld)", (long long)steps);
+    if (steps < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: optimizer steps must be >= 0 (got %lld)", __func__, (long long)steps);
     p->opt_step = steps;
     return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit_program_get_param(const pipit_program *p, const char *name, void *data,
                                      size_t nbytes) {
-    return read_param(p, name, data, nbytes, BLOCK_PARAM);
+    return read_param(p, __func__, name, data, nbytes, BLOCK_PARAM);
 }
 
 pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
                                     size_t nbytes) {
-    return read_param(p, name, data, nbytes, BLOCK_GRAD);
+    return read_param(p, __func__, name, data, nbytes, BLOCK_GRAD);
 }
 
 /* Every holder gets the same bytes, so the copies start (and stay) equal. */
 pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
                                      size_t nbytes) {
-    return write_param(p, name, data, nbytes, BLOCK_PARAM);
+    return write_param(p, __func__, name, data, nbytes, BLOCK_PARAM);
 }

@@ -262,7 +262,9 @@ static const char *const kind_names[PIPIT_SCHED_COUNT] = {
 };
 
 const char *pipit_schedule_kind_name(pipit_schedule_kind kind) {
-    return (unsigned)kind < PIPIT_SCHED_COUNT ? kind_names[kind] : "unknown";
+    if ((unsigned)kind < PIPIT_SCHED_COUNT) return kind_names[kind];
+    pipit__err(PIPIT_STATUS_INVALID, "%s: kind %d is not a pipit_schedule_kind", __func__, (int)kind);
+    return "unknown";
 }
 
 /* Case-insensitive, '_' and '-' interchangeable ("ZB_H1" == "zb-h1"). */
@@ -277,10 +279,14 @@ static int name_matches(const char *a, const char *b) {
 }
 
 int pipit_schedule_kind_from_name(const char *name) {
-    if (!name) return -1;
+    if (!name) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: name is NULL", __func__);
+        return -1;
+    }
     for (int k = 0; k < PIPIT_SCHED_COUNT; k++)
         if (name_matches(name, kind_names[k])) return k;
     if (name_matches(name, "pipedream-flush")) return PIPIT_SCHED_1F1B;
+    pipit__err(PIPIT_STATUS_INVALID, "%s: no schedule named '%s'", __func__, name);
     return -1;
 }
 
@@ -377,8 +383,9 @@ pipit_status pipit_schedule_build(pipit_schedule_kind kind, int P, int V, int M,
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_build: out is NULL");
     *out = NULL;
     if ((unsigned)kind < PIPIT_SCHED_COUNT && V == 0) V = default_v(kind);
+    unsigned long gen0 = pipit__err_gen();
     pipit_status st = check_args(kind, P, V, M);
-    if (st) return st;
+    if (st) return pipit__err_fresh(st, gen0, __func__);
     pipit_schedule *s = pipit__schedule_alloc(P, P * V, M);
     if (!s) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory building a schedule");
     s->kind = (int)kind;
@@ -396,7 +403,7 @@ pipit_status pipit_schedule_build(pipit_schedule_kind kind, int P, int V, int M,
     st = run_generator(&g);
     if (st) {
         pipit_schedule_free(s);
-        return st;
+        return pipit__err_fresh(st, gen0, __func__);
     }
     s->split_bw = kind == PIPIT_SCHED_ZB_H1 || kind == PIPIT_SCHED_DUALPIPEV;
     *out = s;
@@ -411,9 +418,9 @@ pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
     if (P < 1 || S < 1 || M < 1)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
                           "custom schedule needs P, S, M >= 1 (got P=%d S=%d M=%d)", P, S, M);
-    if (S > PIPIT__SCHED_MAX_STAGES || M > PIPIT__SCHED_MAX_MB)
+    if (P > PIPIT__SCHED_MAX_STAGES || S > PIPIT__SCHED_MAX_STAGES || M > PIPIT__SCHED_MAX_MB)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
-                          "custom schedule too large (S=%d > %d or M=%d > %d)", S,
+                          "custom schedule too large (P=%d or S=%d > %d, or M=%d > %d)", P, S,
                           PIPIT__SCHED_MAX_STAGES, M, PIPIT__SCHED_MAX_MB);
     if (!stage_rank || !ntasks || !tasks)
         return pipit__err(PIPIT_STATUS_MISUSE,
@@ -440,4 +447,8 @@ pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_schedule_check(const pipit_schedule *s) { return pipit__schedule_check(s); }
+pipit_status pipit_schedule_check(const pipit_schedule *s) {
+    if (!s) return pipit__err(PIPIT_STATUS_MISUSE, "%s: schedule is NULL", __func__);
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(pipit__schedule_check(s), gen0, __func__);
+}

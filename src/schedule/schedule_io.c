@@ -237,7 +237,7 @@ pipit_status pipit__schedule_parse(const char *text, const char *origin, pipit_s
 }
 
 pipit_status pipit_schedule_load(const char *path, pipit_schedule **out) {
-    if (!out || !path) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_load: NULL argument");
+    if (!out || !path) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_load: %s is NULL", out ? "path" : "out");
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return pipit__err(PIPIT_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));

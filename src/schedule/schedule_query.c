@@ -6,7 +6,7 @@
 
 static int null_schedule(const pipit_schedule *s, const char *fn) {
     if (s) return 0;
-    pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL schedule", fn);
+    pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL schedule (argument s)", fn);
     return 1;
 }
 
@@ -20,7 +20,7 @@ int pipit_schedule_split_bw(const pipit_schedule *s) { return null_schedule(s, _
 int pipit_schedule_stage_rank(const pipit_schedule *s, int stage) {
     if (null_schedule(s, __func__)) return -1;
     if (stage < 0 || stage >= s->S) {
-        pipit__err(PIPIT_STATUS_INVALID, "schedule: stage %d out of range [0, %d)", stage, s->S);
+        pipit__err(PIPIT_STATUS_INVALID, "%s: stage %d out of range [0, %d)", __func__, stage, s->S);
         return -1;
     }
     return s->stage_rank[stage];
@@ -29,7 +29,7 @@ int pipit_schedule_stage_rank(const pipit_schedule *s, int stage) {
 int pipit_schedule_num_tasks(const pipit_schedule *s, int rank) {
     if (null_schedule(s, __func__)) return 0;
     if (rank < 0 || rank >= s->P) {
-        pipit__err(PIPIT_STATUS_INVALID, "schedule: rank %d out of range [0, %d)", rank, s->P);
+        pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d out of range [0, %d)", __func__, rank, s->P);
         return 0;
     }
     return s->ntasks[rank];
@@ -37,11 +37,11 @@ int pipit_schedule_num_tasks(const pipit_schedule *s, int rank) {
 
 pipit_status pipit_schedule_task(const pipit_schedule *s, int rank, int i, pipit_task *out) {
     if (!s || !out)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_task: NULL %s", s ? "out" : "schedule");
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_task: %s is NULL", s ? "out" : "schedule");
     if (rank < 0 || rank >= s->P)
-        return pipit__err(PIPIT_STATUS_INVALID, "schedule: rank %d out of range [0, %d)", rank, s->P);
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d out of range [0, %d)", __func__, rank, s->P);
     if (i < 0 || i >= s->ntasks[rank])
-        return pipit__err(PIPIT_STATUS_INVALID, "schedule: rank %d has %d task%s, asked for task %d", rank,
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d has %d task%s, asked for task %d", __func__, rank,
                           s->ntasks[rank], s->ntasks[rank] == 1 ? "" : "s", i);
     *out = s->tasks[rank][i];
     return PIPIT_STATUS_OK;

@@ -9,6 +9,15 @@
 #include <time.h>
 
 static _Thread_local char last_error[2048];
+static _Thread_local unsigned long error_gen;
+
+unsigned long pipit__err_gen(void) { return error_gen; }
+
+pipit_status pipit__err_fresh(pipit_status s, unsigned long gen0, const char *fn) {
+    if (s != PIPIT_STATUS_OK && error_gen == gen0)
+        pipit__err(s, "%s: failed (%s)", fn, pipit_status_name(s));
+    return s;
+}
 
 const char *pipit_status_name(pipit_status s) {
     static const char *names[] = {
@@ -16,16 +25,20 @@ const char *pipit_status_name(pipit_status s) {
         PIPIT_STATUS_MAP(PIPIT_X_)
 #undef PIPIT_X_
     };
-    return (unsigned)s < PIPIT_STATUS_COUNT ? names[s] : "unknown status";
+    if ((unsigned)s < PIPIT_STATUS_COUNT) return names[s];
+    pipit__err(PIPIT_STATUS_INVALID, "pipit_status_name: %d is not a pipit_status", (int)s);
+    return "unknown status";
 }
 
 const char *pipit_errmsg(void) { return last_error; }
 
 void pipit__set_errmsg(const char *msg) {
+    error_gen++;
     snprintf(last_error, sizeof last_error, "%s", msg ? msg : "");
 }
 
 pipit_status pipit__verr(pipit_status s, const char *fmt, va_list ap) {
+    error_gen++;
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     return s;
 }

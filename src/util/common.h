@@ -24,6 +24,12 @@ pipit_status pipit__verr(pipit_status s, const char *fmt, va_list ap);
 void pipit__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Sets the thread-local message verbatim. */
 void pipit__set_errmsg(const char *msg);
+/* How many times this thread's message was set: a public entry point
+ * notes it on entry and, when it fails with the count unchanged (a status
+ * propagated from a helper that set no message), calls pipit__err_fresh,
+ * so a failing call never leaves the previous failure's text. */
+unsigned long pipit__err_gen(void);
+pipit_status pipit__err_fresh(pipit_status s, unsigned long gen0, const char *fn);
 
 /* All allocations go through these, so tests can inject failures
  * (pipit__alloc_fail_after(k): the k-th next allocation fails). */

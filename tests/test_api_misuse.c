@@ -1,0 +1,871 @@
+/*
+ * test_api_misuse.c — every public function (every PIPIT_API of the
+ * headers in include/) called with NULL, zero, negative, huge and (where a double
+ * is taken) NaN arguments, and with a garbage handle where the handle has a
+ * magic number: the documented status or neutral value, never a crash, and
+ * always a FRESH message (each call starts from a planted stale one) that
+ * names the function. Organised by header. api_misuse_covers_every_function
+ * checks that this file mentions every PIPIT_API function. The feed size
+ * tests (pipit_feed.nbytes) are at the end.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pipit.h"
+#include "pipit_gpt2.h"
+#include "pipit_inspect.h"
+#include "pipit_io.h"
+#include "test.h"
+#include "util/common.h"
+
+#define STALE_TEXT "stale message planted by the test"
+
+/* Plants a stale message, as if an earlier call had failed. */
+static void stale(void) { pipit__set_errmsg(STALE_TEXT); }
+
+/* The function a call expression names: "pipit_x(a, b)" -> "pipit_x". */
+static const char *callee(const char *expr, char *buf, size_t n) {
+    size_t k = 0;
+    if (strncmp(expr, "strcmp(", 7) == 0) expr += 7; /* GIVES(strcmp(pipit_x(...), "..."), 0) */
+    while (expr[k] && expr[k] != '(' && k + 1 < n) buf[k] = expr[k], k++;
+    buf[k] = 0;
+    return buf;
+}
+
+static int names_fn(const char *msg, const char *fn) { return !fn || strstr(msg, fn) != NULL; }
+
+/* The message is fresh (set by this call) and, with fn, names it. */
+#define ASSERT_FRESH_(expr, fn)                                                          \
+    do {                                                                                 \
+        const char *m_ = pipit_errmsg();                                                 \
+        if (!m_[0] || strstr(m_, STALE_TEXT))                                            \
+            PIPIT_FAIL_("%s: the message is not fresh: \"%s\"", expr, m_);               \
+        const char *f_ = (fn);                                                           \
+        if (f_ && !names_fn(m_, f_)) PIPIT_FAIL_("%s: \"%s\" does not name %s", expr, m_, f_); \
+    } while (0)
+
+/* A status call that fails with `st`, a fresh message naming the function. */
+#define FAILS(call, st)                                                                  \
+    do {                                                                                 \
+        char fn_[96];                                                                    \
+        stale();                                                                         \
+        ASSERT_STATUS(call, st);                                                         \
+        ASSERT_FRESH_(#call, callee(#call, fn_, sizeof fn_));                            \
+    } while (0)
+/* The same where the message names the problem but not the function
+ * (messages about a file, a schedule's constraints, a rank). */
+#define FAILS_ANON(call, st)                                                             \
+    do {                                                                                 \
+        stale();                                                                         \
+        ASSERT_STATUS(call, st);                                                         \
+        ASSERT_FRESH_(#call, (const char *)NULL);                                        \
+    } while (0)
+/* A getter that returns its neutral value with a fresh message naming it. */
+#define GIVES(expr, neutral)                                                             \
+    do {                                                                                 \
+        char fn_[96];                                                                    \
+        stale();                                                                         \
+        if (!((expr) == (neutral))) PIPIT_FAIL_("%s is not the neutral %s", #expr, #neutral); \
+        ASSERT_FRESH_(#expr, callee(#expr, fn_, sizeof fn_));                            \
+    } while (0)
+/* A builder that returns an invalid value with a fresh message (naming the
+ * function when it is the one that failed first; a poisoned graph repeats
+ * the first error after the function's name). */
+#define INVALID_VAL(expr)                                                                \
+    do {                                                                                 \
+        char fn_[96];                                                                    \
+        stale();                                                                         \
+        pipit_val v_ = (expr);                                                           \
+        if (v_.id >= 0) PIPIT_FAIL_("%s returned a valid value", #expr);                 \
+        ASSERT_FRESH_(#expr, callee(#expr, fn_, sizeof fn_));                            \
+    } while (0)
+
+#define SH(...) (int64_t[]){__VA_ARGS__}
+
+/* Bytes that are no handle of any kind (the magic-number check must catch
+ * them without reading past the magic). */
+static _Alignas(64) unsigned char junk[4096];
+#define JUNK_GRAPH ((pipit_graph *)(void *)junk)
+#define JUNK_PROGRAM ((pipit_program *)(void *)junk)
+
+static const char *mpath(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/misuse_%s", pipit_test_tmpdir(), name);
+    return buf[k];
+}
+
+/* w [2,3] f32 param, x [2,3] f32 input, loss = sum(w * x). */
+static pipit_program *tiny_program(pipit_graph **gout, int M) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 2, SH(2, 3));
+    pipit_val x = pipit_input(g, "x", PIPIT_F32, 2, SH(2, 3));
+    pipit_val loss = pipit_sum(g, pipit_mul(g, w, x));
+    pipit_program *p = NULL;
+    if (pipit_compile(g, loss, &(pipit_options){.microbatches = M}, &p)) {
+        pipit_graph_free(g);
+        return NULL;
+    }
+    *gout = g;
+    return p;
+}
+
+/* ------------------------------------------------------------ pipit.h */
+
+PIPIT_TEST(api_misuse_status_and_process) {
+    memset(junk, 0x5a, sizeof junk);
+    stale();
+    ASSERT_TRUE(strcmp(pipit_status_name(PIPIT_STATUS_OK), "ok") == 0);
+    ASSERT_TRUE(strcmp(pipit_errmsg(), STALE_TEXT) == 0); /* a success leaves the message */
+    GIVES(strcmp(pipit_status_name((pipit_status)-1), "unknown status"), 0);
+    GIVES(strcmp(pipit_status_name((pipit_status)INT_MAX), "unknown status"), 0);
+    ASSERT_TRUE(pipit_errmsg() != NULL);
+    ASSERT_OK(pipit_init(NULL, NULL));
+    int argc = 0;
+    ASSERT_OK(pipit_init(&argc, NULL));
+    ASSERT_TRUE(pipit_process_rank() >= 0);
+    ASSERT_TRUE(pipit_process_count() >= 1);
+    (void)pipit_finalize; /* ends MPI: not called inside the test binary */
+}
+
+PIPIT_TEST(api_misuse_graph_handles) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_graph_free(NULL);
+    pipit_graph_free(JUNK_GRAPH); /* no magic: ignored, not freed */
+    FAILS(pipit_graph_status(NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_graph_status(JUNK_GRAPH), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("invalid graph handle");
+    stale();
+    ASSERT_TRUE(strstr(pipit_graph_errmsg(NULL), "invalid graph handle") != NULL);
+    ASSERT_FRESH_("pipit_graph_errmsg(NULL)", "pipit_graph_errmsg");
+    stale();
+    ASSERT_TRUE(strstr(pipit_graph_errmsg(JUNK_GRAPH), "invalid graph handle") != NULL);
+    ASSERT_FRESH_("pipit_graph_errmsg(junk)", "pipit_graph_errmsg");
+    pipit_graph *g = pipit_graph_new();
+    ASSERT_TRUE(g != NULL);
+    pipit_val bad = {g, -1}, alien = {NULL, 0}, junkv = {JUNK_GRAPH, 0}, huge = {g, INT32_MAX};
+    GIVES(pipit_val_ndim(bad), 0);
+    GIVES(pipit_val_ndim(alien), 0);
+    GIVES(pipit_val_ndim(junkv), 0);
+    ASSERT_MSG_HAS("invalid graph handle");
+    GIVES(pipit_val_ndim(huge), 0);
+    GIVES(pipit_val_dim(bad, 0), 0);
+    GIVES(pipit_val_dtype(bad), PIPIT_F32);
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 2, SH(2, 3));
+    ASSERT_EQ_I64(pipit_val_dim(w, -1), 3);
+    GIVES(pipit_val_dim(w, 2), 0);
+    GIVES(pipit_val_dim(w, -3), 0);
+    GIVES(pipit_val_dim(w, INT_MAX), 0);
+    GIVES(pipit_val_dim(w, INT_MIN), 0);
+    ASSERT_OK(pipit_graph_status(g));
+    pipit_graph_free(g);
+}
+
+/* Each leaf / builder misuse on a fresh graph: the call fails first, so
+ * the message names it; the graph is poisoned with the same text. */
+#define ON_FRESH_GRAPH(expr, st)                                                         \
+    do {                                                                                 \
+        pipit_graph *g = pipit_graph_new();                                              \
+        pipit_val w = pipit_param(g, "w", PIPIT_F32, 2, SH(2, 3));                       \
+        pipit_val x3 = pipit_param(g, "x3", PIPIT_F32, 3, SH(1, 2, 6));                  \
+        pipit_val ids = pipit_input(g, "ids", PIPIT_I32, 1, SH(2));                      \
+        pipit_val none = {g, -1};                                                        \
+        (void)w, (void)x3, (void)ids, (void)none;                                        \
+        INVALID_VAL(expr);                                                               \
+        if (pipit_graph_status(g) != (st))                                               \
+            PIPIT_FAIL_("%s: graph status %s, expected %s", #expr,                       \
+                        pipit_status_name(pipit_graph_status(g)), pipit_status_name(st)); \
+        pipit_graph_free(g);                                                             \
+    } while (0)
+
+PIPIT_TEST(api_misuse_graph_builders) {
+    memset(junk, 0x5a, sizeof junk);
+    /* leaves */
+    ON_FRESH_GRAPH(pipit_input(g, NULL, PIPIT_F32, 1, SH(2)), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_input(g, "", PIPIT_F32, 1, SH(2)), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_input(g, "a", PIPIT_F32, 2, NULL), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("shape is NULL");
+    ON_FRESH_GRAPH(pipit_param(g, "a", PIPIT_F32, 2, NULL), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("'a': shape is NULL");
+    ON_FRESH_GRAPH(pipit_param(g, NULL, PIPIT_F32, 1, SH(2)), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_param(g, "a", PIPIT_F32, -1, SH(2)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "a", PIPIT_F32, INT_MAX, SH(2)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "a", (pipit_dtype)77, 1, SH(2)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "a", PIPIT_F32, 1, SH(0)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "a", PIPIT_F32, 1, SH(-5)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "w", PIPIT_F32, 1, SH(2)), PIPIT_STATUS_INVALID); /* name taken */
+    INVALID_VAL(pipit_input(NULL, "a", PIPIT_F32, 1, SH(2)));
+    INVALID_VAL(pipit_param(JUNK_GRAPH, "a", PIPIT_F32, 1, SH(2)));
+    ASSERT_MSG_HAS("invalid graph handle");
+    /* ops: invalid values, foreign values, bad attributes */
+    ON_FRESH_GRAPH(pipit_embed(g, none, ids), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_embed(g, w, w), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_add(g, w, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_add(g, w, ((pipit_val){NULL, 0})), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_add(g, w, ((pipit_val){g, INT32_MAX})), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_mul(g, none, w), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_scale(g, none, 2.0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_scale(g, ids, NAN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_matmul(g, w, w, 0, 0), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_matmul(g, w, none, INT_MIN, INT_MAX), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_matmul_nt(g, none, w), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_bias_add(g, w, w), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_layernorm(g, w, none, none, 1e-5), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_gelu(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention(g, x3, 0), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_attention(g, x3, -1), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_attention(g, x3, INT_MAX), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_attention(g, none, 1), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_xent_mean(g, w, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_sum(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_mean(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_reshape(g, w, 2, NULL), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("shape is NULL");
+    ON_FRESH_GRAPH(pipit_reshape(g, w, -1, SH(6)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_reshape(g, w, INT_MAX, SH(6)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_reshape(g, w, 1, SH(INT64_MAX)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_reshape(g, none, 1, SH(6)), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_transpose(g, w, 0, 2), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_transpose(g, w, INT_MIN, INT_MAX), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_transpose(g, none, 7, -9), PIPIT_STATUS_INVALID); /* no write past perm[] */
+    ON_FRESH_GRAPH(pipit_yield(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_grad_of(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_grad_of(g, ids), PIPIT_STATUS_INVALID); /* not a param */
+    /* NaN attributes do not crash: a NaN eps poisons the graph */
+    ON_FRESH_GRAPH(pipit_layernorm(g, w, pipit_param(g, "lw", PIPIT_F32, 1, SH(3)),
+                                   pipit_param(g, "lb", PIPIT_F32, 1, SH(3)), NAN),
+                   PIPIT_STATUS_SHAPE);
+    {
+        pipit_graph *g = pipit_graph_new();
+        pipit_val w = pipit_param(g, "w", PIPIT_F32, 1, SH(3));
+        pipit_val s = pipit_scale(g, w, NAN); /* a NaN scale is a value: the loss will say */
+        ASSERT_TRUE(pipit_val_ndim(s) == 1 || pipit_graph_status(g) != PIPIT_STATUS_OK);
+        pipit_graph_free(g);
+    }
+    /* builders on NULL and junk graphs */
+    pipit_graph *g2 = pipit_graph_new();
+    pipit_val a = pipit_param(g2, "a", PIPIT_F32, 1, SH(3));
+    INVALID_VAL(pipit_add(NULL, a, a));
+    INVALID_VAL(pipit_gelu(JUNK_GRAPH, a));
+    ASSERT_MSG_HAS("invalid graph handle");
+    INVALID_VAL(pipit_reshape(NULL, a, 1, SH(3)));
+    INVALID_VAL(pipit_transpose(NULL, a, 0, 0));
+    INVALID_VAL(pipit_grad_of(NULL, a));
+    FAILS(pipit_set_grad(NULL, a, a), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_set_grad(JUNK_GRAPH, a, a), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_set_grad(g2, a, ((pipit_val){g2, -1})), PIPIT_STATUS_INVALID);
+    pipit_graph_free(g2);
+    /* every builder on a poisoned graph: a fresh message naming it that
+     * repeats the first error */
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 2, SH(2, 3));
+    pipit_val ids = pipit_input(g, "ids", PIPIT_I32, 1, SH(2));
+    ASSERT_TRUE(pipit_add(g, w, ids).id < 0); /* poisons: dtype */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", pipit_graph_errmsg(g));
+    INVALID_VAL(pipit_input(g, "q", PIPIT_F32, 1, SH(2)));
+    ASSERT_MSG_HAS(first);
+    INVALID_VAL(pipit_param(g, "q", PIPIT_F32, 1, SH(2)));
+    INVALID_VAL(pipit_embed(g, w, ids));
+    INVALID_VAL(pipit_add(g, w, w));
+    INVALID_VAL(pipit_mul(g, w, w));
+    INVALID_VAL(pipit_scale(g, w, 2));
+    INVALID_VAL(pipit_matmul(g, w, w, 0, 1));
+    INVALID_VAL(pipit_matmul_nt(g, w, w));
+    INVALID_VAL(pipit_bias_add(g, w, w));
+    INVALID_VAL(pipit_layernorm(g, w, w, w, 1e-5));
+    INVALID_VAL(pipit_gelu(g, w));
+    INVALID_VAL(pipit_attention(g, w, 1));
+    INVALID_VAL(pipit_xent_mean(g, w, ids));
+    INVALID_VAL(pipit_sum(g, w));
+    INVALID_VAL(pipit_mean(g, w));
+    INVALID_VAL(pipit_reshape(g, w, 1, SH(6)));
+    INVALID_VAL(pipit_transpose(g, w, 0, 1));
+    INVALID_VAL(pipit_yield(g, w));
+    INVALID_VAL(pipit_grad_of(g, w));
+    FAILS(pipit_set_grad(g, w, w), PIPIT_STATUS_SHAPE);
+    FAILS_ANON(pipit_graph_status(g), PIPIT_STATUS_SHAPE); /* the message is the graph's first error */
+    ASSERT_MSG_HAS(first);
+    ASSERT_TRUE(strcmp(pipit_graph_errmsg(g), first) == 0); /* the first error sticks */
+    pipit_program *p = (pipit_program *)(void *)junk;
+    FAILS(pipit_compile(g, w, NULL, &p), PIPIT_STATUS_SHAPE);
+    ASSERT_TRUE(p == NULL);
+    pipit_graph_free(g);
+}
+
+PIPIT_TEST(api_misuse_schedules) {
+    pipit_schedule *s = NULL;
+    FAILS(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, NULL), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_schedule_build((pipit_schedule_kind)-1, 2, 1, 2, &s), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_COUNT, 2, 1, 2, &s), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_1F1B, 0, 1, 2, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_1F1B, -3, 1, 2, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 0, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, -1, 2, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_1F1B, INT_MAX, INT_MAX, INT_MAX, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_1F1B, INT_MAX, 2, INT_MAX, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_TRUE(s == NULL);
+    GIVES(pipit_schedule_kind_from_name(NULL), -1);
+    GIVES(pipit_schedule_kind_from_name(""), -1);
+    GIVES(pipit_schedule_kind_from_name("no-such-schedule"), -1);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("ZB_H1"), PIPIT_SCHED_ZB_H1);
+    GIVES(strcmp(pipit_schedule_kind_name((pipit_schedule_kind)-1), "unknown"), 0);
+    GIVES(strcmp(pipit_schedule_kind_name((pipit_schedule_kind)INT_MAX), "unknown"), 0);
+    /* custom */
+    int sr[2] = {0, 1}, nt[2] = {0, 0};
+    const pipit_task *tk[2] = {NULL, NULL};
+    FAILS(pipit_schedule_custom(2, 2, 1, sr, nt, tk, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_custom(2, 2, 1, NULL, nt, tk, &s), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_custom(2, 2, 1, sr, NULL, tk, &s), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_custom(2, 2, 1, sr, nt, NULL, &s), PIPIT_STATUS_MISUSE);
+    int neg[2] = {-1, 0}, one[2] = {1, 0};
+    FAILS(pipit_schedule_custom(2, 2, 1, sr, neg, tk, &s), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_custom(2, 2, 1, sr, one, tk, &s), PIPIT_STATUS_MISUSE); /* 1 task, NULL list */
+    FAILS_ANON(pipit_schedule_custom(0, 2, 1, sr, nt, tk, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_custom(2, -1, 1, sr, nt, tk, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_custom(2, 2, 0, sr, nt, tk, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_custom(INT_MAX, 2, 1, sr, nt, tk, &s), PIPIT_STATUS_SCHEDULE);
+    FAILS_ANON(pipit_schedule_custom(2, INT_MAX, INT_MAX, sr, nt, tk, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_TRUE(s == NULL);
+    /* a custom schedule that is incomplete fails the check with a message */
+    ASSERT_OK(pipit_schedule_custom(2, 2, 1, sr, nt, tk, &s));
+    FAILS_ANON(pipit_schedule_check(s), PIPIT_STATUS_SCHEDULE);
+    pipit_schedule_free(s);
+    s = NULL;
+    /* load */
+    FAILS(pipit_schedule_load(NULL, &s), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_load(mpath("x.sched"), NULL), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_schedule_load(mpath("absent.sched"), &s), PIPIT_STATUS_IO);
+    ASSERT_MSG_HAS("absent.sched");
+    FAILS(pipit_schedule_check(NULL), PIPIT_STATUS_MISUSE);
+    pipit_schedule_free(NULL);
+    /* queries */
+    GIVES(pipit_schedule_ranks(NULL), 0);
+    GIVES(pipit_schedule_stages(NULL), 0);
+    GIVES(pipit_schedule_microbatches(NULL), 0);
+    GIVES(pipit_schedule_virtual(NULL), 0);
+    GIVES(pipit_schedule_get_kind(NULL), -1);
+    GIVES(pipit_schedule_split_bw(NULL), 0);
+    GIVES(pipit_schedule_stage_rank(NULL, 0), -1);
+    GIVES(pipit_schedule_num_tasks(NULL, 0), 0);
+    pipit_task t;
+    FAILS(pipit_schedule_task(NULL, 0, 0, &t), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &s));
+    GIVES(pipit_schedule_stage_rank(s, -1), -1);
+    GIVES(pipit_schedule_stage_rank(s, INT_MAX), -1);
+    GIVES(pipit_schedule_num_tasks(s, -1), 0);
+    GIVES(pipit_schedule_num_tasks(s, INT_MAX), 0);
+    FAILS(pipit_schedule_task(s, 0, 0, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_task(s, -1, 0, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_schedule_task(s, 0, -1, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_schedule_task(s, 0, INT_MAX, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_schedule_task(s, INT_MAX, 0, &t), PIPIT_STATUS_INVALID);
+    pipit_schedule_free(s);
+}
+
+PIPIT_TEST(api_misuse_optimizer_and_compile) {
+    memset(junk, 0x5a, sizeof junk);
+    /* value constructors take anything (the options check judges them at compile) */
+    pipit_optimizer o = pipit_adamw(NAN, NAN, -1, INFINITY, -0.0);
+    ASSERT_TRUE(o.kind == PIPIT_OPT_ADAMW && isnan(o.lr));
+    o = pipit_sgd(NAN);
+    ASSERT_TRUE(o.kind == PIPIT_OPT_SGD && isnan(o.lr));
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 1, SH(3));
+    pipit_val loss = pipit_sum(g, w);
+    pipit_program *p = (pipit_program *)(void *)junk;
+    FAILS(pipit_compile(g, loss, NULL, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_compile(NULL, loss, NULL, &p), PIPIT_STATUS_MISUSE);
+    ASSERT_TRUE(p == NULL);
+    FAILS(pipit_compile(JUNK_GRAPH, loss, NULL, &p), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("invalid graph handle");
+    FAILS(pipit_compile(g, ((pipit_val){NULL, 0}), NULL, &p), PIPIT_STATUS_INVALID);
+    FAILS(pipit_compile(g, ((pipit_val){g, -1}), NULL, &p), PIPIT_STATUS_INVALID);
+    FAILS(pipit_compile(g, ((pipit_val){g, INT32_MAX}), NULL, &p), PIPIT_STATUS_INVALID);
+    FAILS(pipit_compile(g, w, NULL, &p), PIPIT_STATUS_SHAPE); /* not a scalar */
+    FAILS_ANON(pipit_compile(g, loss, &(pipit_options){.microbatches = -1}, &p), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_compile(g, loss, &(pipit_options){.threads = INT_MAX}, &p), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_compile(g, loss, &(pipit_options){.data_parallel = INT_MIN}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(p == NULL);
+    /* NaN option values must not crash (their status is the options check's) */
+    pipit_options nan_opt = {.clip_norm = NAN, .optimizer = pipit_adamw(NAN, NAN, NAN, NAN, NAN)};
+    stale();
+    pipit_status s = pipit_compile(g, loss, &nan_opt, &p);
+    if (s) {
+        ASSERT_FRESH_("pipit_compile(nan options)", (const char *)NULL);
+        ASSERT_TRUE(p == NULL);
+    }
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+PIPIT_TEST(api_misuse_program) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_program_free(NULL);
+    pipit_program_free(JUNK_PROGRAM); /* no magic: ignored */
+    stale();
+    ASSERT_TRUE(strstr(pipit_program_errmsg(NULL), "invalid program handle") != NULL);
+    ASSERT_FRESH_("pipit_program_errmsg(NULL)", "pipit_program_errmsg");
+    stale();
+    ASSERT_TRUE(strstr(pipit_program_errmsg(JUNK_PROGRAM), "invalid program handle") != NULL);
+    ASSERT_FRESH_("pipit_program_errmsg(junk)", "pipit_program_errmsg");
+    float buf[6] = {0};
+    int nd = 0;
+    int64_t shape[PIPIT_MAX_DIMS], n64 = 0;
+    pipit_dtype dt;
+    pipit_rank_step rs;
+    pipit_metrics met;
+    pipit_feed f = {"x", buf, sizeof buf};
+    /* NULL and junk program handles */
+    pipit_program *bad[2] = {NULL, JUNK_PROGRAM};
+    for (int k = 0; k < 2; k++) {
+        pipit_program *q = bad[k];
+        GIVES(pipit_program_num_params(q), 0);
+        GIVES(pipit_program_param_name(q, 0), NULL);
+        FAILS(pipit_program_param_shape(q, "w", &nd, shape), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_param_dtype(q, "w", &dt), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_param_numel(q, "w", &n64), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_set_param(q, "w", buf, sizeof buf), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_get_param(q, "w", buf, sizeof buf), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_get_grad(q, "w", buf, sizeof buf), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_get_opt_state(q, "w", 0, buf, sizeof buf), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_set_opt_state(q, "w", 1, buf, sizeof buf), PIPIT_STATUS_MISUSE);
+        GIVES(pipit_program_opt_steps(q), 0);
+        FAILS(pipit_program_set_opt_steps(q, 1), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_step(q, &f, 1, 1, &met), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_set_profile(q, 1), PIPIT_STATUS_MISUSE);
+        GIVES(pipit_program_num_ranks(q), 0);
+        GIVES(pipit_program_step_wall(q), 0);
+        FAILS(pipit_program_last_step(q, 0, &rs), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_write_trace(q, mpath("t.json")), PIPIT_STATUS_MISUSE);
+        if (k == 1) ASSERT_MSG_HAS("invalid program handle");
+    }
+    /* a live program: NULL pointers, bad names, sizes and indices */
+    pipit_graph *g = NULL;
+    pipit_program *p = tiny_program(&g, 1);
+    ASSERT_TRUE(p != NULL);
+    GIVES(pipit_program_param_name(p, -1), NULL);
+    GIVES(pipit_program_param_name(p, 1), NULL);
+    GIVES(pipit_program_param_name(p, INT_MAX), NULL);
+    FAILS(pipit_program_param_shape(p, NULL, &nd, shape), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_param_shape(p, "nope", &nd, shape), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_program_param_shape(p, "w", NULL, NULL)); /* both outputs optional */
+    FAILS(pipit_program_param_dtype(p, "w", NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_param_dtype(p, NULL, &dt), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_param_dtype(p, "nope", &dt), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_param_numel(p, "w", NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_param_numel(p, NULL, &n64), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_param_numel(p, "nope", &n64), PIPIT_STATUS_INVALID);
+    /* the crash: NULL data with the right size (memcpy from / to NULL) */
+    FAILS(pipit_program_get_param(p, "w", NULL, sizeof buf), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("data is NULL");
+    FAILS(pipit_program_get_grad(p, "w", NULL, sizeof buf), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_get_opt_state(p, "w", 0, NULL, sizeof buf), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_set_opt_state(p, "w", 1, NULL, sizeof buf), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_set_param(p, "w", NULL, sizeof buf), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_set_param(p, "w", buf, 0), PIPIT_STATUS_SHAPE);
+    FAILS(pipit_program_set_param(p, "w", buf, SIZE_MAX), PIPIT_STATUS_SHAPE);
+    FAILS(pipit_program_get_param(p, NULL, buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_get_grad(p, "nope", buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_get_opt_state(p, "w", -1, buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_get_opt_state(p, "w", 2, buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_set_opt_state(p, "w", INT_MIN, buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_set_opt_state(p, "w", INT_MAX, buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_set_opt_steps(p, -1), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_set_opt_steps(p, INT64_MIN), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_program_set_opt_steps(p, 0));
+    /* step: NULL feeds, negative nfeed; metrics are optional */
+    FAILS(pipit_step(p, NULL, 1, 0, NULL), PIPIT_STATUS_INVALID);
+    FAILS(pipit_step(p, &f, -1, 0, NULL), PIPIT_STATUS_INVALID);
+    FAILS(pipit_step(p, &f, INT_MIN, 0, NULL), PIPIT_STATUS_INVALID);
+    FAILS(pipit_step(p, &f, 0, 0, NULL), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_step(p, &f, 1, INT_MIN, NULL)); /* update != 0 */
+    ASSERT_OK(pipit_program_set_profile(p, INT_MIN));
+    ASSERT_OK(pipit_program_set_profile(p, 0));
+    FAILS(pipit_program_last_step(p, 0, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_last_step(p, -1, &rs), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_last_step(p, INT_MAX, &rs), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_write_trace(p, NULL), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_program_write_trace(p, "/nonexistent-dir/t.json"), PIPIT_STATUS_IO);
+    /* a freed-then-reused pattern stays detectable through the magic:
+     * after pipit_program_free the memory is gone, so here only a copy of
+     * a live handle's bytes with the magic cleared is checked */
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+/* --------------------------------------------------------- pipit_io.h */
+
+PIPIT_TEST(api_misuse_io) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_graph *g = NULL;
+    pipit_program *p = tiny_program(&g, 1);
+    ASSERT_TRUE(p != NULL);
+    const char *ck_path = mpath("ck.safetensors"), *opt_path = mpath("opt.safetensors");
+    FAILS(pipit_checkpoint_save(NULL, ck_path, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save(p, NULL, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save(JUNK_PROGRAM, ck_path, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("invalid program handle");
+    const char *odd[] = {"key", NULL, NULL}; /* a key without value */
+    FAILS_ANON(pipit_checkpoint_save(p, ck_path, odd), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_checkpoint_save(p, "/nonexistent-dir/ck.safetensors", NULL), PIPIT_STATUS_IO);
+    ASSERT_OK(pipit_checkpoint_save(p, ck_path, NULL));
+    FAILS(pipit_checkpoint_load(NULL, ck_path), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load(p, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load(JUNK_PROGRAM, ck_path), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_checkpoint_load(p, mpath("absent.safetensors")), PIPIT_STATUS_IO);
+    ASSERT_MSG_HAS("absent.safetensors");
+    pipit_checkpoint *ck = NULL;
+    FAILS(pipit_checkpoint_open(NULL, &ck), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_open(ck_path, NULL), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_checkpoint_open(mpath("absent.safetensors"), &ck), PIPIT_STATUS_IO);
+    ASSERT_TRUE(ck == NULL);
+    pipit_checkpoint_free(NULL);
+    GIVES(pipit_checkpoint_path(NULL), NULL);
+    GIVES(pipit_checkpoint_num_tensors(NULL), 0);
+    GIVES(pipit_checkpoint_tensor_name(NULL, 0), NULL);
+    int nd;
+    int64_t shape[PIPIT_MAX_DIMS];
+    FAILS(pipit_checkpoint_tensor_shape(NULL, "w", &nd, shape), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_checkpoint_meta(NULL, "k"), NULL);
+    FAILS(pipit_checkpoint_load_into(NULL, ck), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_checkpoint_open(ck_path, &ck));
+    GIVES(pipit_checkpoint_tensor_name(ck, -1), NULL);
+    GIVES(pipit_checkpoint_tensor_name(ck, INT_MAX), NULL);
+    FAILS(pipit_checkpoint_tensor_shape(ck, NULL, &nd, shape), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_shape(ck, "nope", &nd, shape), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_checkpoint_tensor_shape(ck, "w", NULL, NULL));
+    GIVES(pipit_checkpoint_meta(ck, NULL), NULL);
+    ASSERT_TRUE(pipit_checkpoint_meta(ck, "absent") == NULL); /* absent: not a failure */
+    FAILS(pipit_checkpoint_load_into(p, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load_into(JUNK_PROGRAM, ck), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_checkpoint_load_into(p, ck));
+    pipit_checkpoint_free(ck);
+    /* optimizer state */
+    int64_t next = 0;
+    FAILS(pipit_optimizer_save(NULL, opt_path, 0), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_optimizer_save(p, NULL, 0), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_optimizer_save(JUNK_PROGRAM, opt_path, 0), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_optimizer_save(p, opt_path, INT64_MIN)); /* stored as given */
+    FAILS(pipit_optimizer_load(NULL, opt_path, &next), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_optimizer_load(p, NULL, &next), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_optimizer_load(p, opt_path, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_optimizer_load(JUNK_PROGRAM, opt_path, &next), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_optimizer_load(p, opt_path, &next), PIPIT_STATUS_FORMAT); /* next_step < 0 */
+    FAILS_ANON(pipit_optimizer_load(p, ck_path, &next), PIPIT_STATUS_FORMAT); /* not optimizer state */
+    pipit_program_free(p);
+    pipit_graph_free(g);
+
+    /* data streams */
+    const char *txt = mpath("data.txt");
+    FILE *f = fopen(txt, "w");
+    ASSERT_TRUE(f != NULL);
+    fputs("hello, misuse test data\n", f);
+    fclose(f);
+    pipit_data *d = NULL;
+    FAILS(pipit_data_open(NULL, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_data_open(txt, 4, PIPIT_DATA_RANDOM, 1, NULL), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_data_open(txt, 0, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_data_open(txt, -1, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_data_open(txt, INT_MAX, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_FORMAT);
+    FAILS_ANON(pipit_data_open(txt, 4, (pipit_data_order)-1, 1, &d), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_data_open(mpath("absent.txt"), 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_IO);
+    ASSERT_TRUE(d == NULL);
+    pipit_data_free(NULL);
+    GIVES(pipit_data_tokens(NULL), 0);
+    GIVES(pipit_data_windows(NULL), 0);
+    GIVES(pipit_data_max_token(NULL), 0);
+    GIVES(pipit_data_vocab_hint(NULL), 0);
+    GIVES(pipit_data_offset(NULL, 0), 0);
+    int32_t in[8], tg[8];
+    FAILS(pipit_data_batch(NULL, 0, 1, in, tg), PIPIT_STATUS_MISUSE);
+    for (int order = 0; order < 2; order++) {
+        ASSERT_OK(pipit_data_open(txt, 4, (pipit_data_order)order, UINT64_MAX, &d));
+        FAILS(pipit_data_batch(d, 0, 1, NULL, tg), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_data_batch(d, 0, 1, in, NULL), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_data_batch(d, 0, -1, in, tg), PIPIT_STATUS_INVALID);
+        FAILS(pipit_data_batch(d, 0, INT_MIN, in, tg), PIPIT_STATUS_INVALID);
+        ASSERT_OK(pipit_data_batch(d, 0, 0, NULL, NULL));
+        /* extreme sequence numbers stay inside the file (no overflow) */
+        int64_t ks[4] = {INT64_MIN, -1, INT64_MAX, 0};
+        for (int i = 0; i < 4; i++) {
+            int64_t o = pipit_data_offset(d, ks[i]);
+            ASSERT_TRUE(o >= 0 && o + 4 < pipit_data_tokens(d));
+        }
+        FAILS(pipit_data_batch(d, INT64_MAX, 2, in, tg), PIPIT_STATUS_INVALID); /* first + B overflows */
+        ASSERT_OK(pipit_data_batch(d, INT64_MAX - 2, 2, in, tg));
+        ASSERT_OK(pipit_data_batch(d, INT64_MIN, 2, in, tg));
+        pipit_data_free(d);
+        d = NULL;
+    }
+}
+
+/* ------------------------------------------------------- pipit_gpt2.h */
+
+static pipit_gpt2_config tiny_gpt2(void) {
+    return (pipit_gpt2_config){.vocab = 16, .max_ctx = 8, .ctx = 4, .layers = 2, .heads = 2, .dim = 8,
+                               .batch = 1, .stages = 1, .dtype = PIPIT_F32};
+}
+
+PIPIT_TEST(api_misuse_gpt2) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_gpt2_config c = tiny_gpt2();
+    FAILS(pipit_gpt2_check(NULL), PIPIT_STATUS_MISUSE);
+    pipit_gpt2_config bad = c;
+    bad.vocab = 0;
+    FAILS_ANON(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.heads = -2;
+    FAILS_ANON(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.dim = INT_MAX;
+    FAILS_ANON(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.stages = INT_MAX;
+    FAILS_ANON(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.dtype = PIPIT_I32;
+    FAILS_ANON(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    /* build */
+    pipit_graph *g = pipit_graph_new();
+    INVALID_VAL(pipit_gpt2_build(NULL, &c));
+    INVALID_VAL(pipit_gpt2_build(g, NULL));
+    INVALID_VAL(pipit_gpt2_build(JUNK_GRAPH, &c));
+    bad = c, bad.layers = -1;
+    INVALID_VAL(pipit_gpt2_build(g, &bad));
+    bad = c, bad.heads = 0;
+    INVALID_VAL(pipit_gpt2_build(g, &bad));
+    ASSERT_OK(pipit_graph_status(g)); /* a refused config leaves the graph alone */
+    /* stage layout */
+    GIVES(pipit_gpt2_stage_first_layer(NULL, 0), -1);
+    GIVES(pipit_gpt2_stage_first_layer(&c, -1), -1);
+    GIVES(pipit_gpt2_stage_first_layer(&c, INT_MAX), -1);
+    ASSERT_EQ_I64(pipit_gpt2_stage_first_layer(&c, 1), 2); /* s = S: L */
+    bad = c, bad.stages = 0;
+    GIVES(pipit_gpt2_stage_first_layer(&bad, 0), -1);
+    GIVES(pipit_gpt2_num_params(NULL), 0);
+    GIVES(pipit_gpt2_flops_per_token(NULL), 0);
+    /* init */
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    FAILS(pipit_gpt2_init(NULL, &c, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_init(p, NULL, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_init(JUNK_PROGRAM, &c, 1), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("invalid program handle");
+    bad = c, bad.dtype = (pipit_dtype)99;
+    FAILS(pipit_gpt2_init(p, &bad, 1), PIPIT_STATUS_INVALID);
+    bad = c, bad.dtype = PIPIT_F64; /* the program's params are f32 */
+    FAILS(pipit_gpt2_init(p, &bad, 1), PIPIT_STATUS_SHAPE);
+    ASSERT_OK(pipit_gpt2_init(p, &c, UINT64_MAX));
+    /* config from a checkpoint */
+    const char *ck_path = mpath("gpt2.safetensors");
+    ASSERT_OK(pipit_checkpoint_save(p, ck_path, NULL));
+    pipit_checkpoint *ck = NULL;
+    ASSERT_OK(pipit_checkpoint_open(ck_path, &ck));
+    pipit_gpt2_config got = {0};
+    FAILS(pipit_gpt2_config_from_checkpoint(NULL, &got), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_config_from_checkpoint(ck, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_gpt2_config_from_checkpoint(ck, &got));
+    pipit_checkpoint_free(ck);
+    /* feeds */
+    int32_t tok[4] = {0}, tgt[4] = {0}, pos[4];
+    pipit_feed fd[3];
+    FAILS(pipit_gpt2_feeds(NULL, tok, tgt, pos, fd), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_feeds(&c, NULL, tgt, pos, fd), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_feeds(&c, tok, NULL, pos, fd), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_feeds(&c, tok, tgt, NULL, fd), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_feeds(&c, tok, tgt, pos, NULL), PIPIT_STATUS_MISUSE);
+    bad = c, bad.batch = 0;
+    FAILS_ANON(pipit_gpt2_feeds(&bad, tok, tgt, pos, fd), PIPIT_STATUS_INVALID);
+    bad = c, bad.ctx = INT_MIN;
+    FAILS_ANON(pipit_gpt2_feeds(&bad, tok, tgt, pos, fd), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_gpt2_feeds(&c, tok, tgt, pos, fd));
+    for (int i = 0; i < 3; i++) ASSERT_EQ_I64(fd[i].nbytes, sizeof tok); /* sized feeds */
+    pipit_metrics m;
+    ASSERT_OK(pipit_step(p, fd, 3, 0, &m));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+/* ---------------------------------------------------- pipit_inspect.h */
+
+PIPIT_TEST(api_misuse_inspect) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_schedule *s = NULL, *other = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &s));
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_GPIPE, 3, 1, 2, &other));
+    FILE *null_out = fopen("/dev/null", "w");
+    ASSERT_TRUE(null_out != NULL);
+    FAILS(pipit_schedule_write(NULL, s), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_write(null_out, NULL), PIPIT_STATUS_MISUSE);
+    pipit_sim_result *r = NULL;
+    FAILS(pipit_schedule_simulate(NULL, NULL, &r), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_simulate(s, NULL, NULL), PIPIT_STATUS_MISUSE);
+    /* NaN / infinite / negative costs do not crash */
+    double nanv[2] = {NAN, NAN}, infv[2] = {INFINITY, -1};
+    pipit_sim_costs costs = {.f = nanv, .b = infv, .w = nanv, .act_bytes = nanv, .comm = NAN, .b_delta_bytes = infv};
+    stale();
+    pipit_status st = pipit_schedule_simulate(s, &costs, &r);
+    if (st) ASSERT_FRESH_("pipit_schedule_simulate(NaN costs)", (const char *)NULL);
+    pipit_sim_result_free(r);
+    r = NULL;
+    ASSERT_OK(pipit_schedule_simulate(s, NULL, &r));
+    pipit_sim_result_free(NULL);
+    GIVES(pipit_sim_result_ranks(NULL), 0);
+    GIVES(pipit_sim_result_step_time(NULL), 0);
+    GIVES(pipit_sim_result_bubble(NULL), 0);
+    GIVES(pipit_sim_result_busy(NULL, 0), 0);
+    GIVES(pipit_sim_result_busy(r, -1), 0);
+    GIVES(pipit_sim_result_busy(r, INT_MAX), 0);
+    GIVES(pipit_sim_result_peak_live(NULL, 0), 0);
+    GIVES(pipit_sim_result_peak_live(r, INT_MIN), 0);
+    GIVES(pipit_sim_result_peak_bytes(NULL, 0), 0);
+    GIVES(pipit_sim_result_peak_bytes(r, 2), 0);
+    double a, b;
+    FAILS(pipit_sim_result_task(NULL, 0, 0, &a, &b), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_sim_result_task(r, -1, 0, &a, &b), PIPIT_STATUS_INVALID);
+    FAILS(pipit_sim_result_task(r, 0, -1, &a, &b), PIPIT_STATUS_INVALID);
+    FAILS(pipit_sim_result_task(r, 0, INT_MAX, &a, &b), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_sim_result_task(r, 0, 0, NULL, NULL)); /* outputs optional */
+    FAILS(pipit_schedule_print_grid(NULL, s, r), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_print_grid(null_out, NULL, r), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_print_grid(null_out, s, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_print_grid(null_out, other, r), PIPIT_STATUS_INVALID);
+    FAILS(pipit_schedule_write_svg(NULL, s, r, "t"), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_write_svg(null_out, s, NULL, "t"), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_schedule_write_svg(null_out, other, r, "t"), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_schedule_write_svg(null_out, s, r, NULL)); /* title optional */
+    /* programs */
+    pipit_graph *g = NULL;
+    pipit_program *p = tiny_program(&g, 1);
+    ASSERT_TRUE(p != NULL);
+    FAILS(pipit_program_print_plan(NULL, p, 0), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_print_plan(null_out, NULL, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_print_plan(null_out, JUNK_PROGRAM, 1), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_program_print_plan(null_out, p, INT_MIN));
+    FAILS(pipit_program_write_plan_json(NULL, p), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_write_plan_json(null_out, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_write_plan_json(null_out, JUNK_PROGRAM), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_print_profile(NULL, p), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_print_profile(null_out, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_print_profile(null_out, JUNK_PROGRAM), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("invalid program handle");
+    fclose(null_out);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    pipit_sim_result_free(r);
+    pipit_schedule_free(other);
+    pipit_schedule_free(s);
+}
+
+/* ------------------------------------------------------ feed sizes */
+
+PIPIT_TEST(api_feed_size_checked) {
+    pipit_graph *g = NULL;
+    pipit_program *p = tiny_program(&g, 2);
+    ASSERT_TRUE(p != NULL);
+    float w0[6] = {1, 2, 3, 4, 5, 6}, w[6];
+    ASSERT_OK(pipit_program_set_param(p, "w", w0, sizeof w0));
+    float x[2][6] = {{1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 2, 2}};
+    pipit_feed ok[2] = {{"x", x[0], sizeof x[0]}, {"x", x[1], sizeof x[1]}};
+    pipit_metrics m;
+    ASSERT_OK(pipit_step(p, ok, 1, 0, &m));
+    /* a short buffer in microbatch 1: INVALID before anything runs, naming
+     * the input, the microbatch, the expected and the given bytes */
+    pipit_feed shortf[2] = {{"x", x[0], sizeof x[0]}, {"x", x[1], sizeof x[1] - 4}};
+    int64_t steps0 = pipit_program_opt_steps(p);
+    FAILS(pipit_step(p, shortf, 1, 1, &m), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("'x'");
+    ASSERT_MSG_HAS("microbatch 1");
+    ASSERT_MSG_HAS("24"); /* expected */
+    ASSERT_MSG_HAS("20"); /* given */
+    ASSERT_TRUE(strstr(pipit_program_errmsg(p), "'x'") != NULL);
+    ASSERT_EQ_I64(pipit_program_opt_steps(p), steps0); /* no update happened */
+    ASSERT_OK(pipit_program_get_param(p, "w", w, sizeof w));
+    ASSERT_TRUE(memcmp(w, w0, sizeof w) == 0);
+    /* a long one, a zero size and SIZE_MAX are refused the same way */
+    pipit_feed longf[2] = {{"x", x[0], sizeof x + 4}, {"x", x[1], sizeof x[1]}};
+    FAILS(pipit_step(p, longf, 1, 0, &m), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("microbatch 0");
+    pipit_feed zero[2] = {{"x", x[0], 0}, {"x", x[1], sizeof x[1]}};
+    FAILS(pipit_step(p, zero, 1, 0, &m), PIPIT_STATUS_INVALID);
+    pipit_feed huge[2] = {{"x", x[0], sizeof x[0]}, {"x", x[1], SIZE_MAX}};
+    FAILS(pipit_step(p, huge, 1, 0, &m), PIPIT_STATUS_INVALID);
+    /* NULL data, even with the right size */
+    pipit_feed nulld[2] = {{"x", x[0], sizeof x[0]}, {"x", NULL, sizeof x[1]}};
+    FAILS(pipit_step(p, nulld, 1, 0, &m), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("data is NULL");
+    ASSERT_MSG_HAS("'x'");
+    /* the program still works and gives the same loss */
+    pipit_metrics m2;
+    ASSERT_OK(pipit_step(p, ok, 1, 0, &m2));
+    ASSERT_TRUE(m2.loss == m.loss);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+/* An i32 input's size is its element count x 4; the GPT-2 helper fills it. */
+PIPIT_TEST(api_feed_size_i32_and_gpt2) {
+    pipit_gpt2_config c = tiny_gpt2();
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    ASSERT_OK(pipit_gpt2_init(p, &c, 3));
+    int32_t tok[4] = {1, 2, 3, 4}, tgt[4] = {2, 3, 4, 5}, pos[4];
+    pipit_feed fd[3];
+    ASSERT_OK(pipit_gpt2_feeds(&c, tok, tgt, pos, fd));
+    pipit_metrics m;
+    ASSERT_OK(pipit_step(p, fd, 3, 0, &m));
+    fd[1].nbytes = 3 * sizeof(int32_t); /* targets one token short */
+    FAILS(pipit_step(p, fd, 3, 0, &m), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("'targets'");
+    ASSERT_MSG_HAS("16");
+    ASSERT_MSG_HAS("12");
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+/* This file mentions every PIPIT_API function of the public headers. */
+PIPIT_TEST(api_misuse_covers_every_function) {
+    static const char *headers[] = {"pipit.h", "pipit_io.h", "pipit_gpt2.h", "pipit_inspect.h"};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test_api_misuse.c", pipit_test_srcdir());
+    FILE *f = fopen(path, "rb");
+    ASSERT_TRUE(f != NULL);
+    static char self[1 << 17];
+    size_t n = fread(self, 1, sizeof self - 1, f);
+    fclose(f);
+    self[n] = 0;
+    int functions = 0;
+    for (int h = 0; h < 4; h++) {
+        snprintf(path, sizeof path, "%s/../include/%s", pipit_test_srcdir(), headers[h]);
+        f = fopen(path, "rb");
+        ASSERT_TRUE(f != NULL);
+        char line[1024];
+        while (fgets(line, sizeof line, f)) {
+            const char *api = strstr(line, "PIPIT_API ");
+            if (!api || strstr(line, "#define")) continue;
+            const char *open = strchr(api, '(');
+            if (!open) continue;
+            const char *start = open;
+            while (start > api && (start[-1] == '_' || (start[-1] >= 'a' && start[-1] <= 'z') ||
+                                   (start[-1] >= '0' && start[-1] <= '9')))
+                start--;
+            char name[128], call[140];
+            snprintf(name, sizeof name, "%.*s", (int)(open - start), start);
+            snprintf(call, sizeof call, "%s(", name);
+            int seen = strstr(self, call) != NULL;
+            snprintf(call, sizeof call, "(void)%s;", name);
+            seen |= strstr(self, call) != NULL;
+            if (!seen) {
+                fclose(f);
+                PIPIT_FAIL_("%s (%s) is not called by test_api_misuse.c", name, headers[h]);
+            }
+            functions++;
+        }
+        fclose(f);
+    }
+    ASSERT_TRUE(functions >= 110);
+}
