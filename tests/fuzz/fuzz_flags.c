@@ -44,12 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(buf, data, size);
     buf[size] = 0;
     char *argv[MAXARGS + 1];
-    int argc = 0;
-    for (size_t i = 0; i <= size && argc < MAXARGS;) { /* NUL-separated strings */
-        argv[argc++] = buf + i;
+    int n = 0;
+    for (size_t i = 0; i <= size && n < MAXARGS;) { /* NUL-separated strings */
+        argv[n++] = buf + i;
         i += strlen(buf + i) + 1;
     }
-    argv[argc] = NULL;
+    argv[n] = NULL;
+    volatile int argc = n; /* read after setjmp: kept out of a register longjmp may clobber */
     i_val = b_val = b2_val = 0;
     u_val = 0;
     d_val = 0;

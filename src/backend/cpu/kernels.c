@@ -12,7 +12,9 @@
  * remainders, and no-trapping-math lets it turn the selects of fast_expf
  * into blends. Neither changes a computed value (no reassociation, no
  * contraction: that is what -ffast-math would add), so bits are unchanged. */
+#if defined(__GNUC__) && !defined(__clang__) /* clang has no such pragma (and needs none) */
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
+#endif
 
 #include <math.h>
 #include <string.h>
