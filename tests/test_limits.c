@@ -17,10 +17,11 @@
 
 #define SH(...) ((int64_t[]){__VA_ARGS__})
 
-#if defined(__SANITIZE_ADDRESS__)
+/* ASan's and TSan's allocators abort on absurd sizes instead of failing */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define LIMITS_ASAN 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define LIMITS_ASAN 1
 #endif
 #endif

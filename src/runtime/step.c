@@ -217,6 +217,10 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     return s;
 }
 
+/* "nan", "inf" or "-inf": printf's spelling of a NaN's sign depends on how
+ * it was made (compiler, optimisation level), a message's should not. */
+static const char *nonfinite_name(double x) { return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf"; }
+
 /* The step's metrics from this process's ranks; every rank has every
  * replica's losses and the same norm. */
 static void fill_metrics(const pipit_program *p, double t0, double loss, pipit_metrics *m) {
@@ -277,14 +281,14 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
                                                         : "; the update was skipped, the parameters are unchanged";
     if (!isfinite(loss))
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME,
-                                  "step: loss is %g (diverged: a non-finite input, parameter or learning rate; try a "
+                                  "step: loss is %s (diverged: a non-finite input, parameter or learning rate; try a "
                                   "lower learning rate)%s",
-                                  loss, skipped));
+                                  nonfinite_name(loss), skipped));
     if (!isfinite(norm))
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME,
-                                  "step: gradient norm is %g (loss %g: the gradients overflowed or a value is "
+                                  "step: gradient norm is %s (loss %g: the gradients overflowed or a value is "
                                   "non-finite; try a lower learning rate or clip_norm)%s",
-                                  norm, loss, skipped));
+                                  nonfinite_name(norm), loss, skipped));
     return PIPIT_STATUS_OK;
 }
 
