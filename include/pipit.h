@@ -89,6 +89,11 @@ PIPIT_API const char *pipit_errmsg(void);
  * pipit_finalize ends MPI (call it once, after freeing every program). */
 PIPIT_API pipit_status pipit_init(int *argc, char ***argv);
 PIPIT_API void pipit_finalize(void);
+/* The library's version, CMake's project version ("0.1.0"; static
+ * storage), and whether it was built with the MPI transport (1) or not (0). */
+PIPIT_API const char *pipit_version(void);
+PIPIT_API int pipit_have_mpi(void);
+
 /* This process's rank and the number of processes: 0 and 1 without MPI. */
 PIPIT_API int pipit_process_rank(void);
 PIPIT_API int pipit_process_count(void);
@@ -256,6 +261,35 @@ PIPIT_API pipit_optimizer pipit_adamw(double lr, double beta1, double beta2, dou
                                       double weight_decay);
 PIPIT_API pipit_optimizer pipit_sgd(double lr);
 
+/* Learning-rate schedule (nanoGPT's get_lr). The update of optimizer step
+ * t (1-based: the t-th update since the start, pipit_program_opt_steps()
+ * after it, so a resumed run continues the schedule) uses lr(t), with
+ * lr = optimizer.lr, K = warmup, N = decay_steps, it = t - 1:
+ *   t <= K (warmup, any kind):  lr * t / K        (nanoGPT: lr*(it+1)/K)
+ *   CONSTANT, t > K:            lr                (exactly: the bits of a
+ *                                                  run without a schedule)
+ *   COSINE / LINEAR, t > K:     r = (it - K) / (N - K);
+ *                               it > N: min_lr;
+ *                               else min_lr + c * (lr - min_lr), with
+ *                               c = 0.5 * (1 + cos(pi * r))  (COSINE)
+ *                               c = 1 - r                    (LINEAR)
+ * AdamW's weight decay uses lr(t) too (as PyTorch's schedulers do). The
+ * zero value is a constant lr without warmup (as before schedules). */
+typedef enum { PIPIT_LR_CONSTANT = 0, PIPIT_LR_COSINE = 1, PIPIT_LR_LINEAR = 2 } pipit_lr_kind;
+
+typedef struct {
+    pipit_lr_kind kind;
+    int64_t warmup;       /* K >= 0 warm-up steps (0: none) */
+    int64_t decay_steps;  /* N > K for COSINE / LINEAR: the step where min_lr
+                             is reached; 0 for CONSTANT */
+    double min_lr;        /* >= 0, finite, for COSINE / LINEAR; 0 for CONSTANT */
+} pipit_lr_schedule;
+
+/* lr(step) of the formula above for base learning rate `lr`. Checks
+ * nothing but its arguments: NULL s, step < 1, an unknown kind or
+ * decay_steps <= warmup for a decaying kind give 0 and set the message. */
+PIPIT_API double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step);
+
 /* Compile options: every zero field means "default". */
 typedef struct {
     pipit_schedule *schedule;   /* NULL: one rank, sequential (borrowed) */
@@ -271,6 +305,7 @@ typedef struct {
      * equal parameters. Default 1. */
     int data_parallel;
     int zero1;                  /* D > 1: optimizer state sharded over the replicas (ZeRO-1) */
+    pipit_lr_schedule lr_schedule; /* zero: constant optimizer.lr */
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from
@@ -336,6 +371,8 @@ typedef struct {
     double ms;             /* wall time of the step */
     size_t peak_bytes;     /* peak activation bytes (max over ranks) */
     double bubble;         /* measured: 1 - sum of rank busy time / (ranks x wall time) */
+    double lr;             /* learning rate of this step's update, lr(t) of the
+                              schedule (update = 0: of the next update) */
 } pipit_metrics;
 
 /* One training step. feeds[m*nfeed .. m*nfeed+nfeed-1] are microbatch m's

@@ -127,6 +127,8 @@ PIPIT_TEST(api_misuse_status_and_process) {
     ASSERT_OK(pipit_init(NULL, NULL));
     int argc = 0;
     ASSERT_OK(pipit_init(&argc, NULL));
+    ASSERT_TRUE(pipit_version() != NULL && pipit_version()[0] != 0);
+    ASSERT_TRUE(pipit_have_mpi() == 0 || pipit_have_mpi() == 1);
     ASSERT_TRUE(pipit_process_rank() >= 0);
     ASSERT_TRUE(pipit_process_count() >= 1);
     (void)pipit_finalize; /* ends MPI: not called inside the test binary */
@@ -374,6 +376,20 @@ PIPIT_TEST(api_misuse_optimizer_and_compile) {
     ASSERT_TRUE(o.kind == PIPIT_OPT_ADAMW && isnan(o.lr));
     o = pipit_sgd(NAN);
     ASSERT_TRUE(o.kind == PIPIT_OPT_SGD && isnan(o.lr));
+    /* the lr schedule's formula: 0 and a fresh message naming it for bad arguments */
+    pipit_lr_schedule ls = {PIPIT_LR_COSINE, 2, 10, 0};
+    GIVES(pipit_lr_at(NULL, 1e-3, 1), 0.0);
+    GIVES(pipit_lr_at(&ls, 1e-3, 0), 0.0);
+    GIVES(pipit_lr_at(&ls, 1e-3, INT64_MIN), 0.0);
+    ls.kind = (pipit_lr_kind)INT_MAX;
+    GIVES(pipit_lr_at(&ls, 1e-3, 1), 0.0);
+    ls = (pipit_lr_schedule){PIPIT_LR_CONSTANT, -1, 0, 0};
+    GIVES(pipit_lr_at(&ls, 1e-3, 1), 0.0);
+    ls = (pipit_lr_schedule){PIPIT_LR_LINEAR, INT64_MAX, INT64_MAX, 0};
+    GIVES(pipit_lr_at(&ls, 1e-3, 1), 0.0);
+    ls = (pipit_lr_schedule){PIPIT_LR_LINEAR, 0, INT64_MAX, 0};
+    ASSERT_TRUE(pipit_lr_at(&ls, 1e-3, INT64_MAX) == 0); /* it = 2^63-2 < N: r ~ 1 */
+    ASSERT_TRUE(isnan(pipit_lr_at(&ls, NAN, 1)));       /* lr is the caller's: passed through */
     pipit_graph *g = pipit_graph_new();
     pipit_val w = pipit_param(g, "w", PIPIT_F32, 1, SH(3));
     pipit_val loss = pipit_sum(g, w);

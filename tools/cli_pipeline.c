@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "flags.h"
 #include "pipit.h"
 #include "pipit_inspect.h"
@@ -27,8 +28,10 @@ pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int
             size_t u = strlen(names);
             snprintf(names + u, sizeof names - u, "%s%s", k ? ", " : "", pipit_schedule_kind_name((pipit_schedule_kind)k));
         }
-        die("unknown schedule '%s' for --%s: expected one of %s, or a schedule file (no file '%s' exists)", name, flagname,
-            names, name);
+        const char *cands[PIPIT_SCHED_COUNT];
+        for (int k = 0; k < PIPIT_SCHED_COUNT; k++) cands[k] = pipit_schedule_kind_name((pipit_schedule_kind)k);
+        die("unknown schedule '%s' for --%s: expected one of %s, or a schedule file (no file '%s' exists)%s", name,
+            flagname, names, name, cli_did_you_mean(name, cands, PIPIT_SCHED_COUNT, ""));
     }
     if (f) fclose(f);
     return pipit_schedule_load(name, out);

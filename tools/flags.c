@@ -2,6 +2,7 @@
  * flags.c — see flags.h. The only place besides main() that calls exit().
  */
 #include "flags.h"
+#include "cli.h"
 #include "pipit.h"
 
 #include <errno.h>
@@ -82,7 +83,15 @@ void flags_parse(flag_cmd *c, int argc, char **argv) {
         flag *f = NULL;
         for (int k = 0; k < c->n; k++)
             if (strlen(c->flags[k].name) == len && strncmp(c->flags[k].name, name, len) == 0) f = &c->flags[k];
-        if (!f) die("%s: unknown flag '%s' (see pipit %s --help)", c->name, a, c->name);
+        if (!f) {
+            const char *names[128];
+            int nn = 0;
+            for (int k = 0; k < c->n && nn < 128; k++) names[nn++] = c->flags[k].name;
+            char word[64];
+            snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word ? len : sizeof word - 1), name);
+            die("%s: unknown flag '%s' (see pipit %s --help)%s", c->name, a, c->name,
+                cli_did_you_mean(word, names, nn, "--"));
+        }
         f->seen = 1;
         if (f->type == FL_BOOL) {
             if (eq) die("--%s takes no value", f->name);

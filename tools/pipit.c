@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "flags.h"
 #include "pipit.h"
 #include "pipit_gpt2.h"
@@ -28,6 +29,9 @@ typedef struct {
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
     int pp, virt, remat, batches, profile, verbose, dp, zero1;
     double lr, wd, beta1, beta2, eps, clip;
+    const char *model, *config, *lr_schedule;
+    int warmup, decay_steps, log_every, print_config;
+    double min_lr;
     uint64_t seed;
 } opts;
 
@@ -81,9 +85,13 @@ static void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int
 /* ------------------------------------------------------------------ train */
 
 static const char *TRAIN_USAGE =
-    "--data FILE --ctx T --layers L --heads H --dim C --micro-batch B --microbatches M --steps N --lr X [...]";
+    "--data FILE [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--config FILE] [--ctx T --layers L --heads H\n"
+    "       --dim C --micro-batch B --microbatches M --steps N --lr X --lr-schedule cosine --warmup K ...]\n\n"
+    "With --data alone it trains the `tiny` preset (ctx 64, 4 layers, 4 heads, dim 128, micro-batch 8,\n"
+    "100 steps, lr 1e-3). Precedence: defaults < --model preset < --config file < flags. A command line\n"
+    "that sizes the model itself (--layers/--heads/--dim without --model or --config) names its --steps.";
 static const char *PLAN_USAGE =
-    "--data FILE --ctx T --layers L --heads H --dim C --micro-batch B [--pp P --schedule S ...] [--json]";
+    "--data FILE [--model NAME] [--config FILE] [--ctx T --layers L ...] [--pp P --schedule S ...] [--json]";
 static const char *PLAN_ABOUT =
     "Compiles the model as `pipit train` would (same model and pipeline flags) and prints, per rank,\n"
     "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.";
@@ -108,7 +116,15 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
         {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
         {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
-        {3 | IGN, {"lr", FL_DBL, &o->lr, "learning rate (default 3e-4)", 0}},
+        {3 | IGN, {"lr", FL_DBL, &o->lr, "peak learning rate (default: the preset's; tiny 1e-3)", 0}},
+        {3 | IGN, {"lr-schedule", FL_STR, &o->lr_schedule, "constant (default), cosine or linear decay after the warm-up", 0}},
+        {3 | IGN, {"warmup", FL_INT, &o->warmup, "linear warm-up over the first K steps: lr*t/K for step t <= K (default 0)", 0}},
+        {3 | IGN, {"decay-steps", FL_INT, &o->decay_steps, "cosine/linear: step where --min-lr is reached (default: --steps)", 0}},
+        {3 | IGN, {"min-lr", FL_DBL, &o->min_lr, "cosine/linear: the lr after the decay (default: --lr / 10)", 0}},
+        {3 | IGN, {"log-every", FL_INT, &o->log_every, "print every K-th step's line (steps 0, K, 2K, ...; the last always; default 1)", 0}},
+        {3, {"model", FL_STR, &o->model, "preset: tiny (default), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl", 0}},
+        {3, {"config", FL_STR, &o->config, "JSON object of flags without --, e.g. {\"layers\": 6, \"lr\": 6e-4}", 0}},
+        {3, {"print-config", FL_BOOL, &o->print_config, "print the resolved settings and the parameter count as JSON; run nothing", 0}},
         {3, {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0}},
         {3 | IGN, {"beta1", FL_DBL, &o->beta1, "AdamW beta1 (default 0.9)", 0}},
         {3 | IGN, {"beta2", FL_DBL, &o->beta2, "AdamW beta2 (default 0.95)", 0}},
@@ -162,6 +178,77 @@ static void default_opts(opts *o) {
     o->dp = 1;
     o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules and DualPipeV) */
     o->steps = -1;
+    o->log_every = 1;
+    o->lr_schedule = "constant";
+    o->min_lr = -1;      /* -1: --lr / 10 */
+    o->decay_steps = -1; /* -1: --steps */
+}
+
+/* The preset's fields, over the defaults (flags and --config come later). */
+static void apply_preset(opts *o, const char *name) {
+    const cli_preset *pr = cli_preset_find(name);
+    if (!pr) {
+        const char *names[16];
+        int n = 0;
+        for (int i = 0; i < cli_preset_count() && n < 16; i++) names[n++] = cli_preset_at(i)->name;
+        die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl%s", name,
+            cli_did_you_mean(name, names, n, ""));
+    }
+    o->vocab = pr->vocab;
+    o->ctx = pr->ctx;
+    o->layers = pr->layers;
+    o->heads = pr->heads;
+    o->dim = pr->dim;
+    o->micro_batch = pr->micro_batch;
+    o->steps = pr->steps;
+    o->lr = pr->lr;
+}
+
+/* The value of --NAME in argv (--NAME V or --NAME=V; the last wins), or
+ * NULL: --model and --config are needed before the flags are parsed. */
+static const char *prescan(int argc, char **argv, const char *name) {
+    const char *v = NULL;
+    size_t n = strlen(name);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, name, n) != 0) continue;
+        if (a[2 + n] == '=') v = a + 3 + n;
+        else if (a[2 + n] == 0 && i + 1 < argc) v = argv[++i];
+    }
+    return v;
+}
+
+/* --lr-schedule, --warmup, --decay-steps, --min-lr as the library's schedule. */
+static pipit_lr_schedule make_lr_schedule(const opts *o) {
+    pipit_lr_schedule ls = {0};
+    if (o->warmup < 0) die("--warmup must be >= 0 (got %d)", o->warmup);
+    ls.warmup = o->warmup;
+    if (strcmp(o->lr_schedule, "constant") == 0) {
+        if (o->decay_steps >= 0 || o->min_lr >= 0)
+            die("--decay-steps and --min-lr apply to --lr-schedule cosine or linear (the schedule is constant)");
+        return ls;
+    }
+    if (strcmp(o->lr_schedule, "cosine") == 0) ls.kind = PIPIT_LR_COSINE;
+    else if (strcmp(o->lr_schedule, "linear") == 0) ls.kind = PIPIT_LR_LINEAR;
+    else
+        die("bad value '%s' for --lr-schedule: expected constant, cosine or linear%s", o->lr_schedule,
+            cli_did_you_mean(o->lr_schedule, (const char *const[]){"constant", "cosine", "linear"}, 3, ""));
+    if (o->min_lr < 0 && o->min_lr != -1) die("--min-lr must be >= 0 (got %g)", o->min_lr);
+    ls.min_lr = o->min_lr >= 0 ? o->min_lr : o->lr / 10;
+    if (o->decay_steps >= 0) {
+        if (o->decay_steps <= o->warmup)
+            die("--decay-steps %d must be greater than --warmup %d", o->decay_steps, o->warmup);
+        ls.decay_steps = o->decay_steps;
+    } else if (o->steps > o->warmup) {
+        ls.decay_steps = o->steps;
+    } else if (o->steps == 0) {
+        ls.decay_steps = ls.warmup + 1; /* nothing runs: any valid schedule */
+    } else {
+        die("--lr-schedule %s decays after the warm-up, but --warmup %d leaves none of --steps %d: lower --warmup or "
+            "pass --decay-steps",
+            o->lr_schedule, o->warmup, o->steps);
+    }
+    return ls;
 }
 
 static pipit_optimizer make_optimizer(const opts *o) {
@@ -198,6 +285,7 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->init) {
         check_status(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
         config_from_checkpoint(s->ckpt, o, c);
+        if (!flags_seen(c, "ctx") && o->max_ctx && o->ctx > o->max_ctx) o->ctx = o->max_ctx; /* the preset's ctx */
     }
     check_positive("ctx", o->ctx);
     check_positive("micro-batch", o->micro_batch);
@@ -240,7 +328,7 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_status(pipit_graph_status(s->g), "model");
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1};
+                        .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o)};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
     if (s->ckpt) check_status(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
@@ -259,29 +347,49 @@ static void print_step(const opts *o, int64_t step, const pipit_metrics *m, doub
     double tps = tokens / (m->ms / 1e3);
     if (o->json)
         printf("{\"step\":%lld,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
-               "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f}\n",
+               "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f,\"lr\":%.9g}\n",
                (long long)step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes,
-               m->bubble);
+               m->bubble, m->lr);
     else
-        printf("step %4lld  loss %.6f  grad norm %.4f  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s\n", (long long)step, m->loss,
-               m->grad_norm, m->ms, tps, flops * tokens / (m->ms / 1e3) / 1e9);
+        printf("step %4lld  loss %.6f  grad norm %.4f  lr %.4e  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s\n", (long long)step,
+               m->loss, m->grad_norm, m->lr, m->ms, tps, flops * tokens / (m->ms / 1e3) / 1e9);
     fflush(stdout);
 }
 
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
-    flag fl[48];
+    flag fl[64];
     flag_cmd c = {plan ? "plan" : "train", plan ? PLAN_USAGE : TRAIN_USAGE, plan ? PLAN_ABOUT : NULL, fl,
                   train_plan_flags(&o, plan ? CMD_PLAN : CMD_TRAIN, fl, NFLAGS(fl))};
+    /* defaults < preset < config < flags */
+    const char *config = prescan(argc, argv, "config"), *model = prescan(argc, argv, "model");
+    if (!model && config) model = cli_config_string(config, "model");
+    apply_preset(&o, model ? model : "tiny");
+    if (config) cli_config_apply(&c, config, (const char *const[]){"model", NULL});
     if (plan) o.steps = 0;
     flags_parse(&c, argc, argv);
-    static const char *const need_init[] = {"data", "ctx", "micro-batch", NULL};
-    static const char *const need_new[] = {"data", "ctx", "layers", "heads", "dim", "micro-batch", NULL};
-    flags_require(&c, o.init ? need_init : need_new);
-    if (!plan) flags_require(&c, (const char *const[]){"steps", NULL});
+    int sized = flags_seen(&c, "layers") || flags_seen(&c, "heads") || flags_seen(&c, "dim");
+    if (!o.print_config) flags_require(&c, (const char *const[]){"data", NULL});
+    /* a model sized on the command line (no preset, no config) names its run length, as before presets */
+    if (!plan && !o.print_config && sized && !model && !config && !o.init)
+        flags_require(&c, (const char *const[]){"steps", NULL});
     if (plan) o.steps = 0;
     if (o.steps < 0) die("--steps must be >= 0 (got %d)", o.steps);
+    if (o.log_every < 1) die("--log-every must be >= 1 (got %d)", o.log_every);
+    if (o.print_config) {
+        pipit_gpt2_config mc = model_config(&o, 1);
+        pipit_lr_schedule ls = make_lr_schedule(&o);
+        static const char *const kinds[] = {"constant", "cosine", "linear"};
+        printf("{\"model\":\"%s\",\"vocab\":%d,\"ctx\":%d,\"max_ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,"
+               "\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"lr\":%.9g,\"lr_schedule\":\"%s\","
+               "\"warmup\":%lld,\"decay_steps\":%lld,\"min_lr\":%.9g,\"optimizer\":\"%s\",\"pp\":%d,\"dp\":%d,"
+               "\"log_every\":%d,\"params\":%lld}\n",
+               model ? model : "tiny", mc.vocab, mc.ctx, mc.max_ctx, mc.layers, mc.heads, mc.dim, mc.batch,
+               o.microbatches, o.steps, o.lr, kinds[ls.kind], (long long)ls.warmup, (long long)ls.decay_steps,
+               ls.min_lr, o.optimizer, o.pp, o.dp, o.log_every, (long long)pipit_gpt2_num_params(&mc));
+        return 0;
+    }
     session s = {0};
     if (o.schedule || o.pp > 1 || o.virt > 1) {
         const char *def = o.virt > 1 ? "interleaved-1f1b" : "1f1b";
@@ -347,7 +455,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         pipit_metrics met;
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
-        if (speaker) print_step(&o, step, &met, (double)B * T * G, flops);
+        int last = step == first_step + o.steps - 1;
+        if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops);
         if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
@@ -417,7 +526,8 @@ static void usage(FILE *f) {
             "  train     train GPT-2 on a text file or token shard\n"
             "  eval      mean loss of a checkpoint on sequential windows of a file\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
-            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n\n"
+            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
+            "  version   print the version and whether MPI is built in (also --version)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 
@@ -443,7 +553,12 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
-    fprintf(stderr, "pipit: unknown command '%s'\n", cmd);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("pipit %s (%s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI");
+        return 0;
+    }
+    static const char *const cmds[] = {"train", "eval", "schedule", "plan", "version", "help"};
+    fprintf(stderr, "pipit: unknown command '%s'%s\n", cmd, cli_did_you_mean(cmd, cmds, NFLAGS(cmds), ""));
     usage(stderr);
     return 2;
 }

@@ -4,7 +4,8 @@
  * per-param sums of squares (fixed chunks, so the bits never depend on the
  * thread count), the global norm (added in param order on every rank),
  * clipping, and the AdamW / SGD update (in the param's precision, as
- * PyTorch does). The loops themselves are the backend's; this file decides
+ * PyTorch does) with the step's learning rate from the schedule
+ * (pipit_lr_at). The loops themselves are the backend's; this file decides
  * what runs on which slice, in which order.
  */
 #include <math.h>
@@ -17,6 +18,29 @@ pipit_optimizer pipit_adamw(double lr, double beta1, double beta2, double eps,
 }
 
 pipit_optimizer pipit_sgd(double lr) { return (pipit_optimizer){PIPIT_OPT_SGD, lr, 0, 0, 0, 0}; }
+
+double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step) {
+    if (!s) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_lr_at: s is NULL"), 0.0;
+    if (step < 1) return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: step must be >= 1 (1-based), got %lld", (long long)step), 0.0;
+    if (s->kind != PIPIT_LR_CONSTANT && s->kind != PIPIT_LR_COSINE && s->kind != PIPIT_LR_LINEAR)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: unknown kind %d", (int)s->kind), 0.0;
+    if (s->warmup < 0) return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: warmup is %lld (< 0)", (long long)s->warmup), 0.0;
+    if (s->kind != PIPIT_LR_CONSTANT && s->decay_steps <= s->warmup)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: decay_steps %lld must be > warmup %lld",
+                          (long long)s->decay_steps, (long long)s->warmup), 0.0;
+    return pipit__lr_at(s, lr, step);
+}
+
+/* pipit_lr_at without the checks (the options were checked at compile). */
+double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t) {
+    int64_t K = s->warmup, N = s->decay_steps, it = t - 1;
+    if (t <= K) return lr * (double)t / (double)K;
+    if (s->kind == PIPIT_LR_CONSTANT) return lr;
+    if (it > N) return s->min_lr;
+    double r = (double)(it - K) / (double)(N - K);
+    double c = s->kind == PIPIT_LR_COSINE ? 0.5 * (1.0 + cos(M_PI * r)) : 1.0 - r;
+    return s->min_lr + c * (lr - s->min_lr);
+}
 
 static int64_t num_chunks(const pipit__param *pp) { return (pp->numel + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK; }
 
@@ -78,9 +102,9 @@ void pipit__post_norm(pipit_program *p, int w) {
 /* AdamW's coefficients for this step (bias corrections folded in). */
 static pipit__adamw_coef adamw_coefs(const pipit_program *p, const pipit__param *pp, double clip) {
     const pipit_optimizer *o = &p->plan.opt.optimizer;
-    double t = (double)p->opt_step;
-    pipit__adamw_coef c = {o->beta1, o->beta2, o->lr / (1.0 - pow(o->beta1, t)), sqrt(1.0 - pow(o->beta2, t)),
-                           o->eps, pp->decay ? 1.0 - o->lr * o->weight_decay : 1.0, clip};
+    double t = (double)p->opt_step, lr = p->step_lr; /* lr(t): o->lr itself for a constant schedule */
+    pipit__adamw_coef c = {o->beta1, o->beta2, lr / (1.0 - pow(o->beta1, t)), sqrt(1.0 - pow(o->beta2, t)),
+                           o->eps, pp->decay ? 1.0 - lr * o->weight_decay : 1.0, clip};
     return c;
 }
 
@@ -100,5 +124,5 @@ void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth) {
         p->be->adamw(pp->dtype, &c, wt, g, rs->m_block + rs->opt_off[param], rs->v_block + rs->opt_off[param], lo, hi);
         return;
     }
-    p->be->sgd(pp->dtype, p->plan.opt.optimizer.lr, rs->clip_scale, wt, g, lo, hi);
+    p->be->sgd(pp->dtype, p->step_lr, rs->clip_scale, wt, g, lo, hi);
 }

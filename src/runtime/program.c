@@ -52,6 +52,36 @@ static pipit_status check_options(const pipit_options *o) {
         if (!in_range(f[i].v, 0, f[i].open ? 1 : HUGE_VAL, f[i].open))
             return pipit__err(PIPIT_STATUS_INVALID, "options.optimizer.%s must be a finite number %s, got %g", f[i].name,
                               f[i].open ? "in [0, 1)" : ">= 0", f[i].v);
+    const pipit_lr_schedule *ls = &o->lr_schedule;
+    if (ls->kind != PIPIT_LR_CONSTANT && ls->kind != PIPIT_LR_COSINE && ls->kind != PIPIT_LR_LINEAR)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.lr_schedule.kind must be PIPIT_LR_CONSTANT (0), PIPIT_LR_COSINE (1) or "
+                          "PIPIT_LR_LINEAR (2), got %d",
+                          (int)ls->kind);
+    if (ls->warmup < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.lr_schedule.warmup must be >= 0 (0: none), got %lld",
+                          (long long)ls->warmup);
+    if (ls->kind == PIPIT_LR_CONSTANT) {
+        if (ls->decay_steps != 0)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "options.lr_schedule.decay_steps must be 0 for a constant schedule (set kind to "
+                              "PIPIT_LR_COSINE or PIPIT_LR_LINEAR to decay), got %lld",
+                              (long long)ls->decay_steps);
+        if (ls->min_lr != 0)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "options.lr_schedule.min_lr must be 0 for a constant schedule (set kind to "
+                              "PIPIT_LR_COSINE or PIPIT_LR_LINEAR to decay), got %g",
+                              ls->min_lr);
+    } else {
+        if (ls->decay_steps <= ls->warmup)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "options.lr_schedule.decay_steps must be > options.lr_schedule.warmup (%lld) for a "
+                              "decaying schedule, got %lld",
+                              (long long)ls->warmup, (long long)ls->decay_steps);
+        if (!in_range(ls->min_lr, 0, HUGE_VAL, 0))
+            return pipit__err(PIPIT_STATUS_INVALID, "options.lr_schedule.min_lr must be a finite number >= 0, got %g",
+                              ls->min_lr);
+    }
     return PIPIT_STATUS_OK;
 }
 

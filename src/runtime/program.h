@@ -50,6 +50,7 @@ struct pipit_program {
     struct pipit__transport *transport;
     int64_t opt_step;    /* optimizer steps taken (AdamW bias correction) */
     int do_update;       /* this step applies the optimizer */
+    double step_lr;      /* lr(opt_step) of the schedule: this step's update */
     double step_t0;      /* wall clock at the start of the last step */
     double step_wall;    /* wall time of the last step's loop (s) */
     int fail_rank, fail_instr; /* test hook: rank fails at instruction (-1 off) */
@@ -58,6 +59,9 @@ struct pipit_program {
     int profile;         /* accumulate per-op times into rs[].prof */
     char errmsg[2048];
 };
+
+/* lr(t) of a checked schedule (optim.c). */
+double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);
 
 /* Runs world rank w's instruction list; feed_ptrs[m * ninputs + i] is
  * input i of the step's microbatch m (of M * D; resolved and checked once

@@ -236,6 +236,7 @@ static void fill_metrics(const pipit_program *p, double t0, double loss, pipit_m
         busy += p->rs[w].busy;
     }
     m->bubble = p->step_wall > 0 ? 1.0 - busy / (p->nlocal * p->step_wall) : 0;
+    m->lr = p->step_lr;
 }
 
 pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, int update,
@@ -262,6 +263,10 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     p->step_t0 = t0;
     p->do_update = update != 0;
     if (update) p->opt_step++;
+    /* the schedule's lr of this update (of the next one without an update) */
+    const pipit_options *po = &p->plan.opt;
+    p->step_lr = pipit__lr_at(&po->lr_schedule, po->optimizer.lr,
+                              update || p->opt_step == INT64_MAX ? PIPIT_MAX(p->opt_step, 1) : p->opt_step + 1);
     s = pipit__err_fresh(run_ranks(p, ptrs), gen0, "pipit_step");
     if (!p->broken) pipit__free(ptrs); /* else a hung rank may still read it */
     p->step_wall = pipit__now() - t0;

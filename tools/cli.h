@@ -1,0 +1,43 @@
+/*
+ * cli.h — the CLI's helpers besides the flag parser: "did you mean"
+ * suggestions (tools/suggest.c), model presets (tools/presets.c) and
+ * --config files (tools/config.c).
+ */
+#ifndef PIPIT_TOOLS_CLI_H
+#define PIPIT_TOOLS_CLI_H
+
+#include "flags.h"
+
+/* The candidate closest to `word` by edit distance (optimal string
+ * alignment: insertions, deletions, substitutions, swaps of neighbours),
+ * if it is close enough to be a typo (distance 1 for words of up to 4
+ * characters, else 2); NULL otherwise. */
+const char *cli_suggest(const char *word, const char *const *cands, int n);
+/* "; did you mean 'x'?" for a close candidate, else "" (static storage). */
+const char *cli_did_you_mean(const char *word, const char *const *cands, int n, const char *prefix);
+
+/* A named model: sizes and the defaults that go with them. */
+typedef struct {
+    const char *name;
+    int vocab, ctx, layers, heads, dim, micro_batch, steps;
+    double lr;
+    const char *about;
+} cli_preset;
+
+/* The preset called `name`, or NULL (then cli_preset_names lists them). */
+const cli_preset *cli_preset_find(const char *name);
+int cli_preset_count(void);
+const cli_preset *cli_preset_at(int i);
+
+/* Reads --config FILE (a JSON object of flag names without "--" and their
+ * values: numbers, strings, booleans) into the flags of c: each key sets
+ * its flag and marks it seen, as if given on the command line before the
+ * real flags. Keys in `skip` (NULL-terminated) are left alone. Dies naming
+ * the file and the key for an unknown key (with a suggestion), a value of
+ * the wrong type, or malformed JSON. */
+void cli_config_apply(flag_cmd *c, const char *path, const char *const *skip);
+/* The string value of `key` in the config file, or NULL (dies on a file
+ * that is not a JSON object, or a non-string value). */
+const char *cli_config_string(const char *path, const char *key);
+
+#endif
