@@ -35,7 +35,11 @@ PIPIT_API pipit_status pipit_checkpoint_save(const pipit_program *p, const char 
 PIPIT_API pipit_status pipit_checkpoint_load(pipit_program *p, const char *path);
 
 /* Reads and validates a whole file (IO, FORMAT, NOMEM), to look at its
- * tensors and metadata before (or instead of) loading it. */
+ * tensors and metadata before (or instead of) loading it. Names carrying
+ * the Hugging Face GPT2LMHeadModel prefix "transformer." are seen (listed,
+ * looked up, loaded) without it; a name stored both with and without the
+ * prefix is FORMAT. Tensors no param asks for (e.g. the attention-mask
+ * buffers "h.N.attn.bias") are listed and never loaded. */
 PIPIT_API pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out);
 PIPIT_API void pipit_checkpoint_free(pipit_checkpoint *ck);
 /* The path it was opened from. */
