@@ -35,7 +35,11 @@ PIPIT_API pipit_status pipit_checkpoint_save(const pipit_program *p, const char 
 PIPIT_API pipit_status pipit_checkpoint_load(pipit_program *p, const char *path);
 
 /* Reads and validates a whole file (IO, FORMAT, NOMEM), to look at its
- * tensors and metadata before (or instead of) loading it. */
+ * tensors and metadata before (or instead of) loading it. Names carrying
+ * the Hugging Face GPT2LMHeadModel prefix "transformer." are seen (listed,
+ * looked up, loaded) without it; a name stored both with and without the
+ * prefix is FORMAT. Tensors no param asks for (e.g. the attention-mask
+ * buffers "h.N.attn.bias") are listed and never loaded. */
 PIPIT_API pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out);
 PIPIT_API void pipit_checkpoint_free(pipit_checkpoint *ck);
 /* The path it was opened from. */
@@ -57,6 +61,28 @@ PIPIT_API pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_
  * loading validates every tensor first (all or nothing). */
 PIPIT_API pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step);
 PIPIT_API pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step);
+
+/* One-file training checkpoints: everything a run needs to continue, so
+ * params and optimizer state can never come from different steps. The file
+ * holds every param under its own (Hugging Face GPT-2) name, the AdamW
+ * moments as "opt.m.<name>" and "opt.v.<name>" (f32; zeros under SGD), and
+ * "__metadata__" with "pipit": "train", "step" (next_step: the training
+ * step to continue from) and "opt_steps" (updates taken), plus the
+ * caller's meta (NULL-terminated key, value list, or NULL; those three keys
+ * are the function's own and are dropped from meta). The file is a plain
+ * checkpoint too: pipit_checkpoint_load reads its params and ignores the
+ * rest. Written atomically ("<path>.tmp.<pid>", fsync, rename, fsync of the
+ * folder); collective under MPI (process 0 writes). */
+PIPIT_API pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *path, int64_t next_step,
+                                                   const char *const *meta);
+/* Sets params, moments and the update count from an opened training
+ * checkpoint and gives its next step: FORMAT if the file is not one (no
+ * "pipit": "train"), or a tensor is missing or of another shape; everything
+ * is validated before the first byte is loaded (all or nothing). The
+ * program's layout (ranks, stages, schedule, replicas, ZeRO-1) may differ
+ * from the saving one's. */
+PIPIT_API pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck,
+                                                   int64_t *next_step);
 
 /* ------------------------------------------------------------------ data */
 

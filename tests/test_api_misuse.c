@@ -573,6 +573,26 @@ PIPIT_TEST(api_misuse_io) {
     FAILS(pipit_optimizer_load(JUNK_PROGRAM, opt_path, &next), PIPIT_STATUS_MISUSE);
     FAILS_ANON(pipit_optimizer_load(p, opt_path, &next), PIPIT_STATUS_FORMAT); /* next_step < 0 */
     FAILS_ANON(pipit_optimizer_load(p, ck_path, &next), PIPIT_STATUS_FORMAT); /* not optimizer state */
+    /* one-file training checkpoints */
+    FAILS(pipit_checkpoint_save_train(NULL, opt_path, 0, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_train(p, NULL, 0, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_train(JUNK_PROGRAM, opt_path, 0, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_train(p, opt_path, -1, NULL), PIPIT_STATUS_INVALID);
+    FAILS(pipit_checkpoint_save_train(p, opt_path, 0, (const char *const[]){"k", NULL, NULL}), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_checkpoint_open(ck_path, &ck));
+    FAILS(pipit_checkpoint_load_train(NULL, ck, &next), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load_train(p, NULL, &next), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load_train(p, ck, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load_train(JUNK_PROGRAM, ck, &next), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_load_train(p, ck, &next), PIPIT_STATUS_FORMAT); /* weights only */
+    pipit_checkpoint_free(ck);
+    ASSERT_OK(pipit_checkpoint_save_train(p, opt_path, 7, (const char *const[]){"step", "99", "x", "y", NULL}));
+    ASSERT_OK(pipit_checkpoint_open(opt_path, &ck));
+    ASSERT_TRUE(strcmp(pipit_checkpoint_meta(ck, "step"), "7") == 0); /* the reserved key is the function's */
+    ASSERT_TRUE(strcmp(pipit_checkpoint_meta(ck, "x"), "y") == 0);
+    ASSERT_OK(pipit_checkpoint_load_train(p, ck, &next));
+    ASSERT_TRUE(next == 7);
+    pipit_checkpoint_free(ck);
     pipit_program_free(p);
     pipit_graph_free(g);
 

@@ -112,7 +112,7 @@ assert abs(d["loss"] - math.log(256)) < 0.1, d
 EOF
 
 # ---- train, save, eval agrees with the training loss on the same windows
-expect_ok "${TRAIN[@]}" --steps 8 --lr 3e-3 --data-order sequential --json --save trained.st
+expect_ok "${TRAIN[@]}" --steps 8 --lr 3e-3 --data-order sequential --json --save-weights-only --save trained.st
 TRAIN_JSON=$OUT
 $PY -c 'import json,sys; [json.loads(l) for l in sys.stdin]' <<<"$TRAIN_JSON" ||
     fail "train --json output is not JSON lines: $TRAIN_JSON"
@@ -132,7 +132,7 @@ TRAINED_JSON=$OUT
 # one train step with lr 0 on sequences 0..3 computes the same loss as eval
 # over batches 0 and 1 (sequences 0..3, sequential windows)
 expect_ok "$PIPIT" train --init trained.st --data text.txt --ctx 16 --micro-batch 2 --microbatches 2 \
-    --steps 1 --lr 0 --data-order sequential --json --save again.st
+    --steps 1 --lr 0 --data-order sequential --json --save-weights-only --save again.st
 AGAIN_JSON=$OUT
 $PY - "$INIT_JSON" "$TRAINED_JSON" "$AGAIN_JSON" <<'EOF' || fail "train/eval disagree: init $INIT_JSON trained $TRAINED_JSON lr0 $AGAIN_JSON"
 import json, sys
@@ -281,11 +281,11 @@ expect_fail "unknown flag" "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --h
 # ---- resume: 2 steps + 2 resumed steps == 4 steps, byte for byte, also
 # when the second half runs on another pipeline layout
 RT=("${PTRAIN[@]}" --microbatches 2 --lr 1e-3 --seed 5 --data-order random)
-expect_ok "${RT[@]}" --steps 4 --save full.st
+expect_ok "${RT[@]}" --steps 4 --save-weights-only --save full.st
 expect_ok "${RT[@]}" --steps 2 --save half.st --save-optimizer half.opt
-expect_ok "${RT[@]}" --steps 2 --init half.st --init-optimizer half.opt --save resumed.st
+expect_ok "${RT[@]}" --steps 2 --init half.st --init-optimizer half.opt --save-weights-only --save resumed.st
 cmp -s full.st resumed.st || fail "resumed training differs from uninterrupted training"
-expect_ok "${RT[@]}" --steps 2 --init half.st --init-optimizer half.opt --save resumed_pp.st --pp 2 --schedule zb-h1
+expect_ok "${RT[@]}" --steps 2 --init half.st --init-optimizer half.opt --save-weights-only --save resumed_pp.st --pp 2 --schedule zb-h1
 cmp -s full.st resumed_pp.st || fail "resumed on 2 ranks differs from uninterrupted training"
 expect_fail "needs --init" "${RT[@]}" --steps 1 --init-optimizer half.opt
 expect_fail "optimizer state 'half.st'" "${RT[@]}" --steps 1 --init half.st --init-optimizer half.st

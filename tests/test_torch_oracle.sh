@@ -67,7 +67,7 @@ EOF
 
 MODEL=(--ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2)
 
-"$PIPIT" train --data data.txt "${MODEL[@]}" --steps 0 --save init.safetensors --seed 1 \
+"$PIPIT" train --data data.txt "${MODEL[@]}" --steps 0 --save-weights-only --save init.safetensors --seed 1 \
     --data-order sequential > init.log 2>&1 || { cat init.log; fail "pipit could not write initial weights"; }
 [ -s init.safetensors ] || fail "pipit wrote no init.safetensors"
 
@@ -160,7 +160,7 @@ status=0
 run_case() {
     local name=$1; shift
     "$PIPIT" train --init init.safetensors --data data.txt "${MODEL[@]}" --steps 5 \
-        --data-order sequential --json --save "pipit_$name.safetensors" "$@" \
+        --data-order sequential --json --save-weights-only --save "pipit_$name.safetensors" "$@" \
         > "pipit_$name.log" 2> "pipit_$name.err" \
         || { cat "pipit_$name.log" "pipit_$name.err"; echo "FAIL: pipit train ($name)"; status=1; return; }
     "$PY" "$ORACLE" --init init.safetensors --data data.txt --ctx 16 --heads 2 \

@@ -4,9 +4,14 @@
  * the errors for unknown flags and bad values come for free), builds GPT-2,
  * and drives the library. This is the only place that calls exit().
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "flags.h"
@@ -26,6 +31,8 @@ static void check_status(pipit_status s, const char *what) {
 
 typedef struct {
     const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace, *init_opt, *save_opt;
+    const char *resume; /* --resume FILE */
+    int save_every, keep, weights_only;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
     int pp, virt, remat, batches, profile, verbose, dp, zero1;
     double lr, wd, beta1, beta2, eps, clip;
@@ -34,6 +41,10 @@ typedef struct {
     double min_lr;
     uint64_t seed;
 } opts;
+
+/* --resume FILE, opened while the flags are applied (apply_resume), then
+ * owned by the session. */
+static pipit_checkpoint *g_resume_ck;
 
 /* Model sizes from a checkpoint's tensor shapes (and heads from its
  * metadata); flags given explicitly must agree with the file. */
@@ -135,8 +146,12 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3 | IGN, {"data-order", FL_STR, &o->data_order, "random (default) or sequential", 0}},
         {1, {"init", FL_STR, &o->init, "load parameters from a safetensors checkpoint", 0}},
         {2, {"init", FL_STR, &o->init, "plan for a checkpoint's model (sizes from the file)", 0}},
-        {3 | IGN, {"save", FL_STR, &o->save, "write parameters to a safetensors checkpoint at the end", 0}},
-        {3 | IGN, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer)", 0}},
+        {3 | IGN, {"save", FL_STR, &o->save, "write a training checkpoint (params, optimizer state, config; one safetensors file) at the end", 0}},
+        {3 | IGN, {"save-every", FL_INT, &o->save_every, "also save every K steps (to the --save path)", 0}},
+        {3 | IGN, {"keep", FL_INT, &o->keep, "keep the last N saves as FILE.step<s> besides FILE (default: only FILE)", 0}},
+        {3 | IGN, {"save-weights-only", FL_BOOL, &o->weights_only, "--save writes the params only (a plain checkpoint)", 0}},
+        {1, {"resume", FL_STR, &o->resume, "continue a training checkpoint (config from the file; --steps: the new total)", 0}},
+        {3 | IGN, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer); --save then writes the params only", 0}},
         {3 | IGN, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
         {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
@@ -282,10 +297,24 @@ typedef struct {
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *cmd = c->name;
-    if (o->init) {
+    if (o->resume) {
+        s->ckpt = g_resume_ck; /* opened by apply_resume; closed with the session */
+        g_resume_ck = NULL;
+        config_from_checkpoint(s->ckpt, o, c);
+    } else if (o->init) {
         check_status(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
         config_from_checkpoint(s->ckpt, o, c);
         if (!flags_seen(c, "ctx") && o->max_ctx && o->ctx > o->max_ctx) o->ctx = o->max_ctx; /* the preset's ctx */
+        int masks = 0; /* Hugging Face files carry attention-mask buffers: not params */
+        for (int i = 0; i < pipit_checkpoint_num_tensors(s->ckpt); i++) {
+            const char *nm = pipit_checkpoint_tensor_name(s->ckpt, i);
+            size_t n = strlen(nm);
+            masks += (n >= 10 && strcmp(nm + n - 10, ".attn.bias") == 0) ||
+                     (n >= 17 && strcmp(nm + n - 17, ".attn.masked_bias") == 0);
+        }
+        if (masks && pipit_process_rank() == 0)
+            fprintf(stderr, "pipit: note: --init '%s': ignoring %d attention-mask buffer%s (attn.bias, attn.masked_bias)\n",
+                    o->init, masks, masks == 1 ? "" : "s");
     }
     check_positive("ctx", o->ctx);
     check_positive("micro-batch", o->micro_batch);
@@ -331,6 +360,7 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o)};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
+    if (o->resume) return; /* the caller loads params and optimizer state */
     if (s->ckpt) check_status(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
     else check_status(pipit_gpt2_init(s->p, &s->cfg, o->seed), "init");
 }
@@ -356,6 +386,256 @@ static void print_step(const opts *o, int64_t step, const pipit_metrics *m, doub
     fflush(stdout);
 }
 
+
+/* ------------------------------------------------- save, resume, signals */
+
+/* SIGINT / SIGTERM: the step running finishes, the run saves and exits
+ * 128 + signal. Single-process runs only (under mpirun the processes could
+ * see the signal between different steps, and saving is collective). */
+static volatile sig_atomic_t g_signal;
+static void on_signal(int sig) { g_signal = sig; }
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND; /* a second signal ends the run at once */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+/* The folder of path ("." when it has none) and its last component. */
+static const char *path_dir(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(dir, n, ".");
+        return path;
+    }
+    snprintf(dir, n, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return slash + 1;
+}
+
+/* 1 and *v if s is "<prefix><digits>". */
+static int digits_after(const char *s, const char *prefix, size_t plen, long long *v) {
+    if (strncmp(s, prefix, plen) != 0 || !s[plen]) return 0;
+    long long x = 0;
+    for (const char *c = s + plen; *c; c++) {
+        if (*c < '0' || *c > '9' || x > (long long)1e15) return 0;
+        x = x * 10 + (*c - '0');
+    }
+    *v = x;
+    return 1;
+}
+
+/* Removes "<path>.tmp.<pid>" files (the safetensors writer's temp names)
+ * whose process is gone: what a killed save left. */
+static void remove_stale_temps(const char *path) {
+    char dir[4096], pre[4200], full[8400];
+    const char *base = path_dir(path, dir, sizeof dir);
+    snprintf(pre, sizeof pre, "%s.tmp.", base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    long long pid;
+    while ((e = readdir(d)))
+        if (digits_after(e->d_name, pre, strlen(pre), &pid) && pid > 0 && pid != (long long)getpid() &&
+            kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+            snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+            if (unlink(full) == 0) fprintf(stderr, "pipit: removed stale temporary file %s\n", full);
+        }
+    closedir(d);
+}
+
+/* Dies unless a file can be created (and removed) beside path: checked
+ * before step 0 rather than found out after the last step. */
+static void check_writable(const char *flagname, const char *path) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) die("--%s '%s': cannot create a file there: %s", flagname, path, strerror(errno));
+    close(fd);
+    unlink(tmp);
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* --keep N: the save just written at path also becomes "<path>.step<s>"
+ * (a hard link, else a copy is skipped with a note); the newest N of those
+ * stay, older ones are removed. */
+static void keep_saves(const char *path, int64_t step, int keep) {
+    if (keep < 1) return;
+    char dir[4096], name[4200], pre[4200], full[8400];
+    const char *base = path_dir(path, dir, sizeof dir);
+    snprintf(name, sizeof name, "%s.step%lld", path, (long long)step);
+    unlink(name);
+    if (link(path, name) != 0) fprintf(stderr, "pipit: --keep: cannot link %s: %s\n", name, strerror(errno));
+    snprintf(pre, sizeof pre, "%s.step", base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long long *steps = NULL, v;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (digits_after(e->d_name, pre, strlen(pre), &v)) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                long long *grown = realloc(steps, cap * sizeof *steps);
+                if (!grown) break;
+                steps = grown;
+            }
+            steps[n++] = v;
+        }
+    closedir(d);
+    qsort(steps, n, sizeof *steps, cmp_desc);
+    for (size_t i = (size_t)keep; i < n; i++) {
+        snprintf(full, sizeof full, "%s.step%lld", path, steps[i]);
+        unlink(full);
+    }
+    free(steps);
+    fsync_dir(dir);
+}
+
+static void say_saved(const opts *o, const char *path, int64_t step) {
+    if (pipit_process_rank() != 0) return;
+    fprintf(o->json ? stderr : stdout, "saved %s (step %lld)\n", path, (long long)step);
+    fflush(o->json ? stderr : stdout);
+}
+
+/* Where the run stands: written into the checkpoint's metadata. */
+typedef struct {
+    int64_t step, total, data_pos;
+} run_pos;
+
+/* The training checkpoint: params, moments, and (metadata) the step, the
+ * data position, the model and the training config. Collective. */
+static void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path,
+                       run_pos r) {
+    char v[28][48];
+    int k = 0;
+    /* the schedule as resolved for this run, so a resume follows the same curve */
+    pipit_lr_schedule ls = make_lr_schedule(o);
+    int constant = ls.kind == PIPIT_LR_CONSTANT;
+#define NUM(fmt, x) (snprintf(v[k], sizeof v[k], fmt, x), v[k++])
+    const char *meta[] = {"format", "pt", "model", "gpt2",
+                          "lr_schedule", o->lr_schedule, "warmup", NUM("%d", o->warmup),
+                          "decay_steps", NUM("%lld", constant ? -1LL : (long long)ls.decay_steps),
+                          "min_lr", NUM("%.17g", constant ? -1.0 : ls.min_lr),
+                          "vocab", NUM("%d", c->vocab), "ctx", NUM("%d", c->ctx), "max_ctx", NUM("%d", c->max_ctx),
+                          "layers", NUM("%d", c->layers), "heads", NUM("%d", c->heads), "dim", NUM("%d", c->dim),
+                          "optimizer", o->optimizer, "lr", NUM("%.17g", o->lr), "beta1", NUM("%.17g", o->beta1),
+                          "beta2", NUM("%.17g", o->beta2), "eps", NUM("%.17g", o->eps),
+                          "weight_decay", NUM("%.17g", o->wd), "clip", NUM("%.17g", o->clip),
+                          "micro_batch", NUM("%d", o->micro_batch), "microbatches", NUM("%d", o->microbatches),
+                          "dp", NUM("%d", o->dp), "seed", NUM("%llu", (unsigned long long)o->seed),
+                          "data", o->data, "data_order", o->data_order,
+                          "steps", NUM("%lld", (long long)r.total), "data_pos", NUM("%lld", (long long)r.data_pos),
+                          "save_every", NUM("%d", o->save_every), "keep", NUM("%d", o->keep), NULL};
+#undef NUM
+    check_status(pipit_checkpoint_save_train(p, path, r.step, meta), "save");
+    if (pipit_process_rank() == 0) keep_saves(path, r.step, o->keep);
+    say_saved(o, path, r.step);
+}
+
+/* --resume FILE: the model and training config come from the file; a flag
+ * given as well must agree with it, except the layout flags (--pp,
+ * --virtual, --schedule, --dp, --zero1, --threads, --remat), --data (the
+ * same data may have moved), --steps (the new total), --save, --save-every
+ * and --keep. */
+static void apply_resume(opts *o, const flag_cmd *c, int64_t *step_out) {
+    const char *path = o->resume;
+    if (o->init || o->init_opt || o->save_opt || o->weights_only)
+        die("--resume continues a training checkpoint: it takes no --%s", o->init ? "init" : o->init_opt ? "init-optimizer"
+                                                                          : o->save_opt ? "save-optimizer" : "save-weights-only");
+    check_status(pipit_checkpoint_open(path, &g_resume_ck), "--resume");
+    const char *kind = pipit_checkpoint_meta(g_resume_ck, "pipit");
+    if (!kind || strcmp(kind, "train") != 0)
+        die("--resume: '%s' is not a training checkpoint (it holds weights only: start from it with --init)", path);
+    const struct {
+        const char *flag, *key;
+        flag_type type;
+        void *dst;
+        int layout; /* may differ from the file */
+    } tab[] = {
+        {"vocab", "vocab", FL_INT, &o->vocab, 0}, {"ctx", "ctx", FL_INT, &o->ctx, 0},
+        {"max-ctx", "max_ctx", FL_INT, &o->max_ctx, 0}, {"layers", "layers", FL_INT, &o->layers, 0},
+        {"heads", "heads", FL_INT, &o->heads, 0}, {"dim", "dim", FL_INT, &o->dim, 0},
+        {"micro-batch", "micro_batch", FL_INT, &o->micro_batch, 0},
+        {"microbatches", "microbatches", FL_INT, &o->microbatches, 0},
+        {"optimizer", "optimizer", FL_STR, &o->optimizer, 0}, {"lr", "lr", FL_DBL, &o->lr, 0},
+        {"beta1", "beta1", FL_DBL, &o->beta1, 0}, {"beta2", "beta2", FL_DBL, &o->beta2, 0},
+        {"eps", "eps", FL_DBL, &o->eps, 0}, {"weight-decay", "weight_decay", FL_DBL, &o->wd, 0},
+        {"clip", "clip", FL_DBL, &o->clip, 0}, {"seed", "seed", FL_U64, &o->seed, 0},
+        {"data-order", "data_order", FL_STR, &o->data_order, 0}, {"data", "data", FL_STR, &o->data, 1},
+        {"lr-schedule", "lr_schedule", FL_STR, &o->lr_schedule, 0}, {"warmup", "warmup", FL_INT, &o->warmup, 0},
+        {"decay-steps", "decay_steps", FL_INT, &o->decay_steps, 0}, {"min-lr", "min_lr", FL_DBL, &o->min_lr, 0},
+        {"dp", "dp", FL_INT, &o->dp, 1}, {"steps", "steps", FL_INT, &o->steps, 1},
+        {"save-every", "save_every", FL_INT, &o->save_every, 1}, {"keep", "keep", FL_INT, &o->keep, 1},
+    };
+    for (int i = 0; i < NFLAGS(tab); i++) {
+        const char *v = pipit_checkpoint_meta(g_resume_ck, tab[i].key);
+        if (!v) die("--resume: checkpoint '%s' lacks metadata '%s'", path, tab[i].key);
+        char *end = NULL, given[64];
+        errno = 0;
+        int same = 1, seen = flags_seen(c, tab[i].flag);
+        switch (tab[i].type) {
+        case FL_INT: {
+            long x = strtol(v, &end, 10);
+            if (x < -2147483647L || x > 2147483647L) errno = ERANGE;
+            snprintf(given, sizeof given, "%d", *(int *)tab[i].dst);
+            same = *(int *)tab[i].dst == (int)x;
+            if (!seen) *(int *)tab[i].dst = (int)x;
+            break;
+        }
+        case FL_U64: {
+            unsigned long long x = strtoull(v, &end, 10);
+            snprintf(given, sizeof given, "%llu", (unsigned long long)*(uint64_t *)tab[i].dst);
+            same = *(uint64_t *)tab[i].dst == (uint64_t)x;
+            if (!seen) *(uint64_t *)tab[i].dst = (uint64_t)x;
+            break;
+        }
+        case FL_DBL: {
+            double x = strtod(v, &end);
+            snprintf(given, sizeof given, "%.17g", *(double *)tab[i].dst);
+            same = *(double *)tab[i].dst == x;
+            if (!seen) *(double *)tab[i].dst = x;
+            break;
+        }
+        default:
+        {
+            const char *cur = *(const char **)tab[i].dst;
+            snprintf(given, sizeof given, "%.60s", cur ? cur : "");
+            same = cur && strcmp(cur, v) == 0;
+            if (!seen) *(const char **)tab[i].dst = v; /* the checkpoint stays open */
+            break;
+        }
+        }
+        if (errno || (end && (end == v || *end)))
+            die("--resume: checkpoint '%s': metadata '%s' is '%.40s', not a number", path, tab[i].key, v);
+        if (seen && !same && !tab[i].layout)
+            die("--%s %s contradicts checkpoint '%s' (%s %s)", tab[i].flag, given, path, tab[i].key, v);
+    }
+    const char *st = pipit_checkpoint_meta(g_resume_ck, "step");
+    long long step = st ? strtoll(st, NULL, 10) : -1;
+    if (step < 0) die("--resume: checkpoint '%s' lacks its step", path);
+    if (o->steps < step)
+        die("--steps %d: checkpoint '%s' is at step %lld already (--steps is the total with --resume)", o->steps, path,
+            step);
+    if (!o->save) o->save = path;
+    *step_out = step;
+}
+
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
@@ -370,10 +650,19 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if (plan) o.steps = 0;
     flags_parse(&c, argc, argv);
     int sized = flags_seen(&c, "layers") || flags_seen(&c, "heads") || flags_seen(&c, "dim");
-    if (!o.print_config) flags_require(&c, (const char *const[]){"data", NULL});
+    int64_t resume_step = 0;
+    if (o.resume) apply_resume(&o, &c, &resume_step);
+    else if (!o.print_config) flags_require(&c, (const char *const[]){"data", NULL});
     /* a model sized on the command line (no preset, no config) names its run length, as before presets */
-    if (!plan && !o.print_config && sized && !model && !config && !o.init)
+    if (!plan && !o.print_config && !o.resume && sized && !model && !config && !o.init)
         flags_require(&c, (const char *const[]){"steps", NULL});
+    int legacy = o.weights_only || o.save_opt; /* --save writes the params only */
+    if (o.save_every < 0) die("--save-every must be >= 0 (got %d)", o.save_every);
+    if (o.keep < 0) die("--keep must be >= 0 (got %d)", o.keep);
+    if (!plan && o.save_every && !o.save) die("--save-every needs --save FILE (where to save)");
+    if (!plan && o.save_every && legacy)
+        die("--save-every writes training checkpoints: it does not combine with --%s",
+            o.weights_only ? "save-weights-only" : "save-optimizer");
     if (plan) o.steps = 0;
     if (o.steps < 0) die("--steps must be >= 0 (got %d)", o.steps);
     if (o.log_every < 1) die("--log-every must be >= 1 (got %d)", o.log_every);
@@ -440,28 +729,73 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         printf("\n");
     }
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
-    int64_t first_step = 0; /* a resumed run continues the data stream where it stopped */
-    if (o.init_opt) {
-        if (!o.init) die("--init-optimizer needs --init (the weights it belongs to)");
-        check_status(pipit_optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
+    int64_t first_step = 0, last_step, data_pos; /* a resumed run continues the data stream where it stopped */
+    if (o.resume) {
+        check_status(pipit_checkpoint_load_train(s.p, s.ckpt, &first_step), "--resume");
+        const char *dp = pipit_checkpoint_meta(s.ckpt, "data_pos");
+        char *end = NULL;
+        data_pos = dp ? strtoll(dp, &end, 10) : -1;
+        if (!dp || *end || data_pos < 0) die("--resume: checkpoint '%s' lacks its data position", o.resume);
+        last_step = o.steps; /* the total */
+        if (last_step - first_step > (INT64_MAX - data_pos) / ((int64_t)G * B))
+            die("--resume: data position %lld is too large to continue", (long long)data_pos);
+    } else {
+        if (o.init_opt) {
+            if (!o.init) die("--init-optimizer needs --init (the weights it belongs to)");
+            check_status(pipit_optimizer_load(s.p, o.init_opt, &first_step), "--init-optimizer");
+        }
+        /* 64-bit step counter; the data offset (step * G + m) * B must fit too */
+        if (first_step > INT64_MAX / ((int64_t)G * B) - o.steps)
+            die("--init-optimizer: step %lld is too large to continue %d more steps of %d x %d sequences",
+                (long long)first_step, o.steps, G, B);
+        last_step = first_step + o.steps;
+        data_pos = first_step * G * B;
     }
-    /* 64-bit step counter; the data offset (step * G + m) * B must fit too */
-    if (first_step > INT64_MAX / ((int64_t)G * B) - o.steps)
-        die("--init-optimizer: step %lld is too large to continue %d more steps of %d x %d sequences",
-            (long long)first_step, o.steps, G, B);
-    for (int64_t step = first_step; step < first_step + o.steps; step++) {
+    /* the save path is checked now, not after the last step; a killed
+     * run's temp files there are removed */
+    if (o.save) {
+        if (pipit_process_rank() == 0) remove_stale_temps(o.save);
+        check_writable("save", o.save);
+    }
+    if (o.save_opt) check_writable("save-optimizer", o.save_opt);
+    char *default_save = NULL; /* where an interrupted run without --save saves */
+    if (!o.save) {
+        default_save = malloc(strlen(o.data) + 32);
+        if (!default_save) die("out of memory");
+        sprintf(default_save, "%s.pipit.safetensors", o.data);
+    }
+    const char *int_path = o.save ? o.save : default_save;
+    if (pipit_process_count() == 1) install_signals();
+    for (int64_t step = first_step;; step++) {
+        run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
+        if (g_signal) { /* between steps: the checkpoint holds whole steps */
+            int sig = g_signal;
+            if (!o.save && speaker) fprintf(stderr, "pipit: no --save given: saving to %s\n", int_path);
+            save_train(&o, s.p, &s.cfg, int_path, at);
+            fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
+                    (long long)step, int_path, int_path);
+            exit(128 + sig);
+        }
+        if (step > first_step && o.save_every && step % o.save_every == 0 && step < last_step)
+            save_train(&o, s.p, &s.cfg, o.save, at);
+        if (step >= last_step) break;
         for (int m = 0; m < G; m++)
-            fill_microbatch(s.data, &s.cfg, ((int64_t)step * G + m) * B, &bufs[m], feeds + 3 * m);
+            fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
-        int last = step == first_step + o.steps - 1;
+        int last = step == last_step - 1;
         if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops);
-        if (o.profile && step == first_step && o.steps > 1) /* the first step pays page faults: leave it out */
+        if (o.profile && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
-    if (o.save) save_checkpoint(s.p, &s.cfg, o.save); /* collective under MPI: process 0 writes */
-    if (o.save_opt) check_status(pipit_optimizer_save(s.p, o.save_opt, first_step + o.steps), "--save-optimizer");
+    run_pos end = {last_step, last_step, data_pos + (last_step - first_step) * G * B};
+    if (o.save && legacy) { /* collective under MPI: process 0 writes */
+        save_checkpoint(s.p, &s.cfg, o.save);
+        if (!o.json) say_saved(&o, o.save, last_step);
+    } else if (o.save) save_train(&o, s.p, &s.cfg, o.save, end);
+    if (o.save_opt) check_status(pipit_optimizer_save(s.p, o.save_opt, last_step), "--save-optimizer");
+    free(default_save);
     if (o.trace && speaker) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
     for (int m = 0; m < G; m++) {

@@ -11,10 +11,43 @@
 #include "pipit_io.h"
 #include "util/common.h"
 
+/* Tensors are seen under their "model" names: a Hugging Face
+ * GPT2LMHeadModel file stores "transformer.wte.weight", pipit (and
+ * GPT2Model) "wte.weight"; the "transformer." prefix is dropped when a file
+ * is opened. Tensors no param asks for (attention-mask buffers
+ * "h.N.attn.bias" / "h.N.attn.masked_bias", "lm_head.weight" tied to wte,
+ * optimizer moments) are listed but never loaded. */
 struct pipit_checkpoint {
     pipit__st_file *f;
     char *path;
+    int n;
+    const char **names; /* names[i]: tensor i's name without the prefix */
 };
+
+static const char HF_PREFIX[] = "transformer.";
+
+static const pipit__st_tensor *ck_find(const pipit_checkpoint *ck, const char *name) {
+    for (int i = 0; i < ck->n; i++)
+        if (strcmp(ck->names[i], name) == 0) return pipit__st_get(ck->f, i);
+    return NULL;
+}
+
+static pipit_status map_names(pipit_checkpoint *ck) {
+    ck->n = pipit__st_count(ck->f);
+    ck->names = pipit__calloc((size_t)PIPIT_MAX(ck->n, 1), sizeof *ck->names);
+    if (!ck->names) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint '%s': out of memory", ck->path);
+    size_t k = sizeof HF_PREFIX - 1;
+    for (int i = 0; i < ck->n; i++) {
+        const char *nm = pipit__st_get(ck->f, i)->name;
+        ck->names[i] = strncmp(nm, HF_PREFIX, k) == 0 && nm[k] ? nm + k : nm;
+    }
+    for (int i = 0; i < ck->n; i++) /* "x" and "transformer.x" both: ambiguous */
+        for (int j = i + 1; j < ck->n; j++)
+            if (strcmp(ck->names[i], ck->names[j]) == 0)
+                return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is stored twice (with and without the '%s' prefix)",
+                                  ck->path, ck->names[i], HF_PREFIX);
+    return PIPIT_STATUS_OK;
+}
 
 /* io/ sees programs through the public API only: a handle for which
  * pipit_program_num_params gives 0 (every compiled program has a param)
@@ -65,12 +98,12 @@ pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, con
     return s;
 }
 
-static pipit_status check_tensor(const pipit_program *p, const pipit__st_file *f, const char *path,
+static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint *ck, const char *path,
                                  const char *name, const pipit__st_tensor **out) {
     int nd;
     int64_t shape[PIPIT_MAX_DIMS];
     pipit_program_param_shape(p, name, &nd, shape);
-    const pipit__st_tensor *t = pipit__st_find(f, name);
+    const pipit__st_tensor *t = ck_find(ck, name);
     if (!t)
         return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is missing", path, name);
     int same = t->ndim == nd;
@@ -88,17 +121,17 @@ static pipit_status check_tensor(const pipit_program *p, const pipit__st_file *f
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status load_params(pipit_program *p, const pipit__st_file *f, const char *path) {
+static pipit_status load_params(pipit_program *p, const pipit_checkpoint *ck, const char *path) {
     int n = pipit_program_num_params(p);
     if (n <= 0) return bad_program("pipit_checkpoint_load_into");
     const pipit__st_tensor *t;
     for (int i = 0; i < n; i++) { /* validate everything first: all or nothing */
-        pipit_status s = check_tensor(p, f, path, pipit_program_param_name(p, i), &t);
+        pipit_status s = check_tensor(p, ck, path, pipit_program_param_name(p, i), &t);
         if (s) return s;
     }
     for (int i = 0; i < n; i++) {
         const char *name = pipit_program_param_name(p, i);
-        check_tensor(p, f, path, name, &t);
+        check_tensor(p, ck, path, name, &t);
         void *buf = pipit__malloc(t->nbytes); /* file data may be unaligned */
         if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
         memcpy(buf, t->data, t->nbytes);
@@ -122,6 +155,7 @@ pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out) {
     }
     unsigned long gen0 = pipit__err_gen();
     pipit_status s = pipit__st_read(path, &ck->f);
+    if (!s) s = map_names(ck);
     if (s) {
         pipit_checkpoint_free(ck);
         return pipit__err_fresh(s, gen0, __func__);
@@ -133,6 +167,7 @@ pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out) {
 void pipit_checkpoint_free(pipit_checkpoint *ck) {
     if (!ck) return;
     pipit__st_free(ck->f);
+    pipit__free(ck->names);
     pipit__free(ck->path);
     pipit__free(ck);
 }
@@ -147,7 +182,7 @@ int pipit_checkpoint_num_tensors(const pipit_checkpoint *ck) {
         pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_num_tensors: checkpoint is NULL");
         return 0;
     }
-    return pipit__st_count(ck->f);
+    return ck->n;
 }
 
 const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
@@ -158,14 +193,14 @@ const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
                         pipit__st_count(ck->f));
         return NULL;
     }
-    return t->name;
+    return ck->names[i];
 }
 
 pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
                                            int64_t *shape) {
     if (!ck || !name)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: %s is NULL", ck ? "name" : "checkpoint");
-    const pipit__st_tensor *t = pipit__st_find(ck->f, name);
+    const pipit__st_tensor *t = ck_find(ck, name);
     if (!t)
         return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_tensor_shape: checkpoint '%s' has no tensor '%s'",
                           ck->path, name);
@@ -185,7 +220,7 @@ const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {
 pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
     if (!p || !ck)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_into: %s is NULL", p ? "checkpoint" : "program");
-    return load_params(p, ck->f, ck->path);
+    return load_params(p, ck, ck->path);
 }
 
 pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
@@ -304,4 +339,147 @@ pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *n
     if (!s) s = pipit_program_set_opt_steps(p, steps);
     pipit__st_free(f);
     return s;
+}
+
+/* ---- one-file training checkpoints ---- */
+
+static const char *const train_prefix[2] = {"opt.m.", "opt.v."};
+static const char *const train_keys[] = {"pipit", "step", "opt_steps", NULL};
+
+/* Reads param `name` (which < 0) or its moment `which` into x (name, shape,
+ * dtype, a fresh buffer). Collective under MPI, like the getters. */
+static pipit_status gather(const pipit_program *p, const char *name, int which, pipit__st_tensor *x) {
+    const char *pre = which < 0 ? "" : train_prefix[which];
+    size_t len = strlen(pre) + strlen(name) + 1;
+    x->name = pipit__malloc(len);
+    if (!x->name) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+    snprintf(x->name, len, "%s%s", pre, name);
+    pipit_status s = pipit_program_param_shape(p, name, &x->ndim, x->shape);
+    if (s) return s;
+    int64_t numel = 1;
+    for (int k = 0; k < x->ndim; k++) numel *= x->shape[k];
+    for (int w = 4; w <= 8; w += 4) { /* f32, else f64 params (gradient-check models) */
+        x->dtype = w == 4 ? PIPIT_F32 : PIPIT_F64;
+        x->nbytes = (size_t)numel * (size_t)w;
+        pipit__free((void *)x->data);
+        void *buf = pipit__malloc(x->nbytes);
+        x->data = buf;
+        if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+        s = which < 0 ? pipit_program_get_param(p, name, buf, x->nbytes)
+                      : pipit_program_get_opt_state(p, name, which, buf, x->nbytes);
+        if (!s) return s;
+    }
+    return s;
+}
+
+pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *path, int64_t next_step,
+                                         const char *const *meta) {
+    if (!p || !path)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save_train: %s is NULL", p ? "path" : "program");
+    int n = pipit_program_num_params(p);
+    if (n <= 0) return bad_program(__func__);
+    if (next_step < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_save_train: next_step must be >= 0 (got %lld)",
+                          (long long)next_step);
+    int nmeta = 0;
+    for (; meta && meta[2 * nmeta]; nmeta++)
+        if (!meta[2 * nmeta + 1])
+            return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_save_train: metadata '%s' has no value",
+                              meta[2 * nmeta]);
+    pipit__st_tensor *t = pipit__calloc((size_t)3 * (size_t)n, sizeof *t);
+    const char **m = pipit__calloc((size_t)2 * (size_t)nmeta + 2 * 3 + 1, sizeof *m);
+    pipit_status s = t && m ? PIPIT_STATUS_OK : pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+    if (!s) {
+        unsigned long gen0 = pipit__err_gen();
+        for (int i = 0; i < n && !s; i++) s = gather(p, pipit_program_param_name(p, i), -1, &t[i]);
+        for (int i = 0; i < n && !s; i++)
+            for (int w = 0; w < 2 && !s; w++) s = gather(p, pipit_program_param_name(p, i), w, &t[n + 2 * i + w]);
+        if (s) s = pipit__err_fresh(s, gen0, __func__);
+    }
+    char step[32], steps[32];
+    snprintf(step, sizeof step, "%lld", (long long)next_step);
+    snprintf(steps, sizeof steps, "%lld", (long long)pipit_program_opt_steps(p));
+    if (!s) {
+        int k = 0;
+        for (int i = 0; i < nmeta; i++) { /* the reserved keys are this function's */
+            int reserved = 0;
+            for (int r = 0; train_keys[r]; r++) reserved |= strcmp(meta[2 * i], train_keys[r]) == 0;
+            if (!reserved) m[k++] = meta[2 * i], m[k++] = meta[2 * i + 1];
+        }
+        const char *own[] = {"pipit", "train", "step", step, "opt_steps", steps};
+        for (int i = 0; i < 6; i++) m[k++] = own[i];
+        m[k] = NULL;
+        if (pipit_process_rank() == 0) s = pipit__st_write(path, t, 3 * n, m);
+    }
+    for (int i = 0; t && i < 3 * n; i++) {
+        pipit__free(t[i].name);
+        pipit__free((void *)t[i].data);
+    }
+    pipit__free(t);
+    pipit__free(m);
+    return s;
+}
+
+static pipit_status train_count(const pipit_checkpoint *ck, const char *key, int64_t *out) {
+    const char *v = pipit__st_meta(ck->f, key);
+    int64_t x = 0;
+    int ok = v && *v;
+    for (const char *c = v; ok && *c; c++) {
+        ok = *c >= '0' && *c <= '9' && x <= (INT64_MAX - (*c - '0')) / 10;
+        if (ok) x = x * 10 + (*c - '0');
+    }
+    if (!ok)
+        return pipit__err(PIPIT_STATUS_FORMAT, "training checkpoint '%s': metadata '%s' is %s%.40s%s, not a count",
+                          ck->path, key, v ? "'" : "", v ? v : "missing", v ? "'" : "");
+    *out = x;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
+    if (!p || !ck || !next_step)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_train: %s is NULL",
+                          !p ? "program" : !ck ? "checkpoint" : "next_step");
+    int n = pipit_program_num_params(p);
+    if (n <= 0) return bad_program(__func__);
+    const char *kind = pipit__st_meta(ck->f, "pipit");
+    if (!kind || strcmp(kind, "train") != 0)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "pipit_checkpoint_load_train: '%s' is not a training checkpoint (no \"pipit\": \"train\" "
+                          "metadata: weights only)", ck->path);
+    int64_t step = 0, steps = 0;
+    pipit_status s = train_count(ck, "step", &step);
+    if (!s) s = train_count(ck, "opt_steps", &steps);
+    if (s) return s;
+    const pipit__st_tensor *t;
+    char key[600];
+    for (int pass = 0; pass < 2; pass++) /* validate everything, then load: all or nothing */
+        for (int i = 0; i < n; i++) {
+            const char *name = pipit_program_param_name(p, i);
+            for (int w = 0; w < 2; w++) {
+                snprintf(key, sizeof key, "%s%s", train_prefix[w], name);
+                int nd;
+                int64_t shape[PIPIT_MAX_DIMS];
+                pipit_program_param_shape(p, name, &nd, shape);
+                t = ck_find(ck, key);
+                int same = t && t->dtype == PIPIT_F32 && t->ndim == nd;
+                for (int k = 0; same && k < nd; k++) same = t->shape[k] == shape[k];
+                if (!same)
+                    return pipit__err(PIPIT_STATUS_FORMAT,
+                                      "training checkpoint '%s': tensor '%s' is missing or not f32 of the param's shape",
+                                      ck->path, key);
+                if (pass == 1) {
+                    void *buf = pipit__malloc(t->nbytes);
+                    if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+                    memcpy(buf, t->data, t->nbytes);
+                    s = pipit_program_set_opt_state(p, name, w, buf, t->nbytes);
+                    pipit__free(buf);
+                    if (s) return s;
+                }
+            }
+            if (pass == 0 && (s = check_tensor(p, ck, ck->path, name, &t))) return s;
+        }
+    if ((s = load_params(p, ck, ck->path))) return s;
+    if ((s = pipit_program_set_opt_steps(p, steps))) return s;
+    *next_step = step;
+    return PIPIT_STATUS_OK;
 }

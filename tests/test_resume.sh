@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# test_resume.sh — one-file training checkpoints end to end: an interrupted
+# and resumed run equals the uninterrupted one bit for bit (tensors and
+# per-step losses), on P = 1, P = 2 and across a pipeline layout change;
+# SIGINT saves and exits 130; SIGKILL at random moments never leaves a
+# checkpoint that fails to load or whose params and optimizer state come
+# from different steps, and stale temp files go with the next run; Hugging
+# Face-layout files ("transformer." prefix, attention-mask buffers) load
+# with --init; every new CLI error exits non-zero with a message.
+# Usage: test_resume.sh PIPIT SRCDIR
+set -u
+
+PIPIT=${1:?usage: test_resume.sh PIPIT_BINARY SOURCE_DIR}
+PY=/usr/bin/python3
+[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
+PIPIT=$(realpath -- "$PIPIT") || exit 1
+[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_resume.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# expect_fail "words" cmd...: non-zero exit < 128 and output containing words.
+expect_fail() {
+    local words=$1
+    shift
+    local out rc
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+        fail "expected failure, got exit 0: $*"
+    elif [ "$rc" -ge 128 ]; then
+        fail "crashed (exit $rc): $*"$'\n'"$out"
+    elif ! grep -qi -- "$words" <<<"$out"; then
+        fail "message lacks '$words': $*"$'\n'"  got: $out"
+    fi
+}
+
+# run LOG cmd...: stdout to LOG, stderr to LOG.err; a failure is reported.
+run() {
+    local log=$1
+    shift
+    "$@" >"$log" 2>"$log.err" || fail "exit $?: $*"$'\n'"$(cat "$log.err")"
+}
+
+$PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
+import random
+r = random.Random(11)
+words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, ", "and ", "we ", "saw "]
+open("text.txt", "w").write("".join(r.choice(words) for _ in range(4000)))
+EOF
+
+# same_tensors A B: every tensor of A is in B with the same dtype, shape and
+# bytes, and vice versa.
+cat >st.py <<'EOF'
+import json, struct, sys
+def load(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    meta = h.pop("__metadata__", {})
+    data = raw[8 + n:]
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in h.items()}, meta
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "same":
+        a, _ = load(sys.argv[2]); b, _ = load(sys.argv[3])
+        if set(a) != set(b):
+            sys.exit(f"tensor names differ: {sorted(set(a) ^ set(b))[:5]}")
+        bad = [k for k in a if a[k] != b[k]]
+        if bad:
+            sys.exit(f"{len(bad)} tensors differ, first {bad[0]}")
+    elif cmd == "meta":
+        print(load(sys.argv[2])[1].get(sys.argv[3], ""))
+    elif cmd == "losses":  # losses of --json step lines, by step, over several logs
+        out = {}
+        for p in sys.argv[2:]:
+            for l in open(p):
+                if l.startswith("{"):
+                    d = json.loads(l)
+                    out[d["step"]] = d["loss"]
+        print(" ".join(repr(out[k]) for k in sorted(out)))
+    elif cmd == "hf":  # Hugging Face GPT2LMHeadModel layout from a pipit checkpoint
+        src, dst, ctx = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        t, meta = load(src)
+        t = {k: v for k, v in t.items() if not k.startswith("opt.")}  # weights only, as HF ships them
+        L = 1 + max(int(k.split(".")[1]) for k in t if k.startswith("h."))
+        tril = b"".join(struct.pack("<f", 1.0 if j <= i else 0.0) for i in range(ctx) for j in range(ctx))
+        for l in range(L):
+            t[f"h.{l}.attn.bias"] = ("F32", [1, 1, ctx, ctx], tril)
+            t[f"h.{l}.attn.masked_bias"] = ("F32", [], struct.pack("<f", -1e4))
+        hdr, blobs, off = {"__metadata__": meta}, [], 0
+        for k, (dt, sh, b) in t.items():
+            hdr["transformer." + k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + len(b)]}
+            blobs.append(b); off += len(b)
+        j = json.dumps(hdr).encode()
+        j += b" " * (-len(j) % 8)
+        open(dst, "wb").write(struct.pack("<Q", len(j)) + j + b"".join(blobs))
+EOF
+same_tensors() { $PY st.py same "$1" "$2" || fail "$3: tensors of $1 and $2 differ"; }
+meta() { $PY st.py meta "$1" "$2"; }
+losses() { $PY st.py losses "$@"; }
+
+M=(--data text.txt --ctx 16 --layers 4 --heads 2 --dim 32 --micro-batch 2 --microbatches 4 --lr 1e-3 --seed 3)
+
+# ---- resume equivalence: 6 uninterrupted steps == 3 + --resume for 3
+run full.log "$PIPIT" train "${M[@]}" --steps 6 --save full.st --json
+FULL=$(losses full.log)
+[ "$(meta full.st step)" = 6 ] || fail "full.st: step metadata is '$(meta full.st step)', not 6"
+grep -q "saved full.st (step 6)" full.log.err || fail "no 'saved FILE (step s)' line: $(cat full.log.err)"
+
+# P = 1: the first run saves every 3 steps and keeps the last 2 as
+# FILE.step<s>; resuming FILE.step3 takes nothing else on the command line
+run a1.log "$PIPIT" train "${M[@]}" --steps 6 --save a1.st --save-every 3 --keep 2 --json
+[ -f a1.st.step3 ] && [ -f a1.st.step6 ] || fail "--keep 2: expected a1.st.step3 and a1.st.step6: $(ls)"
+same_tensors a1.st a1.st.step6 "--keep: newest copy"
+[ "$(meta a1.st.step3 step)" = 3 ] || fail "a1.st.step3 is not at step 3"
+head -3 a1.log >a1_first.log
+run b1.log "$PIPIT" train --resume a1.st.step3 --json
+same_tensors full.st a1.st.step3 "P=1 resume"
+[ "$(losses a1_first.log b1.log)" = "$FULL" ] || fail "P=1 resume: losses $(losses a1_first.log b1.log) != $FULL"
+
+# P = 2 (1F1B), and across layouts: saved under --pp 2, resumed under --pp 2,
+# --pp 1 and --pp 4 --schedule gpipe
+run a2.log "$PIPIT" train "${M[@]}" --steps 3 --save a2.st --pp 2 --schedule 1f1b --json
+[ "$(meta a2.st steps)" = 3 ] || fail "a2.st: total steps metadata is not 3"
+for layout in "--pp 2 --schedule 1f1b" "--pp 1" "--pp 4 --schedule gpipe"; do
+    cp a2.st r.st
+    # shellcheck disable=SC2086
+    run r.log "$PIPIT" train --resume r.st --steps 6 $layout --json
+    same_tensors full.st r.st "resume under $layout"
+    [ "$(losses a2.log r.log)" = "$FULL" ] || fail "resume under $layout: losses $(losses a2.log r.log) != $FULL"
+done
+# a finished run resumed with nothing else does nothing and keeps the file's bits
+cp full.st again.st
+run again.log "$PIPIT" train --resume again.st
+same_tensors full.st again.st "resume of a finished run"
+
+# ---- SIGINT: finish the step, save, exit 130
+"$PIPIT" train "${M[@]}" --steps 100000 --save int.st --json >int.log 2>int.err &
+pid=$!
+for _ in $(seq 1 2000); do
+    [ "$(grep -c '^{' int.log 2>/dev/null)" -ge 3 ] && break
+    sleep 0.01
+done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "SIGINT: exit $rc, not 130: $(cat int.err)"
+grep -q "interrupted at step [0-9]*; saved int.st; resume with: pipit train --resume int.st" int.err ||
+    fail "SIGINT: message missing: $(cat int.err)"
+[ -f int.st ] || fail "SIGINT: int.st not written"
+S=$(meta int.st step)
+N=$((S + 3))
+[ "$(grep -c '^{' int.log)" -eq "$S" ] || fail "SIGINT: $S steps in the file but $(grep -c '^{' int.log) step lines"
+run intr.log "$PIPIT" train --resume int.st --steps "$N" --json
+run intref.log "$PIPIT" train "${M[@]}" --steps "$N" --save intref.st --json
+same_tensors intref.st int.st "SIGINT + resume"
+[ "$(losses int.log intr.log)" = "$(losses intref.log)" ] || fail "SIGINT + resume: losses differ"
+# SIGTERM without --save: saved next to the data, exit 143
+"$PIPIT" train "${M[@]}" --steps 100000 >term.log 2>term.err &
+pid=$!
+for _ in $(seq 1 2000); do
+    [ "$(grep -c '^step' term.log 2>/dev/null)" -ge 2 ] && break
+    sleep 0.01
+done
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 143 ] || fail "SIGTERM: exit $rc, not 143: $(cat term.err)"
+[ -f text.txt.pipit.safetensors ] || fail "SIGTERM without --save: no text.txt.pipit.safetensors"
+grep -q "resume with: pipit train --resume text.txt.pipit.safetensors" term.err || fail "SIGTERM: $(cat term.err)"
+
+# ---- SIGKILL at random moments with --save-every 1
+EVAL=(eval --data text.txt --ctx 16 --micro-batch 2 --batches 2 --json)
+RANDOM=7
+prev=
+for try in $(seq 1 10); do
+    "$PIPIT" train "${M[@]}" --steps 100000 --save kill.st --save-every 1 --json >kill.log 2>kill.err &
+    pid=$!
+    for _ in $(seq 1 2000); do
+        [ "$(grep -c '^{' kill.log 2>/dev/null)" -ge 2 ] && break
+        sleep 0.005
+    done
+    sleep "0.0$((RANDOM % 10))$((RANDOM % 10))"
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null
+    [ -f kill.st ] || { fail "try $try: no kill.st"; continue; }
+    "$PIPIT" "${EVAL[@]}" --init kill.st >/dev/null 2>&1 || fail "try $try: kill.st does not load: $("$PIPIT" "${EVAL[@]}" --init kill.st 2>&1)"
+    st=$(meta kill.st step)
+    ost=$(meta kill.st opt_steps)
+    [ -n "$st" ] && [ "$st" = "$ost" ] || fail "try $try: step $st but $ost optimizer updates"
+    for t in kill.st.tmp.*; do # only the run just killed may have left one
+        [ -e "$t" ] || continue
+        [ "$t" = "kill.st.tmp.$pid" ] || fail "try $try: stale temp file $t outlived the next run"
+    done
+    prev=$pid
+done
+: "$prev"
+st=$(meta kill.st step)
+run kr.log "$PIPIT" train --resume kill.st --steps $((st + 1)) --json
+[ "$(meta kill.st step)" = $((st + 1)) ] || fail "resume after SIGKILL: step $(meta kill.st step), not $((st + 1))"
+[ -z "$(ls kill.st.tmp.* 2>/dev/null)" ] || fail "temp files left after a resumed run: $(ls kill.st.tmp.*)"
+
+# ---- Hugging Face layout: "transformer." prefix and attention-mask buffers
+$PY st.py hf full.st hf.st 16 || fail "cannot write hf.st"
+run ev_full.log "$PIPIT" "${EVAL[@]}" --init full.st
+run ev_hf.log "$PIPIT" "${EVAL[@]}" --init hf.st
+cmp -s ev_full.log ev_hf.log || fail "HF layout: eval $(cat ev_hf.log) != $(cat ev_full.log)"
+grep -q "ignoring 8 attention-mask buffers" ev_hf.log.err || fail "HF layout: no note on the mask buffers: $(cat ev_hf.log.err)"
+
+# ---- errors
+run w.log "$PIPIT" train "${M[@]}" --steps 1 --save-weights-only --save weights.st
+expect_fail "not a training checkpoint" "$PIPIT" train --resume weights.st
+expect_fail "--layers 3 contradicts checkpoint 'full.st' (layers 4)" "$PIPIT" train --resume full.st --layers 3
+expect_fail "--optimizer sgd contradicts checkpoint 'full.st' (optimizer adamw)" "$PIPIT" train --resume full.st --optimizer sgd
+expect_fail "--lr 0.5 contradicts" "$PIPIT" train --resume full.st --lr 0.5
+expect_fail "at step 6 already" "$PIPIT" train --resume full.st --steps 2
+expect_fail "takes no --init" "$PIPIT" train --resume full.st --init weights.st
+expect_fail "no-such-file" "$PIPIT" train --resume no-such-file.st
+expect_fail "needs --save" "$PIPIT" train "${M[@]}" --steps 2 --save-every 1
+expect_fail "does not combine" "$PIPIT" train "${M[@]}" --steps 2 --save x.st --save-every 1 --save-weights-only
+expect_fail "cannot create a file there" "$PIPIT" train "${M[@]}" --steps 2 --save "$TMP/no-such-dir/x.st"
+out=$("$PIPIT" train "${M[@]}" --steps 2 --json --save "$TMP/no-such-dir/x.st" 2>/dev/null)
+[ -z "$out" ] || fail "an unwritable --save path is found only after training: $out"
+expect_fail "resume:.*not a number" bash -c "$PY - <<'EOF'
+import sys; sys.path.insert(0, '.')
+import st, json, struct
+t, meta = st.load('full.st'); meta['lr'] = 'fast'
+hdr, off, blobs = {'__metadata__': meta}, 0, []
+for k, (dt, sh, b) in t.items():
+    hdr[k] = {'dtype': dt, 'shape': sh, 'data_offsets': [off, off + len(b)]}; blobs.append(b); off += len(b)
+j = json.dumps(hdr).encode(); j += b' ' * (-len(j) % 8)
+open('badmeta.st', 'wb').write(struct.pack('<Q', len(j)) + j + b''.join(blobs))
+EOF
+'$PIPIT' train --resume badmeta.st"
+
+# ---- a cosine schedule with warm-up resumes on the same curve (the file
+# records the resolved schedule: decay_steps does not follow a new --steps)
+C=(--lr-schedule cosine --warmup 2)
+run cos.log "$PIPIT" train "${M[@]}" "${C[@]}" --steps 6 --save cos.st --json
+run cos1.log "$PIPIT" train "${M[@]}" "${C[@]}" --steps 6 --save cosp.st --save-every 3 --keep 2 --json
+head -3 cos1.log >cos_first.log
+run cos2.log "$PIPIT" train --resume cosp.st.step3 --json
+same_tensors cos.st cosp.st.step3 "cosine resume"
+[ "$(losses cos_first.log cos2.log)" = "$(losses cos.log)" ] || fail "cosine resume: losses differ"
+
+if [ "$failures" -ne 0 ]; then
+    echo "test_resume: $failures failure(s)" >&2
+    exit 1
+fi
+echo "test_resume: ok"
+exit 0
