@@ -124,8 +124,10 @@ static pipit_status load_shard(const char *path, int fd, uint64_t size, file_loa
     if (size < hbytes)
         return pipit__err(PIPIT_STATUS_FORMAT,
                           "token shard '%s': truncated header: expected at least %llu bytes, "
-                          "file has %llu",
-                          path, (unsigned long long)hbytes, (unsigned long long)size);
+                          "file has %llu%s",
+                          path, (unsigned long long)hbytes, (unsigned long long)size,
+                          " (a headerless uint16 file such as nanoGPT's train.bin needs format u16, "
+                          "--data-format u16)");
     unsigned char hdr[PIPIT_DATA_SHARD_HEADER_INTS * 4];
     if (pipit__read_full(fd, hdr, sizeof hdr, 0) != 0)
         return pipit__err(PIPIT_STATUS_IO, "token shard '%s': cannot read: %s", path,
