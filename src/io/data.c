@@ -406,9 +406,9 @@ pipit_status pipit__data_expand(const char *spec, char ***paths_out, int *n_out)
         memset(&g, 0, sizeof g);
         int r = glob(item, 0, NULL, &g);
         if (r == GLOB_NOMATCH) {
-            st = pipit__err(PIPIT_STATUS_IO, "data: no file matches the pattern '%s'", item);
+            st = pipit__err(PIPIT_STATUS_IO, "no file matches the pattern '%s'", item);
         } else if (r != 0) {
-            st = pipit__err(PIPIT_STATUS_IO, "data: cannot expand the pattern '%s'%s", item,
+            st = pipit__err(PIPIT_STATUS_IO, "cannot expand the pattern '%s'%s", item,
                             r == GLOB_NOSPACE ? ": out of memory" : ": read error");
         } else {
             for (size_t k = 0; k < g.gl_pathc && !st; k++) st = push_path(&v, &n, &cap, g.gl_pathv[k]);
