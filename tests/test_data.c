@@ -450,7 +450,9 @@ PIPIT_TEST(data_split_tail) {
     int ok = 1;
     for (int64_t k = 0; k < 100; k++) ok = ok && pipit__data_offset(d, k) <= 3; /* head only: a[0..6] */
     ASSERT_TRUE(ok);
-    ASSERT_STATUS(pipit__data_split(d, 2, &v), PIPIT_STATUS_INVALID); /* would leave nothing */
+    pipit__data *v2 = (pipit__data *)1;
+    ASSERT_STATUS(pipit__data_split(d, 2, &v2), PIPIT_STATUS_INVALID); /* would leave nothing */
+    ASSERT_TRUE(v2 == NULL);
     pipit__data_free(d);
     pipit__data_free(v);
 }
