@@ -122,6 +122,9 @@ expect_fail "has only 2 distinct sequences" "${TRAIN[@]}" --data text.txt --step
 expect_ok "${TRAIN[@]}" --data text.txt --steps 1 --val-data short.txt # default: as many batches as fit
 grep -q "val loss .* over 32 tokens" <<<"$OUT" || fail "short val file, default batches: $OUT"
 
+# plan takes a train command line as is (validation flags accepted, ignored)
+expect_ok "$PIPIT" plan --data text.txt "${MODEL[@]}" --steps 2 --val-split 0.1 --eval-every 1 --eval-batches 1
+
 # ---- eval does not wrap around a short file
 expect_ok "${TRAIN[@]}" --data text.txt --steps 0 --save init.st
 expect_fail "has only 2 distinct sequences of T+1 = 17 tokens" "$PIPIT" eval --init init.st --data short.txt \
