@@ -102,9 +102,10 @@ PIPIT_API pipit_status pipit_data_open(const char *path, int T, pipit_data_order
                                        pipit_data **out);
 PIPIT_API void pipit_data_free(pipit_data *d);
 /* The getters below give 0 (and set pipit_errmsg) for a NULL stream. */
-/* Number of tokens n. */
+/* Number of tokens n (all files). */
 PIPIT_API int64_t pipit_data_tokens(const pipit_data *d);
-/* W = floor((n-1)/T) full windows of T+1 tokens. */
+/* W = floor((n-1)/T) full windows of T+1 tokens (several files: the sum
+ * of each file's own). */
 PIPIT_API int64_t pipit_data_windows(const pipit_data *d);
 /* Largest token id in the file. Tokens are NOT checked against any model:
  * reject max_token >= the model's vocabulary before training. */
@@ -121,6 +122,49 @@ PIPIT_API int64_t pipit_data_offset(const pipit_data *d, int64_t k);
  * inputs[b*T+t] in the file. B = 0 writes nothing; B < 0 is INVALID. */
 PIPIT_API pipit_status pipit_data_batch(const pipit_data *d, int64_t first, int B, int32_t *inputs,
                                         int32_t *targets);
+
+/* File formats. AUTO: a file whose first int32 is the shard magic, or whose
+ * name ends in ".bin", is a SHARD (a .bin without the magic is a FORMAT
+ * error, never guessed), anything else TEXT. TEXT: bytes are tokens (vocab
+ * 256). SHARD: the llm.c header + uint16 tokens described above. U16: a
+ * headerless little-endian uint16 token file, nanoGPT's train.bin / val.bin
+ * (its size must be even). */
+typedef enum {
+    PIPIT_DATA_AUTO = 0,
+    PIPIT_DATA_TEXT = 1,
+    PIPIT_DATA_SHARD = 2,
+    PIPIT_DATA_U16 = 3
+} pipit_data_format;
+
+/* Several files as one stream, in the order given (all TEXT, or all uint16
+ * tokens: SHARD and U16 may mix under AUTO). Each file must hold T+1 tokens
+ * or more, and no sequence straddles two files: file i contributes its own
+ * W_i = floor((n_i-1)/T) windows and n_i-T random start positions, numbered
+ * after those of files 0 .. i-1. Sequence k (sequential order) is window
+ * k mod (W_0 + W_1 + ...) of that numbering; random order draws one of the
+ * sum of (n_i - T) start positions from (seed, k). One file gives exactly
+ * what pipit_data_open gives. Offsets (pipit_data_offset) index the files'
+ * tokens laid end to end. Errors as pipit_data_open, each naming the file;
+ * FORMAT for text mixed with token files, INVALID for n < 1 or a bad
+ * format. */
+PIPIT_API pipit_status pipit_data_open_files(const char *const *paths, int n, pipit_data_format format, int T,
+                                             pipit_data_order order, uint64_t seed, pipit_data **out);
+/* A spec: one existing file (taken as is, whatever its name holds), or a
+ * comma-separated list of paths and glob(3) patterns ("a.bin,b.bin",
+ * "shards/NAME*.bin"), expanded and sorted by path (strcmp, bytewise) before
+ * pipit_data_open_files. IO for a pattern that matches nothing (naming the
+ * pattern), INVALID for an empty list item or a file listed twice. */
+PIPIT_API pipit_status pipit_data_open_spec(const char *spec, pipit_data_format format, int T,
+                                            pipit_data_order order, uint64_t seed, pipit_data **out);
+/* Holds out the stream's last val_windows windows (in window order, across
+ * files) as a new SEQUENTIAL stream *val; d keeps windows 0 .. W-val_windows-1
+ * (its random offsets then never reach into *val's tokens; the one token at
+ * the boundary is the last target of d and the first input of *val).
+ * INVALID unless 1 <= val_windows < W. */
+PIPIT_API pipit_status pipit_data_split(pipit_data *d, int64_t val_windows, pipit_data **val);
+/* Number of files of the stream, and file i's path (NULL outside 0 .. n-1). */
+PIPIT_API int pipit_data_files(const pipit_data *d);
+PIPIT_API const char *pipit_data_file(const pipit_data *d, int i);
 
 #ifdef __cplusplus
 }

@@ -638,6 +638,31 @@ PIPIT_TEST(api_misuse_io) {
         pipit_data_free(d);
         d = NULL;
     }
+    /* several files, specs, splits */
+    const char *two[2] = {txt, NULL};
+    FAILS(pipit_data_open_files(NULL, 1, PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_data_open_files(two, 1, PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_data_open_files(two, 2, PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_data_open_files(two, 0, PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_data_open_files(two, 1, (pipit_data_format)9, 4, PIPIT_DATA_RANDOM, 1, &d),
+               PIPIT_STATUS_INVALID);
+    FAILS(pipit_data_open_spec(NULL, PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_data_open_spec(txt, PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, NULL), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_data_open_spec("", PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(d == NULL);
+    GIVES(pipit_data_files(NULL), 0);
+    GIVES(pipit_data_file(NULL, 0), NULL);
+    pipit_data *val = NULL;
+    FAILS(pipit_data_split(NULL, 1, &val), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_data_open_files(two, 1, PIPIT_DATA_TEXT, 4, PIPIT_DATA_RANDOM, 1, &d));
+    ASSERT_TRUE(pipit_data_files(d) == 1 && strcmp(pipit_data_file(d, 0), txt) == 0);
+    GIVES(pipit_data_file(d, 1), NULL);
+    FAILS(pipit_data_split(d, 1, NULL), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_data_split(d, 0, &val), PIPIT_STATUS_INVALID);
+    FAILS_ANON(pipit_data_split(d, pipit_data_windows(d), &val), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(val == NULL);
+    pipit_data_free(d);
+    d = NULL;
 }
 
 /* ------------------------------------------------------- pipit_gpt2.h */

@@ -70,6 +70,24 @@ static void parse_value(const flag *f, const char *v) {
     }
 }
 
+/* The value given with argument a (`--name=v` or `--name v`), "" for none. */
+static const char *value_at(int argc, char **argv, int i) {
+    const char *eq = strchr(argv[i] + 2, '=');
+    return eq ? eq + 1 : i + 1 < argc ? argv[i + 1] : "";
+}
+
+/* A flag given twice is an error, never a silent override: names both. */
+static void die_twice(const flag *f, int argc, char **argv, int i) {
+    size_t len = strlen(f->name);
+    for (int j = 0; j < i; j++) {
+        const char *a = argv[j];
+        if (strncmp(a, "--", 2) || strncmp(a + 2, f->name, len) || (a[2 + len] && a[2 + len] != '=')) continue;
+        if (f->type == FL_BOOL) die("--%s given twice", f->name);
+        die("--%s given twice ('%s' and '%s')", f->name, value_at(argc, argv, j), value_at(argc, argv, i));
+    }
+    /* set before this command line (a --config file): the command line wins */
+}
+
 void flags_parse(flag_cmd *c, int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -92,6 +110,7 @@ void flags_parse(flag_cmd *c, int argc, char **argv) {
             die("%s: unknown flag '%s' (see pipit %s --help)%s", c->name, a, c->name,
                 cli_did_you_mean(word, names, nn, "--"));
         }
+        if (f->seen) die_twice(f, argc, argv, i);
         f->seen = 1;
         if (f->type == FL_BOOL) {
             if (eq) die("--%s takes no value", f->name);

@@ -30,7 +30,8 @@ typedef struct {
 /* Prints "pipit: <message>" to stderr and exits with status 1. */
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 /* Parses argv[0 .. argc-1] into the table; --help / -h prints the help and
- * exits 0; anything wrong dies with a message naming the flag. */
+ * exits 0; anything wrong dies with a message naming the flag, a flag given
+ * twice too ("--data given twice ('a' and 'b')"). */
 void flags_parse(flag_cmd *c, int argc, char **argv);
 void flags_print_help(const flag_cmd *c);
 /* 1 if the flag was given on the command line. */

@@ -40,6 +40,9 @@ typedef struct {
     int warmup, decay_steps, log_every, print_config;
     double min_lr;
     uint64_t seed;
+    const char *data_format, *val_data; /* --data-format, --val-data; see docs/architecture.md §8 */
+    double val_split;
+    int eval_every, eval_batches;
 } opts;
 
 /* --resume FILE, opened while the flags are applied (apply_resume), then
@@ -117,7 +120,14 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         int cmds;
         flag f;
     } all[] = {
-        {3, {"data", FL_STR, &o->data, "training text (bytes are tokens) or uint16 token shard (.bin)", 0}},
+        {3, {"data", FL_STR, &o->data, "training text (bytes are tokens) or uint16 token shard (.bin); several: "
+                                       "'a.bin,b.bin' or a glob 'shards/*.bin' (sorted by path)", 0}},
+        {3, {"data-format", FL_STR, &o->data_format, "auto (default: shard if .bin or magic, else text)|text|shard|u16 "
+                                                     "(headerless uint16, nanoGPT's train.bin)", 0}},
+        {3 | IGN, {"val-data", FL_STR, &o->val_data, "validation data (same format and spec as --data)", 0}},
+        {3 | IGN, {"val-split", FL_DBL, &o->val_split, "hold out the last fraction F of --data's windows as validation", 0}},
+        {3 | IGN, {"eval-every", FL_INT, &o->eval_every, "validation loss every K steps and at the end (default: at the end)", 0}},
+        {3 | IGN, {"eval-batches", FL_INT, &o->eval_batches, "validation batches of M x B sequences (default: up to 4)", 0}},
         {3, {"ctx", FL_INT, &o->ctx, "sequence length T", 0}},
         {3, {"max-ctx", FL_INT, &o->max_ctx, "rows of wpe (default: --ctx)", 0}},
         {3, {"vocab", FL_INT, &o->vocab, "vocabulary size V (default 256: bytes)", 0}},
@@ -281,13 +291,21 @@ static pipit_data_order data_order(const char *s) {
     die("bad value '%s' for --data-order: expected random or sequential", s);
 }
 
+static pipit_data_format data_format(const char *s) {
+    if (!s || strcmp(s, "auto") == 0) return PIPIT_DATA_AUTO;
+    if (strcmp(s, "text") == 0) return PIPIT_DATA_TEXT;
+    if (strcmp(s, "shard") == 0) return PIPIT_DATA_SHARD;
+    if (strcmp(s, "u16") == 0) return PIPIT_DATA_U16;
+    die("bad value '%s' for --data-format: expected auto, text, shard or u16", s);
+}
+
 static void check_positive(const char *name, int v) {
     if (v < 1) die("--%s must be >= 1 (got %d)", name, v);
 }
 
 /* Everything train and eval share: data, model config, graph, program. */
 typedef struct {
-    pipit_data *data;
+    pipit_data *data, *val;
     pipit_checkpoint *ckpt;
     pipit_graph *g;
     pipit_program *p;
@@ -347,7 +365,9 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     }
     s->cfg = model_config(o, stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
-    check_status(pipit_data_open(o->data, o->ctx, data_order(o->data_order), o->seed, &s->data), "--data");
+    check_status(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order),
+                                      o->seed, &s->data),
+                 "--data");
     if (pipit_data_max_token(s->data) >= o->vocab)
         die("--data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->data,
             pipit_data_max_token(s->data), o->vocab);
@@ -370,6 +390,7 @@ static void close_session(session *s) {
     pipit_graph_free(s->g);
     pipit_schedule_free(s->sched);
     pipit_data_free(s->data);
+    pipit_data_free(s->val);
     pipit_checkpoint_free(s->ckpt);
 }
 
@@ -636,6 +657,85 @@ static void apply_resume(opts *o, const flag_cmd *c, int64_t *step_out) {
     *step_out = step;
 }
 
+/* ------------------------------------------------------------ validation */
+
+/* Dies unless `want` sequences (sequential order, from 0) are distinct
+ * windows of d: evaluation never wraps around a short file. */
+static void check_distinct(const pipit_data *d, const char *what, const char *spec, int64_t want, const char *ask,
+                           int64_t per_batch, const char *batches_flag, int T) {
+    int64_t W = pipit_data_windows(d);
+    if (want <= W) return;
+    if (W / per_batch >= 1)
+        die("%s = %lld sequences, but %s '%s' has only %lld distinct sequences of T+1 = %d tokens (evaluation does "
+            "not wrap around): pass %s %lld or fewer",
+            ask, (long long)want, what, spec, (long long)W, T + 1, batches_flag, (long long)(W / per_batch));
+    die("%s = %lld sequences, but %s '%s' has only %lld distinct sequences of T+1 = %d tokens, fewer than one "
+        "batch of %lld (evaluation does not wrap around)",
+        ask, (long long)want, what, spec, (long long)W, T + 1, (long long)per_batch);
+}
+
+/* --val-data / --val-split: opens (or splits off) the validation stream and
+ * fixes the number of validation batches; 0 when there is no validation. */
+static int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
+    int has_split = flags_seen(c, "val-split");
+    if (o->val_data && has_split) die("--val-data and --val-split are alternatives: pass one");
+    if (!o->val_data && !has_split) {
+        if (flags_seen(c, "eval-every") || flags_seen(c, "eval-batches"))
+            die("--%s needs validation data: pass --val-data FILE or --val-split F",
+                flags_seen(c, "eval-every") ? "eval-every" : "eval-batches");
+        return 0;
+    }
+    if (flags_seen(c, "eval-every")) check_positive("eval-every", o->eval_every);
+    if (flags_seen(c, "eval-batches")) check_positive("eval-batches", o->eval_batches);
+    const char *name = o->val_data ? o->val_data : o->data;
+    if (o->val_data) {
+        check_status(pipit_data_open_spec(o->val_data, data_format(o->data_format), o->ctx, PIPIT_DATA_SEQUENTIAL, 0,
+                                          &s->val),
+                     "--val-data");
+        if (pipit_data_max_token(s->val) >= o->vocab)
+            die("--val-data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->val_data,
+                pipit_data_max_token(s->val), o->vocab);
+    } else {
+        if (!(o->val_split > 0 && o->val_split < 1)) die("--val-split must be between 0 and 1 (got %g)", o->val_split);
+        int64_t W = pipit_data_windows(s->data);
+        int64_t nval = (int64_t)((double)W * o->val_split);
+        if ((double)nval < (double)W * o->val_split) nval++; /* ceil */
+        if (nval >= W)
+            die("--val-split %g of --data '%s' leaves no training windows (it has %lld of T+1 = %d tokens)",
+                o->val_split, o->data, (long long)W, o->ctx + 1);
+        check_status(pipit_data_split(s->data, nval, &s->val), "--val-split");
+    }
+    int64_t per = (int64_t)G * o->micro_batch, W = pipit_data_windows(s->val);
+    int K = o->eval_batches;
+    if (!flags_seen(c, "eval-batches")) K = (int)(W / per < 4 ? W / per : 4);
+    char ask[96];
+    snprintf(ask, sizeof ask, "--eval-batches %d x %d microbatches x --micro-batch %d", K ? K : 1, G, o->micro_batch);
+    check_distinct(s->val, o->val_data ? "--val-data" : "--val-split of --data", name, (int64_t)(K ? K : 1) * per,
+                   ask, per, "--eval-batches", o->ctx);
+    return K;
+}
+
+/* Mean loss over validation batches 0 .. K-1 (sequential windows, each a
+ * step's G microbatches), without updating: pipit_step(update = 0) runs the
+ * backward too (a forward-only schedule does not exist yet). */
+static void run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
+                           int speaker) {
+    double sum = 0;
+    int B = o->micro_batch;
+    for (int k = 0; k < K; k++) {
+        for (int m = 0; m < G; m++)
+            fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + 3 * m);
+        pipit_metrics met;
+        if (pipit_step(s->p, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->p));
+        sum += met.loss;
+    }
+    long long tokens = (long long)K * G * B * o->ctx;
+    if (!speaker) return;
+    if (o->json) printf("{\"step\":%lld,\"val_loss\":%.9g,\"val_tokens\":%lld}\n", (long long)step, sum / K, tokens);
+    else printf("step %4lld  val loss %.6f over %lld tokens\n", (long long)step, sum / K, tokens);
+    fflush(stdout);
+}
+
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
@@ -704,6 +804,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     int G = M * o.dp;
     if ((int64_t)B * T > INT64_MAX / G / 4) die("--micro-batch %d x --ctx %d x %d microbatches is too large", B, T, G);
     int speaker = pipit_process_rank() == 0; /* one process prints */
+    int val_batches = open_validation(&s, &o, &c, G);
     mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
     pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
     if (!bufs || !feeds) die("out of memory");
@@ -786,6 +887,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         int last = step == last_step - 1;
         if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops);
+        if (val_batches && ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == last_step))
+            run_validation(&s, &o, val_batches, G, bufs, feeds, step, speaker);
         if (o.profile && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
@@ -817,7 +920,8 @@ static int cmd_eval(int argc, char **argv) {
     o.data_order = "sequential";
     flag fl[] = {
         {"init", FL_STR, &o.init, "safetensors checkpoint to evaluate", 0},
-        {"data", FL_STR, &o.data, "text file (bytes) or uint16 token shard", 0},
+        {"data", FL_STR, &o.data, "text file (bytes) or uint16 token shard; several: 'a.bin,b.bin' or a glob", 0},
+        {"data-format", FL_STR, &o.data_format, "auto (default)|text|shard|u16 (headerless uint16)", 0},
         {"ctx", FL_INT, &o.ctx, "sequence length T", 0},
         {"micro-batch", FL_INT, &o.micro_batch, "sequences per batch B", 0},
         {"batches", FL_INT, &o.batches, "batches K: evaluates sequences 0 .. K*B-1", 0},
@@ -833,6 +937,9 @@ static int cmd_eval(int argc, char **argv) {
     session s = {0};
     open_model(&s, &o, &c, o.batches);
     int B = o.micro_batch, T = o.ctx, K = o.batches;
+    char ask[64];
+    snprintf(ask, sizeof ask, "--batches %d x --micro-batch %d", K, B);
+    check_distinct(s.data, "--data", o.data, (int64_t)K * B, ask, B, "--batches", T);
     int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B * T * K);
     pipit_feed *feeds = calloc((size_t)K * 3, sizeof *feeds);
     if (!buf || !feeds) die("out of memory");

@@ -58,4 +58,24 @@ int64_t pipit__data_offset(const pipit__data *d, int64_t k);
 /* Accepts NULL. */
 void pipit__data_free(pipit__data *d);
 
+/* Several files as one stream (pipit_data_open_files in pipit_io.h): the
+ * files in the order given, all text or all uint16 tokens. */
+pipit_status pipit__data_open_files(const char *const *paths, int npaths, pipit_data_format fmt,
+                                    int T, pipit__data_order order, uint64_t seed,
+                                    pipit__data **out);
+/* A file list "a.bin,b.bin" and/or glob patterns "shards/NAME*.bin" (or one
+ * existing file, taken as is) expanded, sorted by path (strcmp) and opened. */
+pipit_status pipit__data_open_spec(const char *spec, pipit_data_format fmt, int T,
+                                   pipit__data_order order, uint64_t seed, pipit__data **out);
+/* The expansion alone: *paths_out (pipit__malloc'ed, each pipit__strdup'ed)
+ * holds *n_out >= 1 sorted distinct paths. IO names a pattern without
+ * matches; INVALID an empty name or a file listed twice. */
+pipit_status pipit__data_expand(const char *spec, char ***paths_out, int *n_out);
+/* Moves the last val_windows windows into a new sequential stream *val and
+ * keeps the windows before them in d (1 <= val_windows < W). */
+pipit_status pipit__data_split(pipit__data *d, int64_t val_windows, pipit__data **val);
+int pipit__data_files(const pipit__data *d);
+const char *pipit__data_file(const pipit__data *d, int i);
+const char *pipit__data_format_name(pipit_data_format f);
+
 #endif
