@@ -50,6 +50,29 @@ static int skipped(const char *key, const char *const *skip) {
     return 0;
 }
 
+/* Strings from a config file live as long as the process, like argv's:
+ * kept here (and freed at exit) so that nothing is lost track of. */
+static char **kept;
+static int nkept;
+
+static void free_kept(void) {
+    for (int i = 0; i < nkept; i++) free(kept[i]);
+    free(kept);
+    kept = NULL;
+    nkept = 0;
+}
+
+static const char *keep_string(const char *v) {
+    if (!kept) atexit(free_kept);
+    char **more = realloc(kept, sizeof *kept * (size_t)(nkept + 1));
+    if (!more) die("out of memory");
+    kept = more;
+    char *s = strdup(v);
+    if (!s) die("out of memory");
+    kept[nkept++] = s;
+    return s;
+}
+
 static void set_flag(flag *f, const cJSON *v, const char *path) {
     const char *k = f->name;
     switch (f->type) {
@@ -73,9 +96,7 @@ static void set_flag(flag *f, const cJSON *v, const char *path) {
         break;
     case FL_STR: {
         if (!cJSON_IsString(v)) die("--config '%s': \"%s\" must be a string", path, k);
-        char *s = strdup(v->valuestring); /* lives as long as the process, like argv */
-        if (!s) die("out of memory");
-        *(const char **)f->ptr = s;
+        *(const char **)f->ptr = keep_string(v->valuestring);
         break;
     }
     case FL_BOOL:
@@ -110,8 +131,7 @@ const char *cli_config_string(const char *path, const char *key) {
     const char *out = NULL;
     if (v) {
         if (!cJSON_IsString(v)) die("--config '%s': \"%s\" must be a string", path, key);
-        out = strdup(v->valuestring);
-        if (!out) die("out of memory");
+        out = keep_string(v->valuestring);
     }
     cJSON_Delete(j);
     return out;
