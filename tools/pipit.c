@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "flags.h"
+#include "progress.h"
 #include "pipit.h"
 #include "pipit_gpt2.h"
 #include "pipit_inspect.h"
@@ -43,6 +44,8 @@ typedef struct {
     const char *data_format, *val_data; /* --data-format, --val-data; see docs/architecture.md §8 */
     double val_split;
     int eval_every, eval_batches;
+    double peak_flops; /* --peak-flops: one rank's FLOP/s for MFU (0: measure sgemm) */
+    int json_summary;
 } opts;
 
 /* --resume FILE, opened while the flags are applied (apply_resume), then
@@ -175,6 +178,8 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
         {3 | IGN, {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0}},
         {3 | IGN, {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0}},
+        {3 | IGN, {"peak-flops", FL_DBL, &o->peak_flops, "one rank's peak FLOP/s for the MFU on step lines (default: measured sgemm x threads)", 0}},
+        {1, {"json-summary", FL_BOOL, &o->json_summary, "with --json: end with one {\"summary\":{...}} line", 0}},
     };
     int n = 0;
     for (int i = 0; i < NFLAGS(all); i++)
@@ -394,16 +399,20 @@ static void close_session(session *s) {
     pipit_checkpoint_free(s->ckpt);
 }
 
-static void print_step(const opts *o, int64_t step, const pipit_metrics *m, double tokens, double flops) {
+static void print_step(const opts *o, int64_t step, const pipit_metrics *m, double tokens, double flops,
+                       const cli_progress *pr) {
     double tps = tokens / (m->ms / 1e3);
     if (o->json)
         printf("{\"step\":%lld,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
                "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f,\"lr\":%.9g}\n",
                (long long)step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes,
                m->bubble, m->lr);
-    else
-        printf("step %4lld  loss %.6f  grad norm %.4f  lr %.4e  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s\n", (long long)step,
+    else {
+        printf("step %4lld  loss %.6f  grad norm %.4f  lr %.4e  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s", (long long)step,
                m->loss, m->grad_norm, m->lr, m->ms, tps, flops * tokens / (m->ms / 1e3) / 1e9);
+        cli_progress_fields(stdout, pr, step, m, flops * tokens / (m->ms / 1e3));
+        printf("\n");
+    }
     fflush(stdout);
 }
 
@@ -718,8 +727,8 @@ static int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
 /* Mean loss over validation batches 0 .. K-1 (sequential windows, each a
  * step's G microbatches), without updating: pipit_step(update = 0) runs the
  * backward too (a forward-only schedule does not exist yet). */
-static void run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
-                           int speaker) {
+static double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
+                             int speaker) {
     double sum = 0;
     int B = o->micro_batch;
     for (int k = 0; k < K; k++) {
@@ -730,10 +739,11 @@ static void run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;
-    if (!speaker) return;
+    if (!speaker) return sum / K;
     if (o->json) printf("{\"step\":%lld,\"val_loss\":%.9g,\"val_tokens\":%lld}\n", (long long)step, sum / K, tokens);
     else printf("step %4lld  val loss %.6f over %lld tokens\n", (long long)step, sum / K, tokens);
     fflush(stdout);
+    return sum / K;
 }
 
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
@@ -766,6 +776,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if (plan) o.steps = 0;
     if (o.steps < 0) die("--steps must be >= 0 (got %d)", o.steps);
     if (o.log_every < 1) die("--log-every must be >= 1 (got %d)", o.log_every);
+    if (!(o.peak_flops >= 0 && o.peak_flops < 1e300)) die("--peak-flops must be a positive number of FLOP/s (got %g)", o.peak_flops);
     if (o.print_config) {
         pipit_gpt2_config mc = model_config(&o, 1);
         pipit_lr_schedule ls = make_lr_schedule(&o);
@@ -815,6 +826,12 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
     }
     if (o.profile) check_status(pipit_program_set_profile(s.p, 1), "--profile");
+    cli_progress prog = {0};
+    prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
+    if (!o.json && speaker) { /* MFU against the whole run's peak: one rank's x P x D */
+        double rank_peak = o.peak_flops > 0 ? o.peak_flops : cli_sgemm_flops() * o.threads;
+        prog.peak = rank_peak * prog.ranks * o.dp;
+    }
     if (!o.json && speaker) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
                "%d thread(s) per rank",
@@ -827,6 +844,12 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
                o.threads);
         if (o.dp > 1) printf("; x %d data-parallel replicas%s", o.dp, o.zero1 ? " (ZeRO-1)" : "");
         if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
+        if (o.peak_flops > 0)
+            printf("; MFU vs stated peak %.1f GFLOP/s per rank", prog.peak / (prog.ranks * o.dp) / 1e9);
+        else
+            printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
+                   prog.peak / (prog.ranks * o.dp) / 1e9, o.threads);
+        if (prog.ranks * o.dp > 1) printf(" x %d ranks", prog.ranks * o.dp);
         printf("\n");
     }
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
@@ -867,6 +890,9 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     }
     const char *int_path = o.save ? o.save : default_save;
     if (pipit_process_count() == 1) install_signals();
+    prog.first = first_step;
+    prog.last = last_step;
+    prog.t_start = cli_now();
     for (int64_t step = first_step;; step++) {
         run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
         if (g_signal) { /* between steps: the checkpoint holds whole steps */
@@ -886,9 +912,10 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         int last = step == last_step - 1;
-        if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops);
+        cli_progress_step(&prog, &met, (double)B * T * G);
+        if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops, &prog);
         if (val_batches && ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == last_step))
-            run_validation(&s, &o, val_batches, G, bufs, feeds, step, speaker);
+            cli_progress_val(&prog, step, run_validation(&s, &o, val_batches, G, bufs, feeds, step, speaker));
         if (o.profile && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
@@ -901,6 +928,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     free(default_save);
     if (o.trace && speaker) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
+    if (speaker && (!o.json || o.json_summary)) cli_progress_summary(stdout, &prog, o.json, o.save);
     for (int m = 0; m < G; m++) {
         free(bufs[m].tok);
         free(bufs[m].tgt);
