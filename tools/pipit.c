@@ -6,6 +6,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -548,32 +549,69 @@ typedef struct {
     int64_t step, total, data_pos;
 } run_pos;
 
+/* The metadata of a training checkpoint: key, value pairs, numbers printed
+ * into the list's own buffers. */
+typedef struct {
+    const char *kv[72];
+    int n, k;
+    char num[32][48];
+} meta_list;
+
+static void meta_str(meta_list *m, const char *key, const char *val) {
+    if (m->n + 3 > (int)(sizeof m->kv / sizeof m->kv[0])) die("internal: checkpoint metadata list too small");
+    m->kv[m->n++] = key;
+    m->kv[m->n++] = val;
+    m->kv[m->n] = NULL;
+}
+
+static void meta_num(meta_list *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void meta_num(meta_list *m, const char *key, const char *fmt, ...) {
+    if (m->k == (int)(sizeof m->num / sizeof m->num[0])) die("internal: checkpoint metadata list too small");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->num[m->k], sizeof m->num[m->k], fmt, ap);
+    va_end(ap);
+    meta_str(m, key, m->num[m->k++]);
+}
+
 /* The training checkpoint: params, moments, and (metadata) the step, the
  * data position, the model and the training config. Collective. */
 static void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path,
                        run_pos r) {
-    char v[28][48];
-    int k = 0;
     /* the schedule as resolved for this run, so a resume follows the same curve */
     pipit_lr_schedule ls = make_lr_schedule(o);
     int constant = ls.kind == PIPIT_LR_CONSTANT;
-#define NUM(fmt, x) (snprintf(v[k], sizeof v[k], fmt, x), v[k++])
-    const char *meta[] = {"format", "pt", "model", "gpt2",
-                          "lr_schedule", o->lr_schedule, "warmup", NUM("%d", o->warmup),
-                          "decay_steps", NUM("%lld", constant ? -1LL : (long long)ls.decay_steps),
-                          "min_lr", NUM("%.17g", constant ? -1.0 : ls.min_lr),
-                          "vocab", NUM("%d", c->vocab), "ctx", NUM("%d", c->ctx), "max_ctx", NUM("%d", c->max_ctx),
-                          "layers", NUM("%d", c->layers), "heads", NUM("%d", c->heads), "dim", NUM("%d", c->dim),
-                          "optimizer", o->optimizer, "lr", NUM("%.17g", o->lr), "beta1", NUM("%.17g", o->beta1),
-                          "beta2", NUM("%.17g", o->beta2), "eps", NUM("%.17g", o->eps),
-                          "weight_decay", NUM("%.17g", o->wd), "clip", NUM("%.17g", o->clip),
-                          "micro_batch", NUM("%d", o->micro_batch), "microbatches", NUM("%d", o->microbatches),
-                          "dp", NUM("%d", o->dp), "seed", NUM("%llu", (unsigned long long)o->seed),
-                          "data", o->data, "data_order", o->data_order,
-                          "steps", NUM("%lld", (long long)r.total), "data_pos", NUM("%lld", (long long)r.data_pos),
-                          "save_every", NUM("%d", o->save_every), "keep", NUM("%d", o->keep), NULL};
-#undef NUM
-    check_status(pipit_checkpoint_save_train(p, path, r.step, meta), "save");
+    meta_list m = {.n = 0};
+    meta_str(&m, "format", "pt");
+    meta_str(&m, "model", "gpt2");
+    meta_str(&m, "lr_schedule", o->lr_schedule);
+    meta_num(&m, "warmup", "%d", o->warmup);
+    meta_num(&m, "decay_steps", "%lld", constant ? -1LL : (long long)ls.decay_steps);
+    meta_num(&m, "min_lr", "%.17g", constant ? -1.0 : ls.min_lr);
+    meta_num(&m, "vocab", "%d", c->vocab);
+    meta_num(&m, "ctx", "%d", c->ctx);
+    meta_num(&m, "max_ctx", "%d", c->max_ctx);
+    meta_num(&m, "layers", "%d", c->layers);
+    meta_num(&m, "heads", "%d", c->heads);
+    meta_num(&m, "dim", "%d", c->dim);
+    meta_str(&m, "optimizer", o->optimizer);
+    meta_num(&m, "lr", "%.17g", o->lr);
+    meta_num(&m, "beta1", "%.17g", o->beta1);
+    meta_num(&m, "beta2", "%.17g", o->beta2);
+    meta_num(&m, "eps", "%.17g", o->eps);
+    meta_num(&m, "weight_decay", "%.17g", o->wd);
+    meta_num(&m, "clip", "%.17g", o->clip);
+    meta_num(&m, "micro_batch", "%d", o->micro_batch);
+    meta_num(&m, "microbatches", "%d", o->microbatches);
+    meta_num(&m, "dp", "%d", o->dp);
+    meta_num(&m, "seed", "%llu", (unsigned long long)o->seed);
+    meta_str(&m, "data", o->data);
+    meta_str(&m, "data_order", o->data_order);
+    meta_num(&m, "steps", "%lld", (long long)r.total);
+    meta_num(&m, "data_pos", "%lld", (long long)r.data_pos);
+    meta_num(&m, "save_every", "%d", o->save_every);
+    meta_num(&m, "keep", "%d", o->keep);
+    check_status(pipit_checkpoint_save_train(p, path, r.step, m.kv), "save");
     if (pipit_process_rank() == 0) keep_saves(path, r.step, o->keep);
     say_saved(o, path, r.step);
 }
