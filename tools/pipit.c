@@ -311,6 +311,7 @@ typedef struct {
     pipit_program *p;
     pipit_schedule *sched;
     pipit_gpt2_config cfg;
+    int forward_only;    /* eval: a forward-only program (no backward, no gradient memory) */
 } session;
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
@@ -377,7 +378,8 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_status(pipit_graph_status(s->g), "model");
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o)};
+                        .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
+                        .forward_only = s->forward_only};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
     if (o->resume) return; /* the caller loads params and optimizer state */
@@ -934,7 +936,7 @@ static int cmd_eval(int argc, char **argv) {
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"init", "data", "ctx", "micro-batch", "batches", NULL});
     check_positive("batches", o.batches);
-    session s = {0};
+    session s = {.forward_only = 1};
     open_model(&s, &o, &c, o.batches);
     int B = o.micro_batch, T = o.ctx, K = o.batches;
     char ask[64];
@@ -965,7 +967,8 @@ static void usage(FILE *f) {
             "usage: pipit <command> [flags]\n\n"
             "commands:\n"
             "  train     train GPT-2 on a text file or token shard\n"
-            "  eval      mean loss of a checkpoint on sequential windows of a file\n"
+            "  eval      mean loss of a checkpoint on sequential windows of a file (forward only)\n"
+            "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
             "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
             "  version   print the version and whether MPI is built in (also --version)\n\n"
@@ -973,6 +976,7 @@ static void usage(FILE *f) {
 }
 
 int pipit_cli_schedule(int argc, char **argv);
+int pipit_cli_sample(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -994,11 +998,12 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
+    if (strcmp(cmd, "sample") == 0) return pipit_cli_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("pipit %s (%s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI");
         return 0;
     }
-    static const char *const cmds[] = {"train", "eval", "schedule", "plan", "version", "help"};
+    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "version", "help"};
     fprintf(stderr, "pipit: unknown command '%s'%s\n", cmd, cli_did_you_mean(cmd, cmds, NFLAGS(cmds), ""));
     usage(stderr);
     return 2;
