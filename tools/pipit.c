@@ -312,6 +312,9 @@ typedef struct {
     pipit_schedule *sched;
     pipit_gpt2_config cfg;
     int forward_only;    /* eval: a forward-only program (no backward, no gradient memory) */
+    pipit_val loss;
+    pipit_options po;    /* the program's options (the validation program reuses them) */
+    pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
 } session;
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
@@ -374,7 +377,7 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    pipit_val loss = pipit_gpt2_build(s->g, &s->cfg);
+    pipit_val loss = s->loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
@@ -382,12 +385,14 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .forward_only = s->forward_only};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
+    s->po = po;
     if (o->resume) return; /* the caller loads params and optimizer state */
     if (s->ckpt) check_status(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
     else check_status(pipit_gpt2_init(s->p, &s->cfg, o->seed), "init");
 }
 
 static void close_session(session *s) {
+    pipit_program_free(s->vp);
     pipit_program_free(s->p);
     pipit_graph_free(s->g);
     pipit_schedule_free(s->sched);
@@ -717,18 +722,43 @@ static int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
     return K;
 }
 
+/* The forward-only program validation runs: the same graph, schedule and
+ * mesh as training (a forward-only compile leaves the graph alone and
+ * needs no gradient memory). */
+static void open_validation_program(session *s) {
+    pipit_options po = s->po;
+    po.forward_only = 1;
+    check_status(pipit_compile(s->g, s->loss, &po, &s->vp), "compile (validation)");
+}
+
+/* The training program's params, by name, into the validation program
+ * (collective in an MPI job, as get_param is). */
+static void copy_params_to_validation(session *s) {
+    for (int i = 0; i < pipit_program_num_params(s->p); i++) {
+        const char *name = pipit_program_param_name(s->p, i);
+        int64_t n = 0;
+        check_status(pipit_program_param_numel(s->p, name, &n), "validation");
+        float *buf = malloc(sizeof(float) * (size_t)n);
+        if (!buf) die("out of memory");
+        check_status(pipit_program_get_param(s->p, name, buf, sizeof(float) * (size_t)n), "validation");
+        check_status(pipit_program_set_param(s->vp, name, buf, sizeof(float) * (size_t)n), "validation");
+        free(buf);
+    }
+}
+
 /* Mean loss over validation batches 0 .. K-1 (sequential windows, each a
- * step's G microbatches), without updating: pipit_step(update = 0) runs the
- * backward too (a forward-only schedule does not exist yet). */
+ * step's G microbatches), with the forward-only program (the same losses,
+ * bit for bit, as pipit_step(update = 0) on the training program). */
 static void run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
                            int speaker) {
     double sum = 0;
     int B = o->micro_batch;
+    copy_params_to_validation(s);
     for (int k = 0; k < K; k++) {
         for (int m = 0; m < G; m++)
             fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
-        if (pipit_step(s->p, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->p));
+        if (pipit_step(s->vp, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;
@@ -807,6 +837,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if ((int64_t)B * T > INT64_MAX / G / 4) die("--micro-batch %d x --ctx %d x %d microbatches is too large", B, T, G);
     int speaker = pipit_process_rank() == 0; /* one process prints */
     int val_batches = open_validation(&s, &o, &c, G);
+    if (val_batches) open_validation_program(&s);
     mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
     pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
     if (!bufs || !feeds) die("out of memory");
