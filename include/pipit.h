@@ -306,6 +306,19 @@ typedef struct {
     int data_parallel;
     int zero1;                  /* D > 1: optimizer state sharded over the replicas (ZeRO-1) */
     pipit_lr_schedule lr_schedule; /* zero: constant optimizer.lr */
+    /* Forward-only (inference / evaluation) program: no autodiff, only the
+     * schedule's F tasks (with no schedule: each microbatch's forward in
+     * order), no gradient, accumulator or optimizer memory; pipit_step
+     * computes the loss only (update must be 0). The graph is left as it
+     * was, so it may also be compiled for training (before or after).
+     * pipit_program_get_grad and the optimizer-state calls return INVALID. */
+    int forward_only;
+    /* Values to keep for pipit_program_get_output after each step (borrowed
+     * for the call only): per-microbatch values of the step (not params,
+     * inputs or values of params alone). Their arena buffers stay alive to
+     * the end of the step. Training programs accept them too. */
+    const pipit_val *outputs;
+    int noutputs;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from
@@ -343,6 +356,15 @@ PIPIT_API pipit_status pipit_program_get_param(const pipit_program *p, const cha
  * uses, after any pipit_set_grad transform, before clipping. */
 PIPIT_API pipit_status pipit_program_get_grad(const pipit_program *p, const char *name,
                                               void *data, size_t nbytes);
+
+/* Copies output `v` (one of options.outputs) of microbatch mb (0 <= mb <
+ * M x D) as computed by the last step into data (nbytes = its size).
+ * INVALID for a value that is not an output, an mb out of range, a wrong
+ * size, or before the first step. Collective in an MPI job (as get_param). */
+PIPIT_API pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int mb, void *data,
+                                                size_t nbytes);
+/* 1 for a forward-only program (options.forward_only), else 0. */
+PIPIT_API int pipit_program_forward_only(const pipit_program *p);
 
 /* Optimizer state, for checkpoints that resume exactly: per param the
  * AdamW first and second moments (which = 0: exp_avg, 1: exp_avg_sq), and

@@ -39,6 +39,10 @@ PIPIT_API pipit_status pipit_gpt2_check(const pipit_gpt2_config *c);
  * A NULL argument, a bad or poisoned graph or a config pipit_gpt2_check
  * refuses: an invalid value and a message, the graph left as it was. */
 PIPIT_API pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c);
+/* The same graph (bit for bit), and *logits (if not NULL) = the lm head's
+ * logits [B,T,V] the loss is computed from (an invalid value on failure):
+ * pass it in pipit_options.outputs to read it with pipit_program_get_output. */
+PIPIT_API pipit_val pipit_gpt2_build_logits(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits);
 /* First layer of stage s (stage s holds layers [first(s), first(s+1))),
  * 0 <= s <= S (s = S gives L); -1 and a message otherwise or for NULL. */
 PIPIT_API int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s);

@@ -451,6 +451,8 @@ PIPIT_TEST(api_misuse_program) {
         FAILS(pipit_program_get_opt_state(q, "w", 0, buf, sizeof buf), PIPIT_STATUS_MISUSE);
         FAILS(pipit_program_set_opt_state(q, "w", 1, buf, sizeof buf), PIPIT_STATUS_MISUSE);
         GIVES(pipit_program_opt_steps(q), 0);
+        GIVES(pipit_program_forward_only(q), 0);
+        FAILS(pipit_program_get_output(q, (pipit_val){NULL, 0}, 0, buf, sizeof buf), PIPIT_STATUS_MISUSE);
         FAILS(pipit_program_set_opt_steps(q, 1), PIPIT_STATUS_MISUSE);
         FAILS(pipit_step(q, &f, 1, 1, &met), PIPIT_STATUS_MISUSE);
         FAILS(pipit_program_set_profile(q, 1), PIPIT_STATUS_MISUSE);
@@ -487,6 +489,7 @@ PIPIT_TEST(api_misuse_program) {
     FAILS(pipit_program_set_param(p, "w", buf, SIZE_MAX), PIPIT_STATUS_SHAPE);
     FAILS(pipit_program_get_param(p, NULL, buf, sizeof buf), PIPIT_STATUS_INVALID);
     FAILS(pipit_program_get_grad(p, "nope", buf, sizeof buf), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_get_output(p, (pipit_val){g, 0}, 0, buf, sizeof buf), PIPIT_STATUS_INVALID);
     FAILS(pipit_program_get_opt_state(p, "w", -1, buf, sizeof buf), PIPIT_STATUS_INVALID);
     FAILS(pipit_program_get_opt_state(p, "w", 2, buf, sizeof buf), PIPIT_STATUS_INVALID);
     FAILS(pipit_program_set_opt_state(p, "w", INT_MIN, buf, sizeof buf), PIPIT_STATUS_INVALID);
@@ -692,6 +695,8 @@ PIPIT_TEST(api_misuse_gpt2) {
     INVALID_VAL(pipit_gpt2_build(NULL, &c));
     INVALID_VAL(pipit_gpt2_build(g, NULL));
     INVALID_VAL(pipit_gpt2_build(JUNK_GRAPH, &c));
+    INVALID_VAL(pipit_gpt2_build_logits(NULL, &c, NULL));
+    INVALID_VAL(pipit_gpt2_build_logits(g, NULL, NULL));
     bad = c, bad.layers = -1;
     INVALID_VAL(pipit_gpt2_build(g, &bad));
     bad = c, bad.heads = 0;

@@ -317,6 +317,10 @@ typedef struct {
     pipit_program *p;
     pipit_schedule *sched;
     pipit_gpt2_config cfg;
+    int forward_only;    /* eval: a forward-only program (no backward, no gradient memory) */
+    pipit_val loss;
+    pipit_options po;    /* the program's options (the validation program reuses them) */
+    pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
 } session;
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
@@ -379,19 +383,22 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    pipit_val loss = pipit_gpt2_build(s->g, &s->cfg);
+    pipit_val loss = s->loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o)};
+                        .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
+                        .forward_only = s->forward_only};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
+    s->po = po;
     if (o->resume) return; /* the caller loads params and optimizer state */
     if (s->ckpt) check_status(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
     else check_status(pipit_gpt2_init(s->p, &s->cfg, o->seed), "init");
 }
 
 static void close_session(session *s) {
+    pipit_program_free(s->vp);
     pipit_program_free(s->p);
     pipit_graph_free(s->g);
     pipit_schedule_free(s->sched);
@@ -762,18 +769,43 @@ static int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
     return K;
 }
 
+/* The forward-only program validation runs: the same graph, schedule and
+ * mesh as training (a forward-only compile leaves the graph alone and
+ * needs no gradient memory). */
+static void open_validation_program(session *s) {
+    pipit_options po = s->po;
+    po.forward_only = 1;
+    check_status(pipit_compile(s->g, s->loss, &po, &s->vp), "compile (validation)");
+}
+
+/* The training program's params, by name, into the validation program
+ * (collective in an MPI job, as get_param is). */
+static void copy_params_to_validation(session *s) {
+    for (int i = 0; i < pipit_program_num_params(s->p); i++) {
+        const char *name = pipit_program_param_name(s->p, i);
+        int64_t n = 0;
+        check_status(pipit_program_param_numel(s->p, name, &n), "validation");
+        float *buf = malloc(sizeof(float) * (size_t)n);
+        if (!buf) die("out of memory");
+        check_status(pipit_program_get_param(s->p, name, buf, sizeof(float) * (size_t)n), "validation");
+        check_status(pipit_program_set_param(s->vp, name, buf, sizeof(float) * (size_t)n), "validation");
+        free(buf);
+    }
+}
+
 /* Mean loss over validation batches 0 .. K-1 (sequential windows, each a
- * step's G microbatches), without updating: pipit_step(update = 0) runs the
- * backward too (a forward-only schedule does not exist yet). */
+ * step's G microbatches), with the forward-only program (the same losses,
+ * bit for bit, as pipit_step(update = 0) on the training program). */
 static double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
                              int speaker) {
     double sum = 0;
     int B = o->micro_batch;
+    copy_params_to_validation(s);
     for (int k = 0; k < K; k++) {
         for (int m = 0; m < G; m++)
             fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
-        if (pipit_step(s->p, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->p));
+        if (pipit_step(s->vp, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;
@@ -854,6 +886,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if ((int64_t)B * T > INT64_MAX / G / 4) die("--micro-batch %d x --ctx %d x %d microbatches is too large", B, T, G);
     int speaker = pipit_process_rank() == 0; /* one process prints */
     int val_batches = open_validation(&s, &o, &c, G);
+    if (val_batches) open_validation_program(&s);
     mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
     pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
     if (!bufs || !feeds) die("out of memory");
@@ -1000,7 +1033,7 @@ static int cmd_eval(int argc, char **argv) {
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"init", "data", "ctx", "micro-batch", "batches", NULL});
     check_positive("batches", o.batches);
-    session s = {0};
+    session s = {.forward_only = 1};
     open_model(&s, &o, &c, o.batches);
     int B = o.micro_batch, T = o.ctx, K = o.batches;
     char ask[64];
@@ -1031,7 +1064,8 @@ static void usage(FILE *f) {
             "usage: pipit <command> [flags]\n\n"
             "commands:\n"
             "  train     train GPT-2 on a text file or token shard\n"
-            "  eval      mean loss of a checkpoint on sequential windows of a file\n"
+            "  eval      mean loss of a checkpoint on sequential windows of a file (forward only)\n"
+            "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
             "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
             "  version   print the version and whether MPI is built in (also --version)\n\n"
@@ -1039,6 +1073,7 @@ static void usage(FILE *f) {
 }
 
 int pipit_cli_schedule(int argc, char **argv);
+int pipit_cli_sample(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -1060,11 +1095,12 @@ int main(int argc, char **argv) {
         return rc;
     }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
+    if (strcmp(cmd, "sample") == 0) return pipit_cli_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("pipit %s (%s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI");
         return 0;
     }
-    static const char *const cmds[] = {"train", "eval", "schedule", "plan", "version", "help"};
+    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "version", "help"};
     fprintf(stderr, "pipit: unknown command '%s'%s\n", cmd, cli_did_you_mean(cmd, cmds, NFLAGS(cmds), ""));
     usage(stderr);
     return 2;

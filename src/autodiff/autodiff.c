@@ -316,6 +316,36 @@ pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     return s;
 }
 
+/* Forward-only: no backward nodes; every param is a target with no use,
+ * the forward region ends before any backward node an earlier (training)
+ * compile appended. */
+pipit_status pipit__forward_targets(pipit_graph *g, int32_t loss, pipit__grads *out) {
+    memset(out, 0, sizeof *out);
+    out->seed = -1;
+    pipit_status s = validate_loss(g, loss);
+    if (s) return s;
+    int32_t end = g->n;
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].flags & NODE_BWD) {
+            end = i;
+            break;
+        }
+    out->fwd_end = end;
+    out->preloop = mark_preloop(g, end, loss);
+    for (int32_t i = 0; i < end; i++)
+        if (g->nodes[i].op == PIPIT_OP_PARAM) out->nparams++;
+    out->ntargets = out->nparams;
+    out->t = pipit__calloc((size_t)PIPIT_MAX(out->ntargets, 1), sizeof *out->t);
+    if (!out->preloop || !out->t) s = oom();
+    for (int32_t i = 0, k = 0; !s && i < end; i++) {
+        if (g->nodes[i].op != PIPIT_OP_PARAM) continue;
+        contrib_list none = {0};
+        s = make_target(&out->t[k++], i, &none, &none);
+    }
+    if (s) pipit__grads_free(out);
+    return s;
+}
+
 void pipit__grads_free(pipit__grads *gr) {
     if (!gr) return;
     for (int i = 0; gr->t && i < gr->ntargets; i++) {

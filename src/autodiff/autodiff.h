@@ -36,6 +36,9 @@ typedef struct {
 /* Appends the backward graph of `loss` (a scalar) to g. Backward nodes of
  * the post-loop region carry NODE_POST. */
 pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out);
+/* Forward-only programs: the targets (every param, no uses) and the
+ * pre-loop marks, without appending anything to g; seed = -1. */
+pipit_status pipit__forward_targets(pipit_graph *g, int32_t loss, pipit__grads *out);
 void pipit__grads_free(pipit__grads *gr);
 
 #endif

@@ -197,6 +197,17 @@ void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src) {
     in->out = (pipit__loc){LOC_ARENA, b, 0};
 }
 
+void pipit__emit_output(pipit__emitter *e, int32_t node, int mb) {
+    if (e->status) return;
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    in->kind = INS_OUTPUT;
+    in->node = node;
+    in->mb = mb;
+    in->bytes = pipit__node_bytes(&e->p->g->nodes[node]);
+    in->in[0] = read_loc(e, node, mb, e->r->n - 1);
+}
+
 void pipit__emit_mark(pipit__emitter *e, int task, int end) {
     if (e->status) return;
     pipit__instr *in = pipit__emit_push(e);

@@ -25,6 +25,8 @@ void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc,
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);
 void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst);
 void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src);
+/* Keeps (node, mb)'s buffer alive here (the end of the list): an output. */
+void pipit__emit_output(pipit__emitter *e, int32_t node, int mb);
 void pipit__emit_mark(pipit__emitter *e, int task, int end);
 /* Whether (node, mb) already has a buffer on this rank. */
 int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb);

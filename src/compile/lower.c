@@ -546,6 +546,11 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
         return;
     }
     loss_send(p, e, me);
+    if (p->forward_only) { /* no gradients: only every replica's losses */
+        loss_recv(p, e, me);
+        pipit__free(recv_buf);
+        return;
+    }
     /* pre-loop values first: their backward adds post-loop uses to params */
     exchange_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
     sum_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
@@ -561,6 +566,30 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
     dp_gather_params(p, e, me);
     loss_recv(p, e, me);
     pipit__free(recv_buf);
+}
+
+/* options.outputs: a no-op reader of each (output, mb) at the very end of
+ * the rank that computes it, so its buffer outlives the step. */
+static void emit_outputs(lowering *L, pipit__emitter *e, int me) {
+    const pipit__plan *p = L->p;
+    for (int i = 0; i < p->noutputs; i++) {
+        int32_t r = pipit__alias_root(p->g, p->outputs[i]);
+        if (rank_of_node(L, r) != me) continue;
+        for (int mb = 0; mb < p->M; mb++) pipit__emit_output(e, p->outputs[i], mb);
+    }
+}
+
+static pipit_status check_outputs(const lowering *L) {
+    const pipit__plan *p = L->p;
+    for (int i = 0; i < p->noutputs; i++) {
+        int32_t r = pipit__alias_root(p->g, p->outputs[i]);
+        if (r >= p->gr.fwd_end || L->st->phase[r] != PH_F)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "options.outputs[%d] (node %d, %s) is not a per-microbatch forward value (a param, an "
+                              "input, a value of params alone or a backward value cannot be an output)",
+                              i, p->outputs[i], pipit__ops[p->g->nodes[p->outputs[i]].op].name);
+    }
+    return PIPIT_STATUS_OK;
 }
 
 static void patch_param_loc(const pipit__rank_plan *r, pipit__loc *l) {
@@ -621,12 +650,16 @@ static pipit_status check_schedule_fits(const pipit__plan *p, const pipit_schedu
     return pipit__schedule_check(sch);
 }
 
-static pipit_status copy_tasks(pipit__rank_plan *r, const pipit_schedule *sch, int q) {
+/* The rank's task list; a forward-only program keeps the F tasks in the
+ * schedule's order (F tasks depend on F tasks only, so dropping the others
+ * cannot deadlock a checked schedule). */
+static pipit_status copy_tasks(pipit__rank_plan *r, const pipit_schedule *sch, int q, int forward_only) {
     r->rank = q;
-    r->ntasks = sch->ntasks[q];
-    r->tasks = pipit__malloc(sizeof(pipit_task) * (size_t)PIPIT_MAX(r->ntasks, 1));
+    r->tasks = pipit__malloc(sizeof(pipit_task) * (size_t)PIPIT_MAX(sch->ntasks[q], 1));
     if (!r->tasks) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
-    memcpy(r->tasks, sch->tasks[q], sizeof(pipit_task) * (size_t)r->ntasks);
+    r->ntasks = 0;
+    for (int i = 0; i < sch->ntasks[q]; i++)
+        if (!forward_only || sch->tasks[q][i].kind == PIPIT_TASK_F) r->tasks[r->ntasks++] = sch->tasks[q][i];
     return PIPIT_STATUS_OK;
 }
 
@@ -639,7 +672,7 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
     pipit_status s = PIPIT_STATUS_OK;
     int inited = 0;
     for (int q = 0; !s && q < p->nranks; q++) {
-        s = copy_tasks(&p->ranks[q], sch, q);
+        s = copy_tasks(&p->ranks[q], sch, q, p->forward_only);
         if (s) break;
         s = pipit__emitter_init(&em[q], p, &p->ranks[q]); /* sets e->r even when it fails */
         inited++;
@@ -653,6 +686,7 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
     if (!s) s = place_params(L);
     for (int q = 0; !s && q < p->nranks; q++) {
         emit_post_loop(L, &em[q], q);
+        emit_outputs(L, &em[q], q);
         s = em[q].status;
     }
     for (int q = 0; q < inited; q++) {
@@ -671,7 +705,7 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
     pipit_schedule *own = NULL;
     const pipit_schedule *sch = user_sch;
     if (!sch) {
-        s = sequential_schedule(st.S, p->M, &own);
+        s = sequential_schedule(st.S, p->M, &own); /* forward-only: copy_tasks keeps its F tasks */
         sch = own;
     } else if (st.S == 1 && sch->P > 1) {
         s = pipit__err(PIPIT_STATUS_SCHEDULE,
@@ -691,6 +725,7 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
         p->loss_rank = p->stage_rank[st.stage[p->loss]];
         s = find_region_ranks(&L);
     }
+    if (!s) s = check_outputs(&L);
     if (!s) s = find_consumers(&L);
     if (!s) s = lower_all(&L, sch);
     if (!s) { /* keep stage and phase of every node for `pipit plan` and traces */

@@ -95,6 +95,8 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
     p->threads = o->threads ? o->threads : 1;
     p->D = o->data_parallel ? o->data_parallel : 1;
     p->zero1 = p->D > 1 && o->zero1;
+    p->forward_only = o->forward_only != 0;
+    p->opt.outputs = NULL; /* borrowed for the call only: copied into p->outputs */
     pipit_optimizer *op = &p->opt.optimizer;
     if (op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0)
         *op = pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);
@@ -115,6 +117,22 @@ static void rollback(pipit_graph *g, int32_t n0, pipit_status st0) {
     }
 }
 
+/* options.outputs: values of this graph, kept to the end of the step. */
+static pipit_status copy_outputs(pipit__plan *p, const pipit_options *o) {
+    if (o->noutputs < 0 || (o->noutputs > 0 && !o->outputs))
+        return pipit__err(PIPIT_STATUS_INVALID, "options.outputs: %d outputs%s", o->noutputs,
+                          o->noutputs > 0 ? " but outputs is NULL" : " (must be >= 0)");
+    p->outputs = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(o->noutputs, 1));
+    if (!p->outputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    for (int i = 0; i < o->noutputs; i++) {
+        if (o->outputs[i].g != p->g || o->outputs[i].id < 0 || o->outputs[i].id >= p->g->n)
+            return pipit__err(PIPIT_STATUS_INVALID, "options.outputs[%d] is not a value of this graph", i);
+        p->outputs[i] = o->outputs[i].id;
+    }
+    p->noutputs = o->noutputs;
+    return PIPIT_STATUS_OK;
+}
+
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *p) {
     memset(p, 0, sizeof *p);
     p->g = g;
@@ -123,8 +141,15 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     pipit_status s;
     int32_t n0 = g->n;
     pipit_status st0 = g->status;
-    int compiled = already_compiled(g, g->n);
-    if (compiled)
+    int compiled = p->forward_only ? 0 : already_compiled(g, g->n);
+    s = copy_outputs(p, opt);
+    if (s) {
+        pipit__plan_free(p);
+        return s;
+    }
+    if (p->forward_only)
+        s = pipit__forward_targets(g, loss, &p->gr);
+    else if (compiled)
         s = pipit__err(PIPIT_STATUS_MISUSE, "this graph was already compiled (compile each graph once)");
     else
         s = pipit__autodiff(g, loss, &p->gr);
@@ -159,6 +184,7 @@ void pipit__plan_free(pipit__plan *p) {
     pipit__free(p->node_ranks);
     pipit__free(p->params);
     pipit__free(p->inputs);
+    pipit__free(p->outputs);
     pipit__grads_free(&p->gr);
     memset(p, 0, sizeof *p);
 }

@@ -60,7 +60,9 @@ typedef enum {
     INS_DP_PARAM_SEND,/* ZeRO-1: send my updated shard of param to every other replica */
     INS_DP_PARAM_RECV,/* ZeRO-1: receive the other updated shards */
     INS_LOSS_SEND,    /* the loss rank: send this replica's M losses to every other world rank */
-    INS_LOSS_RECV     /* receive replica `peer`'s M losses from its loss rank `use` */
+    INS_LOSS_RECV,    /* receive replica `peer`'s M losses from its loss rank `use` */
+    INS_OUTPUT        /* no-op at the end of the list: keeps output (node, mb) in[0] alive for
+                         pipit_program_get_output */
 } pipit__ins_kind;
 
 typedef struct {
@@ -146,6 +148,9 @@ typedef struct {
     int *stage_rank;     /* [S] */
     int32_t *node_stage; /* [graph nodes] stage of each node (-1 leaves) */
     uint8_t *node_phase; /* [graph nodes] PH_* */
+    int forward_only;    /* options.forward_only: F tasks only, no gradients, no post-loop */
+    int noutputs;
+    int32_t *outputs;    /* [noutputs] options.outputs' node ids */
 } pipit__plan;
 
 /* Differentiates `loss`, infers stages, checks the schedule (NULL: one

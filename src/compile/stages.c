@@ -17,6 +17,7 @@ static uint8_t *mark_live(const pipit__plan *p) {
     uint8_t *live = pipit__calloc((size_t)g->n, 1);
     if (!live) return NULL;
     live[p->loss] = 1;
+    for (int i = 0; i < p->noutputs; i++) live[p->outputs[i]] = 1;
     for (int i = 0; i < p->gr.ntargets; i++)
         for (int u = 0; u < p->gr.t[i].nuses; u++) live[p->gr.t[i].contrib[u]] = 1;
     for (int32_t i = g->n - 1; i >= 0; i--)

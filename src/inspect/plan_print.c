@@ -53,6 +53,7 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     case INS_UPDATE: fprintf(f, "UPDATE %s\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_COPY: fprintf(f, "COPY  %zu bytes (gradient transform)\n", in->bytes); break;
     case INS_MARK: break;
+    case INS_OUTPUT: fprintf(f, "OUT   node %d mb %d kept for pipit_program_get_output\n", in->node, in->mb); break;
     case INS_DP_RS_SEND: fprintf(f, "DP    send grad(%s) shards to their owner replicas\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_DP_RS_RECV: fprintf(f, "DP    my shard of grad(%s) = replicas' shards in replica order\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_DP_AG_SEND: fprintf(f, "DP    send my summed shard of grad(%s) to every replica\n", target_name(p, in->param, tb, sizeof tb)); break;

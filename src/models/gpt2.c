@@ -87,17 +87,26 @@ static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, 
     return pipit_add(g, x, linear(g, c, h, pre, 4 * C, C));
 }
 
-pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c) {
+static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits_out, const char *fn);
+
+pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c) { return build(g, c, NULL, __func__); }
+
+pipit_val pipit_gpt2_build_logits(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits) {
+    return build(g, c, logits, __func__);
+}
+
+static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits_out, const char *fn) {
+    if (logits_out) *logits_out = (pipit_val){g, -1};
     if (!g || !c) {
-        pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_build: %s is NULL", g ? "config" : "graph");
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, g ? "config" : "graph");
         return (pipit_val){g, -1};
     }
     if (pipit_graph_status(g) != PIPIT_STATUS_OK) { /* a bad handle or a poisoned graph */
-        pipit__err_prefix("pipit_gpt2_build");
+        pipit__err_prefix("%s", fn);
         return (pipit_val){g, -1};
     }
     if (pipit_gpt2_check(c) != PIPIT_STATUS_OK) {
-        pipit__err_prefix("pipit_gpt2_build");
+        pipit__err_prefix("%s", fn);
         return (pipit_val){g, -1};
     }
     int64_t bt[2] = {c->batch, c->ctx};
@@ -117,7 +126,9 @@ pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c) {
     }
     x = layernorm(g, c, x, "ln_f");
     pipit_val logits = pipit_matmul_nt(g, x, wte); /* tied lm head */
-    return pipit_xent_mean(g, logits, tgt);
+    pipit_val loss = pipit_xent_mean(g, logits, tgt);
+    if (logits_out && loss.id >= 0) *logits_out = logits;
+    return loss;
 }
 
 /* ---- init ---- */

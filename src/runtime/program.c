@@ -88,6 +88,7 @@ static pipit_status check_options(const pipit_options *o) {
 /* The loss gradient of one microbatch's loss: 1/(M*D), since the step's
  * loss is the mean over all microbatches of all replicas. */
 static void upload_seed(const pipit_program *p, pipit__rank_state *rs) {
+    if (p->plan.gr.seed < 0) return; /* forward-only: no backward */
     double s64 = 1.0 / ((double)p->plan.M * p->plan.D);
     float s32 = (float)s64;
     if (p->plan.g->nodes[p->plan.gr.seed].dtype == PIPIT_F64) p->be->upload(rs->seed, &s64, sizeof s64);
@@ -120,11 +121,14 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     const pipit__backend *be = p->be;
     rs->opt_off = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->opt_off);
     size_t opt_bytes = rs->opt_off ? layout_moments(p, rs) : 0;
+    /* a forward-only program has no gradients and no optimizer state */
+    size_t grad_bytes = p->plan.forward_only ? 0 : rp->param_bytes;
+    if (p->plan.forward_only) opt_bytes = 0;
     /* The large blocks: reserved untouched first, zeroed only once all of
      * them exist, so a model that does not fit fails before filling any. */
     struct { const char *what; size_t bytes; uint8_t **at; } blk[] = {
         {"parameters", rp->param_bytes, &rs->param_block},
-        {"gradients", rp->param_bytes, &rs->grad_block},
+        {"gradients", grad_bytes, &rs->grad_block},
         {"optimizer first moments", opt_bytes, &rs->m_block},
         {"optimizer second moments", opt_bytes, &rs->v_block},
         {"gradient accumulators", rp->acc_bytes, &rs->acc_block},
@@ -166,7 +170,7 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
 /* The largest data-parallel shard of any param, in bytes. */
 static size_t max_shard_bytes(const pipit__plan *pl) {
     size_t m = 0;
-    for (int i = 0; pl->D > 1 && i < pl->nparams; i++) {
+    for (int i = 0; pl->D > 1 && !pl->forward_only && i < pl->nparams; i++) {
         int64_t a, b;
         pipit__dp_shard(pl->params[i].numel, pl->D, 0, &a, &b); /* shard 0 is never smaller */
         m = PIPIT_MAX(m, (size_t)(b - a) * pipit__dtype_size(pl->params[i].dtype));

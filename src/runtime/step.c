@@ -248,6 +248,11 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: a rank of this program hung in an earlier step; "
                                                         "it can no longer run (free it and compile again)"));
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "pipit_step: nfeed is %d (< 0)", nfeed));
+    if (update && p->plan.forward_only)
+        return fail(p, pipit__err(PIPIT_STATUS_INVALID,
+                                  "pipit_step: update = %d on a forward-only program (options.forward_only): it "
+                                  "computes the loss only; pass update = 0",
+                                  update));
     if (update && p->opt_step == INT64_MAX)
         return fail(p, pipit__err(PIPIT_STATUS_INVALID,
                                   "pipit_step: the optimizer step counter is at 2^63-1 and cannot advance"));
@@ -432,8 +437,20 @@ static pipit_status write_param(pipit_program *p, const char *fn, const char *na
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status check_which(const pipit_program *p, int which, const char *fn) {
+/* A forward-only program has no gradients or optimizer state. */
+static pipit_status check_trainable(const pipit_program *p, const char *fn) {
     pipit_status s = check_program_fn(p, fn);
+    if (s) return s;
+    if (p->plan.forward_only)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "%s: this is a forward-only program (options.forward_only): it has no gradients or "
+                          "optimizer state",
+                          fn);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status check_which(const pipit_program *p, int which, const char *fn) {
+    pipit_status s = check_trainable(p, fn);
     if (s) return s;
     if (which != 0 && which != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "%s: which must be 0 (exp_avg) or 1 (exp_avg_sq), got %d", fn,
@@ -471,6 +488,8 @@ pipit_status pipit_program_get_param(const pipit_program *p, const char *name, v
 
 pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, void *data,
                                     size_t nbytes) {
+    pipit_status s = check_trainable(p, __func__);
+    if (s) return s;
     return read_param(p, __func__, name, data, nbytes, BLOCK_GRAD);
 }
 
@@ -478,4 +497,40 @@ pipit_status pipit_program_get_grad(const pipit_program *p, const char *name, vo
 pipit_status pipit_program_set_param(pipit_program *p, const char *name, const void *data,
                                      size_t nbytes) {
     return write_param(p, __func__, name, data, nbytes, BLOCK_PARAM);
+}
+
+int pipit_program_forward_only(const pipit_program *p) { return check_program(p) ? 0 : p->plan.forward_only; }
+
+/* ---- outputs ---- */
+
+pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int mb, void *data, size_t nbytes) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    const pipit__plan *pl = &p->plan;
+    int k = -1;
+    for (int i = 0; v.g == pl->g && i < pl->noutputs; i++)
+        if (pl->outputs[i] == v.id) k = i;
+    if (k < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: value %d is not one of this program's options.outputs", __func__,
+                          (int)v.id);
+    if (mb < 0 || mb >= pl->M * pl->D)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: microbatch %d out of range [0, %d)", __func__, mb, pl->M * pl->D);
+    size_t want = pipit__node_bytes(&pl->g->nodes[v.id]);
+    if (!data) return pipit__err(PIPIT_STATUS_MISUSE, "%s: data is NULL (%zu bytes expected)", __func__, want);
+    if (nbytes != want)
+        return pipit__err(PIPIT_STATUS_SHAPE, "%s: output %d has %zu bytes, caller passed %zu", __func__, (int)v.id,
+                          want, nbytes);
+    if (p->step_wall <= 0) return pipit__err(PIPIT_STATUS_INVALID, "%s: no step has run yet", __func__);
+    int lmb = mb % pl->M, d = mb / pl->M;
+    for (int q = 0; q < pl->nranks; q++) {
+        const pipit__rank_plan *r = &pl->ranks[q];
+        for (int32_t i = r->n - 1; i >= 0 && r->ins[i].kind == INS_OUTPUT; i--) {
+            const pipit__instr *in = &r->ins[i];
+            if (in->node != v.id || in->mb != lmb) continue;
+            int w = d * pl->nranks + q;
+            const uint8_t *src = pipit__is_local(p, w) ? p->rs[w].arena + in->in[0].off : NULL;
+            return fetch(p, w, src, data, nbytes);
+        }
+    }
+    return pipit__err(PIPIT_STATUS_INTERNAL, "%s: output %d of microbatch %d was not planned", __func__, (int)v.id, mb);
 }
