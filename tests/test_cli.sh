@@ -6,48 +6,8 @@
 # and train --init; --json output parses. Usage: test_cli.sh PIPIT SRCDIR
 set -u
 
-PIPIT=${1:?usage: test_cli.sh PIPIT_BINARY SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
-PIPIT=$(realpath -- "$PIPIT") || exit 1 # the test runs in a temp dir
-[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_cli.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-
-# expect_fail "words" cmd...: non-zero exit < 128 and output containing words
-# (case-insensitive).
-expect_fail() {
-    local words=$1
-    shift
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -eq 0 ]; then
-        fail "expected failure, got exit 0: $*"
-    elif [ "$rc" -ge 128 ]; then
-        fail "crashed (exit $rc): $*"$'\n'"$out"
-    elif ! grep -qi -- "$words" <<<"$out"; then
-        fail "message lacks '$words': $*"$'\n'"  got: $out"
-    fi
-}
-
-# expect_ok cmd...: exit 0; output in $OUT.
-OUT=
-expect_ok() {
-    local rc
-    OUT=$("$@" 2>&1)
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "exit $rc: $*"$'\n'"$OUT"
-    return "$rc"
-}
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli "${1:-}"
 
 # ---- data: deterministic English-like text (bytes 32..122)
 $PY - <<'EOF' || { echo "cannot write test data"; exit 1; }

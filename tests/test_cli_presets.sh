@@ -9,43 +9,9 @@
 # Usage: test_cli_presets.sh PIPIT SRCDIR
 set -u
 
-PIPIT=${1:?usage: test_cli_presets.sh PIPIT_BINARY SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
-PIPIT=$(realpath -- "$PIPIT") || exit 1
-[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_presets.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-expect_fail() {
-    local words=$1
-    shift
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -eq 0 ]; then
-        fail "expected failure, got exit 0: $*"
-    elif [ "$rc" -ge 128 ]; then
-        fail "crashed (exit $rc): $*"$'\n'"$out"
-    elif ! grep -qiF -- "$words" <<<"$out"; then
-        fail "message lacks '$words': $*"$'\n'"  got: $out"
-    fi
-}
-OUT=
-expect_ok() {
-    local rc
-    OUT=$("$@" 2>&1)
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "exit $rc: $*"$'\n'"$OUT"
-    return "$rc"
-}
+CLI_FIXED=1 # expected words are fixed strings
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli_presets "${1:-}"
 # field NAME: the value of NAME in the JSON object $OUT (its last line)
 field() { $PY -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])[sys.argv[1]])' "$1" <<<"$OUT"; }
 

@@ -7,35 +7,8 @@
 # Usage: test_cli_sample.sh PIPIT SRCDIR
 set -u
 
-PIPIT=${1:?usage: test_cli_sample.sh PIPIT_BINARY SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
-PIPIT=$(realpath -- "$PIPIT") || exit 1
-[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_sample.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-expect_fail() {
-    local words=$1
-    shift
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -eq 0 ]; then
-        fail "expected failure, got exit 0: $*"
-    elif [ "$rc" -ge 128 ]; then
-        fail "crashed (exit $rc): $*"$'\n'"$out"
-    elif ! grep -qi -- "$words" <<<"$out"; then
-        fail "message lacks '$words': $*"$'\n'"  got: $out"
-    fi
-}
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli_sample "${1:-}"
 
 $PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
 import random

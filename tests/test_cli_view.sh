@@ -6,38 +6,8 @@
 # Usage: test_cli_view.sh PIPIT SRCDIR
 set -u
 
-PIPIT=${1:?usage: test_cli_view.sh PIPIT_BINARY SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
-PIPIT=$(realpath -- "$PIPIT") || exit 1
-[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_view.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-OUT=
-expect_ok() {
-    local rc
-    OUT=$("$@" 2>&1)
-    rc=$?
-    [ "$rc" -eq 0 ] || fail "exit $rc: $*"$'\n'"$OUT"
-    return "$rc"
-}
-expect_fail() {
-    local words=$1
-    shift
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -eq 0 ] || [ "$rc" -ge 128 ]; then fail "expected a clean failure, got exit $rc: $*"
-    elif ! grep -qi -- "$words" <<<"$out"; then fail "message lacks '$words': $*"$'\n'"  got: $out"; fi
-}
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli_view "${1:-}"
 
 $PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
 import random

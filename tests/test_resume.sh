@@ -10,37 +10,8 @@
 # Usage: test_resume.sh PIPIT SRCDIR
 set -u
 
-PIPIT=${1:?usage: test_resume.sh PIPIT_BINARY SOURCE_DIR}
-PY=/usr/bin/python3
-[ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
-PIPIT=$(realpath -- "$PIPIT") || exit 1
-[ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_resume.XXXXXX") || exit 1
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-failures=0
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-
-# expect_fail "words" cmd...: non-zero exit < 128 and output containing words.
-expect_fail() {
-    local words=$1
-    shift
-    local out rc
-    out=$("$@" 2>&1)
-    rc=$?
-    if [ "$rc" -eq 0 ]; then
-        fail "expected failure, got exit 0: $*"
-    elif [ "$rc" -ge 128 ]; then
-        fail "crashed (exit $rc): $*"$'\n'"$out"
-    elif ! grep -qi -- "$words" <<<"$out"; then
-        fail "message lacks '$words': $*"$'\n'"  got: $out"
-    fi
-}
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup resume "${1:-}"
 
 # run LOG cmd...: stdout to LOG, stderr to LOG.err; a failure is reported.
 run() {

@@ -1,0 +1,50 @@
+# cli_lib.sh — what the CLI test scripts share (sourced, not a test):
+#   cli_setup NAME PIPIT  checks the binary and python3 (else exit 77: skip),
+#                         makes PIPIT absolute and cd's into a temp dir
+#                         removed on exit;
+#   fail MSG              counts a failure;
+#   expect_fail WORDS CMD non-zero exit < 128 with output containing WORDS
+#                         (case-insensitive; a regex, or a fixed string when
+#                         CLI_FIXED=1);
+#   expect_ok CMD         exit 0, output in $OUT.
+
+cli_setup() {
+    PIPIT=${2:?usage: $1.sh PIPIT_BINARY SOURCE_DIR}
+    PY=/usr/bin/python3
+    [ -x "$PIPIT" ] || { echo "SKIP: no pipit binary at $PIPIT"; exit 77; }
+    PIPIT=$(realpath -- "$PIPIT") || exit 1 # the test runs in a temp dir
+    [ -x "$PY" ] || { echo "SKIP: no $PY"; exit 77; }
+    TMP=$(mktemp -d "${TMPDIR:-/tmp}/pipit_$1.XXXXXX") || exit 1
+    trap 'rm -rf "$TMP"' EXIT
+    cd "$TMP" || exit 1
+}
+
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+expect_fail() {
+    local words=$1 out rc grepflags=-qi
+    shift
+    [ "${CLI_FIXED:-0}" = 1 ] && grepflags=-qiF
+    out=$("$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+        fail "expected failure, got exit 0: $*"
+    elif [ "$rc" -ge 128 ]; then
+        fail "crashed (exit $rc): $*"$'\n'"$out"
+    elif ! grep "$grepflags" -- "$words" <<<"$out"; then
+        fail "message lacks '$words': $*"$'\n'"  got: $out"
+    fi
+}
+
+OUT=
+expect_ok() {
+    local rc
+    OUT=$("$@" 2>&1)
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "exit $rc: $*"$'\n'"$OUT"
+    return "$rc"
+}
