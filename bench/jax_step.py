@@ -151,7 +151,7 @@ def main():
         t0 = time.perf_counter()
         last = one()
         times.append(time.perf_counter() - t0)
-    check = meter.stop()
+    check = meter.stop(args.steps)
 
     tokens = B * T
     flops = (6 * n_flops + 12 * L * C * T) * tokens

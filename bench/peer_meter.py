@@ -7,11 +7,14 @@ many threads a library should use; this measures how many it did. Over the
 timed steps, cpu_per_wall = process CPU seconds / wall seconds is the mean
 number of cores in use: it is at most the thread count when the pinning
 works (spin-waiting threads count as busy, so it is an upper bound on the
-useful work). busy_threads counts the OS threads (/proc/self/task) that
+useful work); sys_per_wall is its kernel part (page faults of fresh
+mmaps show up there) and minor_faults_per_step the page faults per step.
+busy_threads counts the OS threads (/proc/self/task) that
 each used at least 10 % of the wall time.
 """
 
 import os
+import resource
 import time
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -36,21 +39,24 @@ def _task_ticks():
 class ThreadMeter:
     def start(self):
         self.t0 = _task_ticks()
+        self.r0 = resource.getrusage(resource.RUSAGE_SELF)
         self.c0 = time.process_time()
         self.w0 = time.perf_counter()
 
-    def stop(self):
+    def stop(self, steps):
         wall = time.perf_counter() - self.w0
         cpu = time.process_time() - self.c0
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
         t1 = _task_ticks()
         busy = sum(1 for tid, v in t1.items() if (v - self.t0.get(tid, 0)) / _TICK >= 0.1 * wall)
         return {"cpu_per_wall": round(cpu / wall, 3) if wall > 0 else None,
+                "sys_per_wall": round((r1.ru_stime - self.r0.ru_stime) / wall, 3) if wall > 0 else None,
+                "minor_faults_per_step": round((r1.ru_minflt - self.r0.ru_minflt) / max(steps, 1)),
                 "busy_threads": busy, "os_threads": len(t1),
                 "timed_wall_s": round(wall, 3)}
 
 
 def peak_rss_mb():
-    import resource
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
 
 
