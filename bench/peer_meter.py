@@ -51,6 +51,7 @@ class ThreadMeter:
         busy = sum(1 for tid, v in t1.items() if (v - self.t0.get(tid, 0)) / _TICK >= 0.1 * wall)
         return {"cpu_per_wall": round(cpu / wall, 3) if wall > 0 else None,
                 "sys_per_wall": round((r1.ru_stime - self.r0.ru_stime) / wall, 3) if wall > 0 else None,
+                "cpu_ms_per_step": round(cpu * 1e3 / max(steps, 1), 1),
                 "minor_faults_per_step": round((r1.ru_minflt - self.r0.ru_minflt) / max(steps, 1)),
                 "busy_threads": busy, "os_threads": len(t1),
                 "timed_wall_s": round(wall, 3)}

@@ -58,6 +58,17 @@ def blas_info():
     return m.group(1) if m else "?"
 
 
+def pool_threads():
+    """The thread counts torch's pools report (OpenMP, MKL when present)."""
+    info = torch.__config__.parallel_info()
+    out = {}
+    for key in ("omp_get_max_threads", "mkl_get_max_threads"):
+        m = re.search(key + r"\(\) : (\d+)", info)
+        if m:
+            out[key.split("_")[0]] = int(m.group(1))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     peer_meter.add_step_args(ap)
@@ -123,6 +134,7 @@ def main():
         "adamw": args.adamw,
         "torch_threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
+        "pool_threads": pool_threads(),
         **peer_meter.process_report(check),
     }))
     return 0
