@@ -64,7 +64,7 @@ MALLOC = {
 # itself: both are timed and the faster one is the peer's time (details
 # print both). On one thread OpenMP has no other thread to wait for.
 BEST = {
-    "torch-debian": ("nommap", "passive", "foreach"),
+    "torch-debian": ("nommap", "passive", "loop"),
     "torch-pypi": ("nommap", "passive", "fused"),
 }
 WAITS = ("passive", "active")
