@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
             if (m.ms < mn) mn = m.ms;
         }
     }
-    double wall = now_s() - wall0, cpu_per_wall = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0) / wall;
+    double wall = now_s() - wall0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0, cpu_per_wall = cpu / wall;
     getrusage(RUSAGE_SELF, &ru);
     double sys_per_wall = ((double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
                            1e-6 * (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) / wall;
@@ -155,9 +155,9 @@ int main(int argc, char **argv) {
     printf("{\"vocab\":%d,\"ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"batch\":%d,\"threads\":%d,"
            "\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_mean\":%.3f,\"tokens_per_s\":%.1f,"
            "\"gflops\":%.3f,\"sgemm_mlp_gflops\":%.2f,\"sgemm_square_gflops\":%.2f,\"ratio_ceiling\":%.4f,"
-           "\"cpu_per_wall\":%.3f,\"sys_per_wall\":%.3f,\"minor_faults_per_step\":%ld,\"peak_rss_mb\":%.1f}\n",
+           "\"cpu_per_wall\":%.3f,\"cpu_ms_per_step\":%.1f,\"sys_per_wall\":%.3f,\"minor_faults_per_step\":%ld,\"peak_rss_mb\":%.1f}\n",
            cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, steps, med, mn, mean,
-           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil, cpu_per_wall, sys_per_wall, faults, (double)ru.ru_maxrss / 1024.0);
+           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil, cpu_per_wall, cpu * 1e3 / steps, sys_per_wall, faults, (double)ru.ru_maxrss / 1024.0);
     free(ms), free(tok), free(tgt), free(pos);
     pipit_program_free(p);
     pipit_graph_free(g);

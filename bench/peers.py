@@ -245,6 +245,19 @@ def compare(args):
     print("  best/pipit = the fastest peer's ms / pipit's ms (> 1: pipit is faster);")
     print("  sgemm = best OpenBLAS cblas_sgemm GFLOP/s (256x3072x768, 1024^3) in bench_train's process,")
     print("  same taskset; GFLOP/s count (6 N + 12 L C T) per token for every peer (N = params except wpe).")
+    one = [(m, res) for m, th, _, _, res in rows if th == 1]
+    if one:
+        print()
+        print("  one thread by CPU time per step (process CPU ms / timed steps; a shared machine stretches")
+        print("  wall time but hardly CPU time, so on a loaded machine read these; on a quiet one they match):")
+        for model, res in one:
+            got = {n: res[n]["cpu_ms_per_step"] for n in names if "cpu_ms_per_step" in res[n]}
+            line = f"    {model[0]:9} " + "  ".join(f"{n} {v:.1f}" for n, v in got.items())
+            peers_ok = [n for n in got if n != "pipit"]
+            if "pipit" in got and peers_ok:
+                best = min(peers_ok, key=got.get)
+                line += f"  -> best {best}, best/pipit {got[best] / got['pipit']:.2f}x"
+            print(line)
     print()
     print("  details (peak RSS MB, kernel time / wall and minor page faults per timed step,")
     print("  busy threads = OS threads with >= 10% of the wall time,")
