@@ -50,11 +50,13 @@ VENV_HINT = ("python3 -m venv /tmp/venv-peers && /tmp/venv-peers/bin/pip install
 # malloc (mmap_max=0: every block comes from the heap, which grows with
 # brk) and never trims the heap (trim_threshold = 64 GiB), so memory freed
 # by one step is reused by the next without a system call or a page fault.
-# (mmap_threshold alone cannot do it for the 124M model: glibc ignores a
-# threshold above 32 MiB, and its logits [256, 50257] are 51 MB.)
+# A fixed mmap_threshold above the largest block (thr4g) does the same; one
+# of 32 MiB (thr32m, the top of the dynamic range) does half of it for the
+# 124M model, whose logits and their gradient ([256, 50257]) are 51 MB.
 MALLOC = {
     "default": None,
     "thr32m": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=68719476736",
+    "thr4g": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=68719476736",
     "nommap": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736",
 }
 
