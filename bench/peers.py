@@ -217,7 +217,7 @@ def compare(args):
     names = ["pipit"] + [p.name for p in peers]
     print()
     head = f"{'model':9} {'thr':>3} |" + "".join(f" {n + ' ms':>16} {'cpu/w':>6} |" for n in names)
-    head += f" {'best peer':>12} | {'best/pipit':>10} | {'sgemm GF/s':>10} {'pipit GF/s':>10} {'/ceil':>6}"
+    head += f" {'best peer':>12} | {'best/pipit':>10} {'winner':>12} | {'sgemm GF/s':>10} {'pipit GF/s':>10} {'/ceil':>6}"
     print(head)
     for model, threads, steps, warmup, res in rows:
         line = f"{model[0]:9} {threads:3d} |"
@@ -231,9 +231,10 @@ def compare(args):
         p = res["pipit"]
         if ok and "ms_per_step" in p:
             best = min(ok, key=lambda n: res[n]["ms_per_step"])
-            line += f" {best:>12} | {res[best]['ms_per_step'] / p['ms_per_step']:9.2f}x |"
+            ratio = res[best]["ms_per_step"] / p["ms_per_step"]
+            line += f" {best:>12} | {ratio:9.2f}x {'pipit' if ratio > 1 else best:>12} |"
         else:
-            line += f" {'-':>12} | {'-':>10} |"
+            line += f" {'-':>12} | {'-':>10} {'-':>12} |"
         if "gflops" in p:
             ceil = max(p["sgemm_mlp_gflops"], p["sgemm_square_gflops"])
             line += f" {ceil:10.1f} {p['gflops']:10.1f} {p['gflops'] / ceil:6.3f}"
@@ -244,7 +245,7 @@ def compare(args):
           + ("" if args.quick else f", {timing['gpt2-124M'][0]} for 124M") + " after warm-up);")
     print("  cpu/w = process CPU time / wall time over the timed steps (mean cores used; "
           "must be <= thr, OVER if not);")
-    print("  best/pipit = the fastest peer's ms / pipit's ms (> 1: pipit is faster);")
+    print("  best/pipit = the fastest peer's ms / pipit's ms (> 1: pipit is faster); winner = the fastest of all;")
     print("  sgemm = best OpenBLAS cblas_sgemm GFLOP/s (256x3072x768, 1024^3) in bench_train's process,")
     print("  same taskset; GFLOP/s count (6 N + 12 L C T) per token for every peer (N = params except wpe).")
     one = [(m, res) for m, th, _, _, res in rows if th == 1]
