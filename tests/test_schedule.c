@@ -165,8 +165,8 @@ static double measured_step(int kind, int P, int V, int M) {
     return t;
 }
 
-/* ZB-H2 against Qi et al. (ICLR 2024), Table 2 (handcrafted schedules):
- * ZB-H1 idles (p-1)(T_F+T_B-T_W) per rank with peak p M_B, ZB-H2 idles
+/* ZB-H2 against Qi et al. (ICLR 2024), section 2's comparison of the
+ * handcrafted schedules: ZB-H1 idles (p-1)(T_F+T_B-T_W) per rank with peak p M_B, ZB-H2 idles
  * (p-1)(T_F+T_B-2T_W), i.e. 0 under F = B = W, with peak (2p-1) M_B.
  * Their bubble is rank 0's own idle; the makespan adds the start-up of the
  * last rank, (P-1)F, which no schedule avoids: with unit costs ZB-H1 and
@@ -304,7 +304,9 @@ PIPIT_TEST(sched_zero_bubble_profiled_costs) {
         double dpv = profiled_step(PIPIT_SCHED_DUALPIPEV, 2, M);
         double il = profiled_step(PIPIT_SCHED_INTERLEAVED_1F1B, 2, M);
         double iz = profiled_step(PIPIT_SCHED_INTERLEAVED_ZB, 2, M);
-        fprintf(stderr, "M=%d: 1f1b %.2f zb-h1 %.2f zb-h2 %.2f zb-v %.2f dualpipev %.2f interleaved-1f1b %.2f interleaved-zb %.2f ms\n",
+        fprintf(stderr,
+                "M=%d: 1f1b %.2f zb-h1 %.2f zb-h2 %.2f zb-v %.2f dualpipev %.2f "
+                "interleaved-1f1b %.2f interleaved-zb %.2f ms\n",
                 M, f1, h1, h2, zv, dpv, il, iz);
         ASSERT_TRUE(f1 > 0 && h1 > 0 && h2 > 0 && zv > 0 && dpv > 0 && il > 0 && iz > 0);
         ASSERT_TRUE(h2 < h1 && h1 < f1);
