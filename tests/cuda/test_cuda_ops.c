@@ -73,7 +73,7 @@ static void c_add_mul_scale(pipit_graph *g, pipit_dtype dt) {
 static void c_matmul(pipit_graph *g, pipit_dtype dt) {
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            char na[8], nb[8];
+            char na[32], nb[32];
             snprintf(na, sizeof na, "a%d%d", ta, tb);
             snprintf(nb, sizeof nb, "b%d%d", ta, tb);
             pipit_val a = in_f(g, dt, na, 2, ta ? SH(19, 13) : SH(13, 19));
