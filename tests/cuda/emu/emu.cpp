@@ -6,7 +6,8 @@
  * the CPU's GEMM, memory as host memory), so tests/cuda/test_cuda_ops.c
  * runs unchanged against the emulated kernels.
  */
-#include <barrier>
+#include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -25,11 +26,39 @@ thread_local uint3 threadIdx, blockIdx;
 thread_local dim3 blockDim, gridDim;
 
 namespace {
+/* A barrier whose count can be reset between blocks and that a thread
+ * leaves when it exits (as an exited CUDA thread stops counting). */
+struct emu_barrier {
+    std::mutex mu;
+    std::condition_variable cv;
+    int expected = 0, arrived = 0;
+    unsigned long gen = 0;
+    void reset(int n) {
+        std::lock_guard<std::mutex> g(mu);
+        expected = n;
+        arrived = 0;
+    }
+    void release() {
+        arrived = 0;
+        gen++;
+        cv.notify_all();
+    }
+    void wait() {
+        std::unique_lock<std::mutex> l(mu);
+        unsigned long g = gen;
+        if (++arrived == expected) release();
+        else cv.wait(l, [&] { return gen != g; });
+    }
+    void drop() {
+        std::lock_guard<std::mutex> g(mu);
+        if (--expected > 0 && arrived == expected) release();
+    }
+};
 struct warp_state {
     uint64_t slot[32];
-    std::unique_ptr<std::barrier<>> bar;
+    emu_barrier bar;
 };
-thread_local std::barrier<> *block_bar;
+thread_local emu_barrier *block_bar;
 thread_local warp_state *my_warp;
 thread_local unsigned my_lane;
 std::mutex err_mu;
@@ -43,17 +72,20 @@ void set_last(cudaError_t e) {
 }
 } // namespace
 
-void __syncthreads(void) { block_bar->arrive_and_wait(); }
+void __syncthreads(void) { block_bar->wait(); }
 
 uint64_t pipit_emu_shfl(uint64_t bits, unsigned src_xor) {
     warp_state *w = my_warp;
     w->slot[my_lane] = bits;
-    w->bar->arrive_and_wait();
+    w->bar.wait();
     uint64_t got = w->slot[(my_lane ^ src_xor) & 31];
-    w->bar->arrive_and_wait();
+    w->bar.wait();
     return got;
 }
 
+/* One thread per thread of a block, kept for the whole launch: the blocks
+ * run one after another, with every thread at the gate between two blocks
+ * (so __shared__ statics serve one block at a time). */
 void pipit_emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const std::function<void()> &body) {
     (void)s;
     unsigned nt = block.x * block.y * block.z;
@@ -64,31 +96,38 @@ void pipit_emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const 
         set_last(cudaErrorInvalidConfiguration);
         return;
     }
-    for (unsigned bz = 0; bz < grid.z; bz++)
-        for (unsigned by = 0; by < grid.y; by++)
-            for (unsigned bx = 0; bx < grid.x; bx++) {
-                std::barrier<> bar((ptrdiff_t)nt);
-                unsigned nw = (nt + 31) / 32;
-                std::vector<warp_state> warps(nw);
-                for (unsigned w = 0; w < nw; w++)
-                    warps[w].bar = std::make_unique<std::barrier<>>((ptrdiff_t)std::min(32u, nt - 32 * w));
-                std::vector<std::thread> th;
-                th.reserve(nt);
-                for (unsigned t = 0; t < nt; t++)
-                    th.emplace_back([&, t] {
-                        threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
-                        blockIdx = {bx, by, bz};
-                        blockDim = block;
-                        gridDim = grid;
-                        block_bar = &bar;
-                        my_warp = &warps[t / 32];
-                        my_lane = t % 32;
-                        body();
-                        my_warp->bar->arrive_and_drop(); /* an exited thread leaves both barriers */
-                        bar.arrive_and_drop();
-                    });
-                for (auto &x : th) x.join();
+    unsigned nw = (nt + 31) / 32;
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    emu_barrier bar, gate;
+    gate.reset((int)nt);
+    std::vector<warp_state> warps(nw);
+    auto reset_block = [&] {
+        bar.reset((int)nt);
+        for (unsigned w = 0; w < nw; w++) warps[w].bar.reset((int)std::min(32u, nt - 32 * w));
+    };
+    reset_block();
+    std::vector<std::thread> th;
+    th.reserve(nt);
+    for (unsigned t = 0; t < nt; t++)
+        th.emplace_back([&, t] {
+            threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+            blockDim = block;
+            gridDim = grid;
+            block_bar = &bar;
+            my_warp = &warps[t / 32];
+            my_lane = t % 32;
+            for (uint64_t b = 0; b < nblocks; b++) {
+                blockIdx = {(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                            (unsigned)(b / grid.x / grid.y)};
+                body();
+                my_warp->bar.drop(); /* an exited thread leaves both barriers */
+                bar.drop();
+                gate.wait(); /* the block is done */
+                if (t == 0) reset_block();
+                gate.wait(); /* the next block's barriers are ready */
             }
+        });
+    for (auto &x : th) x.join();
 }
 
 extern "C" {
