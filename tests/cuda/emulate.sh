@@ -6,6 +6,8 @@
 # kernels' indexing (every global and shared-memory access), barriers and
 # results against the CPU backend; only a GPU run checks the real thing.
 # CPU_BUILD_DIR is a configured and built CPU tree (its libpipit.a).
+# PIPIT_EMU_SAN="-fsanitize=thread" checks the barriers for data races;
+# PIPIT_CUDA_CASE=name runs one parity case.
 # Each `kernel<<<grid, block, smem, stream>>>(args);` is rewritten to
 # `pipit_emu_launch(grid, block, smem, stream, [&]() { kernel(args); });`.
 set -eu
@@ -15,7 +17,7 @@ build=$(cd "${1:?usage: emulate.sh CPU_BUILD_DIR [TEST...]}" && pwd)
 shift
 out=${PIPIT_EMU_DIR:-${TMPDIR:-/tmp}/pipit-cuda-emu}
 mkdir -p "$out"
-san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+san=${PIPIT_EMU_SAN:-"-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"}
 inc="-I$here/emu -I$root/src -I$root/include -I$root/tests"
 objs=""
 for cu in "$root"/src/backend/cuda/*_cuda.cu; do
@@ -45,4 +47,4 @@ libs=$(sed -n '/^build pipit_tests:/,/LINK_LIBRARIES/p' "$build/build.ninja" 2>/
        sed -n 's/.*LINK_LIBRARIES = //p' | sed 's/libpipit\.a//')
 g++ $san -o "$out/pipit_cuda_emu" $objs "$out/emu.o" "$out/test_cuda_ops.o" "$out/main.o" \
     "$build/libpipit.a" ${libs:--lopenblas -lcjson -lm} -lpthread
-cd "$out" && ASAN_OPTIONS=detect_leaks=1 ./pipit_cuda_emu "$@"
+cd "$out" && ./pipit_cuda_emu "$@"
