@@ -1068,12 +1068,14 @@ static void usage(FILE *f) {
             "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
             "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
+            "  sim       predict step time, TFLOP/s, MFU, bubble and memory of a model on a mesh of GPUs (cost model)\n"
             "  version   print the version and whether MPI is built in (also --version)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 
 int pipit_cli_schedule(int argc, char **argv);
 int pipit_cli_sample(int argc, char **argv);
+int pipit_cli_sim(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -1096,11 +1098,12 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
     if (strcmp(cmd, "sample") == 0) return pipit_cli_sample(argc - 2, argv + 2);
+    if (strcmp(cmd, "sim") == 0) return pipit_cli_sim(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("pipit %s (%s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI");
         return 0;
     }
-    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "version", "help"};
+    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "sim", "version", "help"};
     fprintf(stderr, "pipit: unknown command '%s'%s\n", cmd, cli_did_you_mean(cmd, cmds, NFLAGS(cmds), ""));
     usage(stderr);
     return 2;
