@@ -77,7 +77,7 @@ static void embedding(const pipit_hw *hw, const dims *x, double *f, double *w, d
 
 /* Final LayerNorm, logits against the (tied) embedding, cross-entropy on the
  * last stage; its input gradient is all-reduced over TP. */
-static void head(const pipit_hw *hw, const dims *x, double *f, double *b, double *w, double *params,
+static void head(const pipit_hw *hw, const dims *x, int own_copy, double *f, double *b, double *w, double *params,
                  double *work) {
     double T = x->T, Vt = x->V / x->t;
     double logits = pipit__hw_gemm_time(hw, x->d, 1, T, Vt, x->h);
@@ -85,7 +85,8 @@ static void head(const pipit_hw *hw, const dims *x, double *f, double *b, double
     *b += pipit__hw_mem_time(hw, 4 * x->e * T * x->h + T * Vt * (x->e + 4)) + logits +
           tp_allreduce(hw, x, T * x->h * x->e);
     *w += logits;
-    *params += Vt * x->h + 2 * x->h;
+    /* the tied embedding: a copy of its own when the first stage is on another rank */
+    *params += (own_copy ? Vt * x->h : 0) + 2 * x->h;
     *work += T * Vt * (x->e + 4); /* logits and their fp32 softmax, while the loss runs */
 }
 
@@ -174,7 +175,8 @@ static void p2p(const pipit_sim_config *c, const pipit_hw *hw, const dims *x, pi
     if (c->tp > 1) m->comm += (x->t - 1) / x->t * full / hw->intra_bw + (x->t - 1) * hw->intra_lat;
 }
 
-pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *hw, int V, pipit__sim_model *m) {
+pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *hw, int V, int head_with_first,
+                                    pipit__sim_model *m) {
     int64_t M;
     pipit_status st = check_config(c, hw, V, &M);
     if (st) return st;
@@ -193,7 +195,7 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
         m->act[s] = full ? Ls * x.T * x.h * x.e : Ls * lc.act_full;
         m->work[s] = full ? lc.act_full : 0;
         if (s == 0) embedding(hw, &x, &m->f[s], &m->w[s], &m->params[s]);
-        if (s == S - 1) head(hw, &x, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->work[s]);
+        if (s == S - 1) head(hw, &x, !head_with_first, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->work[s]);
     }
     m->tp_s_per_mb = Ls * (full ? 3 : 2) * lc.tp_fwd;
     m->tp_bytes_per_step = (double)c->layers / c->pp * (full ? 6 : 4) * x.T * x.h * x.e * (double)M;

@@ -174,7 +174,10 @@ static pipit_status run(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_s
     if (st) return st;
     int V = pipit_schedule_virtual(s);
     st = V < 1 ? pipit__err(PIPIT_STATUS_INVALID, "schedule %s has an uneven number of stages per rank", kname)
-               : pipit__sim_model_build(cfg, hw, V, &r->m);
+               : pipit__sim_model_build(cfg, hw, V,
+                                        pipit_schedule_stage_rank(s, 0) ==
+                                            pipit_schedule_stage_rank(s, pipit_schedule_stages(s) - 1),
+                                        &r->m);
     if (!st) st = simulate(r, s, hw);
     pipit_schedule_free(s);
     return st;

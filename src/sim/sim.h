@@ -58,8 +58,9 @@ typedef struct {
 /* M = global batch / (micro-batch x dp), or INVALID naming the numbers. */
 pipit_status pipit__sim_microbatches(const pipit_sim_config *cfg, int64_t *M);
 /* Validates cfg against itself and hw and fills the model (free with
- * pipit__sim_model_free). */
-pipit_status pipit__sim_model_build(const pipit_sim_config *cfg, const pipit_hw *hw, int V,
+ * pipit__sim_model_free). head_with_first: the last stage shares the first
+ * stage's rank (P = 1, DualPipeV), so the tied embedding is held once. */
+pipit_status pipit__sim_model_build(const pipit_sim_config *cfg, const pipit_hw *hw, int V, int head_with_first,
                                     pipit__sim_model *m);
 void pipit__sim_model_free(pipit__sim_model *m);
 /* Megatron's model FLOPs per step: 72 or 96 B s l h^2 (1 + s/6h + V/(12|16) l h),
