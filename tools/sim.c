@@ -63,10 +63,72 @@ static int calibrate(const char *profile, const char *out) {
     return 0;
 }
 
+static pipit_sim_summary run_summary(const pipit_sim_config *c, const pipit_hw *hw, const char *what) {
+    pipit_sim_report *r = NULL;
+    if (pipit_sim_run(c, hw, &r)) die("sim: %s: %s", what, pipit_errmsg());
+    pipit_sim_summary u;
+    pipit_sim_report_summary(r, &u);
+    pipit_sim_report_free(r);
+    return u;
+}
+
+/* --weak-scaling D1,D2,...: the same pipeline (microbatches per replica
+ * fixed) on more replicas; efficiency = TFLOP/s per GPU over the first's. */
+static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const char *list, int json) {
+    int64_t per_replica = c0->global_batch / c0->dp;
+    double base = 0;
+    if (!json) printf("%6s %4s %8s %10s %14s %10s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency");
+    for (const char *p = list; *p;) {
+        char *end;
+        long d = strtol(p, &end, 10);
+        if (end == p || d < 1 || d > 1 << 20 || (*end && *end != ','))
+            die("bad value '%s' for --weak-scaling: expected data-parallel sizes like 2,4,8,16", list);
+        pipit_sim_config c = *c0;
+        c.dp = (int)d, c.global_batch = per_replica * d;
+        pipit_sim_summary u = run_summary(&c, hw, "--weak-scaling");
+        if (base == 0) base = u.tflops_per_gpu;
+        if (json)
+            printf("{\"gpus\":%d,\"dp\":%ld,\"global_batch\":%lld,\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,"
+                   "\"efficiency\":%.6g}\n", u.gpus, d, (long long)c.global_batch, u.step_s, u.tflops_per_gpu,
+                   u.tflops_per_gpu / base);
+        else
+            printf("%6d %4ld %8lld %10.4f %14.1f %10.3f\n", u.gpus, d, (long long)c.global_batch, u.step_s,
+                   u.tflops_per_gpu, u.tflops_per_gpu / base);
+        p = *end ? end + 1 : end;
+    }
+}
+
+/* --vs-gpipe: GPipe holding no more memory than this schedule: the most
+ * microbatches per flush M' (a divisor of M) whose peak fits, run as M/M'
+ * flushes (gradients accumulate across them; one DP exchange and update). */
+static void vs_gpipe(const pipit_sim_config *c0, const pipit_hw *hw, const pipit_sim_summary *mine, int json) {
+    int M = mine->microbatches;
+    for (int m = M; m >= 1; m--) {
+        if (M % m) continue;
+        pipit_sim_config c = *c0;
+        c.schedule = PIPIT_SCHED_GPIPE, c.virt = 1, c.global_batch = c0->global_batch / M * m;
+        pipit_sim_summary g = run_summary(&c, hw, "--vs-gpipe");
+        if (g.peak_bytes_per_rank > mine->peak_bytes_per_rank && m > 1) continue;
+        double step = (double)(M / m) * g.pipeline_s + g.dp_s + g.optimizer_s;
+        double gain = step / mine->step_s - 1;
+        if (json)
+            printf("{\"gpipe_microbatches_per_flush\":%d,\"gpipe_flushes\":%d,\"gpipe_step_s\":%.9g,"
+                   "\"gpipe_peak_bytes_per_rank\":%.9g,\"step_s\":%.9g,\"gain\":%.6g}\n",
+                   m, M / m, step, g.peak_bytes_per_rank, mine->step_s, gain);
+        else
+            printf("GPipe at equal memory: %d flush%s of %d microbatches, %.2f GiB peak, step %.4f s; this schedule's "
+                   "step %.4f s is %.1f%% faster\n",
+                   M / m, M / m == 1 ? "" : "es", m, g.peak_bytes_per_rank / (1024.0 * 1024 * 1024), step,
+                   mine->step_s, 100 * gain);
+        return;
+    }
+}
+
 int pipit_cli_sim(int argc, char **argv) {
     pipit_sim_config c = {.micro_batch = 1, .tp = 1, .pp = 1, .dp = 1, .ffn_mult = 0};
     const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL;
-    int json = 0;
+    int json = 0, gpipe = 0;
+    const char *scaling = NULL;
     uint64_t global = 0;
     flag fl[] = {
         {"layers", FL_INT, &c.layers, "transformer layers L", 0},
@@ -88,6 +150,9 @@ int pipit_cli_sim(int argc, char **argv) {
         {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu or a hardware JSON file (docs/sim.md)", 0},
         {"json", FL_BOOL, &json, "print one JSON object", 0},
+        {"weak-scaling", FL_STR, &scaling, "D1,D2,...: the same pipeline on dp = D1, D2, ... (microbatches per replica fixed): "
+                                           "TFLOP/s per GPU and efficiency over the first", 0},
+        {"vs-gpipe", FL_BOOL, &gpipe, "also print GPipe at equal memory (flushes of fewer microbatches) and the gain over it", 0},
         {"calibrate", FL_STR, &cal, "fit the CPU description to a `pipit train --profile-out` file; print it", 0},
         {"out", FL_STR, &out, "with --calibrate: write the description to FILE", 0},
     };
@@ -112,11 +177,22 @@ int pipit_cli_sim(int argc, char **argv) {
     c.schedule = pipit_cli_schedule_kind("schedule", schedule);
     c.recompute = pipit_cli_recompute(recompute);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    if (scaling) {
+        weak_scaling(&c, hw, scaling, json);
+        pipit_hw_free(hw);
+        return 0;
+    }
     pipit_sim_report *r = NULL;
     if (pipit_sim_run(&c, hw, &r)) die("sim: %s", pipit_errmsg());
     pipit_status st = json ? pipit_sim_report_write_json(stdout, r) : pipit_sim_report_print(stdout, r);
     if (st) die("sim: %s", pipit_errmsg());
+    pipit_sim_summary mine;
+    pipit_sim_report_summary(r, &mine);
     pipit_sim_report_free(r);
+    if (gpipe) {
+        if (!json) printf("\n");
+        vs_gpipe(&c, hw, &mine, json);
+    }
     pipit_hw_free(hw);
     return 0;
 }
