@@ -39,6 +39,8 @@ PIPIT_API int pipit_hw_builtin_count(void);
 PIPIT_API const char *pipit_hw_builtin_name(int i);
 /* Dense peak FLOP/s of the training dtype ("fp32", "bf16", ...). */
 PIPIT_API double pipit_hw_peak_flops(const pipit_hw *hw, const char *dtype);
+/* Memory of one device in bytes (0 for NULL). */
+PIPIT_API double pipit_hw_mem_capacity(const pipit_hw *hw);
 /* Writes the description as JSON (the format pipit_hw_load reads). */
 PIPIT_API pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw);
 

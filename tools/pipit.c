@@ -112,7 +112,8 @@ static const char *PLAN_USAGE =
     "--data FILE [--model NAME] [--config FILE] [--ctx T --layers L ...] [--pp P --schedule S ...] [--json]";
 static const char *PLAN_ABOUT =
     "Compiles the model as `pipit train` would (same model and pipeline flags) and prints, per rank,\n"
-    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.";
+    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.\n"
+    "`pipit plan --search --global-batch G` ranks schedules instead (see pipit plan --search --help).";
 
 enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
 
@@ -1067,7 +1068,8 @@ static void usage(FILE *f) {
             "  eval      mean loss of a checkpoint on sequential windows of a file (forward only)\n"
             "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
-            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
+            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON);\n"
+            "            plan --search: rank schedule x V x microbatch size (x tp x dp) by simulated step time\n"
             "  sim       predict step time, TFLOP/s, MFU, bubble and memory of a model on a mesh of GPUs (cost model)\n"
             "  version   print the version and whether MPI is built in (also --version)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
@@ -1076,6 +1078,7 @@ static void usage(FILE *f) {
 int pipit_cli_schedule(int argc, char **argv);
 int pipit_cli_sample(int argc, char **argv);
 int pipit_cli_sim(int argc, char **argv);
+int pipit_cli_plan_search(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -1088,6 +1091,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     int rc = -1;
+    if (strcmp(cmd, "plan") == 0)
+        for (int i = 2; i < argc; i++)
+            if (strcmp(argv[i], "--search") == 0) return pipit_cli_plan_search(argc - 2, argv + 2);
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "plan") == 0 || strcmp(cmd, "eval") == 0) {
         /* under mpirun each process runs one world rank */
         if (pipit_init(&argc, &argv)) die("%s", pipit_errmsg());

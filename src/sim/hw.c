@@ -48,6 +48,8 @@ void pipit_hw_free(pipit_hw *hw) {
 
 const char *pipit_hw_name(const pipit_hw *hw) { return hw ? hw->name : NULL; }
 
+double pipit_hw_mem_capacity(const pipit_hw *hw) { return hw ? hw->mem_cap : 0.0; }
+
 double pipit_hw_peak_flops(const pipit_hw *hw, const char *dtype) {
     int d = dtype ? pipit__hw_dtype(dtype) : hw ? hw->train_dtype : -1;
     return hw && d >= 0 ? hw->peak[d] : 0.0;
