@@ -92,5 +92,27 @@ expect_fail "bad value 'x' for --weak-scaling" "$PIPIT" sim "${BASE[@]}" --weak-
 expect_fail "--calibrate takes only --out" "$PIPIT" sim --calibrate p.json --layers 2
 expect_fail "cannot open" "$PIPIT" sim --calibrate missing.json
 
+# ---- calibration: train --profile-out writes the profile, sim --calibrate fits a description from it
+$PY -c 'import random; r = random.Random(3); open("t.txt", "w").write("".join(r.choice(["ab ", "cd ", "ef. "]) for _ in range(3000)))'
+expect_ok "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 \
+    --steps 3 --profile-out prof.json
+$PY - <<'PYEOF' || fail "profile JSON"
+import json
+j = json.load(open("prof.json"))
+assert j["model"] == {"layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
+                      "pp": 2, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1}, j["model"]
+assert j["steps"] == 2 and j["step_s"] > 0
+assert [r["rank"] for r in j["profile"]["ranks"]] == [0, 1]
+assert all(r["ops"]["matmul"] > 0 for r in j["profile"]["ranks"])
+PYEOF
+expect_ok "$PIPIT" sim --calibrate prof.json --out cpu_here.json
+expect_ok "$PIPIT" sim --layers 2 --hidden 32 --heads 2 --seq 16 --vocab 256 --micro-batch 2 --global-batch 4 --pp 2 \
+    --hw cpu_here.json --json
+$PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["hw"] == "cpu" and j["step_s"] > 0' "$OUT" || fail "calibrated sim: $OUT"
+echo '{"model": {"layers": 2}}' > badprof.json
+expect_fail "badprof.json.*lacks" "$PIPIT" sim --calibrate badprof.json
+expect_fail "--profile-out .*cannot create a file there" "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 \
+    --micro-batch 2 --steps 2 --profile-out /nonexistent/dir/p.json
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "ok"

@@ -351,3 +351,50 @@ PIPIT_TEST(sim_hw_files_load_and_reject) {
         ASSERT_TRUE(hw == NULL);
     }
 }
+
+/* ---------------------------------------------------------- calibration */
+
+static void write_profile(const char *path, double t_mm, double t_attn, double t_elem) {
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    /* two ranks: the fit adds them */
+    fprintf(f,
+            "{\"model\":{\"layers\":4,\"dim\":128,\"heads\":4,\"ctx\":64,\"vocab\":256,\"micro_batch\":8,"
+            "\"microbatches\":4,\"pp\":2},\"steps\":2,\"step_s\":0.1,\"profile\":{\"ranks\":["
+            "{\"rank\":0,\"ops\":{\"matmul\":%.17g,\"attention\":%.17g,\"layernorm\":%.17g},\"instructions\":{}},"
+            "{\"rank\":1,\"ops\":{\"matmul\":%.17g,\"attn_dqkv\":%.17g,\"gelu\":%.17g},\"instructions\":{}}]}}\n",
+            t_mm, t_attn, t_elem, t_mm, t_attn, t_elem);
+    fclose(f);
+}
+
+/* The fitted peak is the GEMM FLOPs outside attention (Megatron's count:
+ * 3 passes of 2T(4h^2 + 8h^2) per layer and 2ThV for the logits) over the
+ * matmul seconds; and the description reproduces the profile: one rank
+ * simulating the profiled model is busy exactly the measured op time. */
+PIPIT_TEST(sim_calibration_fits_the_profile) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/profile.json", pipit_test_tmpdir());
+    double t_mm = 0.02, t_attn = 0.004, t_elem = 0.006; /* per rank, over 2 steps */
+    write_profile(path, t_mm, t_attn, t_elem);
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_calibrate(path, &hw));
+    double T = 8 * 64, h = 128, f_mm = 4 * (4 * 3 * 2 * T * 12 * h * h + 3 * 2 * T * h * 256);
+    double per_step_mm = 2 * t_mm / 2;
+    double peak = pipit_hw_peak_flops(hw, "fp32");
+    double attn_rate = 12.0 * 8 * 64 * 64 * 128 * 4 * 4 / (2 * t_attn / 2);
+    ASSERT_NEAR_F64(fmax(f_mm / per_step_mm, attn_rate) / peak, 1.0, 1e-9);
+    pipit_sim_config c = {.layers = 4, .hidden = 128, .heads = 4, .seq = 64, .vocab = 256, .micro_batch = 8,
+                          .global_batch = 32, .tp = 1, .pp = 1, .dp = 1, .schedule = PIPIT_SCHED_GPIPE};
+    pipit_sim_report *r = NULL;
+    ASSERT_OK(pipit_sim_run(&c, hw, &r));
+    ASSERT_NEAR_F64(pipit_sim_report_rank_busy(r, 0) / (t_mm + t_attn + t_elem), 1.0, 1e-9);
+    pipit_sim_report_free(r);
+    pipit_hw_free(hw);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\":{\"layers\":4},\"steps\":1}", f);
+    fclose(f);
+    ASSERT_STATUS(pipit_hw_calibrate(path, &hw), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("\"model\" lacks");
+    ASSERT_STATUS(pipit_hw_calibrate("/nonexistent/p.json", &hw), PIPIT_STATUS_IO);
+    ASSERT_MSG_HAS("cannot open profile");
+}

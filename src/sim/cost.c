@@ -165,14 +165,17 @@ static pipit_status model_alloc(pipit__sim_model *m, int S) {
 }
 
 /* Stage-to-stage message: with TP, Megatron's scatter/gather optimisation
- * sends 1/t of the activation per GPU and all-gathers it inside the node. */
+ * sends 1/t of the activation per GPU and all-gathers it inside the node.
+ * The transfer occupies the sender (Megatron's blocking P2P; the local
+ * transport's copy), the latency only the edge (sim.c books both). */
 static void p2p(const pipit_sim_config *c, const pipit_hw *hw, const dims *x, pipit__sim_model *m) {
     double full = x->T * x->h * x->e;
     m->p2p_inter = (int64_t)c->tp * c->dp * c->pp > hw->gpus_per_node;
     double bw = m->p2p_inter ? hw->inter_bw : hw->intra_bw, lat = m->p2p_inter ? hw->inter_lat : hw->intra_lat;
     m->p2p_bytes = full / x->t;
-    m->comm = lat + m->p2p_bytes / bw;
-    if (c->tp > 1) m->comm += (x->t - 1) / x->t * full / hw->intra_bw + (x->t - 1) * hw->intra_lat;
+    m->comm = lat;
+    m->p2p_xfer = m->p2p_bytes / bw;
+    if (c->tp > 1) m->p2p_xfer += (x->t - 1) / x->t * full / hw->intra_bw + (x->t - 1) * hw->intra_lat;
 }
 
 pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *hw, int V, int head_with_first,

@@ -46,13 +46,23 @@ void pipit_hw_free(pipit_hw *hw) {
     pipit__free(hw);
 }
 
-const char *pipit_hw_name(const pipit_hw *hw) { return hw ? hw->name : NULL; }
+static int null_hw(const pipit_hw *hw, const char *fn) {
+    if (!hw) pipit__err(PIPIT_STATUS_MISUSE, "%s: hardware is NULL", fn);
+    return !hw;
+}
 
-double pipit_hw_mem_capacity(const pipit_hw *hw) { return hw ? hw->mem_cap : 0.0; }
+const char *pipit_hw_name(const pipit_hw *hw) { return null_hw(hw, __func__) ? NULL : hw->name; }
+
+double pipit_hw_mem_capacity(const pipit_hw *hw) { return null_hw(hw, __func__) ? 0.0 : hw->mem_cap; }
 
 double pipit_hw_peak_flops(const pipit_hw *hw, const char *dtype) {
-    int d = dtype ? pipit__hw_dtype(dtype) : hw ? hw->train_dtype : -1;
-    return hw && d >= 0 ? hw->peak[d] : 0.0;
+    if (null_hw(hw, __func__)) return 0.0;
+    int d = dtype ? pipit__hw_dtype(dtype) : hw->train_dtype;
+    if (d < 0) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: unknown dtype '%s' (expected fp32, tf32, bf16, fp16)", __func__, dtype);
+        return 0.0;
+    }
+    return hw->peak[d];
 }
 
 /* ---------------------------------------------------------------- parse */
@@ -198,9 +208,9 @@ pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) 
     return PIPIT_STATUS_OK;
 }
 
-static pipit_status read_text(const char *path, char **out) {
+pipit_status pipit__sim_read_text(const char *path, const char *what, char **out) {
     FILE *f = fopen(path, "rb");
-    if (!f) return pipit__err(PIPIT_STATUS_IO, "cannot open hardware file '%s': %s", path, strerror(errno));
+    if (!f) return pipit__err(PIPIT_STATUS_IO, "cannot open %s '%s': %s", what, path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *buf = pipit__malloc(cap);
     while (buf) {
@@ -209,7 +219,7 @@ static pipit_status read_text(const char *path, char **out) {
         if (cap > (64u << 20)) { /* a hardware description is a few kB */
             fclose(f);
             pipit__free(buf);
-            return pipit__err(PIPIT_STATUS_FORMAT, "hardware file '%s' is larger than 64 MiB", path);
+            return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s' is larger than 64 MiB", what, path);
         }
         char *nb = pipit__realloc(buf, cap * 2);
         if (!nb) pipit__free(buf);
@@ -217,15 +227,15 @@ static pipit_status read_text(const char *path, char **out) {
     }
     int err = ferror(f);
     fclose(f);
-    if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "reading hardware file '%s': out of memory", path);
+    if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "reading %s '%s': out of memory", what, path);
     if (err) {
         pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_IO, "reading hardware file '%s' failed", path);
+        return pipit__err(PIPIT_STATUS_IO, "reading %s '%s' failed", what, path);
     }
     buf[n] = 0;
     if (strlen(buf) != n) {
         pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_FORMAT, "hardware file '%s' holds a NUL byte: not JSON text", path);
+        return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s' holds a NUL byte: not JSON text", what, path);
     }
     *out = buf;
     return PIPIT_STATUS_OK;
@@ -250,7 +260,7 @@ pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
     }
     fclose(probe);
     char *text = NULL;
-    pipit_status st = read_text(name_or_path, &text);
+    pipit_status st = pipit__sim_read_text(name_or_path, "hardware file", &text);
     if (!st) st = pipit_hw_parse(text, name_or_path, out);
     pipit__free(text);
     return st;

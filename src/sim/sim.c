@@ -142,7 +142,18 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     r->mem_capacity = hw->mem_cap;
 }
 
+/* A stage whose neighbour sits on another rank moves its activation (F)
+ * or its input gradient (B) there inside the task. */
+static void book_transfers(pipit__sim_model *m, const pipit_schedule *s) {
+    for (int st = 0; st + 1 < m->S; st++)
+        if (pipit_schedule_stage_rank(s, st) != pipit_schedule_stage_rank(s, st + 1)) {
+            m->f[st] += m->p2p_xfer;
+            m->b[st + 1] += m->p2p_xfer;
+        }
+}
+
 static pipit_status simulate(pipit_sim_report *r, const pipit_schedule *s, const pipit_hw *hw) {
+    book_transfers(&r->m, s);
     pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm};
     pipit_sim_result *res = NULL;
     pipit_status st = pipit_schedule_simulate(s, &costs, &res);
@@ -273,11 +284,11 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
             "\"peak_bytes_per_rank\":%.9g,\"mem_capacity\":%.9g,\"fits\":%s,\"model_flops\":%.9g,\"pipeline_s\":%.9g,"
             "\"dp_s\":%.9g,\"optimizer_s\":%.9g,\"tp_allreduce_s_per_microbatch\":%.9g,"
             "\"tp_allreduce_bytes_per_gpu\":%.9g,\"dp_allreduce_bytes_per_gpu\":%.9g,\"p2p_message_bytes\":%.9g,"
-            "\"p2p_s\":%.9g,\"p2p_inter_node\":%s,",
+            "\"p2p_s\":%.9g,\"p2p_latency_s\":%.9g,\"p2p_inter_node\":%s,",
             u->step_s, u->tflops_per_gpu, u->mfu, u->hfu, u->bubble, u->peak_bytes_per_rank, r->mem_capacity,
             u->peak_bytes_per_rank <= r->mem_capacity ? "true" : "false", u->model_flops, u->pipeline_s, u->dp_s,
-            u->optimizer_s, u->tp_s_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.comm,
-            r->m.p2p_inter ? "true" : "false");
+            u->optimizer_s, u->tp_s_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
+            r->m.comm, r->m.p2p_inter ? "true" : "false");
     json_stages(f, r);
     fputc(',', f);
     json_ranks(f, r);
@@ -300,12 +311,13 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
             (long long)c->global_batch);
     fprintf(f, "step    %.4f s  (pipeline %.4f s, bubble %.1f%%; then DP exchange %.4f s, optimizer %.4f s)\n",
             u->step_s, u->pipeline_s, 100 * u->bubble, u->dp_s, u->optimizer_s);
-    fprintf(f, "speed   %.1f TFLOP/s per GPU (Megatron's count), MFU %.1f%%, HFU %.1f%%\n", u->tflops_per_gpu,
-            100 * u->mfu, 100 * u->hfu);
+    int giga = u->tflops_per_gpu < 1; /* a CPU */
+    fprintf(f, "speed   %.1f %s per GPU (Megatron's count), MFU %.1f%%, HFU %.1f%%\n",
+            giga ? 1e3 * u->tflops_per_gpu : u->tflops_per_gpu, giga ? "GFLOP/s" : "TFLOP/s", 100 * u->mfu, 100 * u->hfu);
     fprintf(f, "memory  %.2f GiB peak on the fullest rank of %.2f GiB%s\n", gib(u->peak_bytes_per_rank),
             gib(r->mem_capacity), u->peak_bytes_per_rank <= r->mem_capacity ? "" : "  (DOES NOT FIT)");
     fprintf(f, "comm    stage message %.3g MB per GPU (%s, %.3g ms); TP all-reduce %.3g ms per microbatch-stage\n",
-            r->m.p2p_bytes / 1e6, r->m.p2p_inter ? "across nodes" : "inside a node", 1e3 * r->m.comm,
+            r->m.p2p_bytes / 1e6, r->m.p2p_inter ? "across nodes" : "inside a node", 1e3 * (r->m.comm + r->m.p2p_xfer),
             1e3 * u->tp_s_per_mb);
     fprintf(f, "\nrank   busy s   bubble  peak GiB  params     DP s\n");
     for (int q = 0; q < r->m.P; q++) {

@@ -26,6 +26,9 @@ struct pipit_hw {
     double kernel_overhead;      /* seconds added per kernel launch */
 };
 
+/* The whole of a text file (NUL-terminated; free with pipit__free); `what`
+ * names it in messages ("hardware file"). */
+pipit_status pipit__sim_read_text(const char *path, const char *what, char **out);
 /* "fp32" -> HW_FP32, ...; -1 if unknown. */
 int pipit__hw_dtype(const char *name);
 const char *pipit__hw_dtype_name(int d);
@@ -47,7 +50,8 @@ typedef struct {
     double *act;                 /* [S] bytes a (stage, mb) keeps from F to its backward */
     double *work;                /* [S] transient bytes while one task of the stage runs */
     double *params;              /* [S] parameters of stage s on one GPU of its TP group */
-    double comm;                 /* seconds of one stage-to-stage message */
+    double comm;                 /* latency of one stage-to-stage message (the simulator's edge cost) */
+    double p2p_xfer;             /* seconds the sender spends moving one message */
     double p2p_bytes;            /* bytes of one stage-to-stage message per GPU */
     int p2p_inter;               /* 1 if pipeline neighbours sit on different nodes */
     double tp_s_per_mb;          /* TP all-reduce seconds in F+B of one layer-stage (max stage) */
