@@ -75,6 +75,9 @@ static pipit_sim_summary run_summary(const pipit_sim_config *c, const pipit_hw *
 /* --weak-scaling D1,D2,...: the same pipeline (microbatches per replica
  * fixed) on more replicas; efficiency = TFLOP/s per GPU over the first's. */
 static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const char *list, int json) {
+    if (c0->global_batch % c0->dp)
+        die("--weak-scaling keeps the batch per replica: --global-batch %lld is not divisible by --dp %d",
+            (long long)c0->global_batch, c0->dp);
     int64_t per_replica = c0->global_batch / c0->dp;
     double base = 0;
     if (!json) printf("%6s %4s %8s %10s %14s %10s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency");
