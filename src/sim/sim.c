@@ -300,6 +300,18 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
+/* 1.77B, 12.3M, 4.10k, 512 */
+static const char *count_text(char *buf, size_t n, double v) {
+    static const struct { double scale; const char *unit; } units[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (v >= units[i].scale) {
+            snprintf(buf, n, "%.3g%s", v / units[i].scale, units[i].unit);
+            return buf;
+        }
+    snprintf(buf, n, "%.0f", v);
+    return buf;
+}
+
 pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
     if (!f || !r) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_sim_report_print: NULL %s", f ? "report" : "file");
     const pipit_sim_summary *u = &r->sum;
@@ -322,9 +334,10 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
     fprintf(f, "\nrank   busy s   bubble  peak GiB  params     DP s\n");
     for (int q = 0; q < r->m.P; q++) {
         const rank_row *w = &r->ranks[q];
-        fprintf(f, "%4d %8.4f  %5.1f%%  %8.2f  %8.3gB %8.4f\n", q, w->busy,
-                u->pipeline_s > 0 ? 100 * (1 - w->busy / u->pipeline_s) : 0.0, gib(w->peak_bytes), w->params / 1e9,
-                w->dp_s);
+        char params[32];
+        fprintf(f, "%4d %8.4f  %5.1f%%  %8.2f  %8s %8.4f\n", q, w->busy,
+                u->pipeline_s > 0 ? 100 * (1 - w->busy / u->pipeline_s) : 0.0, gib(w->peak_bytes),
+                count_text(params, sizeof params, w->params), w->dp_s);
     }
     for (int i = 0; i < r->nlinks; i++)
         fprintf(f, "%slink %d->%d: %.3g GB forward, %.3g GB backward, %ld messages\n", i ? "" : "\n", r->links[i].from,
