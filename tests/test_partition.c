@@ -1,0 +1,217 @@
+/*
+ * test_partition.c — automatic stage balancing. The dynamic program against
+ * brute force over every cut set of small random op sequences (optimal
+ * slowest stage, then the smallest sum of squares, memory limits and the
+ * smallest feasible limit); GPT-2 re-cut by pipit_partition trains bit for
+ * bit like the builder's even split at P = 2 and P = 4; the user's yields
+ * as hints; the errors.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "partition/partition.h"
+#include "pipit_gpt2.h"
+#include "test.h"
+
+/* ---- the DP against brute force */
+
+typedef struct {
+    const double *op_bytes; /* [n] */
+    double per_stage;       /* + per_stage * (s + 1): stages differ, as in-flight counts do */
+} mem_ctx;
+
+static double toy_bytes(void *ctx, int s, int a, int b) {
+    const mem_ctx *m = ctx;
+    double t = m->per_stage * (s + 1);
+    for (int i = a; i < b; i++) t += m->op_bytes[i];
+    return t;
+}
+
+typedef struct {
+    double best_max, best_sq, min_bytes; /* INFINITY: none */
+} brute_result;
+
+/* Every set of S - 1 allowed cuts, as a bitmask over positions 0..n-2. */
+static brute_result brute(const pipit__dp_problem *pr) {
+    brute_result r = {INFINITY, INFINITY, INFINITY};
+    int n = pr->n;
+    for (unsigned mask = 0; mask < (1u << (n - 1)); mask++) {
+        if (__builtin_popcount(mask) != pr->S - 1) continue;
+        int ok = 1, a = 0, s = 0;
+        double mx = 0, sq = 0, mb = 0;
+        for (int i = 0; i < n && ok; i++) {
+            if (i < n - 1 && !((mask >> i) & 1)) continue;
+            if (i < n - 1 && !pr->cut_ok[i]) ok = 0;
+            double t = pipit__seg_cost(pr->cost, a, i + 1);
+            double bytes = pr->bytes ? pr->bytes(pr->ctx, s, a, i + 1) : 0;
+            mb = fmax(mb, bytes);
+            if (pr->bytes && bytes > pr->limit) ok = ok == 1 ? 2 : ok; /* cuts valid, memory not */
+            mx = fmax(mx, t);
+            sq += t * t;
+            a = i + 1;
+            s++;
+        }
+        if (!ok) continue;
+        r.min_bytes = fmin(r.min_bytes, mb);
+        if (ok == 2) continue;
+        if (mx < r.best_max) r.best_max = mx, r.best_sq = INFINITY;
+        if (mx == r.best_max) r.best_sq = fmin(r.best_sq, sq);
+    }
+    return r;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+PIPIT_TEST(partition_dp_matches_brute_force) {
+    uint64_t seed = 12345;
+    int checked = 0, infeasible = 0, limited = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        int n = 1 + (int)(rng_next(&seed) % 11), S = 1 + (int)(rng_next(&seed) % 5);
+        double cost[12], obytes[12];
+        uint8_t cut_ok[12];
+        int small = trial % 2; /* small integer costs: many ties */
+        for (int i = 0; i < n; i++) {
+            cost[i] = small ? (double)(rng_next(&seed) % 4) : (double)(rng_next(&seed) % 100000) / 997.0;
+            obytes[i] = (double)(rng_next(&seed) % 50);
+            cut_ok[i] = rng_next(&seed) % 4 != 0;
+        }
+        mem_ctx mc = {obytes, (double)(rng_next(&seed) % 20)};
+        int with_mem = trial % 3 == 0;
+        pipit__dp_problem pr = {n, S, cost, cut_ok, with_mem ? toy_bytes : NULL, &mc,
+                                with_mem ? (double)(rng_next(&seed) % 200) : 0};
+        brute_result want = brute(&pr);
+        int bounds[8];
+        double worst = -1, min_limit = -1;
+        pipit_status s = pipit__partition_dp(&pr, bounds, &worst, &min_limit);
+        if (want.best_max == INFINITY) {
+            ASSERT_EQ_I64(s, PIPIT_STATUS_INVALID);
+            if (with_mem && want.min_bytes < INFINITY) { /* the cuts exist: memory was the problem */
+                ASSERT_TRUE(min_limit == want.min_bytes);
+                limited++;
+            }
+            infeasible++;
+            continue;
+        }
+        ASSERT_EQ_I64(s, PIPIT_STATUS_OK);
+        ASSERT_TRUE(worst == want.best_max);
+        /* the DP's own cut set: valid, within the limit, optimal, least squares */
+        ASSERT_EQ_I64(bounds[0], 0);
+        ASSERT_EQ_I64(bounds[S], n);
+        double mx = 0, sq = 0;
+        for (int k = 0; k < S; k++) {
+            ASSERT_TRUE(bounds[k] < bounds[k + 1]);
+            if (k > 0) ASSERT_TRUE(cut_ok[bounds[k] - 1]);
+            if (with_mem) ASSERT_TRUE(toy_bytes(&mc, k, bounds[k], bounds[k + 1]) <= pr.limit);
+            double t = pipit__seg_cost(cost, bounds[k], bounds[k + 1]);
+            mx = fmax(mx, t);
+            sq += t * t;
+        }
+        ASSERT_TRUE(mx == want.best_max);
+        ASSERT_TRUE(fabs(sq - want.best_sq) <= 1e-9 * fmax(1, want.best_sq));
+        checked++;
+    }
+    ASSERT_TRUE(checked > 1000 && infeasible > 100 && limited > 20); /* every branch was exercised */
+}
+
+/* ---- GPT-2: the partitioned graph trains like the even split */
+
+enum { GV = 512, GT = 8, GL = 4, GH = 2, GC = 16, GB = 2, GM = 4, STEPS = 3 };
+
+static pipit_gpt2_config gcfg(int stages) { return (pipit_gpt2_config){GV, GT, GT, GL, GH, GC, GB, stages, PIPIT_F32}; }
+
+static void gfeeds(int step, int32_t *buf, pipit_feed *feeds) {
+    for (int m = 0; m < GM; m++) {
+        int32_t *tok = buf + (size_t)m * 3 * GB * GT, *tgt = tok + GB * GT, *pos = tgt + GB * GT;
+        for (int i = 0; i < GB * GT; i++) {
+            tok[i] = (step * 37 + m * 101 + i * 13) % GV;
+            tgt[i] = (tok[i] * 7 + 3) % GV;
+            pos[i] = i % GT;
+        }
+        size_t nb = sizeof(int32_t) * GB * GT;
+        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
+        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
+        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
+    }
+}
+
+static pipit_program *compile_gpt2(pipit_graph *g, pipit_val loss, pipit_schedule *sch) {
+    pipit_options o = {.schedule = sch, .microbatches = GM, .optimizer = pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1),
+                       .clip_norm = 0.5};
+    pipit_program *p = NULL;
+    if (pipit_compile(g, loss, &o, &p)) {
+        fprintf(stderr, "compile: %s\n", pipit_errmsg());
+        return NULL;
+    }
+    pipit_gpt2_config c = gcfg(1);
+    pipit_gpt2_init(p, &c, 11);
+    return p;
+}
+
+/* Whether every param of a and b holds the same bits. */
+static int same_params(const pipit_program *a, const pipit_program *b) {
+    int n = pipit_program_num_params(a), same = n == pipit_program_num_params(b);
+    for (int i = 0; i < n && same; i++) {
+        const char *name = pipit_program_param_name(a, i);
+        int64_t numel = 0;
+        pipit_program_param_numel(a, name, &numel);
+        size_t nb = sizeof(float) * (size_t)numel;
+        float *x = malloc(nb), *y = malloc(nb);
+        same = !pipit_program_get_param(a, name, x, nb) && !pipit_program_get_param(b, name, y, nb) &&
+               memcmp(x, y, nb) == 0;
+        if (!same) fprintf(stderr, "param %s differs\n", name);
+        free(x);
+        free(y);
+    }
+    return same;
+}
+
+static void check_auto_equals_even(int P) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, P, 1, GM, &sch));
+    pipit_gpt2_config even_c = gcfg(P), auto_c = gcfg(1);
+    pipit_graph *ge = pipit_graph_new(), *ga = pipit_graph_new();
+    pipit_val le = pipit_gpt2_build(ge, &even_c), la = pipit_gpt2_build(ga, &auto_c);
+    /* the even split's predicted costs: its own yields are the only cuts */
+    pipit_partition_result *pe = NULL, *pa = NULL;
+    pipit_partition_options eo = {.schedule = sch, .yields = PIPIT_PARTITION_YIELDS_AS_CUTS}, ao = {.schedule = sch};
+    ASSERT_OK(pipit_partition(ge, le, &eo, &pe));
+    ASSERT_OK(pipit_partition(ga, la, &ao, &pa));
+    double we = 0, wa = 0;
+    int differs = 0;
+    for (int s = 0; s < P; s++) {
+        we = fmax(we, pipit_partition_stage_cost(pe, s));
+        wa = fmax(wa, pipit_partition_stage_cost(pa, s));
+        int a0, a1, e0, e1;
+        pipit_partition_stage_ops(pa, s, &a0, &a1);
+        pipit_partition_stage_ops(pe, s, &e0, &e1);
+        differs |= a1 != e1;
+    }
+    ASSERT_TRUE(differs);  /* the head moves the cuts: the test compares two layouts */
+    ASSERT_TRUE(wa < we);  /* and the DP found a better one than the even split */
+    ASSERT_OK(pipit_partition_apply(pa, ga, &la, 1));
+    pipit_program *pev = compile_gpt2(ge, le, sch), *pau = compile_gpt2(ga, la, sch);
+    ASSERT_TRUE(pev && pau);
+    int32_t buf[3 * GB * GT * GM];
+    pipit_feed feeds[3 * GM];
+    for (int step = 0; step < STEPS; step++) {
+        gfeeds(step, buf, feeds);
+        pipit_metrics me, ma;
+        ASSERT_OK(pipit_step(pev, feeds, 3, 1, &me));
+        ASSERT_OK(pipit_step(pau, feeds, 3, 1, &ma));
+        ASSERT_TRUE(memcmp(&me.loss, &ma.loss, sizeof me.loss) == 0);
+    }
+    ASSERT_TRUE(same_params(pev, pau));
+    pipit_program_free(pev);
+    pipit_program_free(pau);
+    pipit_partition_free(pe);
+    pipit_partition_free(pa);
+    pipit_graph_free(ge);
+    pipit_graph_free(ga);
+    pipit_schedule_free(sch);
+}
+
+PIPIT_TEST(partition_gpt2_auto_bitwise_equals_even_p2) { check_auto_equals_even(2); }
+PIPIT_TEST(partition_gpt2_auto_bitwise_equals_even_p4) { check_auto_equals_even(4); }
