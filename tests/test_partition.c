@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "partition/partition.h"
+#include "runtime/program.h"
 #include "pipit_gpt2.h"
 #include "test.h"
 
@@ -215,3 +216,165 @@ static void check_auto_equals_even(int P) {
 
 PIPIT_TEST(partition_gpt2_auto_bitwise_equals_even_p2) { check_auto_equals_even(2); }
 PIPIT_TEST(partition_gpt2_auto_bitwise_equals_even_p4) { check_auto_equals_even(4); }
+
+/* ---- the user's yields */
+
+static int count_yields(const pipit_graph *g) {
+    int k = 0;
+    for (int32_t i = 0; i < g->n; i++) k += g->nodes[i].op == PIPIT_OP_YIELD;
+    return k;
+}
+
+PIPIT_TEST(partition_yields_as_cuts_takes_only_the_users_yields) {
+    pipit_gpt2_config c = gcfg(4);
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    int32_t yields[3], ny = 0;
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].op == PIPIT_OP_YIELD) yields[ny++] = i;
+    ASSERT_EQ_I64(ny, 3);
+    pipit_partition_result *p = NULL;
+    pipit_partition_options o = {.stages = 4, .yields = PIPIT_PARTITION_YIELDS_AS_CUTS};
+    ASSERT_OK(pipit_partition(g, loss, &o, &p));
+    for (int s = 1; s < 4; s++) { /* all three taken: each stage ends on the value its yield carries */
+        int a, b;
+        ASSERT_OK(pipit_partition_stage_ops(p, s - 1, &a, &b));
+        ASSERT_EQ_I64(pipit_partition_op_node(p, b - 1), pipit__unyield(g, yields[s - 1]));
+    }
+    pipit_partition_free(p);
+    o.stages = 2; /* one of three; apply leaves exactly that one */
+    ASSERT_OK(pipit_partition(g, loss, &o, &p));
+    ASSERT_OK(pipit_partition_apply(p, g, &loss, 1));
+    ASSERT_EQ_I64(count_yields(g), 1);
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, GM, &sch));
+    pipit_program *prog = compile_gpt2(g, loss, sch);
+    ASSERT_TRUE(prog != NULL);
+    pipit_program_free(prog);
+    pipit_schedule_free(sch);
+    pipit_partition_free(p);
+    pipit_graph_free(g);
+}
+
+PIPIT_TEST(partition_replace_ignores_the_users_yields) {
+    pipit_gpt2_config c4 = gcfg(4), c1 = gcfg(1);
+    pipit_graph *g4 = pipit_graph_new(), *g1 = pipit_graph_new();
+    pipit_val l4 = pipit_gpt2_build(g4, &c4), l1 = pipit_gpt2_build(g1, &c1);
+    pipit_partition_result *p4 = NULL, *p1 = NULL;
+    pipit_partition_options o = {.stages = 3};
+    ASSERT_OK(pipit_partition(g4, l4, &o, &p4));
+    ASSERT_OK(pipit_partition(g1, l1, &o, &p1));
+    ASSERT_EQ_I64(pipit_partition_num_ops(p4), pipit_partition_num_ops(p1));
+    for (int s = 0; s < 3; s++) {
+        int a4, b4, a1, b1;
+        ASSERT_OK(pipit_partition_stage_ops(p4, s, &a4, &b4));
+        ASSERT_OK(pipit_partition_stage_ops(p1, s, &a1, &b1));
+        ASSERT_TRUE(a4 == a1 && b4 == b1);
+        ASSERT_TRUE(pipit_partition_stage_cost(p4, s) == pipit_partition_stage_cost(p1, s));
+    }
+    ASSERT_OK(pipit_partition_apply(p4, g4, &l4, 1));
+    ASSERT_EQ_I64(count_yields(g4), 2); /* the builder's three are gone, the partition's two are in */
+    ASSERT_EQ_I64(g4->n, g1->n + 2);
+    pipit_partition_free(p4);
+    pipit_partition_free(p1);
+    pipit_graph_free(g4);
+    pipit_graph_free(g1);
+}
+
+/* ---- errors */
+
+PIPIT_TEST(partition_errors_name_the_problem) {
+    pipit_gpt2_config c = gcfg(1);
+    pipit_graph *g = pipit_graph_new(), *other = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &c), ol = pipit_gpt2_build(other, &c);
+    pipit_partition_result *p = NULL;
+    pipit_partition_options o = {.stages = 200};
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("valid cut point");
+    ASSERT_TRUE(p == NULL);
+    o.stages = 0;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("stages must be in");
+    o.stages = 2;
+    ASSERT_STATUS(pipit_partition(g, ol, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("not a scalar value of this graph");
+    ASSERT_STATUS(pipit_partition(NULL, loss, &o, &p), PIPIT_STATUS_MISUSE);
+    o.gemm_flops = -1;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("gemm_flops");
+    o.gemm_flops = 0;
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 4, 1, GM, &sch));
+    o.schedule = sch;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("but the schedule has 4 stages");
+    o.stages = 0;
+    /* a limit below every cut set: the message names the smallest that works */
+    o.mem_limit = 1000;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("memory limit of 1000 bytes");
+    const char *at = strstr(pipit_errmsg(), "smallest feasible limit is ");
+    ASSERT_TRUE(at != NULL);
+    double smallest = atof(at + strlen("smallest feasible limit is "));
+    ASSERT_TRUE(smallest > 1000);
+    o.mem_limit = smallest + 1; /* printed rounded to a byte */
+    ASSERT_OK(pipit_partition(g, loss, &o, &p));
+    double most = 0;
+    for (int s = 0; s < 4; s++) most = fmax(most, pipit_partition_stage_bytes(p, s));
+    ASSERT_TRUE(most <= o.mem_limit && most >= smallest - 1); /* the bound is tight */
+    o.mem_limit = smallest * 0.999;
+    pipit_partition_result *q = NULL;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &q), PIPIT_STATUS_INVALID);
+    /* getters out of range, apply to another graph, apply twice, a compiled graph */
+    ASSERT_TRUE(pipit_partition_stage_cost(p, 4) == 0);
+    ASSERT_MSG_HAS("out of range");
+    ASSERT_EQ_I64(pipit_partition_stages(NULL), -1);
+    ASSERT_STATUS(pipit_partition_apply(p, other, &ol, 1), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_partition_apply(p, g, &loss, 1));
+    ASSERT_STATUS(pipit_partition_apply(p, g, &loss, 1), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("apply once");
+    pipit_program *prog = compile_gpt2(g, loss, sch);
+    ASSERT_TRUE(prog != NULL);
+    o.mem_limit = 0;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &q), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("already compiled");
+    pipit_program_free(prog);
+    pipit_partition_free(p);
+    pipit_schedule_free(sch);
+    pipit_graph_free(g);
+    pipit_graph_free(other);
+}
+
+/* ---- measured costs */
+
+PIPIT_TEST(partition_measured_costs_add_up_to_the_profile) {
+    pipit_gpt2_config c = gcfg(1);
+    pipit_graph *pg = pipit_graph_new(), *g = pipit_graph_new();
+    pipit_val pl = pipit_gpt2_build(pg, &c), loss = pipit_gpt2_build(g, &c);
+    pipit_program *prof = compile_gpt2(pg, pl, NULL);
+    ASSERT_TRUE(prof != NULL);
+    pipit_partition_result *p = NULL;
+    pipit_partition_options o = {.stages = 2, .profile = prof};
+    ASSERT_OK(pipit_program_set_profile(prof, 1));
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID); /* no step profiled yet */
+    ASSERT_MSG_HAS("no profiled step");
+    int32_t buf[3 * GB * GT * GM];
+    pipit_feed feeds[3 * GM];
+    for (int step = 0; step < 2; step++) {
+        gfeeds(step, buf, feeds);
+        ASSERT_OK(pipit_step(prof, feeds, 3, 1, NULL));
+    }
+    ASSERT_OK(pipit_partition(g, loss, &o, &p));
+    /* each kind's modelled time is scaled to its measured mean, so the
+     * stages add up to the measured loop work of one microbatch */
+    const pipit__rank_state *rs = &prof->rs[0];
+    double measured = rs->prof[PIPIT_OP_COUNT + INS_ACC];
+    for (int k = 0; k < PIPIT_OP_COUNT; k++) measured += rs->prof[k];
+    measured /= 2.0 * GM;
+    double total = pipit_partition_stage_cost(p, 0) + pipit_partition_stage_cost(p, 1);
+    ASSERT_NEAR_F64(total, measured, 1e-9 * measured);
+    pipit_partition_free(p);
+    pipit_program_free(prof);
+    pipit_graph_free(pg);
+    pipit_graph_free(g);
+}

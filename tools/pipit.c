@@ -47,6 +47,9 @@ typedef struct {
     int eval_every, eval_batches;
     double peak_flops; /* --peak-flops: one rank's FLOP/s for MFU (0: measure sgemm) */
     int json_summary;
+    int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
+    const char *stage_costs;  /* --stage-costs model|measured */
+    double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
 } opts;
 
 /* --resume FILE, opened while the flags are applied (apply_resume), then
@@ -174,6 +177,12 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
         {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
+        {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
+                                                      "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},
+        {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at the measured sgemm "
+                                                     "rate, bytes at 10 GB/s) or measured (scale by a profile of 2 sequential steps first)", 0}},
+        {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
+                                                             "(params, grads, optimizer state, activations; 0: no limit)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
@@ -321,7 +330,66 @@ typedef struct {
     pipit_val loss;
     pipit_options po;    /* the program's options (the validation program reuses them) */
     pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
+    int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
 } session;
+
+static void check_auto_stages_flags(const opts *o, const flag_cmd *c) {
+    if (!o->auto_stages && (flags_seen(c, "stage-costs") || flags_seen(c, "stage-mem-limit")))
+        die("--%s applies to --auto-stages only", flags_seen(c, "stage-costs") ? "stage-costs" : "stage-mem-limit");
+    if (o->stage_costs && strcmp(o->stage_costs, "model") && strcmp(o->stage_costs, "measured"))
+        die("bad value '%s' for --stage-costs: expected model or measured", o->stage_costs);
+    if (!(o->stage_mem_limit >= 0 && o->stage_mem_limit < 1e300))
+        die("--stage-mem-limit must be a number of bytes >= 0 (got %g)", o->stage_mem_limit);
+}
+
+/* --stage-costs measured: the yield-free model run sequentially for two
+ * steps on the first batches, the second one profiled (the first pays
+ * page faults). The program and its graph are the caller's to free. */
+static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph **gout) {
+    pipit_graph *g = *gout = pipit_graph_new();
+    if (!g) die("out of memory");
+    pipit_val loss = pipit_gpt2_build(g, &s->cfg);
+    pipit_options po = {.microbatches = M, .threads = o->threads, .optimizer = make_optimizer(o)};
+    pipit_program *p = NULL;
+    check_status(pipit_compile(g, loss, &po, &p), "--stage-costs measured");
+    check_status(pipit_gpt2_init(p, &s->cfg, o->seed), "--stage-costs measured");
+    int B = s->cfg.batch, T = s->cfg.ctx;
+    mb_buf *bufs = calloc((size_t)M, sizeof *bufs);
+    pipit_feed *feeds = calloc((size_t)M * 3, sizeof *feeds);
+    if (!bufs || !feeds) die("out of memory");
+    for (int m = 0; m < M; m++) {
+        bufs[m] = (mb_buf){malloc(sizeof(int32_t) * (size_t)B * T), malloc(sizeof(int32_t) * (size_t)B * T),
+                           malloc(sizeof(int32_t) * (size_t)B * T)};
+        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
+        fill_microbatch(s->data, &s->cfg, (int64_t)m * B, &bufs[m], feeds + 3 * m);
+    }
+    for (int step = 0; step < 2; step++) {
+        check_status(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
+        if (pipit_step(p, feeds, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+    }
+    for (int m = 0; m < M; m++) {
+        free(bufs[m].tok);
+        free(bufs[m].tgt);
+        free(bufs[m].pos);
+    }
+    free(bufs);
+    free(feeds);
+    return p;
+}
+
+/* --auto-stages: cut the yield-free graph into the schedule's stages. */
+static void auto_stages(session *s, const opts *o, int M) {
+    int measured = o->stage_costs && strcmp(o->stage_costs, "measured") == 0;
+    pipit_graph *pg = NULL;
+    pipit_program *prof = measured ? profile_run(s, o, M, &pg) : NULL;
+    pipit_gpt2_config cfg = s->cfg;
+    cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .gemm_flops = measured ? 0 : cli_sgemm_flops() * o->threads,
+                         .mem_limit = o->stage_mem_limit, .profile = prof,
+                         .print = !o->json && pipit_process_rank() == 0};
+    cli_auto_stages_apply(&a, &cfg, s->g, &s->loss);
+    pipit_program_free(prof);
+    pipit_graph_free(pg);
+}
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *cmd = c->name;
@@ -373,8 +441,10 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             die("--schedule '%s' is written for %d microbatch%s, but --microbatches is %d", o->schedule, sM,
                 sM == 1 ? "" : "es", M);
     }
-    s->cfg = model_config(o, stages);
+    s->stages = stages;
+    s->cfg = model_config(o, o->auto_stages ? 1 : stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
+    check_auto_stages_flags(o, c);
     check_status(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order),
                                       o->seed, &s->data),
                  "--data");
@@ -383,8 +453,10 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    pipit_val loss = s->loss = pipit_gpt2_build(s->g, &s->cfg);
+    s->loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
+    if (o->auto_stages) auto_stages(s, o, M);
+    pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
@@ -907,7 +979,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
                "%d thread(s) per rank",
                s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
-               s.cfg.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
+               s.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
                s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
                               ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
                               : o.schedule)

@@ -5,7 +5,10 @@
  * backward of a node is whatever its VJP emits, costed the same way, so a
  * matmul's backward (two GEMMs) comes out at twice its forward without
  * saying so. A measured profile rescales each op kind: the model only
- * decides how a kind's measured time splits among its nodes.
+ * decides how a kind's measured time splits among its nodes. Backward
+ * work a yield's VJP emits (the sum of its gradient contributions) is
+ * charged to the value the yield carries, so the user's yields do not
+ * move costs.
  */
 #include <math.h>
 #include <string.h>
@@ -134,14 +137,15 @@ pipit_status pipit__backward_costs(const pipit__cost_model *m, const pipit_graph
     if (!s) {
         for (int32_t i = gr.fwd_end; i < c->n; i++) {
             const pipit__node *n = &c->nodes[i];
-            if (n->origin >= 0 && n->origin < g->n && !(n->flags & NODE_POST)) bwd[n->origin] += pipit__node_cost(m, c, i);
+            if (n->origin >= 0 && n->origin < g->n && !(n->flags & NODE_POST))
+                bwd[pipit__unyield(c, n->origin)] += pipit__node_cost(m, c, i);
         }
         for (int t = 0; t < gr.ntargets; t++) {
             double bytes = (double)pipit__node_bytes(&c->nodes[gr.t[t].node]);
             for (int u = 0; u < gr.t[t].nuses; u++) {
                 if (gr.t[t].contrib[u] < 0) continue;
                 int32_t o = c->nodes[gr.t[t].contrib[u]].origin;
-                if (!gr.t[t].post[u] && o >= 0 && o < g->n) bwd[o] += pipit__acc_cost(m, bytes);
+                if (!gr.t[t].post[u] && o >= 0 && o < g->n) bwd[pipit__unyield(c, o)] += pipit__acc_cost(m, bytes);
             }
         }
     }
