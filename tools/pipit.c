@@ -103,6 +103,30 @@ static void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int
     check_status(pipit_gpt2_feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
 }
 
+/* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
+static mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds) {
+    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
+    *feeds = calloc((size_t)G * 3, sizeof **feeds);
+    if (!bufs || !*feeds) die("out of memory");
+    for (int m = 0; m < G; m++) {
+        bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
+        bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
+        bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
+        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
+    }
+    return bufs;
+}
+
+static void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds) {
+    for (int m = 0; m < G; m++) {
+        free(bufs[m].tok);
+        free(bufs[m].tgt);
+        free(bufs[m].pos);
+    }
+    free(bufs);
+    free(feeds);
+}
+
 /* ------------------------------------------------------------------ train */
 
 static const char *TRAIN_USAGE =
@@ -353,27 +377,14 @@ static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph 
     pipit_program *p = NULL;
     check_status(pipit_compile(g, loss, &po, &p), "--stage-costs measured");
     check_status(pipit_gpt2_init(p, &s->cfg, o->seed), "--stage-costs measured");
-    int B = s->cfg.batch, T = s->cfg.ctx;
-    mb_buf *bufs = calloc((size_t)M, sizeof *bufs);
-    pipit_feed *feeds = calloc((size_t)M * 3, sizeof *feeds);
-    if (!bufs || !feeds) die("out of memory");
-    for (int m = 0; m < M; m++) {
-        bufs[m] = (mb_buf){malloc(sizeof(int32_t) * (size_t)B * T), malloc(sizeof(int32_t) * (size_t)B * T),
-                           malloc(sizeof(int32_t) * (size_t)B * T)};
-        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
-        fill_microbatch(s->data, &s->cfg, (int64_t)m * B, &bufs[m], feeds + 3 * m);
-    }
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(M, s->cfg.batch, s->cfg.ctx, &feeds);
+    for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + 3 * m);
     for (int step = 0; step < 2; step++) {
         check_status(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
         if (pipit_step(p, feeds, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
     }
-    for (int m = 0; m < M; m++) {
-        free(bufs[m].tok);
-        free(bufs[m].tgt);
-        free(bufs[m].pos);
-    }
-    free(bufs);
-    free(feeds);
+    mb_bufs_free(bufs, M, feeds);
     return p;
 }
 
@@ -959,15 +970,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     int speaker = pipit_process_rank() == 0; /* one process prints */
     int val_batches = open_validation(&s, &o, &c, G);
     if (val_batches) open_validation_program(&s);
-    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
-    pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
-    if (!bufs || !feeds) die("out of memory");
-    for (int m = 0; m < G; m++) {
-        bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
-        bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
-        bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
-        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
-    }
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(G, B, T, &feeds);
     if (o.profile) check_status(pipit_program_set_profile(s.p, 1), "--profile");
     cli_progress prog = {0};
     prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
@@ -1072,13 +1076,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if (o.trace && speaker) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
     if (speaker && (!o.json || o.json_summary)) cli_progress_summary(stdout, &prog, o.json, o.save);
-    for (int m = 0; m < G; m++) {
-        free(bufs[m].tok);
-        free(bufs[m].tgt);
-        free(bufs[m].pos);
-    }
-    free(bufs);
-    free(feeds);
+    mb_bufs_free(bufs, G, feeds);
     close_session(&s);
     return 0;
 }
