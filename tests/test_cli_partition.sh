@@ -3,7 +3,8 @@
 # each stage's predicted cost next to the even split's; train with
 # --auto-stages logs the same losses, bit for bit, as the even split (at
 # P = 2 and P = 4, with modelled and measured costs) and the final
-# checkpoints are byte-identical; bad flags, a memory limit nothing meets
+# checkpoints are byte-identical, and so for interleaved, DualPipeV, ZB-H1
+# and GPipe with remat; bad flags, a memory limit nothing meets
 # and more stages than cut points exit non-zero with a message.
 # Usage: test_cli_partition.sh PIPIT SRCDIR
 set -u
@@ -37,6 +38,16 @@ for P in 2 4; do
             fail "P=$P --stage-costs $costs: losses differ from the even split"$'\n'"$even"$'\n'"$(losses "$OUT")"
         cmp -s even$P.st auto$P$costs.st || fail "P=$P --stage-costs $costs: final checkpoint differs from the even split"
     done
+done
+
+# other schedules: interleaved (two stages per rank), the V of DualPipeV, B/W split, remat
+for sch in "--virtual 2 --schedule interleaved-1f1b" "--schedule dualpipev" "--schedule zb-h1" "--schedule gpipe --remat"; do
+    # shellcheck disable=SC2086 # $sch is a list of flags
+    expect_ok "$PIPIT" train --data text.txt "${MODEL[@]}" --layers 4 --microbatches 4 --pp 2 $sch --json
+    even=$(losses "$OUT")
+    # shellcheck disable=SC2086
+    expect_ok "$PIPIT" train --data text.txt "${MODEL[@]}" --layers 4 --microbatches 4 --pp 2 $sch --json --auto-stages
+    [ -n "$even" ] && [ "$(losses "$OUT")" = "$even" ] || fail "$sch: --auto-stages losses differ from the even split"
 done
 
 expect_fail "applies to --auto-stages only" "$PIPIT" plan --data text.txt "${MODEL[@]}" --layers 2 --pp 2 --stage-costs model

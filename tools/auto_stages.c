@@ -42,7 +42,7 @@ void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cf
         for (int s = 0; s < a->stages; s++)
             if (pipit_partition_stage_cost(pt, s) > worst) worst = pipit_partition_stage_cost(pt, s);
         if (even > 0)
-            printf("  even split by layers (the builder's): slowest stage %.3f ms; auto: %.3f ms (%.2fx)\n", 1e3 * even,
+            printf("  even split by layers (the builder's): slowest stage %.4g ms; auto: %.4g ms (%.2fx)\n", 1e3 * even,
                    1e3 * worst, even / worst);
         fflush(stdout);
     }

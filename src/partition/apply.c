@@ -47,7 +47,10 @@ static pipit__node yield_of(const pipit__node *v, int32_t id) {
 pipit_status pipit_partition_apply(const pipit_partition_result *p, pipit_graph *g, pipit_val *vals, int nvals) {
     pipit_status s = check_apply(p, g, vals, nvals);
     if (s) return s;
-    int32_t n = g->n, cap = n + p->S; /* at most S - 1 yields more */
+    int32_t n = g->n, cap; /* at most S - 1 yields more */
+    if (__builtin_add_overflow(n, p->S, &cap))
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_partition_apply: %d nodes and %d yields exceed a graph's size", (int)n,
+                          p->S - 1);
     pipit__node *nodes = pipit__calloc((size_t)cap, sizeof *nodes);
     int32_t *map = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(n, 1));
     int32_t *own = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(n, 1)); /* map before any redirect */

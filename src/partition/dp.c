@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "partition/partition.h"
+#include "util/checked.h"
 #include "util/common.h"
 
 double pipit__seg_cost(const double *cost, int a, int b) {
@@ -79,13 +80,16 @@ pipit_status pipit__partition_dp(const pipit__dp_problem *pr, int *bounds, doubl
     for (int i = 0; i + 1 < n; i++)
         if (pr->cut_ok[i]) pos[++K] = i + 1;
     pos[++K] = n;
-    dp_ctx c = {pr, pos, K, pipit__malloc(sizeof(double) * (size_t)S * ((size_t)K + 1)),
-                pipit__malloc(sizeof(int) * (size_t)S * ((size_t)K + 1))};
+    if (S > K) { /* fewer than S - 1 cut points */
+        pipit__free(pos);
+        return PIPIT_STATUS_INVALID;
+    }
+    size_t cells, bytes; /* S <= K <= n: at most (n + 1)^2 cells */
+    int big = !pipit__mul_size((size_t)S, (size_t)K + 1, &cells) || !pipit__mul_size(cells, sizeof(double), &bytes);
+    dp_ctx c = {pr, pos, K, big ? NULL : pipit__malloc(bytes), big ? NULL : pipit__malloc(cells * sizeof(int))};
     pipit_status st = PIPIT_STATUS_OK;
     if (!c.best || !c.from) {
-        st = pipit__err(PIPIT_STATUS_NOMEM, "partition: out of memory");
-    } else if (S > K) {
-        st = PIPIT_STATUS_INVALID; /* fewer than S - 1 cut points */
+        st = pipit__err(PIPIT_STATUS_NOMEM, "partition: out of memory (a table of %d stages x %d cut points)", S, K);
     } else {
         double w = pass(&c, BY_TIME, 0);
         if (w == INFINITY) {

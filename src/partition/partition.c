@@ -295,6 +295,8 @@ pipit_status pipit_partition(const pipit_graph *g, pipit_val loss, const pipit_p
         find_ops(&c, loss.id);
         s = find_cuts(&c);
     }
+    if (!s && c.n == 0)
+        s = pipit__err(PIPIT_STATUS_INVALID, "pipit_partition: the loss depends on no per-microbatch op (none reads a graph input)");
     if (!s) {
         s = op_costs(&c, loss.id);
     }
