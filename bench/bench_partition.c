@@ -4,7 +4,7 @@
  * layers (pipit_gpt2_build's yields), at P = 2 and P = 4 pipeline ranks
  * (threads, 1F1B, one compute thread per rank).
  *
- * Usage: bench_partition [V T L H C B M steps warmup]
+ * Usage: bench_partition [V T L H C B M steps warmup [P]]   (P: 2 or 4 alone; default both)
  *        (default 8192 64 4 4 128 8 8 9 2: the `tiny` preset with an 8192-token
  *        vocabulary, so the tied head's logits GEMM and cross-entropy make the
  *        last stage of the even split the slowest)
@@ -174,9 +174,9 @@ static void bench_p(int P, int steps, int warmup, int32_t *buf, pipit_feed *f) {
 }
 
 int main(int argc, char **argv) {
-    int a[9] = {8192, 64, 4, 4, 128, 8, 8, 9, 2};
-    if (argc != 1 && argc != 10) {
-        fprintf(stderr, "usage: bench_partition [V T L H C B M steps warmup]\n");
+    int a[10] = {8192, 64, 4, 4, 128, 8, 8, 9, 2, 0};
+    if (argc != 1 && argc != 10 && argc != 11) {
+        fprintf(stderr, "usage: bench_partition [V T L H C B M steps warmup [P]]\n");
         return 2;
     }
     for (int i = 1; i < argc; i++) a[i - 1] = atoi(argv[i]);
@@ -192,8 +192,8 @@ int main(int argc, char **argv) {
     if (!buf || !f) return 1;
     printf("GPT-2 V=%d T=%d L=%d H=%d C=%d B=%d, M=%d, 1F1B, 1 thread per rank; median of %d steps after %d warm-up\n",
            cfg.vocab, cfg.ctx, cfg.layers, cfg.heads, cfg.dim, cfg.batch, M, steps, warmup);
-    bench_p(2, steps, warmup, buf, f);
-    bench_p(4, steps, warmup, buf, f);
+    for (int P = 2; P <= 4; P += 2)
+        if (!a[9] || a[9] == P) bench_p(P, steps, warmup, buf, f);
     free(buf);
     free(f);
     return 0;

@@ -64,7 +64,9 @@ typedef struct {
      * that ran steps with pipit_program_set_profile on. Each op kind's
      * measured seconds per microbatch scale the model's costs of that kind
      * (the model still splits a kind's time among its nodes by size).
-     * Borrowed for the call. NULL: modelled costs only. */
+     * Borrowed for the call. NULL: modelled costs only. A profile is
+     * this process's timing: in a multi-process job, where every process
+     * must cut alike, use modelled costs. */
     const pipit_program *profile;
     /* Memory limit per rank in bytes (0: none): a stage's parameters,
      * gradients, optimizer state (optimizer_slots values per parameter

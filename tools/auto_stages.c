@@ -19,8 +19,7 @@ static double even_split_worst(const cli_auto_stages *a, const pipit_gpt2_config
     if (!g) die("out of memory");
     pipit_val loss = pipit_gpt2_build(g, &ec);
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
-                                  .yields = PIPIT_PARTITION_YIELDS_AS_CUTS, .gemm_flops = a->gemm_flops,
-                                  .profile = a->profile};
+                                  .yields = PIPIT_PARTITION_YIELDS_AS_CUTS, .profile = a->profile};
     pipit_partition_result *pt = NULL;
     double worst = 0;
     if (pipit_partition(g, loss, &po, &pt) == PIPIT_STATUS_OK)
@@ -33,7 +32,7 @@ static double even_split_worst(const cli_auto_stages *a, const pipit_gpt2_config
 
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss) {
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
-                                  .gemm_flops = a->gemm_flops, .profile = a->profile, .mem_limit = a->mem_limit};
+                                  .profile = a->profile, .mem_limit = a->mem_limit};
     pipit_partition_result *pt = NULL;
     if (pipit_partition(g, *loss, &po, &pt)) die("--auto-stages: %s", pipit_errmsg());
     if (a->print) {

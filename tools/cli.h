@@ -43,15 +43,16 @@ const char *cli_config_string(const char *path, const char *key);
 
 /* --auto-stages (tools/auto_stages.c): cuts the yield-free GPT-2 graph g
  * of cfg into `stages` stages for `sched` (NULL: one rank) with
- * pipit_partition (modelled costs at gemm_flops, or scaled by `profile`, a
- * profiled program of the same model; mem_limit bytes per rank, 0: none),
+ * pipit_partition (modelled costs at the default rates, or scaled by
+ * `profile`, a profiled program of the same model; mem_limit bytes per
+ * rank, 0: none),
  * rewrites g and *loss, and with `print` prints the cuts and per-stage
  * predicted costs, and the even split's for comparison. Dies with the
  * partition's message if it cannot. */
 typedef struct {
     const pipit_schedule *sched;
     int stages;
-    double gemm_flops, mem_limit;
+    double mem_limit;
     const pipit_program *profile;
     int print;
 } cli_auto_stages;

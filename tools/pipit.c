@@ -203,8 +203,8 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
         {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
                                                       "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},
-        {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at the measured sgemm "
-                                                     "rate, bytes at 10 GB/s) or measured (scale by a profile of 2 sequential steps first)", 0}},
+        {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at 50 GFLOP/s, bytes "
+                                                     "at 10 GB/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
         {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
                                                              "(params, grads, optimizer state, activations; 0: no limit)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
@@ -391,11 +391,14 @@ static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph 
 /* --auto-stages: cut the yield-free graph into the schedule's stages. */
 static void auto_stages(session *s, const opts *o, int M) {
     int measured = o->stage_costs && strcmp(o->stage_costs, "measured") == 0;
+    if (measured && pipit_process_count() > 1) /* each process would time its own run and cut differently */
+        die("--stage-costs measured runs in one process only (this job has %d MPI processes): use the modelled costs",
+            pipit_process_count());
     pipit_graph *pg = NULL;
     pipit_program *prof = measured ? profile_run(s, o, M, &pg) : NULL;
     pipit_gpt2_config cfg = s->cfg;
-    cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .gemm_flops = measured ? 0 : cli_sgemm_flops() * o->threads,
-                         .mem_limit = o->stage_mem_limit, .profile = prof,
+    /* fixed rates, not a timing: every MPI process must choose the same cuts */
+    cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .mem_limit = o->stage_mem_limit, .profile = prof,
                          .print = !o->json && pipit_process_rank() == 0};
     cli_auto_stages_apply(&a, &cfg, s->g, &s->loss);
     pipit_program_free(prof);
