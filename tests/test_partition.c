@@ -378,3 +378,59 @@ PIPIT_TEST(partition_measured_costs_add_up_to_the_profile) {
     pipit_graph_free(pg);
     pipit_graph_free(g);
 }
+
+/* ---- valid cut points, by hand: a = x w1; b = gelu(a); c = b + a; d = c w2; loss = mean(d)
+ * After a: only a is read later (valid). After b: a and b both are (not).
+ * After c: only c; after d: only d (valid). So 4 stages are possible, 5 not. */
+
+/* The graph with a user yield after op `at` (0..3: a, b, c, d; -1 none),
+ * every later reader of that value reading the yield. */
+static pipit_val residual_graph(pipit_graph *g, int at) {
+    pipit_val x = pipit_input(g, "x", PIPIT_F32, 2, (int64_t[]){4, 8});
+    pipit_val w1 = pipit_param(g, "w1", PIPIT_F32, 2, (int64_t[]){8, 8});
+    pipit_val w2 = pipit_param(g, "w2", PIPIT_F32, 2, (int64_t[]){8, 8});
+    pipit_val a = pipit_matmul(g, x, w1, 0, 0);
+    if (at == 0) a = pipit_yield(g, a);
+    pipit_val b = pipit_gelu(g, a);
+    if (at == 1) b = pipit_yield(g, b);
+    pipit_val c = pipit_add(g, b, a);
+    if (at == 2) c = pipit_yield(g, c);
+    pipit_val d = pipit_matmul(g, c, w2, 0, 0);
+    if (at == 3) d = pipit_yield(g, d);
+    return pipit_mean(g, d);
+}
+
+PIPIT_TEST(partition_cut_points_carry_one_value) {
+    for (int at = 0; at < 4; at++) {
+        pipit_graph *g = pipit_graph_new();
+        pipit_val loss = residual_graph(g, at);
+        pipit_partition_result *p = NULL;
+        pipit_partition_options o = {.stages = 2, .yields = PIPIT_PARTITION_YIELDS_AS_CUTS};
+        pipit_status s = pipit_partition(g, loss, &o, &p);
+        ASSERT_EQ_I64(s, at == 1 ? PIPIT_STATUS_INVALID : PIPIT_STATUS_OK);
+        if (at == 1) ASSERT_MSG_HAS("only 0 valid cut points");
+        if (p) { /* the hint taken: stage 0 ends on op `at` */
+            int a, b;
+            ASSERT_OK(pipit_partition_stage_ops(p, 0, &a, &b));
+            ASSERT_EQ_I64(b, at + 1);
+        }
+        pipit_partition_free(p);
+        pipit_graph_free(g);
+    }
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = residual_graph(g, -1);
+    pipit_partition_result *p = NULL;
+    pipit_partition_options o = {.stages = 4};
+    ASSERT_OK(pipit_partition(g, loss, &o, &p));
+    int want[5] = {0, 1, 3, 4, 5}; /* the only 4-stage cut: a | b c | d | mean */
+    for (int s = 0; s < 4; s++) {
+        int a, b;
+        ASSERT_OK(pipit_partition_stage_ops(p, s, &a, &b));
+        ASSERT_TRUE(a == want[s] && b == want[s + 1]);
+    }
+    pipit_partition_free(p);
+    o.stages = 5;
+    ASSERT_STATUS(pipit_partition(g, loss, &o, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("only 3 valid cut points");
+    pipit_graph_free(g);
+}

@@ -72,12 +72,18 @@ static int yield_between(const an_ctx *c, int k, int32_t v) {
     return 0;
 }
 
-/* A cut after op k is valid when exactly one op's value is read after it. */
+/* A cut after op k is valid when exactly one op's value is read after it.
+ * One sweep: op i crosses the cuts k in [i, last use of i). */
 static pipit_status find_cuts(an_ctx *c) {
     const pipit_graph *g = c->g;
     int n = c->n;
     int32_t *last = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(n, 1));
-    if (!last) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
+    int64_t *ends = pipit__calloc(2 * (size_t)PIPIT_MAX(n, 1), sizeof *ends); /* per op j: how many, and which, stop at j */
+    if (!last || !ends) {
+        pipit__free(last);
+        pipit__free(ends);
+        return pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
+    }
     for (int i = 0; i < n; i++) last[i] = -1;
     for (int j = 0; j < n; j++) {
         const pipit__node *nd = &g->nodes[c->op_node[j]];
@@ -86,18 +92,19 @@ static pipit_status find_cuts(an_ctx *c) {
             if (o >= 0) last[o] = PIPIT_MAX(last[o], j);
         }
     }
+    for (int i = 0; i < n; i++)
+        if (last[i] >= 0) ends[2 * last[i]]++, ends[2 * last[i] + 1] += i;
+    int64_t crossing = 0, sum = 0; /* the crossing ops, and the sum of their indices */
     for (int k = 0; k + 1 < n; k++) {
-        int crossing = 0;
-        for (int i = 0; i <= k; i++)
-            if (last[i] > k) {
-                crossing++;
-                c->carry[k] = c->op_node[i];
-            }
+        if (last[k] > k) crossing++, sum += k;
+        crossing -= ends[2 * k], sum -= ends[2 * k + 1];
         c->cut_ok[k] = crossing == 1;
-        if (c->cut_ok[k] && c->opt->yields == PIPIT_PARTITION_YIELDS_AS_CUTS)
-            c->cut_ok[k] = (uint8_t)yield_between(c, k, c->carry[k]);
+        if (!c->cut_ok[k]) continue;
+        c->carry[k] = c->op_node[sum];
+        if (c->opt->yields == PIPIT_PARTITION_YIELDS_AS_CUTS) c->cut_ok[k] = (uint8_t)yield_between(c, k, c->carry[k]);
     }
     pipit__free(last);
+    pipit__free(ends);
     return PIPIT_STATUS_OK;
 }
 
