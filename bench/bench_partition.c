@@ -15,8 +15,9 @@
  * step). Their steps are interleaved (even, model, measured, even, ...) so
  * load on a shared machine hits all three alike; each column is the median
  * step time (pipit_metrics.ms) over the timed steps. "pred" is the gain
- * the cost model predicts (slowest stage of the even split / of the
- * partition), "gain" the measured one (even ms / auto ms). The second line
+ * the cost model predicts (the schedule simulated with each partition's
+ * per-stage costs, pipit_partition_simulate: even / auto), "gain" the
+ * measured one (even ms / auto ms). The second line
  * is the median over steps of the busiest rank's compute time
  * (pipit_rank_step.busy: its tasks minus receive waits, plus the
  * post-loop), the step's lower bound once every rank has a core of its
@@ -60,13 +61,6 @@ static pipit_program *compile(pipit_graph *g, pipit_val loss, pipit_schedule *sc
     return p;
 }
 
-static double worst_stage(const pipit_partition_result *pt) {
-    double w = 0;
-    for (int s = 0; s < pipit_partition_stages(pt); s++)
-        if (pipit_partition_stage_cost(pt, s) > w) w = pipit_partition_stage_cost(pt, s);
-    return w;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -90,7 +84,7 @@ static pipit_program *profiled(pipit_graph **g, int32_t *buf, pipit_feed *f) {
 
 /* The partition of a GPT-2 graph built for `stages` (its yields are the
  * only cuts when hints != 0), with costs scaled by prof (NULL: modelled);
- * returns the predicted slowest stage and, with g/loss, applies it. */
+ * returns its simulated step time under sch and, unless hints, applies it. */
 static double cut(int stages, int hints, const pipit_schedule *sch, const pipit_program *prof, pipit_graph *g,
                   pipit_val *loss) {
     pipit_gpt2_config c = cfg;
@@ -100,13 +94,14 @@ static double cut(int stages, int hints, const pipit_schedule *sch, const pipit_
                                   .yields = hints ? PIPIT_PARTITION_YIELDS_AS_CUTS : PIPIT_PARTITION_REPLACE_YIELDS};
     pipit_partition_result *pt = NULL;
     if (pipit_partition(g, *loss, &po, &pt)) die("partition");
-    double w = worst_stage(pt);
+    double w = 0;
+    if (pipit_partition_simulate(pt, sch, &w)) die("simulate");
     if (!hints && pipit_partition_apply(pt, g, loss, 1)) die("apply");
     pipit_partition_free(pt);
     return w;
 }
 
-/* The even split's predicted slowest stage under prof's scale. */
+/* The even split's simulated step time under prof's scale. */
 static double even_worst(int P, const pipit_schedule *sch, const pipit_program *prof) {
     pipit_graph *g = pipit_graph_new();
     pipit_val loss;

@@ -100,6 +100,13 @@ PIPIT_API pipit_status pipit_partition_stage_ops(const pipit_partition_result *p
 PIPIT_API int pipit_partition_num_ops(const pipit_partition_result *p);
 PIPIT_API int pipit_partition_op_node(const pipit_partition_result *p, int i);
 
+/* The predicted step time (seconds) of this partition under `sched` (S
+ * stages, any M): the schedule simulator run with the partition's
+ * per-stage forward and backward costs (a split schedule's W tasks cost
+ * nothing, its B the whole backward). SCHEDULE for a stage-count mismatch. */
+PIPIT_API pipit_status pipit_partition_simulate(const pipit_partition_result *p, const pipit_schedule *sched,
+                                                double *step_seconds);
+
 /* Rewrites g (the graph partitioned, not compiled yet) so that its stages
  * are the partition's: removes the user's yields and puts one yield on the
  * value each cut carries. Node ids change: vals[0..nvals) (values of g the

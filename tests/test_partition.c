@@ -192,6 +192,13 @@ static void check_auto_equals_even(int P) {
     }
     ASSERT_TRUE(differs);  /* the head moves the cuts: the test compares two layouts */
     ASSERT_TRUE(wa < we);  /* and the DP found a better one than the even split */
+    /* 1F1B: the slowest stage runs all M microbatches, and nothing waits longer than the fill */
+    double te = 0, ta = 0;
+    ASSERT_OK(pipit_partition_simulate(pe, sch, &te));
+    ASSERT_OK(pipit_partition_simulate(pa, sch, &ta));
+    ASSERT_TRUE(te >= GM * we * (1 - 1e-12) && te <= (GM + P - 1) * we * (1 + 1e-12));
+    ASSERT_TRUE(ta >= GM * wa * (1 - 1e-12) && ta <= (GM + P - 1) * wa * (1 + 1e-12));
+    ASSERT_TRUE(ta < te);
     ASSERT_OK(pipit_partition_apply(pa, ga, &la, 1));
     pipit_program *pev = compile_gpt2(ge, le, sch), *pau = compile_gpt2(ga, la, sch);
     ASSERT_TRUE(pev && pau);
@@ -325,6 +332,12 @@ PIPIT_TEST(partition_errors_name_the_problem) {
     o.mem_limit = smallest * 0.999;
     pipit_partition_result *q = NULL;
     ASSERT_STATUS(pipit_partition(g, loss, &o, &q), PIPIT_STATUS_INVALID);
+    pipit_schedule *s2 = NULL;
+    double t = 0;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, GM, &s2));
+    ASSERT_STATUS(pipit_partition_simulate(p, s2, &t), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("the schedule has 2 stages, the partition 4");
+    pipit_schedule_free(s2);
     /* getters out of range, apply to another graph, apply twice, a compiled graph */
     ASSERT_TRUE(pipit_partition_stage_cost(p, 4) == 0);
     ASSERT_MSG_HAS("out of range");

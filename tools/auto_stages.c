@@ -9,25 +9,44 @@
 #include "cli.h"
 #include "pipit_partition.h"
 
-/* The even split's slowest stage as the same cost model predicts it: the
- * builder's yields are the only cuts allowed, and all of them are taken. */
-static double even_split_worst(const cli_auto_stages *a, const pipit_gpt2_config *cfg) {
-    if (a->stages > cfg->layers) return 0; /* the builder cannot split so finely */
+static double worst_stage(const pipit_partition_result *pt) {
+    double w = 0;
+    for (int s = 0; s < pipit_partition_stages(pt); s++)
+        if (pipit_partition_stage_cost(pt, s) > w) w = pipit_partition_stage_cost(pt, s);
+    return w;
+}
+
+/* The even split as the same cost model sees it: the builder's yields are
+ * the only cuts allowed, and all of them are taken. NULL if the builder
+ * cannot split so finely. The graph is the caller's to free. */
+static pipit_partition_result *even_split(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph **g) {
+    *g = NULL;
+    if (a->stages > cfg->layers) return NULL;
     pipit_gpt2_config ec = *cfg;
     ec.stages = a->stages;
-    pipit_graph *g = pipit_graph_new();
-    if (!g) die("out of memory");
-    pipit_val loss = pipit_gpt2_build(g, &ec);
+    if (!(*g = pipit_graph_new())) die("out of memory");
+    pipit_val loss = pipit_gpt2_build(*g, &ec);
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
                                   .yields = PIPIT_PARTITION_YIELDS_AS_CUTS, .profile = a->profile};
     pipit_partition_result *pt = NULL;
-    double worst = 0;
-    if (pipit_partition(g, loss, &po, &pt) == PIPIT_STATUS_OK)
-        for (int s = 0; s < a->stages; s++)
-            if (pipit_partition_stage_cost(pt, s) > worst) worst = pipit_partition_stage_cost(pt, s);
-    pipit_partition_free(pt);
-    pipit_graph_free(g);
-    return worst;
+    return pipit_partition(*g, loss, &po, &pt) == PIPIT_STATUS_OK ? pt : NULL;
+}
+
+static void print_comparison(const cli_auto_stages *a, const pipit_gpt2_config *cfg, const pipit_partition_result *pt) {
+    pipit_graph *eg;
+    pipit_partition_result *even = even_split(a, cfg, &eg);
+    if (even)
+        printf("  even split by layers (the builder's): slowest stage %.4g ms; auto: %.4g ms (%.2fx)\n",
+               1e3 * worst_stage(even), 1e3 * worst_stage(pt), worst_stage(even) / worst_stage(pt));
+    double te = 0, ta = 0;
+    if (a->sched && pipit_partition_simulate(pt, a->sched, &ta) == PIPIT_STATUS_OK) {
+        printf("  simulated step (%d microbatches): auto %.4g ms", pipit_schedule_microbatches(a->sched), 1e3 * ta);
+        if (even && pipit_partition_simulate(even, a->sched, &te) == PIPIT_STATUS_OK)
+            printf(", even %.4g ms (%.2fx)", 1e3 * te, te / ta);
+        printf("\n");
+    }
+    pipit_partition_free(even);
+    pipit_graph_free(eg);
 }
 
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss) {
@@ -37,12 +56,7 @@ void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cf
     if (pipit_partition(g, *loss, &po, &pt)) die("--auto-stages: %s", pipit_errmsg());
     if (a->print) {
         if (pipit_partition_print(stdout, pt)) die("--auto-stages: %s", pipit_errmsg());
-        double worst = 0, even = even_split_worst(a, cfg);
-        for (int s = 0; s < a->stages; s++)
-            if (pipit_partition_stage_cost(pt, s) > worst) worst = pipit_partition_stage_cost(pt, s);
-        if (even > 0)
-            printf("  even split by layers (the builder's): slowest stage %.4g ms; auto: %.4g ms (%.2fx)\n", 1e3 * even,
-                   1e3 * worst, even / worst);
+        print_comparison(a, cfg, pt);
         fflush(stdout);
     }
     if (pipit_partition_apply(pt, g, loss, 1)) die("--auto-stages: %s", pipit_errmsg());

@@ -2,6 +2,7 @@
  * query.c — the partition's getters and its printout.
  */
 #include "partition/partition.h"
+#include "pipit_inspect.h"
 #include "util/common.h"
 
 static int bad(const pipit_partition_result *p, int s, const char *fn) {
@@ -54,4 +55,26 @@ pipit_status pipit_partition_print(FILE *f, const pipit_partition_result *p) {
                 p->stage_bytes[s] / 1048576.0, s == worst ? "  (slowest)" : "");
     if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "%s: writing failed", __func__);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_partition_simulate(const pipit_partition_result *p, const pipit_schedule *sched, double *step_seconds) {
+    if (bad(p, 0, __func__)) return PIPIT_STATUS_MISUSE;
+    if (!sched || !step_seconds)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", __func__, sched ? "step_seconds" : "sched");
+    if (pipit_schedule_stages(sched) != p->S)
+        return pipit__err(PIPIT_STATUS_SCHEDULE, "%s: the schedule has %d stages, the partition %d", __func__,
+                          pipit_schedule_stages(sched), p->S);
+    double *c = pipit__calloc(3 * (size_t)p->S, sizeof *c);
+    if (!c) return pipit__err(PIPIT_STATUS_NOMEM, "%s: out of memory", __func__);
+    for (int s = 0; s < p->S; s++) {
+        c[s] = p->stage_fwd[s];
+        c[p->S + s] = p->stage_cost[s] - p->stage_fwd[s];
+    }
+    pipit_sim_costs sc = {.f = c, .b = c + p->S, .w = c + 2 * p->S};
+    pipit_sim_result *r = NULL;
+    pipit_status st = pipit_schedule_simulate(sched, &sc, &r);
+    if (!st) *step_seconds = pipit_sim_result_step_time(r);
+    pipit_sim_result_free(r);
+    pipit__free(c);
+    return st;
 }
