@@ -75,6 +75,11 @@ typedef struct {
      * flight) must fit. A rank holding V stages gives each limit / V. */
     double mem_limit;
     int optimizer_slots;
+    /* The program recomputes each stage's forward in its backward
+     * (pipit_options.remat): an op costs twice its forward plus its
+     * backward, and a stage keeps only its input per microbatch in flight
+     * (estimated as its largest forward value). */
+    int remat;
 } pipit_partition_options;
 
 /* Chooses the cuts for the forward graph of `loss` (g is only read; it

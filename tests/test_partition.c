@@ -447,3 +447,20 @@ PIPIT_TEST(partition_cut_points_carry_one_value) {
     ASSERT_MSG_HAS("only 3 valid cut points");
     pipit_graph_free(g);
 }
+
+PIPIT_TEST(partition_remat_counts_the_forward_twice) {
+    pipit_gpt2_config c = gcfg(1);
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    pipit_partition_result *p = NULL, *r = NULL;
+    pipit_partition_options o = {.stages = 1}, orm = {.stages = 1, .remat = 1};
+    ASSERT_OK(pipit_partition(g, loss, &o, &p));
+    ASSERT_OK(pipit_partition(g, loss, &orm, &r));
+    double f = pipit_partition_stage_forward(p, 0), want = pipit_partition_stage_cost(p, 0) + f;
+    ASSERT_TRUE(f > 0);
+    ASSERT_NEAR_F64(pipit_partition_stage_cost(r, 0), want, 1e-12 * want);
+    ASSERT_TRUE(pipit_partition_stage_bytes(r, 0) < pipit_partition_stage_bytes(p, 0)); /* keeps less */
+    pipit_partition_free(p);
+    pipit_partition_free(r);
+    pipit_graph_free(g);
+}

@@ -27,7 +27,7 @@ static pipit_partition_result *even_split(const cli_auto_stages *a, const pipit_
     if (!(*g = pipit_graph_new())) die("out of memory");
     pipit_val loss = pipit_gpt2_build(*g, &ec);
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
-                                  .yields = PIPIT_PARTITION_YIELDS_AS_CUTS, .profile = a->profile};
+                                  .yields = PIPIT_PARTITION_YIELDS_AS_CUTS, .profile = a->profile, .remat = a->remat};
     pipit_partition_result *pt = NULL;
     return pipit_partition(*g, loss, &po, &pt) == PIPIT_STATUS_OK ? pt : NULL;
 }
@@ -51,7 +51,7 @@ static void print_comparison(const cli_auto_stages *a, const pipit_gpt2_config *
 
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss) {
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
-                                  .profile = a->profile, .mem_limit = a->mem_limit};
+                                  .profile = a->profile, .mem_limit = a->mem_limit, .remat = a->remat};
     pipit_partition_result *pt = NULL;
     if (pipit_partition(g, *loss, &po, &pt)) die("--auto-stages: %s", pipit_errmsg());
     if (a->print) {

@@ -54,6 +54,7 @@ typedef struct {
     int stages;
     double mem_limit;
     const pipit_program *profile;
+    int remat;
     int print;
 } cli_auto_stages;
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);

@@ -399,6 +399,7 @@ static void auto_stages(session *s, const opts *o, int M) {
     pipit_gpt2_config cfg = s->cfg;
     /* fixed rates, not a timing: every MPI process must choose the same cuts */
     cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .mem_limit = o->stage_mem_limit, .profile = prof,
+                         .remat = o->remat,
                          .print = !o->json && pipit_process_rank() == 0};
     cli_auto_stages_apply(&a, &cfg, s->g, &s->loss);
     pipit_program_free(prof);

@@ -118,7 +118,7 @@ static pipit_status op_costs(an_ctx *c, int32_t loss) {
     for (int i = 0; i < c->n && !s; i++) {
         int32_t id = c->op_node[i];
         c->fwd[i] = pipit__node_cost(&m, c->g, id);
-        c->cost[i] = c->fwd[i] + bwd[id];
+        c->cost[i] = (c->opt->remat ? 2 * c->fwd[i] : c->fwd[i]) + bwd[id];
         c->act_bytes[i] = pipit__node_runs(&c->g->nodes[id]) ? (double)pipit__node_bytes(&c->g->nodes[id]) : 0;
     }
     pipit__free(bwd);
@@ -153,7 +153,8 @@ static pipit_status in_flight(an_ctx *c) {
 
 /* Bytes stage s holds with ops [a, b): each param it reads once (value,
  * gradient, optimizer state), one accumulator per use, and its forward
- * values for the microbatches in flight. */
+ * values (with remat: the largest one, standing for its input) for the
+ * microbatches in flight. */
 static double stage_bytes(void *ctx, int s, int a, int b) {
     an_ctx *c = ctx;
     const pipit_graph *g = c->g;
@@ -161,7 +162,7 @@ static double stage_bytes(void *ctx, int s, int a, int b) {
     double fixed = 0, act = 0;
     c->now++;
     for (int i = a; i < b; i++) {
-        act += c->act_bytes[i];
+        act = c->opt->remat ? PIPIT_MAX(act, c->act_bytes[i]) : act + c->act_bytes[i];
         const pipit__node *n = &g->nodes[c->op_node[i]];
         for (int k = 0; k < n->nin; k++) {
             int32_t r = pipit__unyield(g, n->in[k]);
