@@ -3,8 +3,8 @@
 # each stage's predicted cost next to the even split's; train with
 # --auto-stages logs the same losses, bit for bit, as the even split (at
 # P = 2 and P = 4, with modelled and measured costs) and the final
-# checkpoints are byte-identical, and so for interleaved, DualPipeV, ZB-H1
-# and GPipe with remat; bad flags, a memory limit nothing meets
+# checkpoints are byte-identical, and so for interleaved, DualPipeV, ZB-H1,
+# GPipe with remat and the zero-bubble family; bad flags, a memory limit nothing meets
 # and more stages than cut points exit non-zero with a message.
 # Usage: test_cli_partition.sh PIPIT SRCDIR
 set -u
@@ -40,8 +40,9 @@ for P in 2 4; do
     done
 done
 
-# other schedules: interleaved (two stages per rank), the V of DualPipeV, B/W split, remat
-for sch in "--virtual 2 --schedule interleaved-1f1b" "--schedule dualpipev" "--schedule zb-h1" "--schedule gpipe --remat"; do
+# other schedules: interleaved (two stages per rank), the V of DualPipeV and ZB-V, B/W split, remat
+for sch in "--virtual 2 --schedule interleaved-1f1b" "--schedule dualpipev" "--schedule zb-h1" "--schedule gpipe --remat" \
+    "--schedule zb-h2" "--schedule zb-v" "--virtual 2 --schedule interleaved-zb"; do
     # shellcheck disable=SC2086 # $sch is a list of flags
     expect_ok "$PIPIT" train --data text.txt "${MODEL[@]}" --layers 4 --microbatches 4 --pp 2 $sch --json
     even=$(losses "$OUT")
