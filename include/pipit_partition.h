@@ -57,9 +57,11 @@ typedef struct {
     int stages;
     pipit_partition_yields yields;
     /* Modelled costs: a GEMM (matmul, attention) takes FLOPs / gemm_flops
-     * seconds, every other op the bytes it reads and writes / mem_bandwidth.
-     * Defaults: 5e10 FLOP/s, 1e10 B/s. */
-    double gemm_flops, mem_bandwidth;
+     * seconds, every other op the bytes it reads and writes / mem_bandwidth,
+     * plus, for ops that evaluate an exp or tanh per element (cross-entropy
+     * and its gradient: per logit; GELU and its gradient), elements /
+     * exp_rate. Defaults: 5e10 FLOP/s, 1e10 B/s, 3e8 elements/s. */
+    double gemm_flops, mem_bandwidth, exp_rate;
     /* Measured costs: a program compiled from the same model (any layout)
      * that ran steps with pipit_program_set_profile on. Each op kind's
      * measured seconds per microbatch scale the model's costs of that kind

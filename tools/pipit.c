@@ -204,7 +204,7 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
                                                       "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},
         {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at 50 GFLOP/s, bytes "
-                                                     "at 10 GB/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
+                                                     "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
         {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
                                                              "(params, grads, optimizer state, activations; 0: no limit)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},

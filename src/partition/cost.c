@@ -1,7 +1,9 @@
 /*
  * cost.c — what an op costs, in one place. GEMMs (matmul, attention and
  * its backward) are FLOP-bound: FLOPs / gemm_flops. Every other op is
- * bandwidth-bound: the bytes it reads and writes / mem_bandwidth. The
+ * bandwidth-bound: the bytes it reads and writes / mem_bandwidth, plus an
+ * exp or tanh per element at exp_rate where it evaluates one (on this CPU
+ * the cross-entropy over a large vocabulary costs ~8x its bytes). The
  * backward of a node is whatever its VJP emits, costed the same way, so a
  * matmul's backward (two GEMMs) comes out at twice its forward without
  * saying so. A measured profile rescales each op kind: the model only
@@ -46,6 +48,19 @@ static double node_traffic(const pipit_graph *g, const pipit__node *n) {
     return in + out;
 }
 
+/* Elements an op evaluates an exp or tanh for: one per logit for the
+ * cross-entropy and its gradient, one per element for GELU and its
+ * gradient; 0 for the rest. */
+static double transcendentals(const pipit_graph *g, const pipit__node *n) {
+    switch (n->op) {
+    case PIPIT_OP_XENT_ROWS:
+    case PIPIT_OP_XENT_DLOGITS: return (double)pipit__node_numel(&g->nodes[n->in[0]]);
+    case PIPIT_OP_GELU:
+    case PIPIT_OP_GELU_DX: return (double)pipit__node_numel(n);
+    default: return 0;
+    }
+}
+
 static double modelled(const pipit__cost_model *m, const pipit_graph *g, int32_t id) {
     const pipit__node *n = &g->nodes[id];
     if (!pipit__node_runs(n)) return 0;
@@ -53,7 +68,7 @@ static double modelled(const pipit__cost_model *m, const pipit_graph *g, int32_t
     case PIPIT_OP_MATMUL: return matmul_flops(g, n) / m->gemm_flops;
     case PIPIT_OP_ATTENTION:
     case PIPIT_OP_ATTN_DQKV: return attention_flops(g, n) / m->gemm_flops;
-    default: return node_traffic(g, n) / m->mem_bandwidth;
+    default: return node_traffic(g, n) / m->mem_bandwidth + transcendentals(g, n) / m->exp_rate;
     }
 }
 
@@ -100,11 +115,12 @@ pipit_status pipit__cost_model_init(const pipit_partition_options *opt, pipit__c
     memset(m, 0, sizeof *m);
     m->gemm_flops = opt->gemm_flops ? opt->gemm_flops : 5e10;
     m->mem_bandwidth = opt->mem_bandwidth ? opt->mem_bandwidth : 1e10;
-    if (bad_rate(m->gemm_flops) || bad_rate(m->mem_bandwidth))
+    m->exp_rate = opt->exp_rate ? opt->exp_rate : 3e8;
+    if (bad_rate(m->gemm_flops) || bad_rate(m->mem_bandwidth) || bad_rate(m->exp_rate))
         return pipit__err(PIPIT_STATUS_INVALID,
-                          "pipit_partition: gemm_flops (%g) and mem_bandwidth (%g) must be positive and finite "
-                          "(0: the defaults)",
-                          opt->gemm_flops, opt->mem_bandwidth);
+                          "pipit_partition: gemm_flops (%g), mem_bandwidth (%g) and exp_rate (%g) must be positive and "
+                          "finite (0: the defaults)",
+                          opt->gemm_flops, opt->mem_bandwidth, opt->exp_rate);
     for (int k = 0; k < PIPIT_OP_COUNT; k++) m->scale[k] = 1;
     m->acc_scale = 1;
     return opt->profile ? apply_profile(m, opt->profile) : PIPIT_STATUS_OK;

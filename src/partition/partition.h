@@ -46,12 +46,12 @@ pipit_status pipit__partition_dp(const pipit__dp_problem *pr, int *bounds, doubl
 #include "ir/graph.h"
 
 typedef struct {
-    double gemm_flops, mem_bandwidth; /* rates, defaults applied */
+    double gemm_flops, mem_bandwidth, exp_rate; /* rates, defaults applied */
     double scale[PIPIT_OP_COUNT];     /* measured / modelled per op kind (1: unmeasured) */
     double acc_scale;                 /* the same for per-use gradient accumulation */
 } pipit__cost_model;
 
-/* Rates from the options (defaults: 5e10 FLOP/s, 1e10 B/s) and, with
+/* Rates from the options (defaults: 5e10 FLOP/s, 1e10 B/s, 3e8 exp/s) and, with
  * opt->profile, the per-kind scales from its measured profile. INVALID for
  * a rate that is not positive and finite, or a profile with no profiled
  * step. */
