@@ -85,7 +85,9 @@ typedef struct {
 } pipit_partition_options;
 
 /* Chooses the cuts for the forward graph of `loss` (g is only read; it
- * must not be compiled yet). INVALID for bad options, a loss that is not
+ * must not be compiled yet): the slowest stage as fast as possible, then
+ * the sum of squared stage costs as small as possible (with several stages
+ * per rank it balances stages, not ranks). INVALID for bad options, a loss that is not
  * a scalar of g, fewer valid cut points than S - 1 (the message says how
  * many there are) or a memory limit no partition meets (the message names
  * the limit and the smallest feasible one); NOMEM. */
@@ -118,11 +120,14 @@ PIPIT_API pipit_status pipit_partition_simulate(const pipit_partition_result *p,
  * are the partition's: removes the user's yields and puts one yield on the
  * value each cut carries. Node ids change: vals[0..nvals) (values of g the
  * caller keeps: the loss, outputs) are updated in place. Parameters and
- * inputs keep their names; the computation and its numbers are unchanged. */
+ * inputs keep their names; the computation and its numbers are unchanged.
+ * Once per partition: INVALID for another graph, or one that changed since
+ * it was partitioned (a second apply included). */
 PIPIT_API pipit_status pipit_partition_apply(const pipit_partition_result *p, pipit_graph *g, pipit_val *vals, int nvals);
 
-/* One line per stage: its ops (by op name at the cut), predicted forward
- * and forward+backward seconds, estimated bytes; then the slowest stage. */
+/* A header line, then one line per stage: its op range, the first and
+ * last param its ops read, predicted forward and forward+backward time,
+ * estimated bytes, and which stage is the slowest. IO if writing fails. */
 PIPIT_API pipit_status pipit_partition_print(FILE *f, const pipit_partition_result *p);
 
 #ifdef __cplusplus
