@@ -86,8 +86,9 @@ typedef struct {
 
 /* Chooses the cuts for the forward graph of `loss` (g is only read; it
  * must not be compiled yet): the slowest stage as fast as possible, then
- * the sum of squared stage costs as small as possible (with several stages
- * per rank it balances stages, not ranks). INVALID for bad options, a loss that is not
+ * the sum of squared stage costs as small as possible. With several
+ * stages per rank (the schedule's map) it balances rank loads instead (the
+ * sum of a rank's stages) when there are at most 2e6 cut sets to try. INVALID for bad options, a loss that is not
  * a scalar of g, fewer valid cut points than S - 1 (the message says how
  * many there are) or a memory limit no partition meets (the message names
  * the limit and the smallest feasible one); NOMEM. */

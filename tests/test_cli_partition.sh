@@ -22,7 +22,7 @@ EOF2
 MODEL=(--ctx 8 --heads 2 --dim 16 --micro-batch 2 --vocab 2048 --steps 3 --lr 3e-3)
 
 expect_ok "$PIPIT" plan --data text.txt "${MODEL[@]}" --layers 2 --microbatches 4 --pp 2 --auto-stages
-for w in "partition: 2 stages" "stage 1:" "(slowest)" "even split by layers" "rank 1: stages 1"; do
+for w in "partition: 2 stages" "stage 1 (rank 1):" "(slowest)" "even split by layers" "rank 1: stages 1"; do
     grep -qF -- "$w" <<<"$OUT" || fail "plan --auto-stages lacks '$w'"$'\n'"$OUT"
 done
 

@@ -82,7 +82,7 @@ PIPIT_TEST(partition_dp_matches_brute_force) {
         mem_ctx mc = {obytes, (double)(rng_next(&seed) % 20)};
         int with_mem = trial % 3 == 0;
         pipit__dp_problem pr = {n, S, cost, cut_ok, with_mem ? toy_bytes : NULL, &mc,
-                                with_mem ? (double)(rng_next(&seed) % 200) : 0};
+                                with_mem ? (double)(rng_next(&seed) % 200) : 0, NULL};
         brute_result want = brute(&pr);
         int bounds[8];
         double worst = -1, min_limit = -1;
@@ -115,6 +115,76 @@ PIPIT_TEST(partition_dp_matches_brute_force) {
         checked++;
     }
     ASSERT_TRUE(checked > 1000 && infeasible > 100 && limited > 20); /* every branch was exercised */
+}
+
+/* The largest rank load of bounds (stages summed per rank_of), and the
+ * sum of squared rank loads. */
+static void rank_loads(const double *cost, const int *bounds, int S, const int *rank_of, double *mx, double *sq) {
+    double load[8] = {0};
+    for (int s = 0; s < S; s++) load[rank_of[s]] += pipit__seg_cost(cost, bounds[s], bounds[s + 1]);
+    *mx = 0, *sq = 0;
+    for (int r = 0; r < 8; r++) *mx = fmax(*mx, load[r]), *sq += load[r] * load[r];
+}
+
+/* Several stages per rank (interleaved: s mod P; a V: s and 2P-1-s): the
+ * smallest largest rank load, against every cut set. */
+PIPIT_TEST(partition_dp_balances_ranks_like_brute_force) {
+    uint64_t seed = 777;
+    int checked = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        int n = 2 + (int)(rng_next(&seed) % 10), S = 2 + 2 * (int)(rng_next(&seed) % 2), P = S / 2;
+        double cost[12], obytes[12];
+        uint8_t cut_ok[12];
+        int rank_of[4];
+        for (int i = 0; i < n; i++) {
+            cost[i] = trial % 2 ? (double)(rng_next(&seed) % 4) : (double)(rng_next(&seed) % 100000) / 997.0;
+            obytes[i] = (double)(rng_next(&seed) % 50);
+            cut_ok[i] = rng_next(&seed) % 4 != 0;
+        }
+        for (int s = 0; s < S; s++) rank_of[s] = trial % 3 ? s % P : (s < P ? s : 2 * P - 1 - s);
+        mem_ctx mc = {obytes, 0};
+        int with_mem = trial % 4 == 0;
+        pipit__dp_problem pr = {n, S, cost, cut_ok, with_mem ? toy_bytes : NULL, &mc, with_mem ? 120 : 0, rank_of};
+        int K = 1;
+        for (int i = 0; i + 1 < n; i++) K += cut_ok[i];
+        ASSERT_EQ_I64(pipit__dp_balances_ranks(&pr), K >= S); /* few cut sets here: always exhaustive */
+        double best = INFINITY, best_sq = INFINITY;
+        for (unsigned mask = 0; mask < (1u << (n - 1)); mask++) {
+            if (__builtin_popcount(mask) != S - 1) continue;
+            int bounds[5] = {0}, k = 1, ok = 1;
+            for (int i = 0; i + 1 < n; i++)
+                if ((mask >> i) & 1) ok &= cut_ok[i], bounds[k++] = i + 1;
+            bounds[S] = n;
+            for (int s = 0; s < S && ok && with_mem; s++) ok = toy_bytes(&mc, s, bounds[s], bounds[s + 1]) <= pr.limit;
+            if (!ok) continue;
+            double mx, sq;
+            rank_loads(cost, bounds, S, rank_of, &mx, &sq);
+            if (mx < best) best = mx, best_sq = INFINITY;
+            if (mx == best) best_sq = fmin(best_sq, sq);
+        }
+        int bounds[5];
+        double worst;
+        pipit_status st = pipit__partition_dp(&pr, bounds, &worst, NULL);
+        ASSERT_EQ_I64(st, best == INFINITY ? PIPIT_STATUS_INVALID : PIPIT_STATUS_OK);
+        if (st) continue;
+        double mx, sq;
+        rank_loads(cost, bounds, S, rank_of, &mx, &sq);
+        ASSERT_TRUE(mx == best);
+        ASSERT_TRUE(fabs(sq - best_sq) <= 1e-9 * fmax(1, best_sq));
+        checked++;
+    }
+    ASSERT_TRUE(checked > 500);
+    /* too many cut sets to try (C(199, 7) > 2e6): the stage DP decides */
+    double cost[200];
+    uint8_t cut_ok[200];
+    int rank_of[8], bounds[9];
+    for (int i = 0; i < 200; i++) cost[i] = 1 + i % 7, cut_ok[i] = 1;
+    for (int s = 0; s < 8; s++) rank_of[s] = s % 4;
+    pipit__dp_problem big = {200, 8, cost, cut_ok, NULL, NULL, 0, rank_of};
+    ASSERT_TRUE(!pipit__dp_balances_ranks(&big));
+    double worst;
+    ASSERT_OK(pipit__partition_dp(&big, bounds, &worst, NULL));
+    ASSERT_TRUE(worst <= 200.0 * 4 / 8 + 7); /* stage-balanced: within an op of the mean */
 }
 
 /* ---- GPT-2: the partitioned graph trains like the even split */

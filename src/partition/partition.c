@@ -24,6 +24,8 @@ typedef struct {
     double *fwd, *cost, *act_bytes; /* [n] */
     double *inflight;     /* [S] microbatches whose activations stage s holds at once */
     int per_rank;         /* most stages any rank holds */
+    int ranks_balanced;   /* the DP minimised rank loads, not stage costs */
+    int *rank_of;         /* [S] the schedule's stage -> rank (identity without one) */
     uint32_t *stamp;      /* [g->n] scratch for counting each param once per stage */
     uint32_t now;
 } an_ctx;
@@ -39,6 +41,7 @@ static void an_free(an_ctx *c) {
     pipit__free(c->cost);
     pipit__free(c->act_bytes);
     pipit__free(c->inflight);
+    pipit__free(c->rank_of);
     pipit__free(c->stamp);
 }
 
@@ -131,6 +134,7 @@ static pipit_status op_costs(an_ctx *c, int32_t loss) {
 static pipit_status in_flight(an_ctx *c) {
     const pipit_schedule *sch = c->opt->schedule;
     c->per_rank = 1;
+    for (int s = 0; s < c->S; s++) c->rank_of[s] = sch ? pipit_schedule_stage_rank(sch, s) : s;
     if (!sch) {
         for (int s = 0; s < c->S; s++) c->inflight[s] = c->S - s;
         return PIPIT_STATUS_OK;
@@ -217,9 +221,10 @@ static pipit_status an_alloc(an_ctx *c) {
     c->cost = pipit__calloc(N, sizeof *c->cost);
     c->act_bytes = pipit__calloc(N, sizeof *c->act_bytes);
     c->inflight = pipit__calloc((size_t)c->S, sizeof *c->inflight);
+    c->rank_of = pipit__calloc((size_t)c->S, sizeof *c->rank_of);
     c->stamp = pipit__calloc(N, sizeof *c->stamp);
     if (c->live && c->act && c->op_of && c->op_node && c->cut_ok && c->carry && c->fwd && c->cost && c->act_bytes &&
-        c->inflight && c->stamp)
+        c->inflight && c->rank_of && c->stamp)
         return PIPIT_STATUS_OK;
     return pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
 }
@@ -268,6 +273,7 @@ static pipit_status fill_result(an_ctx *c, const int *bounds, pipit_partition_re
     p->S = S;
     p->n = c->n;
     p->measured = c->opt->profile != NULL;
+    p->ranks_balanced = c->ranks_balanced;
     p->bounds = pipit__malloc(sizeof(int) * ((size_t)S + 1));
     p->carry = pipit__calloc((size_t)S, sizeof *p->carry);
     p->stage_fwd = pipit__calloc((size_t)S, sizeof(double));
@@ -290,6 +296,7 @@ static pipit_status fill_result(an_ctx *c, const int *bounds, pipit_partition_re
     p->op_node = c->op_node, c->op_node = NULL;
     p->fwd = c->fwd, c->fwd = NULL;
     p->cost = c->cost, c->cost = NULL;
+    p->rank_of = c->rank_of, c->rank_of = NULL;
     return PIPIT_STATUS_OK;
 }
 
@@ -313,10 +320,11 @@ pipit_status pipit_partition(const pipit_graph *g, pipit_val loss, const pipit_p
     if (!s && !bounds) s = pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
     if (!s) {
         pipit__dp_problem pr = {c.n, c.S, c.cost, c.cut_ok, opt->mem_limit > 0 ? stage_bytes : NULL, &c,
-                                opt->mem_limit / c.per_rank};
+                                opt->mem_limit / c.per_rank, c.rank_of};
         double worst = 0, min_limit = 0;
         s = pipit__partition_dp(&pr, bounds, &worst, &min_limit);
         if (s == PIPIT_STATUS_INVALID) s = infeasible(&c, min_limit);
+        c.ranks_balanced = !s && pipit__dp_balances_ranks(&pr);
     }
     pipit_partition_result *p = s ? NULL : pipit__calloc(1, sizeof *p);
     if (!s && !p) s = pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
@@ -345,6 +353,7 @@ void pipit_partition_free(pipit_partition_result *p) {
     pipit__free(p->stage_fwd);
     pipit__free(p->stage_cost);
     pipit__free(p->stage_bytes);
+    pipit__free(p->rank_of);
     p->magic = 0xdeadu;
     pipit__free(p);
 }

@@ -26,7 +26,16 @@ typedef struct {
     double (*bytes)(void *ctx, int s, int a, int b);
     void *ctx;
     double limit;
+    /* [S] the rank of each stage, or NULL (one stage per rank). When a rank
+     * holds several stages its load is their sum, which the DP cannot see:
+     * then, if there are at most PIPIT__EXHAUSTIVE_MAX cut sets, every one
+     * is tried and the largest rank load is minimised (then the sum of
+     * squared rank loads; ties: the earlier cuts); otherwise the DP's
+     * stage balance stands (ranks_balanced = 0 below). */
+    const int *rank_of;
 } pipit__dp_problem;
+
+#define PIPIT__EXHAUSTIVE_MAX 2000000.0
 
 /* The cost of ops [a, b): their costs added from the last op to the
  * first (the DP grows stages leftwards, and any oracle uses this one sum,
@@ -38,6 +47,9 @@ double pipit__seg_cost(const double *cost, int a, int b);
  * then *min_limit, if not NULL, is the smallest limit some cut set meets);
  * NOMEM. Sets no message on INVALID: the caller knows the context. */
 pipit_status pipit__partition_dp(const pipit__dp_problem *pr, int *bounds, double *worst, double *min_limit);
+/* Whether pipit__partition_dp balanced rank loads (rank_of with a rank of
+ * several stages and few enough cut sets) rather than stages. */
+int pipit__dp_balances_ranks(const pipit__dp_problem *pr);
 
 #endif
 
@@ -81,6 +93,8 @@ struct pipit_partition_result {
     double *stage_fwd, *stage_cost, *stage_bytes; /* [S] */
     char **first_param, **last_param; /* [S] names of the first / last param its ops read (or NULL) */
     int measured;         /* costs scaled by a profile */
+    int ranks_balanced;   /* the largest rank load was minimised (ranks holding several stages) */
+    int *rank_of;         /* [S] rank of each stage (the schedule's; identity without one) */
 };
 
 /* Follows the user's yields to the value they carry. */

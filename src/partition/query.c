@@ -46,11 +46,12 @@ pipit_status pipit_partition_print(FILE *f, const pipit_partition_result *p) {
     int worst = 0;
     for (int s = 0; s < p->S; s++)
         if (p->stage_cost[s] > p->stage_cost[worst]) worst = s;
-    fprintf(f, "partition: %d stage%s over %d ops, %s costs per microbatch\n", p->S, p->S == 1 ? "" : "s", p->n,
-            p->measured ? "measured (profile-scaled)" : "modelled");
+    fprintf(f, "partition: %d stage%s over %d ops, %s costs per microbatch%s\n", p->S, p->S == 1 ? "" : "s", p->n,
+            p->measured ? "measured (profile-scaled)" : "modelled",
+            p->ranks_balanced ? "; balanced over ranks (the slowest rank's stages together)" : "");
     for (int s = 0; s < p->S; s++)
-        fprintf(f, "  stage %d: ops %4d..%-4d params %s .. %s  fwd %.4g ms  fwd+bwd %.4g ms  ~%.1f MiB%s\n", s,
-                p->bounds[s], p->bounds[s + 1] - 1, p->first_param[s] ? p->first_param[s] : "-",
+        fprintf(f, "  stage %d (rank %d): ops %4d..%-4d params %s .. %s  fwd %.4g ms  fwd+bwd %.4g ms  ~%.1f MiB%s\n", s,
+                p->rank_of[s], p->bounds[s], p->bounds[s + 1] - 1, p->first_param[s] ? p->first_param[s] : "-",
                 p->last_param[s] ? p->last_param[s] : "-", 1e3 * p->stage_fwd[s], 1e3 * p->stage_cost[s],
                 p->stage_bytes[s] / 1048576.0, s == worst ? "  (slowest)" : "");
     if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "%s: writing failed", __func__);
