@@ -18,6 +18,10 @@
 
 #include "ir/graph.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
+#endif
+
 /* Everything a kernel needs to run one node: the node (sizes, attributes),
  * its inputs' nodes, and resolved pointers into backend memory. */
 typedef struct pipit__kctx {
@@ -78,5 +82,9 @@ typedef struct pipit__backend {
 /* The backend called `name` ("cpu"); NULL (with a message listing the
  * known ones) when there is none by that name. */
 const pipit__backend *pipit__backend_find(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
