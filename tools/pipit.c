@@ -48,6 +48,9 @@ typedef struct {
     double peak_flops; /* --peak-flops: one rank's FLOP/s for MFU (0: measure sgemm) */
     int json_summary;
     const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
+    int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
+    const char *stage_costs;  /* --stage-costs model|measured */
+    double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
 } opts;
 
 /* --resume FILE, opened while the flags are applied (apply_resume), then
@@ -99,6 +102,30 @@ static void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int
                             pipit_feed *f) {
     check_status(pipit_data_batch(d, first, c->batch, b->tok, b->tgt), "--data");
     check_status(pipit_gpt2_feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
+}
+
+/* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
+static mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds) {
+    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
+    *feeds = calloc((size_t)G * 3, sizeof **feeds);
+    if (!bufs || !*feeds) die("out of memory");
+    for (int m = 0; m < G; m++) {
+        bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
+        bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
+        bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
+        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
+    }
+    return bufs;
+}
+
+static void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds) {
+    for (int m = 0; m < G; m++) {
+        free(bufs[m].tok);
+        free(bufs[m].tgt);
+        free(bufs[m].pos);
+    }
+    free(bufs);
+    free(feeds);
 }
 
 /* ------------------------------------------------------------------ train */
@@ -176,6 +203,12 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
         {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
+        {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
+                                                      "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},
+        {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at 50 GFLOP/s, bytes "
+                                                     "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
+        {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
+                                                             "(params, grads, optimizer state, activations; 0: no limit)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
@@ -325,7 +358,57 @@ typedef struct {
     pipit_val loss;
     pipit_options po;    /* the program's options (the validation program reuses them) */
     pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
+    int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
 } session;
+
+static void check_auto_stages_flags(const opts *o, const flag_cmd *c) {
+    if (!o->auto_stages && (flags_seen(c, "stage-costs") || flags_seen(c, "stage-mem-limit")))
+        die("--%s applies to --auto-stages only", flags_seen(c, "stage-costs") ? "stage-costs" : "stage-mem-limit");
+    if (o->stage_costs && strcmp(o->stage_costs, "model") && strcmp(o->stage_costs, "measured"))
+        die("bad value '%s' for --stage-costs: expected model or measured", o->stage_costs);
+    if (!(o->stage_mem_limit >= 0 && o->stage_mem_limit < 1e300))
+        die("--stage-mem-limit must be a number of bytes >= 0 (got %g)", o->stage_mem_limit);
+}
+
+/* --stage-costs measured: the yield-free model run sequentially for two
+ * steps on the first batches, the second one profiled (the first pays
+ * page faults). The program and its graph are the caller's to free. */
+static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph **gout) {
+    pipit_graph *g = *gout = pipit_graph_new();
+    if (!g) die("out of memory");
+    pipit_val loss = pipit_gpt2_build(g, &s->cfg);
+    pipit_options po = {.microbatches = M, .threads = o->threads, .optimizer = make_optimizer(o)};
+    pipit_program *p = NULL;
+    check_status(pipit_compile(g, loss, &po, &p), "--stage-costs measured");
+    check_status(pipit_gpt2_init(p, &s->cfg, o->seed), "--stage-costs measured");
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(M, s->cfg.batch, s->cfg.ctx, &feeds);
+    for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + 3 * m);
+    for (int step = 0; step < 2; step++) {
+        check_status(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
+        if (pipit_step(p, feeds, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+    }
+    mb_bufs_free(bufs, M, feeds);
+    return p;
+}
+
+/* --auto-stages: cut the yield-free graph into the schedule's stages. */
+static void auto_stages(session *s, const opts *o, int M) {
+    int measured = o->stage_costs && strcmp(o->stage_costs, "measured") == 0;
+    if (measured && pipit_process_count() > 1) /* each process would time its own run and cut differently */
+        die("--stage-costs measured runs in one process only (this job has %d MPI processes): use the modelled costs",
+            pipit_process_count());
+    pipit_graph *pg = NULL;
+    pipit_program *prof = measured ? profile_run(s, o, M, &pg) : NULL;
+    pipit_gpt2_config cfg = s->cfg;
+    /* fixed rates, not a timing: every MPI process must choose the same cuts */
+    cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .mem_limit = o->stage_mem_limit, .profile = prof,
+                         .remat = o->remat,
+                         .print = !o->json && pipit_process_rank() == 0};
+    cli_auto_stages_apply(&a, &cfg, s->g, &s->loss);
+    pipit_program_free(prof);
+    pipit_graph_free(pg);
+}
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *cmd = c->name;
@@ -377,8 +460,10 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             die("--schedule '%s' is written for %d microbatch%s, but --microbatches is %d", o->schedule, sM,
                 sM == 1 ? "" : "es", M);
     }
-    s->cfg = model_config(o, stages);
+    s->stages = stages;
+    s->cfg = model_config(o, o->auto_stages ? 1 : stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
+    check_auto_stages_flags(o, c);
     check_status(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order),
                                       o->seed, &s->data),
                  "--data");
@@ -387,8 +472,10 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    pipit_val loss = s->loss = pipit_gpt2_build(s->g, &s->cfg);
+    s->loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
+    if (o->auto_stages) auto_stages(s, o, M);
+    pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
@@ -912,15 +999,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     int speaker = pipit_process_rank() == 0; /* one process prints */
     int val_batches = open_validation(&s, &o, &c, G);
     if (val_batches) open_validation_program(&s);
-    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
-    pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
-    if (!bufs || !feeds) die("out of memory");
-    for (int m = 0; m < G; m++) {
-        bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
-        bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
-        bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
-        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
-    }
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(G, B, T, &feeds);
     int profiling = o.profile || o.profile_out;
     if (profiling) check_status(pipit_program_set_profile(s.p, 1), "--profile");
     cli_progress prog = {0};
@@ -933,7 +1013,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
                "%d thread(s) per rank",
                s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
-               s.cfg.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
+               s.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
                s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
                               ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
                               : o.schedule)
@@ -1031,13 +1111,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
     if (o.profile_out && speaker) write_profile(&o, &s, G / o.dp, profiled_steps, profiled_s);
     if (speaker && (!o.json || o.json_summary)) cli_progress_summary(stdout, &prog, o.json, o.save);
-    for (int m = 0; m < G; m++) {
-        free(bufs[m].tok);
-        free(bufs[m].tgt);
-        free(bufs[m].pos);
-    }
-    free(bufs);
-    free(feeds);
+    mb_bufs_free(bufs, G, feeds);
     close_session(&s);
     return 0;
 }

@@ -57,6 +57,7 @@ struct pipit_program {
     int hang;            /* test hook: ... or stops there without a word (a hung rank) */
     int broken;          /* a rank hung: its thread may still run, so nothing is freed or run */
     int profile;         /* accumulate per-op times into rs[].prof */
+    int64_t profile_steps; /* steps accumulated into rs[].prof since profiling was (re)started */
     char errmsg[2048];
 };
 

@@ -51,6 +51,7 @@ pipit_status pipit_program_set_profile(pipit_program *p, int on) {
     pipit_status s = check(p, __func__);
     if (s) return s;
     p->profile = on != 0;
+    if (on) p->profile_steps = 0;
     if (on)
         for (int i = 0; i < p->nlocal; i++) memset(p->rs[p->local[i]].prof, 0, sizeof p->rs[p->local[i]].prof);
     return PIPIT_STATUS_OK;

@@ -275,6 +275,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     s = pipit__err_fresh(run_ranks(p, ptrs), gen0, "pipit_step");
     if (!p->broken) pipit__free(ptrs); /* else a hung rank may still read it */
     p->step_wall = pipit__now() - t0;
+    if (p->profile && !s) p->profile_steps++; /* the profile's per-step means (partition) */
     if (s) {
         if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
         return fail(p, s);
