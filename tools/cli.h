@@ -40,4 +40,10 @@ void cli_config_apply(flag_cmd *c, const char *path, const char *const *skip);
  * that is not a JSON object, or a non-string value). */
 const char *cli_config_string(const char *path, const char *key);
 
+/* --device and --tf32 (tools/device.c): dies for a device other than cpu
+ * or cuda ("did you mean"), --device cuda in a build without the cuda
+ * backend or on a machine without a CUDA device, and --tf32 without
+ * --device cuda. NULL is cpu. */
+void cli_check_device(const char *device, int tf32);
+
 #endif
