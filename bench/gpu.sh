@@ -87,7 +87,8 @@ cat "$WORK/machine.md"
 
 # ------------------------------------------------------------- 1. build
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-PIPIT=$ROOT/$BUILD/pipit
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PIPIT=$BUILD/pipit
 build() {
     local deps=() P=${PIPIT_DEPS_PREFIX:-}
     if [ -z "$P" ] && compgen -G "$DEBS/*.deb" >/dev/null; then
@@ -157,8 +158,12 @@ import random
 r = random.Random(7)
 words = ['the ', 'cat ', 'sat ', 'on ', 'a ', 'mat. ', 'dog ', 'ran ', 'to ', 'park, ', 'and ', 'we ', 'saw ']
 open('$WORK/text.txt', 'w').write(''.join(r.choice(words) for _ in range(20000)))
-import numpy as np
-np.random.default_rng(0).integers(0, 50257, size=6_000_000, dtype=np.uint16).tofile('$WORK/tokens.u16')
+try:
+    import numpy as np
+    np.random.default_rng(0).integers(0, 50257, size=6_000_000, dtype=np.uint16).tofile('$WORK/tokens.u16')
+except ImportError:
+    import array
+    array.array('H', (r.randrange(50257) for _ in range(6_000_000))).tofile(open('$WORK/tokens.u16', 'wb'))
 " || echo "cannot write the benchmark data"
 
 # ------------------------------------------------------------- 3. sanitizer

@@ -69,7 +69,9 @@ struct pipit_program {
 /* Binds the calling thread to world rank w's device and stream (the
  * backend's bind): before it runs w's instructions, and before it touches
  * w's memory. A no-op on the cpu backend. */
-static inline void pipit__bind_rank(const pipit_program *p, int w) { p->be->bind(w, w % p->ndev, p->tf32); }
+static inline void pipit__bind_rank(const pipit_program *p, int w) {
+    p->be->bind(w, p->ndev > 0 ? w % p->ndev : 0, p->tf32);
+}
 
 /* lr(t) of a checked schedule (optim.c). */
 double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);

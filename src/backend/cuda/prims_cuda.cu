@@ -52,9 +52,10 @@ struct srcs_arg {
 template <typename T>
 __global__ void sum_uses_kernel(T *dst, srcs_arg<T> s, int64_t a, int64_t b) {
     for (int64_t i = a + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b; i += (int64_t)gridDim.x * blockDim.x) {
-        int k = 0;
-        T acc = s.from_dst ? dst[i] : s.p[k++][i];
-        for (; k < s.n; k++) acc = add_rn(acc, s.p[k][i]);
+        T acc = s.from_dst ? dst[i] : s.p[0][i];
+#pragma unroll
+        for (int k = 0; k < kSrcs; k++) /* unrolled: the pointers stay in registers, in order */
+            if (k >= !s.from_dst && k < s.n) acc = add_rn(acc, s.p[k][i]);
         dst[i] = acc;
     }
 }
