@@ -18,10 +18,16 @@ static const pipit__backend *const backends[] = {
 #endif
 };
 
+/* One more backend, registered at run time (tests: a simulated device). */
+static const pipit__backend *extra;
+
+void pipit__backend_register(const pipit__backend *be) { extra = be; }
+
 const pipit__backend *pipit__backend_find(const char *name) {
     size_t n = sizeof backends / sizeof backends[0];
     for (size_t i = 0; i < n; i++)
         if (name && strcmp(backends[i]->name, name) == 0) return backends[i];
+    if (name && extra && strcmp(extra->name, name) == 0) return extra;
 #ifndef PIPIT_HAVE_CUDA
     if (name && strcmp(name, "cuda") == 0) {
         pipit__err(PIPIT_STATUS_INVALID, "this build has no cuda backend (configure with -DPIPIT_CUDA=ON)");

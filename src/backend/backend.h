@@ -110,4 +110,9 @@ typedef struct pipit__backend {
  * saying how to build the cuda one) when there is none by that name. */
 const pipit__backend *pipit__backend_find(const char *name);
 
+/* Makes `be` findable by its name besides the built-in backends (one at a
+ * time; NULL removes it). For tests: tests/test_device_sim.c runs the
+ * runtime on a simulated device backend. Not thread-safe. */
+void pipit__backend_register(const pipit__backend *be);
+
 #endif
