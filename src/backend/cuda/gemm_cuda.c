@@ -20,8 +20,10 @@
  * kernel needs, so two runs whose buffers are both 16-byte aligned (the
  * memory planner aligns every buffer to 64) pick the same algorithm even
  * when the buffers sit at different addresses.
- * Compute types: fp32 (CUBLAS_COMPUTE_32F) unless the program asked for
- * TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); f64: CUBLAS_COMPUTE_64F.
+ * Compute types: fp32 (CUBLAS_COMPUTE_32F, and no tensor-core
+ * implementation: CUBLASLT_MATMUL_PREF_IMPL_MASK) unless the program asked
+ * for TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); f64:
+ * CUBLAS_COMPUTE_64F.
  */
 #include <pthread.h>
 #include <string.h>
@@ -144,10 +146,14 @@ static int desc_make(const gemm_key *k, gemm_desc *d) {
     return layout(&d->c, type, k->N, k->M, k->ldc, k->batch, k->sC);
 }
 
-/* The heuristic's first choice for key k under the fixed preferences. */
-static int query_algo(pipit__cuda_ctx *c, const gemm_key *k, const gemm_desc *d, cublasLtMatmulAlgo_t *algo) {
+/* The heuristic's first choice for key k under the fixed preferences;
+ * fp32 (not TF32) also excludes tensor-core implementations (emulations of
+ * fp32 on other number formats) unless nothing else exists. */
+static int query_algo_impl(pipit__cuda_ctx *c, const gemm_key *k, const gemm_desc *d, int no_tensor_ops,
+                           cublasLtMatmulAlgo_t *algo) {
     cublasLtMatmulPreference_t pref = NULL;
     if (lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference")) return -1;
+    uint64_t impl = no_tensor_ops ? ~(uint64_t)CUBLASLT_NUMERICAL_IMPL_FLAGS_TENSOR_OP_MASK : ~(uint64_t)0;
     uint64_t ws = PIPIT_CUDA_LT_WORKSPACE;
     uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
     uint32_t al_a = (uint32_t)k->align_b, al_b = (uint32_t)k->align_a, al_c = (uint32_t)k->align_c; /* Lt's A = our B */
@@ -162,6 +168,7 @@ static int query_algo(pipit__cuda_ctx *c, const gemm_key *k, const gemm_desc *d,
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof al_b},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof al_c},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof al_c}, /* D is C */
+        {CUBLASLT_MATMUL_PREF_IMPL_MASK, &impl, sizeof impl},
     };
     int bad = 0;
     for (size_t i = 0; !bad && i < sizeof prefs / sizeof prefs[0]; i++)
@@ -182,6 +189,12 @@ static int query_algo(pipit__cuda_ctx *c, const gemm_key *k, const gemm_desc *d,
     }
     cublasLtMatmulPreferenceDestroy(pref);
     return bad ? -1 : found;
+}
+
+static int query_algo(pipit__cuda_ctx *c, const gemm_key *k, const gemm_desc *d, cublasLtMatmulAlgo_t *algo) {
+    int strict = k->dt != PIPIT_F64 && !k->tf32;
+    int found = query_algo_impl(c, k, d, strict, algo);
+    return found == 0 && strict ? query_algo_impl(c, k, d, 0, algo) : found;
 }
 
 /* The cached algorithm of k (querying it the first time): 1 found, 0 none
