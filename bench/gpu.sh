@@ -94,7 +94,16 @@ build() {
     if [ -z "$P" ] && compgen -G "$DEBS/*.deb" >/dev/null; then
         P=$WORK/deps
         mkdir -p "$P"
-        for f in "$DEBS"/*.deb; do dpkg -x "$f" "$P" || return 1; done
+        for f in "$DEBS"/*.deb; do
+            if command -v dpkg >/dev/null; then
+                dpkg -x "$f" "$P" || return 1
+            else # no dpkg: a .deb is an ar archive holding data.tar.*
+                local member
+                member=$(ar t "$f" | grep '^data\.tar') || return 1
+                ar p "$f" "$member" | tar -x -C "$P" --auto-compress -f - 2>/dev/null ||
+                    ar p "$f" "$member" | tar -xJ -C "$P" || return 1
+            fi
+        done
         echo "unpacked $(ls "$DEBS"/*.deb | wc -l) packages from $DEBS into $P"
         PIPIT_DEPS_PREFIX=$P
     fi
