@@ -213,6 +213,9 @@ typedef enum {
     PIPIT_SCHED_INTERLEAVED_GPIPE,
     PIPIT_SCHED_ZB_H1,
     PIPIT_SCHED_DUALPIPEV,
+    PIPIT_SCHED_ZB_H2,          /* zero bubble H2: B/W split, 2P-1 in flight */
+    PIPIT_SCHED_ZB_V,           /* zero bubble V: stages r and 2P-1-r, B/W split */
+    PIPIT_SCHED_INTERLEAVED_ZB, /* interleaved 1F1B with B/W split (PyTorch's) */
     PIPIT_SCHED_COUNT
 } pipit_schedule_kind;
 

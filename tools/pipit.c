@@ -176,7 +176,7 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
-        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0}},
+        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
@@ -211,7 +211,7 @@ static void default_opts(opts *o) {
     o->threads = 1;
     o->pp = 1;
     o->dp = 1;
-    o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules and DualPipeV) */
+    o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules, DualPipeV and ZB-V) */
     o->steps = -1;
     o->log_every = 1;
     o->lr_schedule = "constant";

@@ -18,6 +18,10 @@
 
 #include "ir/graph.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
+#endif
+
 /* Everything a kernel needs to run one node: the node (sizes, attributes),
  * its inputs' nodes, and resolved pointers into backend memory. */
 typedef struct pipit__kctx {
@@ -114,5 +118,9 @@ const pipit__backend *pipit__backend_find(const char *name);
  * time; NULL removes it). For tests: tests/test_device_sim.c runs the
  * runtime on a simulated device backend. Not thread-safe. */
 void pipit__backend_register(const pipit__backend *be);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
