@@ -104,6 +104,13 @@ PIPIT_TEST(backend_cuda_by_name) {
     ASSERT_TRUE(pipit_have_cuda() == 1);
     be->init();
     ASSERT_TRUE(be->devices() == pipit_cuda_device_count());
+    /* a kernel exactly where the cpu has one (pipit_cuda_tests checks it
+     * too, but skips as a whole without a GPU; this runs everywhere) */
+    const pipit__backend *cpu = pipit__backend_find("cpu");
+    for (int op = 0; op < PIPIT_OP_COUNT; op++)
+        if ((cpu->ops[op] != NULL) != (be->ops[op] != NULL))
+            PIPIT_FAIL_("op %s: cpu kernel %d, cuda kernel %d", pipit__ops[op].name, cpu->ops[op] != NULL,
+                        be->ops[op] != NULL);
 #else
     ASSERT_TRUE(be == NULL);
     ASSERT_MSG_HAS("this build has no cuda backend (configure with -DPIPIT_CUDA=ON)");
