@@ -34,6 +34,7 @@ RULES = {
     "src/io":       ["util"],
     "src/models":   ["util"],
     "src/inspect":  ["runtime", "compile", "schedule", "autodiff", "ir", "backend", "io", "util"],
+    "src/sim":      ["util"],  # the cost model: over the public schedule simulator
     "tools":        [],  # the CLI: public headers only
     "examples":     [],  # public headers only
     "bench":        [],  # public headers only (see FILE_RULES)

@@ -49,6 +49,7 @@ typedef struct {
     int json_summary;
     const char *device; /* --device cpu|cuda */
     int tf32;           /* --tf32 */
+    const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
 } opts;
 
 /* --resume FILE, opened while the flags are applied (apply_resume), then
@@ -114,7 +115,8 @@ static const char *PLAN_USAGE =
     "--data FILE [--model NAME] [--config FILE] [--ctx T --layers L ...] [--pp P --schedule S ...] [--json]";
 static const char *PLAN_ABOUT =
     "Compiles the model as `pipit train` would (same model and pipeline flags) and prints, per rank,\n"
-    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.";
+    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.\n"
+    "`pipit plan --search --global-batch G` ranks schedules instead (see pipit plan --search --help).";
 
 enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
 
@@ -184,6 +186,8 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3 | IGN, {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0}},
         {3 | IGN, {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0}},
         {3 | IGN, {"peak-flops", FL_DBL, &o->peak_flops, "one rank's peak FLOP/s for the MFU on step lines (default: measured sgemm x threads)", 0}},
+        {1, {"profile-out", FL_STR, &o->profile_out, "profile as --profile does and write it with the model as JSON "
+                                                     "to FILE (for `pipit sim --calibrate FILE`)", 0}},
         {1, {"json-summary", FL_BOOL, &o->json_summary, "with --json: end with one {\"summary\":{...}} line", 0}},
     };
     int n = 0;
@@ -822,6 +826,27 @@ static double run_validation(session *s, const opts *o, int K, int G, mb_buf *bu
     return sum / K;
 }
 
+/* --profile-out FILE: what `pipit sim --calibrate` reads: the model and
+ * mesh, the profiled steps and their mean wall time, and the library's
+ * per-rank profile (pipit_program_write_profile_json). */
+static void write_profile(const opts *o, const session *s, int M, int64_t steps, double seconds) {
+    FILE *f = fopen(o->profile_out, "w");
+    if (!f) die("--profile-out: cannot write '%s': %s", o->profile_out, strerror(errno));
+    const pipit_gpt2_config *c = &s->cfg;
+    int kind = s->sched ? pipit_schedule_get_kind(s->sched) : PIPIT_SCHED_1F1B;
+    const char *sched = kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : "custom";
+    int virt = s->sched ? pipit_schedule_virtual(s->sched) : 1;
+    fprintf(f,
+            "{\"model\":{\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
+            "\"microbatches\":%d,\"pp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},\"steps\":%lld,"
+            "\"step_s\":%.9g,\"profile\":",
+            c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
+            sched, virt, (long long)steps, steps ? seconds / (double)steps : 0.0);
+    pipit_status st = pipit_program_write_profile_json(f, s->p);
+    fprintf(f, "}\n");
+    if (fclose(f) || st) die("--profile-out: writing '%s' failed%s%s", o->profile_out, st ? ": " : "", st ? pipit_errmsg() : "");
+}
+
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
@@ -902,7 +927,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
         if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
     }
-    if (o.profile) check_status(pipit_program_set_profile(s.p, 1), "--profile");
+    int profiling = o.profile || o.profile_out;
+    if (profiling) check_status(pipit_program_set_profile(s.p, 1), "--profile");
     cli_progress prog = {0};
     prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
     int on_gpu = o.device && strcmp(o.device, "cuda") == 0;
@@ -965,6 +991,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         check_writable("save", o.save);
     }
     if (o.save_opt) check_writable("save-optimizer", o.save_opt);
+    if (o.profile_out && speaker) check_writable("profile-out", o.profile_out);
     char *default_save = NULL; /* where an interrupted run without --save saves */
     if (!o.save) {
         default_save = malloc(strlen(o.data) + 32);
@@ -976,6 +1003,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     prog.first = first_step;
     prog.last = last_step;
     prog.t_start = cli_now();
+    double profiled_s = 0; /* wall time of the profiled steps (all but the first) */
+    int64_t profiled_steps = 0;
     for (int64_t step = first_step;; step++) {
         run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
         if (g_signal) { /* between steps: the checkpoint holds whole steps */
@@ -999,7 +1028,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops, &prog);
         if (val_batches && ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == last_step))
             cli_progress_val(&prog, step, run_validation(&s, &o, val_batches, G, bufs, feeds, step, speaker));
-        if (o.profile && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
+        if (step > first_step || last_step - first_step == 1) profiled_s += met.ms / 1e3, profiled_steps++;
+        if (profiling && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
     run_pos end = {last_step, last_step, data_pos + (last_step - first_step) * G * B};
@@ -1011,6 +1041,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     free(default_save);
     if (o.trace && speaker) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
+    if (o.profile_out && speaker) write_profile(&o, &s, G / o.dp, profiled_steps, profiled_s);
     if (speaker && (!o.json || o.json_summary)) cli_progress_summary(stdout, &prog, o.json, o.save);
     for (int m = 0; m < G; m++) {
         free(bufs[m].tok);
@@ -1081,13 +1112,17 @@ static void usage(FILE *f) {
             "  eval      mean loss of a checkpoint on sequential windows of a file (forward only)\n"
             "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
-            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
+            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON);\n"
+            "            plan --search: rank schedule x V x microbatch size (x tp x dp) by simulated step time\n"
+            "  sim       predict step time, TFLOP/s, MFU, bubble and memory of a model on a mesh of GPUs (cost model)\n"
             "  version   print the version and whether MPI is built in (also --version)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 
 int pipit_cli_schedule(int argc, char **argv);
 int pipit_cli_sample(int argc, char **argv);
+int pipit_cli_sim(int argc, char **argv);
+int pipit_cli_plan_search(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -1100,6 +1135,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     int rc = -1;
+    if (strcmp(cmd, "plan") == 0)
+        for (int i = 2; i < argc; i++)
+            if (strcmp(argv[i], "--search") == 0) return pipit_cli_plan_search(argc - 2, argv + 2);
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "plan") == 0 || strcmp(cmd, "eval") == 0) {
         /* under mpirun each process runs one world rank */
         if (pipit_init(&argc, &argv)) die("%s", pipit_errmsg());
@@ -1110,12 +1148,13 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
     if (strcmp(cmd, "sample") == 0) return pipit_cli_sample(argc - 2, argv + 2);
+    if (strcmp(cmd, "sim") == 0) return pipit_cli_sim(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("pipit %s (%s, %s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI",
                pipit_have_cuda() ? "CUDA built in" : "no CUDA");
         return 0;
     }
-    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "version", "help"};
+    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "sim", "version", "help"};
     fprintf(stderr, "pipit: unknown command '%s'%s\n", cmd, cli_did_you_mean(cmd, cmds, NFLAGS(cmds), ""));
     usage(stderr);
     return 2;
