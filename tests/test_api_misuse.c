@@ -130,6 +130,9 @@ PIPIT_TEST(api_misuse_status_and_process) {
     ASSERT_OK(pipit_init(&argc, NULL));
     ASSERT_TRUE(pipit_version() != NULL && pipit_version()[0] != 0);
     ASSERT_TRUE(pipit_have_mpi() == 0 || pipit_have_mpi() == 1);
+    ASSERT_TRUE(pipit_have_cuda() == 0 || pipit_have_cuda() == 1);
+    ASSERT_TRUE(pipit_cuda_device_count() >= 0);
+    if (!pipit_have_cuda()) ASSERT_TRUE(pipit_cuda_device_count() == 0);
     ASSERT_TRUE(pipit_process_rank() >= 0);
     ASSERT_TRUE(pipit_process_count() >= 1);
     (void)pipit_finalize; /* ends MPI: not called inside the test binary */

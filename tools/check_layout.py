@@ -48,7 +48,7 @@ FILE_RULES = {
 # Top-level folders that are checked.
 CHECKED = ["src", "tools", "examples", "bench"]
 # Files whose includes are looked at.
-EXTENSIONS = (".c", ".h", ".def", ".inc")
+EXTENSIONS = (".c", ".h", ".def", ".inc", ".cu", ".cuh")
 # ---------------------------------------------------------------------------
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

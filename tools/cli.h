@@ -59,4 +59,10 @@ typedef struct {
 } cli_auto_stages;
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);
 
+/* --device and --tf32 (tools/device.c): dies for a device other than cpu
+ * or cuda ("did you mean"), --device cuda in a build without the cuda
+ * backend or on a machine without a CUDA device, and --tf32 without
+ * --device cuda. NULL is cpu. */
+void cli_check_device(const char *device, int tf32);
+
 #endif

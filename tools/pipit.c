@@ -47,6 +47,8 @@ typedef struct {
     int eval_every, eval_batches;
     double peak_flops; /* --peak-flops: one rank's FLOP/s for MFU (0: measure sgemm) */
     int json_summary;
+    const char *device; /* --device cpu|cuda */
+    int tf32;           /* --tf32 */
     const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */
@@ -196,7 +198,9 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {1, {"resume", FL_STR, &o->resume, "continue a training checkpoint (config from the file; --steps: the new total)", 0}},
         {3 | IGN, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer); --save then writes the params only", 0}},
         {3 | IGN, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
-        {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0}},
+        {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1; cpu only)", 0}},
+        {3, {"device", FL_STR, &o->device, "cpu (default) or cuda: where the ranks run (rank r on GPU r mod the GPUs)", 0}},
+        {3, {"tf32", FL_BOOL, &o->tf32, "with --device cuda: GEMMs on TF32 tensor cores (default: full fp32)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
@@ -412,6 +416,7 @@ static void auto_stages(session *s, const opts *o, int M) {
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *cmd = c->name;
+    cli_check_device(o->device, o->tf32); /* before any file is read */
     if (o->resume) {
         s->ckpt = g_resume_ck; /* opened by apply_resume; closed with the session */
         g_resume_ck = NULL;
@@ -479,7 +484,7 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
-                        .forward_only = s->forward_only};
+                        .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
     s->po = po;
@@ -716,7 +721,8 @@ static void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_c
 
 /* --resume FILE: the model and training config come from the file; a flag
  * given as well must agree with it, except the layout flags (--pp,
- * --virtual, --schedule, --dp, --zero1, --threads, --remat), --data (the
+ * --virtual, --schedule, --dp, --zero1, --threads, --remat, --device,
+ * --tf32), --data (the
  * same data may have moved), --steps (the new total), --save, --save-every
  * and --keep. */
 static void apply_resume(opts *o, const flag_cmd *c, int64_t *step_out) {
@@ -1005,8 +1011,10 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     if (profiling) check_status(pipit_program_set_profile(s.p, 1), "--profile");
     cli_progress prog = {0};
     prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
+    int on_gpu = o.device && strcmp(o.device, "cuda") == 0;
     if (!o.json && speaker) { /* MFU against the whole run's peak: one rank's x P x D */
-        double rank_peak = o.peak_flops > 0 ? o.peak_flops : cli_sgemm_flops() * o.threads;
+        /* on a GPU only a stated peak: the CPU's sgemm says nothing about it */
+        double rank_peak = o.peak_flops > 0 ? o.peak_flops : on_gpu ? 0 : cli_sgemm_flops() * o.threads;
         prog.peak = rank_peak * prog.ranks * o.dp;
     }
     if (!o.json && speaker) {
@@ -1021,12 +1029,16 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
                o.threads);
         if (o.dp > 1) printf("; x %d data-parallel replicas%s", o.dp, o.zero1 ? " (ZeRO-1)" : "");
         if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
+        if (on_gpu) printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(),
+                           pipit_cuda_device_count() == 1 ? "" : "s", o.tf32 ? ", TF32 GEMMs" : ", fp32 GEMMs");
         if (o.peak_flops > 0)
             printf("; MFU vs stated peak %.1f GFLOP/s per rank", prog.peak / (prog.ranks * o.dp) / 1e9);
+        else if (on_gpu)
+            printf("; MFU: pass --peak-flops (the GPU's dense peak for this precision)");
         else
             printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
                    prog.peak / (prog.ranks * o.dp) / 1e9, o.threads);
-        if (prog.ranks * o.dp > 1) printf(" x %d ranks", prog.ranks * o.dp);
+        if (prog.ranks * o.dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o.dp);
         printf("\n");
     }
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
@@ -1130,7 +1142,9 @@ static int cmd_eval(int argc, char **argv) {
         {"micro-batch", FL_INT, &o.micro_batch, "sequences per batch B", 0},
         {"batches", FL_INT, &o.batches, "batches K: evaluates sequences 0 .. K*B-1", 0},
         {"heads", FL_INT, &o.heads, "attention heads (default: from the checkpoint's metadata)", 0},
-        {"threads", FL_INT, &o.threads, "compute threads (default 1)", 0},
+        {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
+        {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
+        {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
     };
     flag_cmd c = {"eval", "--init FILE --data FILE --ctx T --micro-batch B --batches K [--json]", NULL, fl,
@@ -1210,7 +1224,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "sample") == 0) return pipit_cli_sample(argc - 2, argv + 2);
     if (strcmp(cmd, "sim") == 0) return pipit_cli_sim(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("pipit %s (%s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI");
+        printf("pipit %s (%s, %s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI",
+               pipit_have_cuda() ? "CUDA built in" : "no CUDA");
         return 0;
     }
     static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "sim", "version", "help"};

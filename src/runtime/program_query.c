@@ -1,7 +1,7 @@
 /*
  * program_query.c — read-only queries on a compiled program (pipit.h):
- * param dtype and size, profiling on/off, and the last step's measured
- * per-rank timeline. Kept apart so that the program's layout can change
+ * param dtype and size, profiling on/off, the last step's measured
+ * per-rank timeline, and how many CUDA devices the cuda backend sees. Kept apart so that the program's layout can change
  * behind these few functions.
  */
 #include <string.h>
@@ -74,4 +74,11 @@ pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_ran
     const pipit__rank_state *rs = &p->rs[rank];
     *out = (pipit_rank_step){r->ntasks, r->tasks, rs->t_start, rs->t_end, rs->busy, rs->wait};
     return PIPIT_STATUS_OK;
+}
+
+int pipit_cuda_device_count(void) {
+    const pipit__backend *be = pipit__backend_find("cuda");
+    if (!be) return 0;
+    be->init();
+    return be->devices();
 }

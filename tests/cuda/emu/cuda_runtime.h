@@ -64,6 +64,20 @@ extern thread_local dim3 blockDim, gridDim;
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 
+/* Round-to-nearest arithmetic (prims_cuda.cu): the host's IEEE operations
+ * (no FMA contraction: the x86-64 baseline has no FMA instruction). */
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return sqrt(a); }
+inline float __double2float_rn(double a) { return (float)a; }
+
 void __syncthreads(void);
 /* Lane `lane` publishes bits; returns what lane src published (all lanes of
  * the warp take part, as in __shfl_xor_sync with a full mask). */
