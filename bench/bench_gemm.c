@@ -20,13 +20,21 @@ typedef struct {
     int ta, tb;
     int64_t M, N, K;
     const char *what;
+    int count; /* how many of it one step runs (12: one per layer) */
 } shape;
 
+/* Every GEMM of a GPT-2 124M step at B*T = 256 rows (a linear's weight is
+ * [in, out]; the tied head's is wte [V, C]): forward, input gradient
+ * (NT) and weight gradient (TN) of each. */
 static const shape shapes[] = {
-    {0, 0, 256, 2304, 768, "qkv fwd"},     {0, 0, 256, 768, 768, "attn proj fwd"},
-    {0, 0, 256, 3072, 768, "fc fwd"},      {0, 0, 256, 768, 3072, "fc proj fwd"},
-    {0, 1, 256, 50257, 768, "lm head fwd"}, {0, 0, 256, 768, 50257, "lm head dx"},
-    {1, 0, 768, 2304, 256, "qkv dW"},      {1, 0, 768, 50257, 256, "lm head dW"},
+    {0, 0, 256, 2304, 768, "qkv fwd", 12},       {0, 0, 256, 768, 768, "attn proj fwd", 12},
+    {0, 0, 256, 3072, 768, "fc fwd", 12},        {0, 0, 256, 768, 3072, "fc proj fwd", 12},
+    {0, 1, 256, 768, 2304, "qkv dx", 12},        {0, 1, 256, 768, 768, "attn proj dx", 12},
+    {0, 1, 256, 768, 3072, "fc dx", 12},         {0, 1, 256, 3072, 768, "fc proj dx", 12},
+    {1, 0, 768, 2304, 256, "qkv dW", 12},        {1, 0, 768, 768, 256, "attn proj dW", 12},
+    {1, 0, 768, 3072, 256, "fc dW", 12},         {1, 0, 3072, 768, 256, "fc proj dW", 12},
+    {0, 1, 256, 50257, 768, "lm head fwd", 1},  {0, 0, 256, 768, 50257, "lm head dx", 1},
+    {1, 0, 50257, 768, 256, "lm head dW", 1},
 };
 
 /* The operands of one run. */
@@ -105,6 +113,7 @@ int main(int argc, char **argv) {
     pthread_barrier_init(&bar_end, NULL, 2);
     pthread_create(&th, NULL, worker, NULL);
     int ok = 1;
+    double step_s[4] = {0}; /* one step's GEMM seconds: blas1, ours1, blas2, ours2 */
     printf("%-14s %5s %6s %5s %9s | %8s %8s | %8s %8s | %6s %6s\n", "shape", "M", "N", "K",
            "tiles", "blas1", "ours1", "blas2", "ours2", "r1", "r2");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -137,6 +146,8 @@ int main(int argc, char **argv) {
         double b2 = timeit(blas, &j0, secs);
         openblas_set_num_threads(1);
         double o2 = timeit(ours2, &j2, secs);
+        double gf = 2e-9 * (double)s->M * (double)s->N * (double)s->K * s->count;
+        step_s[0] += gf / b1, step_s[1] += gf / o1, step_s[2] += gf / b2, step_s[3] += gf / o2;
         printf("%-14s %5lld %6lld %5lld %9s | %8.1f %8.1f | %8.1f %8.1f | %6.3f %6.3f\n",
                s->what, (long long)s->M, (long long)s->N, (long long)s->K, tiles, b1, o1, b2,
                o2, o1 / b1, o2 / b2);
@@ -144,6 +155,9 @@ int main(int argc, char **argv) {
         pipit__free_aligned(A), pipit__free_aligned(B), pipit__free_aligned(C0),
             pipit__free_aligned(C1), pipit__free_aligned(C2);
     }
+    printf("%-40s | %8.1f %8.1f | %8.1f %8.1f | %6.3f %6.3f\n", "one GPT-2 124M step (ms of GEMM)",
+           1e3 * step_s[0], 1e3 * step_s[1], 1e3 * step_s[2], 1e3 * step_s[3], step_s[0] / step_s[1],
+           step_s[2] / step_s[3]);
     printf("(GFLOP/s, best of runs; r = ours / BLAS at the same thread count)\n");
     pool_quit = 1;
     pthread_barrier_wait(&bar_start);

@@ -93,6 +93,13 @@ PIPIT_API void pipit_finalize(void);
  * storage), and whether it was built with the MPI transport (1) or not (0). */
 PIPIT_API const char *pipit_version(void);
 PIPIT_API int pipit_have_mpi(void);
+/* 1 if this build has the cuda backend (configured with -DPIPIT_CUDA=ON),
+ * else 0; whether the machine has a GPU is another matter
+ * (pipit_cuda_device_count). */
+PIPIT_API int pipit_have_cuda(void);
+/* CUDA devices this process can use: 0 when there is none or the build
+ * has no cuda backend (pipit_errmsg then says why). */
+PIPIT_API int pipit_cuda_device_count(void);
 
 /* This process's rank and the number of processes: 0 and 1 without MPI. */
 PIPIT_API int pipit_process_rank(void);
@@ -206,6 +213,9 @@ typedef enum {
     PIPIT_SCHED_INTERLEAVED_GPIPE,
     PIPIT_SCHED_ZB_H1,
     PIPIT_SCHED_DUALPIPEV,
+    PIPIT_SCHED_ZB_H2,          /* zero bubble H2: B/W split, 2P-1 in flight */
+    PIPIT_SCHED_ZB_V,           /* zero bubble V: stages r and 2P-1-r, B/W split */
+    PIPIT_SCHED_INTERLEAVED_ZB, /* interleaved 1F1B with B/W split (PyTorch's) */
     PIPIT_SCHED_COUNT
 } pipit_schedule_kind;
 
@@ -319,6 +329,21 @@ typedef struct {
      * the end of the step. Training programs accept them too. */
     const pipit_val *outputs;
     int noutputs;
+    /* Where the program runs (borrowed for the call only): NULL, "" or
+     * "cpu" (the default) for the CPU backend; "cuda" for NVIDIA GPUs, in
+     * a build configured with -DPIPIT_CUDA=ON (docs/cuda.md). On "cuda",
+     * world rank w runs on GPU w mod (number of GPUs); parameters,
+     * gradients, optimizer state and activations live in device memory;
+     * feeds, losses and the pipit_program_get_* / set_* calls copy to and
+     * from the host. options.threads is ignored there (one host thread per
+     * rank queues its work). INVALID for an unknown device or one this
+     * build lacks; RUNTIME when the machine has no CUDA device. */
+    const char *device;
+    /* device "cuda" only: GEMMs on TF32 tensor cores (fp32 storage and
+     * accumulation, products of inputs rounded to 10-bit mantissas;
+     * docs/cuda.md states the error bound). 0 (default): full fp32. INVALID
+     * with the cpu backend. */
+    int tf32;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from

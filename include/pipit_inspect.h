@@ -78,6 +78,11 @@ PIPIT_API pipit_status pipit_program_write_plan_json(FILE *f, const pipit_progra
 /* Per rank, the time spent in each op and instruction kind since profiling
  * was turned on (pipit_program_set_profile). */
 PIPIT_API pipit_status pipit_program_print_profile(FILE *f, const pipit_program *p);
+/* The same as one JSON object (no newline), for tools (`pipit sim --calibrate`):
+ *   {"ranks": [{"rank": r, "total_s": x, "ops": {"matmul": s, ...},
+ *               "instructions": {"send": s, "optimizer update": s, ...}}]}
+ * listing this process's ranks and only the kinds that took time. */
+PIPIT_API pipit_status pipit_program_write_profile_json(FILE *f, const pipit_program *p);
 
 #ifdef __cplusplus
 }

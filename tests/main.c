@@ -1,5 +1,6 @@
 /*
- * main.c — test runner: runs one named test, or all, or lists them.
+ * main.c — test runner: runs one named test, or all, or lists them. Also
+ * the runner of pipit_cuda_tests (tests/cuda), behind a gate.
  */
 #include <sys/stat.h>
 #include <unistd.h>
@@ -49,11 +50,21 @@ static int run_one(int i) {
     return pipit_test_failed;
 }
 
+#ifdef PIPIT_TEST_GATE
+/* A binary whose tests need something the machine may lack (the GPU tests:
+ * a CUDA device) names a gate; when it returns non-zero (having printed
+ * why), nothing runs and the binary exits PIPIT_TEST_SKIP_CODE. */
+int PIPIT_TEST_GATE(void);
+#endif
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
         for (int i = 0; i < ntests; i++) printf("%s\n", tests[i].name);
         return 0;
     }
+#ifdef PIPIT_TEST_GATE
+    if (PIPIT_TEST_GATE()) return PIPIT_TEST_SKIP_CODE;
+#endif
     int failed = 0, ran = 0;
     for (int i = 0; i < ntests; i++) {
         int wanted = argc < 2;

@@ -18,6 +18,7 @@
 #include "pipit_gpt2.h"
 #include "pipit_inspect.h"
 #include "pipit_io.h"
+#include "pipit_sim.h"
 #include "test.h"
 #include "util/common.h"
 
@@ -129,6 +130,9 @@ PIPIT_TEST(api_misuse_status_and_process) {
     ASSERT_OK(pipit_init(&argc, NULL));
     ASSERT_TRUE(pipit_version() != NULL && pipit_version()[0] != 0);
     ASSERT_TRUE(pipit_have_mpi() == 0 || pipit_have_mpi() == 1);
+    ASSERT_TRUE(pipit_have_cuda() == 0 || pipit_have_cuda() == 1);
+    ASSERT_TRUE(pipit_cuda_device_count() >= 0);
+    if (!pipit_have_cuda()) ASSERT_TRUE(pipit_cuda_device_count() == 0);
     ASSERT_TRUE(pipit_process_rank() >= 0);
     ASSERT_TRUE(pipit_process_count() >= 1);
     (void)pipit_finalize; /* ends MPI: not called inside the test binary */
@@ -816,6 +820,9 @@ PIPIT_TEST(api_misuse_inspect) {
     FAILS(pipit_program_print_profile(NULL, p), PIPIT_STATUS_MISUSE);
     FAILS(pipit_program_print_profile(null_out, NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_program_print_profile(null_out, JUNK_PROGRAM), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_write_profile_json(NULL, p), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_write_profile_json(null_out, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_program_write_profile_json(null_out, JUNK_PROGRAM), PIPIT_STATUS_MISUSE);
     ASSERT_MSG_HAS("invalid program handle");
     fclose(null_out);
     pipit_program_free(p);
@@ -894,8 +901,47 @@ PIPIT_TEST(api_feed_size_i32_and_gpt2) {
 }
 
 /* This file mentions every PIPIT_API function of the public headers. */
+/* pipit_sim.h: NULL handles and out-of-range arguments. */
+PIPIT_TEST(api_misuse_sim) {
+    pipit_hw *hw = NULL;
+    pipit_sim_report *r = NULL;
+    pipit_sim_summary u;
+    FAILS(pipit_hw_load(NULL, &hw), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_load("a100", NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse(NULL, "x", &hw), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_hw_parse("{}", "x.json", &hw), PIPIT_STATUS_FORMAT);
+    FAILS(pipit_hw_calibrate(NULL, &hw), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_hw_calibrate("/nonexistent.json", &hw), PIPIT_STATUS_IO);
+    GIVES(pipit_hw_name(NULL), NULL);
+    GIVES(pipit_hw_peak_flops(NULL, "bf16"), 0.0);
+    GIVES(pipit_hw_mem_capacity(NULL), 0.0);
+    GIVES(pipit_hw_builtin_name(-1), NULL);
+    GIVES(pipit_hw_builtin_name(pipit_hw_builtin_count()), NULL);
+    FAILS(pipit_hw_write(NULL, NULL), PIPIT_STATUS_MISUSE);
+    pipit_hw_free(NULL);
+    ASSERT_OK(pipit_hw_load("a100", &hw));
+    GIVES(pipit_hw_peak_flops(hw, "int8"), 0.0);
+    FAILS(pipit_sim_run(NULL, hw, &r), PIPIT_STATUS_MISUSE);
+    pipit_sim_config c = {.layers = 2, .hidden = 64, .heads = 2, .seq = 8, .vocab = 64, .micro_batch = 1,
+                          .global_batch = 2, .tp = 1, .pp = 1, .dp = 1};
+    FAILS(pipit_sim_run(&c, NULL, &r), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_sim_run(&c, hw, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_sim_report_summary(NULL, &u), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_sim_report_rank_peak_bytes(NULL, 0), -1.0);
+    GIVES(pipit_sim_report_rank_busy(NULL, 0), -1.0);
+    FAILS(pipit_sim_report_write_json(NULL, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_sim_report_print(NULL, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_sim_run(&c, hw, &r));
+    GIVES(pipit_sim_report_rank_busy(r, 1), -1.0);
+    GIVES(pipit_sim_report_rank_peak_bytes(r, -1), -1.0);
+    FAILS(pipit_sim_report_summary(r, NULL), PIPIT_STATUS_MISUSE);
+    pipit_sim_report_free(r);
+    pipit_sim_report_free(NULL);
+    pipit_hw_free(hw);
+}
+
 PIPIT_TEST(api_misuse_covers_every_function) {
-    static const char *headers[] = {"pipit.h", "pipit_io.h", "pipit_gpt2.h", "pipit_inspect.h"};
+    static const char *headers[] = {"pipit.h", "pipit_io.h", "pipit_gpt2.h", "pipit_inspect.h", "pipit_sim.h"};
     char path[1024];
     snprintf(path, sizeof path, "%s/test_api_misuse.c", pipit_test_srcdir());
     FILE *f = fopen(path, "rb");
@@ -905,7 +951,7 @@ PIPIT_TEST(api_misuse_covers_every_function) {
     fclose(f);
     self[n] = 0;
     int functions = 0;
-    for (int h = 0; h < 4; h++) {
+    for (int h = 0; h < 5; h++) {
         snprintf(path, sizeof path, "%s/../include/%s", pipit_test_srcdir(), headers[h]);
         f = fopen(path, "rb");
         ASSERT_TRUE(f != NULL);

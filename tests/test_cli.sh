@@ -216,6 +216,19 @@ printf 'stages: 0 1\nF0.0 F0.1 BW0.0 BW0.1\nF1.0 F1.1 BW1.1 BW1.0\n' > broken.sc
 expect_fail "BW1" "${PTRAIN[@]}" --steps 1 --microbatches 2 --schedule broken.sched
 expect_fail "unknown" "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 --bogus 1
 expect_fail "needs M" "$PIPIT" schedule --schedule dualpipev --pp 2 --microbatches 2
+# the zero-bubble family by name: grids with the papers' peaks, constraints, a real step
+expect_ok "$PIPIT" schedule --schedule zb-h2 --pp 4 --microbatches 8
+grep -q "rank 0: busy 24, bubble 11.1%, peak live 7 (7 bytes)" <<<"$OUT" || fail "zb-h2 P=4 M=8: rank 0 should hold 2P-1 = 7: $OUT"
+expect_ok "$PIPIT" schedule --schedule zb-v --pp 4 --microbatches 8
+grep -q "step time 51, bubble 5.9%" <<<"$OUT" || fail "zb-v P=4 M=8: step (P-1) + 6M = 51: $OUT"
+expect_fail "zb-v needs V=2" "$PIPIT" schedule --schedule zb-v --pp 2 --virtual 3 --microbatches 4
+expect_fail "interleaved-zb needs V >= 2" "$PIPIT" schedule --schedule interleaved-zb --pp 2 --virtual 1 --microbatches 4
+expect_fail "multiple of its number of rounds" "$PIPIT" schedule --schedule interleaved-zb --pp 4 --microbatches 9
+for sched in zb-h2 zb-v interleaved-zb; do
+    expect_ok "$PIPIT" train --data text.txt --ctx 16 --layers 4 --heads 2 --dim 32 --micro-batch 2 \
+        --pp 2 --schedule "$sched" --microbatches 4 --steps 2
+    grep -q "^step    1  loss" <<<"$OUT" || fail "$sched trains no second step: $OUT"
+done
 expect_ok "$PIPIT" plan --data text.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 --schedule zb-h1
 printf '%s\n' "$OUT" | grep -q "planned peak activations" || fail "pipit plan prints no planned memory"
 # one flag parser for every command: --flag=value works for schedule as for train and eval

@@ -68,7 +68,7 @@ expect_ok "$PIPIT" train --config run.json
 
 # ---- --version, did you mean
 expect_ok "$PIPIT" --version
-grep -Eq '^pipit [0-9]+\.[0-9]+\.[0-9]+ \((MPI built in|no MPI)\)$' <<<"$OUT" || fail "--version: $OUT"
+grep -Eq '^pipit [0-9]+\.[0-9]+\.[0-9]+ \((MPI built in|no MPI), (CUDA built in|no CUDA)\)$' <<<"$OUT" || fail "--version: $OUT"
 V1=$OUT
 expect_ok "$PIPIT" version
 [ "$OUT" = "$V1" ] || fail "pipit version differs from --version: $OUT"

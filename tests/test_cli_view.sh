@@ -101,9 +101,13 @@ expect_ok "$PIPIT" schedule --schedule interleaved-1f1b --pp 4 --microbatches 32
 printf '%s\n' "$OUT" >il.svg
 grep -q '<title>F5.12 rank 1: 71-72</title>' il.svg || fail "no title 'F5.12 rank 1: 71-72' (stage 5 is rank 1's second chunk)"
 check_svg il.svg $((2 * 8 * 32)) || fail "interleaved-1f1b S=8 M=32 SVG (F and B of 8 stages x 32 microbatches)"
-expect_ok "$PIPIT" schedule --schedule zb-h1 --pp 4 --microbatches 8 --format svg
-printf '%s\n' "$OUT" >zb.svg
-check_svg zb.svg $((3 * 4 * 8)) || fail "zb-h1 SVG (F, B and W of 4 stages x 8 microbatches)"
+# split schedules: F, B and W of every stage and microbatch (S = 4 stages, or 8 in a V / interleaved)
+for case in zb-h1:4 zb-h2:4 zb-v:8 interleaved-zb:8; do
+    sched=${case%%:*} S=${case##*:}
+    expect_ok "$PIPIT" schedule --schedule "$sched" --pp 4 --microbatches 8 --format svg
+    printf '%s\n' "$OUT" >"$sched.svg"
+    check_svg "$sched.svg" $((3 * S * 8)) || fail "$sched SVG (F, B and W of $S stages x 8 microbatches)"
+done
 # measured: --trace x.svg
 expect_ok "${TRAIN[@]}" --steps 1 --microbatches 4 --pp 2 --schedule 1f1b --trace t.svg
 check_svg t.svg $((2 * 2 * 4)) || fail "measured --trace SVG (F and B of 2 stages x 4 microbatches)"

@@ -176,12 +176,16 @@ static double rel_diff(float *const *a, float *const *b, const snapshot *s) {
 }
 
 static int schedule_v(pipit_schedule_kind k) {
-    return k == PIPIT_SCHED_INTERLEAVED_1F1B || k == PIPIT_SCHED_DUALPIPEV ? 2 : 1;
+    return k == PIPIT_SCHED_INTERLEAVED_1F1B || k == PIPIT_SCHED_DUALPIPEV || k == PIPIT_SCHED_ZB_V ||
+                   k == PIPIT_SCHED_INTERLEAVED_ZB
+               ? 2
+               : 1;
 }
 
 PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
     static const pipit_schedule_kind kinds[] = {PIPIT_SCHED_GPIPE, PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B,
-                                                PIPIT_SCHED_ZB_H1, PIPIT_SCHED_DUALPIPEV};
+                                                PIPIT_SCHED_ZB_H1, PIPIT_SCHED_DUALPIPEV, PIPIT_SCHED_ZB_H2,
+                                                PIPIT_SCHED_ZB_V, PIPIT_SCHED_INTERLEAVED_ZB};
     int ran = 0;
     for (int D = 1; D <= 2; D++) {
         for (int P = 2; P <= 4; P += 2) {
@@ -204,7 +208,7 @@ PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
             snap_free(&ref);
         }
     }
-    ASSERT_EQ_I64(ran, 20);
+    ASSERT_EQ_I64(ran, 4 * (int)(sizeof kinds / sizeof kinds[0]));
 }
 
 /* D replicas vs one rank over the same global batch: only the order of the

@@ -78,6 +78,9 @@ PIPIT_TEST(memory_runtime_matches_simulator) {
         check_case(PIPIT_SCHED_INTERLEAVED_GPIPE, P, 2, P, &failures);
         check_case(PIPIT_SCHED_ZB_H1, P, 1, 2 * P, &failures);
         check_case(PIPIT_SCHED_DUALPIPEV, P, 2, 2 * P, &failures);
+        check_case(PIPIT_SCHED_ZB_H2, P, 1, 2 * P, &failures);
+        check_case(PIPIT_SCHED_ZB_V, P, 2, 2 * P - 1, &failures);
+        check_case(PIPIT_SCHED_INTERLEAVED_ZB, P, 2, 2 * P, &failures);
     }
     ASSERT_EQ_I64(failures, 0);
 }

@@ -49,7 +49,7 @@ same_as_threads() {
 }
 
 ran=0
-for sched in gpipe 1f1b interleaved-1f1b zb-h1 dualpipev; do
+for sched in gpipe 1f1b interleaved-1f1b zb-h1 dualpipev zb-h2 zb-v interleaved-zb; do
     for P in 2 4; do
         for D in 1 2; do
             same_as_threads "$sched P=$P D=$D vader" $((P * D)) self,vader \

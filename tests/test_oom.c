@@ -15,6 +15,7 @@
 #include "pipit.h"
 #include "pipit_gpt2.h"
 #include "pipit_io.h"
+#include "pipit_partition.h"
 #include "test.h"
 #include "util/common.h"
 
@@ -124,6 +125,24 @@ static int injection_pending(long k) {
     return pending;
 }
 
+/* Build, partition into 2 stages for 1F1B, apply: the graph rewritten. */
+static pipit_status case_partition(void) {
+    pipit_gpt2_config c = tiny(1);
+    pipit_graph *g = pipit_graph_new();
+    if (!g) return PIPIT_STATUS_NOMEM;
+    pipit_val loss = pipit_gpt2_build(g, &c);
+    pipit_schedule *sch = NULL;
+    pipit_partition_result *pt = NULL;
+    pipit_status s = pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch);
+    pipit_partition_options o = {.schedule = sch};
+    if (!s) s = pipit_partition(g, loss, &o, &pt);
+    if (!s) s = pipit_partition_apply(pt, g, &loss, 1);
+    pipit_partition_free(pt);
+    pipit_schedule_free(sch);
+    pipit_graph_free(g);
+    return s;
+}
+
 /* Sweeps one call; returns the number of failures it reported. */
 static int sweep(const char *name, pipit_status (*fn)(void)) {
     const long LIMIT = 50000;
@@ -197,6 +216,7 @@ PIPIT_TEST(alloc_failure_sweeps) {
     fails += sweep("gpt2 build + 2-rank compile + init", case_gpt2_pipelined);
     fails += sweep("pipit_data_open (shard, text)", case_data_open);
     fails += sweep("pipit_schedule_load", case_schedule_load);
+    fails += sweep("gpt2 build + pipit_partition + apply", case_partition);
     fails += sweep("pipit_checkpoint_open + config + load_into", case_checkpoint_open);
     fails += sweep("pipit_checkpoint_load", case_checkpoint_load);
     fails += sweep("pipit_checkpoint_save", case_checkpoint_save);

@@ -27,17 +27,26 @@ static int allowed(int kind, int P, int V, int M) {
     case PIPIT_SCHED_INTERLEAVED_1F1B: return M % P == 0;
     case PIPIT_SCHED_INTERLEAVED_GPIPE: return 1;
     case PIPIT_SCHED_DUALPIPEV: return V == 2 && M >= 2 * P;
+    case PIPIT_SCHED_ZB_V: return V == 2;
+    /* PyTorch's rule: M a multiple of its max(1, M/P) rounds */
+    case PIPIT_SCHED_INTERLEAVED_ZB: return V >= 2 && M % PIPIT_MAX(1, M / P) == 0;
     default: return V == 1;
     }
 }
 
 static int max_v(int kind) {
-    return kind == PIPIT_SCHED_INTERLEAVED_1F1B || kind == PIPIT_SCHED_INTERLEAVED_GPIPE ? 4
-           : kind == PIPIT_SCHED_DUALPIPEV                                             ? 2
-                                                                                       : 1;
+    switch (kind) {
+    case PIPIT_SCHED_INTERLEAVED_1F1B:
+    case PIPIT_SCHED_INTERLEAVED_GPIPE:
+    case PIPIT_SCHED_INTERLEAVED_ZB: return 4;
+    case PIPIT_SCHED_DUALPIPEV:
+    case PIPIT_SCHED_ZB_V: return 2;
+    default: return 1;
+    }
 }
 
-static int min_v(int kind) { return kind == PIPIT_SCHED_DUALPIPEV ? 2 : 1; }
+/* V = 1 is tried for interleaved-zb too: it must be refused. */
+static int min_v(int kind) { return kind == PIPIT_SCHED_DUALPIPEV || kind == PIPIT_SCHED_ZB_V ? 2 : 1; }
 
 PIPIT_TEST(sched_builtins_pass_checker) {
     for (int kind = 0; kind < PIPIT_SCHED_COUNT; kind++)
@@ -66,15 +75,28 @@ PIPIT_TEST(sched_builtins_pass_checker) {
             }
 }
 
+/* Builds and simulates kind with costs f, b, w and `bytes` of activations
+ * on every stage; NULL on failure. */
+static pipit_schedule *build_sim_uniform(int kind, int P, int V, int M, double f, double b, double w,
+                                         double bytes, pipit__sim_result *r) {
+    pipit_schedule *s = NULL;
+    if (pipit_schedule_build(kind, P, V, M, &s)) return NULL;
+    double fc[64], bc[64], wc[64], act[64];
+    for (int i = 0; i < 64; i++) fc[i] = f, bc[i] = b, wc[i] = w, act[i] = bytes;
+    pipit__sim_costs c = {.f = fc, .b = bc, .w = wc, .act_bytes = act};
+    if (pipit__schedule_simulate(s, &c, r)) {
+        pipit_schedule_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 /* Bubble of a built schedule under f/b/w costs (same on every stage). */
 static double bubble_of(int kind, int P, int V, int M, double f, double b, double w) {
-    pipit_schedule *s = NULL;
-    if (pipit_schedule_build(kind, P, V, M, &s)) return -1;
-    double fc[64], bc[64], wc[64];
-    for (int i = 0; i < 64; i++) fc[i] = f, bc[i] = b, wc[i] = w;
-    pipit__sim_costs c = {.f = fc, .b = bc, .w = wc};
     pipit__sim_result r;
-    double bubble = pipit__schedule_simulate(s, &c, &r) ? -1 : r.bubble;
+    pipit_schedule *s = build_sim_uniform(kind, P, V, M, f, b, w, 1, &r);
+    if (!s) return -1;
+    double bubble = r.bubble;
     pipit__sim_result_free(&r);
     pipit_schedule_free(s);
     return bubble;
@@ -117,6 +139,180 @@ PIPIT_TEST(sched_bubble_zb_h1_textbook) {
         for (int M = P; M <= 4 * P + 3; M++)
             ASSERT_NEAR_F64(bubble_of(PIPIT_SCHED_ZB_H1, P, 1, M, 1, 1, 1),
                             (P - 1.0) / (3.0 * M + P - 1.0), 1e-12);
+}
+
+/* A rank's idle time between the start of its first task and the end of its
+ * last: the bubble as the zero-bubble papers count it, one row of their
+ * parallelogram each (they remove the synchronisation of the optimizer
+ * step; the makespan still includes rank P-1's start-up of (P-1)F). */
+static double own_idle(const pipit_schedule *s, const pipit__sim_result *r, int rank) {
+    int n = s->ntasks[rank];
+    return r->end[rank][n - 1] - r->start[rank][0] - r->busy[rank];
+}
+
+/* The measured-cost case: B slower than F, W faster (F = 1, B = 1.2,
+ * W = 0.8, the shape of the per-op profiles in docs/benchmarks.md). */
+static const double MF = 1, MB = 1.2, MW = 0.8;
+
+/* Step time of kind under the measured costs (V stages per rank). */
+static double measured_step(int kind, int P, int V, int M) {
+    pipit__sim_result r;
+    pipit_schedule *s = build_sim_uniform(kind, P, V, M, MF, MB, MW, 1, &r);
+    if (!s) return -1;
+    double t = r.step_time;
+    pipit__sim_result_free(&r);
+    pipit_schedule_free(s);
+    return t;
+}
+
+/* ZB-H2 against Qi et al. (ICLR 2024), section 2's comparison of the
+ * handcrafted schedules: ZB-H1 idles (p-1)(T_F+T_B-T_W) per rank with peak p M_B, ZB-H2 idles
+ * (p-1)(T_F+T_B-2T_W), i.e. 0 under F = B = W, with peak (2p-1) M_B.
+ * Their bubble is rank 0's own idle; the makespan adds the start-up of the
+ * last rank, (P-1)F, which no schedule avoids: with unit costs ZB-H1 and
+ * ZB-H2 both reach (P-1) + 3M. Needs M >= 2P-1 (the warm-up must fit). */
+PIPIT_TEST(sched_zb_h2_formulas) {
+    for (int P = 1; P <= 8; P++)
+        for (int M = 1; M <= 4 * P + 3; M++) {
+            pipit__sim_result u, m, h;
+            pipit_schedule *su = build_sim_uniform(PIPIT_SCHED_ZB_H2, P, 1, M, 1, 1, 1, 1, &u);
+            pipit_schedule *sm = build_sim_uniform(PIPIT_SCHED_ZB_H2, P, 1, M, MF, MB, MW, 1, &m);
+            pipit_schedule *sh = build_sim_uniform(PIPIT_SCHED_ZB_H1, P, 1, M, MF, MB, MW, 1, &h);
+            ASSERT_TRUE(su && sm && sh);
+            ASSERT_EQ_I64(u.peak_live[0], PIPIT_MIN(2 * P - 1, M));
+            for (int r = 0; r < P; r++) ASSERT_TRUE(u.peak_live[r] <= PIPIT_MIN(2 * P - 1, M));
+            if (M >= 2 * P - 1) {
+                ASSERT_NEAR_F64(u.step_time, (P - 1) + 3.0 * M, 1e-9);
+                ASSERT_NEAR_F64(u.bubble, (P - 1.0) / (3.0 * M + P - 1), 1e-12);
+                for (int r = 0; r < P; r++) ASSERT_NEAR_F64(own_idle(su, &u, r), 0, 1e-9);
+                /* measured costs: the paper's two formulas, and ZB-H2 at the floor */
+                ASSERT_NEAR_F64(own_idle(sm, &m, 0), (P - 1) * (MF + MB - 2 * MW), 1e-9);
+                ASSERT_NEAR_F64(own_idle(sh, &h, 0), (P - 1) * (MF + MB - MW), 1e-9);
+                ASSERT_NEAR_F64(m.step_time, (P - 1) * MF + M * (MF + MB + MW), 1e-9);
+                if (P > 1) {
+                    ASSERT_TRUE(m.step_time < h.step_time - 1e-9);
+                    ASSERT_TRUE(h.step_time < measured_step(PIPIT_SCHED_1F1B, P, 1, M) - 1e-9);
+                }
+            }
+            pipit__sim_result_free(&u);
+            pipit__sim_result_free(&m);
+            pipit__sim_result_free(&h);
+            pipit_schedule_free(su);
+            pipit_schedule_free(sm);
+            pipit_schedule_free(sh);
+        }
+}
+
+/* ZB-V against Qi et al., "Zero Bubble Pipeline Parallelism" (arXiv
+ * 2401.10241v2, section 6) and "Pipeline Parallelism with Controllable
+ * Memory" (NeurIPS 2024): zero bubble under T_F = T_B = T_W at 1F1B's
+ * activation memory. Each of a rank's two chunks is half a 1F1B stage, so
+ * with unit costs per chunk a rank works 6M; no rank idles between its
+ * first and last task once M >= 2P-1, the step is (P-1) + 6M, and the 2P
+ * chunk activations a rank holds at its peak weigh P stages: 1F1B's P. */
+PIPIT_TEST(sched_zb_v_formulas) {
+    for (int P = 1; P <= 8; P++)
+        for (int M = 2 * P - 1; M <= 4 * P + 3; M++) {
+            pipit__sim_result u;
+            pipit_schedule *su = build_sim_uniform(PIPIT_SCHED_ZB_V, P, 2, M, 1, 1, 1, 0.5, &u);
+            ASSERT_TRUE(su != NULL);
+            ASSERT_NEAR_F64(u.step_time, (P - 1) + 6.0 * M, 1e-9);
+            ASSERT_NEAR_F64(u.bubble, (P - 1.0) / (6.0 * M + P - 1), 1e-12);
+            for (int r = 0; r < P; r++) {
+                ASSERT_NEAR_F64(own_idle(su, &u, r), 0, 1e-9);
+                ASSERT_EQ_I64(u.peak_live[r], 2 * P);
+                ASSERT_NEAR_F64(u.peak_bytes[r], P, 0); /* 1F1B's rank-0 peak, in stages */
+            }
+            /* measured costs: below ZB-H1 and 1F1B (bubble fractions are
+             * scale-free, so the chunks' half cost does not matter) */
+            double zbv = bubble_of(PIPIT_SCHED_ZB_V, P, 2, M, MF, MB, MW);
+            double h1 = bubble_of(PIPIT_SCHED_ZB_H1, P, 1, M, MF, MB, MW);
+            double f1 = bubble_of(PIPIT_SCHED_1F1B, P, 1, M, MF, MB, MW);
+            ASSERT_TRUE(zbv >= 0 && h1 >= 0 && f1 >= 0);
+            if (P > 1) ASSERT_TRUE(zbv < h1 && h1 < f1);
+            pipit__sim_result_free(&u);
+            pipit_schedule_free(su);
+        }
+}
+
+/* Interleaved zero bubble (PyTorch's ScheduleInterleavedZeroBubble): under
+ * unit costs per virtual stage its bubble is ZB-H1's reduced by V the way
+ * interleaving reduces 1F1B's (Narayanan et al. 2021): (P-1)/(3VM+P-1),
+ * for M >= P. A rank holds its (V-1)*group + P-1-r warm-up forwards plus the
+ * r+1 forwards it runs before its first W: (V-1)*group + P, group = M/rounds.
+ * Under the measured costs it beats interleaved 1F1B and ZB-H1. */
+PIPIT_TEST(sched_interleaved_zb_formulas) {
+    for (int P = 1; P <= 8; P++)
+        for (int V = 2; V <= 4; V++)
+            for (int M = P; M <= 4 * P; M++) {
+                if (!allowed(PIPIT_SCHED_INTERLEAVED_ZB, P, V, M)) continue;
+                pipit__sim_result u;
+                pipit_schedule *su = build_sim_uniform(PIPIT_SCHED_INTERLEAVED_ZB, P, V, M, 1, 1, 1, 1, &u);
+                ASSERT_TRUE(su != NULL);
+                ASSERT_NEAR_F64(u.bubble, (P - 1.0) / (3.0 * V * M + P - 1), 1e-12);
+                int group = M / PIPIT_MAX(1, M / P);
+                for (int r = 0; r < P; r++)
+                    ASSERT_EQ_I64(u.peak_live[r], PIPIT_MIN((V - 1) * group + P, V * M));
+                double izb = bubble_of(PIPIT_SCHED_INTERLEAVED_ZB, P, V, M, MF, MB, MW);
+                double h1 = bubble_of(PIPIT_SCHED_ZB_H1, P, 1, M, MF, MB, MW);
+                ASSERT_TRUE(izb >= 0 && h1 >= 0);
+                if (P > 1) ASSERT_TRUE(izb < h1);
+                if (P > 1 && M % P == 0)
+                    ASSERT_TRUE(izb < bubble_of(PIPIT_SCHED_INTERLEAVED_1F1B, P, V, M, MF, MB, MW));
+                pipit__sim_result_free(&u);
+                pipit_schedule_free(su);
+            }
+}
+
+/* Per-(stage, kind) task times measured here (ms; the shortest instance
+ * over 7 steps, pipit_program_last_step): GPT-2 V=256 T=64 L=8 H=4 C=128,
+ * B=4, one block per stage, interleaved-zb P=2 V=4 M=8, one thread a rank.
+ * Stage 0 has no input gradient (B empty, its whole backward is W); the
+ * last stage carries the tied head and the loss. */
+static const double PROF_F[8] = {1.074, 1.084, 1.081, 1.069, 1.076, 1.091, 1.083, 1.276};
+static const double PROF_B[8] = {0.000, 1.259, 1.256, 1.272, 1.295, 1.274, 1.276, 1.439};
+static const double PROF_W[8] = {2.205, 0.915, 0.924, 0.937, 0.920, 0.932, 0.890, 1.051};
+
+/* Makespan of kind on 4 ranks under the profile: 8 one-block stages for
+ * V = 2, or 4 two-block stages for V = 1 (stage 0's whole backward in W). */
+static double profiled_step(int kind, int V, int M) {
+    double f[8], b[8], w[8];
+    for (int s = 0; s < 8; s++) f[s] = PROF_F[s], b[s] = PROF_B[s], w[s] = PROF_W[s];
+    if (V == 1)
+        for (int s = 0; s < 4; s++) {
+            f[s] = PROF_F[2 * s] + PROF_F[2 * s + 1];
+            b[s] = s ? PROF_B[2 * s] + PROF_B[2 * s + 1] : 0;
+            w[s] = PROF_W[2 * s] + PROF_W[2 * s + 1] + (s ? 0 : PROF_B[1]);
+        }
+    pipit_schedule *s = NULL;
+    pipit__sim_result r;
+    if (pipit_schedule_build(kind, 4, V, M, &s)) return -1;
+    pipit__sim_costs c = {.f = f, .b = b, .w = w};
+    double t = pipit__schedule_simulate(s, &c, &r) ? -1 : r.step_time;
+    if (t >= 0) pipit__sim_result_free(&r);
+    pipit_schedule_free(s);
+    return t;
+}
+
+/* Under measured costs the papers' claims hold: ZB-H2 beats ZB-H1, which
+ * beats 1F1B; ZB-V beats ZB-H1; interleaved zero bubble
+ * beats interleaved 1F1B and ZB-H1. Same total work in every case. */
+PIPIT_TEST(sched_zero_bubble_profiled_costs) {
+    for (int M = 8; M <= 16; M += 8) {
+        double f1 = profiled_step(PIPIT_SCHED_1F1B, 1, M), h1 = profiled_step(PIPIT_SCHED_ZB_H1, 1, M);
+        double h2 = profiled_step(PIPIT_SCHED_ZB_H2, 1, M), zv = profiled_step(PIPIT_SCHED_ZB_V, 2, M);
+        double dpv = profiled_step(PIPIT_SCHED_DUALPIPEV, 2, M);
+        double il = profiled_step(PIPIT_SCHED_INTERLEAVED_1F1B, 2, M);
+        double iz = profiled_step(PIPIT_SCHED_INTERLEAVED_ZB, 2, M);
+        fprintf(stderr,
+                "M=%d: 1f1b %.2f zb-h1 %.2f zb-h2 %.2f zb-v %.2f dualpipev %.2f "
+                "interleaved-1f1b %.2f interleaved-zb %.2f ms\n",
+                M, f1, h1, h2, zv, dpv, il, iz);
+        ASSERT_TRUE(f1 > 0 && h1 > 0 && h2 > 0 && zv > 0 && dpv > 0 && il > 0 && iz > 0);
+        ASSERT_TRUE(h2 < h1 && h1 < f1);
+        ASSERT_TRUE(zv < h1); /* (DualPipeV, not a claim of the papers, is a little faster here) */
+        ASSERT_TRUE(iz < il && iz < h1);
+    }
 }
 
 /* Simulates a built schedule under unit costs; NULL on failure. */
@@ -293,7 +489,8 @@ PIPIT_TEST(sched_text_round_trip) {
     for (int kind = 0; kind < PIPIT_SCHED_COUNT; kind++)
         for (int P = 1; P <= 5; P++) {
             int V = min_v(kind), M = 2 * P + 2;
-            if (kind == PIPIT_SCHED_INTERLEAVED_1F1B || kind == PIPIT_SCHED_INTERLEAVED_GPIPE)
+            if (kind == PIPIT_SCHED_INTERLEAVED_1F1B || kind == PIPIT_SCHED_INTERLEAVED_GPIPE ||
+                kind == PIPIT_SCHED_INTERLEAVED_ZB)
                 V = 3, M = 2 * P;
             pipit_schedule *s = NULL, *back = NULL;
             ASSERT_OK(pipit_schedule_build(kind, P, V, M, &s));
@@ -332,6 +529,24 @@ PIPIT_TEST(sched_bad_arguments) {
     ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_1F1B, 4, 2, 6, &s),
                   PIPIT_STATUS_SCHEDULE);
     ASSERT_MSG_HAS("multiple of P");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_ZB_V, 4, 3, 8, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("zb-v needs V=2");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_ZB_H2, 4, 2, 8, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("V=1");
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_ZB, 4, 1, 8, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("interleaved-zb needs V >= 2");
+    /* P = 4, M = 9: 2 rounds, and 9 is not a multiple of 2 */
+    ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_ZB, 4, 2, 9, &s), PIPIT_STATUS_SCHEDULE);
+    ASSERT_MSG_HAS("max(1, M/P) = 2 (got M=9, P=4)");
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_ZB, 4, 0, 6, &s)); /* 1 round of 6 */
+    ASSERT_EQ_I64(s->V, 2);
+    ASSERT_EQ_I64(s->split_bw, 1);
+    pipit_schedule_free(s);
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_ZB_V, 3, 0, 1, &s)); /* any M */
+    ASSERT_EQ_I64(s->V, 2);
+    ASSERT_EQ_I64(s->stage_rank[5], 0);
+    pipit_schedule_free(s);
+    s = NULL;
     ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_INTERLEAVED_GPIPE, 4, -1, 6, &s),
                   PIPIT_STATUS_SCHEDULE);
     ASSERT_STATUS(pipit_schedule_build(PIPIT_SCHED_1F1B, 4, 1, 1 << 30, &s),
@@ -354,6 +569,10 @@ PIPIT_TEST(sched_kind_names) {
     for (int k = 0; k < PIPIT_SCHED_COUNT; k++)
         ASSERT_EQ_I64(pipit_schedule_kind_from_name(pipit_schedule_kind_name(k)), k);
     ASSERT_EQ_I64(pipit_schedule_kind_from_name("ZB_H1"), PIPIT_SCHED_ZB_H1);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("zb-h2"), PIPIT_SCHED_ZB_H2);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("zb-v"), PIPIT_SCHED_ZB_V);
+    ASSERT_EQ_I64(pipit_schedule_kind_from_name("interleaved-zb"), PIPIT_SCHED_INTERLEAVED_ZB);
+    ASSERT_TRUE(strcmp(pipit_schedule_kind_name(PIPIT_SCHED_ZB_V), "zb-v") == 0);
     ASSERT_EQ_I64(pipit_schedule_kind_from_name("Interleaved_1F1B"),
                   PIPIT_SCHED_INTERLEAVED_1F1B);
     ASSERT_EQ_I64(pipit_schedule_kind_from_name("1f1"), -1);

@@ -33,7 +33,9 @@ RULES = {
     "src/runtime":  ["backend", "compile", "schedule", "autodiff", "ir", "util"],
     "src/io":       ["util"],
     "src/models":   ["util"],
+    "src/partition": ["runtime", "compile", "schedule", "autodiff", "ir", "util"],
     "src/inspect":  ["runtime", "compile", "schedule", "autodiff", "ir", "backend", "io", "util"],
+    "src/sim":      ["util"],  # the cost model: over the public schedule simulator
     "tools":        [],  # the CLI: public headers only
     "examples":     [],  # public headers only
     "bench":        [],  # public headers only (see FILE_RULES)
@@ -46,7 +48,7 @@ FILE_RULES = {
 # Top-level folders that are checked.
 CHECKED = ["src", "tools", "examples", "bench"]
 # Files whose includes are looked at.
-EXTENSIONS = (".c", ".h", ".def", ".inc")
+EXTENSIONS = (".c", ".h", ".def", ".inc", ".cu", ".cuh")
 # ---------------------------------------------------------------------------
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')

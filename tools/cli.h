@@ -7,6 +7,7 @@
 #define PIPIT_TOOLS_CLI_H
 
 #include "flags.h"
+#include "pipit_gpt2.h"
 
 /* The candidate closest to `word` by edit distance (optimal string
  * alignment: insertions, deletions, substitutions, swaps of neighbours),
@@ -39,5 +40,29 @@ void cli_config_apply(flag_cmd *c, const char *path, const char *const *skip);
 /* The string value of `key` in the config file, or NULL (dies on a file
  * that is not a JSON object, or a non-string value). */
 const char *cli_config_string(const char *path, const char *key);
+
+/* --auto-stages (tools/auto_stages.c): cuts the yield-free GPT-2 graph g
+ * of cfg into `stages` stages for `sched` (NULL: one rank) with
+ * pipit_partition (modelled costs at the default rates, or scaled by
+ * `profile`, a profiled program of the same model; mem_limit bytes per
+ * rank, 0: none),
+ * rewrites g and *loss, and with `print` prints the cuts and per-stage
+ * predicted costs, and the even split's for comparison. Dies with the
+ * partition's message if it cannot. */
+typedef struct {
+    const pipit_schedule *sched;
+    int stages;
+    double mem_limit;
+    const pipit_program *profile;
+    int remat;
+    int print;
+} cli_auto_stages;
+void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);
+
+/* --device and --tf32 (tools/device.c): dies for a device other than cpu
+ * or cuda ("did you mean"), --device cuda in a build without the cuda
+ * backend or on a machine without a CUDA device, and --tf32 without
+ * --device cuda. NULL is cpu. */
+void cli_check_device(const char *device, int tf32);
 
 #endif

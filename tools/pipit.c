@@ -47,6 +47,12 @@ typedef struct {
     int eval_every, eval_batches;
     double peak_flops; /* --peak-flops: one rank's FLOP/s for MFU (0: measure sgemm) */
     int json_summary;
+    const char *device; /* --device cpu|cuda */
+    int tf32;           /* --tf32 */
+    const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
+    int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
+    const char *stage_costs;  /* --stage-costs model|measured */
+    double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
 } opts;
 
 /* --resume FILE, opened while the flags are applied (apply_resume), then
@@ -100,6 +106,30 @@ static void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int
     check_status(pipit_gpt2_feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
 }
 
+/* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
+static mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds) {
+    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
+    *feeds = calloc((size_t)G * 3, sizeof **feeds);
+    if (!bufs || !*feeds) die("out of memory");
+    for (int m = 0; m < G; m++) {
+        bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
+        bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
+        bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
+        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
+    }
+    return bufs;
+}
+
+static void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds) {
+    for (int m = 0; m < G; m++) {
+        free(bufs[m].tok);
+        free(bufs[m].tgt);
+        free(bufs[m].pos);
+    }
+    free(bufs);
+    free(feeds);
+}
+
 /* ------------------------------------------------------------------ train */
 
 static const char *TRAIN_USAGE =
@@ -112,7 +142,8 @@ static const char *PLAN_USAGE =
     "--data FILE [--model NAME] [--config FILE] [--ctx T --layers L ...] [--pp P --schedule S ...] [--json]";
 static const char *PLAN_ABOUT =
     "Compiles the model as `pipit train` would (same model and pipeline flags) and prints, per rank,\n"
-    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.";
+    "its stages, planned peak activation memory, the ops it runs and its instruction list; nothing runs.\n"
+    "`pipit plan --search --global-batch G` ranks schedules instead (see pipit plan --search --help).";
 
 enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
 
@@ -167,19 +198,29 @@ static int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {1, {"resume", FL_STR, &o->resume, "continue a training checkpoint (config from the file; --steps: the new total)", 0}},
         {3 | IGN, {"save-optimizer", FL_STR, &o->save_opt, "write the optimizer state and step at the end (resume with --init-optimizer); --save then writes the params only", 0}},
         {3 | IGN, {"init-optimizer", FL_STR, &o->init_opt, "load optimizer state and continue from its step (with --init)", 0}},
-        {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1)", 0}},
+        {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1; cpu only)", 0}},
+        {3, {"device", FL_STR, &o->device, "cpu (default) or cuda: where the ranks run (rank r on GPU r mod the GPUs)", 0}},
+        {3, {"tf32", FL_BOOL, &o->tf32, "with --device cuda: GEMMs on TF32 tensor cores (default: full fp32)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
-        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|FILE", 0}},
+        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
+        {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
+                                                      "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},
+        {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at 50 GFLOP/s, bytes "
+                                                     "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
+        {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
+                                                             "(params, grads, optimizer state, activations; 0: no limit)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
         {3 | IGN, {"trace", FL_STR, &o->trace, "write the last step as a Chrome/Perfetto trace (JSON), or an SVG timeline (FILE.svg)", 0}},
         {3 | IGN, {"profile", FL_BOOL, &o->profile, "print time per op and instruction kind, steps after the first (stderr)", 0}},
         {3 | IGN, {"peak-flops", FL_DBL, &o->peak_flops, "one rank's peak FLOP/s for the MFU on step lines (default: measured sgemm x threads)", 0}},
+        {1, {"profile-out", FL_STR, &o->profile_out, "profile as --profile does and write it with the model as JSON "
+                                                     "to FILE (for `pipit sim --calibrate FILE`)", 0}},
         {1, {"json-summary", FL_BOOL, &o->json_summary, "with --json: end with one {\"summary\":{...}} line", 0}},
     };
     int n = 0;
@@ -207,7 +248,7 @@ static void default_opts(opts *o) {
     o->threads = 1;
     o->pp = 1;
     o->dp = 1;
-    o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules and DualPipeV) */
+    o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules, DualPipeV and ZB-V) */
     o->steps = -1;
     o->log_every = 1;
     o->lr_schedule = "constant";
@@ -321,10 +362,61 @@ typedef struct {
     pipit_val loss;
     pipit_options po;    /* the program's options (the validation program reuses them) */
     pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
+    int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
 } session;
+
+static void check_auto_stages_flags(const opts *o, const flag_cmd *c) {
+    if (!o->auto_stages && (flags_seen(c, "stage-costs") || flags_seen(c, "stage-mem-limit")))
+        die("--%s applies to --auto-stages only", flags_seen(c, "stage-costs") ? "stage-costs" : "stage-mem-limit");
+    if (o->stage_costs && strcmp(o->stage_costs, "model") && strcmp(o->stage_costs, "measured"))
+        die("bad value '%s' for --stage-costs: expected model or measured", o->stage_costs);
+    if (!(o->stage_mem_limit >= 0 && o->stage_mem_limit < 1e300))
+        die("--stage-mem-limit must be a number of bytes >= 0 (got %g)", o->stage_mem_limit);
+}
+
+/* --stage-costs measured: the yield-free model run sequentially for two
+ * steps on the first batches, the second one profiled (the first pays
+ * page faults). The program and its graph are the caller's to free. */
+static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph **gout) {
+    pipit_graph *g = *gout = pipit_graph_new();
+    if (!g) die("out of memory");
+    pipit_val loss = pipit_gpt2_build(g, &s->cfg);
+    pipit_options po = {.microbatches = M, .threads = o->threads, .optimizer = make_optimizer(o)};
+    pipit_program *p = NULL;
+    check_status(pipit_compile(g, loss, &po, &p), "--stage-costs measured");
+    check_status(pipit_gpt2_init(p, &s->cfg, o->seed), "--stage-costs measured");
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(M, s->cfg.batch, s->cfg.ctx, &feeds);
+    for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + 3 * m);
+    for (int step = 0; step < 2; step++) {
+        check_status(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
+        if (pipit_step(p, feeds, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+    }
+    mb_bufs_free(bufs, M, feeds);
+    return p;
+}
+
+/* --auto-stages: cut the yield-free graph into the schedule's stages. */
+static void auto_stages(session *s, const opts *o, int M) {
+    int measured = o->stage_costs && strcmp(o->stage_costs, "measured") == 0;
+    if (measured && pipit_process_count() > 1) /* each process would time its own run and cut differently */
+        die("--stage-costs measured runs in one process only (this job has %d MPI processes): use the modelled costs",
+            pipit_process_count());
+    pipit_graph *pg = NULL;
+    pipit_program *prof = measured ? profile_run(s, o, M, &pg) : NULL;
+    pipit_gpt2_config cfg = s->cfg;
+    /* fixed rates, not a timing: every MPI process must choose the same cuts */
+    cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .mem_limit = o->stage_mem_limit, .profile = prof,
+                         .remat = o->remat,
+                         .print = !o->json && pipit_process_rank() == 0};
+    cli_auto_stages_apply(&a, &cfg, s->g, &s->loss);
+    pipit_program_free(prof);
+    pipit_graph_free(pg);
+}
 
 static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *cmd = c->name;
+    cli_check_device(o->device, o->tf32); /* before any file is read */
     if (o->resume) {
         s->ckpt = g_resume_ck; /* opened by apply_resume; closed with the session */
         g_resume_ck = NULL;
@@ -373,8 +465,10 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             die("--schedule '%s' is written for %d microbatch%s, but --microbatches is %d", o->schedule, sM,
                 sM == 1 ? "" : "es", M);
     }
-    s->cfg = model_config(o, stages);
+    s->stages = stages;
+    s->cfg = model_config(o, o->auto_stages ? 1 : stages);
     check_status(pipit_gpt2_check(&s->cfg), cmd);
+    check_auto_stages_flags(o, c);
     check_status(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order),
                                       o->seed, &s->data),
                  "--data");
@@ -383,12 +477,14 @@ static void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    pipit_val loss = s->loss = pipit_gpt2_build(s->g, &s->cfg);
+    s->loss = pipit_gpt2_build(s->g, &s->cfg);
     check_status(pipit_graph_status(s->g), "model");
+    if (o->auto_stages) auto_stages(s, o, M);
+    pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
-                        .forward_only = s->forward_only};
+                        .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32};
     if (o->clip < 0) die("--clip must be >= 0");
     check_status(pipit_compile(s->g, loss, &po, &s->p), "compile");
     s->po = po;
@@ -625,7 +721,8 @@ static void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_c
 
 /* --resume FILE: the model and training config come from the file; a flag
  * given as well must agree with it, except the layout flags (--pp,
- * --virtual, --schedule, --dp, --zero1, --threads, --remat), --data (the
+ * --virtual, --schedule, --dp, --zero1, --threads, --remat, --device,
+ * --tf32), --data (the
  * same data may have moved), --steps (the new total), --save, --save-every
  * and --keep. */
 static void apply_resume(opts *o, const flag_cmd *c, int64_t *step_out) {
@@ -816,6 +913,27 @@ static double run_validation(session *s, const opts *o, int K, int G, mb_buf *bu
     return sum / K;
 }
 
+/* --profile-out FILE: what `pipit sim --calibrate` reads: the model and
+ * mesh, the profiled steps and their mean wall time, and the library's
+ * per-rank profile (pipit_program_write_profile_json). */
+static void write_profile(const opts *o, const session *s, int M, int64_t steps, double seconds) {
+    FILE *f = fopen(o->profile_out, "w");
+    if (!f) die("--profile-out: cannot write '%s': %s", o->profile_out, strerror(errno));
+    const pipit_gpt2_config *c = &s->cfg;
+    int kind = s->sched ? pipit_schedule_get_kind(s->sched) : PIPIT_SCHED_1F1B;
+    const char *sched = kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : "custom";
+    int virt = s->sched ? pipit_schedule_virtual(s->sched) : 1;
+    fprintf(f,
+            "{\"model\":{\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
+            "\"microbatches\":%d,\"pp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},\"steps\":%lld,"
+            "\"step_s\":%.9g,\"profile\":",
+            c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
+            sched, virt, (long long)steps, steps ? seconds / (double)steps : 0.0);
+    pipit_status st = pipit_program_write_profile_json(f, s->p);
+    fprintf(f, "}\n");
+    if (fclose(f) || st) die("--profile-out: writing '%s' failed%s%s", o->profile_out, st ? ": " : "", st ? pipit_errmsg() : "");
+}
+
 static int cmd_train_or_plan(int argc, char **argv, int plan) {
     opts o;
     default_opts(&o);
@@ -887,27 +1005,23 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     int speaker = pipit_process_rank() == 0; /* one process prints */
     int val_batches = open_validation(&s, &o, &c, G);
     if (val_batches) open_validation_program(&s);
-    mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
-    pipit_feed *feeds = calloc((size_t)G * 3, sizeof *feeds);
-    if (!bufs || !feeds) die("out of memory");
-    for (int m = 0; m < G; m++) {
-        bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
-        bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
-        bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
-        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
-    }
-    if (o.profile) check_status(pipit_program_set_profile(s.p, 1), "--profile");
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(G, B, T, &feeds);
+    int profiling = o.profile || o.profile_out;
+    if (profiling) check_status(pipit_program_set_profile(s.p, 1), "--profile");
     cli_progress prog = {0};
     prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
+    int on_gpu = o.device && strcmp(o.device, "cuda") == 0;
     if (!o.json && speaker) { /* MFU against the whole run's peak: one rank's x P x D */
-        double rank_peak = o.peak_flops > 0 ? o.peak_flops : cli_sgemm_flops() * o.threads;
+        /* on a GPU only a stated peak: the CPU's sgemm says nothing about it */
+        double rank_peak = o.peak_flops > 0 ? o.peak_flops : on_gpu ? 0 : cli_sgemm_flops() * o.threads;
         prog.peak = rank_peak * prog.ranks * o.dp;
     }
     if (!o.json && speaker) {
         printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
                "%d thread(s) per rank",
                s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
-               s.cfg.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
+               s.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
                s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
                               ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
                               : o.schedule)
@@ -915,12 +1029,16 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
                o.threads);
         if (o.dp > 1) printf("; x %d data-parallel replicas%s", o.dp, o.zero1 ? " (ZeRO-1)" : "");
         if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
+        if (on_gpu) printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(),
+                           pipit_cuda_device_count() == 1 ? "" : "s", o.tf32 ? ", TF32 GEMMs" : ", fp32 GEMMs");
         if (o.peak_flops > 0)
             printf("; MFU vs stated peak %.1f GFLOP/s per rank", prog.peak / (prog.ranks * o.dp) / 1e9);
+        else if (on_gpu)
+            printf("; MFU: pass --peak-flops (the GPU's dense peak for this precision)");
         else
             printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
                    prog.peak / (prog.ranks * o.dp) / 1e9, o.threads);
-        if (prog.ranks * o.dp > 1) printf(" x %d ranks", prog.ranks * o.dp);
+        if (prog.ranks * o.dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o.dp);
         printf("\n");
     }
     double flops = pipit_gpt2_flops_per_token(&s.cfg);
@@ -953,6 +1071,7 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         check_writable("save", o.save);
     }
     if (o.save_opt) check_writable("save-optimizer", o.save_opt);
+    if (o.profile_out && speaker) check_writable("profile-out", o.profile_out);
     char *default_save = NULL; /* where an interrupted run without --save saves */
     if (!o.save) {
         default_save = malloc(strlen(o.data) + 32);
@@ -964,6 +1083,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     prog.first = first_step;
     prog.last = last_step;
     prog.t_start = cli_now();
+    double profiled_s = 0; /* wall time of the profiled steps (all but the first) */
+    int64_t profiled_steps = 0;
     for (int64_t step = first_step;; step++) {
         run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
         if (g_signal) { /* between steps: the checkpoint holds whole steps */
@@ -987,7 +1108,8 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
         if (speaker && (step % o.log_every == 0 || last)) print_step(&o, step, &met, (double)B * T * G, flops, &prog);
         if (val_batches && ((o.eval_every && (step + 1) % o.eval_every == 0) || step + 1 == last_step))
             cli_progress_val(&prog, step, run_validation(&s, &o, val_batches, G, bufs, feeds, step, speaker));
-        if (o.profile && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
+        if (step > first_step || last_step - first_step == 1) profiled_s += met.ms / 1e3, profiled_steps++;
+        if (profiling && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             check_status(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
     }
     run_pos end = {last_step, last_step, data_pos + (last_step - first_step) * G * B};
@@ -999,14 +1121,9 @@ static int cmd_train_or_plan(int argc, char **argv, int plan) {
     free(default_save);
     if (o.trace && speaker) check_status(pipit_program_write_trace(s.p, o.trace), "--trace");
     if (o.profile && speaker) check_status(pipit_program_print_profile(stderr, s.p), "--profile");
+    if (o.profile_out && speaker) write_profile(&o, &s, G / o.dp, profiled_steps, profiled_s);
     if (speaker && (!o.json || o.json_summary)) cli_progress_summary(stdout, &prog, o.json, o.save);
-    for (int m = 0; m < G; m++) {
-        free(bufs[m].tok);
-        free(bufs[m].tgt);
-        free(bufs[m].pos);
-    }
-    free(bufs);
-    free(feeds);
+    mb_bufs_free(bufs, G, feeds);
     close_session(&s);
     return 0;
 }
@@ -1025,7 +1142,9 @@ static int cmd_eval(int argc, char **argv) {
         {"micro-batch", FL_INT, &o.micro_batch, "sequences per batch B", 0},
         {"batches", FL_INT, &o.batches, "batches K: evaluates sequences 0 .. K*B-1", 0},
         {"heads", FL_INT, &o.heads, "attention heads (default: from the checkpoint's metadata)", 0},
-        {"threads", FL_INT, &o.threads, "compute threads (default 1)", 0},
+        {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
+        {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
+        {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
     };
     flag_cmd c = {"eval", "--init FILE --data FILE --ctx T --micro-batch B --batches K [--json]", NULL, fl,
@@ -1067,13 +1186,17 @@ static void usage(FILE *f) {
             "  eval      mean loss of a checkpoint on sequential windows of a file (forward only)\n"
             "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"
-            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON)\n"
+            "  plan      print the per-rank programs and planned memory (train's model flags; --json: as JSON);\n"
+            "            plan --search: rank schedule x V x microbatch size (x tp x dp) by simulated step time\n"
+            "  sim       predict step time, TFLOP/s, MFU, bubble and memory of a model on a mesh of GPUs (cost model)\n"
             "  version   print the version and whether MPI is built in (also --version)\n\n"
             "`pipit <command> --help` lists each command's flags.\n");
 }
 
 int pipit_cli_schedule(int argc, char **argv);
 int pipit_cli_sample(int argc, char **argv);
+int pipit_cli_sim(int argc, char **argv);
+int pipit_cli_plan_search(int argc, char **argv);
 
 int main(int argc, char **argv) {
     if (argc < 2) {
@@ -1086,6 +1209,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     int rc = -1;
+    if (strcmp(cmd, "plan") == 0)
+        for (int i = 2; i < argc; i++)
+            if (strcmp(argv[i], "--search") == 0) return pipit_cli_plan_search(argc - 2, argv + 2);
     if (strcmp(cmd, "train") == 0 || strcmp(cmd, "plan") == 0 || strcmp(cmd, "eval") == 0) {
         /* under mpirun each process runs one world rank */
         if (pipit_init(&argc, &argv)) die("%s", pipit_errmsg());
@@ -1096,11 +1222,13 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "schedule") == 0) return pipit_cli_schedule(argc - 2, argv + 2);
     if (strcmp(cmd, "sample") == 0) return pipit_cli_sample(argc - 2, argv + 2);
+    if (strcmp(cmd, "sim") == 0) return pipit_cli_sim(argc - 2, argv + 2);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("pipit %s (%s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI");
+        printf("pipit %s (%s, %s)\n", pipit_version(), pipit_have_mpi() ? "MPI built in" : "no MPI",
+               pipit_have_cuda() ? "CUDA built in" : "no CUDA");
         return 0;
     }
-    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "version", "help"};
+    static const char *const cmds[] = {"train", "eval", "sample", "schedule", "plan", "sim", "version", "help"};
     fprintf(stderr, "pipit: unknown command '%s'%s\n", cmd, cli_did_you_mean(cmd, cmds, NFLAGS(cmds), ""));
     usage(stderr);
     return 2;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "flags.h"
 #include "pipit.h"
 #include "pipit_gpt2.h"
@@ -90,7 +91,8 @@ static int parse_ids(const char *s, int32_t **out) {
 
 int pipit_cli_sample(int argc, char **argv) {
     const char *init = NULL, *prompt = NULL, *prompt_ids = NULL;
-    int tokens = 64, top_k = 0, ctx = 0, heads = 0, threads = 1;
+    int tokens = 64, top_k = 0, ctx = 0, heads = 0, threads = 1, tf32 = 0;
+    const char *device = NULL;
     double temp = 1.0;
     uint64_t seed = 0;
     flag fl[] = {
@@ -103,7 +105,9 @@ int pipit_cli_sample(int argc, char **argv) {
         {"seed", FL_U64, &seed, "random seed (default 0): the same seed gives the same text", 0},
         {"ctx", FL_INT, &ctx, "window T (default: the checkpoint's positions)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: from the checkpoint's metadata)", 0},
-        {"threads", FL_INT, &threads, "compute threads (default 1)", 0},
+        {"threads", FL_INT, &threads, "compute threads (default 1; cpu only)", 0},
+        {"device", FL_STR, &device, "cpu (default) or cuda", 0},
+        {"tf32", FL_BOOL, &tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
     };
     flag_cmd c = {"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--seed S]",
                   "Generates N tokens after the prompt with a forward-only program and prints them as they are "
@@ -118,6 +122,7 @@ int pipit_cli_sample(int argc, char **argv) {
     if (tokens < 0) die("--tokens must be >= 0 (got %d)", tokens);
     if (!isfinite(temp) || temp < 0) die("--temperature must be a finite number >= 0 (got %g)", temp);
     if (threads < 1 || threads > PIPIT_MAX_THREADS) die("--threads must be in 1..%d (got %d)", PIPIT_MAX_THREADS, threads);
+    cli_check_device(device, tf32);
 
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(init, &ck)) die("--init: %s", pipit_errmsg());
@@ -165,7 +170,8 @@ int pipit_cli_sample(int argc, char **argv) {
     pipit_val logits;
     pipit_val loss = pipit_gpt2_build_logits(g, &cfg, &logits);
     if (pipit_graph_status(g)) die("model: %s", pipit_errmsg());
-    pipit_options po = {.threads = threads, .forward_only = 1, .outputs = &logits, .noutputs = 1};
+    pipit_options po = {.threads = threads, .forward_only = 1, .outputs = &logits, .noutputs = 1,
+                        .device = device, .tf32 = tf32};
     pipit_program *p = NULL;
     if (pipit_compile(g, loss, &po, &p)) die("compile: %s", pipit_errmsg());
     if (pipit_checkpoint_load_into(p, ck)) die("--init: %s", pipit_errmsg());

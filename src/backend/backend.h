@@ -18,6 +18,10 @@
 
 #include "ir/graph.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
+#endif
+
 /* Everything a kernel needs to run one node: the node (sizes, attributes),
  * its inputs' nodes, and resolved pointers into backend memory. */
 typedef struct pipit__kctx {
@@ -73,10 +77,50 @@ typedef struct pipit__backend {
     void (*adamw)(pipit_dtype dt, const pipit__adamw_coef *c, void *w, const void *g, void *m, void *v,
                   int64_t lo, int64_t hi);
     void (*sgd)(pipit_dtype dt, double lr, double clip, void *w, const void *g, int64_t lo, int64_t hi);
+
+    /* ---- devices (added with the cuda backend; on cpu: host memory and
+     * no-ops, so the CPU path does exactly what it did before) ---- */
+    /* 1: backend memory is host memory the runtime may read and write in
+     * place (feeds are used where they lie, the transports memcpy). 0: only
+     * upload, download and copy touch it; feeds are uploaded into a device
+     * block of the rank, messages go through download/upload, and a rank's
+     * team is one thread (kernels launch the whole op from ith == 0 and the
+     * device does the parallel work). */
+    int host_memory;
+    /* Devices ranks can be placed on (cpu: 1), after init; 0 when none can
+     * be used, with the reason as this thread's message. */
+    int (*devices)(void);
+    /* Called on each thread of world rank `rank`'s team before it runs
+     * anything in a step, and on any thread before the runtime touches that
+     * rank's memory (allocation, parameters, outputs): device is rank mod
+     * devices(); tf32 is the program's options.tf32. cpu: nothing. cuda: the
+     * thread's current device and the rank's stream (created on first use),
+     * which every later call of this thread uses. */
+    void (*bind)(int rank, int device, int tf32);
+    /* Waits for everything rank `rank` has queued and returns the first
+     * error since its last sync (PIPIT_STATUS_RUNTIME, the message naming
+     * the failing op), clearing it. cpu: always OK. */
+    pipit_status (*sync)(int rank);
+    /* Optional (NULL: the runtime calls sumsq per chunk). For chunks c in
+     * [c0, c1) of `chunk` elements of x[0, n): out[c - c0] = sumsq(dt, x,
+     * c * chunk, min((c + 1) * chunk, n)), the same bits, in one pass: a
+     * device backend returns many partial sums for one synchronisation. */
+    void (*sumsq_chunks)(pipit_dtype dt, const void *x, int64_t n, int64_t chunk, int64_t c0, int64_t c1,
+                         double *out);
 } pipit__backend;
 
-/* The backend called `name` ("cpu"); NULL (with a message listing the
- * known ones) when there is none by that name. */
+/* The backend called `name` ("cpu", "cuda" in a build with
+ * -DPIPIT_CUDA=ON); NULL (with a message listing the known ones, or
+ * saying how to build the cuda one) when there is none by that name. */
 const pipit__backend *pipit__backend_find(const char *name);
+
+/* Makes `be` findable by its name besides the built-in backends (one at a
+ * time; NULL removes it). For tests: tests/test_device_sim.c runs the
+ * runtime on a simulated device backend. Not thread-safe. */
+void pipit__backend_register(const pipit__backend *be);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -160,6 +160,52 @@ pipit_status pipit_program_print_profile(FILE *f, const pipit_program *p) {
     return io_status(f, "profile");
 }
 
+/* {"ranks":[{"rank", "total_s", "ops": {op: s}, "instructions": {kind: s}}]}:
+ * seconds since profiling was (re)started, only the kinds that took time. */
+static cJSON *profile_rank_json(const pipit_program *p, int r) {
+    const pipit__rank_state *rp = &p->rs[r];
+    cJSON *o = cJSON_CreateObject(), *ops = cJSON_CreateObject(), *ins = cJSON_CreateObject();
+    if (!o || !ops || !ins || !cJSON_AddItemToObject(o, "ops", ops)) {
+        cJSON_Delete(o), cJSON_Delete(ops), cJSON_Delete(ins);
+        return NULL;
+    }
+    if (!cJSON_AddItemToObject(o, "instructions", ins)) {
+        cJSON_Delete(o), cJSON_Delete(ins);
+        return NULL;
+    }
+    double total = 0;
+    int ok = cJSON_AddNumberToObject(o, "rank", r) != NULL;
+    for (int k = 0; ok && k < PIPIT_OP_COUNT + 32; k++) {
+        total += rp->prof[k];
+        if (rp->prof[k] <= 0) continue;
+        if (k < PIPIT_OP_COUNT) ok = cJSON_AddNumberToObject(ops, pipit__ops[k].name, rp->prof[k]) != NULL;
+        else ok = cJSON_AddNumberToObject(ins, ins_name(k - PIPIT_OP_COUNT), rp->prof[k]) != NULL;
+    }
+    if (!ok || !cJSON_AddNumberToObject(o, "total_s", total)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+pipit_status pipit_program_write_profile_json(FILE *f, const pipit_program *p) {
+    pipit_status s = check_args(f, p, __func__);
+    if (s) return s;
+    cJSON *root = cJSON_CreateObject(), *ranks = root ? cJSON_AddArrayToObject(root, "ranks") : NULL;
+    int ok = ranks != NULL;
+    for (int i = 0; ok && i < p->nlocal; i++) {
+        cJSON *r = profile_rank_json(p, p->local[i]);
+        ok = r && cJSON_AddItemToArray(ranks, r);
+        if (!ok) cJSON_Delete(r);
+    }
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return pipit__err(PIPIT_STATUS_NOMEM, "profile JSON: out of memory");
+    fputs(text, f);
+    cJSON_free(text);
+    return io_status(f, "profile JSON");
+}
+
 /* One instruction as the verbose plan prints it, without indent or newline. */
 static char *instr_text(const pipit__plan *p, const pipit__instr *in) {
     char *buf = NULL;

@@ -8,6 +8,10 @@
 
 #include "util/common.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
+#endif
+
 #define OPF_LEAF  1
 #define OPF_NOVJP 2
 
@@ -109,5 +113,9 @@ const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *b
 
 /* Internal builders for backward-only ops (used by VJP rules). */
 int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape, double scale);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -30,6 +30,9 @@ static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
     case LOC_ACC: return x->rs->acc_block + l->off;
     case LOC_SEED: return x->rs->seed;
     case LOC_FEED: {
+        if (x->rs->feed_block) /* device memory: this step's copy (upload_feeds) */
+            return x->rs->feed_block + x->rs->feed_off[l->idx] +
+                   (size_t)mb * (size_t)p->plan.inputs[l->idx].numel * pipit__dtype_size(p->plan.inputs[l->idx].dtype);
         size_t global_mb = (size_t)x->rs->replica * (size_t)p->plan.M + (size_t)mb;
         return (void *)x->feed_ptrs[global_mb * (size_t)p->plan.ninputs + (size_t)l->idx];
     }
@@ -50,6 +53,22 @@ static void resolve(const exec_ctx *x) {
         for (int j = 0; j < PIPIT_MAX_IN; j++) {
             k->in[j] = in->in[j].kind ? loc_ptr(x, &in->in[j], in->mb) : NULL;
             k->in_node[j] = j < k->node->nin ? &g->nodes[k->node->in[j]] : NULL;
+        }
+    }
+}
+
+/* Device backends: the inputs this rank reads, for each of its replica's
+ * M microbatches, into its feed block (host memory reads them in place). */
+static void upload_feeds(const exec_ctx *x) {
+    const pipit__plan *pl = &x->p->plan;
+    if (!x->rs->feed_block) return;
+    for (int i = 0; i < pl->ninputs; i++) {
+        if (x->rs->feed_off[i] == SIZE_MAX) continue;
+        size_t bytes = (size_t)pl->inputs[i].numel * pipit__dtype_size(pl->inputs[i].dtype);
+        for (int m = 0; m < pl->M; m++) {
+            size_t global_mb = (size_t)x->rs->replica * (size_t)pl->M + (size_t)m;
+            x->p->be->upload(x->rs->feed_block + x->rs->feed_off[i] + (size_t)m * bytes,
+                             x->feed_ptrs[global_mb * (size_t)pl->ninputs + (size_t)i], bytes);
         }
     }
 }
@@ -172,11 +191,20 @@ static void pause_forever(void) {
     nanosleep(&ts, NULL);
 }
 
+/* Profiling on a device backend: the instruction's work is queued, not
+ * done; wait for it so its time is its own (and surface its error). */
+static void profile_wait(exec_ctx *x) {
+    if (x->p->be->host_memory || x->status) return;
+    pipit_status s = x->p->be->sync(x->w);
+    if (s) fail_rank(x, s);
+}
+
 static void exec_worker(void *arg, int ith, int nth) {
     exec_ctx *x = arg;
     const pipit__rank_plan *r = x->r;
     pipit__rank_state *rs = x->rs;
     double post_start = 0; /* the post-loop (gradient sums, norm, update) is compute too */
+    if (ith > 0) pipit__bind_rank(x->p, x->w); /* thread 0 was bound by pipit__exec_rank */
     for (int32_t i = 0; i < r->n; i++) {
         if (ith == 0 && !post_start && r->ins[i].kind >= INS_ACC_SEND) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
@@ -188,7 +216,10 @@ static void exec_worker(void *arg, int ith, int nth) {
             run_instr(x, i, ith, nth);
         }
         pipit__pool_barrier(rs->pool);
-        if (t0 > 0) rs->prof[in->kind == INS_RUN ? rs->kc[i].node->op : PIPIT_OP_COUNT + in->kind] += pipit__now() - t0;
+        if (t0 > 0) {
+            profile_wait(x);
+            rs->prof[in->kind == INS_RUN ? rs->kc[i].node->op : PIPIT_OP_COUNT + in->kind] += pipit__now() - t0;
+        }
         if (x->status) return; /* every thread sees it after the barrier */
     }
     if (ith == 0 && post_start) rs->busy += pipit__now() - post_start;
@@ -196,9 +227,18 @@ static void exec_worker(void *arg, int ith, int nth) {
 
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     exec_ctx x = {p, &p->plan.ranks[w % p->plan.nranks], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, ""};
+    pipit__bind_rank(p, w);
+    upload_feeds(&x);
     resolve(&x);
     x.rs->busy = x.rs->wait = 0;
     pipit__pool_run(x.rs->pool, exec_worker, &x);
+    /* A device backend's queued work ends here; its first error (a kernel
+     * or a copy that failed) is the rank's failure, reported like any. */
+    pipit_status s = p->be->sync(w);
     if (x.status) return pipit__err(x.status, "%s", x.msg);
+    if (s) {
+        fail_rank(&x, s); /* wakes the other ranks and processes: this rank's results are wrong */
+        return pipit__err(s, "%s", x.msg);
+    }
     return PIPIT_STATUS_OK;
 }

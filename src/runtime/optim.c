@@ -53,6 +53,13 @@ void pipit__post_gradsum(pipit_program *p, int w, const pipit__instr *in, void *
     double *chunks = p->rs[w].chunks;
     int64_t lo, hi;
     pipit__range(num_chunks(pp), ith, nth, &lo, &hi);
+    if (p->be->sumsq_chunks) { /* a device: the whole slice in two launches, one wait */
+        int64_t a = lo * PIPIT_SUMSQ_CHUNK, b = PIPIT_MIN(hi * PIPIT_SUMSQ_CHUNK, pp->numel);
+        if (a >= b) return;
+        p->be->sum_uses(pp->dtype, grad, srcs, pp->nuses, a, b);
+        if (in->first) p->be->sumsq_chunks(pp->dtype, grad, pp->numel, PIPIT_SUMSQ_CHUNK, lo, hi, chunks + lo);
+        return;
+    }
     for (int64_t c = lo; c < hi; c++) {
         int64_t a = c * PIPIT_SUMSQ_CHUNK, b = PIPIT_MIN(a + PIPIT_SUMSQ_CHUNK, pp->numel);
         p->be->sum_uses(pp->dtype, grad, srcs, pp->nuses, a, b);
@@ -74,6 +81,10 @@ void pipit__post_sumsq(pipit_program *p, int w, int param, int my_shard, const v
     }
     pipit__range(c1 - c0, ith, nth, &lo, &hi);
     lo += c0, hi += c0;
+    if (p->be->sumsq_chunks) {
+        if (lo < hi) p->be->sumsq_chunks(pp->dtype, grad, pp->numel, PIPIT_SUMSQ_CHUNK, lo, hi, chunks + lo);
+        return;
+    }
     for (int64_t c = lo; c < hi; c++) {
         int64_t a = c * PIPIT_SUMSQ_CHUNK, b = PIPIT_MIN(a + PIPIT_SUMSQ_CHUNK, pp->numel);
         chunks[c] = p->be->sumsq(pp->dtype, grad, a, b);

@@ -34,6 +34,9 @@ static pipit_status check_options(const pipit_options *o) {
     if (!in_range(o->clip_norm, 0, HUGE_VAL, 0))
         return pipit__err(PIPIT_STATUS_INVALID, "options.clip_norm must be a finite number >= 0 (0: no clipping), got %g",
                           o->clip_norm);
+    if (o->tf32 != 0 && o->tf32 != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.tf32 must be 0 (fp32 GEMMs) or 1 (TF32 tensor cores), got %d",
+                          o->tf32);
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);
@@ -112,6 +115,33 @@ static size_t layout_moments(const pipit_program *p, pipit__rank_state *rs) {
     return bytes;
 }
 
+/* Device backends: a block for the inputs this rank reads, M microbatches
+ * of each, filled at the start of every step (exec.c). Host memory needs
+ * none: kernels read the caller's feeds in place. */
+static pipit_status alloc_feeds(pipit_program *p, pipit__rank_state *rs) {
+    const pipit__plan *pl = &p->plan;
+    const pipit__rank_plan *rp = &pl->ranks[rs->prank];
+    if (p->be->host_memory || pl->ninputs == 0) return PIPIT_STATUS_OK;
+    rs->feed_off = pipit__malloc(sizeof *rs->feed_off * (size_t)pl->ninputs);
+    if (!rs->feed_off) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
+    for (int i = 0; i < pl->ninputs; i++) rs->feed_off[i] = SIZE_MAX;
+    for (int32_t k = 0; k < rp->n; k++)
+        for (int j = 0; j < PIPIT_MAX_IN; j++)
+            if (rp->ins[k].in[j].kind == LOC_FEED) rs->feed_off[rp->ins[k].in[j].idx] = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < pl->ninputs; i++) {
+        if (rs->feed_off[i] == SIZE_MAX) continue;
+        size_t one = (size_t)pl->inputs[i].numel * pipit__dtype_size(pl->inputs[i].dtype), all;
+        rs->feed_off[i] = bytes;
+        if (!pipit__mul_size(one, (size_t)pl->M, &all) || !pipit__add_align64(bytes, all, &bytes))
+            return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: its inputs of %d microbatches overflow size_t", rs->world,
+                              pl->M);
+    }
+    if (bytes && !(rs->feed_block = p->be->reserve(bytes)))
+        return pipit__err(PIPIT_STATUS_NOMEM, "out of memory for rank %d: its inputs (%zu bytes)", rs->world, bytes);
+    return PIPIT_STATUS_OK;
+}
+
 static pipit_status alloc_rank(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
     rs->world = w;
@@ -119,6 +149,7 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     rs->replica = w / p->plan.nranks;
     const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
     const pipit__backend *be = p->be;
+    pipit__bind_rank(p, w); /* its memory lives on its device */
     rs->opt_off = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->opt_off);
     size_t opt_bytes = rs->opt_off ? layout_moments(p, rs) : 0;
     /* a forward-only program has no gradients and no optimizer state */
@@ -143,7 +174,8 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
                               w, blk[i].what);
     for (int i = 0; i < nblk; i++)
         if (!(*blk[i].at = (uint8_t *)be->reserve(blk[i].bytes)))
-            return pipit__err(PIPIT_STATUS_NOMEM,
+            return be->sync(w) ? PIPIT_STATUS_RUNTIME /* not memory: the device failed (its message) */
+                               : pipit__err(PIPIT_STATUS_NOMEM,
                               "out of memory for rank %d: its %s (%zu bytes) failed; the rank needs %zu bytes in all "
                               "(%zu of parameters, %zu-byte activation arena)",
                               w, blk[i].what, blk[i].bytes, total, rp->param_bytes, rp->arena_bytes);
@@ -156,15 +188,18 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     rs->kc = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rs->kc);
     rs->t_start = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_start);
     rs->t_end = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_end);
-    rs->pool = pipit__pool_new(p->plan.threads);
+    /* device backends: one host thread per rank queues the work */
+    rs->pool = pipit__pool_new(be->host_memory ? p->plan.threads : 1);
     if (!rs->opt_off || !rs->param_block || !rs->grad_block || !rs->m_block || !rs->v_block || !rs->acc_block ||
         !rs->arena || !rs->seed || (p->plan.D > 1 && !rs->dp_buf) || !rs->losses || !rs->srcs_ptr || !rs->sumsq ||
         !rs->chunks || !rs->kc || !rs->t_start || !rs->t_end || !rs->pool)
         return pipit__err(PIPIT_STATUS_NOMEM,
                           "out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)", w,
                           rp->param_bytes, rp->arena_bytes);
+    pipit_status s = alloc_feeds(p, rs);
+    if (s) return s;
     upload_seed(p, rs);
-    return PIPIT_STATUS_OK;
+    return be->sync(w); /* the zeroing and the seed are done, or the device's error */
 }
 
 /* The largest data-parallel shard of any param, in bytes. */
@@ -259,6 +294,43 @@ static pipit_status open_transport(pipit_program *p) {
     return pipit__err_fresh(PIPIT_STATUS_RUNTIME, gen0, "cannot open the MPI transport");
 }
 
+/* Device memory moves through the transports' host copies by the
+ * backend's download / upload (transport.h: which tags carry it). */
+static void connect_transport(pipit_program *p) {
+    if (!p->transport || p->be->host_memory) return;
+    p->transport->to_host = p->be->download;
+    p->transport->from_host = p->be->upload;
+}
+
+/* Every op the ranks run has a kernel on this backend. */
+static pipit_status check_kernels(const pipit_program *p) {
+    for (int r = 0; r < p->plan.nranks; r++)
+        for (int32_t i = 0; i < p->plan.ranks[r].n; i++) {
+            const pipit__instr *in = &p->plan.ranks[r].ins[i];
+            if (in->kind != INS_RUN) continue;
+            int op = p->plan.g->nodes[in->node].op;
+            if (!p->be->ops[op])
+                return pipit__err(PIPIT_STATUS_INVALID, "the %s backend has no kernel for op '%s' (node %d)",
+                                  p->be->name, pipit__ops[op].name, (int)in->node);
+        }
+    return PIPIT_STATUS_OK;
+}
+
+/* options.device and options.tf32: the backend, and that it has a device. */
+static pipit_status pick_backend(pipit_program *p, const pipit_options *opt) {
+    const char *dev = opt->device && opt->device[0] ? opt->device : "cpu";
+    if (!(p->be = pipit__backend_find(dev))) return PIPIT_STATUS_INVALID; /* its message names the choices */
+    if (opt->tf32 && p->be->host_memory)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.tf32 needs options.device \"cuda\" (TF32 is a tensor-core mode of NVIDIA GPUs; "
+                          "the %s backend computes fp32 GEMMs in fp32)",
+                          p->be->name);
+    p->tf32 = opt->tf32 != 0;
+    p->be->init();
+    p->ndev = p->be->devices();
+    return p->ndev >= 1 ? PIPIT_STATUS_OK : PIPIT_STATUS_RUNTIME; /* devices() said why */
+}
+
 /* Backend memory, thread teams and the transport for a built plan. */
 static pipit_status instantiate(pipit_program *p) {
     pipit_status s = place_ranks(p);
@@ -268,6 +340,7 @@ static pipit_status instantiate(pipit_program *p) {
     p->rs = pipit__calloc((size_t)p->W, sizeof *p->rs);
     if (!p->rs) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
     s = open_transport(p);
+    if (!s) connect_transport(p);
     for (int i = 0; !s && i < p->nlocal; i++) s = alloc_rank(p, p->local[i]);
     return s;
 }
@@ -307,9 +380,9 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     p->magic = PIPIT_PROGRAM_MAGIC;
     p->fail_rank = p->fail_instr = -1;
     inject_faults(p);
-    p->be = pipit__backend_find("cpu");
-    s = p->be ? pipit__plan_build(g, loss.id, opt, &p->plan)
-              : pipit__err(PIPIT_STATUS_INTERNAL, "no cpu backend");
+    s = pick_backend(p, opt);
+    if (!s) s = pipit__plan_build(g, loss.id, opt, &p->plan);
+    if (!s) s = check_kernels(p);
     if (!s) s = instantiate(p);
     if (s) {
         if (pipit__err_gen() == gen0) pipit__err(s, "%s", pipit_status_name(s)); /* a helper set no message */
@@ -322,7 +395,10 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
 }
 
 static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
+    pipit__bind_rank(p, rs->world);
     pipit__free(rs->opt_off);
+    pipit__free(rs->feed_off);
+    p->be->free(rs->feed_block);
     pipit__free(rs->losses);
     p->be->free(rs->dp_buf);
     p->be->free(rs->param_block);

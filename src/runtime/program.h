@@ -22,6 +22,10 @@ typedef struct {
     size_t *opt_off;     /* [nparams] offset of param i's AdamW moments in m/v_block (ZeRO-1: its
                             shard only); SIZE_MAX: not held */
     uint8_t *dp_buf;     /* data parallel: D shard-sized buffers (the other replicas' shards and the sum) */
+    uint8_t *feed_block; /* device backends: the rank's feeds, uploaded at the start of each step (NULL on
+                            host memory: feeds are read where they lie) */
+    size_t *feed_off;    /* [ninputs] input i of microbatch m at feed_block + feed_off[i] + m * its bytes;
+                            SIZE_MAX: this rank reads no input i */
     double *losses;      /* [M * D] every replica's per-microbatch losses of the last step */
     pipit__kctx *kc;     /* [n] resolved kernel contexts (per step) */
     void **srcs_ptr;     /* [nsrcs] resolved pointers of every GRADSUM's per-use sums */
@@ -41,6 +45,8 @@ struct pipit_program {
     uint32_t magic;
     pipit__plan plan;
     const pipit__backend *be;
+    int ndev;            /* devices of the backend: world rank w runs on device w % ndev */
+    int tf32;            /* options.tf32 (cuda: TF32 tensor-core GEMMs) */
     int W;               /* world ranks: plan.nranks * plan.D */
     int procs;           /* processes: 1 (ranks are threads) or W (one MPI process each) */
     int nlocal;          /* world ranks this process runs */
@@ -57,8 +63,16 @@ struct pipit_program {
     int hang;            /* test hook: ... or stops there without a word (a hung rank) */
     int broken;          /* a rank hung: its thread may still run, so nothing is freed or run */
     int profile;         /* accumulate per-op times into rs[].prof */
+    int64_t profile_steps; /* steps accumulated into rs[].prof since profiling was (re)started */
     char errmsg[2048];
 };
+
+/* Binds the calling thread to world rank w's device and stream (the
+ * backend's bind): before it runs w's instructions, and before it touches
+ * w's memory. A no-op on the cpu backend. */
+static inline void pipit__bind_rank(const pipit_program *p, int w) {
+    p->be->bind(w, p->ndev > 0 ? w % p->ndev : 0, p->tf32);
+}
 
 /* lr(t) of a checked schedule (optim.c). */
 double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);

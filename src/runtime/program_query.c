@@ -1,7 +1,7 @@
 /*
  * program_query.c — read-only queries on a compiled program (pipit.h):
- * param dtype and size, profiling on/off, and the last step's measured
- * per-rank timeline. Kept apart so that the program's layout can change
+ * param dtype and size, profiling on/off, the last step's measured
+ * per-rank timeline, and how many CUDA devices the cuda backend sees. Kept apart so that the program's layout can change
  * behind these few functions.
  */
 #include <string.h>
@@ -51,6 +51,7 @@ pipit_status pipit_program_set_profile(pipit_program *p, int on) {
     pipit_status s = check(p, __func__);
     if (s) return s;
     p->profile = on != 0;
+    if (on) p->profile_steps = 0;
     if (on)
         for (int i = 0; i < p->nlocal; i++) memset(p->rs[p->local[i]].prof, 0, sizeof p->rs[p->local[i]].prof);
     return PIPIT_STATUS_OK;
@@ -73,4 +74,11 @@ pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_ran
     const pipit__rank_state *rs = &p->rs[rank];
     *out = (pipit_rank_step){r->ntasks, r->tasks, rs->t_start, rs->t_end, rs->busy, rs->wait};
     return PIPIT_STATUS_OK;
+}
+
+int pipit_cuda_device_count(void) {
+    const pipit__backend *be = pipit__backend_find("cuda");
+    if (!be) return 0;
+    be->init();
+    return be->devices();
 }

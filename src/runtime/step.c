@@ -275,6 +275,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     s = pipit__err_fresh(run_ranks(p, ptrs), gen0, "pipit_step");
     if (!p->broken) pipit__free(ptrs); /* else a hung rank may still read it */
     p->step_wall = pipit__now() - t0;
+    if (p->profile && !s) p->profile_steps++; /* the profile's per-step means (partition) */
     if (s) {
         if (update) p->opt_step--; /* no update happened everywhere; keep bias correction in step */
         return fail(p, s);
@@ -385,11 +386,18 @@ static const uint8_t *element_at(const pipit_program *p, int w, int i, int which
 }
 
 /* n bytes from world rank w to `dst` on every process: a copy when w runs
- * here, else (MPI) a broadcast from its process, which every process joins. */
+ * here, else (MPI) a broadcast from its process, which every process joins
+ * (also when the copy failed: the others must not wait for it). */
 static pipit_status fetch(const pipit_program *p, int w, const uint8_t *src, void *dst, size_t n) {
-    if (pipit__is_local(p, w)) p->be->download(dst, src, n);
-    if (p->procs == 1) return PIPIT_STATUS_OK;
-    return p->transport->vt->bcast(p->transport, w, dst, n);
+    pipit_status s = PIPIT_STATUS_OK;
+    if (pipit__is_local(p, w)) {
+        pipit__bind_rank(p, w);
+        p->be->download(dst, src, n);
+        s = p->be->sync(w);
+    }
+    if (p->procs == 1) return s;
+    pipit_status b = p->transport->vt->bcast(p->transport, w, dst, n);
+    return s ? s : b;
 }
 
 static int sharded(const pipit_program *p, int which) {
@@ -430,9 +438,11 @@ static pipit_status write_param(pipit_program *p, const char *fn, const char *na
         if (!(pp->holders >> (w % p->plan.nranks) & 1)) continue;
         int64_t a = 0, b = pp->numel;
         if (sharded(p, which)) pipit__dp_shard(pp->numel, p->plan.D, p->rs[w].replica, &a, &b);
-        if (b > a)
-            p->be->upload((uint8_t *)element_at(p, w, i, which, a), (const uint8_t *)data + (size_t)a * es,
-                          (size_t)(b - a) * es);
+        if (b <= a) continue;
+        pipit__bind_rank(p, w);
+        p->be->upload((uint8_t *)element_at(p, w, i, which, a), (const uint8_t *)data + (size_t)a * es,
+                      (size_t)(b - a) * es);
+        if ((s = p->be->sync(w))) return s;
     }
     return PIPIT_STATUS_OK;
 }

@@ -7,12 +7,24 @@
  * block (the data is copied or handed to the network before send returns,
  * so the caller may reuse its buffer at once); receives block until the
  * message arrives, some rank aborts, or the timeout passes.
+ *
+ * Device memory: a message whose tag kind carries backend memory
+ * (pipit__tag_on_device: values, accumulated sums, data-parallel shards)
+ * may live on a GPU. Both transports keep a host copy of every message
+ * (local: the message itself; mpi: the send and receive buffers), so they
+ * move those bytes with the to_host / from_host hooks the runtime sets from
+ * its backend (download / upload: synchronous on the calling rank's
+ * stream), and with memcpy when the hooks are NULL (the cpu backend).
+ * NCCL plugs in here later: a third transport whose send / recv take
+ * device buffers directly on the rank's stream, ordered by the global
+ * send/recv order of the schedule (docs/cuda.md); the hooks stay unused.
  */
 #ifndef PIPIT_TRANSPORT_H
 #define PIPIT_TRANSPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "util/common.h"
 
@@ -41,8 +53,13 @@ typedef struct {
     void (*free)(pipit__transport *t);
 } pipit__transport_i;
 
+/* Copies n bytes between a buffer of backend memory and host memory. */
+typedef void (*pipit__xfer_fn)(void *dst, const void *src, size_t n);
+
 struct pipit__transport {
     const pipit__transport_i *vt;
+    pipit__xfer_fn to_host;   /* device -> host (the backend's download); NULL: memcpy */
+    pipit__xfer_fn from_host; /* host -> device (the backend's upload); NULL: memcpy */
 };
 
 /* One process, W world ranks as threads, one mailbox per destination rank. */
@@ -74,6 +91,29 @@ typedef enum {
 /* kind in the top 4 bits, a in the next 28, b in the low 32. */
 static inline uint64_t pipit__tag(pipit__tag_kind kind, int32_t a, int32_t b) {
     return ((uint64_t)kind << 60) | ((uint64_t)((uint32_t)a & 0x0fffffffu) << 32) | (uint32_t)b;
+}
+
+/* Whether a message of this tag carries backend memory (1) or host memory
+ * (0: norms, losses and sum-of-squares partials are host doubles). */
+static inline int pipit__tag_on_device(uint64_t tag) {
+    switch ((pipit__tag_kind)(tag >> 60)) {
+    case PIPIT_TAG_VALUE: case PIPIT_TAG_ACC: case PIPIT_TAG_DP_REDUCE: case PIPIT_TAG_DP_GRAD: case PIPIT_TAG_DP_PARAM:
+        return 1;
+    default: return 0;
+    }
+}
+
+/* The message's bytes into the transport's host copy, and back out. */
+static inline void pipit__transport_out(const pipit__transport *t, uint64_t tag, void *host, const void *data,
+                                        size_t n) {
+    if (t->to_host && pipit__tag_on_device(tag)) t->to_host(host, data, n);
+    else if (n) memcpy(host, data, n);
+}
+
+static inline void pipit__transport_in(const pipit__transport *t, uint64_t tag, void *data, const void *host,
+                                       size_t n) {
+    if (t->from_host && pipit__tag_on_device(tag)) t->from_host(data, host, n);
+    else if (n) memcpy(data, host, n);
 }
 
 #endif

@@ -3,7 +3,10 @@
  * rank has a mailbox (mutex, condition variable, list of messages). A send
  * copies the value once into a message and links it in; the receiver copies
  * it into its planned arena slot and frees the message. An abort wakes every
- * mailbox so no rank waits forever on a rank that died.
+ * mailbox so no rank waits forever on a rank that died. Device memory goes
+ * through the same host message (transport.h: to_host / from_host), which
+ * also orders the two ranks' streams: the download waits for the sender's
+ * producer, the upload is done before the receiver's next kernel.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -53,7 +56,7 @@ static pipit_status local_send(pipit__transport *tt, int src, int dst, uint64_t 
     m->tag = tag;
     m->n = n;
     m->next = NULL;
-    memcpy(m->data, data, n);
+    pipit__transport_out(tt, tag, m->data, data, n); /* device memory: downloaded (waits for its producer) */
     mailbox *b = &t->box[dst];
     pthread_mutex_lock(&b->mu);
     msg **tail = &b->head;
@@ -116,7 +119,7 @@ static pipit_status local_recv(pipit__transport *tt, int dst, int src, uint64_t 
         s = pipit__err(PIPIT_STATUS_RUNTIME, "rank %d: message from rank %d has %zu bytes, expected %zu", dst,
                        src, m->n, n);
     else
-        memcpy(data, m->data, n);
+        pipit__transport_in(tt, tag, data, m->data, n);
     pipit__free(m);
     return s;
 }

@@ -39,6 +39,10 @@
  *  - Data goes on a second dup, so no user tag can collide with an abort;
  *    bcast uses a third (MPI_Ibcast, polled like a recv, chunked by
  *    INT_MAX bytes).
+ *  - Device buffers (cuda backend; transport.h) travel through host memory:
+ *    the send downloads into its send copy, a receive lands in a cached
+ *    host buffer and is uploaded, so any MPI works, CUDA-aware or not.
+ *    (Between GPUs, NCCL would replace both copies: transport.h.)
  */
 #include <limits.h>
 #include <pthread.h>
@@ -321,7 +325,7 @@ static pipit_status mpi_send(pipit__transport *tt, int src, int dst, uint64_t ta
     size_t cap;
     void *buf = take_buffer(t, n, &cap);
     if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory sending %zu bytes to rank %d", src, n, dst);
-    memcpy(buf, data, n);
+    pipit__transport_out(tt, tag, buf, data, n); /* device memory: downloaded into the send copy */
     MPI_Request r;
     int rc = MPI_Isend(buf, (int)n, MPI_BYTE, dst, mt, t->data_comm, &r);
     if (rc != MPI_SUCCESS) {
@@ -410,9 +414,20 @@ static pipit_status mpi_recv(pipit__transport *tt, int dst, int src, uint64_t ta
         return pipit__err(PIPIT_STATUS_RUNTIME, "rank %d: message from rank %d has %d bytes, expected %zu", dst, src,
                           count, n);
     }
+    /* Device memory is received into a host buffer (from the send cache),
+     * then uploaded: any MPI works, CUDA-aware or not. */
+    size_t cap = 0;
+    void *stage = NULL;
+    if (tt->from_host && pipit__tag_on_device(tag)) {
+        if (!(stage = take_buffer(t, n, &cap)))
+            return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory receiving %zu bytes from rank %d", dst, n, src);
+    }
     MPI_Request r;
-    int rc = MPI_Imrecv(data, count, MPI_BYTE, &m, &r);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Imrecv");
+    int rc = MPI_Imrecv(stage ? stage : data, count, MPI_BYTE, &m, &r);
+    if (rc != MPI_SUCCESS) {
+        pipit__free(stage);
+        return mpi_fail(rc, "MPI_Imrecv");
+    }
     /* Matched: the bytes are on their way; only wait for them, spinning
      * for about as long as they take at MATCHED_SPIN_BPS (a sleep costs
      * ~60 µs of timer slack, as much as moving a MiB through shared memory). */
@@ -421,10 +436,17 @@ static pipit_status mpi_recv(pipit__transport *tt, int dst, int src, uint64_t ta
     for (;;) {
         int done = 0;
         rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Test (receive)");
-        if (done) return PIPIT_STATUS_OK;
+        if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Test (receive)"); /* stage: MPI may still write it */
+        if (done) break;
         backoff_wait(&b);
     }
+    if (stage) {
+        pipit__transport_in(tt, tag, data, stage, n);
+        pthread_mutex_lock(&t->mu);
+        give_buffer_locked(t, stage, cap);
+        pthread_mutex_unlock(&t->mu);
+    }
+    return PIPIT_STATUS_OK;
 }
 
 /* ---------------------------------------------------------------- bcast */

@@ -1,6 +1,7 @@
 /*
  * schedule.c — the built-in schedule generators (GPipe, 1F1B, eager 1F1B,
- * interleaved 1F1B and GPipe, ZB-H1, DualPipeV) and the public schedule API.
+ * interleaved 1F1B and GPipe, ZB-H1, DualPipeV, and the zero-bubble family:
+ * ZB-H2, ZB-V, interleaved zero bubble) and the public schedule API.
  * Each generator fills per-rank task lists from (P, V, M) alone; the checker
  * (schedule_check.c) proves them complete and free of deadlock, and the tests
  * run it over every kind for P = 1..8 and many M.
@@ -112,19 +113,22 @@ static void gen_eager_1f1b(gen_ctx *g) {
 }
 
 /* Megatron's interleaved order: the k-th forward (backward) of a rank is
- * microbatch-group major (groups of P microbatches), then model chunk, then
- * microbatch within the group; it needs M % P == 0. */
-static void interleaved_slot(int P, int V, int k, int *chunk, int *mb) {
-    int in_group = k % (P * V);
-    *chunk = in_group / P;
-    *mb = (k / (P * V)) * P + in_group % P;
+ * microbatch-group major (groups of `group` microbatches), then model chunk,
+ * then microbatch within the group. Megatron's groups have P microbatches
+ * (it needs M % P == 0); PyTorch's interleaved zero bubble uses M / rounds. */
+static void interleaved_slot(int group, int V, int k, int *chunk, int *mb) {
+    int in_group = k % (group * V);
+    *chunk = in_group / group;
+    *mb = (k / (group * V)) * group + in_group % group;
 }
 
-static void interleaved_emit(gen_ctx *g, int r, int k, int backward) {
+/* The k-th pass of `kind` on rank r; every backward kind (B, W, BW) walks
+ * the chunks in reverse. */
+static void interleaved_emit(gen_ctx *g, int r, int group, int k, int kind) {
     int P = g->s->P, V = g->s->V, chunk, mb;
-    interleaved_slot(P, V, k, &chunk, &mb);
-    if (backward) chunk = V - 1 - chunk; /* backwards walk the chunks in reverse */
-    emit(g, r, backward ? PIPIT_TASK_BW : PIPIT_TASK_F, chunk * P + r, mb);
+    interleaved_slot(group, V, k, &chunk, &mb);
+    if (kind != PIPIT_TASK_F) chunk = V - 1 - chunk;
+    emit(g, r, kind, chunk * P + r, mb);
 }
 
 static void gen_interleaved_1f1b(gen_ctx *g) {
@@ -133,12 +137,12 @@ static void gen_interleaved_1f1b(gen_ctx *g) {
         /* Megatron: 2(P-1-r) + (V-1)P warmup forwards; when that covers
          * everything (M == P on rank 0) it degenerates to all F then all B. */
         int w = PIPIT_MIN(2 * (P - 1 - r) + (V - 1) * P, total);
-        for (int k = 0; k < w; k++) interleaved_emit(g, r, k, 0);
+        for (int k = 0; k < w; k++) interleaved_emit(g, r, P, k, PIPIT_TASK_F);
         for (int k = 0; k < total - w; k++) {
-            interleaved_emit(g, r, w + k, 0);
-            interleaved_emit(g, r, k, 1);
+            interleaved_emit(g, r, P, w + k, PIPIT_TASK_F);
+            interleaved_emit(g, r, P, k, PIPIT_TASK_BW);
         }
-        for (int k = total - w; k < total; k++) interleaved_emit(g, r, k, 1);
+        for (int k = total - w; k < total; k++) interleaved_emit(g, r, P, k, PIPIT_TASK_BW);
     }
 }
 
@@ -154,23 +158,122 @@ static void gen_interleaved_gpipe(gen_ctx *g) {
     }
 }
 
-/* ZB-H1 (Qi et al. 2023): 1F1B's warmup, then r (B, F) pairs that defer r
- * weight passes, then rotate B -> W -> F, skipping kinds already exhausted.
+/* One rank of the handcrafted zero-bubble schedules: `warmup` forwards,
+ * then `pairs` (B, F) pairs that defer as many weight passes, then rotate
+ * B -> W -> F, skipping kinds already exhausted. */
+static void zb_rank(gen_ctx *g, int r, int warmup, int pairs) {
+    int M = g->s->M, nf = 0, nb = 0, nw = 0;
+    while (nf < PIPIT_MIN(warmup, M)) emit(g, r, PIPIT_TASK_F, r, nf++);
+    for (int i = 0; i < pairs; i++) {
+        if (nb < M) emit(g, r, PIPIT_TASK_B, r, nb++);
+        if (nf < M) emit(g, r, PIPIT_TASK_F, r, nf++);
+    }
+    while (nb < M || nw < M || nf < M) {
+        if (nb < M) emit(g, r, PIPIT_TASK_B, r, nb++);
+        if (nw < M) emit(g, r, PIPIT_TASK_W, r, nw++);
+        if (nf < M) emit(g, r, PIPIT_TASK_F, r, nf++);
+    }
+}
+
+/* ZB-H1 (Qi et al. 2023): 1F1B's warmup plus one, then r (B, F) pairs.
  * Rank r holds at most P microbatches, like rank 0 of 1F1B. */
 static void gen_zb_h1(gen_ctx *g) {
-    int P = g->s->P, M = g->s->M;
+    for (int r = 0; r < g->s->P; r++) zb_rank(g, r, g->s->P - r, r);
+}
+
+/* ZB-H2 (Qi et al., ICLR 2024, section 2.2): more warm-up forwards fill the
+ * start-up bubble. Under F = B = W the first B reaches rank r at time
+ * 2P-1-r and its first F starts at r, so exactly 2(P-1-r)+1 forwards fit
+ * before it; 2r (B, F) pairs then bring every rank to 2P-1 forwards ahead
+ * of its first W (the paper's (2p-1) M_B peak), and the rotation keeps it
+ * there. With M >= 2P-1 and F = B = W no rank idles between its first and
+ * last task: the paper's (p-1)(T_F + T_B - 2T_W) bubble, i.e. zero. */
+static void gen_zb_h2(gen_ctx *g) {
+    for (int r = 0; r < g->s->P; r++) zb_rank(g, r, 2 * (g->s->P - 1 - r) + 1, 2 * r);
+}
+
+/* ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", section 6; the
+ * handcrafted order of PyTorch's ScheduleZBVZeroBubble): chunk 0 is stage r
+ * (going down the V), chunk 1 is stage 2P-1-r (coming back up). The order
+ * is built for n = max(2P-1, M) microbatches, the fewest that fill the V,
+ * and the passes of microbatches >= M are dropped: a subsequence of a
+ * deadlock-free order stays deadlock-free, since dependencies never cross
+ * microbatches. */
+typedef struct {
+    gen_ctx *g;
+    int r, stage[2], nf[2], nb[2], nw[2];
+} zbv_rank;
+
+static void zbv_pass(zbv_rank *z, int kind, int ch) {
+    int *count = kind == PIPIT_TASK_F ? z->nf : kind == PIPIT_TASK_B ? z->nb : z->nw;
+    int mb = count[ch]++;
+    if (mb < z->g->s->M) emit(z->g, z->r, kind, z->stage[ch], mb);
+}
+
+/* B then W of the same chunk, as one "backward" slot. */
+static void zbv_bw(zbv_rank *z, int ch) {
+    zbv_pass(z, PIPIT_TASK_B, ch);
+    zbv_pass(z, PIPIT_TASK_W, ch);
+}
+
+static void zbv_rank_tasks(zbv_rank *z, int P, int n) {
+    int r = z->r;
+    for (int i = 0; i < 2 * (P - r) - 1; i++) zbv_pass(z, PIPIT_TASK_F, 0); /* fill the V */
+    for (int i = 0; i < r; i++) {
+        zbv_pass(z, PIPIT_TASK_F, 1);
+        zbv_pass(z, PIPIT_TASK_F, 0);
+    }
+    for (int i = 0; i < P - r; i++) { /* the V's bottom turns: chunk 1 runs F, B, W */
+        zbv_pass(z, PIPIT_TASK_F, 1);
+        zbv_bw(z, 1);
+    }
+    while (z->nf[1] < z->nf[0] || z->nf[0] < n) { /* steady: F0 B0 W0 F1 B1 W1 */
+        if (z->nf[0] < n) zbv_pass(z, PIPIT_TASK_F, 0);
+        zbv_bw(z, 0);
+        zbv_pass(z, PIPIT_TASK_F, 1);
+        zbv_bw(z, 1);
+    }
+    for (int i = 0; i < r; i++) { /* cool-down: input gradients first, W later */
+        zbv_pass(z, PIPIT_TASK_B, 0);
+        zbv_pass(z, PIPIT_TASK_B, 1);
+    }
+    for (int i = 0; i < P - r; i++) {
+        zbv_pass(z, PIPIT_TASK_B, 0);
+        zbv_pass(z, PIPIT_TASK_W, 0);
+    }
+    while (z->nw[1] < z->nb[1]) zbv_pass(z, PIPIT_TASK_W, 1);
+    while (z->nw[0] < z->nb[0]) zbv_pass(z, PIPIT_TASK_W, 0);
+    PIPIT_ASSERT(z->nf[0] == n && z->nb[0] == n && z->nw[0] == n);
+    PIPIT_ASSERT(z->nf[1] == n && z->nb[1] == n && z->nw[1] == n);
+}
+
+static void gen_zb_v(gen_ctx *g) {
+    int P = g->s->P, n = PIPIT_MAX(2 * P - 1, g->s->M);
     for (int r = 0; r < P; r++) {
-        int nf = 0, nb = 0, nw = 0;
-        while (nf < PIPIT_MIN(P - r, M)) emit(g, r, PIPIT_TASK_F, r, nf++);
-        for (int i = 0; i < r; i++) {
-            if (nb < M) emit(g, r, PIPIT_TASK_B, r, nb++);
-            if (nf < M) emit(g, r, PIPIT_TASK_F, r, nf++);
+        zbv_rank z = {g, r, {r, 2 * P - 1 - r}, {0, 0}, {0, 0}, {0, 0}};
+        zbv_rank_tasks(&z, P, n);
+    }
+}
+
+/* PyTorch's microbatch rounds: max(1, M / P) rounds of M / rounds each. */
+static int izb_group(int P, int M) { return M / PIPIT_MAX(1, M / P); }
+
+/* Interleaved zero bubble (PyTorch's ScheduleInterleavedZeroBubble, the
+ * paper's ZB1P on interleaved stages): interleaved 1F1B over groups of
+ * izb_group microbatches, with (V-1)*group + P-1-r warm-up forwards (one
+ * per hop, not two: B no longer waits for W); the j-th steady or cool-down
+ * slot runs F, B, and from j = r on the W of the oldest B still owed. */
+static void gen_interleaved_zb(gen_ctx *g) {
+    int P = g->s->P, V = g->s->V, total = g->s->M * V, grp = izb_group(P, g->s->M);
+    for (int r = 0; r < P; r++) {
+        int w = PIPIT_MIN((V - 1) * grp + P - 1 - r, total), nw = 0;
+        for (int k = 0; k < w; k++) interleaved_emit(g, r, grp, k, PIPIT_TASK_F);
+        for (int j = 0; j < total; j++) {
+            if (w + j < total) interleaved_emit(g, r, grp, w + j, PIPIT_TASK_F);
+            interleaved_emit(g, r, grp, j, PIPIT_TASK_B);
+            if (j >= r) interleaved_emit(g, r, grp, nw++, PIPIT_TASK_W);
         }
-        while (nb < M || nw < M || nf < M) {
-            if (nb < M) emit(g, r, PIPIT_TASK_B, r, nb++);
-            if (nw < M) emit(g, r, PIPIT_TASK_W, r, nw++);
-            if (nf < M) emit(g, r, PIPIT_TASK_F, r, nf++);
-        }
+        while (nw < total) interleaved_emit(g, r, grp, nw++, PIPIT_TASK_W);
     }
 }
 
@@ -258,7 +361,8 @@ static pipit_status gen_dualpipev(gen_ctx *g) {
 /* ------------------------------------------------------------ public API */
 
 static const char *const kind_names[PIPIT_SCHED_COUNT] = {
-    "gpipe", "1f1b", "eager-1f1b", "interleaved-1f1b", "interleaved-gpipe", "zb-h1", "dualpipev",
+    "gpipe", "1f1b",  "eager-1f1b", "interleaved-1f1b", "interleaved-gpipe",
+    "zb-h1", "dualpipev", "zb-h2", "zb-v", "interleaved-zb",
 };
 
 const char *pipit_schedule_kind_name(pipit_schedule_kind kind) {
@@ -295,7 +399,9 @@ static int default_v(pipit_schedule_kind kind) {
     switch (kind) {
     case PIPIT_SCHED_INTERLEAVED_1F1B:
     case PIPIT_SCHED_INTERLEAVED_GPIPE:
-    case PIPIT_SCHED_DUALPIPEV: return 2;
+    case PIPIT_SCHED_DUALPIPEV:
+    case PIPIT_SCHED_ZB_V:
+    case PIPIT_SCHED_INTERLEAVED_ZB: return 2;
     default: return 1;
     }
 }
@@ -310,9 +416,17 @@ static pipit_status check_v(pipit_schedule_kind kind, int V) {
                               "%s needs V >= 1 stages per rank (got V=%d)", name, V);
         return PIPIT_STATUS_OK;
     case PIPIT_SCHED_DUALPIPEV:
+    case PIPIT_SCHED_ZB_V:
         if (V != 2)
             return pipit__err(PIPIT_STATUS_SCHEDULE,
-                              "dualpipev needs V=2 stages per rank (stages r and 2P-1-r), got V=%d",
+                              "%s needs V=2 stages per rank (stages r and 2P-1-r), got V=%d", name,
+                              V);
+        return PIPIT_STATUS_OK;
+    case PIPIT_SCHED_INTERLEAVED_ZB:
+        if (V < 2)
+            return pipit__err(PIPIT_STATUS_SCHEDULE,
+                              "interleaved-zb needs V >= 2 stages per rank (got V=%d); zb-h1 is its "
+                              "V=1 counterpart",
                               V);
         return PIPIT_STATUS_OK;
     default:
@@ -348,6 +462,12 @@ static pipit_status check_args(pipit_schedule_kind kind, int P, int V, int M) {
                           "interleaved-1f1b needs M to be a multiple of P (got M=%d, P=%d), as "
                           "in Megatron-LM's interleaved schedule",
                           M, P);
+    if (kind == PIPIT_SCHED_INTERLEAVED_ZB && M % PIPIT_MAX(1, M / P) != 0)
+        return pipit__err(PIPIT_STATUS_SCHEDULE,
+                          "interleaved-zb needs M to be a multiple of its number of rounds "
+                          "max(1, M/P) = %d (got M=%d, P=%d), as in PyTorch's "
+                          "ScheduleInterleavedZeroBubble",
+                          PIPIT_MAX(1, M / P), M, P);
     if (kind == PIPIT_SCHED_DUALPIPEV && M < 2 * P)
         return pipit__err(PIPIT_STATUS_SCHEDULE,
                           "dualpipev needs M >= 2P microbatches (got M=%d, P=%d), as in "
@@ -356,10 +476,11 @@ static pipit_status check_args(pipit_schedule_kind kind, int P, int V, int M) {
     return PIPIT_STATUS_OK;
 }
 
-/* Stage s lives on rank s mod P, except DualPipeV's V shape. */
+/* Stage s lives on rank s mod P, except in the V shapes (DualPipeV, ZB-V). */
 static void fill_stage_rank(pipit_schedule *s) {
+    int v_shape = s->kind == PIPIT_SCHED_DUALPIPEV || s->kind == PIPIT_SCHED_ZB_V;
     for (int st = 0; st < s->S; st++)
-        s->stage_rank[st] = s->kind == PIPIT_SCHED_DUALPIPEV && st >= s->P
+        s->stage_rank[st] = v_shape && st >= s->P
                                 ? 2 * s->P - 1 - st
                                 : st % s->P;
 }
@@ -373,6 +494,9 @@ static pipit_status run_generator(gen_ctx *g) {
     case PIPIT_SCHED_INTERLEAVED_GPIPE: gen_interleaved_gpipe(g); break;
     case PIPIT_SCHED_ZB_H1: gen_zb_h1(g); break;
     case PIPIT_SCHED_DUALPIPEV: return gen_dualpipev(g);
+    case PIPIT_SCHED_ZB_H2: gen_zb_h2(g); break;
+    case PIPIT_SCHED_ZB_V: gen_zb_v(g); break;
+    case PIPIT_SCHED_INTERLEAVED_ZB: gen_interleaved_zb(g); break;
     default: return pipit__err(PIPIT_STATUS_INTERNAL, "no generator for kind %d", g->s->kind);
     }
     return PIPIT_STATUS_OK;
@@ -405,7 +529,9 @@ pipit_status pipit_schedule_build(pipit_schedule_kind kind, int P, int V, int M,
         pipit_schedule_free(s);
         return pipit__err_fresh(st, gen0, __func__);
     }
-    s->split_bw = kind == PIPIT_SCHED_ZB_H1 || kind == PIPIT_SCHED_DUALPIPEV;
+    s->split_bw = kind == PIPIT_SCHED_ZB_H1 || kind == PIPIT_SCHED_DUALPIPEV ||
+                  kind == PIPIT_SCHED_ZB_H2 || kind == PIPIT_SCHED_ZB_V ||
+                  kind == PIPIT_SCHED_INTERLEAVED_ZB;
     *out = s;
     return PIPIT_STATUS_OK;
 }

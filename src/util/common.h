@@ -14,6 +14,10 @@
 
 #include "pipit.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
+#endif
+
 /* Records a formatted message as this thread's last error and returns `s`,
  * so call sites read `return pipit__err(PIPIT_STATUS_SHAPE, "...", ...);`. */
 pipit_status pipit__err(pipit_status s, const char *fmt, ...)
@@ -73,5 +77,9 @@ char *pipit__shape_str(char *buf, size_t n, int ndim, const int64_t *shape);
 
 /* Monotonic clock in seconds. */
 double pipit__now(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

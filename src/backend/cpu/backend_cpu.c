@@ -153,6 +153,16 @@ static void cpu_sgd(pipit_dtype dt, double lr, double clip, void *w, const void 
     }
 }
 
+/* One device (the host); nothing to bind, nothing queued to wait for. */
+static int cpu_devices(void) { return 1; }
+
+static void cpu_bind(int rank, int device, int tf32) { (void)rank, (void)device, (void)tf32; }
+
+static pipit_status cpu_sync(int rank) {
+    (void)rank;
+    return PIPIT_STATUS_OK;
+}
+
 const pipit__backend pipit__backend_cpu = {
     .name = "cpu",
     .init = pipit__gemm_init,
@@ -170,4 +180,9 @@ const pipit__backend pipit__backend_cpu = {
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
     .sgd = cpu_sgd,
+    .host_memory = 1,
+    .devices = cpu_devices,
+    .bind = cpu_bind,
+    .sync = cpu_sync,
+    .sumsq_chunks = NULL, /* per chunk: the partials stay in cache between the gradient sum and its squares */
 };

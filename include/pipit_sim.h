@@ -1,0 +1,104 @@
+/*
+ * pipit_sim.h — what a training run will cost before it runs: a cost model
+ * of GPT-2/GPT-3/Llama-like transformers (FLOPs and bytes per layer, per
+ * pass) on a described machine (peak FLOP/s, a GEMM efficiency curve,
+ * memory bandwidth and capacity, links within and across nodes), tensor
+ * parallelism as an analytic term, data parallelism as the gradient
+ * exchange the runtime does, and the pipeline through the schedule
+ * simulator (pipit_inspect.h). docs/sim.md has every formula and its source.
+ * Same conventions as pipit.h: handles are opaque, every fallible call
+ * returns a pipit_status and leaves a message (pipit_errmsg).
+ */
+#ifndef PIPIT_SIM_H
+#define PIPIT_SIM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipit.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------- hardware */
+
+typedef struct pipit_hw pipit_hw;
+
+/* A hardware description by built-in name ("a100", "h100", "h200", "cpu":
+ * the files of data/hw/, compiled in) or by the path of a JSON file
+ * (docs/sim.md lists the keys). FORMAT with the key named for a malformed
+ * file, INVALID for an unknown name that is not a file either. */
+PIPIT_API pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out);
+/* The same from JSON text; `what` names it in messages. */
+PIPIT_API pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out);
+PIPIT_API void pipit_hw_free(pipit_hw *hw);
+PIPIT_API const char *pipit_hw_name(const pipit_hw *hw);
+/* Number of built-in descriptions and the name of the i-th ("a100", ...). */
+PIPIT_API int pipit_hw_builtin_count(void);
+PIPIT_API const char *pipit_hw_builtin_name(int i);
+/* Dense peak FLOP/s of the training dtype ("fp32", "bf16", ...). */
+PIPIT_API double pipit_hw_peak_flops(const pipit_hw *hw, const char *dtype);
+/* Memory of one device in bytes (0 for NULL). */
+PIPIT_API double pipit_hw_mem_capacity(const pipit_hw *hw);
+/* Writes the description as JSON (the format pipit_hw_load reads). */
+PIPIT_API pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw);
+
+/* Fits the CPU description to a profile written by `pipit train --profile
+ * --profile-out FILE` (pipit_program_write_profile_json): effective GEMM
+ * FLOP/s by size from the matmul ops, elementwise bandwidth from the rest. */
+PIPIT_API pipit_status pipit_hw_calibrate(const char *profile_path, pipit_hw **out);
+
+/* ---------------------------------------------------------------- model */
+
+typedef enum { PIPIT_RECOMPUTE_NONE = 0, PIPIT_RECOMPUTE_FULL = 1 } pipit_recompute;
+
+typedef struct {
+    /* the model: a decoder-only transformer */
+    int layers, hidden, heads, seq, vocab;
+    double ffn_mult;        /* MLP width / hidden (0: 4, GPT) */
+    int gated_mlp;          /* 1: SwiGLU (Llama: three MLP matrices), 0: GELU (GPT) */
+    int micro_batch;        /* sequences per microbatch b */
+    int64_t global_batch;   /* sequences per step B = b * M * dp */
+    pipit_recompute recompute;
+    /* the mesh */
+    int tp, pp, dp;
+    int schedule;           /* pipit_schedule_kind */
+    int virt;               /* stages per pipeline rank (0: the schedule's own) */
+    int zero1;              /* shard the optimizer state over dp */
+    const char *dtype;      /* "bf16", "fp16", "fp32", "tf32" (NULL: the hardware's train_dtype) */
+} pipit_sim_config;
+
+typedef struct {
+    double step_s;              /* simulated time of one optimizer step */
+    double tflops_per_gpu;      /* model FLOPs as Megatron counts them (recompute included) / step / GPUs */
+    double mfu;                 /* model FLOPs without recompute / step / GPUs / peak (PaLM's MFU) */
+    double hfu;                 /* tflops_per_gpu / peak */
+    double bubble;              /* the pipeline's idle fraction (schedule simulator) */
+    double peak_bytes_per_rank; /* the largest rank's planned peak memory */
+    double model_flops;         /* per step, Megatron's formula (recompute counted) */
+    double pipeline_s;          /* the simulated pipeline loop (makespan) */
+    double dp_s, optimizer_s;   /* exposed data-parallel exchange and optimizer after the loop */
+    double tp_s_per_mb;         /* tensor-parallel all-reduce time in one microbatch's F+B of a stage */
+    int microbatches, virt, stages, gpus;
+} pipit_sim_summary;
+
+typedef struct pipit_sim_report pipit_sim_report;
+
+/* Checks the config (divisibility, mesh, memory-independent limits) and
+ * simulates one step. INVALID with a message naming the flag's quantity
+ * ("heads 12 is not divisible by tp 8") for an impossible config. */
+PIPIT_API pipit_status pipit_sim_run(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_sim_report **out);
+PIPIT_API void pipit_sim_report_free(pipit_sim_report *r);
+PIPIT_API pipit_status pipit_sim_report_summary(const pipit_sim_report *r, pipit_sim_summary *out);
+/* Per pipeline rank: peak bytes, busy seconds (-1 for a rank out of range). */
+PIPIT_API double pipit_sim_report_rank_peak_bytes(const pipit_sim_report *r, int rank);
+PIPIT_API double pipit_sim_report_rank_busy(const pipit_sim_report *r, int rank);
+/* The report as one JSON object (docs/sim.md), or readable text. */
+PIPIT_API pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r);
+PIPIT_API pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPIT_SIM_H */

@@ -1,0 +1,346 @@
+/*
+ * sim.c — one simulated training step: the per-stage costs of cost.c run
+ * through the schedule simulator (pipit_schedule_simulate), then each
+ * pipeline rank's data-parallel gradient exchange and optimizer update
+ * after its last task, as the runtime orders them (docs/sim.md); memory per
+ * rank; and the report as JSON or text.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "pipit_inspect.h"
+#include "sim/sim.h"
+#include "util/common.h"
+
+typedef struct {
+    int from, to;
+    double fwd_bytes, bwd_bytes;
+    long messages;
+} sim_link;
+
+typedef struct {
+    double busy, end, peak_bytes, params, static_bytes, act_peak, dp_s, opt_s;
+    int peak_live;
+} rank_row;
+
+struct pipit_sim_report {
+    pipit_sim_config cfg;
+    char hw_name[64], sched_name[64];
+    double mem_capacity;
+    pipit_sim_summary sum;
+    pipit__sim_model m;
+    rank_row *ranks;    /* [P] */
+    sim_link *links;    /* [nlinks] */
+    int nlinks;
+    double dp_bytes;    /* largest rank's gradient bytes per GPU in the DP exchange */
+};
+
+void pipit_sim_report_free(pipit_sim_report *r) {
+    if (!r) return;
+    pipit__sim_model_free(&r->m);
+    pipit__free(r->ranks);
+    pipit__free(r->links);
+    pipit__free(r);
+}
+
+/* Bytes per parameter: weights + gradients in the training dtype, and the
+ * optimizer's state (Adam's two moments, plus fp32 master weights when the
+ * weights are 16-bit: ZeRO's 16 bytes per parameter), sharded by ZeRO-1. */
+static double bytes_per_param(int esize, int zero1, int dp) {
+    double opt = esize == 4 ? 8.0 : 12.0;
+    return 2.0 * esize + (zero1 ? opt / dp : opt);
+}
+
+/* Adam touches master weights, gradient, both moments (read) and writes
+ * them back (and the 16-bit copy): memory-bound. */
+static double optimizer_time(const pipit_hw *hw, double params, int esize, int zero1, int dp) {
+    double bytes = esize == 4 ? 28.0 : 24.0 + 2.0 * esize;
+    return pipit__hw_mem_time(hw, params * bytes / (zero1 ? dp : 1));
+}
+
+/* The DP group of one pipeline rank: replicas are t GPUs apart. */
+static double dp_time(const pipit_sim_config *c, const pipit_hw *hw, double bytes) {
+    int intra = (long)c->tp * c->dp <= hw->gpus_per_node;
+    return pipit__hw_allreduce_time(bytes, c->dp, intra ? hw->intra_bw : hw->inter_bw,
+                                    intra ? hw->intra_lat : hw->inter_lat);
+}
+
+static pipit_status add_link(pipit_sim_report *r, int from, int to, double bytes, long n) {
+    for (int i = 0; i < r->nlinks; i++)
+        if (r->links[i].from == from && r->links[i].to == to) {
+            r->links[i].fwd_bytes += bytes, r->links[i].messages += n;
+            return PIPIT_STATUS_OK;
+        }
+    sim_link *nl = pipit__realloc(r->links, sizeof *nl * (size_t)(r->nlinks + 1));
+    if (!nl) return pipit__err(PIPIT_STATUS_NOMEM, "sim: out of memory");
+    r->links = nl;
+    r->links[r->nlinks++] = (sim_link){from, to, bytes, 0, n};
+    return PIPIT_STATUS_OK;
+}
+
+/* Every cross-rank stage boundary carries M activations forward and M
+ * gradients back; the backward bytes are booked on the forward link. */
+static pipit_status collect_links(pipit_sim_report *r, const pipit_schedule *s) {
+    int S = r->m.S, M = r->m.M;
+    for (int st = 0; st + 1 < S; st++) {
+        int a = pipit_schedule_stage_rank(s, st), b = pipit_schedule_stage_rank(s, st + 1);
+        if (a == b) continue;
+        pipit_status e = add_link(r, a, b, M * r->m.p2p_bytes, 2L * M);
+        if (e) return e;
+    }
+    for (int i = 0; i < r->nlinks; i++) r->links[i].bwd_bytes = r->links[i].fwd_bytes;
+    return PIPIT_STATUS_OK;
+}
+
+static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit_sim_result *res,
+                       const pipit_hw *hw) {
+    const pipit_sim_config *c = &r->cfg;
+    int P = r->m.P;
+    for (int q = 0; q < P; q++) {
+        rank_row *row = &r->ranks[q];
+        int n = pipit_schedule_num_tasks(s, q);
+        double st0 = 0, end = 0;
+        if (n > 0) pipit_sim_result_task(res, q, n - 1, &st0, &end);
+        row->end = end;
+        row->busy = pipit_sim_result_busy(res, q);
+        row->act_peak = pipit_sim_result_peak_bytes(res, q);
+        row->peak_live = pipit_sim_result_peak_live(res, q);
+        double work = 0;
+        for (int st = 0; st < r->m.S; st++)
+            if (pipit_schedule_stage_rank(s, st) == q) {
+                row->params += r->m.params[st];
+                work = PIPIT_MAX(work, r->m.work[st]);
+            }
+        row->static_bytes = row->params * bytes_per_param(r->m.esize, c->zero1, c->dp);
+        row->peak_bytes = row->static_bytes + row->act_peak + work;
+        double grad_bytes = row->params * r->m.esize;
+        row->dp_s = dp_time(c, hw, grad_bytes);
+        r->dp_bytes = PIPIT_MAX(r->dp_bytes, grad_bytes);
+        row->opt_s = optimizer_time(hw, row->params, r->m.esize, c->zero1, c->dp);
+    }
+}
+
+/* Step = the last rank to finish its loop, its DP exchange and its update. */
+static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pipit_hw *hw) {
+    pipit_sim_summary *u = &r->sum;
+    const pipit_sim_config *c = &r->cfg;
+    u->pipeline_s = pipit_sim_result_step_time(res);
+    u->bubble = pipit_sim_result_bubble(res);
+    for (int q = 0; q < r->m.P; q++) {
+        const rank_row *row = &r->ranks[q];
+        double done = row->end + row->dp_s + row->opt_s;
+        if (done > u->step_s) u->step_s = done, u->dp_s = row->dp_s, u->optimizer_s = row->opt_s;
+        u->peak_bytes_per_rank = PIPIT_MAX(u->peak_bytes_per_rank, row->peak_bytes);
+    }
+    u->gpus = c->tp * c->pp * c->dp;
+    u->model_flops = pipit__sim_model_flops(c, 1);
+    u->tflops_per_gpu = u->model_flops / u->step_s / u->gpus / 1e12;
+    u->hfu = u->tflops_per_gpu * 1e12 / r->m.peak;
+    u->mfu = pipit__sim_model_flops(c, 0) / u->step_s / u->gpus / r->m.peak;
+    u->tp_s_per_mb = r->m.tp_s_per_mb;
+    u->microbatches = r->m.M, u->virt = r->m.V, u->stages = r->m.S;
+    r->mem_capacity = hw->mem_cap;
+}
+
+/* A stage whose neighbour sits on another rank moves its activation (F)
+ * or its input gradient (B) there inside the task. */
+static void book_transfers(pipit__sim_model *m, const pipit_schedule *s) {
+    for (int st = 0; st + 1 < m->S; st++)
+        if (pipit_schedule_stage_rank(s, st) != pipit_schedule_stage_rank(s, st + 1)) {
+            m->f[st] += m->p2p_xfer;
+            m->b[st + 1] += m->p2p_xfer;
+        }
+}
+
+static pipit_status simulate(pipit_sim_report *r, const pipit_schedule *s, const pipit_hw *hw) {
+    book_transfers(&r->m, s);
+    pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm};
+    pipit_sim_result *res = NULL;
+    pipit_status st = pipit_schedule_simulate(s, &costs, &res);
+    if (st) return st;
+    r->ranks = pipit__calloc((size_t)r->m.P, sizeof *r->ranks);
+    if (!r->ranks) st = pipit__err(PIPIT_STATUS_NOMEM, "sim: out of memory");
+    if (!st) {
+        fill_ranks(r, s, res, hw);
+        summarize(r, res, hw);
+        st = collect_links(r, s);
+    }
+    pipit_sim_result_free(res);
+    return st;
+}
+
+static pipit_status run(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_sim_report *r) {
+    int64_t M;
+    pipit_status st = pipit__sim_microbatches(cfg, &M);
+    if (st) return st;
+    if (cfg->pp < 1) return pipit__err(PIPIT_STATUS_INVALID, "pp must be >= 1 (got %d)", cfg->pp);
+    if (cfg->virt < 0) return pipit__err(PIPIT_STATUS_INVALID, "virtual must be >= 1 (got %d)", cfg->virt);
+    const char *kname = (unsigned)cfg->schedule < PIPIT_SCHED_COUNT
+                            ? pipit_schedule_kind_name((pipit_schedule_kind)cfg->schedule) : NULL;
+    if (!kname) return pipit__err(PIPIT_STATUS_INVALID, "unknown schedule kind %d", cfg->schedule);
+    snprintf(r->sched_name, sizeof r->sched_name, "%s", kname);
+    snprintf(r->hw_name, sizeof r->hw_name, "%s", hw->name);
+    pipit_schedule *s = NULL;
+    st = pipit_schedule_build((pipit_schedule_kind)cfg->schedule, cfg->pp, cfg->virt, (int)M, &s);
+    if (st) return st;
+    int V = pipit_schedule_virtual(s);
+    st = V < 1 ? pipit__err(PIPIT_STATUS_INVALID, "schedule %s has an uneven number of stages per rank", kname)
+               : pipit__sim_model_build(cfg, hw, V,
+                                        pipit_schedule_stage_rank(s, 0) ==
+                                            pipit_schedule_stage_rank(s, pipit_schedule_stages(s) - 1),
+                                        &r->m);
+    if (!st) st = simulate(r, s, hw);
+    pipit_schedule_free(s);
+    return st;
+}
+
+pipit_status pipit_sim_run(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_sim_report **out) {
+    if (!cfg || !hw || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_sim_run: NULL %s", !cfg ? "config" : !hw ? "hardware" : "out");
+    *out = NULL;
+    unsigned long gen0 = pipit__err_gen();
+    pipit_sim_report *r = pipit__calloc(1, sizeof *r);
+    if (!r) return pipit__err(PIPIT_STATUS_NOMEM, "sim: out of memory");
+    r->cfg = *cfg;
+    r->cfg.dtype = NULL; /* not owned: the dtype is recorded in the model */
+    pipit_status st = run(cfg, hw, r);
+    if (st) {
+        pipit_sim_report_free(r);
+        return pipit__err_fresh(st, gen0, __func__);
+    }
+    *out = r;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_sim_report_summary(const pipit_sim_report *r, pipit_sim_summary *out) {
+    if (!r || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_sim_report_summary: NULL %s", r ? "out" : "report");
+    *out = r->sum;
+    return PIPIT_STATUS_OK;
+}
+
+static const rank_row *row_at(const pipit_sim_report *r, int rank, const char *fn) {
+    if (!r) return pipit__err(PIPIT_STATUS_MISUSE, "%s: report is NULL", fn), NULL;
+    if (rank < 0 || rank >= r->m.P)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d out of range [0, %d)", fn, rank, r->m.P), NULL;
+    return &r->ranks[rank];
+}
+
+double pipit_sim_report_rank_peak_bytes(const pipit_sim_report *r, int rank) {
+    const rank_row *row = row_at(r, rank, __func__);
+    return row ? row->peak_bytes : -1;
+}
+
+double pipit_sim_report_rank_busy(const pipit_sim_report *r, int rank) {
+    const rank_row *row = row_at(r, rank, __func__);
+    return row ? row->busy : -1;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void json_stages(FILE *f, const pipit_sim_report *r) {
+    fprintf(f, "\"stages\":[");
+    for (int s = 0; s < r->m.S; s++)
+        fprintf(f, "%s{\"stage\":%d,\"f_s\":%.9g,\"b_s\":%.9g,\"w_s\":%.9g,\"act_bytes\":%.9g,\"params\":%.9g}",
+                s ? "," : "", s, r->m.f[s], r->m.b[s], r->m.w[s], r->m.act[s], r->m.params[s]);
+    fprintf(f, "]");
+}
+
+static void json_ranks(FILE *f, const pipit_sim_report *r) {
+    fprintf(f, "\"ranks\":[");
+    for (int q = 0; q < r->m.P; q++) {
+        const rank_row *w = &r->ranks[q];
+        fprintf(f,
+                "%s{\"rank\":%d,\"busy_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%.9g,\"static_bytes\":%.9g,"
+                "\"activation_bytes\":%.9g,\"peak_live\":%d,\"params\":%.9g,\"dp_s\":%.9g,\"optimizer_s\":%.9g}",
+                q ? "," : "", q, w->busy, w->end, w->peak_bytes, w->static_bytes, w->act_peak, w->peak_live,
+                w->params, w->dp_s, w->opt_s);
+    }
+    fprintf(f, "]");
+}
+
+static void json_links(FILE *f, const pipit_sim_report *r) {
+    fprintf(f, "\"links\":[");
+    for (int i = 0; i < r->nlinks; i++) {
+        const sim_link *l = &r->links[i];
+        fprintf(f, "%s{\"from\":%d,\"to\":%d,\"fwd_bytes\":%.9g,\"bwd_bytes\":%.9g,\"messages\":%ld}", i ? "," : "",
+                l->from, l->to, l->fwd_bytes, l->bwd_bytes, l->messages);
+    }
+    fprintf(f, "]");
+}
+
+pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
+    if (!f || !r) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_sim_report_write_json: NULL %s", f ? "report" : "file");
+    const pipit_sim_summary *u = &r->sum;
+    const pipit_sim_config *c = &r->cfg;
+    fprintf(f,
+            "{\"hw\":\"%s\",\"schedule\":\"%s\",\"dtype\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"seq\":%d,"
+            "\"vocab\":%d,\"micro_batch\":%d,\"global_batch\":%lld,\"recompute\":\"%s\",\"tp\":%d,\"pp\":%d,\"dp\":%d,"
+            "\"virtual\":%d,\"microbatches\":%d,\"gpus\":%d,",
+            r->hw_name, r->sched_name, pipit__hw_dtype_name(r->m.dtype), c->layers, c->hidden, c->heads, c->seq,
+            c->vocab, c->micro_batch, (long long)c->global_batch, c->recompute ? "full" : "none", c->tp, c->pp, c->dp,
+            u->virt, u->microbatches, u->gpus);
+    fprintf(f,
+            "\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,\"mfu\":%.6g,\"hfu\":%.6g,\"bubble\":%.6g,"
+            "\"peak_bytes_per_rank\":%.9g,\"mem_capacity\":%.9g,\"fits\":%s,\"model_flops\":%.9g,\"pipeline_s\":%.9g,"
+            "\"dp_s\":%.9g,\"optimizer_s\":%.9g,\"tp_allreduce_s_per_microbatch\":%.9g,"
+            "\"tp_allreduce_bytes_per_gpu\":%.9g,\"dp_allreduce_bytes_per_gpu\":%.9g,\"p2p_message_bytes\":%.9g,"
+            "\"p2p_s\":%.9g,\"p2p_latency_s\":%.9g,\"p2p_inter_node\":%s,",
+            u->step_s, u->tflops_per_gpu, u->mfu, u->hfu, u->bubble, u->peak_bytes_per_rank, r->mem_capacity,
+            u->peak_bytes_per_rank <= r->mem_capacity ? "true" : "false", u->model_flops, u->pipeline_s, u->dp_s,
+            u->optimizer_s, u->tp_s_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
+            r->m.comm, r->m.p2p_inter ? "true" : "false");
+    json_stages(f, r);
+    fputc(',', f);
+    json_ranks(f, r);
+    fputc(',', f);
+    json_links(f, r);
+    fprintf(f, "}\n");
+    return ferror(f) ? pipit__err(PIPIT_STATUS_IO, "sim report: write failed") : PIPIT_STATUS_OK;
+}
+
+static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
+
+/* 1.77B, 12.3M, 4.10k, 512 */
+static const char *count_text(char *buf, size_t n, double v) {
+    static const struct { double scale; const char *unit; } units[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "k"}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (v >= units[i].scale) {
+            snprintf(buf, n, "%.3g%s", v / units[i].scale, units[i].unit);
+            return buf;
+        }
+    snprintf(buf, n, "%.0f", v);
+    return buf;
+}
+
+pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
+    if (!f || !r) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_sim_report_print: NULL %s", f ? "report" : "file");
+    const pipit_sim_summary *u = &r->sum;
+    const pipit_sim_config *c = &r->cfg;
+    fprintf(f, "model   %d layers, hidden %d, %d heads, seq %d, vocab %d, recompute %s, %s\n", c->layers, c->hidden,
+            c->heads, c->seq, c->vocab, c->recompute ? "full" : "none", pipit__hw_dtype_name(r->m.dtype));
+    fprintf(f, "mesh    tp %d x pp %d x dp %d = %d GPUs of %s; %s, V=%d, M=%d microbatches of %d (global batch %lld)\n",
+            c->tp, c->pp, c->dp, u->gpus, r->hw_name, r->sched_name, u->virt, u->microbatches, c->micro_batch,
+            (long long)c->global_batch);
+    fprintf(f, "step    %.4f s  (pipeline %.4f s, bubble %.1f%%; then DP exchange %.4f s, optimizer %.4f s)\n",
+            u->step_s, u->pipeline_s, 100 * u->bubble, u->dp_s, u->optimizer_s);
+    int giga = u->tflops_per_gpu < 1; /* a CPU */
+    fprintf(f, "speed   %.1f %s per GPU (Megatron's count), MFU %.1f%%, HFU %.1f%%\n",
+            giga ? 1e3 * u->tflops_per_gpu : u->tflops_per_gpu, giga ? "GFLOP/s" : "TFLOP/s", 100 * u->mfu, 100 * u->hfu);
+    fprintf(f, "memory  %.2f GiB peak on the fullest rank of %.2f GiB%s\n", gib(u->peak_bytes_per_rank),
+            gib(r->mem_capacity), u->peak_bytes_per_rank <= r->mem_capacity ? "" : "  (DOES NOT FIT)");
+    fprintf(f, "comm    stage message %.3g MB per GPU (%s, %.3g ms); TP all-reduce %.3g ms per microbatch-stage\n",
+            r->m.p2p_bytes / 1e6, r->m.p2p_inter ? "across nodes" : "inside a node", 1e3 * (r->m.comm + r->m.p2p_xfer),
+            1e3 * u->tp_s_per_mb);
+    fprintf(f, "\nrank   busy s   bubble  peak GiB  params     DP s\n");
+    for (int q = 0; q < r->m.P; q++) {
+        const rank_row *w = &r->ranks[q];
+        char params[32];
+        fprintf(f, "%4d %8.4f  %5.1f%%  %8.2f  %8s %8.4f\n", q, w->busy,
+                u->pipeline_s > 0 ? 100 * (1 - w->busy / u->pipeline_s) : 0.0, gib(w->peak_bytes),
+                count_text(params, sizeof params, w->params), w->dp_s);
+    }
+    for (int i = 0; i < r->nlinks; i++)
+        fprintf(f, "%slink %d->%d: %.3g GB forward, %.3g GB backward, %ld messages\n", i ? "" : "\n", r->links[i].from,
+                r->links[i].to, r->links[i].fwd_bytes / 1e9, r->links[i].bwd_bytes / 1e9, r->links[i].messages);
+    return ferror(f) ? pipit__err(PIPIT_STATUS_IO, "sim report: write failed") : PIPIT_STATUS_OK;
+}

@@ -1,0 +1,380 @@
+/*
+ * test_cuda_ops.c — backend parity (the idea of ggml's test-backend-ops):
+ * every op of the op table runs on the CUDA backend and on the CPU backend
+ * from the same random inputs, and the results must agree.
+ *
+ * Each case builds a small graph of inputs and one or a few ops, in f32 and
+ * f64, at several shapes (odd sizes, sizes that are not multiples of any
+ * tile, T not a multiple of the attention tiles, head sizes on every
+ * attention path). The harness then emits the VJP of every forward node
+ * (each with its own random dout input), so every backward op runs too.
+ * Nodes run in graph order: the CPU kernel computes the reference, and the
+ * CUDA kernel gets the CPU's values of the node's inputs (uploaded through
+ * pipit__backend_cuda), so each op is compared alone, without the errors of
+ * the ops before it. Per node:
+ *   - relative error max|cuda - cpu| / max|cpu| <= 1e-5 in f32 and 1e-11
+ *     in f64 (GEMMs are fp32 unless TF32 is turned on; a TF32 GEMM is held
+ *     to TOL_TF32 = 5e-3: 10 mantissa bits, unit roundoff 2^-11);
+ *   - thread ith = 1 of a 2-thread team launches nothing (the output keeps
+ *     its 0xff fill), thread 0 writes every element (no NaN left);
+ *   - a second run gives bitwise-identical output (determinism).
+ * The coverage test needs no GPU: the CUDA run table has a kernel exactly
+ * where the CPU table has one, and every op that runs is exercised here.
+ * Without a CUDA device the parity tests report themselves skipped.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda_backend.h"
+#include "ir/graph.h"
+#include "test.h"
+
+#define SH(...) (int64_t[]){__VA_ARGS__}
+
+#define TOL_F32 1e-5
+#define TOL_F64 1e-11
+#define TOL_TF32 5e-3 /* a GEMM with TF32 tensor-core math (--tf32) */
+
+/* ------------------------------------------------------------ the cases */
+
+/* A case builds its forward graph from inputs in dtype dt. I32 inputs are
+ * named "idx<N>": random indices in [0, N). */
+typedef struct {
+    const char *name;
+    void (*build)(pipit_graph *g, pipit_dtype dt);
+} parity_case;
+
+static pipit_val in_f(pipit_graph *g, pipit_dtype dt, const char *name, int nd, const int64_t *s) {
+    return pipit_input(g, name, dt, nd, s);
+}
+static pipit_val in_idx(pipit_graph *g, int range, const char *tag, int nd, const int64_t *s) {
+    char name[64];
+    snprintf(name, sizeof name, "idx%d_%s", range, tag);
+    return pipit_input(g, name, PIPIT_I32, nd, s);
+}
+
+static void c_embed(pipit_graph *g, pipit_dtype dt) {
+    pipit_embed(g, in_f(g, dt, "t", 2, SH(37, 13)), in_idx(g, 37, "a", 2, SH(3, 7)));
+    /* few rows, many lookups (long runs per index), C over one 128 block */
+    pipit_embed(g, in_f(g, dt, "t2", 2, SH(5, 130)), in_idx(g, 5, "b", 2, SH(5, 41)));
+}
+static void c_add_mul_scale(pipit_graph *g, pipit_dtype dt) {
+    pipit_val a = in_f(g, dt, "a", 3, SH(3, 5, 7)), b = in_f(g, dt, "b", 3, SH(3, 5, 7));
+    pipit_add(g, a, b);
+    pipit_mul(g, a, b);
+    pipit_scale(g, in_f(g, dt, "c", 1, SH(1001)), 0.37);
+    pipit_mul(g, in_f(g, dt, "d", 2, SH(129, 3)), in_f(g, dt, "e", 2, SH(129, 3)));
+}
+static void c_matmul(pipit_graph *g, pipit_dtype dt) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            char na[32], nb[32];
+            snprintf(na, sizeof na, "a%d%d", ta, tb);
+            snprintf(nb, sizeof nb, "b%d%d", ta, tb);
+            pipit_val a = in_f(g, dt, na, 2, ta ? SH(19, 13) : SH(13, 19));
+            pipit_val b = in_f(g, dt, nb, 2, tb ? SH(17, 19) : SH(19, 17));
+            pipit_matmul(g, a, b, ta, tb);
+        }
+    pipit_matmul(g, in_f(g, dt, "ab", 3, SH(2, 5, 7)), in_f(g, dt, "bb", 2, SH(7, 3)), 0, 0); /* broadcast */
+    pipit_matmul(g, in_f(g, dt, "abt", 3, SH(2, 5, 7)), in_f(g, dt, "bbt", 2, SH(3, 7)), 0, 1);
+    pipit_matmul(g, in_f(g, dt, "ac", 3, SH(3, 6, 5)), in_f(g, dt, "bc", 3, SH(3, 5, 9)), 0, 0); /* batched */
+    pipit_matmul(g, in_f(g, dt, "ad", 3, SH(2, 5, 6)), in_f(g, dt, "bd", 3, SH(2, 9, 5)), 1, 1);
+    pipit_matmul(g, in_f(g, dt, "ae", 2, SH(70, 130)), in_f(g, dt, "be", 2, SH(130, 67)), 0, 0);
+}
+static void c_bias_add(pipit_graph *g, pipit_dtype dt) {
+    pipit_bias_add(g, in_f(g, dt, "x", 3, SH(4, 3, 33)), in_f(g, dt, "b", 1, SH(33)));
+    /* 3000 rows: the column sums of its VJP use 12 row chunks */
+    pipit_bias_add(g, in_f(g, dt, "x2", 2, SH(3000, 40)), in_f(g, dt, "b2", 1, SH(40)));
+}
+static void c_layernorm(pipit_graph *g, pipit_dtype dt) {
+    pipit_layernorm(g, in_f(g, dt, "x", 3, SH(2, 7, 45)), in_f(g, dt, "w", 1, SH(45)), in_f(g, dt, "b", 1, SH(45)),
+                    1e-5);
+    pipit_layernorm(g, in_f(g, dt, "x2", 2, SH(1100, 70)), in_f(g, dt, "w2", 1, SH(70)),
+                    in_f(g, dt, "b2", 1, SH(70)), 1e-5);
+    pipit_layernorm(g, in_f(g, dt, "x3", 2, SH(5, 768)), in_f(g, dt, "w3", 1, SH(768)),
+                    in_f(g, dt, "b3", 1, SH(768)), 1e-3);
+    pipit_layernorm(g, in_f(g, dt, "x4", 2, SH(9, 1)), in_f(g, dt, "w4", 1, SH(1)), in_f(g, dt, "b4", 1, SH(1)),
+                    1e-5);
+}
+static void c_gelu(pipit_graph *g, pipit_dtype dt) {
+    pipit_gelu(g, pipit_scale(g, in_f(g, dt, "x", 2, SH(37, 41)), 4.0)); /* x in [-4, 4) */
+}
+/* (B, T, heads, D) covering every attention path: tiled with D padded to
+ * 32 / 64 / 128, the simple kernels (f32 D > 128, f64 D > 64), T = 1, and
+ * T around and across the tile sizes (16, 32, 64). */
+static const int64_t attn_shapes[][4] = {
+    {2, 5, 3, 6}, {1, 70, 2, 64}, {2, 33, 3, 32}, {1, 40, 2, 100}, {1, 17, 2, 130},
+    {1, 1, 1, 8}, {1, 129, 1, 64}, {3, 64, 2, 17},
+};
+static void c_attention(pipit_graph *g, pipit_dtype dt) {
+    for (size_t i = 0; i < sizeof attn_shapes / sizeof attn_shapes[0]; i++) {
+        const int64_t *s = attn_shapes[i];
+        char name[16];
+        snprintf(name, sizeof name, "qkv%zu", i);
+        pipit_val qkv = in_f(g, dt, name, 3, SH(s[0], s[1], 3 * s[2] * s[3]));
+        pipit_attention(g, pipit_scale(g, qkv, 2.0), (int)s[2]); /* scores of a few units */
+    }
+}
+static void c_xent(pipit_graph *g, pipit_dtype dt) {
+    pipit_xent_mean(g, pipit_scale(g, in_f(g, dt, "x", 3, SH(3, 5, 37)), 3.0), in_idx(g, 37, "t", 2, SH(3, 5)));
+    pipit_xent_mean(g, pipit_scale(g, in_f(g, dt, "x2", 2, SH(2, 1000)), 3.0), in_idx(g, 1000, "t2", 1, SH(2)));
+}
+static void c_sum_fill(pipit_graph *g, pipit_dtype dt) {
+    pipit_sum(g, in_f(g, dt, "x", 2, SH(7, 9)));
+    pipit_mean(g, in_f(g, dt, "y", 1, SH(5000)));
+    pipit_val s = pipit_sum(g, in_f(g, dt, "z", 2, SH(2, 3)));
+    pipit__fill(g, s.id, 3, SH(3, 5, 2), 0.5);
+}
+static void c_permute(pipit_graph *g, pipit_dtype dt) {
+    pipit_transpose(g, in_f(g, dt, "x", 3, SH(2, 3, 4)), 0, 2);
+    pipit_transpose(g, in_f(g, dt, "y", 2, SH(33, 7)), 0, 1);
+    pipit_val z = in_f(g, dt, "z", 4, SH(2, 3, 5, 7));
+    pipit__node_add(g, PIPIT_OP_PERMUTE, 1, &z.id, NULL, SH(2, 0, 3, 1));
+    pipit__node_add(g, PIPIT_OP_PERMUTE, 1, &z.id, NULL, SH(3, 2, 1, 0));
+}
+static void c_alias(pipit_graph *g, pipit_dtype dt) {
+    /* reshape and yield run nothing: the op after them reads their root */
+    pipit_val r = pipit_reshape(g, in_f(g, dt, "x", 2, SH(4, 6)), 3, SH(2, 3, 4));
+    pipit_gelu(g, pipit_yield(g, r));
+}
+
+static const parity_case cases[] = {
+    {"embed", c_embed},         {"add_mul_scale", c_add_mul_scale}, {"matmul", c_matmul},
+    {"bias_add", c_bias_add},   {"layernorm", c_layernorm},         {"gelu", c_gelu},
+    {"attention", c_attention}, {"xent", c_xent},                   {"sum_fill", c_sum_fill},
+    {"permute", c_permute},     {"alias", c_alias},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* ------------------------------------------------------------ the harness */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static double urand(void) { /* [-1, 1) */
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng >> 11) / 9007199254740992.0 * 2 - 1;
+}
+
+static double elem(const void *p, pipit_dtype dt, int64_t i) {
+    return dt == PIPIT_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
+}
+
+/* Random contents for an input leaf. */
+static void fill_input(const pipit__node *n, void *buf) {
+    int64_t cnt = pipit__node_numel(n);
+    if (n->dtype == PIPIT_I32) {
+        int range = atoi(n->name + 3); /* "idx<N>_..." */
+        for (int64_t i = 0; i < cnt; i++) {
+            int v = (int)((urand() + 1) * 0.5 * range);
+            ((int32_t *)buf)[i] = v < range ? v : range - 1;
+        }
+    } else {
+        for (int64_t i = 0; i < cnt; i++) {
+            if (n->dtype == PIPIT_F64) ((double *)buf)[i] = urand();
+            else ((float *)buf)[i] = (float)urand();
+        }
+    }
+}
+
+/* Emits the VJP of every forward node that has one, each from its own
+ * random dout, so every backward op of the table runs. */
+static void add_vjps(pipit_graph *g) {
+    int32_t nfwd = g->n;
+    for (int32_t i = 0; i < nfwd; i++) {
+        const pipit__op_info *info = &pipit__ops[g->nodes[i].op];
+        if (!info->vjp || (info->flags & OPF_LEAF)) continue;
+        char name[32];
+        snprintf(name, sizeof name, "dout%d", (int)i);
+        int64_t shape[PIPIT_MAX_DIMS];
+        memcpy(shape, g->nodes[i].shape, sizeof shape);
+        pipit_val d = pipit_input(g, name, (pipit_dtype)g->nodes[i].dtype, g->nodes[i].ndim, shape);
+        int32_t din[PIPIT_MAX_IN] = {-1, -1, -1};
+        info->vjp(g, i, d.id, din);
+    }
+}
+
+static void *dev_upload(const void *host, size_t n) {
+    void *d = pipit__backend_cuda.alloc(n ? n : 1);
+    if (d && n) pipit__backend_cuda.upload(d, host, n);
+    return d;
+}
+
+/* Waits for the rank's stream; 0 when every launch and the kernels worked. */
+static int dev_sync(const char *what) {
+    cudaError_t e = cudaStreamSynchronize(pipit__cuda_stream());
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    return e == cudaSuccess ? 0 : -1;
+}
+
+/* Relative error max|a - ref| / max|ref| (0 when equal; NaN anywhere or a
+ * nonzero difference from an all-zero reference fails). *at: worst index. */
+static double rel_err(const void *a, const void *ref, pipit_dtype dt, int64_t n, int64_t *at) {
+    double dmax = 0, rmax = 0;
+    *at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = elem(a, dt, i), r = elem(ref, dt, i), d = fabs(x - r);
+        if (!(d <= dmax)) { /* NaN wins */
+            dmax = d;
+            *at = i;
+        }
+        if (fabs(r) > rmax) rmax = fabs(r);
+    }
+    if (dmax == 0) return 0;
+    return rmax > 0 ? dmax / rmax : (double)INFINITY;
+}
+
+typedef struct {
+    int *seen;   /* [PIPIT_OP_COUNT]: ops that ran and matched */
+    int nbad;
+    const char *cname;
+    pipit_dtype dt;
+} run_ctx;
+
+static void report(run_ctx *rc, const pipit__node *n, int32_t id, const char *what) {
+    fprintf(stderr, "cuda parity %s (%s) node %d %s: %s\n", rc->cname, pipit__dtype_name(rc->dt), (int)id,
+            pipit__ops[n->op].name, what);
+    rc->nbad++;
+}
+
+/* Runs node id on the CUDA backend from the CPU values of its inputs and
+ * checks it against the CPU's output `ref` (see the file comment). */
+static void check_node(run_ctx *rc, const pipit_graph *g, int32_t id, void *const *host, const void *ref) {
+    const pipit__node *n = &g->nodes[id];
+    size_t bytes = pipit__node_bytes(n);
+    int64_t cnt = pipit__node_numel(n);
+    pipit__kctx k = {0};
+    k.node = n;
+    void *din[PIPIT_MAX_IN] = {NULL, NULL, NULL};
+    for (int j = 0; j < n->nin; j++) {
+        const pipit__node *x = &g->nodes[n->in[j]];
+        k.in_node[j] = x;
+        din[j] = dev_upload(host[pipit__alias_root(g, n->in[j])], pipit__node_bytes(x));
+        k.in[j] = din[j];
+    }
+    unsigned char *ff = malloc(bytes ? bytes : 1), *got = malloc(bytes ? bytes : 1), *again = malloc(bytes ? bytes : 1);
+    memset(ff, 0xff, bytes ? bytes : 1);
+    void *out = dev_upload(ff, bytes), *out2 = dev_upload(ff, bytes);
+    const pipit__op_kernel kern = pipit__backend_cuda.ops[n->op];
+    char msg[256];
+    int64_t at = 0;
+    double err, tol = n->dtype == PIPIT_F64 ? TOL_F64 : TOL_F32;
+    /* the uploads may run on another stream than the kernels */
+    if (cudaDeviceSynchronize() != cudaSuccess || !out || !out2) { report(rc, n, id, "upload failed"); goto done; }
+    k.out = out;
+    kern(&k, 1, 2); /* thread 1 of a team of 2: nothing */
+    if (dev_sync("thread 1")) { report(rc, n, id, "a CUDA error after thread 1's call"); goto done; }
+    pipit__backend_cuda.download(got, out, bytes);
+    if (memcmp(got, ff, bytes) != 0) { report(rc, n, id, "thread 1 of 2 wrote the output"); goto done; }
+    kern(&k, 0, 2); /* thread 0 launches the op */
+    if (dev_sync(pipit__ops[n->op].name)) { report(rc, n, id, "a CUDA error"); goto done; }
+    pipit__backend_cuda.download(got, out, bytes);
+    k.out = out2;
+    kern(&k, 0, 1);
+    if (dev_sync(pipit__ops[n->op].name)) { report(rc, n, id, "a CUDA error on the second run"); goto done; }
+    pipit__backend_cuda.download(again, out2, bytes);
+    if (memcmp(got, again, bytes) != 0) { report(rc, n, id, "two runs differ in their bits"); goto done; }
+    err = rel_err(got, ref, (pipit_dtype)n->dtype, cnt, &at);
+    if (!(err <= tol)) {
+        snprintf(msg, sizeof msg, "relative error %.3g > %.1g (element %lld: cuda %.9g, cpu %.9g)", err, tol,
+                 (long long)at, elem(got, (pipit_dtype)n->dtype, at), elem(ref, (pipit_dtype)n->dtype, at));
+        report(rc, n, id, msg);
+        goto done;
+    }
+    rc->seen[n->op] = 1;
+done:
+    for (int j = 0; j < n->nin; j++) pipit__backend_cuda.free(din[j]);
+    pipit__backend_cuda.free(out);
+    pipit__backend_cuda.free(out2);
+    free(ff), free(got), free(again);
+}
+
+/* Builds case c in dtype dt with its VJPs and checks every node that runs. */
+static void run_case(run_ctx *rc, const parity_case *c, pipit_dtype dt) {
+    pipit_graph *g = pipit_graph_new();
+    c->build(g, dt);
+    add_vjps(g);
+    rc->cname = c->name;
+    rc->dt = dt;
+    if (pipit_graph_status(g) != PIPIT_STATUS_OK) {
+        fprintf(stderr, "cuda parity %s: building failed: %s\n", c->name, pipit_graph_errmsg(g));
+        rc->nbad++;
+        pipit_graph_free(g);
+        return;
+    }
+    void **host = calloc((size_t)g->n, sizeof *host);
+    for (int32_t i = 0; i < g->n; i++) {
+        const pipit__node *n = &g->nodes[i];
+        if (!pipit__node_runs(n) && !(pipit__ops[n->op].flags & OPF_LEAF)) continue; /* an alias */
+        host[i] = pipit__backend_cpu.alloc(pipit__node_bytes(n) ? pipit__node_bytes(n) : 1);
+        if (!pipit__node_runs(n)) {
+            fill_input(n, host[i]);
+            continue;
+        }
+        pipit__kctx k = {0};
+        k.node = n;
+        k.out = host[i];
+        for (int j = 0; j < n->nin; j++) {
+            k.in_node[j] = &g->nodes[n->in[j]];
+            k.in[j] = host[pipit__alias_root(g, n->in[j])];
+        }
+        pipit__backend_cpu.ops[n->op](&k, 0, 1);
+        check_node(rc, g, i, host, host[i]);
+    }
+    for (int32_t i = 0; i < g->n; i++) pipit__backend_cpu.free(host[i]);
+    free(host);
+    pipit_graph_free(g);
+}
+
+static int have_gpu(char *why, size_t len) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        snprintf(why, len, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ the tests */
+
+PIPIT_TEST(cuda_ops_cover_op_table) {
+    for (int op = 0; op < PIPIT_OP_COUNT; op++) {
+        int cpu = pipit__cpu_ops[op] != NULL, cuda = pipit__cuda_ops[op] != NULL;
+        if (cpu != cuda)
+            PIPIT_FAIL_("op %s: the CPU table %s a kernel, the CUDA table %s", pipit__ops[op].name,
+                        cpu ? "has" : "has no", cuda ? "has" : "has none");
+        pipit__node n = {0};
+        n.op = (uint16_t)op;
+        ASSERT_EQ_I64(pipit__node_runs(&n), cuda);
+    }
+    ASSERT_TRUE(pipit__backend_cuda.ops == pipit__cuda_ops);
+}
+
+PIPIT_TEST(cuda_ops_parity) {
+    char why[256];
+    if (!have_gpu(why, sizeof why)) PIPIT_SKIP("%s", why);
+    pipit__backend_cpu.init();
+    pipit__backend_cuda.init();
+    int seen[PIPIT_OP_COUNT] = {0};
+    run_ctx rc = {seen, 0, "", PIPIT_F32};
+    /* PIPIT_CUDA_CASE=name runs one case (debugging; no coverage check) */
+    const char *only = getenv("PIPIT_CUDA_CASE");
+    for (int i = 0; i < NCASES; i++) {
+        if (only && *only && strcmp(only, cases[i].name) != 0) continue;
+        run_case(&rc, &cases[i], PIPIT_F32);
+        run_case(&rc, &cases[i], PIPIT_F64);
+    }
+    ASSERT_EQ_I64(rc.nbad, 0);
+    if (only && *only) return;
+    /* every op that runs was run (and matched) by some case */
+    for (int op = 0; op < PIPIT_OP_COUNT; op++) {
+        pipit__node n = {0};
+        n.op = (uint16_t)op;
+        if (pipit__node_runs(&n) && !seen[op]) PIPIT_FAIL_("op %s is in no CUDA parity case", pipit__ops[op].name);
+    }
+}

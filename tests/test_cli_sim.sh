@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# test_cli_sim.sh — `pipit sim`: the JSON interface (one object with
+# step_s, tflops_per_gpu, mfu, bubble, peak_bytes_per_rank, links, ranks),
+# the text report, --weak-scaling and --vs-gpipe on GPT-3 175B / H100, a
+# hardware file given by path, and a clear error with a non-zero exit for
+# every bad input.
+# Usage: test_cli_sim.sh PIPIT SRCDIR
+set -u
+
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli_sim "${1:-}"
+SRC=${2:-}
+
+GPT3=(--layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 51200 --micro-batch 1 --tp 8 --pp 8
+      --schedule interleaved-1f1b --recompute full --hw h100)
+SMALL=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 512 --dp 32 --hw a100)
+
+# ---- JSON: one object, the keys scripts rely on, self-consistent numbers
+expect_ok "$PIPIT" sim "${GPT3[@]}" --global-batch 128 --dp 2 --json
+$PY - "$OUT" <<'PYEOF' || fail "sim --json: $OUT"
+import json, sys
+j = json.loads(sys.argv[1])
+for k in ["step_s", "tflops_per_gpu", "mfu", "bubble", "peak_bytes_per_rank", "links", "ranks", "stages"]:
+    assert k in j, k
+assert j["gpus"] == 128 and j["microbatches"] == 64 and j["virtual"] == 2, j
+# TFLOP/s per GPU is Megatron's count over the step and the GPUs
+b, s, l, h, V = 128, 2048, 96, 12288, 51200
+flops = 96 * b * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+assert abs(flops / j["step_s"] / 128 / 1e12 / j["tflops_per_gpu"] - 1) < 1e-5, j["tflops_per_gpu"]
+assert 0 < j["bubble"] < 0.5 and 0 < j["mfu"] < j["hfu"] < 1
+assert len(j["ranks"]) == 8 and len(j["stages"]) == 16
+assert max(r["peak_bytes"] for r in j["ranks"]) == j["peak_bytes_per_rank"]
+# interleaved: 16 stages on 8 ranks, 15 boundaries; each carries 64 activations of 2048 x 12288 x 2 B / 8
+links = {(x["from"], x["to"]): x for x in j["links"]}
+assert set(links) == {(r, (r + 1) % 8) for r in range(8)}, links
+msg = 2048 * 12288 * 2 / 8
+assert abs(links[(0, 1)]["fwd_bytes"] - 2 * 64 * msg) < 1 and abs(links[(7, 0)]["fwd_bytes"] - 64 * msg) < 1
+PYEOF
+
+# ---- text report
+expect_ok "$PIPIT" sim "${SMALL[@]}" --recompute full
+grep -q "TFLOP/s per GPU" <<<"$OUT" || fail "text report: $OUT"
+grep -q "tp 1 x pp 1 x dp 32 = 32 GPUs of a100" <<<"$OUT" || fail "text report mesh line: $OUT"
+
+# ---- weak scaling of GPT-3 175B from 128 to 1024 H100s, and the gain over GPipe at equal memory
+expect_ok "$PIPIT" sim "${GPT3[@]}" --global-batch 128 --dp 2 --weak-scaling 2,4,8,16 --json
+$PY - "$OUT" <<'PYEOF' || fail "weak scaling: $OUT"
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert [r["gpus"] for r in rows] == [128, 256, 512, 1024]
+assert [r["global_batch"] for r in rows] == [128, 256, 512, 1024]
+eff = [r["efficiency"] for r in rows]
+assert eff[0] == 1 and all(0.9 < e <= 1 for e in eff) and eff == sorted(eff, reverse=True), eff
+PYEOF
+expect_ok "$PIPIT" sim "${GPT3[@]}" --global-batch 128 --dp 2 --vs-gpipe --json
+$PY - "$OUT" <<'PYEOF' || fail "vs-gpipe: $OUT"
+import json, sys
+main, g = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert g["gpipe_peak_bytes_per_rank"] <= main["peak_bytes_per_rank"]
+assert g["gpipe_microbatches_per_flush"] * g["gpipe_flushes"] == 64
+assert g["gain"] > 0 and abs(g["gpipe_step_s"] / main["step_s"] - 1 - g["gain"]) < 1e-6
+PYEOF
+
+# ---- a hardware file by path works like the built-in it copies
+cp "$SRC/data/hw/a100.json" mine.json
+expect_ok "$PIPIT" sim "${SMALL[@]}" --json
+A=$OUT
+expect_ok "$PIPIT" sim "${SMALL[@]/a100/mine.json}" --json
+[ "$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["step_s"])' "$A")" = \
+  "$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["step_s"])' "$OUT")" ] || fail "file vs built-in differ"
+
+# ---- bad inputs: a clear message and a non-zero exit
+BASE=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 512)
+expect_fail "heads 24 is not divisible by tp 5" "$PIPIT" sim "${BASE[@]}" --tp 5 --hw a100
+expect_fail "layers 24 cannot be split into pp 5" "$PIPIT" sim "${BASE[@]}" --pp 5 --hw a100
+expect_fail "pp 4 x virtual 4" "$PIPIT" sim "${BASE[@]}" --pp 4 --schedule interleaved-1f1b --virtual 4 --hw a100
+expect_fail "global batch 512 is not divisible by micro-batch 1 x dp 3" "$PIPIT" sim "${BASE[@]}" --dp 3 --hw a100
+expect_fail "multiple of P" "$PIPIT" sim "${BASE[@]}" --pp 3 --schedule interleaved-1f1b --hw a100
+expect_fail "tp 16 spans more than one node" "$PIPIT" sim --layers 24 --hidden 4096 --heads 32 --seq 2048 --vocab 51200 \
+    --global-batch 512 --tp 16 --hw a100
+expect_fail "must be >= 1" "$PIPIT" sim "${BASE[@]}" --dp 0 --hw a100
+expect_fail "unknown hardware 'a10'.*did you mean 'a100'" "$PIPIT" sim "${BASE[@]}" --hw a10
+echo '{"name": "x", "peak_flops": {"fp32": 1e12}' > broken.json
+expect_fail "broken.json: not a JSON object" "$PIPIT" sim "${BASE[@]}" --hw broken.json
+echo '{"name": "x", "peak_flops": {"fp32": 1e12}, "train_dtype": "fp32", "gemm_efficiency": [[1, 1]]}' > partial.json
+expect_fail '"mem_bandwidth" is missing' "$PIPIT" sim "${BASE[@]}" --hw partial.json
+expect_fail "unknown schedule 'gpip'.*did you mean 'gpipe'" "$PIPIT" sim "${BASE[@]}" --schedule gpip --hw a100
+expect_fail "bad value 'some' for --recompute" "$PIPIT" sim "${BASE[@]}" --recompute some --hw a100
+expect_fail "--hw is required" "$PIPIT" sim "${BASE[@]}"
+expect_fail "unknown dtype 'int4'" "$PIPIT" sim "${BASE[@]}" --dtype int4 --hw a100
+expect_fail "bad value 'x' for --weak-scaling" "$PIPIT" sim "${BASE[@]}" --weak-scaling x --hw a100
+expect_fail "--calibrate takes only --out" "$PIPIT" sim --calibrate p.json --layers 2
+expect_fail "cannot open" "$PIPIT" sim --calibrate missing.json
+
+# ---- calibration: train --profile-out writes the profile, sim --calibrate fits a description from it
+$PY -c 'import random; r = random.Random(3); open("t.txt", "w").write("".join(r.choice(["ab ", "cd ", "ef. "]) for _ in range(3000)))'
+expect_ok "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2 --pp 2 \
+    --steps 3 --profile-out prof.json
+$PY - <<'PYEOF' || fail "profile JSON"
+import json
+j = json.load(open("prof.json"))
+assert j["model"] == {"layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
+                      "pp": 2, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1}, j["model"]
+assert j["steps"] == 2 and j["step_s"] > 0
+assert [r["rank"] for r in j["profile"]["ranks"]] == [0, 1]
+assert all(r["ops"]["matmul"] > 0 for r in j["profile"]["ranks"])
+PYEOF
+expect_ok "$PIPIT" sim --calibrate prof.json --out cpu_here.json
+expect_ok "$PIPIT" sim --layers 2 --hidden 32 --heads 2 --seq 16 --vocab 256 --micro-batch 2 --global-batch 4 --pp 2 \
+    --hw cpu_here.json --json
+$PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["hw"] == "cpu" and j["step_s"] > 0' "$OUT" || fail "calibrated sim: $OUT"
+echo '{"model": {"layers": 2}}' > badprof.json
+expect_fail "badprof.json.*lacks" "$PIPIT" sim --calibrate badprof.json
+expect_fail "--profile-out .*cannot create a file there" "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 \
+    --micro-batch 2 --steps 2 --profile-out /nonexistent/dir/p.json
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "ok"

@@ -1,0 +1,400 @@
+/*
+ * test_sim.c — the cost model of pipit_sim.h against independent oracles:
+ * Megatron-LM's published throughput (Narayanan et al., SC'21: Table 1 and
+ * the 175B PTD-P runs), Megatron's closed-form FLOP count, hand-computed
+ * step times on machines where only one term costs anything, and every bad
+ * input.
+ */
+#include "pipit.h"
+#include "pipit_sim.h"
+#include "test.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static pipit_sim_config gpt(int layers, int hidden, int heads, int tp, int pp, int dp, int64_t batch) {
+    return (pipit_sim_config){.layers = layers, .hidden = hidden, .heads = heads, .seq = 2048, .vocab = 51200,
+                              .micro_batch = 1, .global_batch = batch, .recompute = PIPIT_RECOMPUTE_FULL,
+                              .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_1F1B};
+}
+
+/* Runs cfg on hw; fills *sum; 0 on failure (message printed). */
+static int sim(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_sim_summary *sum) {
+    pipit_sim_report *r = NULL;
+    if (pipit_sim_run(cfg, hw, &r)) {
+        fprintf(stderr, "sim failed: %s\n", pipit_errmsg());
+        return 0;
+    }
+    pipit_sim_report_summary(r, sum);
+    pipit_sim_report_free(r);
+    return 1;
+}
+
+/* The smallest V >= 2 that splits a rank's layers evenly (interleaving). */
+static int interleave_v(int layers, int pp) {
+    int per = layers / pp;
+    for (int v = 2; v <= per; v++)
+        if (per % v == 0) return v;
+    return 1;
+}
+
+/* ------------------------------------------------ Megatron reproduction */
+
+/* Narayanan et al., "Efficient Large-Scale Language Model Training on GPU
+ * Clusters Using Megatron-LM", SC'21, Table 1 (A100-80GB, s = 2048,
+ * V = 51200, full recomputation): params (B), heads, hidden, layers, t, p,
+ * GPUs, batch, achieved TFLOP/s per GPU. */
+static const struct {
+    double billions;
+    int heads, hidden, layers, tp, pp, gpus, batch;
+    double published;
+} TABLE1[] = {
+    {1.7, 24, 2304, 24, 1, 1, 32, 512, 137},       {3.6, 32, 3072, 30, 2, 1, 64, 512, 138},
+    {7.5, 32, 4096, 36, 4, 1, 128, 512, 142},      {18.4, 48, 6144, 40, 8, 1, 256, 1024, 135},
+    {39.1, 64, 8192, 48, 8, 2, 512, 1536, 138},    {76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140},
+    {145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148}, {310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155},
+    {529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163}, {1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163},
+};
+
+PIPIT_TEST(sim_megatron_weak_scaling) {
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_load("a100", &hw));
+    printf("Megatron-LM weak scaling (SC'21 Table 1) on the a100 description, micro-batch 1, full recompute\n");
+    printf("%8s %4s %4s %6s %5s  %9s  %11s %6s  %11s %6s\n", "params", "t", "p", "GPUs", "batch", "published",
+           "1f1b", "err", "interleaved", "err");
+    double worst = 0;
+    for (size_t i = 0; i < sizeof TABLE1 / sizeof TABLE1[0]; i++) {
+        int t = TABLE1[i].tp, p = TABLE1[i].pp, d = TABLE1[i].gpus / (t * p);
+        pipit_sim_config c = gpt(TABLE1[i].layers, TABLE1[i].hidden, TABLE1[i].heads, t, p, d, TABLE1[i].batch);
+        pipit_sim_summary plain, inter = {0};
+        ASSERT_TRUE(sim(&c, hw, &plain));
+        double pub = TABLE1[i].published, e1 = plain.tflops_per_gpu / pub - 1, e2 = 0;
+        ASSERT_EQ_I64(plain.gpus, TABLE1[i].gpus);
+        if (p > 1) { /* the paper's interleaved schedule, as a second reading */
+            c.schedule = PIPIT_SCHED_INTERLEAVED_1F1B;
+            c.virt = interleave_v(TABLE1[i].layers, p);
+            ASSERT_TRUE(sim(&c, hw, &inter));
+            e2 = inter.tflops_per_gpu / pub - 1;
+        }
+        printf("%7.1fB %4d %4d %6d %5d  %9.0f  %11.1f %+5.1f%%  ", TABLE1[i].billions, t, p, TABLE1[i].gpus,
+               TABLE1[i].batch, pub, plain.tflops_per_gpu, 100 * e1);
+        if (p > 1) printf("%8.1f V%d %+5.1f%%\n", inter.tflops_per_gpu, c.virt, 100 * e2);
+        else printf("%11s %6s\n", "-", "");
+        ASSERT_TRUE(fabs(e1) <= 0.15);
+        ASSERT_TRUE(fabs(e2) <= 0.15);
+        worst = fmax(worst, fmax(fabs(e1), fabs(e2)));
+    }
+    printf("worst error %.1f%% (bound 15%%)\n", 100 * worst);
+    pipit_hw_free(hw);
+}
+
+/* Section 5.2 / Table 2 of the same paper: GPT-3 175B (96 layers, h = 12288,
+ * 96 heads), batch 1536, PTD-P with t = 8, p = 12 (model-parallel size 96)
+ * on 384 / 768 / 1536 GPUs: 153 / 149 / 141 TFLOP/s per GPU. */
+PIPIT_TEST(sim_megatron_175b_ptdp) {
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_load("a100", &hw));
+    const int gpus[3] = {384, 768, 1536};
+    const double published[3] = {153, 149, 141};
+    double prev = 1e30;
+    for (int i = 0; i < 3; i++) {
+        pipit_sim_config c = gpt(96, 12288, 96, 8, 12, gpus[i] / 96, 1536);
+        pipit_sim_summary u;
+        ASSERT_TRUE(sim(&c, hw, &u));
+        printf("175B PTD-P on %4d GPUs: published %3.0f, simulated %.1f TFLOP/s/GPU (%+.1f%%), bubble %.1f%%\n",
+               gpus[i], published[i], u.tflops_per_gpu, 100 * (u.tflops_per_gpu / published[i] - 1), 100 * u.bubble);
+        ASSERT_TRUE(fabs(u.tflops_per_gpu / published[i] - 1) <= 0.15);
+        ASSERT_TRUE(u.tflops_per_gpu < prev); /* fewer microbatches per pipeline: a larger bubble */
+        prev = u.tflops_per_gpu;
+    }
+    pipit_hw_free(hw);
+}
+
+/* GPT-3 175B on H100 (TP 8, PP 8, interleaved 1F1B, 64 microbatches per
+ * pipeline): weak scaling from 128 to 1024 GPUs stays efficient (the DP
+ * exchange grows only as 2(d-1)/d) and interleaving beats GPipe at equal
+ * memory. A sanity check of `pipit sim --weak-scaling` (tests/test_cli_sim.sh). */
+PIPIT_TEST(sim_gpt3_h100_weak_scaling) {
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_load("h100", &hw));
+    double base = 0;
+    for (int d = 2; d <= 16; d *= 2) {
+        pipit_sim_config c = gpt(96, 12288, 96, 8, 8, d, 64 * d);
+        c.schedule = PIPIT_SCHED_INTERLEAVED_1F1B;
+        pipit_sim_summary u;
+        ASSERT_TRUE(sim(&c, hw, &u));
+        if (d == 2) base = u.tflops_per_gpu;
+        double eff = u.tflops_per_gpu / base;
+        printf("H100 175B: %4d GPUs, %.1f TFLOP/s/GPU, weak-scaling efficiency %.3f\n", u.gpus, u.tflops_per_gpu, eff);
+        ASSERT_TRUE(eff <= 1.0 + 1e-12 && eff > 0.9);
+        ASSERT_TRUE(u.peak_bytes_per_rank < 80e9);
+    }
+    pipit_hw_free(hw);
+}
+
+/* ---------------------------------------------------- the FLOP formula */
+
+/* Megatron's closed forms (Narayanan et al. 2021, eq. 3 and the text
+ * before it): 96 B s l h^2 (1 + s/6h + V/16lh) with full recomputation,
+ * 72 B s l h^2 (1 + s/6h + V/12lh) without. */
+PIPIT_TEST(sim_model_flops_is_megatrons_formula) {
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_load("a100", &hw));
+    const int shapes[3][3] = {{24, 2304, 24}, {48, 8192, 64}, {96, 12288, 96}};
+    for (int i = 0; i < 3; i++)
+        for (int rc = 0; rc < 2; rc++) {
+            pipit_sim_config c = gpt(shapes[i][0], shapes[i][1], shapes[i][2], 8, 2, 2, 64);
+            c.recompute = rc ? PIPIT_RECOMPUTE_FULL : PIPIT_RECOMPUTE_NONE;
+            pipit_sim_summary u;
+            ASSERT_TRUE(sim(&c, hw, &u));
+            double B = 64, s = 2048, l = c.layers, h = c.hidden, V = 51200;
+            double want = rc ? 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+                             : 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+            ASSERT_NEAR_F64(u.model_flops / want, 1.0, 1e-12);
+            ASSERT_NEAR_F64(u.tflops_per_gpu * 1e12 * u.step_s * u.gpus / want, 1.0, 1e-9);
+            double no_rc = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+            ASSERT_NEAR_F64(u.mfu * u.step_s * u.gpus * 312e12 / no_rc, 1.0, 1e-9);
+        }
+    pipit_hw_free(hw);
+}
+
+/* ------------------------------------------------- hand-computed cases */
+
+/* A machine where one term alone costs anything: compute at `peak` with
+ * efficiency 1 for every GEMM, or links of bandwidth `link_bw`. */
+static pipit_hw *toy_hw(double peak, double mem_bw, double link_bw) {
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"name\":\"toy\",\"peak_flops\":{\"fp32\":%g},\"train_dtype\":\"fp32\",\"gemm_efficiency\":[[1,1]],"
+             "\"mem_bandwidth\":%g,\"mem_capacity\":1e12,\"gpus_per_node\":8,"
+             "\"intra_node\":{\"bandwidth\":%g,\"latency\":0},\"inter_node\":{\"bandwidth\":%g,\"latency\":0}}",
+             peak, mem_bw, link_bw, link_bw);
+    pipit_hw *hw = NULL;
+    if (pipit_hw_parse(json, "toy", &hw)) fprintf(stderr, "toy: %s\n", pipit_errmsg());
+    return hw;
+}
+
+static pipit_sim_config tiny(int tp, int pp, int dp) {
+    return (pipit_sim_config){.layers = 4, .hidden = 64, .heads = 4, .seq = 16, .vocab = 128, .micro_batch = 2,
+                              .global_batch = 8 * dp, .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_GPIPE};
+}
+
+/* Compute only, one GPU: the step is every GEMM FLOP over the peak:
+ * 3 passes of (per layer 2T(4h^2 + 2*4h^2) + 4 b s^2 h) and of the logits 2ThV. */
+PIPIT_TEST(sim_compute_only_step_is_flops_over_peak) {
+    pipit_hw *hw = toy_hw(1e9, 1e300, 1e300);
+    ASSERT_TRUE(hw != NULL);
+    pipit_sim_config c = tiny(1, 1, 1);
+    pipit_sim_summary u;
+    ASSERT_TRUE(sim(&c, hw, &u));
+    double B = 8, s = 16, h = 64, T = B * s;
+    double layer = 2 * T * (4 * h * h + 8 * h * h) + 4 * B * s * s * h;
+    double want = 3 * (4 * layer + 2 * T * h * 128) / 1e9;
+    ASSERT_NEAR_F64(u.step_s / want, 1.0, 1e-9);
+    ASSERT_NEAR_F64(u.bubble, 0.0, 1e-12);
+    pipit_hw_free(hw);
+}
+
+/* Links only, tp = 2: per microbatch and layer two all-reduces forward and
+ * two backward of T h 4 bytes (ring: 2 (t-1)/t bytes / bw), and one each
+ * for the embedding output and the logits' input gradient. */
+PIPIT_TEST(sim_tp_allreduces_megatron_count) {
+    double bw = 1e9;
+    pipit_hw *hw = toy_hw(1e300, 1e300, bw);
+    ASSERT_TRUE(hw != NULL);
+    pipit_sim_config c = tiny(2, 1, 1);
+    pipit_sim_summary u;
+    ASSERT_TRUE(sim(&c, hw, &u));
+    double T = 2 * 16, ar = 2.0 * 1 / 2 * T * 64 * 4 / bw;
+    double want = 4 /* microbatches */ * (4 /* layers */ * 4 + 2) * ar;
+    ASSERT_NEAR_F64(u.step_s / want, 1.0, 1e-9);
+    c.recompute = PIPIT_RECOMPUTE_FULL; /* the recomputed forward repeats its two */
+    ASSERT_TRUE(sim(&c, hw, &u));
+    ASSERT_NEAR_F64(u.step_s / (4 * (4 * 6 + 2) * ar), 1.0, 1e-9);
+    pipit_hw_free(hw);
+}
+
+/* Links only, dp = 4: after the loop, a ring all-reduce of every gradient
+ * (4-byte elements): 2 (d-1)/d x params x 4 / bw. Params of GPT with tied
+ * embeddings: l (12h^2 + 13h) + V h + s h + 2h. */
+PIPIT_TEST(sim_dp_exchange_is_a_ring_allreduce_of_the_gradients) {
+    double bw = 1e9;
+    pipit_hw *hw = toy_hw(1e300, 1e300, bw);
+    ASSERT_TRUE(hw != NULL);
+    pipit_sim_config c = tiny(1, 1, 4);
+    pipit_sim_summary u;
+    ASSERT_TRUE(sim(&c, hw, &u));
+    double h = 64, params = 4 * (12 * h * h + 13 * h) + 128 * h + 16 * h + 2 * h;
+    ASSERT_NEAR_F64(u.dp_s / (2.0 * 3 / 4 * params * 4 / bw), 1.0, 1e-9);
+    ASSERT_NEAR_F64(u.step_s / u.dp_s, 1.0, 1e-9);
+    /* fp32: weights, gradients and Adam's two moments, 16 bytes a parameter;
+     * ZeRO-1 keeps a quarter of the moments (8 bytes) on each replica */
+    ASSERT_TRUE(u.peak_bytes_per_rank > 16 * params);
+    c.zero1 = 1;
+    pipit_sim_summary z;
+    ASSERT_TRUE(sim(&c, hw, &z));
+    ASSERT_NEAR_F64(u.peak_bytes_per_rank - z.peak_bytes_per_rank, 8 * params * 3 / 4, 1e-6);
+    pipit_hw_free(hw);
+}
+
+/* Compute only, 4 pipeline ranks, 8 microbatches: GPipe's bubble is at
+ * least the equal-stage (P-1)/(M+P-1) (the last stage carries the head, so
+ * the stages are not equal), 1F1B holds fewer activations. */
+PIPIT_TEST(sim_pipeline_bubble_follows_schedule) {
+    pipit_hw *hw = toy_hw(1e9, 1e300, 1e300);
+    ASSERT_TRUE(hw != NULL);
+    pipit_sim_config c = tiny(1, 4, 1);
+    c.layers = 8;
+    c.global_batch = 16; /* M = 8 */
+    pipit_sim_summary g, f;
+    ASSERT_TRUE(sim(&c, hw, &g));
+    ASSERT_TRUE(g.bubble >= 3.0 / 11 - 1e-9);
+    ASSERT_EQ_I64(g.microbatches, 8);
+    c.schedule = PIPIT_SCHED_1F1B;
+    ASSERT_TRUE(sim(&c, hw, &f));
+    ASSERT_TRUE(f.bubble >= 3.0 / 11 - 1e-9);
+    ASSERT_TRUE(f.peak_bytes_per_rank < g.peak_bytes_per_rank);
+    pipit_hw_free(hw);
+}
+
+/* ------------------------------------------------------------- errors */
+
+PIPIT_TEST(sim_rejects_bad_configs) {
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_load("a100", &hw));
+    pipit_sim_report *r = NULL;
+    pipit_sim_config c = gpt(24, 2304, 24, 1, 1, 1, 8);
+    c.tp = 5;
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("heads 24 is not divisible by tp 5");
+    c = gpt(24, 2304, 24, 1, 5, 1, 10);
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("layers 24 cannot be split into pp 5");
+    c = gpt(24, 2304, 24, 1, 2, 1, 8);
+    c.schedule = PIPIT_SCHED_INTERLEAVED_1F1B, c.virt = 5;
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("pp 2 x virtual 5");
+    c = gpt(24, 2304, 24, 1, 1, 3, 8);
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("global batch 8 is not divisible by micro-batch 1 x dp 3");
+    c = gpt(24, 2304, 24, 16, 1, 1, 8);
+    c.heads = 32, c.hidden = 2304 + 256; /* divisible, but 16 GPUs of TP span two nodes */
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("spans more than one node");
+    c = gpt(24, 2304, 24, 1, 4, 1, 6); /* M = 6 is not a multiple of P = 4 */
+    c.schedule = PIPIT_SCHED_INTERLEAVED_1F1B;
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_SCHEDULE);
+    c = gpt(24, 2304, 24, 1, 1, 1, 8);
+    c.dtype = "int8";
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("unknown dtype 'int8'");
+    c.dtype = NULL, c.seq = 0;
+    ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("seq must be >= 1");
+    ASSERT_TRUE(r == NULL);
+    ASSERT_STATUS(pipit_sim_run(NULL, hw, &r), PIPIT_STATUS_MISUSE);
+    pipit_hw_free(hw);
+}
+
+PIPIT_TEST(sim_hw_files_load_and_reject) {
+    pipit_hw *hw = NULL;
+    const char *names[] = {"a100", "h100", "h200", "cpu"};
+    for (int i = 0; i < 4; i++) {
+        ASSERT_OK(pipit_hw_load(names[i], &hw));
+        ASSERT_TRUE(strcmp(pipit_hw_name(hw), names[i]) == 0);
+        pipit_hw_free(hw);
+    }
+    ASSERT_OK(pipit_hw_load("a100", &hw));
+    ASSERT_NEAR_F64(pipit_hw_peak_flops(hw, "bf16"), 312e12, 1);  /* A100 data sheet, dense */
+    ASSERT_NEAR_F64(pipit_hw_peak_flops(hw, "tf32"), 156e12, 1);
+    ASSERT_NEAR_F64(pipit_hw_peak_flops(hw, "fp32"), 19.5e12, 1);
+    /* written and read back: the same description */
+    char path[512];
+    snprintf(path, sizeof path, "%s/hw_roundtrip.json", pipit_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    ASSERT_OK(pipit_hw_write(f, hw));
+    fclose(f);
+    pipit_hw *back = NULL;
+    ASSERT_OK(pipit_hw_load(path, &back));
+    pipit_sim_config c = gpt(48, 8192, 64, 8, 2, 2, 64);
+    pipit_sim_summary a, b;
+    ASSERT_TRUE(sim(&c, hw, &a));
+    ASSERT_TRUE(sim(&c, back, &b));
+    ASSERT_NEAR_F64(a.step_s, b.step_s, 0);
+    pipit_hw_free(back);
+    pipit_hw_free(hw);
+    ASSERT_STATUS(pipit_hw_load("a101", &hw), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("unknown hardware 'a101'");
+    const struct { const char *json, *msg; } bad[] = {
+        {"[1,2]", "not a JSON object"},
+        {"{\"name\":\"x\"", "not a JSON object"},
+        {"{\"name\":\"x\",\"peak_flops\":{\"fp32\":1e12},\"train_dtype\":\"fp32\",\"gemm_efficiency\":[[1,1]],"
+         "\"mem_capacity\":1,\"intra_node\":{\"bandwidth\":1},\"inter_node\":{\"bandwidth\":1}}",
+         "\"mem_bandwidth\" is missing"},
+        {"{\"name\":\"x\",\"peak_flops\":{\"fp32\":1e12},\"train_dtype\":\"bf16\",\"gemm_efficiency\":[[1,1]],"
+         "\"mem_bandwidth\":1,\"mem_capacity\":1,\"intra_node\":{\"bandwidth\":1},\"inter_node\":{\"bandwidth\":1}}",
+         "\"train_dtype\""},
+        {"{\"name\":\"x\",\"peak_flops\":{\"fp32\":1e12},\"train_dtype\":\"fp32\",\"gemm_efficiency\":[[8,0.5],[4,0.9]],"
+         "\"mem_bandwidth\":1,\"mem_capacity\":1,\"intra_node\":{\"bandwidth\":1},\"inter_node\":{\"bandwidth\":1}}",
+         "increasing dimensions"},
+        {"{\"name\":\"x\",\"peak_flops\":{\"fp32\":-1},\"train_dtype\":\"fp32\",\"gemm_efficiency\":[[1,1]],"
+         "\"mem_bandwidth\":1,\"mem_capacity\":1,\"intra_node\":{\"bandwidth\":1},\"inter_node\":{\"bandwidth\":1}}",
+         "non-negative number"},
+        {"{\"name\":\"x\",\"peak_flops\":{\"fp32\":1},\"train_dtype\":\"fp32\",\"gemm_efficiency\":[[1,1]],"
+         "\"mem_bandwidth\":1,\"mem_capacity\":1,\"intra_node\":{\"latency\":1},\"inter_node\":{\"bandwidth\":1}}",
+         "\"bandwidth\" is missing"},
+        {"{\"name\":\"a\\\"b\",\"peak_flops\":{\"fp32\":1}}", "letters, digits"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_STATUS(pipit_hw_parse(bad[i].json, "t.json", &hw), PIPIT_STATUS_FORMAT);
+        ASSERT_MSG_HAS(bad[i].msg);
+        ASSERT_TRUE(hw == NULL);
+    }
+}
+
+/* ---------------------------------------------------------- calibration */
+
+static void write_profile(const char *path, double t_mm, double t_attn, double t_elem) {
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    /* two ranks: the fit adds them */
+    fprintf(f,
+            "{\"model\":{\"layers\":4,\"dim\":128,\"heads\":4,\"ctx\":64,\"vocab\":256,\"micro_batch\":8,"
+            "\"microbatches\":4,\"pp\":2},\"steps\":2,\"step_s\":0.1,\"profile\":{\"ranks\":["
+            "{\"rank\":0,\"ops\":{\"matmul\":%.17g,\"attention\":%.17g,\"layernorm\":%.17g},\"instructions\":{}},"
+            "{\"rank\":1,\"ops\":{\"matmul\":%.17g,\"attn_dqkv\":%.17g,\"gelu\":%.17g},\"instructions\":{}}]}}\n",
+            t_mm, t_attn, t_elem, t_mm, t_attn, t_elem);
+    fclose(f);
+}
+
+/* The fitted peak is the GEMM FLOPs outside attention (Megatron's count:
+ * 3 passes of 2T(4h^2 + 8h^2) per layer and 2ThV for the logits) over the
+ * matmul seconds; and the description reproduces the profile: one rank
+ * simulating the profiled model is busy exactly the measured op time. */
+PIPIT_TEST(sim_calibration_fits_the_profile) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/profile.json", pipit_test_tmpdir());
+    double t_mm = 0.02, t_attn = 0.004, t_elem = 0.006; /* per rank, over 2 steps */
+    write_profile(path, t_mm, t_attn, t_elem);
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_calibrate(path, &hw));
+    double T = 8 * 64, h = 128, f_mm = 4 * (4 * 3 * 2 * T * 12 * h * h + 3 * 2 * T * h * 256);
+    double per_step_mm = 2 * t_mm / 2;
+    double peak = pipit_hw_peak_flops(hw, "fp32");
+    double attn_rate = 12.0 * 8 * 64 * 64 * 128 * 4 * 4 / (2 * t_attn / 2);
+    ASSERT_NEAR_F64(fmax(f_mm / per_step_mm, attn_rate) / peak, 1.0, 1e-9);
+    pipit_sim_config c = {.layers = 4, .hidden = 128, .heads = 4, .seq = 64, .vocab = 256, .micro_batch = 8,
+                          .global_batch = 32, .tp = 1, .pp = 1, .dp = 1, .schedule = PIPIT_SCHED_GPIPE};
+    pipit_sim_report *r = NULL;
+    ASSERT_OK(pipit_sim_run(&c, hw, &r));
+    ASSERT_NEAR_F64(pipit_sim_report_rank_busy(r, 0) / (t_mm + t_attn + t_elem), 1.0, 1e-9);
+    pipit_sim_report_free(r);
+    pipit_hw_free(hw);
+    FILE *f = fopen(path, "w");
+    fputs("{\"model\":{\"layers\":4},\"steps\":1}", f);
+    fclose(f);
+    ASSERT_STATUS(pipit_hw_calibrate(path, &hw), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("\"model\" lacks");
+    ASSERT_STATUS(pipit_hw_calibrate("/nonexistent/p.json", &hw), PIPIT_STATUS_IO);
+    ASSERT_MSG_HAS("cannot open profile");
+}

@@ -1,0 +1,193 @@
+/*
+ * plan_search.c — `pipit plan --search`: every schedule x V x microbatch
+ * size (x tp x dp for a GPU count) that fits the memory limit, simulated
+ * with the cost model (pipit_sim.h) and ranked by step time; the best few
+ * are printed with bubble and memory, and the rejected ones counted by
+ * reason (each one with --verbose).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flags.h"
+#include "pipit.h"
+#include "pipit_sim.h"
+
+int pipit_cli_plan_search(int argc, char **argv);
+/* tools/sim.c */
+pipit_hw *pipit_cli_open_hw(const char *name);
+pipit_recompute pipit_cli_recompute(const char *s);
+
+enum { R_LAYERS, R_TP, R_SCHEDULE, R_MEMORY, R_OTHER, R_COUNT };
+static const char *const REASON[R_COUNT] = {
+    "layers not divisible by pp x V", "heads, hidden or vocab not divisible by tp",
+    "the schedule does not accept this P, V, M", "over the memory limit", "other"};
+
+typedef struct {
+    pipit_sim_config c;
+    pipit_sim_summary u;
+    int order; /* enumeration order: ties keep it */
+} candidate;
+
+typedef struct {
+    candidate *fit;
+    int nfit, cap, ncand, rejected[R_COUNT], verbose;
+    double mem_limit;
+} search;
+
+static void describe(char *buf, size_t n, const pipit_sim_config *c) {
+    snprintf(buf, n, "%s V=%d M=%lld b=%d tp=%d dp=%d", pipit_schedule_kind_name((pipit_schedule_kind)c->schedule),
+             c->virt, (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp, c->dp);
+}
+
+static void reject(search *s, const pipit_sim_config *c, int why, const char *detail) {
+    s->rejected[why]++;
+    if (!s->verbose) return;
+    char d[128];
+    describe(d, sizeof d, c);
+    printf("rejected  %-44s %s%s%s\n", d, REASON[why], detail ? ": " : "", detail ? detail : "");
+}
+
+static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
+    s->ncand++;
+    if (c->layers % (c->pp * c->virt)) return reject(s, c, R_LAYERS, NULL);
+    if (c->heads % c->tp || c->vocab % c->tp || c->hidden % c->tp) return reject(s, c, R_TP, NULL);
+    pipit_sim_report *r = NULL;
+    pipit_status st = pipit_sim_run(c, hw, &r);
+    if (st) return reject(s, c, st == PIPIT_STATUS_SCHEDULE ? R_SCHEDULE : R_OTHER, pipit_errmsg());
+    candidate k = {.c = *c, .order = s->ncand};
+    pipit_sim_report_summary(r, &k.u);
+    pipit_sim_report_free(r);
+    if (k.u.peak_bytes_per_rank > s->mem_limit) {
+        char d[64];
+        snprintf(d, sizeof d, "%.3g GB > %.3g GB", k.u.peak_bytes_per_rank / 1e9, s->mem_limit / 1e9);
+        return reject(s, c, R_MEMORY, d);
+    }
+    if (s->nfit == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 64;
+        candidate *nf = realloc(s->fit, sizeof *nf * (size_t)cap);
+        if (!nf) die("out of memory");
+        s->fit = nf, s->cap = cap;
+    }
+    s->fit[s->nfit++] = k;
+}
+
+static int by_step(const void *a, const void *b) {
+    const candidate *x = a, *y = b;
+    if (x->u.step_s != y->u.step_s) return x->u.step_s < y->u.step_s ? -1 : 1;
+    return x->order - y->order;
+}
+
+/* schedule x V x micro-batch for one (tp, dp). */
+static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw) {
+    if (c.global_batch % c.dp) return;
+    int64_t per_replica = c.global_batch / c.dp;
+    for (int k = 0; k < PIPIT_SCHED_COUNT; k++)
+        for (int v = 1; v <= c.layers / c.pp; v++)
+            for (int64_t b = 1; b <= per_replica && b <= 1 << 16; b++) {
+                if (per_replica % b) continue;
+                c.schedule = k, c.virt = v, c.micro_batch = (int)b;
+                try_one(s, &c, hw);
+            }
+}
+
+static void print_best(const search *s, int top, int json) {
+    int n = s->nfit < top ? s->nfit : top;
+    if (json) {
+        printf("{\"candidates\":%d,\"fit\":%d,\"rejected\":{", s->ncand, s->nfit);
+        for (int i = 0; i < R_COUNT; i++) printf("%s\"%s\":%d", i ? "," : "", REASON[i], s->rejected[i]);
+        printf("},\"best\":[");
+        for (int i = 0; i < n; i++) {
+            const candidate *k = &s->fit[i];
+            printf("%s{\"schedule\":\"%s\",\"virtual\":%d,\"microbatches\":%d,\"micro_batch\":%d,\"tp\":%d,\"dp\":%d,"
+                   "\"step_s\":%.9g,\"bubble\":%.6g,\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
+                   i ? "," : "", pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.virt,
+                   k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.dp, k->u.step_s, k->u.bubble,
+                   k->u.peak_bytes_per_rank, k->u.tflops_per_gpu);
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("%d candidates: %d fit, %d rejected\n", s->ncand, s->nfit, s->ncand - s->nfit);
+    for (int i = 0; i < R_COUNT; i++)
+        if (s->rejected[i]) printf("  %6d  %s\n", s->rejected[i], REASON[i]);
+    if (!n) {
+        printf("nothing fits: raise --mem-limit or change the mesh\n");
+        return;
+    }
+    printf("\n%4s  %-18s %3s %5s %4s %3s %4s %10s %8s %10s %12s\n", "rank", "schedule", "V", "M", "b", "tp", "dp",
+           "step s", "bubble", "peak GB", "TFLOP/s/GPU");
+    for (int i = 0; i < n; i++) {
+        const candidate *k = &s->fit[i];
+        printf("%4d  %-18s %3d %5d %4d %3d %4d %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
+               pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.virt, k->u.microbatches,
+               k->c.micro_batch, k->c.tp, k->c.dp, k->u.step_s, 100 * k->u.bubble, k->u.peak_bytes_per_rank / 1e9,
+               k->u.tflops_per_gpu);
+    }
+}
+
+int pipit_cli_plan_search(int argc, char **argv) {
+    const char *model = "tiny", *hw_name = "cpu", *recompute = "none";
+    int layers = 0, heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0, on = 0;
+    int verbose = 0, zero1 = 0;
+    uint64_t global = 0;
+    double mem_limit = 0;
+    flag fl[] = {
+        {"search", FL_BOOL, &on, "rank schedule x V x microbatch size (x tp x dp with --gpus) by simulated step time", 0},
+        {"global-batch", FL_U64, &global, "sequences per step G = micro-batch x M x dp", 0},
+        {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the hardware's memory capacity)", 0},
+        {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu (default) or a hardware JSON file", 0},
+        {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl", 0},
+        {"layers", FL_INT, &layers, "transformer blocks L (default: the preset's)", 0},
+        {"heads", FL_INT, &heads, "attention heads (default: the preset's)", 0},
+        {"dim", FL_INT, &dim, "model width (default: the preset's)", 0},
+        {"ctx", FL_INT, &ctx, "sequence length (default: the preset's)", 0},
+        {"vocab", FL_INT, &vocab, "vocabulary size (default: the preset's)", 0},
+        {"pp", FL_INT, &pp, "pipeline ranks P (default 1)", 0},
+        {"dp", FL_INT, &dp, "data-parallel replicas (default 1; with --gpus: searched)", 0},
+        {"gpus", FL_INT, &gpus, "search tp x dp = GPUS / pp too (sim mode)", 0},
+        {"recompute", FL_STR, &recompute, "none (default) or full", 0},
+        {"zero1", FL_BOOL, &zero1, "shard the optimizer state over dp", 0},
+        {"top", FL_INT, &top, "how many of the best to print (default 5)", 0},
+        {"verbose", FL_BOOL, &verbose, "print every rejected combination and why", 0},
+        {"json", FL_BOOL, &json, "print one JSON object", 0},
+    };
+    flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
+                          "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]",
+                  "Searches schedule x V x microbatch size (x tp x dp with --gpus) with the cost model of `pipit sim`,\n"
+                  "ranks what fits by simulated step time and says why the rest were rejected; nothing runs.",
+                  fl, NFLAGS(fl)};
+    flags_parse(&c, argc, argv);
+    flags_require(&c, (const char *const[]){"global-batch", NULL});
+    const cli_preset *pr = cli_preset_find(model);
+    if (!pr) die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl", model);
+    if (global < 1 || global > (1u << 30)) die("--global-batch must be in [1, 2^30] (got %llu)", (unsigned long long)global);
+    if (top < 1) die("--top must be >= 1 (got %d)", top);
+    if (pp < 1 || dp < 1 || gpus < 0) die("--pp, --dp and --gpus must be >= 1");
+    if (gpus && flags_seen(&c, "dp")) die("--gpus searches dp: do not give --dp too");
+    if (gpus && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
+    pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    search s = {.verbose = verbose, .mem_limit = mem_limit};
+    if (flags_seen(&c, "mem-limit") && !(mem_limit > 0))
+        die("--mem-limit must be a positive number of bytes (got %g)", mem_limit);
+    pipit_sim_config base = {.layers = layers ? layers : pr->layers, .hidden = dim ? dim : pr->dim,
+                             .heads = heads ? heads : pr->heads, .seq = ctx ? ctx : pr->ctx,
+                             .vocab = vocab ? vocab : pr->vocab, .global_batch = (int64_t)global,
+                             .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1};
+    if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
+    if (gpus) {
+        for (int t = 1; t <= gpus / pp; t++)
+            if ((gpus / pp) % t == 0) {
+                base.tp = t, base.dp = gpus / pp / t;
+                enumerate_pipeline(&s, base, hw);
+            }
+    } else {
+        enumerate_pipeline(&s, base, hw);
+    }
+    qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step);
+    print_best(&s, top, json);
+    free(s.fit);
+    pipit_hw_free(hw);
+    return 0;
+}

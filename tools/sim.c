@@ -1,0 +1,201 @@
+/*
+ * sim.c — `pipit sim`: the cost model and schedule simulator on a described
+ * machine (pipit_sim.h): step time, TFLOP/s per GPU, MFU, bubble, memory
+ * per rank and the messages on each link, for a transformer on a
+ * tp x pp x dp mesh; nothing runs. `pipit sim --calibrate PROFILE` fits a
+ * CPU description to a `pipit train --profile-out` file.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "flags.h"
+#include "pipit.h"
+#include "pipit_sim.h"
+
+int pipit_cli_sim(int argc, char **argv);
+
+/* --hw NAME|FILE, with the built-in names in the message of a typo. */
+pipit_hw *pipit_cli_open_hw(const char *name);
+pipit_hw *pipit_cli_open_hw(const char *name) {
+    pipit_hw *hw = NULL;
+    if (pipit_hw_load(name, &hw) == PIPIT_STATUS_OK) return hw;
+    const char *cands[16];
+    int n = 0;
+    for (int i = 0; i < pipit_hw_builtin_count() && n < 16; i++) cands[n++] = pipit_hw_builtin_name(i);
+    die("--hw: %s%s", pipit_errmsg(), cli_did_you_mean(name, cands, n, ""));
+}
+
+/* --schedule NAME: a built-in name (the cost model needs its generator). */
+int pipit_cli_schedule_kind(const char *flagname, const char *name);
+int pipit_cli_schedule_kind(const char *flagname, const char *name) {
+    int kind = pipit_schedule_kind_from_name(name);
+    if (kind >= 0) return kind;
+    const char *cands[PIPIT_SCHED_COUNT];
+    char names[256] = "";
+    for (int k = 0; k < PIPIT_SCHED_COUNT; k++) {
+        cands[k] = pipit_schedule_kind_name((pipit_schedule_kind)k);
+        size_t u = strlen(names);
+        snprintf(names + u, sizeof names - u, "%s%s", k ? ", " : "", cands[k]);
+    }
+    die("unknown schedule '%s' for --%s: expected one of %s%s", name, flagname, names,
+        cli_did_you_mean(name, cands, PIPIT_SCHED_COUNT, ""));
+}
+
+pipit_recompute pipit_cli_recompute(const char *s);
+pipit_recompute pipit_cli_recompute(const char *s) {
+    if (strcmp(s, "none") == 0) return PIPIT_RECOMPUTE_NONE;
+    if (strcmp(s, "full") == 0) return PIPIT_RECOMPUTE_FULL;
+    die("bad value '%s' for --recompute: expected none or full", s);
+}
+
+static int calibrate(const char *profile, const char *out) {
+    pipit_hw *hw = NULL;
+    if (pipit_hw_calibrate(profile, &hw)) die("--calibrate: %s", pipit_errmsg());
+    FILE *f = out ? fopen(out, "w") : stdout;
+    if (!f) die("--out: cannot write '%s'", out);
+    pipit_status st = pipit_hw_write(f, hw);
+    if (out && fclose(f) && !st) die("--out: writing '%s' failed", out);
+    pipit_hw_free(hw);
+    if (st) die("--calibrate: %s", pipit_errmsg());
+    if (out) fprintf(stderr, "pipit: wrote the calibrated description to %s (use it with --hw %s)\n", out, out);
+    return 0;
+}
+
+static pipit_sim_summary run_summary(const pipit_sim_config *c, const pipit_hw *hw, const char *what) {
+    pipit_sim_report *r = NULL;
+    if (pipit_sim_run(c, hw, &r)) die("sim: %s: %s", what, pipit_errmsg());
+    pipit_sim_summary u;
+    pipit_sim_report_summary(r, &u);
+    pipit_sim_report_free(r);
+    return u;
+}
+
+/* --weak-scaling D1,D2,...: the same pipeline (microbatches per replica
+ * fixed) on more replicas; efficiency = TFLOP/s per GPU over the first's. */
+static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const char *list, int json) {
+    if (c0->global_batch % c0->dp)
+        die("--weak-scaling keeps the batch per replica: --global-batch %lld is not divisible by --dp %d",
+            (long long)c0->global_batch, c0->dp);
+    int64_t per_replica = c0->global_batch / c0->dp;
+    double base = 0;
+    if (!json) printf("%6s %4s %8s %10s %14s %10s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency");
+    for (const char *p = list; *p;) {
+        char *end;
+        long d = strtol(p, &end, 10);
+        if (end == p || d < 1 || d > 1 << 20 || (*end && *end != ','))
+            die("bad value '%s' for --weak-scaling: expected data-parallel sizes like 2,4,8,16", list);
+        pipit_sim_config c = *c0;
+        c.dp = (int)d, c.global_batch = per_replica * d;
+        pipit_sim_summary u = run_summary(&c, hw, "--weak-scaling");
+        if (base == 0) base = u.tflops_per_gpu;
+        if (json)
+            printf("{\"gpus\":%d,\"dp\":%ld,\"global_batch\":%lld,\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,"
+                   "\"efficiency\":%.6g}\n", u.gpus, d, (long long)c.global_batch, u.step_s, u.tflops_per_gpu,
+                   u.tflops_per_gpu / base);
+        else
+            printf("%6d %4ld %8lld %10.4f %14.1f %10.3f\n", u.gpus, d, (long long)c.global_batch, u.step_s,
+                   u.tflops_per_gpu, u.tflops_per_gpu / base);
+        p = *end ? end + 1 : end;
+    }
+}
+
+/* --vs-gpipe: GPipe holding no more memory than this schedule: the most
+ * microbatches per flush M' (a divisor of M) whose peak fits, run as M/M'
+ * flushes (gradients accumulate across them; one DP exchange and update). */
+static void vs_gpipe(const pipit_sim_config *c0, const pipit_hw *hw, const pipit_sim_summary *mine, int json) {
+    int M = mine->microbatches;
+    for (int m = M; m >= 1; m--) {
+        if (M % m) continue;
+        pipit_sim_config c = *c0;
+        c.schedule = PIPIT_SCHED_GPIPE, c.virt = 1, c.global_batch = c0->global_batch / M * m;
+        pipit_sim_summary g = run_summary(&c, hw, "--vs-gpipe");
+        if (g.peak_bytes_per_rank > mine->peak_bytes_per_rank && m > 1) continue;
+        double step = (double)(M / m) * g.pipeline_s + g.dp_s + g.optimizer_s;
+        double gain = step / mine->step_s - 1;
+        if (json)
+            printf("{\"gpipe_microbatches_per_flush\":%d,\"gpipe_flushes\":%d,\"gpipe_step_s\":%.9g,"
+                   "\"gpipe_peak_bytes_per_rank\":%.9g,\"step_s\":%.9g,\"gain\":%.6g}\n",
+                   m, M / m, step, g.peak_bytes_per_rank, mine->step_s, gain);
+        else
+            printf("GPipe at equal memory: %d flush%s of %d microbatches, %.2f GiB peak, step %.4f s; this schedule's "
+                   "step %.4f s is %.1f%% faster\n",
+                   M / m, M / m == 1 ? "" : "es", m, g.peak_bytes_per_rank / (1024.0 * 1024 * 1024), step,
+                   mine->step_s, 100 * gain);
+        return;
+    }
+}
+
+int pipit_cli_sim(int argc, char **argv) {
+    pipit_sim_config c = {.micro_batch = 1, .tp = 1, .pp = 1, .dp = 1, .ffn_mult = 0};
+    const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL;
+    int json = 0, gpipe = 0;
+    const char *scaling = NULL;
+    uint64_t global = 0;
+    flag fl[] = {
+        {"layers", FL_INT, &c.layers, "transformer layers L", 0},
+        {"hidden", FL_INT, &c.hidden, "hidden size h", 0},
+        {"heads", FL_INT, &c.heads, "attention heads a", 0},
+        {"seq", FL_INT, &c.seq, "sequence length s", 0},
+        {"vocab", FL_INT, &c.vocab, "vocabulary size V", 0},
+        {"ffn-mult", FL_DBL, &c.ffn_mult, "MLP width / hidden (default 4)", 0},
+        {"swiglu", FL_BOOL, &c.gated_mlp, "gated MLP (Llama: three matrices) instead of GELU (GPT)", 0},
+        {"micro-batch", FL_INT, &c.micro_batch, "sequences per microbatch b (default 1)", 0},
+        {"global-batch", FL_U64, &global, "sequences per step B = b x M x dp", 0},
+        {"tp", FL_INT, &c.tp, "tensor-parallel GPUs per stage t (default 1)", 0},
+        {"pp", FL_INT, &c.pp, "pipeline ranks p (default 1)", 0},
+        {"dp", FL_INT, &c.dp, "data-parallel replicas d (default 1)", 0},
+        {"schedule", FL_STR, &schedule, "a built-in schedule name (default 1f1b)", 0},
+        {"virtual", FL_INT, &c.virt, "stages per pipeline rank V (default: the schedule's own)", 0},
+        {"recompute", FL_STR, &recompute, "none (default) or full activation recomputation", 0},
+        {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
+        {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},
+        {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu or a hardware JSON file (docs/sim.md)", 0},
+        {"json", FL_BOOL, &json, "print one JSON object", 0},
+        {"weak-scaling", FL_STR, &scaling, "D1,D2,...: the same pipeline on dp = D1, D2, ... (microbatches per replica fixed): "
+                                           "TFLOP/s per GPU and efficiency over the first", 0},
+        {"vs-gpipe", FL_BOOL, &gpipe, "also print GPipe at equal memory (flushes of fewer microbatches) and the gain over it", 0},
+        {"calibrate", FL_STR, &cal, "fit the CPU description to a `pipit train --profile-out` file; print it", 0},
+        {"out", FL_STR, &out, "with --calibrate: write the description to FILE", 0},
+    };
+    flag_cmd cmd = {"sim",
+                    "--layers L --hidden H --heads A --seq S --vocab V --micro-batch b --global-batch B\n"
+                    "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|full] --hw NAME|FILE [--json]\n"
+                    "   or: pipit sim --calibrate PROFILE [--out FILE]",
+                    "Predicts one training step (time, TFLOP/s per GPU, MFU, bubble, memory per rank, link traffic)\n"
+                    "from a cost model and the schedule simulator; nothing runs. docs/sim.md has the formulas.",
+                    fl, NFLAGS(fl)};
+    flags_parse(&cmd, argc, argv);
+    if (cal) {
+        for (int i = 0; i < cmd.n; i++)
+            if (fl[i].seen && strcmp(fl[i].name, "calibrate") && strcmp(fl[i].name, "out"))
+                die("sim: --calibrate takes only --out (got --%s)", fl[i].name);
+        return calibrate(cal, out);
+    }
+    if (out) die("sim: --out goes with --calibrate");
+    flags_require(&cmd, (const char *const[]){"layers", "hidden", "heads", "seq", "vocab", "global-batch", "hw", NULL});
+    if (global > (uint64_t)INT64_MAX) die("--global-batch %llu is too large", (unsigned long long)global);
+    c.global_batch = (int64_t)global;
+    c.schedule = pipit_cli_schedule_kind("schedule", schedule);
+    c.recompute = pipit_cli_recompute(recompute);
+    pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    if (scaling) {
+        weak_scaling(&c, hw, scaling, json);
+        pipit_hw_free(hw);
+        return 0;
+    }
+    pipit_sim_report *r = NULL;
+    if (pipit_sim_run(&c, hw, &r)) die("sim: %s", pipit_errmsg());
+    pipit_status st = json ? pipit_sim_report_write_json(stdout, r) : pipit_sim_report_print(stdout, r);
+    if (st) die("sim: %s", pipit_errmsg());
+    pipit_sim_summary mine;
+    pipit_sim_report_summary(r, &mine);
+    pipit_sim_report_free(r);
+    if (gpipe) {
+        if (!json) printf("\n");
+        vs_gpipe(&c, hw, &mine, json);
+    }
+    pipit_hw_free(hw);
+    return 0;
+}
