@@ -13,9 +13,13 @@
  * same count as bench/torch_step.py), then cblas_sgemm GFLOP/s with
  * OpenBLAS on the same thread count at the GPT-2 MLP shape
  * (256 x 3072 x 768) and a 1024^3 square, and ours / the better of the two.
- * The last line is one JSON object with the same numbers for scripts.
+ * The last line is one JSON object with the same numbers for scripts, with
+ * the thread check of the timed steps: cpu_per_wall = process CPU time / wall
+ * time over them (the mean number of cores in use, at most `threads` when the
+ * thread count holds) and the peak RSS (bench/peers.py prints both).
  */
 #include <cblas.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,11 +28,13 @@
 #include "pipit.h"
 #include "pipit_gpt2.h"
 
-static double now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -106,8 +112,10 @@ int main(int argc, char **argv) {
     size_t nb = sizeof(int32_t) * (size_t)B * T;
     pipit_feed feeds[3] = {{PIPIT_GPT2_TOKENS, tok, nb}, {PIPIT_GPT2_TARGETS, tgt, nb}, {PIPIT_GPT2_POSITIONS, pos, nb}};
     double *ms = calloc((size_t)steps, sizeof *ms), sum = 0, mn = 1e30;
-    double last_loss = 0;
+    double last_loss = 0, wall0 = 0, cpu0 = 0;
+    struct rusage ru0, ru;
     for (int i = 0; i < warmup + steps; i++) {
+        if (i == warmup) wall0 = now_s(), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), getrusage(RUSAGE_SELF, &ru0);
         for (int k = 0; k < B * T; k++) {
             st = st * 6364136223846793005ULL + 1442695040888963407ULL;
             tok[k] = (int32_t)((st >> 33) % (uint64_t)cfg.vocab);
@@ -124,6 +132,11 @@ int main(int argc, char **argv) {
             if (m.ms < mn) mn = m.ms;
         }
     }
+    double wall = now_s() - wall0, cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - cpu0, cpu_per_wall = cpu / wall;
+    getrusage(RUSAGE_SELF, &ru);
+    double sys_per_wall = ((double)(ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                           1e-6 * (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) / wall;
+    long faults = (ru.ru_minflt - ru0.ru_minflt) / steps;
     double mean = sum / steps, med = median(ms, steps);
     double tokens = (double)B * T, fpt = pipit_gpt2_flops_per_token(&cfg);
     double gf = fpt * tokens / (med / 1e3) * 1e-9;
@@ -141,9 +154,10 @@ int main(int argc, char **argv) {
            tokens / (med / 1e3), gf, threads, ceil_mlp, ceil_sq, gf / ceil);
     printf("{\"vocab\":%d,\"ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"batch\":%d,\"threads\":%d,"
            "\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_mean\":%.3f,\"tokens_per_s\":%.1f,"
-           "\"gflops\":%.3f,\"sgemm_mlp_gflops\":%.2f,\"sgemm_square_gflops\":%.2f,\"ratio_ceiling\":%.4f}\n",
+           "\"gflops\":%.3f,\"sgemm_mlp_gflops\":%.2f,\"sgemm_square_gflops\":%.2f,\"ratio_ceiling\":%.4f,"
+           "\"cpu_per_wall\":%.3f,\"cpu_ms_per_step\":%.1f,\"sys_per_wall\":%.3f,\"minor_faults_per_step\":%ld,\"peak_rss_mb\":%.1f}\n",
            cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, steps, med, mn, mean,
-           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil);
+           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil, cpu_per_wall, cpu * 1e3 / steps, sys_per_wall, faults, (double)ru.ru_maxrss / 1024.0);
     free(ms), free(tok), free(tgt), free(pos);
     pipit_program_free(p);
     pipit_graph_free(g);

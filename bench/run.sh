@@ -1,229 +1,64 @@
 #!/usr/bin/env bash
 # bench/run.sh — builds pipit (Release) and runs the benchmarks of
-# docs/benchmarks.md: one-rank train step vs the OpenBLAS sgemm ceiling and
-# vs PyTorch, then pipeline bubble / overhead for every built-in schedule,
-# then (if a torch >= 2.4 is available) PyTorch's own pipelining.
+# docs/benchmarks.md: one-rank train step against the best-configured peers
+# (Debian's torch with tuned malloc and OpenMP, PyPI torch 2.x, JAX) and the
+# OpenBLAS sgemm ceiling, then pipeline bubble / overhead for every built-in
+# schedule, then PyTorch's own pipelining (torch.distributed.pipelining).
 #
-# Usage: bench/run.sh [--quick]
-#   env: BUILD=build-bench   build folder
-#        TORCH_PY=/usr/bin/python3            Debian torch for the step baseline
-#        TORCH_PP_PY=/tmp/tvenv/bin/python    a python with torch >= 2.4 for
-#                                             torch.distributed.pipelining (skipped
-#                                             with a message if missing)
+# Usage: bench/run.sh [--quick] [--peers]
+#   --quick   fewer steps, small model only (smoke test)
+#   --peers   the peer comparisons only (parts 1 and 3; bench/peers.sh)
+#   env: BUILD=build-bench                    build folder
+#        DEBIAN_PY=/usr/bin/python3           Debian's python3-torch
+#        PEERS_PY=/tmp/venv-peers/bin/python  a venv with PyPI torch 2.x and jax;
+#                                             also runs torch.distributed.pipelining
+#   A peer that is missing is skipped with the command that installs it.
 # The machine may be shared: every number is a median over several steps;
-# check `uptime` before trusting them.
+# the load average is printed at the start and the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-bench}
-TORCH_PY=${TORCH_PY:-/usr/bin/python3}
-TORCH_PP_PY=${TORCH_PP_PY:-/tmp/tvenv/bin/python}
-QUICK=0
-[[ ${1:-} == --quick ]] && QUICK=1
+export DEBIAN_PY=${DEBIAN_PY:-${TORCH_PY:-/usr/bin/python3}}
+export PEERS_PY=${PEERS_PY:-${TORCH_PP_PY:-/tmp/venv-peers/bin/python}}
+QUICK=0 PEERS=0
+for a in "$@"; do
+    case $a in
+    --quick) QUICK=1 ;;
+    --peers) PEERS=1 ;;
+    *) echo "usage: bench/run.sh [--quick] [--peers]" >&2; exit 2 ;;
+    esac
+done
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD" >/dev/null
 
 echo "== machine"
-echo "nproc: $(nproc); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'); $(uptime | sed 's/.*load/load/')"
-echo "git: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include || echo ' (+ uncommitted src changes)')"
+echo "nproc: $(nproc); cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
+echo "start: $(date -u '+%F %T UTC'); $(uptime | sed 's/.*load/load/')"
+echo "git: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include bench || echo ' (+ uncommitted changes)')"
 
 # ---------------------------------------------------------------- 1. step
-# name V T L H C B steps warmup
-if ((QUICK)); then
-    CONFIGS=("small 256 64 4 4 128 8 5 1")
-else
-    CONFIGS=("small 256 64 4 4 128 8 15 3" "gpt2-124M 50257 64 12 12 768 4 7 2")
-fi
-RES=$(mktemp)
-trap 'rm -f "$RES"' EXIT
 echo
-echo "== 1. train step, one rank (pipit bench_train vs $TORCH_PY bench/torch_step.py)"
-for cfg in "${CONFIGS[@]}"; do
-    read -r name V T L H C B steps warmup <<<"$cfg"
-    for th in 1 2; do
-        pj=$("$BUILD"/bench_train "$V" "$T" "$L" "$H" "$C" "$B" "$th" "$steps" "$warmup" | tail -1)
-        tj=$("$TORCH_PY" bench/torch_step.py --vocab "$V" --ctx "$T" --layers "$L" --heads "$H" --dim "$C" \
-            --micro-batch "$B" --threads "$th" --steps "$steps" --warmup "$warmup")
-        echo "$name $th $pj $tj" >>"$RES"
-        echo "  done: $name threads=$th" >&2
-    done
-done
-"$TORCH_PY" - "$RES" <<'EOF'
-import json, sys
-rows = []
-for line in open(sys.argv[1]):
-    name, th, rest = line.split(" ", 2)
-    dec = json.JSONDecoder()
-    pj, i = dec.raw_decode(rest)
-    tj, _ = dec.raw_decode(rest[i:].strip())
-    rows.append((name, int(th), pj, tj))
-print(f"{'model':10} {'thr':>3} | {'pipit ms':>9} {'GFLOP/s':>8} {'sgemm':>7} {'/ceil':>6} | "
-      f"{'torch ms':>9} {'GFLOP/s':>8} {'/ceil':>6} | {'pipit/torch':>11}")
-for name, th, p, t in rows:
-    ceil = max(p["sgemm_mlp_gflops"], p["sgemm_square_gflops"])
-    print(f"{name:10} {th:3d} | {p['ms_median']:9.2f} {p['gflops']:8.2f} {ceil:7.1f} {p['gflops']/ceil:6.3f} | "
-          f"{t['ms_per_step']:9.2f} {t['gflops']:8.2f} {t['gflops']/ceil:6.3f} | "
-          f"{t['ms_per_step']/p['ms_median']:10.3f}x")
-print("(medians over timed steps; sgemm = best OpenBLAS cblas_sgemm GFLOP/s on the same thread count\n"
-      " at 256x3072x768 and 1024^3, measured in the bench_train process; pipit/torch = torch ms / pipit ms,\n"
-      " > 1 means pipit is faster; torch " + rows[0][3]["torch"] + ")")
-EOF
+echo "== 1. train step, one rank: pipit vs the best-configured peers (bench/peers.py)"
+QF=()
+((QUICK)) && QF=(--quick)
+python3 bench/peers.py --build "$BUILD" "${QF[@]}"
 
 # ------------------------------------------------------------ 2. pipeline
-echo
-echo "== 2. pipeline schedules, P=2 (bench_pipeline)"
-if ((QUICK)); then "$BUILD"/bench_pipeline 3 1; else "$BUILD"/bench_pipeline 9 2; fi
+if ! ((PEERS)); then
+    echo
+    echo "== 2. pipeline schedules, P=2 (bench_pipeline)"
+    if ((QUICK)); then "$BUILD"/bench_pipeline 3 1; else "$BUILD"/bench_pipeline 9 2; fi
+fi
 
 # ------------------------------------------- 3. torch.distributed.pipelining
 echo
 echo "== 3. PyTorch pipelining (torch.distributed.pipelining, gloo, CPU, 2 processes x 1 thread)"
-if ! [[ -x $TORCH_PP_PY ]] || ! "$TORCH_PP_PY" -c 'import torch.distributed.pipelining' 2>/dev/null; then
-    echo "  skipped: $TORCH_PP_PY has no torch.distributed.pipelining (needs torch >= 2.4; Debian's"
-    echo "  python3-torch is $("$TORCH_PY" -c 'import torch; print(torch.__version__)'))."
-    echo "  To enable: python3 -m venv /tmp/tvenv && /tmp/tvenv/bin/pip install torch==2.4.1 numpy"
-    exit 0
+if ! [[ -x $PEERS_PY ]] || ! "$PEERS_PY" -c 'import torch.distributed.pipelining' 2>/dev/null; then
+    echo "  skipped: $PEERS_PY has no torch.distributed.pipelining (needs torch >= 2.4)."
+    echo "  To enable: python3 -m venv /tmp/venv-peers && /tmp/venv-peers/bin/pip install torch jax numpy"
+else
+    if ((QUICK)); then "$PEERS_PY" bench/torch_pipelining.py 3 1; else "$PEERS_PY" bench/torch_pipelining.py 9 2; fi
 fi
-PPY=$(mktemp --suffix=.py)
-trap 'rm -f "$RES" "$PPY"' EXIT
-cat >"$PPY" <<'EOF'
-"""GPT-2 (V=256 T=64 L=4 H=4 C=128, B=4 per microbatch) through
-torch.distributed.pipelining, one process per rank, gloo, 1 thread each.
-Times schedule.step() (forward + backward of M microbatches, no optimizer),
-median over steps, like bench_pipeline's step_wall. The lm head is an untied
-copy of wte on the last stage (tying across stages needs a gradient
-all-reduce that torch pipelining does not do for you)."""
-import math, os, statistics, sys, time
-import torch, torch.distributed as dist, torch.nn as nn, torch.nn.functional as F
-import torch.multiprocessing as mp
-from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B
-
-V, T, L, H, C, B = 256, 64, 4, 4, 128, 4
-STEPS, WARM = int(sys.argv[1]), int(sys.argv[2])
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fcp = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(c, 2)
-        q, k, v = (z.view(b, t, H, c // H).transpose(1, 2) for z in (q, k, v))
-        a = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // H))
-        a = a.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
-        x = x + self.proj((a @ v).transpose(1, 2).reshape(b, t, c))
-        return x + self.fcp(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class Stage(nn.Module):
-    def __init__(self, s, S):
-        super().__init__()
-        self.first, self.last = s == 0, s == S - 1
-        if self.first:
-            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
-        lo, hi = s * L // S, (s + 1) * L // S
-        self.blocks = nn.ModuleList(Block() for _ in range(lo, hi))
-        if self.last:
-            self.lnf, self.head = nn.LayerNorm(C), nn.Linear(C, V, bias=False)
-
-    def forward(self, x):
-        if self.first:
-            x = self.wte(x) + self.wpe(torch.arange(x.shape[1]))
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.lnf(x)) if self.last else x
-
-
-# torch 2.4-2.7: _batch_p2p keeps only the last Work of dist.batch_isend_irecv,
-# which with gloo (one Work per op) drops waits and deadlocks 1F1B and
-# interleaved 1F1B (pytorch/pytorch#132644, fixed by #152938 in 2.8). Same
-# fix here: wait on every Work.
-import torch.distributed.pipelining.schedules as _sched
-
-
-class _AllWork:
-    def __init__(self, works):
-        self.works = works
-
-    def wait(self):
-        for w in self.works:
-            w.wait()
-
-
-def _batch_p2p(p2p_ops, desc=None):
-    return _AllWork(dist.batch_isend_irecv(p2p_ops)) if p2p_ops else None
-
-
-if hasattr(_sched, "_batch_p2p") and tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 8):
-    _sched._batch_p2p = _batch_p2p
-
-
-def loss_fn(out, tgt):
-    return F.cross_entropy(out.reshape(-1, V), tgt.reshape(-1))
-
-
-def run(rank, world, port, q):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    torch.manual_seed(0)
-    res = []
-    for name, Vs in (("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2)):
-        S = world * Vs
-        for M in (2, 8, 32):
-            if Vs > 1 and M % world:
-                continue
-            sids = [rank + world * v for v in range(Vs)]
-            stages = []
-            for s in sids:
-                mod = Stage(s, S)
-                ex_in = torch.zeros(B, T, dtype=torch.long) if s == 0 else torch.zeros(B, T, C)
-                ex_out = torch.zeros(B, T, V) if s == S - 1 else torch.zeros(B, T, C)
-                stages.append(PipelineStage(mod, s, S, torch.device("cpu"), input_args=(ex_in,),
-                                            output_args=(ex_out,)))
-            if name == "gpipe":
-                sch = ScheduleGPipe(stages[0], M, loss_fn=loss_fn)
-            elif name == "1f1b":
-                sch = Schedule1F1B(stages[0], M, loss_fn=loss_fn)
-            else:
-                sch = ScheduleInterleaved1F1B(stages, M, loss_fn=loss_fn)
-            x = torch.randint(0, V, (M * B, T))
-            y = torch.randint(0, V, (M * B, T))
-            ts = []
-            for it in range(WARM + STEPS):
-                for st in stages:
-                    st.submod.zero_grad(set_to_none=True)
-                dist.barrier()
-                t0 = time.perf_counter()
-                if rank == 0:
-                    sch.step(x)
-                elif rank == world - 1:
-                    sch.step(target=y, losses=[])
-                else:
-                    sch.step()
-                dist.barrier()
-                ts.append(time.perf_counter() - t0)
-            res.append((name, Vs, M, statistics.median(ts[WARM:]) * 1e3))
-    if rank == 0:
-        q.put(res)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = 29500 + os.getpid() % 1000
-    ps = [ctx.Process(target=run, args=(r, 2, port, q)) for r in range(2)]
-    for p in ps:
-        p.start()
-    res = q.get()
-    for p in ps:
-        p.join()
-    print(f"torch {torch.__version__}: median step ms over {STEPS} steps (after {WARM} warm-up), fwd+bwd only")
-    print(f"{'schedule':17} {'V':>2} {'M':>3} | {'torch ms':>9}")
-    for name, Vs, M, ms in res:
-        print(f"{name:17} {Vs:2d} {M:3d} | {ms:9.2f}")
-EOF
-if ((QUICK)); then "$TORCH_PP_PY" "$PPY" 3 1; else "$TORCH_PP_PY" "$PPY" 9 2; fi
+echo
+echo "end: $(date -u '+%F %T UTC'); $(uptime | sed 's/.*load/load/')"

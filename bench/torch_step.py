@@ -5,9 +5,12 @@ Builds the GPT-2 model of tests/gpt2_torch.py with random GPT-2 init, feeds
 synthetic random tokens and times full training steps (forward, backward,
 AdamW update) of one batch of B sequences of T tokens.
 
-Usage (Debian's python, which has torch):
+Usage (Debian's python, which has torch, or a venv's torch 2.x):
   /usr/bin/python3 bench/torch_step.py --vocab V --ctx T --layers L --heads H \
       --dim C --micro-batch B --threads N [--steps K --warmup W]
+      [--adamw loop|foreach|fused]
+bench/peers.py runs it with each peer's settings (malloc tunables, OpenMP
+wait policy, taskset) next to pipit's step.
 
 Prints one JSON line: {"ms_per_step" (median over --steps timed steps),
 "tokens_per_s", "gflops", ...}, where
@@ -15,14 +18,23 @@ gflops is achieved GFLOP/s with the nanoGPT/PaLM estimate
   flops per step = (6 * N + 12 * L * C * T) * B * T
 and N counts every parameter except the position embedding wpe (nanoGPT's
 non-embedding count; wte stays in since it is the output head too).
+The JSON also has the thread check of bench/peer_meter.py over the timed
+steps (cpu_per_wall, busy_threads), torch's thread counts, the BLAS torch
+was built with, the relevant environment and the peak RSS.
 """
 
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import time
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_meter  # noqa: E402
 
 
 def _pin_threads():
@@ -30,12 +42,7 @@ def _pin_threads():
     pool ignores torch.set_num_threads: without this, "--threads 1" would use
     every core for GEMMs (and --threads 2 oversubscribes). Both pools must get
     the thread count before torch (and OpenBLAS) load."""
-    n = "1"
-    for i, a in enumerate(sys.argv):
-        if a == "--threads" and i + 1 < len(sys.argv):
-            n = sys.argv[i + 1]
-        elif a.startswith("--threads="):
-            n = a.split("=", 1)[1]
+    n = peer_meter.threads_from_argv(sys.argv)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = n
 
@@ -43,22 +50,31 @@ def _pin_threads():
 _pin_threads()
 import torch  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 import gpt2_torch as g  # noqa: E402
+
+
+def blas_info():
+    m = re.search(r"BLAS_INFO=(\w+)", torch.__config__.show())
+    return m.group(1) if m else "?"
+
+
+def pool_threads():
+    """The thread counts torch's pools report (OpenMP, MKL when present)."""
+    info = torch.__config__.parallel_info()
+    out = {}
+    for key in ("omp_get_max_threads", "mkl_get_max_threads"):
+        m = re.search(key + r"\(\) : (\d+)", info)
+        if m:
+            out[key.split("_")[0]] = int(m.group(1))
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vocab", type=int, default=256)
-    ap.add_argument("--ctx", type=int, required=True)
-    ap.add_argument("--layers", type=int, required=True)
-    ap.add_argument("--heads", type=int, required=True)
-    ap.add_argument("--dim", type=int, required=True)
-    ap.add_argument("--micro-batch", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
+    peer_meter.add_step_args(ap)
+    ap.add_argument("--adamw", choices=("loop", "foreach", "fused"), default="loop",
+                    help="torch.optim.AdamW implementation: the per-param loop (the CPU default), "
+                         "foreach=True, or fused=True (CPU since torch 2.4)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -76,7 +92,9 @@ def main():
     nodecay = [p for p in P.values() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": nodecay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8)
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                            **({"foreach": True} if args.adamw == "foreach" else
+                               {"fused": True} if args.adamw == "fused" else {"foreach": False}))
 
     def step():
         idx = torch.randint(0, V, (B, T))
@@ -90,10 +108,13 @@ def main():
     for _ in range(args.warmup):
         step()
     times = []
+    meter = peer_meter.ThreadMeter()
+    meter.start()
     for _ in range(args.steps):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
+    check = meter.stop(args.steps)
 
     tokens = B * T
     flops = (6 * n_flops + 12 * L * C * T) * tokens
@@ -107,10 +128,14 @@ def main():
         "params": n_all,
         "flops_per_step": flops,
         "flops_formula": "(6*N + 12*L*C*T) * B*T, N = params excluding wpe",
-        "config": {"vocab": V, "ctx": T, "layers": L, "heads": H, "dim": C,
-                   "micro_batch": B, "threads": args.threads, "steps": args.steps,
-                   "warmup": args.warmup},
+        "config": peer_meter.config_of(args),
         "torch": torch.__version__,
+        "blas": blas_info(),
+        "adamw": args.adamw,
+        "torch_threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "pool_threads": pool_threads(),
+        **peer_meter.process_report(check),
     }))
     return 0
 
