@@ -89,6 +89,21 @@ __device__ __forceinline__ T neg_inf() {
     return -(T)INFINITY;
 }
 
+/* One query row's scores against a key tile: scaled, with the keys the row
+ * may not see (later than qi: causal; past the end) set to -inf; returns
+ * the row's max over the tile, reduced over the TG lanes that share the row. */
+template <class T, int MK>
+__device__ __forceinline__ T mask_scale_rowmax(T (&s)[MK], int64_t qi, int64_t k0, int tx, int64_t Tn, T scale) {
+    T mx = neg_inf<T>();
+#pragma unroll
+    for (int j = 0; j < MK; j++) {
+        const int64_t kj = k0 + tx + TG * j;
+        s[j] = kj <= qi && kj < Tn ? s[j] * scale : neg_inf<T>();
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    return pipit_group_max(mx, TG);
+}
+
 /* ------------------------------------------------------------ forward */
 
 template <class T, int BQ, int BK, int DP>
@@ -133,15 +148,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_tiled(T *out, const T *qkv, int64
             /* A row's keys are spread over the 16 tx lanes of one half-warp.
              * Key 0 is in the first tile and visible to every row, so m is
              * finite from the first tile on and alpha = exp(-inf) = 0 then. */
-            const int64_t qi = q0 + ty + TG * i;
-            T mx = neg_inf<T>();
-#pragma unroll
-            for (int j = 0; j < MK; j++) {
-                const int64_t kj = k0 + tx + TG * j;
-                s[i][j] = kj <= qi && kj < Tn ? s[i][j] * scale : neg_inf<T>();
-                mx = s[i][j] > mx ? s[i][j] : mx;
-            }
-            mx = pipit_group_max(mx, TG);
+            const T mx = mask_scale_rowmax<T, MK>(s[i], q0 + ty + TG * i, k0, tx, Tn, scale);
             const T mnew = m[i] > mx ? m[i] : mx;
             const T alpha = pipit_dexp(m[i] - mnew);
             double ps = 0;
@@ -215,15 +222,7 @@ __global__ void __launch_bounds__(NT) attn_dq_tiled(T *dqkv, T *stats, const T *
         tile_dot<T, MQ, MK, DP>(dp, sm.dout, sm.v, ty, tx);
 #pragma unroll
         for (int i = 0; i < MQ; i++) {
-            const int64_t qi = q0 + ty + TG * i;
-            T mx = neg_inf<T>();
-#pragma unroll
-            for (int j = 0; j < MK; j++) {
-                const int64_t kj = k0 + tx + TG * j;
-                s[i][j] = kj <= qi && kj < Tn ? s[i][j] * scale : neg_inf<T>();
-                mx = s[i][j] > mx ? s[i][j] : mx;
-            }
-            mx = pipit_group_max(mx, TG);
+            const T mx = mask_scale_rowmax<T, MK>(s[i], q0 + ty + TG * i, k0, tx, Tn, scale);
             const T mnew = m[i] > mx ? m[i] : mx;
             const T alpha = pipit_dexp(m[i] - mnew);
             double ps = 0, pd = 0;
