@@ -69,7 +69,7 @@ def print_table(out):
 
 def group_of(rel):
     """The rule key of a file path relative to the root, e.g. src/backend/cpu/x.c
-    -> src/backend, tools/pipit.c -> tools."""
+    -> src/backend, tools/main.c -> tools."""
     parts = rel.split("/")
     if parts[0] == "src":
         return "src/" + parts[1] if len(parts) > 2 else "src"

@@ -1,5 +1,5 @@
 /*
- * sim.c — `pipit sim`: the cost model and schedule simulator on a described
+ * cmd_sim.c — `pipit sim`: the cost model and schedule simulator on a described
  * machine (pipit_sim.h): step time, TFLOP/s per GPU, MFU, bubble, memory
  * per rank and the messages on each link, for a transformer on a
  * tp x pp x dp mesh; nothing runs. `pipit sim --calibrate PROFILE` fits a
@@ -14,7 +14,7 @@
 #include "pipit.h"
 #include "pipit_sim.h"
 
-int pipit_cli_sim(int argc, char **argv);
+#include "commands.h"
 
 /* --hw NAME|FILE, with the built-in names in the message of a typo. */
 pipit_hw *pipit_cli_open_hw(const char *name);
@@ -127,7 +127,7 @@ static void vs_gpipe(const pipit_sim_config *c0, const pipit_hw *hw, const pipit
     }
 }
 
-int pipit_cli_sim(int argc, char **argv) {
+int cmd_sim(int argc, char **argv) {
     pipit_sim_config c = {.micro_batch = 1, .tp = 1, .pp = 1, .dp = 1, .ffn_mult = 0};
     const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL;
     int json = 0, gpipe = 0;

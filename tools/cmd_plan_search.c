@@ -1,5 +1,5 @@
 /*
- * plan_search.c — `pipit plan --search`: every schedule x V x microbatch
+ * cmd_plan_search.c — `pipit plan --search`: every schedule x V x microbatch
  * size (x tp x dp for a GPU count) that fits the memory limit, simulated
  * with the cost model (pipit_sim.h) and ranked by step time; the best few
  * are printed with bubble and memory, and the rejected ones counted by
@@ -14,8 +14,8 @@
 #include "pipit.h"
 #include "pipit_sim.h"
 
-int pipit_cli_plan_search(int argc, char **argv);
-/* tools/sim.c */
+#include "commands.h"
+/* tools/cmd_sim.c */
 pipit_hw *pipit_cli_open_hw(const char *name);
 pipit_recompute pipit_cli_recompute(const char *s);
 
@@ -127,7 +127,7 @@ static void print_best(const search *s, int top, int json) {
     }
 }
 
-int pipit_cli_plan_search(int argc, char **argv) {
+int cmd_plan_search(int argc, char **argv) {
     const char *model = "tiny", *hw_name = "cpu", *recompute = "none";
     int layers = 0, heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0, on = 0;
     int verbose = 0, zero1 = 0;

@@ -1,5 +1,5 @@
 /*
- * sample.c — `pipit sample`: generate tokens from a GPT-2 checkpoint with a
+ * cmd_sample.c — `pipit sample`: generate tokens from a GPT-2 checkpoint with a
  * forward-only program (pipit_options.forward_only, B = 1) that exposes
  * the logits (pipit_gpt2_build_logits + pipit_options.outputs).
  *
@@ -28,7 +28,7 @@
 #include "pipit_gpt2.h"
 #include "pipit_io.h"
 
-int pipit_cli_sample(int argc, char **argv);
+#include "commands.h"
 
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -89,7 +89,7 @@ static int parse_ids(const char *s, int32_t **out) {
     return n;
 }
 
-int pipit_cli_sample(int argc, char **argv) {
+int cmd_sample(int argc, char **argv) {
     const char *init = NULL, *prompt = NULL, *prompt_ids = NULL;
     int tokens = 64, top_k = 0, ctx = 0, heads = 0, threads = 1, tf32 = 0;
     const char *device = NULL;

@@ -1,5 +1,5 @@
 /*
- * cli_pipeline.c — `pipit schedule`: look at a schedule before anything
+ * cmd_schedule.c — `pipit schedule`: look at a schedule before anything
  * runs (its grid, bubble fraction and peak activations per rank, from the
  * simulator), or export it in the custom-schedule file format.
  */
@@ -13,7 +13,7 @@
 #include "pipit.h"
 #include "pipit_inspect.h"
 
-int pipit_cli_schedule(int argc, char **argv);
+#include "commands.h"
 pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int P, int V, int M, pipit_schedule **out);
 
 /* --schedule NAME|FILE: a built-in name, or a file that exists; anything
@@ -54,7 +54,7 @@ static void check_status(pipit_status s) {
     if (s) die("schedule: %s", pipit_errmsg());
 }
 
-int pipit_cli_schedule(int argc, char **argv) {
+int cmd_schedule(int argc, char **argv) {
     const char *name = NULL, *format = "grid", *costs_arg = NULL;
     int P = 0, V = 0, M = 0;
     double costs[3] = {1, 1, 1};

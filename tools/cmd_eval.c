@@ -1,0 +1,56 @@
+/*
+ * cmd_eval.c — `pipit eval`: the mean loss of a checkpoint on sequential
+ * windows of a file, with a forward-only program (no backward, no
+ * gradient memory); evaluation never wraps around a short file.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "commands.h"
+#include "train_cli.h"
+
+int cmd_eval(int argc, char **argv) {
+    opts o;
+    default_opts(&o);
+    o.data_order = "sequential";
+    flag fl[] = {
+        {"init", FL_STR, &o.init, "safetensors checkpoint to evaluate", 0},
+        {"data", FL_STR, &o.data, "text file (bytes) or uint16 token shard; several: 'a.bin,b.bin' or a glob", 0},
+        {"data-format", FL_STR, &o.data_format, "auto (default)|text|shard|u16 (headerless uint16)", 0},
+        {"ctx", FL_INT, &o.ctx, "sequence length T", 0},
+        {"micro-batch", FL_INT, &o.micro_batch, "sequences per batch B", 0},
+        {"batches", FL_INT, &o.batches, "batches K: evaluates sequences 0 .. K*B-1", 0},
+        {"heads", FL_INT, &o.heads, "attention heads (default: from the checkpoint's metadata)", 0},
+        {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
+        {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
+        {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
+        {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
+    };
+    flag_cmd c = {"eval", "--init FILE --data FILE --ctx T --micro-batch B --batches K [--json]", NULL, fl,
+                  NFLAGS(fl)};
+    flags_parse(&c, argc, argv);
+    flags_require(&c, (const char *const[]){"init", "data", "ctx", "micro-batch", "batches", NULL});
+    check_positive("batches", o.batches);
+    session s = {.forward_only = 1};
+    open_model(&s, &o, &c, o.batches);
+    int B = o.micro_batch, T = o.ctx, K = o.batches;
+    char ask[64];
+    snprintf(ask, sizeof ask, "--batches %d x --micro-batch %d", K, B);
+    check_distinct(s.data, "--data", o.data, (int64_t)K * B, ask, B, "--batches", T);
+    int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B * T * K);
+    pipit_feed *feeds = calloc((size_t)K * 3, sizeof *feeds);
+    if (!buf || !feeds) die("out of memory");
+    for (int k = 0; k < K; k++) {
+        mb_buf b = {buf + (size_t)3 * k * B * T, buf + (size_t)(3 * k + 1) * B * T, buf + (size_t)(3 * k + 2) * B * T};
+        fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &b, feeds + 3 * k);
+    }
+    pipit_metrics met;
+    if (pipit_step(s.p, feeds, 3, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    long long tokens = (long long)B * T * K;
+    if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
+    else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);
+    free(buf);
+    free(feeds);
+    close_session(&s);
+    return 0;
+}

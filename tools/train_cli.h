@@ -1,0 +1,129 @@
+/*
+ * train_cli.h — what `pipit train`, `pipit plan` and `pipit eval` share:
+ * the options behind their flags (train_options.c), the session that opens
+ * the data, the model and the program (session.c), training checkpoints
+ * and --resume (train_save.c) and validation (validation.c). Each command
+ * itself is one cmd_*.c file.
+ */
+#ifndef PIPIT_TOOLS_TRAIN_CLI_H
+#define PIPIT_TOOLS_TRAIN_CLI_H
+
+#include "cli.h"
+#include "flags.h"
+#include "pipit.h"
+#include "pipit_gpt2.h"
+#include "pipit_io.h"
+
+/* Dies "<what>: <pipit_errmsg()>" on a failed call. */
+void cli_check(pipit_status s, const char *what);
+
+typedef struct {
+    const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace, *init_opt, *save_opt;
+    const char *resume; /* --resume FILE */
+    int save_every, keep, weights_only;
+    int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
+    int pp, virt, remat, batches, profile, verbose, dp, zero1;
+    double lr, wd, beta1, beta2, eps, clip;
+    const char *model, *config, *lr_schedule;
+    int warmup, decay_steps, log_every, print_config;
+    double min_lr;
+    uint64_t seed;
+    const char *data_format, *val_data; /* --data-format, --val-data; see docs/architecture.md §8 */
+    double val_split;
+    int eval_every, eval_batches;
+    double peak_flops; /* --peak-flops: one rank's FLOP/s for MFU (0: measure sgemm) */
+    int json_summary;
+    const char *device; /* --device cpu|cuda */
+    int tf32;           /* --tf32 */
+    const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
+    int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
+    const char *stage_costs;  /* --stage-costs model|measured */
+    double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
+} opts;
+
+enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
+
+/* Options: defaults, then a --model preset, a --config file and the flags
+ * (train_options.c). */
+void default_opts(opts *o);
+void apply_preset(opts *o, const char *name);
+/* The value of --NAME in argv (--NAME V or --NAME=V; the last wins), or NULL. */
+const char *prescan(int argc, char **argv, const char *name);
+/* The flags of train (cmd = CMD_TRAIN) or plan (CMD_PLAN) bound to o, into out[cap]; returns their count. */
+int train_plan_flags(opts *o, int cmd, flag *out, int cap);
+extern const char *const TRAIN_USAGE, *const PLAN_USAGE, *const PLAN_ABOUT;
+pipit_lr_schedule make_lr_schedule(const opts *o);
+pipit_optimizer make_optimizer(const opts *o);
+pipit_data_order data_order(const char *s);
+pipit_data_format data_format(const char *s);
+void check_positive(const char *name, int v);
+
+/* Everything train, plan and eval share: data, model config, graph, program. */
+typedef struct {
+    pipit_data *data, *val;
+    pipit_checkpoint *ckpt; /* --init, or --resume (opened by apply_resume) */
+    pipit_graph *g;
+    pipit_program *p;
+    pipit_schedule *sched;
+    pipit_gpt2_config cfg;
+    int forward_only;    /* eval: a forward-only program (no backward, no gradient memory) */
+    pipit_val loss;
+    pipit_options po;    /* the program's options (the validation program reuses them) */
+    pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
+    int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
+} session;
+
+/* session.c */
+pipit_gpt2_config model_config(const opts *o, int stages);
+/* Opens the schedule (when the flags ask for a pipeline), the data, the
+ * model, the program, and loads --init or the initial weights (not
+ * --resume's: the caller loads those). */
+void open_schedule(session *s, const opts *o);
+void open_model(session *s, opts *o, const flag_cmd *c, int M);
+void close_session(session *s);
+
+/* Microbatch feeds for sequences first .. first+B-1. */
+typedef struct {
+    int32_t *tok, *tgt, *pos;
+} mb_buf;
+void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int64_t first, mb_buf *b, pipit_feed *f);
+/* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
+mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds);
+void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds);
+
+/* train_save.c: checkpoints and --resume. */
+/* Where the run stands: written into the checkpoint's metadata. */
+typedef struct {
+    int64_t step, total, data_pos;
+} run_pos;
+void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path);
+void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path, run_pos r);
+void say_saved(const opts *o, const char *path, int64_t step);
+void remove_stale_temps(const char *path);
+void check_writable(const char *flagname, const char *path);
+/* --resume FILE: opens it into *ck and takes the run's config from it. */
+void apply_resume(opts *o, const flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out);
+
+/* validation.c */
+void check_distinct(const pipit_data *d, const char *what, const char *spec, int64_t want, const char *ask,
+                    int64_t per_batch, const char *batches_flag, int T);
+int open_validation(session *s, opts *o, const flag_cmd *c, int G);
+void open_validation_program(session *s);
+double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
+                      int speaker);
+
+/* The options of train / plan from argv: defaults < preset < config <
+ * flags, --resume applied, the checks every command line needs. */
+typedef struct {
+    opts o;
+    flag fl[64];
+    flag_cmd c;
+    const char *model, *config;
+    int64_t resume_step;
+    int legacy; /* --save writes the params only (--save-weights-only, --save-optimizer) */
+} train_args;
+void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan);
+/* --print-config: the resolved settings and the parameter count as one JSON line. */
+void print_train_config(const train_args *a);
+
+#endif
