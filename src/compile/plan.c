@@ -34,22 +34,24 @@ static pipit_status describe_params(pipit__plan *p) {
     return PIPIT_STATUS_OK;
 }
 
-/* The smallest bound any consumer imposes on an i32 input's values; the
- * input may reach it through reshapes and yields (aliases of its bytes). */
+/* The smallest bound any consumer imposes on an i32 input's values (rows
+ * of an embedding or gather table, classes of a cross-entropy); the input
+ * may reach it through reshapes, views and yields (aliases of its bytes:
+ * a view's consumer bounds every value of the input). */
 static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
     int64_t lim = 0;
     for (int32_t j = 0; j < fwd_end; j++) {
         const pipit__node *n = &g->nodes[j];
         int64_t b = 0;
         int reads = n->nin > 1 && pipit__alias_root(g, n->in[1]) == id;
-        if (n->op == PIPIT_OP_EMBED && reads) b = g->nodes[n->in[0]].shape[0];
+        if ((n->op == PIPIT_OP_EMBED || n->op == PIPIT_OP_GATHER) && reads) b = g->nodes[n->in[0]].shape[0];
         if (n->op == PIPIT_OP_XENT_ROWS && reads) {
             const pipit__node *x = &g->nodes[n->in[0]];
             b = x->shape[x->ndim - 1];
         }
         if (b && (!lim || b < lim)) lim = b;
     }
-    return (int32_t)lim;
+    return (int32_t)PIPIT_MIN(lim, INT32_MAX); /* a table of 2^31+ rows: every non-negative i32 is in range */
 }
 
 static pipit_status collect_inputs(pipit__plan *p) {

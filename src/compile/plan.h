@@ -27,7 +27,7 @@ typedef enum {
 typedef struct {
     uint8_t kind;
     int32_t idx;
-    size_t off;
+    size_t off;      /* bytes into the location (a view's offset is added to every kind but SEED) */
 } pipit__loc;
 
 typedef enum {
