@@ -26,9 +26,6 @@ struct pipit_hw {
     double kernel_overhead;      /* seconds added per kernel launch */
 };
 
-/* The whole of a text file (NUL-terminated; free with pipit__free); `what`
- * names it in messages ("hardware file"). */
-pipit_status pipit__sim_read_text(const char *path, const char *what, char **out);
 /* "fp32" -> HW_FP32, ...; -1 if unknown. */
 int pipit__hw_dtype(const char *name);
 const char *pipit__hw_dtype_name(int d);
