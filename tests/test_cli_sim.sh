@@ -99,7 +99,7 @@ expect_ok "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 --m
 $PY - <<'PYEOF' || fail "profile JSON"
 import json
 j = json.load(open("prof.json"))
-assert j["model"] == {"layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
+assert j["model"] == {"arch": "gpt2", "layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
                       "pp": 2, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1}, j["model"]
 assert j["steps"] == 2 and j["step_s"] > 0
 assert [r["rank"] for r in j["profile"]["ranks"]] == [0, 1]

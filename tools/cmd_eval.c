@@ -37,20 +37,16 @@ int cmd_eval(int argc, char **argv) {
     char ask[64];
     snprintf(ask, sizeof ask, "--batches %d x --micro-batch %d", K, B);
     check_distinct(s.data, "--data", o.data, (int64_t)K * B, ask, B, "--batches", T);
-    int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B * T * K);
-    pipit_feed *feeds = calloc((size_t)K * 3, sizeof *feeds);
-    if (!buf || !feeds) die("out of memory");
-    for (int k = 0; k < K; k++) {
-        mb_buf b = {buf + (size_t)3 * k * B * T, buf + (size_t)(3 * k + 1) * B * T, buf + (size_t)(3 * k + 2) * B * T};
-        fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &b, feeds + 3 * k);
-    }
+    int nf = s.cfg.kind->nfeeds;
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(K, B, T, &feeds);
+    for (int k = 0; k < K; k++) fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &bufs[k], feeds + nf * k);
     pipit_metrics met;
-    if (pipit_step(s.p, feeds, 3, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    if (pipit_step(s.p, feeds, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
     long long tokens = (long long)B * T * K;
     if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
     else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);
-    free(buf);
-    free(feeds);
+    mb_bufs_free(bufs, K, feeds);
     close_session(&s);
     return 0;
 }

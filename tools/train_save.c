@@ -17,11 +17,13 @@
 
 #include "train_cli.h"
 
-void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path) {
-    char heads[16], layers[16];
-    snprintf(heads, sizeof heads, "%d", c->heads);
-    snprintf(layers, sizeof layers, "%d", c->layers);
-    const char *meta[] = {"format", "pt", "model", "gpt2", "heads", heads, "layers", layers, NULL};
+/* A weights-only checkpoint: the params and the model's fields. */
+void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path) {
+    cli_model_meta mm;
+    cli_model_meta_fill(c, &mm);
+    const char *meta[2 + NFLAGS(mm.kv) + 1] = {"format", "pt"};
+    memcpy(meta + 2, mm.kv, sizeof(char *) * (size_t)mm.n);
+    meta[2 + mm.n] = NULL;
     cli_check(pipit_checkpoint_save(p, path, meta), "save");
 }
 
@@ -136,7 +138,7 @@ void say_saved(const opts *o, const char *path, int64_t step) {
 /* The metadata of a training checkpoint: key, value pairs, numbers printed
  * into the list's own buffers. */
 typedef struct {
-    const char *kv[72];
+    const char *kv[96];
     int n, k;
     char num[32][48];
 } meta_list;
@@ -160,24 +162,19 @@ static void meta_num(meta_list *m, const char *key, const char *fmt, ...) {
 
 /* The training checkpoint: params, moments, and (metadata) the step, the
  * data position, the model and the training config. Collective. */
-void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path,
-                       run_pos r) {
+void save_train(const opts *o, const pipit_program *p, const cli_model *c, const char *path, run_pos r) {
     /* the schedule as resolved for this run, so a resume follows the same curve */
     pipit_lr_schedule ls = make_lr_schedule(o);
     int constant = ls.kind == PIPIT_LR_CONSTANT;
     meta_list m = {.n = 0};
     meta_str(&m, "format", "pt");
-    meta_str(&m, "model", "gpt2");
+    cli_model_meta mm; /* "model" (the kind) and the model's fields */
+    cli_model_meta_fill(c, &mm);
+    for (int i = 0; i < mm.n; i += 2) meta_str(&m, mm.kv[i], mm.kv[i + 1]);
     meta_str(&m, "lr_schedule", o->lr_schedule);
     meta_num(&m, "warmup", "%d", o->warmup);
     meta_num(&m, "decay_steps", "%lld", constant ? -1LL : (long long)ls.decay_steps);
     meta_num(&m, "min_lr", "%.17g", constant ? -1.0 : ls.min_lr);
-    meta_num(&m, "vocab", "%d", c->vocab);
-    meta_num(&m, "ctx", "%d", c->ctx);
-    meta_num(&m, "max_ctx", "%d", c->max_ctx);
-    meta_num(&m, "layers", "%d", c->layers);
-    meta_num(&m, "heads", "%d", c->heads);
-    meta_num(&m, "dim", "%d", c->dim);
     meta_str(&m, "optimizer", o->optimizer);
     meta_num(&m, "lr", "%.17g", o->lr);
     meta_num(&m, "beta1", "%.17g", o->beta1);
@@ -216,12 +213,22 @@ void apply_resume(opts *o, const flag_cmd *c, pipit_checkpoint **ck, int64_t *st
     const char *kind = pipit_checkpoint_meta(file, "pipit");
     if (!kind || strcmp(kind, "train") != 0)
         die("--resume: '%s' is not a training checkpoint (it holds weights only: start from it with --init)", path);
+    const char *arch = pipit_checkpoint_meta(file, "model");
+    if (!arch || !cli_model_kind_find(arch))
+        die("--resume: checkpoint '%s': metadata 'model' is '%s', not gpt2 or llama", path, arch ? arch : "(absent)");
+    if (o->model && strcmp(o->arch, arch) != 0)
+        die("--model %s contradicts checkpoint '%s' (model %s)", o->model, path, arch);
+    int llama = strcmp(arch, "llama") == 0;
+    o->arch = arch; /* the checkpoint stays open */
     const struct {
         const char *flag, *key;
         flag_type type;
         void *dst;
-        int layout; /* may differ from the file */
+        int layout; /* may differ from the file; 2: a Llama field (absent for GPT-2) */
     } tab[] = {
+        {"kv-heads", "kv_heads", FL_INT, &o->kv_heads, 2}, {"ffn-hidden", "ffn_hidden", FL_INT, &o->ffn_hidden, 2},
+        {"norm-eps", "norm_eps", FL_DBL, &o->norm_eps, 2}, {"rope-theta", "rope_theta", FL_DBL, &o->rope_theta, 2},
+        {"tied", "tied", FL_INT, &o->tied, 2},
         {"vocab", "vocab", FL_INT, &o->vocab, 0}, {"ctx", "ctx", FL_INT, &o->ctx, 0},
         {"max-ctx", "max_ctx", FL_INT, &o->max_ctx, 0}, {"layers", "layers", FL_INT, &o->layers, 0},
         {"heads", "heads", FL_INT, &o->heads, 0}, {"dim", "dim", FL_INT, &o->dim, 0},
@@ -237,12 +244,14 @@ void apply_resume(opts *o, const flag_cmd *c, pipit_checkpoint **ck, int64_t *st
         {"dp", "dp", FL_INT, &o->dp, 1}, {"steps", "steps", FL_INT, &o->steps, 1},
         {"save-every", "save_every", FL_INT, &o->save_every, 1}, {"keep", "keep", FL_INT, &o->keep, 1},
     };
+    if (llama && o->untied) o->tied = 0, o->untied = 0; /* "tied" below is the one switch: --untied is tied 0 */
     for (int i = 0; i < NFLAGS(tab); i++) {
+        if (tab[i].layout == 2 && !llama) continue;
         const char *v = pipit_checkpoint_meta(file, tab[i].key);
         if (!v) die("--resume: checkpoint '%s' lacks metadata '%s'", path, tab[i].key);
         char *end = NULL, given[64];
         errno = 0;
-        int same = 1, seen = flags_seen(c, tab[i].flag);
+        int same = 1, seen = flags_seen(c, tab[i].flag) || (tab[i].dst == &o->tied && flags_seen(c, "untied"));
         switch (tab[i].type) {
         case FL_INT: {
             long x = strtol(v, &end, 10);
@@ -277,7 +286,7 @@ void apply_resume(opts *o, const flag_cmd *c, pipit_checkpoint **ck, int64_t *st
         }
         if (errno || (end && (end == v || *end)))
             die("--resume: checkpoint '%s': metadata '%s' is '%.40s', not a number", path, tab[i].key, v);
-        if (seen && !same && !tab[i].layout)
+        if (seen && !same && tab[i].layout != 1)
             die("--%s %s contradicts checkpoint '%s' (%s %s)", tab[i].flag, given, path, tab[i].key, v);
     }
     const char *st = pipit_checkpoint_meta(file, "step");
