@@ -2,7 +2,7 @@
 # test_mpi_train.sh — `mpirun -np P*D pipit train` equals the threads run of
 # the same P, D and M bit for bit (losses and the saved checkpoint), over
 # shared memory (vader) and TCP, and across two emulated hosts (network
-# namespaces, tests/netns_hosts.sh); ZeRO-1 under MPI; a checkpoint written
+# namespaces, tests/netns_hosts.sh); ZeRO-1 under MPI; Llama models too; a checkpoint written
 # by P=4 continues under P=2 x D=2 and P=1; a killed, failing or hung rank
 # ends the job non-zero within 30 s naming the rank; a launch whose process
 # count does not match the mesh is refused by every process.
@@ -67,6 +67,19 @@ cp t.st zero1_threads.st
 "$CLI" train "${MODEL[@]}" --pp 2 --dp 2 --microbatches 4 --steps 2 --save nozero.st > /dev/null || fail "zero1 reference"
 cmp -s zero1_threads.st nozero.st || fail "--zero1 changed the parameters"
 echo "$ran MPI configurations compared with threads"
+
+# The Llama family (GQA, RoPE, a tied head shared by the first and last
+# rank): the same bits under mpirun as with threads, ZeRO-1 included.
+GPT2=("${MODEL[@]}")
+MODEL=(--data corpus.txt --model llama-tiny --ctx 16 --layers 4 --dim 32 --ffn-hidden 48 --micro-batch 2 --lr 3e-3
+       --weight-decay 0.1 --clip 1.0 --seed 3 --tied --json)
+for cfg in "1f1b 2 2" "zb-h1 2 1" "interleaved-1f1b 2 2" "dualpipev 2 1" "gpipe 4 1"; do
+    set -- $cfg
+    same_as_threads "llama $1 P=$2 D=$3 vader" $(($2 * $3)) self,vader \
+        --schedule "$1" --pp "$2" --dp "$3" --microbatches $((2 * $2)) --steps 2
+done
+same_as_threads "llama 1f1b P=2 D=2 zero1 tcp" 4 self,tcp --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
+MODEL=("${GPT2[@]}")
 
 # A checkpoint written under P=4 continues under P=2 x D=2 (MPI), P=1 (threads).
 G=(--microbatches 8)
