@@ -22,14 +22,6 @@ static pipit_llama_config tiny(void) {
                                 .batch = 2, .stages = 1, .dtype = PIPIT_F32};
 }
 
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", pipit_test_tmpdir(), name);
-    return buf[k];
-}
-
 /* One refused config: INVALID and a message holding `needle`. */
 #define REFUSED(field_assign, needle)                                   \
     do {                                                                \
@@ -221,9 +213,9 @@ static pipit_status load_model(pipit_llama_config c, const char *path) {
 PIPIT_TEST(llama_checkpoint_config_and_bad_tensors) {
     pipit_llama_config c = tiny();
     const char *meta[] = {"heads", "4", "kv_heads", "2", "max_ctx", "16", "rope_theta", "500", "norm_eps", "1e-6", NULL};
-    save_model(c, tpath("l.st"), meta);
+    save_model(c, pipit_test_path("l.st"), meta);
     pipit_checkpoint *ck = NULL;
-    ASSERT_OK(pipit_checkpoint_open(tpath("l.st"), &ck));
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("l.st"), &ck));
     pipit_llama_config f = {.norm_eps = 9, .rope_theta = 9};
     ASSERT_OK(pipit_llama_config_from_checkpoint(ck, &f));
     ASSERT_EQ_I64(f.vocab, 40);
@@ -240,29 +232,29 @@ PIPIT_TEST(llama_checkpoint_config_and_bad_tensors) {
     /* a tied file has no lm_head; loading it into an untied model names the missing tensor */
     pipit_llama_config t = c;
     t.tied = 1;
-    save_model(t, tpath("t.st"), NULL);
-    ASSERT_OK(pipit_checkpoint_open(tpath("t.st"), &ck));
+    save_model(t, pipit_test_path("t.st"), NULL);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("t.st"), &ck));
     ASSERT_OK(pipit_llama_config_from_checkpoint(ck, &f));
     ASSERT_EQ_I64(f.tied, 1);
     ASSERT_EQ_I64(f.heads, 0); /* unrecorded: the caller must say */
     pipit_checkpoint_free(ck);
-    ASSERT_STATUS(load_model(c, tpath("t.st")), PIPIT_STATUS_FORMAT);
+    ASSERT_STATUS(load_model(c, pipit_test_path("t.st")), PIPIT_STATUS_FORMAT);
     ASSERT_MSG_HAS("lm_head.weight");
     /* other kv heads: k_proj's shape differs, named with both shapes */
     pipit_llama_config k = c;
     k.kv_heads = 4;
-    ASSERT_STATUS(load_model(k, tpath("l.st")), PIPIT_STATUS_SHAPE);
+    ASSERT_STATUS(load_model(k, pipit_test_path("l.st")), PIPIT_STATUS_SHAPE);
     ASSERT_MSG_HAS("model.layers.0.self_attn.k_proj.weight");
     /* metadata that contradicts the shapes, and files that are not Llama's */
     const char *bad[] = {"heads", "4", "kv_heads", "1", NULL};
-    save_model(c, tpath("b.st"), bad);
-    ASSERT_OK(pipit_checkpoint_open(tpath("b.st"), &ck));
+    save_model(c, pipit_test_path("b.st"), bad);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("b.st"), &ck));
     ASSERT_STATUS(pipit_llama_config_from_checkpoint(ck, &f), PIPIT_STATUS_FORMAT);
     ASSERT_MSG_HAS("'model.layers.0.self_attn.k_proj.weight' has 8 rows, not kv_heads 1 x head_dim 4");
     pipit_checkpoint_free(ck);
     const char *neg[] = {"heads", "-4", NULL};
-    save_model(c, tpath("n.st"), neg);
-    ASSERT_OK(pipit_checkpoint_open(tpath("n.st"), &ck));
+    save_model(c, pipit_test_path("n.st"), neg);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("n.st"), &ck));
     ASSERT_STATUS(pipit_llama_config_from_checkpoint(ck, &f), PIPIT_STATUS_FORMAT);
     ASSERT_MSG_HAS("metadata 'heads' is '-4', not a positive count");
     pipit_checkpoint_free(ck);
@@ -282,9 +274,9 @@ static pipit_status hf_with(const char *member, int *has) {
              "{\"vocab_size\": 40, \"hidden_size\": 16, \"intermediate_size\": 24, "
              "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"rms_norm_eps\": 1e-06%s%s}",
              *member ? ", " : "", member);
-    write_file(tpath("config.json"), text);
+    write_file(pipit_test_path("config.json"), text);
     pipit_llama_config c = tiny();
-    return pipit_llama_config_from_hf(tpath("config.json"), &c, has);
+    return pipit_llama_config_from_hf(pipit_test_path("config.json"), &c, has);
 }
 
 #define HF_REFUSED(member, needle)                                          \
@@ -296,9 +288,9 @@ static pipit_status hf_with(const char *member, int *has) {
 PIPIT_TEST(llama_hf_config_round_trip_and_refusals) {
     pipit_llama_config c = tiny(), r = {0};
     c.max_ctx = 2048, c.rope_theta = 500000, c.norm_eps = 1e-6, c.tied = 1;
-    ASSERT_OK(pipit_llama_write_hf_config(&c, tpath("w.json")));
+    ASSERT_OK(pipit_llama_write_hf_config(&c, pipit_test_path("w.json")));
     int has = 0;
-    ASSERT_OK(pipit_llama_config_from_hf(tpath("w.json"), &r, &has));
+    ASSERT_OK(pipit_llama_config_from_hf(pipit_test_path("w.json"), &r, &has));
     ASSERT_EQ_I64(has, 0x3ff);
     ASSERT_EQ_I64(r.vocab, c.vocab);
     ASSERT_EQ_I64(r.dim, c.dim);
@@ -324,12 +316,12 @@ PIPIT_TEST(llama_hf_config_round_trip_and_refusals) {
     ASSERT_MSG_HAS("\"num_key_value_heads\" must be a positive integer");
     ASSERT_STATUS(hf_with("\"tie_word_embeddings\": 1", &has), PIPIT_STATUS_FORMAT);
     ASSERT_MSG_HAS("config.json': \"tie_word_embeddings\" must be true or false");
-    write_file(tpath("bad.json"), "[1, 2]");
-    ASSERT_STATUS(pipit_llama_config_from_hf(tpath("bad.json"), &r, NULL), PIPIT_STATUS_FORMAT);
+    write_file(pipit_test_path("bad.json"), "[1, 2]");
+    ASSERT_STATUS(pipit_llama_config_from_hf(pipit_test_path("bad.json"), &r, NULL), PIPIT_STATUS_FORMAT);
     ASSERT_MSG_HAS("not a JSON object");
-    ASSERT_STATUS(pipit_llama_config_from_hf(tpath("absent.json"), &r, NULL), PIPIT_STATUS_IO);
+    ASSERT_STATUS(pipit_llama_config_from_hf(pipit_test_path("absent.json"), &r, NULL), PIPIT_STATUS_IO);
     c.kv_heads = 3;
-    ASSERT_STATUS(pipit_llama_write_hf_config(&c, tpath("w.json")), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_llama_write_hf_config(&c, pipit_test_path("w.json")), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("kv_heads 3");
 }
 
