@@ -45,6 +45,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt2_torch import ByteData, add_train_args, load_safetensors, save_safetensors, train  # noqa: E402
+from llama_init import Cfg, param_names, param_shapes  # noqa: E402,F401
 
 
 def have_transformers():
@@ -56,44 +57,6 @@ def have_transformers():
 
 
 # ----------------------------------------------------------------- the model
-
-class Cfg:
-    """The sizes and settings of one model."""
-
-    def __init__(self, V, C, L, H, KV, Fh, theta, eps, tied, max_ctx):
-        self.V, self.C, self.L, self.H, self.KV, self.F = V, C, L, H, KV, Fh
-        self.theta, self.eps, self.tied, self.max_ctx = theta, eps, tied, max_ctx
-        self.D = C // H
-
-
-def param_names(c):
-    names = ["model.embed_tokens.weight"]
-    for i in range(c.L):
-        p = f"model.layers.{i}."
-        names += [p + "input_layernorm.weight"]
-        names += [p + f"self_attn.{w}_proj.weight" for w in "qkvo"]
-        names += [p + "post_attention_layernorm.weight"]
-        names += [p + f"mlp.{w}_proj.weight" for w in ("gate", "up", "down")]
-    names.append("model.norm.weight")
-    if not c.tied:
-        names.append("lm_head.weight")
-    return names
-
-
-def param_shapes(c):
-    kvd = c.KV * c.D
-    s = {"model.embed_tokens.weight": (c.V, c.C), "model.norm.weight": (c.C,)}
-    for i in range(c.L):
-        p = f"model.layers.{i}."
-        s.update({p + "input_layernorm.weight": (c.C,), p + "post_attention_layernorm.weight": (c.C,),
-                  p + "self_attn.q_proj.weight": (c.C, c.C), p + "self_attn.k_proj.weight": (kvd, c.C),
-                  p + "self_attn.v_proj.weight": (kvd, c.C), p + "self_attn.o_proj.weight": (c.C, c.C),
-                  p + "mlp.gate_proj.weight": (c.F, c.C), p + "mlp.up_proj.weight": (c.F, c.C),
-                  p + "mlp.down_proj.weight": (c.C, c.F)})
-    if not c.tied:
-        s["lm_head.weight"] = (c.V, c.C)
-    return s
-
 
 def rms_norm(x, w, eps):
     # in x's dtype (transformers rounds to float32 first: the same for float32)
