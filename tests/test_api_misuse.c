@@ -336,7 +336,7 @@ PIPIT_TEST(api_misuse_general_builders) {
     ON_FRESH_GRAPH(pipit_slice(g, w, 0, -1, 1), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_slice(g, w, INT_MIN, 0, 1), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_slice(g, none, 0, 0, 1), PIPIT_STATUS_INVALID);
-    ON_FRESH_GRAPH(pipit_slice(g, ids, 0, 0, 1), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_slice(g, ids, 0, 0, 3), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_concat(g, 2, NULL, 0), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_concat(g, 0, &w, 0), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_concat(g, INT_MIN, &w, 0), PIPIT_STATUS_INVALID);
