@@ -34,6 +34,41 @@ static pipit_status describe_params(pipit__plan *p) {
     return PIPIT_STATUS_OK;
 }
 
+/* qsort has no context argument: the params being sorted, per thread. */
+static _Thread_local const pipit__param *sort_params;
+
+static int cmp_param_name(const void *a, const void *b) {
+    return strcmp(sort_params[*(const int *)a].name, sort_params[*(const int *)b].name);
+}
+
+/* by_name and param_of: lookups by name are a binary search, by node one
+ * load (a model of thousands of
+ * layers sets and reads tens of thousands of params by name). */
+static pipit_status index_param_names(pipit__plan *p) {
+    p->by_name = pipit__malloc(sizeof(int) * (size_t)PIPIT_MAX(p->nparams, 1));
+    if (!p->by_name) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    p->param_of = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(p->g->n, 1));
+    if (!p->param_of) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    for (int32_t i = 0; i < p->g->n; i++) p->param_of[i] = -1;
+    for (int i = 0; i < p->nparams; i++) p->param_of[p->params[i].node] = i;
+    for (int i = 0; i < p->nparams; i++) p->by_name[i] = i;
+    sort_params = p->params;
+    qsort(p->by_name, (size_t)p->nparams, sizeof *p->by_name, cmp_param_name);
+    sort_params = NULL;
+    return PIPIT_STATUS_OK;
+}
+
+int pipit__plan_find_param(const pipit__plan *p, const char *name) {
+    int lo = 0, hi = p->nparams - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(name, p->params[p->by_name[mid]].name);
+        if (c == 0) return p->by_name[mid];
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
+    return -1;
+}
+
 /* The smallest bound any consumer imposes on an i32 input's values; the
  * input may reach it through reshapes and yields (aliases of its bytes). */
 static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
@@ -155,6 +190,7 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     else
         s = pipit__autodiff(g, loss, &p->gr);
     if (!s) s = describe_params(p);
+    if (!s) s = index_param_names(p);
     if (!s) s = collect_inputs(p);
     if (!s) s = pipit__lower(p, opt->schedule);
     if (!s) index_gradsum_sources(p);
@@ -184,6 +220,8 @@ void pipit__plan_free(pipit__plan *p) {
     }
     pipit__free(p->node_ranks);
     pipit__free(p->params);
+    pipit__free(p->by_name);
+    pipit__free(p->param_of);
     pipit__free(p->inputs);
     pipit__free(p->outputs);
     pipit__grads_free(&p->gr);

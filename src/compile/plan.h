@@ -137,6 +137,8 @@ typedef struct {
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
+    int *by_name;        /* [nparams] param indices sorted by name (pipit__plan_find_param) */
+    int32_t *param_of;   /* [graph nodes] index of the param that node is, -1 for other nodes */
     int ntargets;        /* params[nparams, ntargets): pre-loop boundary values */
     pipit__param *params;
     uint64_t *node_ranks;/* [graph nodes] pre-loop and post-loop nodes: ranks that run them */
@@ -159,6 +161,8 @@ typedef struct {
  * already be validated. On failure *pl is freed. */
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *pl);
 void pipit__plan_free(pipit__plan *pl);
+/* Index of the param called `name` (binary search over by_name), -1 if none. */
+int pipit__plan_find_param(const pipit__plan *pl, const char *name);
 
 /* Lowers the step into per-rank programs for schedule `sch` (NULL: the
  * sequential reference). */
