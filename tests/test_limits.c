@@ -260,7 +260,9 @@ PIPIT_TEST(limits_program_memory_refused_before_filling) {
     ASSERT_TRUE(ok);
     ASSERT_EQ_I64(saw_blocks, 2);
 #ifndef LIMITS_ASAN
-    /* a param of 2^46 floats (256 TiB): refused at once, nothing filled */
+    /* a param of 2^46 floats (256 TiB): refused at once by the memory
+     * admission (1 PiB with its gradient and moments), before planning;
+     * without the admission, by the failed reservation, nothing filled */
     pipit_graph *g = pipit_graph_new();
     pipit_val x = pipit_input(g, "x", PIPIT_F32, 1, SH(4));
     pipit_val w = pipit_param(g, "big", PIPIT_F32, 1, SH((int64_t)1 << 46));
@@ -269,6 +271,9 @@ PIPIT_TEST(limits_program_memory_refused_before_filling) {
     pipit_program *p = NULL;
     double t0 = pipit__now();
     ASSERT_STATUS(pipit_compile(g, loss, NULL, &p), PIPIT_STATUS_NOMEM);
+    ASSERT_MSG_HAS("pipit_compile: this program needs 1.0 PiB of memory but ");
+    ASSERT_MSG_HAS("parameters with their gradients and optimizer moments (at least) 1.0 PiB");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.no_mem_check = 1}, &p), PIPIT_STATUS_NOMEM);
     ASSERT_MSG_HAS("its parameters (281474976710656 bytes) failed");
     ASSERT_MSG_HAS("bytes in all");
     ASSERT_TRUE(pipit__now() - t0 < 5.0);

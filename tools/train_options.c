@@ -94,6 +94,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                                      "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
         {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
                                                              "(params, grads, optimizer state, activations; 0: no limit)", 0}},
+        {3, {"no-mem-check", FL_BOOL, &o->no_mem_check, "skip the memory admission (pipit refuses a run that needs "
+                                                         "more memory than the process may use: docs/refuses.md)", 0}},
+        {3, {"mem-limit", FL_DBL, &o->mem_limit, "bytes the memory admission allows (default: the smallest of RAM, "
+                                                 "the cgroup limit and RLIMIT_AS)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},

@@ -194,12 +194,16 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     if (!s) s = collect_inputs(p);
     if (!s) s = pipit__lower(p, opt->schedule);
     if (!s) index_gradsum_sources(p);
+    p->graph_n0 = n0;
+    p->graph_st0 = st0;
     if (s) {
         pipit__plan_free(p);
         if (!compiled) rollback(g, n0, st0);
     }
     return s;
 }
+
+void pipit__graph_rollback(pipit_graph *g, int32_t n0, pipit_status st0) { rollback(g, n0, st0); }
 
 void pipit__plan_free(pipit__plan *p) {
     for (int r = 0; p->ranks && r < p->nranks; r++) {
