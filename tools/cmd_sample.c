@@ -126,6 +126,7 @@ int cmd_sample(int argc, char **argv) {
 
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(init, &ck)) die("--init: %s", pipit_errmsg());
+    cli_note_unverified(ck, "init");
     pipit_gpt2_config cfg = {0};
     if (pipit_gpt2_config_from_checkpoint(ck, &cfg)) die("--init: %s", pipit_errmsg());
     if (flags_seen(&c, "heads")) {

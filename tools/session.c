@@ -158,15 +158,24 @@ static void check_compile(pipit_status st, const char *mflag) {
     cli_check(st, "compile");
 }
 
+void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname) {
+    if (!pipit_checkpoint_verified(ck) && pipit_process_rank() == 0)
+        fprintf(stderr, "pipit: note: --%s '%s' carries no checksums (written by an older pipit or another tool): "
+                        "loaded without an integrity check\n",
+                flagname, pipit_checkpoint_path(ck));
+}
+
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
     cli_check_device(o->device, o->tf32); /* before any file is read */
     if (o->resume) {
         /* s->ckpt was opened by apply_resume; closed with the session */
+        cli_note_unverified(s->ckpt, "resume");
         config_from_checkpoint(s->ckpt, o, c);
     } else if (o->init) {
         cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
+        cli_note_unverified(s->ckpt, "init");
         config_from_checkpoint(s->ckpt, o, c);
         if (!flags_seen(c, "ctx") && o->max_ctx && o->ctx > o->max_ctx) o->ctx = o->max_ctx; /* the preset's ctx */
         int masks = 0; /* Hugging Face files carry attention-mask buffers: not params */
