@@ -301,12 +301,14 @@ typedef struct {
     int64_t warmup;       /* K >= 0 warm-up steps (0: none) */
     int64_t decay_steps;  /* N > K for COSINE / LINEAR: the step where min_lr
                              is reached; 0 for CONSTANT */
-    double min_lr;        /* >= 0, finite, for COSINE / LINEAR; 0 for CONSTANT */
+    double min_lr;        /* in [0, lr], finite, for COSINE / LINEAR; 0 for CONSTANT */
 } pipit_lr_schedule;
 
 /* lr(step) of the formula above for base learning rate `lr`. Checks
- * nothing but its arguments: NULL s, step < 1, an unknown kind or
- * decay_steps <= warmup for a decaying kind give 0 and set the message. */
+ * nothing but its arguments: NULL s, step < 1, an unknown kind,
+ * decay_steps <= warmup for a decaying kind, an lr that is not a finite
+ * number >= 0, or (decaying kinds) a min_lr outside [0, lr] give 0 and set
+ * the message (a NaN or negative rate is never returned). */
 PIPIT_API double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step);
 
 /* Compile options: every zero field means "default". */

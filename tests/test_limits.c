@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "io/safetensors.h"
 #include "pipit.h"
 #include "pipit_io.h"
 #include "test.h"
@@ -151,7 +152,8 @@ PIPIT_TEST(limits_threads) {
     pipit_graph_free(g);
 }
 
-/* Rewrites `from` to `to` (same length) in a file. */
+/* Rewrites `from` to `to` (same length) in a file, bytes only: its
+ * checksums no longer match. */
 static int patch_file(const char *path, const char *from, const char *to) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
@@ -169,6 +171,28 @@ static int patch_file(const char *path, const char *from, const char *to) {
     fwrite(buf, 1, n, f);
     fclose(f);
     return 1;
+}
+
+/* The optimizer-state file at path written again with metadata key = value
+ * (and its other keys kept): a consistent file, checksums and all. */
+static int set_meta(const char *path, const char *key, const char *value) {
+    pipit__st_file *f = NULL;
+    if (pipit__st_read(path, &f)) return 0;
+    int n = pipit__st_count(f);
+    pipit__st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    for (int i = 0; i < n; i++) t[i] = *pipit__st_get(f, i);
+    const char *keys[] = {"format", "opt_steps", "next_step"}, *meta[7];
+    for (int i = 0; i < 3; i++) {
+        meta[2 * i] = keys[i];
+        meta[2 * i + 1] = strcmp(keys[i], key) == 0 ? value : pipit__st_meta(f, keys[i]);
+    }
+    meta[6] = NULL;
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    int ok = pipit__st_write(tmp, t, n, meta) == PIPIT_STATUS_OK && rename(tmp, path) == 0;
+    free(t);
+    pipit__st_free(f);
+    return ok;
 }
 
 PIPIT_TEST(limits_optimizer_step) {
@@ -197,16 +221,25 @@ PIPIT_TEST(limits_optimizer_step) {
     /* a step past int64, a sign, a non-digit: refused, not truncated */
     ASSERT_OK(pipit_program_set_opt_steps(p, 1000000000000000000LL)); /* 19 digits */
     ASSERT_OK(pipit_optimizer_save(p, path, 7));
+    /* bytes changed after writing: the checksum finds it first */
     ASSERT_TRUE(patch_file(path, "1000000000000000000", "9999999999999999999"));
     ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
-    ASSERT_MSG_HAS("opt_steps");
-    ASSERT_MSG_HAS("exceeds 2^63-1");
-    ASSERT_TRUE(patch_file(path, "9999999999999999999", "+999999999999999999"));
+    ASSERT_MSG_HAS("header checksum mismatch");
+    /* a file that was written so: the count itself is refused */
+    ASSERT_OK(pipit_optimizer_save(p, path, 7));
+    ASSERT_TRUE(set_meta(path, "opt_steps", "9999999999999999999"));
     ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
-    ASSERT_MSG_HAS("not a count");
-    ASSERT_TRUE(patch_file(path, "+999999999999999999", "99999999999999999 9"));
+    ASSERT_MSG_HAS("metadata 'opt_steps' is '9999999999999999999', too large (a count of at most 9223372036854775807)");
+    ASSERT_TRUE(set_meta(path, "opt_steps", "+999999999999999999"));
     ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
-    ASSERT_MSG_HAS("not a count");
+    ASSERT_MSG_HAS("not made of decimal digits");
+    ASSERT_TRUE(set_meta(path, "opt_steps", "99999999999999999 9"));
+    ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("not made of decimal digits");
+    ASSERT_OK(pipit_optimizer_save(p, path, 7));
+    ASSERT_TRUE(set_meta(path, "next_step", "-7"));
+    ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("metadata 'next_step' is '-7', negative");
     pipit_program_free(p);
     pipit_graph_free(g);
 }

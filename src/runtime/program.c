@@ -92,6 +92,14 @@ static pipit_status check_options(const pipit_options *o) {
         if (!in_range(ls->min_lr, 0, HUGE_VAL, 0))
             return pipit__err(PIPIT_STATUS_INVALID, "options.lr_schedule.min_lr must be a finite number >= 0, got %g",
                               ls->min_lr);
+        /* the "decay" would raise the rate (a zero optimizer is the default AdamW, lr 3e-4) */
+        int dflt = op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0;
+        double lr = dflt ? 3e-4 : op->lr;
+        if (ls->min_lr > lr)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "options.lr_schedule.min_lr %g is above the optimizer's lr %g: a decaying schedule goes "
+                              "from lr down to min_lr",
+                              ls->min_lr, lr);
     }
     return PIPIT_STATUS_OK;
 }
