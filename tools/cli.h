@@ -8,6 +8,7 @@
 
 #include "flags.h"
 #include "pipit_gpt2.h"
+#include "pipit_io.h"
 
 /* The candidate closest to `word` by edit distance (optimal string
  * alignment: insertions, deletions, substitutions, swaps of neighbours),
@@ -58,6 +59,11 @@ typedef struct {
     int print;
 } cli_auto_stages;
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);
+
+/* A note on stderr (process 0) when checkpoint ck, opened for --<flagname>,
+ * carried no checksums (older pipit, Hugging Face and other writers): it
+ * loads without an integrity check (tools/session.c). */
+void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname);
 
 /* --device and --tf32 (tools/device.c): dies for a device other than cpu
  * or cuda ("did you mean"), --device cuda in a build without the cuda
