@@ -42,7 +42,7 @@ size_t pipit__memplan(pipit__mp_buf *bufs, int32_t n) {
         pipit__mp_buf *b = &bufs[order[k][0]];
         int32_t keep = 0; /* drop buffers dead before b is written */
         for (int32_t i = 0; i < nlive; i++)
-            if (live[i]->last >= b->first) live[keep++] = live[i];
+            if (pipit__mp_end(live[i]) >= b->first) live[keep++] = live[i];
         nlive = keep;
         qsort(live, (size_t)nlive, sizeof *live, by_offset);
         /* every size and offset stays <= PIPIT__MAX_BYTES, so these sums cannot wrap */
