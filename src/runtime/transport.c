@@ -3,10 +3,30 @@
  * checksum of PIPIT_DEBUG_SENDS, and the in-stage all-reduce, which is
  * built on the vtable's isend / recv / fence and so runs on any transport.
  */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/transport.h"
+
+void pipit__host_label(char *out, size_t n) {
+    char name[PIPIT_HOST_MAX] = "?", ip[INET_ADDRSTRLEN] = "";
+    gethostname(name, sizeof name - 1);
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) == 0) {
+        for (const struct ifaddrs *a = all; a && !ip[0]; a = a->ifa_next)
+            if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && (a->ifa_flags & IFF_UP) &&
+                !(a->ifa_flags & IFF_LOOPBACK))
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)a->ifa_addr)->sin_addr, ip, sizeof ip);
+        freeifaddrs(all);
+    }
+    if (ip[0]) snprintf(out, n, "%.40s (%s)", name, ip);
+    else snprintf(out, n, "%s", name);
+}
 
 double pipit__transport_timeout(void) {
     const char *s = getenv("PIPIT_TIMEOUT");

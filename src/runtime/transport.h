@@ -84,7 +84,7 @@ struct pipit__transport {
     pipit__xfer_fn to_host;   /* device -> host (the backend's download); NULL: memcpy */
     pipit__xfer_fn from_host; /* host -> device (the backend's upload); NULL: memcpy */
     int debug_sends;          /* PIPIT_DEBUG_SENDS=1: isends carry a checksum the receiver checks */
-    char (*hosts)[PIPIT_HOST_MAX]; /* [W] the host each world rank runs on (gethostname) */
+    char (*hosts)[PIPIT_HOST_MAX]; /* [W] the host each world rank runs on (pipit__host_label) */
 };
 
 /* One process, W world ranks as threads, one mailbox per destination rank. */
@@ -100,6 +100,10 @@ pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t n
 /* Seconds a receive may wait before the job is declared hung: the
  * environment variable PIPIT_TIMEOUT (seconds, > 0), else 300. */
 double pipit__transport_timeout(void);
+
+/* This host as messages name it: its name and its first IPv4 address that
+ * is up and not loopback, "node7 (10.0.0.7)" (emulated hosts share a name). */
+void pipit__host_label(char *out, size_t n);
 
 /* Whether PIPIT_DEBUG_SENDS=1 (checksummed isends, poisoned send slots). */
 int pipit__debug_sends(void);

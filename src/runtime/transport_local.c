@@ -15,7 +15,6 @@
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "runtime/transport.h"
 
@@ -330,8 +329,8 @@ pipit__transport *pipit__transport_local_new(int P) {
         local_free(&t->base);
         return NULL;
     }
-    char host[PIPIT_HOST_MAX] = "?";
-    gethostname(host, sizeof host - 1);
+    char host[PIPIT_HOST_MAX];
+    pipit__host_label(host, sizeof host);
     for (int i = 0; i < P; i++) {
         pthread_mutex_init(&t->box[i].mu, NULL);
         pthread_cond_init(&t->box[i].cv, &ca);

@@ -896,8 +896,8 @@ static pipit_status dup_comm(mpi_transport *t, MPI_Comm *c) {
 static pipit_status gather_hosts(mpi_transport *t) {
     t->base.hosts = pipit__calloc((size_t)t->W, sizeof *t->base.hosts);
     if (!t->base.hosts) return pipit__err(PIPIT_STATUS_NOMEM, "mpi transport: out of memory");
-    char mine[PIPIT_HOST_MAX] = "?";
-    gethostname(mine, sizeof mine - 1);
+    char mine[PIPIT_HOST_MAX];
+    pipit__host_label(mine, sizeof mine);
     int rc = MPI_Allgather(mine, PIPIT_HOST_MAX, MPI_CHAR, t->base.hosts, PIPIT_HOST_MAX, MPI_CHAR, t->data_comm);
     return rc == MPI_SUCCESS ? PIPIT_STATUS_OK : mpi_fail(t, rc, "MPI_Allgather (host names)", -1);
 }
