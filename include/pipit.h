@@ -114,6 +114,25 @@ PIPIT_API double pipit_mem_available(const char **which);
 PIPIT_API int pipit_process_rank(void);
 PIPIT_API int pipit_process_count(void);
 
+/* What the links between ranks measure (pipit_probe_links): a ping-pong
+ * through pipit's own transport, 8 bytes for the latency (half a round
+ * trip) and 4 MiB for the bandwidth (bytes over half a round trip). */
+typedef struct {
+    int processes;               /* MPI processes (1: ranks are threads of this process) */
+    int hosts;                   /* distinct hosts among them */
+    int per_host;                /* the most processes on one host (1 for threads) */
+    double intra_bw, intra_lat;  /* two ranks on one host (bytes/s, s); 0: not measured */
+    double inter_bw, inter_lat;  /* two ranks on different hosts; 0: not measured (one host) */
+} pipit_link_probe;
+
+/* Measures the links this job has: with one process, between two threads
+ * through the threads transport; under MPI (collective: every process calls
+ * it), between process 0 and the first process on its host, and process 0
+ * and the first process on another host, through the MPI transport; hosts
+ * are told apart by name and address. Every process gets the same result.
+ * Takes about a second. RUNTIME if a transport cannot be opened. */
+PIPIT_API pipit_status pipit_probe_links(pipit_link_probe *out);
+
 /* ----------------------------------------------------------------- types */
 
 typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;

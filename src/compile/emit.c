@@ -47,7 +47,7 @@ int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
         e->bufs = b;
         e->capbufs = cap;
     }
-    e->bufs[e->nbufs] = (pipit__mp_buf){size, at, at, 0};
+    e->bufs[e->nbufs] = (pipit__mp_buf){.size = size, .first = at, .last = at, .hold = -1};
     return e->nbufs++;
 }
 

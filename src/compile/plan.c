@@ -224,6 +224,7 @@ void pipit__plan_free(pipit__plan *p) {
         pipit__free(rp->param_off);
         pipit__free(rp->bufs);
         pipit__free(rp->tasks);
+        pipit__free(rp->fences);
     }
     pipit__free(p->ranks);
     pipit__free(p->stage_rank);
