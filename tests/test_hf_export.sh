@@ -17,9 +17,7 @@ set -u
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup hf_export "${1:-}"
 
-HFPY=${PIPIT_HF_PYTHON:-/tmp/venv-hf/bin/python}
-[ -x "$HFPY" ] && "$HFPY" -c "import transformers, torch; transformers.GPT2LMHeadModel" 2>/dev/null || HFPY=$PY
-"$HFPY" -c "import transformers, torch; transformers.GPT2LMHeadModel" 2>/dev/null || HFPY=
+cli_hf_python "import transformers, torch; transformers.GPT2LMHeadModel"
 
 $PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
 import random

@@ -24,9 +24,7 @@ set -u
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup tokenizer "${1:-}"
 
-HFPY=${PIPIT_HF_PYTHON:-/tmp/venv-hf/bin/python}
-[ -x "$HFPY" ] && "$HFPY" -c "import tokenizers" 2>/dev/null || HFPY=$PY
-"$HFPY" -c "import tokenizers" 2>/dev/null || HFPY=
+cli_hf_python "import tokenizers"
 
 $PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
 import random
