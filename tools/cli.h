@@ -9,6 +9,7 @@
 
 #include "flags.h"
 #include "pipit_gpt2.h"
+#include "pipit_io.h"
 #include "pipit_text.h"
 
 /* The candidate closest to `word` by edit distance (optimal string
@@ -66,6 +67,14 @@ void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cf
  * backend or on a machine without a CUDA device, and --tf32 without
  * --device cuda. NULL is cpu. */
 void cli_check_device(const char *device, int tf32);
+
+/* tools/train_save.c. */
+/* A checkpoint's metadata integer `key` in lo .. hi, strictly (digits, a
+ * '-' only where lo < 0), or `absent` when the file lacks the key
+ * (INT64_MIN: the key is required); dies naming --flagname, the file, the
+ * key and the value. */
+int64_t meta_i64(const pipit_checkpoint *ck, const char *flagname, const char *key, int64_t lo, int64_t hi,
+                 int64_t absent);
 
 /* tools/text_files.c. The whole file (dies naming --flagname and the path). */
 char *cli_read_file(const char *flagname, const char *path, size_t *len);

@@ -3,8 +3,8 @@
  * forward-only program (pipit_options.forward_only, B = 1) that exposes
  * the logits (pipit_gpt2_build_logits + pipit_options.outputs).
  *
- * Each new token runs one forward over a window of T = --ctx tokens (the
- * checkpoint's positions by default): the sequence so far, left-aligned at
+ * Each new token runs one forward over a window of T = --ctx tokens (by
+ * default the context the checkpoint was trained with, else its positions): the sequence so far, left-aligned at
  * positions 0..n-1 and padded after with token 0 while it is shorter than
  * T, else its last T tokens. Attention is causal, so the padding never
  * reaches row n-1, whose logits give the next token: exactly the model's
@@ -108,7 +108,7 @@ int cmd_sample(int argc, char **argv) {
         {"temperature", FL_DBL, &temp, "softmax temperature >= 0 (default 1; 0: argmax)", 0},
         {"top-k", FL_INT, &top_k, "sample among the K most likely tokens (default 0: all)", 0},
         {"seed", FL_U64, &seed, "random seed (default 0): the same seed gives the same text", 0},
-        {"ctx", FL_INT, &ctx, "window T (default: the checkpoint's positions)", 0},
+        {"ctx", FL_INT, &ctx, "window T (default: the checkpoint's training ctx, else its positions)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: from the checkpoint's metadata)", 0},
         {"threads", FL_INT, &threads, "compute threads (default 1; cpu only)", 0},
         {"device", FL_STR, &device, "cpu (default) or cuda", 0},
@@ -145,7 +145,7 @@ int cmd_sample(int argc, char **argv) {
     if (top_k < 0 || top_k > V) die("--top-k must be in 0..%d (the vocabulary; 0: all), got %d", V, top_k);
     if (flags_seen(&c, "ctx") && (ctx < 1 || ctx > cfg.max_ctx))
         die("--ctx must be in 1..%d (the checkpoint's positions), got %d", cfg.max_ctx, ctx);
-    cfg.ctx = ctx ? ctx : cfg.max_ctx;
+    cfg.ctx = ctx ? ctx : (int)meta_i64(ck, "init", "ctx", 1, cfg.max_ctx, cfg.max_ctx);
     cfg.batch = 1;
     cfg.stages = 1;
     cfg.dtype = PIPIT_F32;

@@ -137,11 +137,9 @@ int cmd_train(int argc, char **argv) {
     int64_t first_step = 0, last_step, data_pos; /* a resumed run continues the data stream where it stopped */
     if (o->resume) {
         cli_check(pipit_checkpoint_load_train(s.p, s.ckpt, &first_step), "--resume");
-        const char *dp = pipit_checkpoint_meta(s.ckpt, "data_pos");
-        char *end = NULL;
-        data_pos = dp ? strtoll(dp, &end, 10) : -1;
-        if (!dp || *end || data_pos < 0) die("--resume: checkpoint '%s' lacks its data position", o->resume);
+        data_pos = meta_i64(s.ckpt, "resume", "data_pos", 0, INT64_MAX, INT64_MIN);
         last_step = o->steps; /* the total */
+        if (speaker) say_resumed(o, first_step);
         if (last_step - first_step > (INT64_MAX - data_pos) / ((int64_t)G * B))
             die("--resume: data position %lld is too large to continue", (long long)data_pos);
     } else {
