@@ -15,5 +15,6 @@ int cmd_schedule(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

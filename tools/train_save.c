@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "progress.h"
 #include "train_cli.h"
 
 void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path) {
@@ -131,6 +132,7 @@ static void keep_saves(const char *path, int64_t step, int keep) {
 
 void say_saved(const opts *o, const char *path, int64_t step) {
     if (pipit_process_rank() != 0) return;
+    cli_bar_clear();
     fprintf(o->json ? stderr : stdout, "saved %s (step %lld)\n", path, (long long)step);
     fflush(o->json ? stderr : stdout);
 }
