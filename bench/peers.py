@@ -210,6 +210,8 @@ def compare(args):
     timing = {"small": (15, 3), "gpt2-124M": (7, 2), "llama-100m": (7, 2)}
     if args.quick:
         timing = {"small": (5, 2)}
+    if args.steps:  # a loaded machine: fewer, longer-measured steps
+        timing = {name: (args.steps, args.warmup) for name in timing}
     rows = []
     for model in models:
         steps, warmup = timing[model[0]]
@@ -350,6 +352,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build-bench", help="folder with bench_train")
     ap.add_argument("--quick", action="store_true", help="small model only, fewer steps")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per run (default: 15 small, 7 for the 100M models)")
+    ap.add_argument("--warmup", type=int, default=2, help="with --steps: warm-up steps before them")
     ap.add_argument("--models", default="small,gpt2-124M,llama-100m",
                     help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--sweep", action="store_true", help="time the torch peers' settings instead")

@@ -13,6 +13,7 @@
 #define PIPIT_LLAMA_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pipit.h"
 #include "pipit_io.h"
@@ -111,12 +112,12 @@ enum {
     PIPIT_LLAMA_HAS_TIED = 1 << 9
 };
 PIPIT_API pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present);
-/* Writes cfg as a Hugging Face config.json (LlamaConfig, float32), atomically
- * enough for a side file (written whole, then renamed), so that
- * transformers' from_pretrained opens a folder holding it and a pipit
- * checkpoint saved as model.safetensors. INVALID for a config
- * pipit_llama_check refuses, IO on failure. */
-PIPIT_API pipit_status pipit_llama_write_hf_config(const pipit_llama_config *cfg, const char *config_json);
+/* Writes cfg as a Hugging Face config.json (LlamaConfig, the dtype as
+ * torch_dtype) to f, so that transformers' from_pretrained opens a folder
+ * holding it beside the weights (model.safetensors); `pipit export --hf`
+ * writes one. INVALID for a NULL argument or a config pipit_llama_check
+ * refuses, IO if writing fails. */
+PIPIT_API pipit_status pipit_llama_write_hf_config(const pipit_llama_config *cfg, FILE *f);
 
 /* One microbatch's feeds: out[0..1] = tokens, targets (borrowed buffers,
  * each i32 [B,T] with B = c->batch, T = c->ctx). */

@@ -24,12 +24,13 @@ Usage (any python with torch; transformers optional):
                                 # GQA, RoPE, tied and untied), finite
                                 # differences, and vs transformers if importable
   llama_torch.py --make-hf DIR --vocab V --dim C --layers L --heads H --kv-heads K
-      --ffn-hidden F --max-ctx N [--tied] [--seed S]
+      --ffn-hidden F --max-ctx N [--seed S]
                                 # LlamaForCausalLM(config) saved by save_pretrained
-  llama_torch.py --eval DIR_OR_FILE --data FILE --ctx T --micro-batch B --batches K
-                                # mean loss of sequences 0 .. K*B-1 with
-                                # transformers' model: from_pretrained(DIR), or a
-                                # pipit checkpoint FILE built from its metadata
+                                # as DIR/untied and DIR/tied
+  llama_torch.py --eval DIR_OR_FILE... --data FILE --ctx T --micro-batch B --batches K
+                                # per target, the mean loss of sequences 0 .. K*B-1
+                                # with transformers' model: from_pretrained(DIR), or
+                                # a pipit checkpoint FILE built from its metadata
 Heads, kv heads, theta and eps default to the checkpoint's metadata.
 """
 
@@ -317,36 +318,40 @@ def run_train(args):
 
 
 def run_make_hf(args):
+    """DIR/untied and DIR/tied: two LlamaForCausalLM written by save_pretrained."""
     from transformers import LlamaForCausalLM
-    torch.manual_seed(args.seed)
-    c = Cfg(args.vocab, args.dim, args.layers, args.heads, args.kv_heads, args.ffn_hidden, args.rope_theta or 10000.0,
-            args.norm_eps or 1e-5, args.tied, args.max_ctx)
-    m = LlamaForCausalLM(hf_config(c)).float()
-    with torch.no_grad():  # norms off 1, so their weights matter in the comparison
-        for n, p in m.named_parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
-    m.save_pretrained(args.make_hf, safe_serialization=True)
+    for tied in (False, True):
+        torch.manual_seed(args.seed)
+        c = Cfg(args.vocab, args.dim, args.layers, args.heads, args.kv_heads, args.ffn_hidden,
+                args.rope_theta or 10000.0, args.norm_eps or 1e-5, tied, args.max_ctx)
+        m = LlamaForCausalLM(hf_config(c)).float()
+        with torch.no_grad():  # norms off 1, so their weights matter in the comparison
+            for n, p in m.named_parameters():
+                if p.dim() == 1:
+                    p.add_(0.1 * torch.randn_like(p))
+        m.save_pretrained(os.path.join(args.make_hf, "tied" if tied else "untied"), safe_serialization=True)
     return 0
 
 
 def run_eval(args):
+    """One {"eval": target, "loss": x} line per target (one import of transformers for all)."""
     from transformers import LlamaForCausalLM
-    if os.path.isdir(args.eval):
-        m = LlamaForCausalLM.from_pretrained(args.eval, torch_dtype=torch.float32)
-        V = m.config.vocab_size
-    else:  # a pipit checkpoint: transformers' model built from its metadata, its weights loaded by name
-        arrays, meta = load_safetensors(args.eval)
-        c = config_of(arrays, meta, args)
-        m, V = hf_model(c, arrays), c.V
-    m.eval()
     data = ByteData(args.data, args.ctx)
-    total = 0.0
-    with torch.no_grad():
-        for k in range(args.batches):
-            idx, tgt = data.sequences(k * args.micro_batch, args.micro_batch)
-            total += F.cross_entropy(hf_logits(m, idx).reshape(-1, V), tgt.reshape(-1)).item()
-    print(json.dumps({"loss": float("%.9g" % (total / args.batches))}))
+    for target in args.eval:
+        if os.path.isdir(target):
+            m = LlamaForCausalLM.from_pretrained(target, torch_dtype=torch.float32)
+            V = m.config.vocab_size
+        else:  # a pipit checkpoint: transformers' model built from its metadata, its weights loaded by name
+            arrays, meta = load_safetensors(target)
+            c = config_of(arrays, meta, args)
+            m, V = hf_model(c, arrays), c.V
+        m.eval()
+        total = 0.0
+        with torch.no_grad():
+            for k in range(args.batches):
+                idx, tgt = data.sequences(k * args.micro_batch, args.micro_batch)
+                total += F.cross_entropy(hf_logits(m, idx).reshape(-1, V), tgt.reshape(-1)).item()
+        print(json.dumps({"eval": target, "loss": float("%.9g" % (total / args.batches))}), flush=True)
     return 0
 
 
@@ -354,7 +359,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_train_args(ap)
     ap.add_argument("--make-hf")
-    ap.add_argument("--eval")
+    ap.add_argument("--eval", nargs="+")
     ap.add_argument("--batches", type=int, default=1)
     ap.add_argument("--kv-heads", type=int, default=0)
     ap.add_argument("--rope-theta", type=float, default=0.0)
@@ -364,7 +369,6 @@ def main(argv=None):
     ap.add_argument("--layers", type=int)
     ap.add_argument("--ffn-hidden", type=int)
     ap.add_argument("--max-ctx", type=int, default=64)
-    ap.add_argument("--tied", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--impl", choices=["auto", "hf", "torch"], default="auto")
     args = ap.parse_args(argv)

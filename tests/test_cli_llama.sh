@@ -29,14 +29,18 @@ for spec in "llama-tiny 256 128 4 4 2 352 0" "llama-100m 50257 768 10 12 4 2048 
     expect_ok "$PIPIT" train --model "$1" --print-config || continue
     want=$(count "$2" "$3" "$4" "$5" "$6" "$7" "$8")
     [ "$(field params)" = "$want" ] || fail "--model $1: $(field params) params, counted $want"
-    [ "$(field arch)/$(field kv_heads)/$(field ffn_hidden)" = "llama/$6/$7" ] || fail "--model $1: $OUT"
+    [ "$(field kv-heads)/$(field ffn-hidden)" = "$6/$7" ] || fail "--model $1: $OUT"
 done
 # Meta's rule: dim 128 with --ffn-hidden 0 and multiple_of 32 is int(2*512/3) = 341 rounded up: 352
 expect_ok "$PIPIT" train --model llama-tiny --ffn-hidden 0 --multiple-of 32 --print-config
-[ "$(field ffn_hidden)" = 352 ] || fail "Meta's rule: $OUT"
+[ "$(field ffn-hidden)" = 352 ] || fail "Meta's rule: $OUT"
 echo '{"model": "llama-tiny", "kv-heads": 1, "rope-theta": 500000, "tied": true}' > c.json
 expect_ok "$PIPIT" train --config c.json --print-config
-[ "$(field kv_heads)/$(field rope_theta)/$(field tied)" = "1/500000/True" ] || fail "--config keys: $OUT"
+[ "$(field kv-heads)/$(field rope-theta)/$(field tied)" = "1/500000/True" ] || fail "--config keys: $OUT"
+# --print-config reads back through --config (the Llama keys are flags too)
+echo "$OUT" | tail -1 > back.json
+expect_ok "$PIPIT" train --config back.json --print-config
+[ "$(field kv-heads)/$(field rope-theta)/$(field tied)" = "1/500000/True" ] || fail "--print-config round trip: $OUT"
 
 # ---- a run: the loss falls; --resume continues it bit for bit
 M=(--model llama-tiny --data text.txt --ctx 32 --layers 2 --micro-batch 4 --seed 5 --json)

@@ -13,7 +13,8 @@
 # and every step's loss and every final parameter must agree within the GPT-2
 # oracle's tolerance (tests/oracle_compare.py: 1e-5 relative). With
 # transformers: pipit's trained checkpoint loads into LlamaForCausalLM by name
-# (transformers' loss equals `pipit eval`'s within 1e-5 relative), and a
+# and through `pipit export --hf` with from_pretrained (transformers' loss
+# equals `pipit eval`'s within 1e-5 relative), and a
 # checkpoint written by save_pretrained (GQA, untied and tied) loads with
 # `pipit eval --init` (the config.json beside it gives heads, kv heads, theta
 # and eps) to transformers' own eval loss within 1e-5 relative. Exits 77 when
@@ -54,16 +55,20 @@ MODEL=(--model llama-tiny --ctx 16 --layers 2 --heads 4 --kv-heads 2 --dim 32 --
        --norm-eps 1e-5 --micro-batch 2 --microbatches 2 --data-order sequential)
 SETTINGS=(--lr 1e-3 --weight-decay 0.1 --clip 1.0)
 
-# pipit_eval FILE: pipit's loss of sequences 0..7 (4 batches of 2).
+# pipit_eval FILE: pipit's {"loss":x} of sequences 0..7 (4 batches of 2).
 pipit_eval() { "$PIPIT" eval --init "$1" --data data.txt --ctx 16 --micro-batch 2 --batches 4 --json; }
-hf_eval() { "$PY" "$ORACLE" --eval "$1" --data data.txt --ctx 16 --micro-batch 2 --batches 4 2> /dev/null; }
-# same_loss NAME A B: two {"loss":x} lines agree within 1e-5 relative.
+# same_loss NAME PIPIT_FILE TARGET: pipit's loss of the file and transformers'
+# of TARGET (in hf.log) agree within 1e-5 relative.
 same_loss() {
-    "$PY" - "$@" <<'EOF'
+    "$PY" - "$1" "$(pipit_eval "$2")" "$3" <<'EOF'
 import json, sys
-name, a, b = sys.argv[1], json.loads(sys.argv[2])["loss"], json.loads(sys.argv[3])["loss"]
-rel = abs(a - b) / abs(b)
-print(f"[{name}] pipit {a:.9g} transformers {b:.9g} rel {rel:.2e} {'ok' if rel <= 1e-5 else 'MISMATCH'}")
+name, a, target = sys.argv[1], json.loads(sys.argv[2])["loss"], sys.argv[3]
+got = [json.loads(l) for l in open("hf.log") if l.startswith("{")]
+b = [g["loss"] for g in got if g["eval"] == target]
+if not b:
+    sys.exit(f"[{name}] transformers did not evaluate {target}")
+rel = abs(a - b[0]) / abs(b[0])
+print(f"[{name}] pipit {a:.9g} transformers {b[0]:.9g} rel {rel:.2e} {'ok' if rel <= 1e-5 else 'MISMATCH'}")
 sys.exit(rel > 1e-5)
 EOF
 }
@@ -79,25 +84,29 @@ for head in untied tied; do
         || { cat "torch_$head.log" "torch_$head.err"; fail "torch oracle ($head)"; continue; }
     "$PY" "$SRC/tests/oracle_compare.py" adamw "pipit_$head.log" "torch_$head.log" "pipit_$head.st" "torch_$head.st" \
         | sed "s/^\[adamw\]/[adamw $head]/" || fail "$head: pipit differs from the oracle"
-    [ $HF = 1 ] || continue
-    # pipit's checkpoint in transformers: the same eval loss
-    same_loss "pipit checkpoint in transformers, $head" "$(pipit_eval "pipit_$head.st")" "$(hf_eval "pipit_$head.st")" \
-        || fail "$head: transformers' loss of pipit's checkpoint"
+    # pipit's checkpoint for transformers, as `pipit export --hf` writes it
+    "$PIPIT" export --hf "export_$head" --init "pipit_$head.st" > export.log 2>&1 || { cat export.log; fail "export"; }
 done
 
 if [ $HF = 1 ]; then
+    # transformers' losses, all in one run: pipit's checkpoints by name and
+    # exported (from_pretrained), and two save_pretrained checkpoints
+    "$PY" "$ORACLE" --make-hf hf --vocab 256 --dim 32 --layers 2 --heads 4 --kv-heads 2 --ffn-hidden 48 \
+        --max-ctx 64 --rope-theta 500 --norm-eps 1e-6 --seed 7 > make.log 2>&1 || { cat make.log; fail "save_pretrained"; }
+    "$PY" "$ORACLE" --eval pipit_untied.st pipit_tied.st export_untied export_tied hf/untied hf/tied --data data.txt \
+        --ctx 16 --micro-batch 2 --batches 4 > hf.log 2> hf.err || { cat hf.log hf.err; fail "transformers' eval"; }
     for head in untied tied; do
-        flag=; [ $head = tied ] && flag=--tied
-        mkdir "hf_$head"
-        "$PY" "$ORACLE" --make-hf "hf_$head" --vocab 256 --dim 32 --layers 2 --heads 4 --kv-heads 2 --ffn-hidden 48 \
-            --max-ctx 64 --rope-theta 500 --norm-eps 1e-6 --seed 7 $flag > make.log 2>&1 || { cat make.log; fail "save_pretrained"; continue; }
-        same_loss "save_pretrained checkpoint in pipit, $head" "$(pipit_eval "hf_$head/model.safetensors")" \
-            "$(hf_eval "hf_$head")" || fail "$head: pipit eval of a save_pretrained checkpoint"
+        same_loss "pipit checkpoint in transformers, $head" "pipit_$head.st" "pipit_$head.st" \
+            || fail "$head: transformers' loss of pipit's checkpoint"
+        same_loss "pipit export --hf, from_pretrained, $head" "pipit_$head.st" "export_$head" \
+            || fail "$head: transformers' loss of the exported folder"
+        same_loss "save_pretrained checkpoint in pipit, $head" "hf/$head/model.safetensors" "hf/$head" \
+            || fail "$head: pipit eval of a save_pretrained checkpoint"
     done
     # what pipit does not implement is refused, naming the key
-    sed 's/"rope_scaling": null/"rope_scaling": {"type": "linear", "factor": 2.0}/' hf_untied/config.json > c.json \
-        && mv c.json hf_untied/config.json
-    out=$("$PIPIT" eval --init hf_untied/model.safetensors --data data.txt --ctx 16 --micro-batch 2 --batches 1 2>&1) \
+    sed 's/"rope_scaling": null/"rope_scaling": {"type": "linear", "factor": 2.0}/' hf/untied/config.json > c.json \
+        && mv c.json hf/untied/config.json
+    out=$("$PIPIT" eval --init hf/untied/model.safetensors --data data.txt --ctx 16 --micro-batch 2 --batches 1 2>&1) \
         && fail "rope_scaling accepted"
     echo "$out" | grep -q "rope_scaling" || fail "rope_scaling refusal does not name it: $out"
 else

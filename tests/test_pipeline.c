@@ -9,6 +9,7 @@
 
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
+#include "pipit_partition.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
 #include "test.h"
@@ -282,12 +283,27 @@ static void llama_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
 }
 static const model llama_model = {llama_build, llama_init, 2, llama_feeds};
 
+/* The same model built without yields and cut by pipit_partition (the
+ * CLI's --auto-stages) into the schedule's stage count. */
+static pipit_val llama_auto_build(pipit_graph *g, int stages) {
+    pipit_val loss = llama_build(g, 1);
+    pipit_partition_result *pt = NULL;
+    if (stages > 1 && (pipit_partition(g, loss, &(pipit_partition_options){.stages = stages}, &pt) ||
+                       pipit_partition_apply(pt, g, &loss, 1)))
+        fprintf(stderr, "partition into %d stages: %s\n", stages, pipit_errmsg());
+    pipit_partition_free(pt);
+    return loss;
+}
+static const model llama_auto_model = {llama_auto_build, llama_init, 2, llama_feeds};
+
 /* The general op set pipelined: every schedule x P in {2, 4} x V x remat,
- * M = 2P, bit for bit the sequential run; and a forward-only program gives
- * the training step's loss bits. */
+ * M = 2P, bit for bit the sequential run, with stages cut by hand and by
+ * pipit_partition; and a forward-only program gives the training step's
+ * loss bits. */
 PIPIT_TEST(pipeline_equivalence_general_ops) {
     static const int Ps[] = {2, 4};
     ASSERT_EQ_I64(equivalence_matrix(&llama_model, Ps, 2, 1), 0);
+    ASSERT_EQ_I64(equivalence_matrix(&llama_auto_model, Ps, 2, 1), 0); /* cut by pipit_partition */
     pipit_schedule *sch = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
     double loss[2];

@@ -53,7 +53,7 @@ static const cli_model_kind GPT2 = {"gpt2", "GPT-2", 3, gpt2_check, gpt2_build, 
 
 /* ---- Llama ---- */
 
-static pipit_llama_config llama_cfg(const cli_model *m) {
+pipit_llama_config cli_model_llama(const cli_model *m) {
     return (pipit_llama_config){.vocab = m->vocab, .max_ctx = m->max_ctx, .ctx = m->ctx, .layers = m->layers,
                                 .heads = m->heads, .kv_heads = m->kv_heads, .dim = m->dim,
                                 .ffn_hidden = m->ffn_hidden, .multiple_of = m->multiple_of,
@@ -62,27 +62,27 @@ static pipit_llama_config llama_cfg(const cli_model *m) {
                                 .stages = m->stages, .dtype = PIPIT_F32};
 }
 static pipit_status llama_check(const cli_model *m) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_check(&c);
 }
 static pipit_val llama_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_build_logits(g, &c, logits);
 }
 static pipit_status llama_init(pipit_program *p, const cli_model *m, uint64_t seed) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_init(p, &c, seed);
 }
 static int64_t llama_params(const cli_model *m) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_num_params(&c);
 }
 static double llama_flops(const cli_model *m) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_flops_per_token(&c);
 }
 static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model *m) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     pipit_status s = pipit_llama_config_from_checkpoint(ck, &c);
     if (!s) {
         m->vocab = c.vocab, m->dim = c.dim, m->layers = c.layers, m->heads = c.heads, m->kv_heads = c.kv_heads;
@@ -94,7 +94,7 @@ static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model 
 static pipit_status llama_feeds(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos,
                                 pipit_feed *out) {
     (void)pos; /* RoPE takes positions from the row index */
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_feeds(&c, tok, tgt, out);
 }
 
@@ -119,7 +119,7 @@ static int is_llama(const cli_model *m) { return m->kind == &LLAMA; }
 
 /* The MLP width a Llama model resolves to (its own, or Meta's rule). */
 static int ffn_of(const cli_model *m) {
-    pipit_llama_config c = llama_cfg(m);
+    pipit_llama_config c = cli_model_llama(m);
     return m->ffn_hidden ? m->ffn_hidden : pipit_llama_ffn_hidden(&c);
 }
 
@@ -156,13 +156,4 @@ void cli_model_meta_fill(const cli_model *m, cli_model_meta *o) {
     meta_add(o, "norm_eps", "%.17g", m->norm_eps, 0);
     meta_add(o, "rope_theta", "%.17g", m->rope_theta, 0);
     meta_add(o, "tied", "%d", m->tied, 1);
-}
-
-void cli_model_json(const cli_model *m, char *buf, size_t n) {
-    int k = snprintf(buf, n, "\"arch\":\"%s\",\"vocab\":%d,\"ctx\":%d,\"max_ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d",
-                     m->kind->name, m->vocab, m->ctx, m->max_ctx, m->layers, m->heads, m->dim);
-    if (is_llama(m) && k >= 0 && (size_t)k < n)
-        snprintf(buf + k, n - (size_t)k, ",\"kv_heads\":%d,\"ffn_hidden\":%d,\"norm_eps\":%.9g,\"rope_theta\":%.9g,\"tied\":%s",
-                 m->kv_heads ? m->kv_heads : m->heads, ffn_of(m), m->norm_eps, m->rope_theta,
-                 m->tied ? "true" : "false");
 }

@@ -13,6 +13,7 @@
 
 #include "pipit.h"
 #include "pipit_io.h"
+#include "pipit_llama.h"
 
 #define CLI_MAX_FEEDS 3 /* graph inputs per microbatch, the most any kind has */
 
@@ -48,6 +49,9 @@ const cli_model_kind *cli_model_kind_find(const char *name);
  * Llama; 'wte.weight': GPT-2), or NULL. */
 const cli_model_kind *cli_model_kind_of_checkpoint(const pipit_checkpoint *ck);
 
+/* The library's config of a Llama cli_model (f32). */
+pipit_llama_config cli_model_llama(const cli_model *m);
+
 /* "GPT-2 L=4 H=4 C=128 V=256 T=64", "Llama L=4 H=4 KV=2 C=128 F=352 V=256 T=64 untied". */
 void cli_model_describe(const cli_model *m, char *buf, size_t n);
 
@@ -61,7 +65,5 @@ typedef struct {
     char num[16][40];
 } cli_model_meta;
 void cli_model_meta_fill(const cli_model *m, cli_model_meta *out);
-/* The same as JSON members: "arch":"llama","vocab":256,... (no braces). */
-void cli_model_json(const cli_model *m, char *buf, size_t n);
 
 #endif

@@ -750,7 +750,7 @@ static void op_PERMUTE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *di
 /* ------------------------------------------------- slice, concat, view */
 
 /* SLICE(x): x[start : start+len] along axis (iattr axis, start, len), a
- * copy; SLICE_DX(d) puts d back at start of an axis of iattr[2] elements,
+ * copy (of any dtype: its kernels move elements of 4 or 8 bytes); SLICE_DX(d) puts d back at start of an axis of iattr[2] elements,
  * zeros elsewhere (the gradient of a slice; its own is the slice). */
 static pipit_status range_shape(pipit__node *n, const pipit__node *x, int64_t len, int64_t full, int64_t out) {
     int64_t ax = n->iattr[0], st = n->iattr[1];
@@ -763,8 +763,8 @@ static pipit_status range_shape(pipit__node *n, const pipit__node *x, int64_t le
     return PIPIT_STATUS_OK;
 }
 static pipit_status op_SLICE_shape(const pipit_graph *g, pipit__node *n) {
-    const pipit__node *x = IN(0);
-    if (need_float(x, "input") || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    const pipit__node *x = IN(0); /* any dtype: i32 too (token ids), a byte copy */
+    if (axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
     return range_shape(n, x, n->iattr[2], x->shape[n->iattr[0]], n->iattr[2]);
 }
 static pipit_status op_SLICE_DX_shape(const pipit_graph *g, pipit__node *n) {
@@ -787,13 +787,13 @@ static void op_SLICE_DX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *d
 
 /* CONCAT(x0, ..., x_{nin-1}) along axis iattr[0]: equal shapes but there. */
 static pipit_status op_CONCAT_shape(const pipit_graph *g, pipit__node *n) {
-    const pipit__node *x = IN(0);
-    if (need_float(x, "input") || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    const pipit__node *x = IN(0); /* any dtype, as slice */
+    if (axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
     int ax = (int)n->iattr[0];
     copy_shape(n, x);
     for (int k = 1; k < n->nin; k++) {
         const pipit__node *y = IN(k);
-        if (y->dtype != x->dtype) return shape_err("inputs must share one float dtype");
+        if (y->dtype != x->dtype) return shape_err("inputs must share one dtype");
         int ok = y->ndim == x->ndim;
         for (int i = 0; ok && i < x->ndim; i++) ok = i == ax || y->shape[i] == x->shape[i];
         if (!ok) return shape_err("input %d differs from input 0 off axis %d", k, ax);

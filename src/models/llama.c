@@ -8,14 +8,12 @@
 #include "pipit_llama.h"
 
 #include <cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "models/models.h"
 #include "util/checked.h"
@@ -419,39 +417,35 @@ pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_con
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, const char *config_json) {
-    if (!c || !config_json)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_write_hf_config: NULL %s", c ? "path" : "config");
+/* The shortest text that reads back as v (config.json is read by people too). */
+static void shortest(char *buf, size_t n, double v) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, FILE *f) {
+    if (!c || !f) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_write_hf_config: NULL %s", c ? "file" : "config");
     if (pipit_llama_check(c)) {
         pipit__err_prefix("pipit_llama_write_hf_config");
         return PIPIT_STATUS_INVALID;
     }
-    size_t n = strlen(config_json) + 32;
-    char *tmp = pipit__malloc(n);
-    if (!tmp) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_llama_write_hf_config: out of memory");
-    snprintf(tmp, n, "%s.tmp.%ld", config_json, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    int ok = f != NULL, err = errno;
-    if (f) {
-        fprintf(f,
-                "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
-                "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-                "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
-                "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.17g,\n"
-                "  \"rope_theta\": %.17g,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n"
-                "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
-                "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\"\n}\n",
-                c->vocab, c->dim, pipit_llama_ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads,
-                c->max_ctx, c->norm_eps, c->rope_theta, c->tied ? "true" : "false",
-                c->dtype == PIPIT_F64 ? "float64" : "float32");
-        ok = !ferror(f);
-        ok = fclose(f) == 0 && ok;
-        err = ok ? 0 : errno ? errno : EIO;
-    }
-    if (ok && rename(tmp, config_json) != 0) ok = 0, err = errno;
-    if (!ok) remove(tmp);
-    pipit__free(tmp);
-    if (!ok) return pipit__err(PIPIT_STATUS_IO, "pipit_llama_write_hf_config: cannot write '%s': %s", config_json, strerror(err));
+    char eps[32], theta[32];
+    shortest(eps, sizeof eps, c->norm_eps);
+    shortest(theta, sizeof theta, c->rope_theta);
+    fprintf(f,
+            "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+            "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+            "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+            "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n"
+            "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+            "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\",\n"
+            "  \"use_cache\": true\n}\n",
+            c->vocab, c->dim, pipit_llama_ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads,
+            c->max_ctx, eps, theta, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32");
+    if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "pipit_llama_write_hf_config: writing failed");
     return PIPIT_STATUS_OK;
 }
 
