@@ -223,8 +223,15 @@ int64_t pipit_llama_num_params(const pipit_llama_config *c) {
 }
 
 double pipit_llama_flops_per_token(const pipit_llama_config *c) {
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
     int64_t n = pipit_llama_num_params(c);
-    if (n == 0) return 0;
+    if (n == 0) {
+        pipit__err_prefix("%s", __func__);
+        return 0;
+    }
     /* an untied embedding is only gathered; the tied one is also the head */
     double matmul = (double)n - (c->tied ? 0.0 : (double)c->vocab * c->dim);
     return 6.0 * matmul + 12.0 * c->layers * c->ctx * (double)c->dim;
