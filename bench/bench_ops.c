@@ -10,12 +10,12 @@
  */
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "bench_kernel.h"
 #include "util/common.h"
 
 /* A Llama layer's sizes: rows = B*T tokens of width C, Hq query / Hkv kv
@@ -38,7 +38,9 @@ static void k_rms(const kjob *j, int i, int n) { pipit__rmsnorm_f32(j->out, j->i
 static void k_rms_dx(const kjob *j, int i, int n) {
     pipit__rmsnorm_dx_f32(j->out, j->in[0], j->in[1], j->in[2], R, C, 1e-5, i, n);
 }
-static void k_rms_dw(const kjob *j, int i, int n) { pipit__rmsnorm_dw_f32(j->out, j->in[0], j->in[2], R, C, 1e-5, i, n); }
+static void k_rms_dw(const kjob *j, int i, int n) {
+    pipit__rmsnorm_dw_f32(j->out, j->in[0], j->in[2], R, C, 1e-5, i, n);
+}
 static void k_rope(const kjob *j, int i, int n) {
     pipit__rope_f32(j->out, j->in[0], R / T, T, Hq, D, 0, 10000.0, 0, i, n);
 }
@@ -53,7 +55,9 @@ static void k_add_row(const kjob *j, int i, int n) {
 static void k_sum_to(const kjob *j, int i, int n) { pipit__sum_to_f32(j->out, j->in[0], row_dims, sum_so, 1, i, n); }
 static void k_softmax(const kjob *j, int i, int n) { pipit__softmax_f32(j->out, j->in[0], R, T, i, n); }
 static void k_gather(const kjob *j, int i, int n) { pipit__embed_f32(j->out, j->in[0], j->idx, R, C, i, n); }
-static void k_att(const kjob *j, int i, int n) { pipit__attn_fwd_f32(j->out, j->in[0], j->in[1], j->in[2], &j->att, i, n); }
+static void k_att(const kjob *j, int i, int n) {
+    pipit__attn_fwd_f32(j->out, j->in[0], j->in[1], j->in[2], &j->att, i, n);
+}
 static void k_att_d(const kjob *j, int i, int n) {
     int64_t nq = R * Hq * D, nk = R * Hkv * D;
     pipit__attn_bwd_f32(j->out, j->out + nq, j->out + nq + nk, j->in[0], j->in[1], j->in[2], j->in[3], &j->att, i, n);
@@ -72,29 +76,8 @@ static void k_sgemm(const kjob *j, int i, int n) {
                 j->in[1], (blasint)D, 0, j->out + (int64_t)i * T * T, (blasint)T);
 }
 
-/* A persistent second thread (the caller is ith 0), so start-up is not timed. */
-static pthread_barrier_t bar_start, bar_end;
-static const kjob *pool_job;
-static int pool_quit;
-static void *worker(void *arg) {
-    (void)arg;
-    for (;;) {
-        pthread_barrier_wait(&bar_start);
-        if (pool_quit) return NULL;
-        pool_job->run(pool_job, 1, 2);
-        pthread_barrier_wait(&bar_end);
-    }
-}
-static void run_on(const kjob *j, int nth) {
-    if (nth == 1) {
-        j->run(j, 0, 1);
-        return;
-    }
-    pool_job = j;
-    pthread_barrier_wait(&bar_start);
-    j->run(j, 0, 2);
-    pthread_barrier_wait(&bar_end);
-}
+static void run_slice(const void *j, int ith, int nth) { ((const kjob *)j)->run(j, ith, nth); }
+static void run_on(const kjob *j, int nth) { bench_pool_run(run_slice, j, nth); }
 
 /* Best seconds of one call over at least `secs`. */
 static double best_of(void (*fn)(const void *), const void *arg, double secs) {
@@ -111,31 +94,20 @@ static double best_of(void (*fn)(const void *), const void *arg, double secs) {
 static int cur_nth;
 static void call_job(const void *j) { run_on(j, cur_nth); }
 
-static float *rnd(int64_t n) {
-    float *p = pipit__malloc_aligned((size_t)(n > 0 ? n : 1) * sizeof(float));
-    uint64_t st = 12345;
-    for (int64_t i = 0; i < n; i++) {
-        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
-        p[i] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5);
-    }
-    return p;
-}
-
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
     if (argc > 2) R = atoll(argv[2]) / T * T;
     if (R < T) R = T;
     pipit__gemm_init();
-    pthread_t th;
-    pthread_barrier_init(&bar_start, NULL, 2);
-    pthread_barrier_init(&bar_end, NULL, 2);
-    pthread_create(&th, NULL, worker, NULL);
+    bench_pool_start();
     int64_t big = R * F > 3 * R * C ? R * F : 3 * R * C;
-    float *x = rnd(big), *y = rnd(big), *d = rnd(big), *w = rnd(F), *o1 = rnd(3 * big), *o2 = rnd(3 * big);
-    float *q = rnd(R * Hq * D), *kk = rnd(R * Hkv * D), *v = rnd(R * Hkv * D), *dO = rnd(R * Hq * D);
+    float *x = bench_rnd(big), *y = bench_rnd(big), *d = bench_rnd(big), *w = bench_rnd(F);
+    float *o1 = bench_rnd(3 * big), *o2 = bench_rnd(3 * big);
+    float *q = bench_rnd(R * Hq * D), *kk = bench_rnd(R * Hkv * D), *v = bench_rnd(R * Hkv * D);
+    float *dO = bench_rnd(R * Hq * D);
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)R);
     for (int64_t i = 0; i < R; i++) idx[i] = (int32_t)((i * 7919) % 32000);
-    float *table = rnd(32000 * C);
+    float *table = bench_rnd(32000 * C);
     double fb = sizeof(float), nx = (double)(R * C), nf = (double)(R * F), nq = (double)(R * Hq * D),
            nk = (double)(R * Hkv * D);
     pipit__attn_dims att = {R / T, T, T, Hq, Hkv, D, Hq * D, Hkv * D, Hkv * D, Hq * D, 1, 1 / sqrt((double)D)};
@@ -168,11 +140,12 @@ int main(int argc, char **argv) {
     printf("attention's ceiling (measured here): one head's sgemm [%lld,%lld]x[%lld,%lld] on each thread, %.1f / %.1f "
            "GFLOP/s on 1 / 2 threads; the others' is memcpy of their bytes on as many threads\n",
            (long long)T, (long long)D, (long long)D, (long long)T, ceil_gf[0], ceil_gf[1]);
-    printf("%-20s %10s %10s %8s | %10s %10s %8s | check\n", "kernel", "1t ms", "rate", "/ceil", "2t ms", "rate", "/ceil");
+    printf("%-20s %10s %10s %8s | %10s %10s %8s | check\n", "kernel", "1t ms", "rate", "/ceil", "2t ms", "rate",
+           "/ceil");
     int ok = 1;
     double most = 0; /* the memcpy ceiling's buffers: half of the most bytes a kernel moves */
     for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) most = fmax(most, jobs[i].bytes / 2);
-    float *cp_src = rnd((int64_t)(most / 4) + 1), *cp_dst = rnd((int64_t)(most / 4) + 1);
+    float *cp_src = bench_rnd((int64_t)(most / 4) + 1), *cp_dst = bench_rnd((int64_t)(most / 4) + 1);
     for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
         kjob *j = &jobs[i];
         if (!j->run) continue;
@@ -199,8 +172,6 @@ int main(int argc, char **argv) {
                j->flops ? "GF/s" : "GB/s", rate[0] / ceil[0], ms[1], rate[1], j->flops ? "GF/s" : "GB/s",
                rate[1] / ceil[1], same ? "2t bits = 1t" : "2t BITS DIFFER");
     }
-    pool_quit = 1;
-    pthread_barrier_wait(&bar_start);
-    pthread_join(th, NULL);
+    bench_pool_stop();
     return ok ? 0 : 1;
 }
