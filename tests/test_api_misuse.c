@@ -19,6 +19,7 @@
 #include "pipit_inspect.h"
 #include "pipit_io.h"
 #include "pipit_sim.h"
+#include "pipit_text.h"
 #include "test.h"
 #include "util/common.h"
 
@@ -1068,8 +1069,55 @@ PIPIT_TEST(api_misuse_sim) {
     pipit_hw_free(hw);
 }
 
+/* ------------------------------------------------------- pipit_text.h */
+
+PIPIT_TEST(api_misuse_text) {
+    pipit_tokenizer *t = NULL;
+    int32_t ids[8];
+    char out[8];
+    size_t n = 0;
+    const char *text = "ab ab";
+    size_t len = 5;
+    FAILS(pipit_tokenizer_load(NULL, &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_load(mpath("tok.json"), NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_load(mpath("absent.json"), &t), PIPIT_STATUS_IO);
+    FAILS(pipit_tokenizer_load_gpt2(NULL, "m", &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_load_gpt2(mpath("absent.json"), mpath("absent.txt"), &t), PIPIT_STATUS_IO);
+    FAILS(pipit_tokenizer_train(&text, &len, 1, 300, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_train(NULL, &len, 1, 300, &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_train(&text, &len, -1, 300, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_train(&text, &len, 1, INT32_MIN, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_train(&text, &len, 1, INT32_MAX, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_save(NULL, mpath("tok.json")), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_tokenizer_vocab_size(NULL), 0);
+    GIVES(pipit_tokenizer_token(NULL, 0, &n), NULL);
+    FAILS(pipit_tokenizer_encode(NULL, text, len, ids, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(NULL, ids, 1, out, 8, &n), PIPIT_STATUS_MISUSE);
+    pipit_tokenizer_free(NULL);
+    ASSERT_STATUS(pipit_tokenizer_train(&text, &len, 1, 257, &t), PIPIT_STATUS_OK);
+    FAILS(pipit_tokenizer_save(t, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_save(t, mpath("no/such/dir/tok.json")), PIPIT_STATUS_IO);
+    GIVES(pipit_tokenizer_token(t, -1, &n), NULL);
+    GIVES(pipit_tokenizer_token(t, INT32_MAX, &n), NULL);
+    GIVES(pipit_tokenizer_token(t, 0, NULL), NULL);
+    FAILS(pipit_tokenizer_encode(t, NULL, 3, ids, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_encode(t, text, len, NULL, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_encode(t, text, len, ids, 8, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_encode(t, text, len, ids, 1, &n), PIPIT_STATUS_INVALID);
+    ASSERT_EQ_I64(n, 3); /* the count needed */
+    FAILS(pipit_tokenizer_decode(t, NULL, 1, out, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(t, ids, 1, NULL, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(t, ids, 1, out, 8, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(t, (int32_t[]){-1}, 1, out, 8, &n), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_decode(t, (int32_t[]){INT32_MAX}, 1, out, 8, &n), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_tokenizer_encode(t, text, len, ids, 8, &n), PIPIT_STATUS_OK);
+    FAILS(pipit_tokenizer_decode(t, ids, n, out, 2, &n), PIPIT_STATUS_INVALID);
+    pipit_tokenizer_free(t);
+}
+
 PIPIT_TEST(api_misuse_covers_every_function) {
-    static const char *headers[] = {"pipit.h", "pipit_io.h", "pipit_gpt2.h", "pipit_inspect.h", "pipit_sim.h"};
+    static const char *headers[] = {"pipit.h", "pipit_io.h", "pipit_gpt2.h", "pipit_inspect.h", "pipit_sim.h",
+                                    "pipit_text.h"};
     char path[1024];
     snprintf(path, sizeof path, "%s/test_api_misuse.c", pipit_test_srcdir());
     FILE *f = fopen(path, "rb");
@@ -1079,7 +1127,7 @@ PIPIT_TEST(api_misuse_covers_every_function) {
     fclose(f);
     self[n] = 0;
     int functions = 0;
-    for (int h = 0; h < 5; h++) {
+    for (int h = 0; h < (int)(sizeof headers / sizeof headers[0]); h++) {
         snprintf(path, sizeof path, "%s/../include/%s", pipit_test_srcdir(), headers[h]);
         f = fopen(path, "rb");
         ASSERT_TRUE(f != NULL);
