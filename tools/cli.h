@@ -20,6 +20,27 @@ const char *cli_suggest(const char *word, const char *const *cands, int n);
 /* "; did you mean 'x'?" for a close candidate, else "" (static storage). */
 const char *cli_did_you_mean(const char *word, const char *const *cands, int n, const char *prefix);
 
+/* --inter-node-bw BW, --inter-node-lat S, --intra-node-bw BW,
+ * --intra-node-lat S, --gpus-per-node N and --link SPEC (pipit_hw_parse_links
+ * syntax: bandwidths in bytes/s or with a unit, 100Mbit, 5GB; latencies in
+ * s or with a unit, 50us): link constants over the hardware description's,
+ * --link first, then the single flags (tools/links.c). */
+typedef struct pipit_hw pipit_hw;
+typedef struct {
+    const char *inter_bw, *inter_lat, *intra_bw, *intra_lat, *gpus_per_node, *spec;
+} cli_links;
+#define CLI_LINK_FLAGS(l)                                                                                        \
+    {"inter-node-bw", FL_STR, &(l).inter_bw, "bandwidth between nodes, bytes/s or with a unit (12.5e6, 100Mbit)", 0}, \
+    {"inter-node-lat", FL_STR, &(l).inter_lat, "latency between nodes, s or with a unit (50us)", 0},             \
+    {"intra-node-bw", FL_STR, &(l).intra_bw, "bandwidth inside a node, bytes/s or with a unit (300GB)", 0},     \
+    {"intra-node-lat", FL_STR, &(l).intra_lat, "latency inside a node, s or with a unit (2us)", 0},             \
+    {"gpus-per-node", FL_STR, &(l).gpus_per_node, "devices (ranks) per node", 0},                                \
+    {"link", FL_STR, &(l).spec, "all at once: inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N", 0}
+void cli_apply_links(pipit_hw *hw, const cli_links *l);
+/* pipit sim --calibrate: the links this job has (pipit_probe_links;
+ * collective under mpirun) into hw, and a line on stderr saying what. */
+void cli_measure_links(pipit_hw *hw);
+
 /* A named model: sizes and the defaults that go with them. */
 typedef struct {
     const char *name;
@@ -61,6 +82,11 @@ typedef struct {
     int print;
 } cli_auto_stages;
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);
+
+/* A note on stderr (process 0) when checkpoint ck, opened for --<flagname>,
+ * carried no checksums (older pipit, Hugging Face and other writers): it
+ * loads without an integrity check (tools/session.c). */
+void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname);
 
 /* --device and --tf32 (tools/device.c): dies for a device other than cpu
  * or cuda ("did you mean"), --device cuda in a build without the cuda

@@ -44,13 +44,15 @@ int cmd_eval(int argc, char **argv) {
         {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
         {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
+        {"no-mem-check", FL_BOOL, &o.no_mem_check, "skip the memory admission (docs/refuses.md)", 0},
+        {"mem-limit", FL_DBL, &o.mem_limit, "bytes the memory admission allows (default: detected)", 0},
     };
     flag_cmd c = {"eval", "--init FILE --data FILE [--ctx T --micro-batch B --batches K] [--json]", NULL, fl,
                   NFLAGS(fl)};
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"init", "data", NULL});
     if (flags_seen(&c, "batches")) check_positive("batches", o.batches);
-    session s = {.forward_only = 1};
+    session s = {.forward_only = 1, .mb_flag = "batches"};
     eval_defaults(&s, &o, &c);
     open_model(&s, &o, &c, o.batches);
     int B = o.micro_batch, T = o.ctx, K = o.batches;

@@ -80,12 +80,24 @@ static int parse_ids(const char *s, int32_t **out) {
         char *end = NULL;
         errno = 0;
         long v = strtol(s, &end, 10);
-        if (end == s || errno || v < 0 || v > INT32_MAX) die("--prompt-ids: '%s' is not a list of token ids like 1,2,3", s);
-        if (n == cap && !(ids = realloc(ids, sizeof *ids * (size_t)(cap *= 2)))) die("out of memory");
+        if (end == s || errno || v < 0 || v > INT32_MAX) {
+            free(ids);
+            die("--prompt-ids: '%s' is not a list of token ids like 1,2,3", s);
+        }
+        int32_t *more = n == cap ? realloc(ids, sizeof *ids * (size_t)(cap *= 2)) : ids;
+        if (!more) {
+            free(ids);
+            die("out of memory");
+        }
+        ids = more;
         ids[n++] = (int32_t)v;
         s = end;
-        if (*s == ',') s++;
-        else if (*s) die("--prompt-ids: unexpected '%c' (token ids are separated by commas)", *s);
+        if (*s == ',' && s[1]) s++;
+        else if (*s) {
+            char c = *s;
+            free(ids);
+            die("--prompt-ids: unexpected '%c' (token ids are separated by commas)", c);
+        }
     }
     *out = ids;
     return n;
@@ -134,6 +146,7 @@ int cmd_sample(int argc, char **argv) {
 
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(init, &ck)) die("--init: %s", pipit_errmsg());
+    cli_note_unverified(ck, "init");
     pipit_gpt2_config cfg = {0};
     if (pipit_gpt2_config_from_checkpoint(ck, &cfg)) die("--init: %s", pipit_errmsg());
     if (flags_seen(&c, "heads")) {
@@ -157,6 +170,8 @@ int cmd_sample(int argc, char **argv) {
         if (top_k > drawn) die("--top-k must be in 0..%d (the tokenizer's vocabulary; 0: all), got %d", drawn, top_k);
     }
 
+    /* the prompt: checked before (or freed before) the process ends on a
+     * bad one, so nothing allocated is left behind at exit */
     int32_t *seq = NULL;
     int n = 0;
     if (prompt_ids) {
@@ -172,17 +187,25 @@ int cmd_sample(int argc, char **argv) {
         if (!seq) die("out of memory");
         for (int i = 0; i < n; i++) seq[i] = (unsigned char)prompt[i];
     }
-    if (n == 0) die("sample: the prompt is empty (give at least one token)");
-    for (int i = 0; i < n; i++)
+    char why[160] = "";
+    if (n == 0) snprintf(why, sizeof why, "sample: the prompt is empty (give at least one token)");
+    else if ((int64_t)n + tokens > INT32_MAX / 2) snprintf(why, sizeof why, "--tokens %d is too many", tokens);
+    for (int i = 0; i < n && !why[0]; i++)
         if (seq[i] >= V)
-            die("sample: prompt token %d (%s %d) is outside the model's vocabulary of %d tokens", i,
-                prompt_ids ? "id" : "byte", seq[i], V);
+            snprintf(why, sizeof why, "sample: prompt token %d (%s %d) is outside the model's vocabulary of %d tokens",
+                     i, prompt_ids ? "id" : tk ? "token" : "byte", seq[i], V);
+    if (why[0]) {
+        free(seq);
+        pipit_checkpoint_free(ck);
+        pipit_tokenizer_free(tk);
+        die("%s", why);
+    }
     if (prompt && !byte_level && !tk && pipit_process_rank() == 0)
         fprintf(stderr, "pipit: note: the model has %d tokens (not byte-level): prompt bytes are used as token ids\n", V);
-    if ((int64_t)n + tokens > INT32_MAX / 2) die("--tokens %d is too many", tokens);
     int32_t *all = realloc(seq, sizeof *all * (size_t)(n + tokens + 1));
     if (!all) die("out of memory");
     seq = all;
+    for (int i = 0; prompt && i < n; i++) seq[i] = (unsigned char)prompt[i];
 
     pipit_graph *g = pipit_graph_new();
     if (!g) die("out of memory");

@@ -151,3 +151,11 @@ void cli_progress_summary(FILE *f, const cli_progress *p, int json, const char *
     }
     fflush(f);
 }
+
+char *cli_bytes(char *buf, size_t n, double bytes) {
+    static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
+}

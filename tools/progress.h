@@ -29,6 +29,8 @@ double cli_now(void);
 /* One thread's sgemm speed in FLOP/s: a short 512x512x512 cblas_sgemm
  * loop (about 0.2 s) with OpenBLAS at one thread, as the library runs it. */
 double cli_sgemm_flops(void);
+/* "31.0 GiB", "512.0 MiB", "17 bytes" into buf (returns buf). */
+char *cli_bytes(char *buf, size_t n, double bytes);
 /* Counts a step of `tokens` tokens that took m->ms. */
 void cli_progress_step(cli_progress *p, const pipit_metrics *m, double tokens);
 /* Counts a validation loss. */

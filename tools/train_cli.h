@@ -39,6 +39,8 @@ typedef struct {
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */
     double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
+    int no_mem_check;         /* --no-mem-check: skip the memory admission */
+    double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */
 } opts;
 
@@ -72,6 +74,7 @@ typedef struct {
     pipit_options po;    /* the program's options (the validation program reuses them) */
     pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
     int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
+    const char *mb_flag; /* the flag that sets M: "microbatches" (NULL), or eval's "batches" */
 } session;
 
 /* session.c */

@@ -95,6 +95,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                                      "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
         {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
                                                              "(params, grads, optimizer state, activations; 0: no limit)", 0}},
+        {3, {"no-mem-check", FL_BOOL, &o->no_mem_check, "skip the memory admission (pipit refuses a run that needs "
+                                                         "more memory than the process may use: docs/refuses.md)", 0}},
+        {3, {"mem-limit", FL_DBL, &o->mem_limit, "bytes the memory admission allows (default: the smallest of RAM, "
+                                                 "the cgroup limit and RLIMIT_AS)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
@@ -189,6 +193,9 @@ pipit_lr_schedule make_lr_schedule(const opts *o) {
             cli_did_you_mean(o->lr_schedule, (const char *const[]){"constant", "cosine", "linear"}, 3, ""));
     if (o->min_lr < 0 && o->min_lr != -1) die("--min-lr must be >= 0 (got %g)", o->min_lr);
     ls.min_lr = o->min_lr >= 0 ? o->min_lr : o->lr / 10;
+    if (ls.min_lr > o->lr) /* the "decay" would raise the lr */
+        die("--min-lr %g is above --lr %g: --lr-schedule %s decays from --lr down to --min-lr", ls.min_lr, o->lr,
+            o->lr_schedule);
     if (o->decay_steps >= 0) {
         if (o->decay_steps <= o->warmup)
             die("--decay-steps %d must be greater than --warmup %d", o->decay_steps, o->warmup);
@@ -233,6 +240,24 @@ void check_positive(const char *name, int v) {
 }
 
 
+/* The numbers a command line (or --config) gave, each against its own
+ * domain, with the flag's name: before the library sees them under its
+ * option names. -1 stays the "unset" of --min-lr and --decay-steps only
+ * when it comes from a --resume file (constant schedules store it). */
+static void check_numbers(const opts *o, const flag_cmd *c) {
+    if (flags_seen(c, "min-lr") && o->min_lr < 0) die("--min-lr must be >= 0 (got %g)", o->min_lr);
+    if (flags_seen(c, "decay-steps") && o->decay_steps < 0)
+        die("--decay-steps must be > --warmup (a step number; got %d)", o->decay_steps);
+    const struct { const char *flag; double v, lo, hi; int hi_open; } r[] = {
+        {"lr", o->lr, 0, HUGE_VAL, 0},           {"beta1", o->beta1, 0, 1, 1},
+        {"beta2", o->beta2, 0, 1, 1},            {"eps", o->eps, 0, HUGE_VAL, 0},
+        {"weight-decay", o->wd, 0, HUGE_VAL, 0}, {"clip", o->clip, 0, HUGE_VAL, 0},
+    };
+    for (int i = 0; i < NFLAGS(r); i++)
+        if (!(r[i].v >= r[i].lo && (r[i].hi_open ? r[i].v < r[i].hi : r[i].v <= r[i].hi)))
+            die("--%s must be %s (got %g)", r[i].flag, r[i].hi_open ? "in [0, 1)" : "a number >= 0", r[i].v);
+}
+
 void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan) {
     opts *o = &a->o;
     default_opts(o);
@@ -266,6 +291,7 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     if (o->log_every < 1) die("--log-every must be >= 1 (got %d)", o->log_every);
     if (!(o->peak_flops >= 0 && o->peak_flops < 1e300))
         die("--peak-flops must be a positive number of FLOP/s (got %g)", o->peak_flops);
+    check_numbers(o, c);
 }
 
 /* --print-config: the resolved settings as one JSON object whose keys are
