@@ -44,6 +44,8 @@ RULES = {
 # Single files with rules of their own (white-box programs).
 FILE_RULES = {
     "bench/bench_gemm.c": ["backend", "util"],
+    "bench/bench_ops.c": ["backend", "util"],
+    "bench/bench_kernel.h": ["util"],  # their shared pool and data (pipit__malloc_aligned)
     "bench/bench_transport.c": ["runtime", "util"],
 }
 # Top-level folders that are checked.

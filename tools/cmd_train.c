@@ -188,7 +188,7 @@ int cmd_train(int argc, char **argv) {
             save_train(o, s.p, &s.cfg, int_path, at);
             fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
                     (long long)step, int_path, int_path);
-            mb_bufs_free(bufs, G, feeds); /* the run ends here: nothing left for LeakSanitizer to find */
+            mb_bufs_free(bufs, G, feeds);
             free(default_save);
             close_session(&s);
             exit(128 + sig);

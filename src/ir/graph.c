@@ -499,7 +499,8 @@ UNARY_BUILDER(log_softmax, LOG_SOFTMAX)
 /* "f32 [2,3]": a value's dtype and shape, for builders' own messages. */
 static const char *arg_desc(const pipit__node *n, char *buf, size_t len) {
     char sh[96];
-    snprintf(buf, len, "%s %s", pipit__dtype_name((pipit_dtype)n->dtype), pipit__shape_str(sh, sizeof sh, n->ndim, n->shape));
+    snprintf(buf, len, "%s %s", pipit__dtype_name((pipit_dtype)n->dtype),
+             pipit__shape_str(sh, sizeof sh, n->ndim, n->shape));
     return buf;
 }
 
