@@ -288,6 +288,76 @@ PIPIT_API pipit_val pipit_yield(pipit_graph *g, pipit_val x);
 PIPIT_API pipit_val pipit_grad_of(pipit_graph *g, pipit_val param);
 PIPIT_API pipit_status pipit_set_grad(pipit_graph *g, pipit_val param, pipit_val grad);
 
+/* ---------------------------------------------------- tensor parallelism */
+
+/* The local mesh (DESIGN 2.6, docs/architecture.md "The local mesh"): with
+ * options.tensor_parallel = T > 1 every pipeline stage runs on T world
+ * ranks, and the graph describes ONE of them (SPMD): each rank runs the
+ * same per-rank program on its own shard of the sharded parameters, and
+ * the T ranks meet in two ops that are each other's gradient (Megatron's
+ * f and g):
+ *   pipit_tp_copy(x)  identity forward, all-reduce of the gradient backward
+ *                     (enter a region of sharded work: before a
+ *                     column-parallel matmul);
+ *   pipit_tp_sum(x)   all-reduce forward, identity backward (leave it:
+ *                     after a row-parallel matmul, a vocab-parallel
+ *                     embedding).
+ * Their all-reduce adds the T values in rank order, ((x0 + x1) + x2) ...,
+ * so for a fixed T the bits do not depend on message arrival, threads vs
+ * MPI processes, the schedule, P or D. The graph's T is set once, before
+ * the first sharded param or collective (pipit_graph_set_tensor_parallel;
+ * default 1, where every collective is an identity).
+ *
+ * A sharded param is declared with its FULL shape; the graph holds the
+ * local shard: `axis` cut into T equal parts (rank t holds part t), or,
+ * with parts = k > 1, the axis is k equal blocks each cut into T (rank t
+ * holds part t of every block: GPT-2's packed [C, 3C] q|k|v projection is
+ * parts = 3). Sharded params may feed only ops with a sharded rule --
+ * matmul (either of its last two axes: column- or row-parallel), bias_add
+ * (the bias of a column-parallel output) and embed (rows: vocab-parallel,
+ * an index of another rank's shard reads zeros) -- anything else is
+ * refused by pipit_compile, naming the param and the op. Everything the
+ * program says about params speaks FULL tensors: pipit_program_param_shape,
+ * _numel, get/set_param, get_grad and the optimizer state gather and split
+ * the shards by name and axis, so checkpoints and inits are the same
+ * whatever T (pipit_io.h files load under any P x T x D).
+ *
+ * A two-layer MLP, column-parallel then row-parallel (examples/tp_mlp.c):
+ *
+ *   pipit_graph_set_tensor_parallel(g, T);
+ *   pipit_val x  = pipit_input(g, "x", PIPIT_F32, 2, (int64_t[]){B, C});
+ *   pipit_val w1 = pipit_param_sharded(g, "w1", PIPIT_F32, 2, (int64_t[]){C, F}, 1, 1);  // columns
+ *   pipit_val b1 = pipit_param_sharded(g, "b1", PIPIT_F32, 1, (int64_t[]){F}, 0, 1);
+ *   pipit_val w2 = pipit_param_sharded(g, "w2", PIPIT_F32, 2, (int64_t[]){F, C}, 0, 1);  // rows
+ *   pipit_val b2 = pipit_param(g, "b2", PIPIT_F32, 1, (int64_t[]){C});                   // replicated
+ *   pipit_val h  = pipit_gelu(g, pipit_bias_add(g, pipit_matmul(g, pipit_tp_copy(g, x), w1, 0, 0), b1));
+ *   pipit_val y  = pipit_bias_add(g, pipit_tp_sum(g, pipit_matmul(g, h, w2, 0, 0)), b2);  // [B, C] on every rank
+ *   ... pipit_compile(g, loss, &(pipit_options){.tensor_parallel = T, ...}, &p);
+ *
+ * pipit_graph_set_tensor_parallel: INVALID for T outside 1..64 or a change
+ * of T once the graph holds sharded params or collectives; MISUSE for a bad
+ * handle. pipit_graph_tensor_parallel: the graph's T (0 for a bad handle). */
+PIPIT_API pipit_status pipit_graph_set_tensor_parallel(pipit_graph *g, int T);
+PIPIT_API int pipit_graph_tensor_parallel(const pipit_graph *g);
+/* A param of full shape `shape` sharded along `axis` (negative: from the
+ * end) in `parts` blocks over the graph's T ranks; its value in the graph
+ * has the local shape (axis divided by T). Poisons the graph (SHAPE) when
+ * the axis does not split into parts x T, naming the param. */
+PIPIT_API pipit_val pipit_param_sharded(pipit_graph *g, const char *name, pipit_dtype dt, int ndim,
+                                        const int64_t *shape, int axis, int parts);
+PIPIT_API pipit_val pipit_tp_copy(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_tp_sum(pipit_graph *g, pipit_val x);
+/* Element-wise max over the T ranks (rank order; ties are equal bits), no
+ * gradient: its output counts as a constant in the backward. */
+PIPIT_API pipit_val pipit_tp_max(pipit_graph *g, pipit_val x);
+/* The vocab-parallel cross-entropy: logits [..., V/T] are this rank's
+ * classes [t V/T, (t+1) V/T) (a vocab-parallel head: h @ W_shard^T),
+ * targets i32 [...] global ids in [0, V); the mean over rows of
+ * log sum exp - target logit, where the row max, the sum of exponentials
+ * and the target logit are each reduced over the T ranks (no rank holds a
+ * full row). With T = 1 it equals pipit_xent_mean to rounding. */
+PIPIT_API pipit_val pipit_tp_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
+
 /* ------------------------------------------------------------- schedules */
 
 typedef enum {
@@ -417,6 +487,12 @@ typedef struct {
      * equal parameters. Default 1. */
     int data_parallel;
     int zero1;                  /* D > 1: optimizer state sharded over the replicas (ZeRO-1) */
+    /* Tensor parallelism: T world ranks per pipeline stage (the graph's T,
+     * pipit_graph_set_tensor_parallel; a mismatch is INVALID). World rank
+     * w = (d*P + p)*T + t runs rank t of pipeline rank p of replica d: the
+     * T ranks of a stage are consecutive, so `mpirun --map-by` keeps them
+     * on one host. Default 1. */
+    int tensor_parallel;
     pipit_lr_schedule lr_schedule; /* zero: constant optimizer.lr */
     /* Forward-only (inference / evaluation) program: no autodiff, only the
      * schedule's F tasks (with no schedule: each microbatch's forward in
@@ -560,7 +636,7 @@ PIPIT_API pipit_status pipit_program_set_profile(pipit_program *p, int on);
 
 /* The last step as measured, per world rank (src/runtime/program_query.c).
  * Times are seconds from the start of the step. num_ranks is the number of
- * world ranks, P x D; this process ran pipit_process_count() == 1 ? all of
+ * world ranks, P x T x D; this process ran pipit_process_count() == 1 ? all of
  * them : only rank pipit_process_rank(). */
 PIPIT_API int pipit_program_num_ranks(const pipit_program *p);
 /* Wall time of the last step (thread start to join: the microbatch loop

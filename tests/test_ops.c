@@ -181,6 +181,21 @@ static pipit_val b_attn_k_only(pipit_graph *g) {
     return pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){2, 1, 1, 0});
 }
 
+/* Tensor parallelism at T = 1 (the collectives are identities; tests/test_tp.c
+ * checks them over several ranks): Megatron's f and g around a product, the
+ * vocab-parallel cross-entropy, and an embedding of a row-sharded table. */
+static pipit_val b_tp_copy_sum(pipit_graph *g) {
+    pipit_val x = pipit_tp_copy(g, P(g, "x", 2, SH(2, 3)));
+    return pipit_tp_sum(g, pipit_matmul(g, pipit_gelu(g, x), P(g, "w", 2, SH(3, 4)), 0, 0));
+}
+static pipit_val b_tp_xent(pipit_graph *g) {
+    return pipit_tp_xent_mean(g, P(g, "x", 3, SH(2, 3, 5)), idx_input(g, "idx", 2, SH(2, 3)));
+}
+static pipit_val b_embed_vp(pipit_graph *g) {
+    pipit_val t = pipit_param_sharded(g, "t", F64, 2, SH(5, 3), 0, 1); /* read by the embedding itself */
+    return pipit_embed(g, t, idx_input(g, "idx", 2, SH(2, 3)));
+}
+
 static const op_case cases[] = {
     {"embed", b_embed},         {"add", b_add},           {"mul", b_mul},
     {"mul_same", b_mul_same},   {"scale", b_scale},       {"matmul_nn", b_mm_nn},
@@ -205,7 +220,8 @@ static const op_case cases[] = {
     {"gather", b_gather},       {"gather_1d", b_gather_1d}, {"rmsnorm", b_rmsnorm},
     {"rope", b_rope},           {"rope_ex_4d", b_rope_ex}, {"attention_mha", b_attn_mha},
     {"attention_gqa2", b_attn_gqa2}, {"attention_mqa_full", b_attn_mqa}, {"attention_cross", b_attn_cross},
-    {"attention_k_only", b_attn_k_only},
+    {"attention_k_only", b_attn_k_only}, {"tp_copy_sum", b_tp_copy_sum}, {"tp_xent_mean", b_tp_xent},
+    {"embed_vocab_parallel", b_embed_vp},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -279,7 +295,7 @@ PIPIT_TEST(ops_gradcheck_all) {
         }
     }
     loop_mode = 0;
-    ASSERT_TRUE(preloop_cases >= NCASES - 5); /* all but embed, gather, xent, attention_k_only (inputs) */
+    ASSERT_TRUE(preloop_cases >= NCASES - 6); /* all but embed(_vocab_parallel), gather, xent, attention_k_only (inputs) */
     ASSERT_EQ_I64(bad, 0);
     for (int op = 0; op < PIPIT_OP_COUNT; op++)
         if (!seen[op]) PIPIT_FAIL_("op %s is not covered by any gradcheck case", pipit__ops[op].name);

@@ -29,6 +29,7 @@ typedef struct pipit__kctx {
     const pipit__node *in_node[PIPIT_MAX_IN];
     void *out;
     const void *in[PIPIT_MAX_IN];
+    int shard;  /* the rank's index t among its stage's T tensor-parallel ranks (vocab-parallel ops) */
 } pipit__kctx;
 
 typedef void (*pipit__op_kernel)(const pipit__kctx *k, int ith, int nth);
@@ -56,7 +57,8 @@ typedef struct pipit__backend {
     void (*upload)(void *dst, const void *host, size_t n);
     void (*download)(void *host, const void *src, size_t n);
     /* [PIPIT_OP_COUNT] one kernel per op; NULL exactly for the ops that run
-     * nothing (leaves and aliases, see pipit__node_runs). */
+     * no kernel (leaves and aliases, see pipit__node_runs, and the
+     * tensor-parallel collectives, OPF_COLL: instructions of the runtime). */
     const pipit__op_kernel *ops;
     /* C[b] = op(A[b]) @ op(B[b]) (+ C[b] if accumulate) for b < batch, row
      * major with row strides lda/ldb/ldc and batch strides sA/sB/sC (sB = 0

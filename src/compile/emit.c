@@ -137,9 +137,10 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
     pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     int32_t at = e->r->n - 1;
-    in->kind = INS_RUN;
+    in->kind = (pipit__ops[n->op].flags & OPF_COLL) ? INS_TP : INS_RUN; /* collectives: the runtime's */
     in->node = node;
     in->mb = mb;
+    in->numel = pipit__node_numel(n);
     for (int k = 0; k < n->nin; k++) in->in[k] = read_loc(e, n->in[k], mb, at);
     int32_t b = pipit__emit_buf(e, pipit__node_bytes(n), at);
     if (b < 0) return;

@@ -9,6 +9,35 @@
 #include "compile/plan.h"
 #include "schedule/schedule.h"
 
+/* The full tensor behind a (possibly sharded) param's local one. */
+static void describe_shard(const pipit__plan *p, pipit__param *pp, const pipit__node *n) {
+    pp->ndim = n->ndim;
+    memcpy(pp->full_shape, n->shape, sizeof pp->full_shape);
+    pp->shard_axis = pipit__param_shard_axis(n);
+    pp->shard_parts = pp->shard_axis >= 0 ? (int)n->iattr[1] : 1;
+    if (pp->shard_axis >= 0) pp->full_shape[pp->shard_axis] *= p->T;
+    pp->full_numel = pp->numel * (pp->shard_axis >= 0 ? p->T : 1);
+}
+
+void pipit__shard_copy(const pipit__param *pp, int T, int t, void *full, void *shard, size_t es, int to_full) {
+    if (pp->shard_axis < 0 || T == 1) {
+        if (to_full) memcpy(full, shard, (size_t)pp->numel * es);
+        else memcpy(shard, full, (size_t)pp->numel * es);
+        return;
+    }
+    /* the tensor as [outer, parts, T, piece * inner]: rank t holds [outer, parts, piece * inner] */
+    int64_t outer = 1, inner = 1, parts = pp->shard_parts;
+    for (int i = 0; i < pp->shard_axis; i++) outer *= pp->full_shape[i];
+    for (int i = pp->shard_axis + 1; i < pp->ndim; i++) inner *= pp->full_shape[i];
+    size_t run = (size_t)(pp->full_shape[pp->shard_axis] / (parts * T) * inner) * es;
+    for (int64_t o = 0; o < outer * parts; o++) {
+        unsigned char *f = (unsigned char *)full + ((size_t)o * (size_t)T + (size_t)t) * run;
+        unsigned char *sh = (unsigned char *)shard + (size_t)o * run;
+        if (to_full) memcpy(f, sh, run);
+        else memcpy(sh, f, run);
+    }
+}
+
 /* Global facts about each gradient target; ranks come with lowering. */
 static pipit_status describe_params(pipit__plan *p) {
     p->nparams = p->gr.nparams;
@@ -26,6 +55,7 @@ static pipit_status describe_params(pipit__plan *p) {
         pp->dtype = (pipit_dtype)n->dtype;
         pp->numel = pipit__node_numel(n);
         pp->decay = n->ndim >= 2;
+        describe_shard(p, pp, n);
         pp->nuses = t->nuses;
         pp->post = t->post;
         pp->use_ranks = pipit__calloc((size_t)PIPIT_MAX(t->nuses, 1), sizeof *pp->use_ranks);
@@ -82,6 +112,9 @@ static void index_limits(const pipit_graph *g, int32_t fwd_end, int64_t *lim) {
         int32_t to = -1;
         if (n->op == PIPIT_OP_EMBED || n->op == PIPIT_OP_GATHER) to = n->in[1], b = g->nodes[n->in[0]].shape[0];
         if (n->op == PIPIT_OP_XENT_ROWS) to = n->in[1], b = pipit__node_last_dim(&g->nodes[n->in[0]]);
+        /* vocab parallel: the T ranks' shards together hold the classes */
+        if (n->op == PIPIT_OP_EMBED && n->iattr[1]) b *= pipit__graph_tp(g);
+        if (n->op == PIPIT_OP_TP_PICK) to = n->in[1], b = pipit__node_last_dim(&g->nodes[n->in[0]]) * pipit__graph_tp(g);
         if (n->dtype == PIPIT_I32 && lim[j] &&
             (pipit__ops[n->op].alias || n->op == PIPIT_OP_SLICE || n->op == PIPIT_OP_CONCAT)) {
             for (int k = 0; k < n->nin; k++) /* the value moves unchanged: its bound too */
@@ -140,6 +173,7 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
     p->M = o->microbatches ? o->microbatches : 1;
     p->threads = o->threads ? o->threads : 1;
     p->D = o->data_parallel ? o->data_parallel : 1;
+    p->T = o->tensor_parallel ? o->tensor_parallel : 1;
     p->zero1 = p->D > 1 && o->zero1;
     p->forward_only = o->forward_only != 0;
     p->opt.outputs = NULL; /* borrowed for the call only: copied into p->outputs */
@@ -180,6 +214,24 @@ static pipit_status copy_outputs(pipit__plan *p, const pipit_options *o) {
     return PIPIT_STATUS_OK;
 }
 
+/* options.tensor_parallel is the graph's T, and every sharded param
+ * feeds only ops that have a sharded rule (ir/tp.c). */
+static pipit_status check_tp(const pipit__plan *p) {
+    const pipit_graph *g = p->g;
+    if (p->T != pipit__graph_tp(g))
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.tensor_parallel is %d but the graph describes one of %d tensor-parallel ranks "
+                          "(pipit_graph_set_tensor_parallel)",
+                          p->T, pipit__graph_tp(g));
+    if (p->T > 1 && g->n >= PIPIT_TP_NORM_ID)
+        return pipit__err(PIPIT_STATUS_INVALID, "a tensor-parallel graph may have at most %d nodes (has %d)",
+                          PIPIT_TP_NORM_ID, (int)g->n);
+    int32_t end = g->n; /* the forward graph: a graph compiled for training before holds backward nodes */
+    for (int32_t i = 0; i < g->n && end == g->n; i++)
+        if (g->nodes[i].flags & NODE_BWD) end = i;
+    return pipit__tp_check_uses(g, end);
+}
+
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *p) {
     memset(p, 0, sizeof *p);
     p->g = g;
@@ -190,6 +242,11 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     pipit_status st0 = g->status;
     int compiled = p->forward_only ? 0 : already_compiled(g, g->n);
     s = copy_outputs(p, opt);
+    if (s) {
+        pipit__plan_free(p);
+        return s;
+    }
+    s = check_tp(p);
     if (s) {
         pipit__plan_free(p);
         return s;

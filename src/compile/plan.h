@@ -61,8 +61,10 @@ typedef enum {
     INS_DP_PARAM_RECV,/* ZeRO-1: receive the other updated shards */
     INS_LOSS_SEND,    /* the loss rank: send this replica's M losses to every other world rank */
     INS_LOSS_RECV,    /* receive replica `peer`'s M losses from its loss rank `use` */
-    INS_OUTPUT        /* no-op at the end of the list: keeps output (node, mb) in[0] alive for
+    INS_OUTPUT,       /* no-op at the end of the list: keeps output (node, mb) in[0] alive for
                          pipit_program_get_output */
+    INS_TP            /* tensor parallelism: out = the T ranks' in[0] of (node, mb) combined in rank
+                         order by the transport's all-reduce (TP_SUM: sum, TP_MAX: max); numel elements */
 } pipit__ins_kind;
 
 typedef struct {
@@ -97,6 +99,12 @@ typedef struct {
     uint64_t holders;    /* params: ranks holding a copy; boundary: ranks running its post-loop region */
     int norm_rank;       /* params: the holder that computes its sum of squares */
     int decay;           /* AdamW weight decay applies (2-D params) */
+    /* tensor parallelism: numel is the local shard's; the full tensor (what
+     * the accessors and checkpoints see) is full_shape, cut along
+     * shard_axis (-1: replicated on the T ranks) into T parts of each of
+     * shard_parts blocks (pipit__shard_copy) */
+    int shard_axis, shard_parts, ndim;
+    int64_t full_shape[PIPIT_MAX_DIMS], full_numel;
 } pipit__param;
 
 typedef struct {
@@ -146,7 +154,8 @@ typedef struct {
     pipit__grads gr;
     pipit_options opt;   /* with defaults applied */
     int M, threads;
-    int D;               /* data-parallel replicas (world ranks = nranks * D) */
+    int D;               /* data-parallel replicas (world ranks = nranks * T * D) */
+    int T;               /* tensor-parallel ranks per pipeline rank (the graph's T) */
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
@@ -183,6 +192,15 @@ void pipit__plan_free(pipit__plan *pl);
 void pipit__graph_rollback(pipit_graph *g, int32_t n0, pipit_status st0);
 /* Index of the param called `name` (binary search over by_name), -1 if none. */
 int pipit__plan_find_param(const pipit__plan *pl, const char *name);
+
+/* The collective id of the global norm's all-reduce over a stage's T
+ * ranks (the others use their node's id, which compile keeps below it). */
+#define PIPIT_TP_NORM_ID 0x0ffffff0
+
+/* Copies shard t of T of param pp between the full tensor and its local
+ * shard: full -> shard (to_full = 0) or shard -> full (1); elements of
+ * `es` bytes. A replicated param is one memcpy. */
+void pipit__shard_copy(const pipit__param *pp, int T, int t, void *full, void *shard, size_t es, int to_full);
 
 /* Lowers the step into per-rank programs for schedule `sch` (NULL: the
  * sequential reference). */

@@ -64,6 +64,11 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     case INS_DP_PARAM_RECV: fprintf(f, "DP    receive the other updated shards of %s\n", target_name(p, in->param, tb, sizeof tb)); break;
     case INS_LOSS_SEND: fprintf(f, "SEND  this replica's losses -> every other rank\n"); break;
     case INS_LOSS_RECV: fprintf(f, "RECV  replica %d's losses <- its rank %d\n", in->peer, in->use); break;
+    case INS_TP:
+        fprintf(f, "TP    all-reduce %s node %d mb %d over the stage's %d ranks (%zu bytes, rank order)\n",
+                n->op == PIPIT_OP_TP_MAX ? "max" : "sum", in->node, in->mb, p->T,
+                (size_t)in->numel * pipit__dtype_size((pipit_dtype)n->dtype));
+        break;
     }
 }
 
@@ -79,7 +84,9 @@ static void print_fences(FILE *f, const pipit__plan *p, const pipit__rank_plan *
 
 void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
     const pipit__plan *p = &prog->plan;
-    fprintf(f, "%d stage(s) on %d rank(s), %d microbatch(es)\n", p->S, p->nranks, p->M);
+    fprintf(f, "%d stage(s) on %d rank(s), %d microbatch(es)", p->S, p->nranks, p->M);
+    if (p->T > 1) fprintf(f, "; each rank's program runs on %d tensor-parallel ranks (SPMD)", p->T);
+    fprintf(f, "\n");
     for (int r = 0; r < p->nranks; r++) {
         const pipit__rank_plan *rp = &p->ranks[r];
         fprintf(f, "\n== rank %d: stages", r);
@@ -126,7 +133,7 @@ static const char *ins_name(int kind) {
                                   "grad sum", "sum of squares", "sumsq final", "norm send", "norm recv", "norm",
                                   "optimizer update", "copy", "dp reduce send", "dp reduce", "dp gather send",
                                   "dp gather", "dp sumsq send", "dp sumsq recv", "dp param send", "dp param recv",
-                                  "loss send", "loss recv"};
+                                  "loss send", "loss recv", "output", "tp all-reduce"};
     return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
 }
 
@@ -246,7 +253,7 @@ static cJSON *rank_json(const pipit__plan *p, int r) {
     cJSON_AddNumberToObject(o, "arena_bytes", (double)rp->arena_bytes);
     cJSON_AddNumberToObject(o, "naive_bytes", (double)rp->naive_bytes);
     cJSON_AddNumberToObject(o, "instructions", rp->n);
-    enum { NKINDS = INS_LOSS_RECV + 1 };
+    enum { NKINDS = INS_TP + 1 };
     int count[NKINDS] = {0};
     for (int32_t i = 0; i < rp->n; i++)
         if (rp->ins[i].kind < NKINDS) count[rp->ins[i].kind]++;
@@ -288,6 +295,12 @@ static cJSON *param_json(const pipit__plan *p, int i) {
     cJSON *shape = cJSON_AddArrayToObject(o, "shape");
     for (int k = 0; shape && k < n->ndim; k++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)n->shape[k]));
     cJSON_AddNumberToObject(o, "numel", (double)pp->numel);
+    if (pp->shard_axis >= 0) { /* this rank's shard of a tensor split over the stage's T ranks */
+        cJSON_AddNumberToObject(o, "shard_axis", pp->shard_axis);
+        cJSON_AddNumberToObject(o, "shard_parts", pp->shard_parts);
+        cJSON *full = cJSON_AddArrayToObject(o, "full_shape");
+        for (int k = 0; full && k < pp->ndim; k++) cJSON_AddItemToArray(full, cJSON_CreateNumber((double)pp->full_shape[k]));
+    }
     cJSON *holders = cJSON_AddArrayToObject(o, "holders");
     for (int r = 0; holders && r < p->nranks && r < 64; r++)
         if (pp->holders >> r & 1) cJSON_AddItemToArray(holders, cJSON_CreateNumber(r));

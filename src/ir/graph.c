@@ -274,6 +274,11 @@ static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin
     return named(g, pipit__node_add(g, op, nin, in, fattr, iattr), fn);
 }
 
+pipit_val pipit__build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
+                       const double *fattr, const int64_t *iattr) {
+    return build(g, fn, op, nin, vin, fattr, iattr);
+}
+
 /* ---- shape queries ---- */
 
 static const pipit__node *val_node(pipit_val v) {
@@ -388,8 +393,12 @@ pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt, int ndim
 
 /* ---- ops ---- */
 
+/* A table sharded along its rows over the stage's T ranks makes the
+ * embedding vocab-parallel (iattr[1] = 1): rank t holds rows t*V/T ..,
+ * and an index outside its shard reads zeros (ir/tp.c). */
 pipit_val pipit_embed(pipit_graph *g, pipit_val table, pipit_val idx) {
-    return build(g, __func__, PIPIT_OP_EMBED, 2, (pipit_val[]){table, idx}, NULL, NULL);
+    int64_t iattr[4] = {0, graph_ok(g) && val_node(table) && table.g == g && pipit__tp_rows_sharded(g, table.id), 0, 0};
+    return build(g, __func__, PIPIT_OP_EMBED, 2, (pipit_val[]){table, idx}, NULL, iattr);
 }
 pipit_val pipit_add(pipit_graph *g, pipit_val a, pipit_val b) {
     return build(g, __func__, PIPIT_OP_ADD, 2, (pipit_val[]){a, b}, NULL, NULL);

@@ -14,6 +14,7 @@ extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
 
 #define OPF_LEAF  1
 #define OPF_NOVJP 2
+#define OPF_COLL  4 /* an in-stage collective (tensor parallelism): lowered to an instruction, no kernel */
 
 typedef enum {
 #define X(NAME, str, arity, nondiff, alias, flags) PIPIT_OP_##NAME,
@@ -59,6 +60,7 @@ struct pipit_graph {
     int32_t ngradset;          /* pipit_set_grad: param -> value pairs */
     int32_t (*gradset)[2];
     uint8_t cur_flags;
+    int32_t tp;                /* tensor-parallel ranks per stage the graph describes one of (0: 1) */
 };
 
 /* Op table entry: what an op is, generated from ops.def + the functions in
@@ -92,8 +94,13 @@ int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
 /* Where value id starts inside its alias root's bytes: the sum of the
  * element offsets of the views on the way, in bytes (0 without a view). */
 size_t pipit__alias_offset(const pipit_graph *g, int32_t id);
-/* Whether node n runs a kernel: not a leaf, not an alias of its input. */
+/* Whether node n runs: not a leaf, not an alias of its input (it has an
+ * output buffer and an instruction). */
 int pipit__node_runs(const pipit__node *n);
+/* Whether it runs a backend kernel: it runs and is no collective (OPF_COLL). */
+static inline int pipit__node_has_kernel(const pipit__node *n) {
+    return pipit__node_runs(n) && !(pipit__ops[n->op].flags & OPF_COLL);
+}
 
 /* A matmul node's problem: a [..., M, K] (or [..., K, M] with trans_a) @
  * b [K, N] (broadcast) or b [..., K, N] (batched, same leading dims);
@@ -126,6 +133,27 @@ void pipit__graph_fail(pipit_graph *g, pipit_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* "matmul(a [2,3], b [4,5])"-style description of a node's inputs. */
 const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *buf, size_t len);
+
+/* A public builder's node: validates the values (poisoning the graph with
+ * a message naming fn), adds the node, names fn in its error. */
+pipit_val pipit__build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
+                       const double *fattr, const int64_t *iattr);
+
+/* Tensor parallelism (ir/tp.c). A sharded PARAM keeps its local shape;
+ * iattr[0] = axis + 1 (0: replicated), iattr[1] = parts (the axis is
+ * `parts` equal blocks, each cut into T shards: GPT-2's packed q|k|v). */
+static inline int pipit__param_shard_axis(const pipit__node *n) {
+    return n->op == PIPIT_OP_PARAM ? (int)n->iattr[0] - 1 : -1;
+}
+/* The graph's T (1 when never set). */
+static inline int pipit__graph_tp(const pipit_graph *g) { return g->tp > 0 ? g->tp : 1; }
+/* Whether value `table` is a param sharded along its rows (axis 0): an
+ * embedding of it is vocab-parallel. */
+int pipit__tp_rows_sharded(const pipit_graph *g, int32_t table);
+/* Checks every forward op that reads a sharded param against the ops that
+ * have a sharded rule (matmul, bias_add, embed); INVALID naming the param,
+ * the op and the axis otherwise. */
+pipit_status pipit__tp_check_uses(const pipit_graph *g, int32_t fwd_end);
 
 /* Internal builders for backward-only ops (used by VJP rules). */
 int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape, double scale);

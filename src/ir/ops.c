@@ -101,9 +101,11 @@ static pipit_status op_EMBED_shape(const pipit_graph *g, pipit__node *n) {
     n->shape[idx->ndim] = t->shape[1];
     return PIPIT_STATUS_OK;
 }
+/* iattr[1] = 1: vocab-parallel (the table is this rank's shard of rows;
+ * an index outside it reads zeros, and its gradient skips it). */
 static void op_EMBED_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
-    int64_t iattr[4] = {IN(0)->shape[0], 0, 0, 0};
+    int64_t iattr[4] = {IN(0)->shape[0], n->iattr[1], 0, 0};
     din[0] = add_node(g, PIPIT_OP_EMBED_DTABLE, 2, (int32_t[]){n->in[1], dout}, NULL, iattr);
 }
 
@@ -607,6 +609,62 @@ static void op_LOG_SOFTMAX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t
 #define op_SOFTMAX_DX_vjp NULL
 #define op_LOG_SOFTMAX_DX_shape op_same2_shape
 #define op_LOG_SOFTMAX_DX_vjp NULL
+
+/* ------------------------------------------------- tensor parallelism */
+
+/* The stage's T ranks meet in these (docs/architecture.md, "The local
+ * mesh"). TP_COPY: identity forward (an alias: no copy), all-reduce of the
+ * gradient backward. TP_SUM: all-reduce forward (the runtime sums the T
+ * ranks' values in rank order), identity backward. They are each other's
+ * VJP. TP_MAX: element-wise max over the T ranks, no gradient (the shift
+ * of the vocab-parallel cross-entropy). The collectives run no kernel:
+ * lowering turns them into INS_TP instructions (OPF_COLL). */
+#define op_TP_COPY_shape op_SCALE_shape
+static void op_TP_COPY_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    (void)id;
+    din[0] = op1(g, PIPIT_OP_TP_SUM, dout);
+}
+#define op_TP_SUM_shape op_SCALE_shape
+static void op_TP_SUM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    (void)g, (void)id;
+    din[0] = dout;
+}
+#define op_TP_MAX_shape op_SCALE_shape
+#define op_TP_MAX_vjp NULL
+
+/* TP_PICK(z [...,V], y i32 [...]) -> [...]: z[..., y - t V] where rank t
+ * holds classes [t V, (t+1) V) of the vocabulary, 0 where y is another
+ * rank's (the target logit of the vocab-parallel cross-entropy, summed
+ * over the ranks by TP_SUM). TP_PICK_DX(y, d) -> [..., V = iattr[0]]: d at
+ * the picked class, 0 elsewhere. */
+static pipit_status op_TP_PICK_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *z = IN(0), *y = IN(1);
+    if (need_float(z, "logits")) return PIPIT_STATUS_SHAPE;
+    if (y->dtype != PIPIT_I32) return shape_err("targets must be i32");
+    int ok = z->ndim == y->ndim + 1;
+    for (int i = 0; ok && i < y->ndim; i++) ok = z->shape[i] == y->shape[i];
+    if (!ok) return shape_err("targets must be logits' shape without the last axis");
+    n->dtype = z->dtype;
+    copy_shape(n, y);
+    return PIPIT_STATUS_OK;
+}
+static void op_TP_PICK_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    const pipit__node *n = &g->nodes[id];
+    int64_t iattr[4] = {pipit__node_last_dim(IN(0)), 0, 0, 0};
+    din[0] = add_node(g, PIPIT_OP_TP_PICK_DX, 2, (int32_t[]){n->in[1], dout}, NULL, iattr);
+}
+static pipit_status op_TP_PICK_DX_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *y = IN(0), *d = IN(1);
+    if (y->dtype != PIPIT_I32) return shape_err("targets must be i32");
+    if (need_float(d, "dout") || !same_shape(y, d)) return shape_err("dout must be float of the targets' shape");
+    if (y->ndim + 1 > PIPIT_MAX_DIMS || n->iattr[0] < 1) return shape_err("bad class count %lld", (long long)n->iattr[0]);
+    n->dtype = d->dtype;
+    copy_shape(n, y);
+    n->ndim = (uint8_t)(y->ndim + 1);
+    n->shape[y->ndim] = n->iattr[0];
+    return PIPIT_STATUS_OK;
+}
+#define op_TP_PICK_DX_vjp NULL
 
 /* --------------------------------------------------------- cross-entropy */
 

@@ -12,7 +12,8 @@
  *                   every replica adds the same chunks in the same order),
  *                   updates its shard with the moments it alone keeps, and
  *                   sends the new parameter shard to the others.
- * Peers are world ranks d * P + p of the same pipeline rank p.
+ * Peers are the world ranks of the same pipeline rank p and tensor-parallel
+ * rank t in the other replicas (pipit__world(d, p, t)).
  */
 #include <string.h>
 
@@ -21,7 +22,7 @@
 
 static size_t esize(const pipit__param *pp) { return pipit__dtype_size(pp->dtype); }
 
-static int peer(const pipit_program *p, int w, int replica) { return replica * p->plan.nranks + w % p->plan.nranks; }
+static int peer(const pipit_program *p, int w, int replica) { return pipit__world(p, replica, p->rs[w].prank, p->rs[w].tp); }
 
 /* Sends [a_k, b_k) of block to replica k's rank, for every k but mine
  * (mine_to_all = 0: to the owner k of each shard; 1: my own shard to all),
@@ -30,7 +31,7 @@ static int peer(const pipit_program *p, int w, int replica) { return replica * p
 static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_t *block, pipit__tag_kind kind,
                                 int mine_to_all, int zc, int fence) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = w / p->plan.nranks;
+    int D = p->plan.D, d = p->rs[w].replica;
     pipit__transport *t = p->transport;
     for (int k = 0; k < D; k++) {
         if (k == d) continue;
@@ -51,7 +52,7 @@ static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_
 /* Receives every other replica's shard k of block into place. */
 static pipit_status recv_shards(pipit_program *p, int w, int param, uint8_t *block, pipit__tag_kind kind) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = w / p->plan.nranks;
+    int D = p->plan.D, d = p->rs[w].replica;
     pipit__transport *t = p->transport;
     for (int k = 0; k < D; k++) {
         if (k == d) continue;
@@ -69,7 +70,7 @@ static pipit_status recv_shards(pipit_program *p, int w, int param, uint8_t *blo
  * replica k's; mine stays in the gradient block). */
 static pipit_status recv_for_reduce(pipit_program *p, int w, int param) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = w / p->plan.nranks;
+    int D = p->plan.D, d = p->rs[w].replica;
     int64_t a, b;
     pipit__dp_shard(pp->numel, D, d, &a, &b);
     if (b <= a) return PIPIT_STATUS_OK;
@@ -87,7 +88,7 @@ static pipit_status recv_for_reduce(pipit_program *p, int w, int param) {
 /* Chunk partials of shard k live at chunks[a_k / CHUNK ...). */
 static pipit_status exchange_sumsq(pipit_program *p, int w, int param, int sending) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = w / p->plan.nranks;
+    int D = p->plan.D, d = p->rs[w].replica;
     double *chunks = p->rs[w].chunks;
     pipit__transport *t = p->transport;
     for (int k = 0; k < D; k++) {
@@ -106,14 +107,16 @@ static pipit_status exchange_sumsq(pipit_program *p, int w, int param, int sendi
     return PIPIT_STATUS_OK;
 }
 
-/* The loss rank of replica d sends its M losses to every other world rank;
- * each rank receives replica `in->peer`'s from its loss rank. */
+/* The loss rank of replica d sends its M losses to every other world rank
+ * of its tensor-parallel slice (the T loss ranks of a replica compute the
+ * same losses); each rank receives replica `in->peer`'s from its loss rank. */
 static pipit_status exchange_losses(pipit_program *p, int w, const pipit__instr *in) {
-    int M = p->plan.M, P = p->plan.nranks, d = w / P;
+    int M = p->plan.M, P = p->plan.nranks, d = p->rs[w].replica, tp = p->rs[w].tp;
     double *losses = p->rs[w].losses;
     pipit__transport *t = p->transport;
     if (in->kind == INS_LOSS_SEND) {
-        for (int q = 0; q < p->W; q++) {
+        for (int u = 0; u < P * p->plan.D; u++) {
+            int q = pipit__world(p, u / P, u % P, tp);
             if (q == w) continue;
             pipit_status s = t->vt->send(t, w, q, pipit__tag(PIPIT_TAG_LOSS, d, 0), losses + (size_t)d * M,
                                          sizeof(double) * (size_t)M);
@@ -121,7 +124,7 @@ static pipit_status exchange_losses(pipit_program *p, int w, const pipit__instr 
         }
         return PIPIT_STATUS_OK;
     }
-    int src = in->peer * P + in->use;
+    int src = pipit__world(p, in->peer, in->use, tp);
     if (src == w) return PIPIT_STATUS_OK;
     return t->vt->recv(t, w, src, pipit__tag(PIPIT_TAG_LOSS, in->peer, 0), losses + (size_t)in->peer * M,
                        sizeof(double) * (size_t)M);

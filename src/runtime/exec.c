@@ -50,6 +50,7 @@ static void resolve(const exec_ctx *x) {
         for (int u = 0; in->kind == INS_GRADSUM && u < x->p->plan.params[in->param].nuses; u++)
             x->rs->srcs_ptr[in->srcs_at + u] = loc_ptr(x, &in->srcs[u], 0);
         k->out = loc_ptr(x, &in->out, in->mb);
+        k->shard = x->rs->tp;
         for (int j = 0; j < PIPIT_MAX_IN; j++) {
             k->in[j] = in->in[j].kind ? loc_ptr(x, &in->in[j], in->mb) : NULL;
             k->in_node[j] = j < k->node->nin ? &g->nodes[k->node->in[j]] : NULL;
@@ -85,8 +86,9 @@ static void run_loss(const exec_ctx *x, const pipit__instr *in, const pipit__kct
     }
 }
 
-/* The world rank of pipeline rank q in this rank's replica. */
-static int same_replica(const exec_ctx *x, int q) { return x->rs->replica * x->p->plan.nranks + q; }
+/* The world rank of pipeline rank q in this rank's replica and
+ * tensor-parallel slice: stages exchange values between ranks of one t. */
+static int same_replica(const exec_ctx *x, int q) { return pipit__world(x->p, x->rs->replica, q, x->rs->tp); }
 
 /* A receive from pipeline rank q of this replica; waiting is not busy time
  * (and inside a task it counts as the rank's receive wait). */
@@ -169,7 +171,8 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     case INS_SUMSQ_FIN: pipit__post_sumsq_fin(p, x->w, in->param); break;
     case INS_NORM_SEND: return send_to(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double), 0);
     case INS_NORM_RECV: return timed_recv(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double), 0);
-    case INS_NORM: pipit__post_norm(p, x->w); break;
+    case INS_NORM: return pipit__post_norm(p, x->w);
+    case INS_TP: return pipit__tp_collective(p, x->w, in, k); /* busy time: the stage's T ranks work in step */
     case INS_MARK: mark_task(x, in); break;
     default:
         if (pipit__is_dp_instr(in->kind)) {
@@ -260,7 +263,8 @@ static void exec_worker(void *arg, int ith, int nth) {
         pipit__pool_barrier(rs->pool);
         if (t0 > 0) {
             profile_wait(x);
-            rs->prof[in->kind == INS_RUN ? rs->kc[i].node->op : PIPIT_OP_COUNT + in->kind] += pipit__now() - t0;
+            rs->prof[in->kind == INS_RUN || in->kind == INS_TP ? rs->kc[i].node->op : PIPIT_OP_COUNT + in->kind] +=
+                pipit__now() - t0;
         }
         if (x->status) return; /* every thread sees it after the barrier */
     }
@@ -268,7 +272,7 @@ static void exec_worker(void *arg, int ith, int nth) {
 }
 
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
-    exec_ctx x = {p, &p->plan.ranks[w % p->plan.nranks], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, ""};
+    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, ""};
     pipit__bind_rank(p, w);
     upload_feeds(&x);
     resolve(&x);

@@ -107,8 +107,10 @@ void pipit__post_sumsq_fin(pipit_program *p, int w, int param) {
     rs->sumsq[param] = s;
 }
 
-void pipit__post_norm(pipit_program *p, int w) {
+pipit_status pipit__post_norm(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
+    pipit_status s = pipit__tp_norm_terms(p, w); /* whole tensors' terms, over the stage's T shards */
+    if (s) return s;
     double total = 0;
     for (int i = 0; i < p->plan.nparams; i++) total += rs->sumsq[i];
     rs->norm = sqrt(total);
@@ -116,6 +118,7 @@ void pipit__post_norm(pipit_program *p, int w) {
     /* as torch.nn.utils.clip_grad_norm_: scale by clip / (norm + 1e-6) */
     double clip = p->plan.opt.clip_norm;
     if (clip > 0 && rs->norm > clip) rs->clip_scale = clip / (rs->norm + 1e-6);
+    return PIPIT_STATUS_OK;
 }
 
 /* AdamW's coefficients for this step (bias corrections folded in). */

@@ -48,6 +48,9 @@ static pipit_status check_options(const pipit_options *o) {
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);
+    if (o->tensor_parallel < 0 || o->tensor_parallel > PIPIT_MAX_COLL)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.tensor_parallel must be in 1..%d (or 0: default 1), got %d",
+                          PIPIT_MAX_COLL, o->tensor_parallel);
     const pipit_optimizer *op = &o->optimizer;
     if (op->kind != PIPIT_OPT_ADAMW && op->kind != PIPIT_OPT_SGD)
         return pipit__err(PIPIT_STATUS_INVALID,
@@ -142,7 +145,7 @@ typedef struct {
 enum { NBLOCKS = 7 };
 
 static int rank_blocks(const pipit_program *p, int w, pipit__rank_state *rs, size_t opt_bytes, rank_block *blk) {
-    const pipit__rank_plan *rp = &p->plan.ranks[w % p->plan.nranks];
+    const pipit__rank_plan *rp = &p->plan.ranks[pipit__prank_of(p, w)];
     /* a forward-only program has no gradients and no optimizer state */
     size_t grad_bytes = p->plan.forward_only ? 0 : rp->param_bytes;
     if (p->plan.forward_only) opt_bytes = 0;
@@ -190,8 +193,9 @@ static pipit_status alloc_feeds(pipit_program *p, pipit__rank_state *rs) {
 static pipit_status alloc_rank(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
     rs->world = w;
-    rs->prank = w % p->plan.nranks;
-    rs->replica = w / p->plan.nranks;
+    rs->prank = pipit__prank_of(p, w);
+    rs->replica = pipit__replica_of(p, w);
+    rs->tp = w % p->plan.T;
     const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
     const pipit__backend *be = p->be;
     pipit__bind_rank(p, w); /* its memory lives on its device */
@@ -312,7 +316,7 @@ static pipit_status admit_plan(const pipit_program *p) {
     for (int i = 0; p->be->host_memory && i < p->nlocal; i++) {
         int w = p->local[i];
         rank_block blk[NBLOCKS];
-        int n = rank_blocks(p, w, NULL, moment_bytes(p, w % p->plan.nranks, w / p->plan.nranks, NULL), blk);
+        int n = rank_blocks(p, w, NULL, moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
         for (int k = 0; k < n; k++) sum[k <= 1 ? k : k <= 3 ? 2 : k - 1] += (double)blk[k].bytes;
     }
     double plan = plan_bytes(&p->plan);
@@ -329,13 +333,13 @@ static pipit_status admit_plan(const pipit_program *p) {
 static pipit_status place_ranks(pipit_program *p) {
     pipit_status s = pipit_init(NULL, NULL);
     if (s) return s;
-    p->W = p->plan.nranks * p->plan.D;
+    p->W = p->plan.nranks * p->plan.T * p->plan.D;
     int procs = pipit_process_count();
     if (procs > 1 && procs != p->W)
         return pipit__err(PIPIT_STATUS_INVALID,
-                          "this job has %d processes, but the mesh needs P x D = %d x %d = %d world ranks (one "
-                          "process each)",
-                          procs, p->plan.nranks, p->plan.D, p->W);
+                          "this job has %d processes, but the mesh needs P x T x D = %d x %d x %d = %d world ranks "
+                          "(one process each)",
+                          procs, p->plan.nranks, p->plan.T, p->plan.D, p->W);
     p->procs = procs > 1 ? procs : 1;
     p->nlocal = p->procs > 1 ? 1 : p->W;
     p->local = pipit__calloc((size_t)p->nlocal, sizeof *p->local);
@@ -352,7 +356,7 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
     for (int r = 0; t && r < pl->nranks; r++)
         for (int32_t i = 0; t && i < pl->ranks[r].n; i++) {
             const pipit__instr *in = &pl->ranks[r].ins[i];
-            uint64_t one[PIPIT_MAX_DP];
+            uint64_t one[PIPIT_MAX_DP + 2 * PIPIT_MAX_COLL];
             int m = 0;
             switch ((pipit__ins_kind)in->kind) {
             case INS_SEND: case INS_RECV: one[m++] = pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb); break;
@@ -363,6 +367,12 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
             case INS_DP_PARAM_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_PARAM, in->param, d); break;
             case INS_DP_SUMSQ_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_SUMSQ, in->param, d); break;
             case INS_LOSS_RECV: one[m++] = pipit__tag(PIPIT_TAG_LOSS, in->peer, 0); break;
+            case INS_TP: /* the in-stage all-reduce: chunk k to its owner, its sum back (transport.h) */
+                for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
+                break;
+            case INS_NORM:
+                for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, PIPIT_TP_NORM_ID, c);
+                break;
             default: break;
             }
             for (int j = 0; j < m; j++) {

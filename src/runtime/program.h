@@ -12,10 +12,11 @@
 #include "compile/plan.h"
 #include "runtime/pool.h"
 
-/* One world rank's running state: world rank w runs pipeline rank
- * w % P of replica w / P; its plan is program->plan.ranks[w % P]. */
+/* One world rank's running state: world rank w = (d * P + p) * T + t runs
+ * tensor-parallel rank t of pipeline rank p of replica d; its plan is
+ * program->plan.ranks[p] (the T ranks of a stage run the same one). */
 typedef struct {
-    int world, prank, replica; /* w, p, d */
+    int world, prank, replica, tp; /* w, p, d, t */
     uint8_t *arena;      /* backend memory, plan arena_bytes */
     void *seed;          /* backend memory: the loss gradient 1/M in the loss's dtype */
     uint8_t *param_block, *grad_block, *m_block, *v_block, *acc_block;
@@ -49,7 +50,7 @@ struct pipit_program {
     const pipit__backend *be;
     int ndev;            /* devices of the backend: world rank w runs on device w % ndev */
     int tf32;            /* options.tf32 (cuda: TF32 tensor-core GEMMs) */
-    int W;               /* world ranks: plan.nranks * plan.D */
+    int W;               /* world ranks: plan.nranks * plan.T * plan.D */
     int procs;           /* processes: 1 (ranks are threads) or W (one MPI process each) */
     int nlocal;          /* world ranks this process runs */
     int *local;          /* [nlocal] their world ranks, ascending */
@@ -85,6 +86,14 @@ double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);
  * by pipit_step). */
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs);
 
+/* World rank of tensor-parallel rank t of pipeline rank q of replica d. */
+static inline int pipit__world(const pipit_program *p, int d, int q, int t) {
+    return (d * p->plan.nranks + q) * p->plan.T + t;
+}
+/* The pipeline rank and the replica world rank w runs. */
+static inline int pipit__prank_of(const pipit_program *p, int w) { return w / p->plan.T % p->plan.nranks; }
+static inline int pipit__replica_of(const pipit_program *p, int w) { return w / (p->plan.T * p->plan.nranks); }
+
 /* Whether world rank w runs in this process. */
 static inline int pipit__is_local(const pipit_program *p, int w) {
     return p->procs == 1 || w == p->local[0];
@@ -106,7 +115,13 @@ void pipit__post_gradsum(pipit_program *p, int w, const pipit__instr *in, void *
                          int ith, int nth);
 void pipit__post_sumsq(pipit_program *p, int w, int param, int my_shard, const void *grad, int ith, int nth);
 void pipit__post_sumsq_fin(pipit_program *p, int w, int param);
-void pipit__post_norm(pipit_program *p, int w);
+pipit_status pipit__post_norm(pipit_program *p, int w);
+/* Tensor parallelism (runtime/tp.c). The global norm's per-param terms
+ * of the whole tensors: each sharded param's sum of squares summed over
+ * the stage's T ranks, a replicated one's taken once (in place on sumsq). */
+pipit_status pipit__tp_norm_terms(pipit_program *p, int w);
+/* INS_TP: out = in[0] combined over the stage's T ranks, on thread 0. */
+pipit_status pipit__tp_collective(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k);
 void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth);
 
 /* Data-parallel and loss-exchange instructions (runtime/dp.c): the

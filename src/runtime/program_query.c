@@ -43,7 +43,7 @@ pipit_status pipit_program_param_numel(const pipit_program *p, const char *name,
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: out is NULL", __func__);
     const pipit__param *pp = param_named(p, name, __func__);
     if (!pp) return name ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
-    *out = pp->numel;
+    *out = pp->full_numel; /* the whole tensor, also when T ranks hold shards of it */
     return PIPIT_STATUS_OK;
 }
 
@@ -70,7 +70,7 @@ pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_ran
     if (!pipit__is_local(p, rank))
         return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d runs in another process (this one runs rank %d)",
                           __func__, rank, p->local[0]);
-    const pipit__rank_plan *r = &p->plan.ranks[rank % p->plan.nranks];
+    const pipit__rank_plan *r = &p->plan.ranks[p->rs[rank].prank];
     const pipit__rank_state *rs = &p->rs[rank];
     *out = (pipit_rank_step){r->ntasks, r->tasks, rs->t_start, rs->t_end, rs->busy, rs->wait};
     return PIPIT_STATUS_OK;

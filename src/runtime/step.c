@@ -62,7 +62,7 @@ static const void *find_feed(const pipit_feed *f, int nfeed, const pipit__input 
 
 /* Whether replica d's ranks run in this process. */
 static int replica_is_local(const pipit_program *p, int d) {
-    return p->procs == 1 || p->local[0] / p->plan.nranks == d;
+    return p->procs == 1 || pipit__replica_of(p, p->local[0]) == d;
 }
 
 /* Resolves every (microbatch, input) of the replicas run here to its data
@@ -232,7 +232,7 @@ static void fill_metrics(const pipit_program *p, double t0, double loss, pipit_m
     double busy = 0;
     for (int i = 0; i < p->nlocal; i++) {
         int w = p->local[i];
-        m->peak_bytes = PIPIT_MAX(m->peak_bytes, p->plan.ranks[w % p->plan.nranks].arena_bytes);
+        m->peak_bytes = PIPIT_MAX(m->peak_bytes, p->plan.ranks[p->rs[w].prank].arena_bytes);
         busy += p->rs[w].busy;
     }
     m->bubble = p->step_wall > 0 ? 1.0 - busy / (p->nlocal * p->step_wall) : 0;
@@ -337,9 +337,8 @@ pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
     if (s) return s;
     const pipit__param *pp = find_param(p, name, __func__, &s);
     if (!pp) return s;
-    const pipit__node *n = &p->plan.g->nodes[pp->node];
-    if (ndim) *ndim = n->ndim;
-    if (shape) memcpy(shape, n->shape, sizeof(int64_t) * n->ndim);
+    if (ndim) *ndim = pp->ndim; /* the whole tensor, also when the stage's T ranks hold shards of it */
+    if (shape) memcpy(shape, pp->full_shape, sizeof(int64_t) * (size_t)pp->ndim);
     return PIPIT_STATUS_OK;
 }
 
@@ -349,7 +348,7 @@ static pipit_status copy_param(const pipit_program *p, const char *fn, const cha
     if (s) return s;
     const pipit__param *pp = find_param(p, name, fn, &s);
     if (!pp) return s;
-    size_t want = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+    size_t want = (size_t)pp->full_numel * pipit__dtype_size(pp->dtype);
     if (!data) return pipit__err(PIPIT_STATUS_MISUSE, "%s '%s': data is NULL (%zu bytes expected)", fn, name, want);
     if (nbytes != want)
         return pipit__err(PIPIT_STATUS_SHAPE, "%s: parameter '%s' has %zu bytes, caller passed %zu", fn, name, want,
@@ -382,7 +381,7 @@ static const uint8_t *element_at(const pipit_program *p, int w, int i, int which
         if (p->plan.zero1) pipit__dp_shard(p->plan.params[i].numel, p->plan.D, rs->replica, &first, &end);
         return block_of(rs, which) + rs->opt_off[i] + (size_t)(a - first) * es;
     }
-    return block_of(rs, which) + p->plan.ranks[w % p->plan.nranks].param_off[i] + (size_t)a * es;
+    return block_of(rs, which) + p->plan.ranks[rs->prank].param_off[i] + (size_t)a * es;
 }
 
 /* n bytes from world rank w to `dst` on every process: a copy when w runs
@@ -405,27 +404,48 @@ static int sharded(const pipit_program *p, int which) {
     return which == BLOCK_M || which == BLOCK_V || (which == BLOCK_GRAD && !p->plan.g->ngradset);
 }
 
+/* Tensor-parallel rank t's local copy of param i (its shard, or all of a
+ * replicated one) into `local`, from pipeline rank q's holder in each
+ * replica that keeps a data-parallel shard of it. */
+static pipit_status read_local(const pipit_program *p, int i, int which, int t, uint8_t *local) {
+    const pipit__param *pp = &p->plan.params[i];
+    int D = sharded(p, which) ? p->plan.D : 1;
+    size_t es = pipit__dtype_size(pp->dtype);
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int d = 0; !s && d < D; d++) { /* replica d holds shard d (all of it when not sharded) */
+        int64_t a = 0, b = pp->numel;
+        if (D > 1) pipit__dp_shard(pp->numel, D, d, &a, &b);
+        if (b <= a) continue;
+        int w = pipit__world(p, d, pp->norm_rank, t);
+        const uint8_t *src = pipit__is_local(p, w) ? element_at(p, w, i, which, a) : NULL;
+        s = fetch(p, w, src, local + (size_t)a * es, (size_t)(b - a) * es);
+    }
+    return s;
+}
+
+/* Reads the whole tensor: a replicated param from tensor-parallel rank 0,
+ * a sharded one from each of the T ranks, joined along its axis. */
 static pipit_status read_param(const pipit_program *p, const char *fn, const char *name, void *data, size_t nbytes,
                                int which) {
     int i;
     pipit_status s = copy_param(p, fn, name, data, nbytes, &i);
     if (s) return s;
     const pipit__param *pp = &p->plan.params[i];
-    int q = pp->norm_rank, D = sharded(p, which) ? p->plan.D : 1;
+    if (pp->shard_axis < 0 || p->plan.T == 1) return read_local(p, i, which, 0, data);
     size_t es = pipit__dtype_size(pp->dtype);
-    for (int d = 0; !s && d < D; d++) { /* replica d holds shard d (all of it when not sharded) */
-        int64_t a = 0, b = pp->numel;
-        if (D > 1) pipit__dp_shard(pp->numel, D, d, &a, &b);
-        if (b <= a) continue;
-        int w = d * p->plan.nranks + q;
-        const uint8_t *src = pipit__is_local(p, w) ? element_at(p, w, i, which, a) : NULL;
-        s = fetch(p, w, src, (uint8_t *)data + (size_t)a * es, (size_t)(b - a) * es);
+    uint8_t *local = pipit__malloc((size_t)pp->numel * es);
+    if (!local) return pipit__err(PIPIT_STATUS_NOMEM, "%s '%s': out of memory for a shard", fn, name);
+    for (int t = 0; !s && t < p->plan.T; t++) {
+        s = read_local(p, i, which, t, local);
+        if (!s) pipit__shard_copy(pp, p->plan.T, t, data, local, es, 1);
     }
+    pipit__free(local);
     return s;
 }
 
 /* Every holder this process runs gets the same bytes (with ZeRO-1 the
- * moments of its shard), so the copies start (and stay) equal. */
+ * moments of its shard; with tensor parallelism its rank's shard), so the
+ * copies start (and stay) equal. */
 static pipit_status write_param(pipit_program *p, const char *fn, const char *name, const void *data, size_t nbytes,
                                 int which) {
     int i;
@@ -433,18 +453,23 @@ static pipit_status write_param(pipit_program *p, const char *fn, const char *na
     if (s) return s;
     const pipit__param *pp = &p->plan.params[i];
     size_t es = pipit__dtype_size(pp->dtype);
-    for (int k = 0; k < p->nlocal; k++) {
+    int split = pp->shard_axis >= 0 && p->plan.T > 1;
+    uint8_t *local = split ? pipit__malloc((size_t)pp->numel * es) : NULL;
+    if (split && !local) return pipit__err(PIPIT_STATUS_NOMEM, "%s '%s': out of memory for a shard", fn, name);
+    for (int k = 0; !s && k < p->nlocal; k++) {
         int w = p->local[k];
-        if (!(pp->holders >> (w % p->plan.nranks) & 1)) continue;
+        if (!(pp->holders >> p->rs[w].prank & 1)) continue;
         int64_t a = 0, b = pp->numel;
         if (sharded(p, which)) pipit__dp_shard(pp->numel, p->plan.D, p->rs[w].replica, &a, &b);
         if (b <= a) continue;
+        if (split) pipit__shard_copy(pp, p->plan.T, p->rs[w].tp, (void *)data, local, es, 0);
+        const uint8_t *src = split ? local : (const uint8_t *)data;
         pipit__bind_rank(p, w);
-        p->be->upload((uint8_t *)element_at(p, w, i, which, a), (const uint8_t *)data + (size_t)a * es,
-                      (size_t)(b - a) * es);
-        if ((s = p->be->sync(w))) return s;
+        p->be->upload((uint8_t *)element_at(p, w, i, which, a), src + (size_t)a * es, (size_t)(b - a) * es);
+        s = p->be->sync(w);
     }
-    return PIPIT_STATUS_OK;
+    pipit__free(local);
+    return s;
 }
 
 /* A forward-only program has no gradients or optimizer state. */
@@ -537,7 +562,7 @@ pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int m
         for (int32_t i = r->n - 1; i >= 0 && r->ins[i].kind == INS_OUTPUT; i--) {
             const pipit__instr *in = &r->ins[i];
             if (in->node != v.id || in->mb != lmb) continue;
-            int w = d * pl->nranks + q;
+            int w = pipit__world(p, d, q, 0); /* tensor-parallel rank 0's (a sharded value: its shard) */
             const uint8_t *src = pipit__is_local(p, w) ? p->rs[w].arena + in->in[0].off : NULL;
             return fetch(p, w, src, data, nbytes);
         }

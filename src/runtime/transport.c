@@ -73,25 +73,26 @@ static pipit_status check_group(int me, const int *group, int n, pipit_dtype dty
 }
 
 /* acc (+)= src over n elements: the first source is copied, the next ones
- * added, so the sum is ((x0 + x1) + x2) ... in the order of the calls. */
-static void add_into(pipit_dtype dtype, void *acc, const void *src, int64_t n, int first) {
-    if (first) {
-        memcpy(acc, src, (size_t)n * pipit__dtype_size(dtype));
-    } else if (dtype == PIPIT_F64) {
-        double *a = acc;
-        const double *b = src;
-        for (int64_t i = 0; i < n; i++) a[i] += b[i];
-    } else {
-        float *a = acc;
-        const float *b = src;
-        for (int64_t i = 0; i < n; i++) a[i] += b[i];
-    }
+ * added, so the sum is ((x0 + x1) + x2) ... in the order of the calls (or
+ * the max: max(max(x0, x1), x2) ..., a later value wins only if larger). */
+#define COMBINE(T, a, b, n, op)                                                \
+    do {                                                                       \
+        if ((op) == PIPIT_REDUCE_MAX)                                          \
+            for (int64_t i = 0; i < (n); i++) (a)[i] = (b)[i] > (a)[i] ? (b)[i] : (a)[i]; \
+        else                                                                   \
+            for (int64_t i = 0; i < (n); i++) (a)[i] += (b)[i];                \
+    } while (0)
+static void add_into(pipit_dtype dtype, pipit__reduce_op op, void *acc, const void *src, int64_t n, int first) {
+    if (first) memcpy(acc, src, (size_t)n * pipit__dtype_size(dtype));
+    else if (dtype == PIPIT_F64) COMBINE(double, (double *)acc, (const double *)src, n, op);
+    else COMBINE(float, (float *)acc, (const float *)src, n, op);
 }
+#undef COMBINE
 
 /* Member `mine` owns chunk `mine`: everyone's copy of it, added in rank
  * order into acc, then written back into data. */
 static pipit_status reduce_my_chunk(pipit__transport *t, const int *group, int n, int mine, int32_t id,
-                                    pipit_dtype dtype, unsigned char *chunk, int64_t len) {
+                                    pipit_dtype dtype, pipit__reduce_op op, unsigned char *chunk, int64_t len) {
     size_t bytes = (size_t)len * pipit__dtype_size(dtype);
     unsigned char *acc = pipit__malloc(2 * bytes), *in = acc + bytes;
     if (!acc) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: all-reduce: out of memory (%zu bytes)", group[mine], 2 * bytes);
@@ -102,7 +103,7 @@ static pipit_status reduce_my_chunk(pipit__transport *t, const int *group, int n
             s = t->vt->recv(t, group[mine], group[j], pipit__tag(PIPIT_TAG_COLL, id, mine), in, bytes);
             src = in;
         }
-        if (!s) add_into(dtype, acc, src, len, j == 0);
+        if (!s) add_into(dtype, op, acc, src, len, j == 0);
     }
     if (!s) memcpy(chunk, acc, bytes);
     pipit__free(acc);
@@ -111,6 +112,11 @@ static pipit_status reduce_my_chunk(pipit__transport *t, const int *group, int n
 
 pipit_status pipit__transport_allreduce(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                         pipit_dtype dtype, void *data, int64_t count) {
+    return pipit__transport_allreduce_op(t, me, group, n, id, dtype, PIPIT_REDUCE_SUM, data, count);
+}
+
+pipit_status pipit__transport_allreduce_op(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                           pipit_dtype dtype, pipit__reduce_op op, void *data, int64_t count) {
     int mine = 0;
     pipit_status s = check_group(me, group, n, dtype, count, &mine);
     if (s || n == 1) return s;
@@ -122,7 +128,7 @@ pipit_status pipit__transport_allreduce(pipit__transport *t, int me, const int *
     /* reduce-scatter: chunk k to its owner, zero-copy */
     for (int k = 0; k < n && !s; k++)
         if (k != mine && hi[k] > lo[k]) s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, k), CHUNK(k));
-    if (!s && hi[mine] > lo[mine]) s = reduce_my_chunk(t, group, n, mine, id, dtype, base + (size_t)lo[mine] * es, hi[mine] - lo[mine]);
+    if (!s && hi[mine] > lo[mine]) s = reduce_my_chunk(t, group, n, mine, id, dtype, op, base + (size_t)lo[mine] * es, hi[mine] - lo[mine]);
     /* all-gather: my sum to everyone; theirs into place, each chunk once my
      * send of it is complete (its owner received it before sending its sum,
      * so the fence waits for nobody) */

@@ -123,6 +123,11 @@ uint64_t pipit__checksum(const void *data, size_t n);
  * carry pipit__tag(PIPIT_TAG_COLL, id, 0 .. 2n-1). F32 and F64 only. */
 pipit_status pipit__transport_allreduce(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                         pipit_dtype dtype, void *data, int64_t count);
+/* The same with the element-wise max instead of the sum (taken in rank
+ * order too: max(max(x[g0], x[g1]), x[g2]) ...). */
+typedef enum { PIPIT_REDUCE_SUM = 0, PIPIT_REDUCE_MAX = 1 } pipit__reduce_op;
+pipit_status pipit__transport_allreduce_op(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                           pipit_dtype dtype, pipit__reduce_op op, void *data, int64_t count);
 
 /* What a message carries. */
 typedef enum {

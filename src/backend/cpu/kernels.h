@@ -180,6 +180,18 @@ typedef struct {
     /* dtable [V,C] = scatter-add of dout rows by idx, i ascending */                   \
     void pipit__embed_dtable_##S(T *dtable, const int32_t *idx, const T *dout,         \
                                  int64_t n, int64_t V, int64_t C, int ith, int nth);    \
+    /* Vocab parallel, the shard of rows (classes) [off, off + V): the same two     \
+     * with another shard's index reading zeros / skipped; the target logit     \
+     * out[r] = z[r, y[r] - off] (0 off the shard) and its gradient dz [rows,V]. */ \
+    void pipit__embed_vp_##S(T *out, const T *table, const int32_t *idx, int64_t n,    \
+                             int64_t C, int64_t off, int64_t V, int ith, int nth);      \
+    void pipit__embed_dtable_vp_##S(T *dtable, const int32_t *idx, const T *dout,      \
+                                    int64_t n, int64_t V, int64_t C, int64_t off,       \
+                                    int ith, int nth);                                  \
+    void pipit__tp_pick_##S(T *out, const T *z, const int32_t *y, int64_t rows,        \
+                            int64_t V, int64_t off, int ith, int nth);                  \
+    void pipit__tp_pick_dx_##S(T *dz, const int32_t *y, const T *d, int64_t rows,      \
+                               int64_t V, int64_t off, int ith, int nth);               \
     /* Causal self-attention. qkv [B,Tq,3C] holds q|k|v; H heads of D=C/H;             \
      * out [B,T,C] = softmax(q k^T / sqrt(D), causal) v, heads concatenated. */        \
     void pipit__attention_##S(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C,  \

@@ -717,19 +717,67 @@ void FN(embed)(T *out, const T *table, const int32_t *idx, int64_t n, int64_t C,
         memcpy(out + i * C, table + (int64_t)idx[i] * C, (size_t)C * sizeof(T));
 }
 
-/* dtable [V, C] = sum over i (ascending) of dout[i,:] into row idx[i].
- * Threads split the V rows; each scans all of idx and takes its own rows. */
-void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, int64_t V,
-                      int64_t C, int ith, int nth) {
+/* dtable [V, C] = sum over i (ascending) of dout[i,:] into row idx[i] - off
+ * (indices outside [off, off + V) are another shard's: skipped). Threads
+ * split the V rows; each scans all of idx and takes its own rows. */
+static void LOC(embed_dtable_off)(T *dtable, const int32_t *idx, const T *dout, int64_t n, int64_t V, int64_t C,
+                                  int64_t off, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(V, ith, nth, &lo, &hi);
     if (hi > lo) memset(dtable + lo * C, 0, (size_t)((hi - lo) * C) * sizeof(T));
     for (int64_t i = 0; i < n; i++) {
-        int64_t v = idx[i];
+        int64_t v = (int64_t)idx[i] - off;
         if (v < lo || v >= hi) continue;
         T *row = dtable + v * C;
         const T *d = dout + i * C;
         for (int64_t c = 0; c < C; c++) row[c] += d[c];
+    }
+}
+
+void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, int64_t V,
+                      int64_t C, int ith, int nth) {
+    LOC(embed_dtable_off)(dtable, idx, dout, n, V, C, 0, ith, nth);
+}
+
+/* --------------------------------------------- vocab parallel (one shard) */
+
+/* The shard of rows [off, off + V) of a table split over ranks: out [n, C]
+ * = row idx[i] - off, or zeros for another shard's index. */
+void FN(embed_vp)(T *out, const T *table, const int32_t *idx, int64_t n, int64_t C, int64_t off, int64_t V, int ith,
+                  int nth) {
+    int64_t lo, hi;
+    pipit__range(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        int64_t v = (int64_t)idx[i] - off;
+        if (v >= 0 && v < V) memcpy(out + i * C, table + v * C, (size_t)C * sizeof(T));
+        else memset(out + i * C, 0, (size_t)C * sizeof(T));
+    }
+}
+
+void FN(embed_dtable_vp)(T *dtable, const int32_t *idx, const T *dout, int64_t n, int64_t V, int64_t C, int64_t off,
+                         int ith, int nth) {
+    LOC(embed_dtable_off)(dtable, idx, dout, n, V, C, off, ith, nth);
+}
+
+/* out[r] = z[r, y[r] - off] for the classes [off, off + V) of this shard,
+ * 0 for another shard's target; threads split the rows. */
+void FN(tp_pick)(T *out, const T *z, const int32_t *y, int64_t rows, int64_t V, int64_t off, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t v = (int64_t)y[r] - off;
+        out[r] = v >= 0 && v < V ? z[r * V + v] : (T)0;
+    }
+}
+
+/* dz [rows, V] = d[r] at class y[r] - off of this shard, 0 elsewhere. */
+void FN(tp_pick_dx)(T *dz, const int32_t *y, const T *d, int64_t rows, int64_t V, int64_t off, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t v = (int64_t)y[r] - off;
+        memset(dz + r * V, 0, (size_t)V * sizeof(T));
+        if (v >= 0 && v < V) dz[r * V + v] = d[r];
     }
 }
 

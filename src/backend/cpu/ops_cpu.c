@@ -23,15 +23,28 @@
 #define cpu_RESHAPE NULL
 #define cpu_VIEW NULL
 #define cpu_YIELD NULL
+/* The tensor-parallel collectives are the runtime's instructions (INS_TP). */
+#define cpu_TP_COPY NULL
+#define cpu_TP_SUM NULL
+#define cpu_TP_MAX NULL
 
+/* A vocab-parallel embedding (iattr[1]) holds rows [shard V, shard V + V). */
 static void cpu_EMBED(const pipit__kctx *k, int ith, int nth) {
-    int64_t cnt = pipit__node_numel(KIN(1)), C = KIN(0)->shape[1];
-    DISPATCH(k, pipit__embed, k->out, k->in[0], k->in[1], cnt, C, ith, nth);
+    int64_t cnt = pipit__node_numel(KIN(1)), C = KIN(0)->shape[1], V = KIN(0)->shape[0];
+    if (k->node->iattr[1])
+        DISPATCH(k, pipit__embed_vp, k->out, k->in[0], k->in[1], cnt, C, k->shard * V, V, ith, nth);
+    else
+        DISPATCH(k, pipit__embed, k->out, k->in[0], k->in[1], cnt, C, ith, nth);
 }
 
 static void cpu_EMBED_DTABLE(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__embed_dtable, k->out, k->in[0], k->in[1], pipit__node_numel(KIN(0)),
-             k->node->shape[0], k->node->shape[1], ith, nth);
+    int64_t V = k->node->shape[0];
+    if (k->node->iattr[1])
+        DISPATCH(k, pipit__embed_dtable_vp, k->out, k->in[0], k->in[1], pipit__node_numel(KIN(0)), V,
+                 k->node->shape[1], k->shard * V, ith, nth);
+    else
+        DISPATCH(k, pipit__embed_dtable, k->out, k->in[0], k->in[1], pipit__node_numel(KIN(0)), V,
+                 k->node->shape[1], ith, nth);
 }
 
 /* The embedding generalised: rows of numel(table) / N elements. */
@@ -240,6 +253,17 @@ static void cpu_XENT_ROWS(const pipit__kctx *k, int ith, int nth) {
 static void cpu_XENT_DLOGITS(const pipit__kctx *k, int ith, int nth) {
     DISPATCH(k, pipit__xent_dlogits, k->out, k->in[0], k->in[1], k->in[2], pipit__node_rows(KIN(0)),
              pipit__node_last_dim(KIN(0)), ith, nth);
+}
+
+/* This rank's classes are [shard V, shard V + V) of the vocabulary. */
+static void cpu_TP_PICK(const pipit__kctx *k, int ith, int nth) {
+    int64_t V = pipit__node_last_dim(KIN(0));
+    DISPATCH(k, pipit__tp_pick, k->out, k->in[0], k->in[1], pipit__node_rows(KIN(0)), V, k->shard * V, ith, nth);
+}
+
+static void cpu_TP_PICK_DX(const pipit__kctx *k, int ith, int nth) {
+    int64_t V = k->node->iattr[0];
+    DISPATCH(k, pipit__tp_pick_dx, k->out, k->in[0], k->in[1], pipit__node_numel(KIN(0)), V, k->shard * V, ith, nth);
 }
 
 static void cpu_SUM(const pipit__kctx *k, int ith, int nth) {
