@@ -58,10 +58,20 @@ PIPIT_API pipit_status pipit_llama_check(const pipit_llama_config *c);
 PIPIT_API int pipit_llama_ffn_hidden(const pipit_llama_config *c);
 /* Builds the graph; returns the scalar mean cross-entropy (check
  * pipit_graph_status). A NULL argument, a bad or poisoned graph or a config
- * pipit_llama_check refuses: an invalid value and a message. */
+ * pipit_llama_check refuses: an invalid value and a message.
+ * Tensor parallelism: on a graph set to T > 1 ranks per stage
+ * (pipit_graph_set_tensor_parallel, before building) the graph describes
+ * one of them (pipit.h): attention split by heads (q, k, v projections
+ * column-parallel with H/T query and KV/T key/value heads per rank, o_proj
+ * row-parallel), the MLP's gate and up column- and down row-parallel, the
+ * embedding and lm head vocab-parallel, the loss pipit_tp_xent_mean;
+ * RMSNorm weights replicated. T must divide heads, kv_heads (key/value
+ * heads are split, never replicated), the MLP width and vocab (INVALID
+ * naming them and a T that would). */
 PIPIT_API pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c);
 /* The same graph (bit for bit), and *logits (if not NULL) = the lm head's
- * logits [B,T,V] (an invalid value on failure), for pipit_options.outputs. */
+ * logits [B,T,V] (with T > 1 ranks per stage: this rank's classes
+ * [B,T,V/T]; an invalid value on failure), for pipit_options.outputs. */
 PIPIT_API pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits);
 /* First layer of stage s: the same even split as GPT-2's (the first L mod S
  * stages get one layer more), 0 <= s <= S; -1 and a message otherwise. */

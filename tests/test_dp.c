@@ -17,17 +17,10 @@
 #include <time.h>
 
 #include "pipit_gpt2.h"
+#include "snapshot.h"
 #include "test.h"
 
 enum { TV = 64, TT = 8, TL = 8, TH = 2, TC = 16, TB = 2, STEPS = 3 };
-
-typedef struct {
-    int n;
-    char **names;
-    float **param, **grad, **m, **v;
-    size_t *bytes;
-    double losses[STEPS];
-} snapshot;
 
 typedef struct {
     pipit_schedule *sch;
@@ -48,45 +41,6 @@ static void fill_feeds(int G, int step, int32_t *buf, pipit_feed *feeds) {
         feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
         feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
     }
-}
-
-static float *copy_out(pipit_program *p, const char *name, size_t bytes, int what) {
-    float *d = malloc(bytes);
-    pipit_status s = what == 0   ? pipit_program_get_param(p, name, d, bytes)
-                     : what == 1 ? pipit_program_get_grad(p, name, d, bytes)
-                                 : pipit_program_get_opt_state(p, name, what - 2, d, bytes);
-    if (s) fprintf(stderr, "copy out %s (%d): %s\n", name, what, pipit_errmsg());
-    return d;
-}
-
-static void take_snapshot(pipit_program *p, snapshot *snap) {
-    snap->n = pipit_program_num_params(p);
-    snap->names = calloc((size_t)snap->n, sizeof(char *));
-    snap->param = calloc((size_t)snap->n, sizeof(float *));
-    snap->grad = calloc((size_t)snap->n, sizeof(float *));
-    snap->m = calloc((size_t)snap->n, sizeof(float *));
-    snap->v = calloc((size_t)snap->n, sizeof(float *));
-    snap->bytes = calloc((size_t)snap->n, sizeof(size_t));
-    for (int i = 0; i < snap->n; i++) {
-        const char *name = pipit_program_param_name(p, i);
-        int64_t numel = 0;
-        pipit_program_param_numel(p, name, &numel);
-        snap->names[i] = strdup(name);
-        snap->bytes[i] = sizeof(float) * (size_t)numel;
-        snap->param[i] = copy_out(p, name, snap->bytes[i], 0);
-        snap->grad[i] = copy_out(p, name, snap->bytes[i], 1);
-        snap->m[i] = copy_out(p, name, snap->bytes[i], 2);
-        snap->v[i] = copy_out(p, name, snap->bytes[i], 3);
-    }
-}
-
-static void snap_free(snapshot *s) {
-    for (int i = 0; i < s->n; i++) {
-        free(s->names[i]);
-        free(s->param[i]), free(s->grad[i]), free(s->m[i]), free(s->v[i]);
-    }
-    free(s->names), free(s->param), free(s->grad), free(s->m), free(s->v), free(s->bytes);
-    memset(s, 0, sizeof *s);
 }
 
 /* A gradient transform, to run the ZeRO-1 path that gathers gradients
@@ -127,8 +81,9 @@ static pipit_status train(const run_cfg *rc, snapshot *snap, pipit_program **out
         pipit_metrics met;
         s = pipit_step(p, feeds, 3, 1, &met);
         snap->losses[step] = met.loss;
+        snap->nsteps = step + 1;
     }
-    if (!s) take_snapshot(p, snap);
+    if (!s) snap_take(p, snap);
     free(buf);
     free(feeds);
     if (out && !s) {
@@ -139,40 +94,6 @@ static pipit_status train(const run_cfg *rc, snapshot *snap, pipit_program **out
         pipit_graph_free(g);
     }
     return s;
-}
-
-/* 1 if a and b hold the same bits everywhere (params, grads, moments, losses). */
-static int same_bits(const snapshot *a, const snapshot *b, const char *what) {
-    if (a->n != b->n) return 0;
-    for (int i = 0; i < a->n; i++) {
-        float *const *fa[4] = {a->param, a->grad, a->m, a->v}, *const *fb[4] = {b->param, b->grad, b->m, b->v};
-        static const char *kind[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
-        for (int k = 0; k < 4; k++)
-            if (memcmp(fa[k][i], fb[k][i], a->bytes[i]) != 0) {
-                fprintf(stderr, "%s: %s of %s differs\n", what, kind[k], a->names[i]);
-                return 0;
-            }
-    }
-    if (memcmp(a->losses, b->losses, sizeof a->losses) != 0) {
-        fprintf(stderr, "%s: losses differ: %.9g vs %.9g\n", what, a->losses[STEPS - 1], b->losses[STEPS - 1]);
-        return 0;
-    }
-    return 1;
-}
-
-/* Largest |a-b| over the largest |a| of each tensor, over all tensors. */
-static double rel_diff(float *const *a, float *const *b, const snapshot *s) {
-    double worst = 0;
-    for (int i = 0; i < s->n; i++) {
-        size_t n = s->bytes[i] / 4;
-        double d = 0, m = 0;
-        for (size_t k = 0; k < n; k++) {
-            d = fmax(d, fabs((double)a[i][k] - b[i][k]));
-            m = fmax(m, fabs((double)a[i][k]));
-        }
-        if (m > 0) worst = fmax(worst, d / m);
-    }
-    return worst;
 }
 
 static int schedule_v(pipit_schedule_kind k) {
@@ -200,7 +121,7 @@ PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
                 ASSERT_OK(train(&(run_cfg){sch, P * V, M, D, 0, 0, 0}, &got, NULL, NULL));
                 char what[96];
                 snprintf(what, sizeof what, "%s P=%d D=%d M=%d", pipit_schedule_kind_name(kinds[k]), P, D, M);
-                ASSERT_TRUE(same_bits(&ref, &got, what));
+                ASSERT_TRUE(snap_same_bits(&ref, &got, what));
                 snap_free(&got);
                 pipit_schedule_free(sch);
                 ran++;
@@ -218,7 +139,7 @@ PIPIT_TEST(dp_matches_single_rank_to_rounding) {
         snapshot one = {0}, dp = {0};
         ASSERT_OK(train(&(run_cfg){NULL, 1, 2 * D, 1, 0, 1, 0}, &one, NULL, NULL)); /* SGD: linear in the gradient */
         ASSERT_OK(train(&(run_cfg){NULL, 1, 2, D, 0, 1, 0}, &dp, NULL, NULL));
-        double dg = rel_diff(one.grad, dp.grad, &one), dparam = rel_diff(one.param, dp.param, &one);
+        double dg = snap_rel_diff(&one, &dp, 1), dparam = snap_rel_diff(&one, &dp, 0);
         fprintf(stderr, "D=%d: gradients %.3g, params %.3g relative\n", D, dg, dparam);
         ASSERT_TRUE(dg < 1e-6);
         ASSERT_TRUE(dparam < 1e-6);
@@ -243,7 +164,7 @@ PIPIT_TEST(dp_zero1_equals_unsharded) {
             ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 1, 0, transform}, &z, NULL, NULL));
             char what[64];
             snprintf(what, sizeof what, "zero1 D=%d transform=%d", D, transform);
-            ASSERT_TRUE(same_bits(&full, &z, what));
+            ASSERT_TRUE(snap_same_bits(&full, &z, what));
             snap_free(&full);
             snap_free(&z);
         }
@@ -273,10 +194,10 @@ PIPIT_TEST(dp_zero1_state_moves_between_layouts) {
     ASSERT_OK(pipit_step(pf, feeds, 3, 1, &mf));
     ASSERT_TRUE(mz.loss == mf.loss);
     snapshot az = {0}, af = {0};
-    take_snapshot(pz, &az);
-    take_snapshot(pf, &af);
+    snap_take(pz, &az);
+    snap_take(pf, &af);
     memcpy(az.losses, af.losses, sizeof az.losses);
-    ASSERT_TRUE(same_bits(&az, &af, "after moving the state"));
+    ASSERT_TRUE(snap_same_bits(&az, &af, "after moving the state"));
     snap_free(&a), snap_free(&b), snap_free(&az), snap_free(&af);
     pipit_program_free(pz), pipit_program_free(pf);
     pipit_graph_free(gz), pipit_graph_free(gf);

@@ -108,3 +108,33 @@ int pipit__models_meta_positive(const pipit_checkpoint *ck, const char *key, dou
     *out = v;
     return 1;
 }
+
+/* ---- tensor parallelism ---- */
+
+pipit_status pipit__models_tp_check(const char *model, int T, const pipit__tp_count *counts, int n) {
+    for (int i = 0; T > 1 && i < n; i++) {
+        if (counts[i].value % T == 0) continue;
+        int best = 1; /* the largest T' <= T dividing every count */
+        for (int t = T; t > 1 && best == 1; t--) {
+            int ok = 1;
+            for (int j = 0; j < n && ok; j++) ok = counts[j].value % t == 0;
+            if (ok) best = t;
+        }
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "%s: tensor parallelism %d does not divide %s %lld (each of the %d ranks of a stage holds "
+                          "an equal share); %d divides every split size",
+                          model, T, counts[i].name, (long long)counts[i].value, T, best);
+    }
+    return PIPIT_STATUS_OK;
+}
+
+pipit_val pipit__models_param(pipit_graph *g, pipit_dtype dt, int T, const char *name, int nd, int64_t d0, int64_t d1,
+                              int axis, int parts) {
+    int64_t shape[2] = {d0, d1};
+    if (T > 1 && axis >= 0) return pipit_param_sharded(g, name, dt, nd, shape, axis, parts);
+    return pipit_param(g, name, dt, nd, shape);
+}
+
+pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x) { return T > 1 ? pipit_tp_copy(g, x) : x; }
+pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x) { return T > 1 ? pipit_tp_sum(g, x) : x; }
+

@@ -32,6 +32,12 @@ pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
     return PIPIT_STATUS_OK;
 }
 
+/* Heads split q, k, v (and so C, 3C and 4C); the vocabulary splits wte. */
+static pipit_status check_tp(const pipit_gpt2_config *c, int T) {
+    pipit__tp_count counts[] = {{"heads", c->heads}, {"vocab", c->vocab}};
+    return pipit__models_tp_check("gpt2", T, counts, 2);
+}
+
 int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s) {
     return pipit__models_first_layer(!c, c ? c->layers : 0, c ? c->stages : 0, s, __func__);
 }
@@ -42,14 +48,25 @@ static pipit_val param(pipit_graph *g, const pipit_gpt2_config *c, const char *n
     return pipit_param(g, name, c->dtype, nd, shape);
 }
 
-static pipit_val linear(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, const char *prefix,
-                        int64_t in, int64_t out) {
+/* Megatron's split of a Conv1D x @ W [in, out] + b over the stage's T
+ * ranks: none; column-parallel (W's out columns and b split, `parts`
+ * blocks each: c_attn's q|k|v is 3); or row-parallel (W's in rows split,
+ * the partial products all-reduced before the replicated bias). */
+enum { SPLIT_NONE, SPLIT_COLUMNS, SPLIT_ROWS };
+
+static pipit_val linear_split(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, const char *prefix,
+                              int64_t in, int64_t out, int split, int parts) {
     char wn[96], bn[96];
     snprintf(wn, sizeof wn, "%s.weight", prefix);
     snprintf(bn, sizeof bn, "%s.bias", prefix);
-    pipit_val w = param(g, c, wn, 2, in, out), b = param(g, c, bn, 1, out, 0);
-    return pipit_bias_add(g, pipit_matmul(g, x, w, 0, 0), b);
+    int T = pipit_graph_tensor_parallel(g), cols = split == SPLIT_COLUMNS;
+    pipit_val w = pipit__models_param(g, c->dtype, T, wn, 2, in, out, split == SPLIT_NONE ? -1 : cols ? 1 : 0, parts);
+    pipit_val b = pipit__models_param(g, c->dtype, T, bn, 1, out, 0, cols ? 0 : -1, parts);
+    pipit_val y = pipit_matmul(g, x, w, 0, 0);
+    if (split == SPLIT_ROWS) y = pipit__models_tp_sum(g, T, y);
+    return pipit_bias_add(g, y, b);
 }
+
 
 static pipit_val layernorm(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, const char *prefix) {
     char wn[96], bn[96];
@@ -60,21 +77,25 @@ static pipit_val layernorm(pipit_graph *g, const pipit_gpt2_config *c, pipit_val
     return pipit_layernorm(g, x, w, b, 1e-5);
 }
 
+/* With T > 1 ranks per stage each holds H/T heads and 4C/T MLP columns:
+ * the block's input enters the sharded regions through tp_copy, and the
+ * row-parallel projections leave them through tp_sum. */
 static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l) {
     char pre[64];
     int64_t C = c->dim;
+    int T = pipit_graph_tensor_parallel(g), tp = T > 1;
     snprintf(pre, sizeof pre, "h.%d.ln_1", l);
-    pipit_val h = layernorm(g, c, x, pre);
+    pipit_val h = pipit__models_tp_copy(g, T, layernorm(g, c, x, pre));
     snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
-    h = pipit_attention(g, linear(g, c, h, pre, C, 3 * C), c->heads);
+    h = pipit_attention(g, linear_split(g, c, h, pre, C, 3 * C, tp ? SPLIT_COLUMNS : SPLIT_NONE, 3), c->heads / T);
     snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
-    x = pipit_add(g, x, linear(g, c, h, pre, C, C));
+    x = pipit_add(g, x, linear_split(g, c, h, pre, C, C, tp ? SPLIT_ROWS : SPLIT_NONE, 1));
     snprintf(pre, sizeof pre, "h.%d.ln_2", l);
-    h = layernorm(g, c, x, pre);
+    h = pipit__models_tp_copy(g, T, layernorm(g, c, x, pre));
     snprintf(pre, sizeof pre, "h.%d.mlp.c_fc", l);
-    h = pipit_gelu(g, linear(g, c, h, pre, C, 4 * C));
+    h = pipit_gelu(g, linear_split(g, c, h, pre, C, 4 * C, tp ? SPLIT_COLUMNS : SPLIT_NONE, 1));
     snprintf(pre, sizeof pre, "h.%d.mlp.c_proj", l);
-    return pipit_add(g, x, linear(g, c, h, pre, 4 * C, C));
+    return pipit_add(g, x, linear_split(g, c, h, pre, 4 * C, C, tp ? SPLIT_ROWS : SPLIT_NONE, 1));
 }
 
 static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits_out, const char *fn);
@@ -99,13 +120,19 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
         pipit__err_prefix("%s", fn);
         return (pipit_val){g, -1};
     }
+    int T = pipit_graph_tensor_parallel(g);
+    if (check_tp(c, T) != PIPIT_STATUS_OK) {
+        pipit__err_prefix("%s", fn);
+        return (pipit_val){g, -1};
+    }
     int64_t bt[2] = {c->batch, c->ctx};
     pipit_val tok = pipit_input(g, PIPIT_GPT2_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_GPT2_TARGETS, PIPIT_I32, 2, bt);
     pipit_val pos = pipit_input(g, PIPIT_GPT2_POSITIONS, PIPIT_I32, 2, bt);
-    pipit_val wte = param(g, c, "wte.weight", 2, c->vocab, c->dim);
+    pipit_val wte = pipit__models_param(g, c->dtype, T, "wte.weight", 2, c->vocab, c->dim, 0, 1); /* vocab-parallel */
     pipit_val wpe = param(g, c, "wpe.weight", 2, c->max_ctx, c->dim);
-    pipit_val x = pipit_add(g, pipit_embed(g, wte, tok), pipit_embed(g, wpe, pos));
+    pipit_val tok_emb = pipit__models_tp_sum(g, T, pipit_embed(g, wte, tok));
+    pipit_val x = pipit_add(g, tok_emb, pipit_embed(g, wpe, pos));
     int stage = 0;
     for (int l = 0; l < c->layers; l++) {
         if (stage + 1 < c->stages && l == pipit_gpt2_stage_first_layer(c, stage + 1)) {
@@ -114,9 +141,9 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
         }
         x = block(g, c, x, l);
     }
-    x = layernorm(g, c, x, "ln_f");
-    pipit_val logits = pipit_matmul_nt(g, x, wte); /* tied lm head */
-    pipit_val loss = pipit_xent_mean(g, logits, tgt);
+    x = pipit__models_tp_copy(g, T, layernorm(g, c, x, "ln_f"));
+    pipit_val logits = pipit_matmul_nt(g, x, wte); /* tied lm head: this rank's classes with T > 1 */
+    pipit_val loss = T > 1 ? pipit_tp_xent_mean(g, logits, tgt) : pipit_xent_mean(g, logits, tgt);
     if (logits_out && loss.id >= 0) *logits_out = logits;
     return loss;
 }

@@ -119,34 +119,53 @@ static pipit_val param(pipit_graph *g, const pipit_llama_config *c, const char *
     return pipit_param(g, name, c->dtype, nd, shape);
 }
 
-/* x @ W^T for the nn.Linear weight "model.layers.<l>.<what>.weight" [out, in]. */
+/* x @ W^T for the nn.Linear weight "model.layers.<l>.<what>.weight" [out,
+ * in], over the stage's T ranks (the graph's T): `axis` 0 splits the out
+ * features (column-parallel), 1 the in features (row-parallel: the partial
+ * products are all-reduced), -1 none. */
 static pipit_val linear(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, const char *what, int64_t in,
-                        int64_t out) {
+                        int64_t out, int axis) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, what);
-    return pipit_matmul(g, x, param(g, c, name, 2, out, in), 0, 1);
+    int T = pipit_graph_tensor_parallel(g);
+    pipit_val y = pipit_matmul(g, x, pipit__models_param(g, c->dtype, T, name, 2, out, in, axis, 1), 0, 1);
+    return axis == 1 ? pipit__models_tp_sum(g, T, y) : y;
+}
+
+/* Heads (query and key/value) split attention, the width the MLP, the
+ * vocabulary the embedding and the head. */
+static pipit_status check_tp(const pipit_llama_config *c, int T) {
+    pipit__tp_count counts[] = {
+        {"heads", c->heads}, {"kv_heads", kv_of(c)}, {"ffn_hidden", pipit_llama_ffn_hidden(c)}, {"vocab", c->vocab}};
+    return pipit__models_tp_check("llama", T, counts, 4);
 }
 
 static pipit_val rmsnorm(pipit_graph *g, const pipit_llama_config *c, pipit_val x, const char *name) {
     return pipit_rmsnorm(g, x, param(g, c, name, 1, c->dim, 0), c->norm_eps);
 }
 
+/* With T > 1 ranks per stage each holds H/T query and KV/T key/value heads
+ * (query head h still reads kv head h / (H/KV): both are split in order). */
 static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l) {
     int64_t C = c->dim, kvd = (int64_t)kv_of(c) * (C / c->heads);
-    pipit_val q = linear(g, c, x, l, "self_attn.q_proj", C, C);
-    pipit_val k = linear(g, c, x, l, "self_attn.k_proj", C, kvd);
-    pipit_val v = linear(g, c, x, l, "self_attn.v_proj", C, kvd);
-    q = pipit_rope(g, q, c->heads, c->rope_theta);
-    k = pipit_rope(g, k, kv_of(c), c->rope_theta);
-    pipit_val a = pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){c->heads, kv_of(c), 1, 0});
-    return linear(g, c, a, l, "self_attn.o_proj", C, C);
+    int T = pipit_graph_tensor_parallel(g), col = T > 1 ? 0 : -1, row = T > 1 ? 1 : -1;
+    x = pipit__models_tp_copy(g, T, x);
+    pipit_val q = linear(g, c, x, l, "self_attn.q_proj", C, C, col);
+    pipit_val k = linear(g, c, x, l, "self_attn.k_proj", C, kvd, col);
+    pipit_val v = linear(g, c, x, l, "self_attn.v_proj", C, kvd, col);
+    q = pipit_rope(g, q, c->heads / T, c->rope_theta);
+    k = pipit_rope(g, k, kv_of(c) / T, c->rope_theta);
+    pipit_val a = pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){c->heads / T, kv_of(c) / T, 1, 0});
+    return linear(g, c, a, l, "self_attn.o_proj", C, C, row);
 }
 
-/* down(silu(gate(x)) * up(x)) */
+/* down(silu(gate(x)) * up(x)): gate and up column-, down row-parallel. */
 static pipit_val mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F) {
-    pipit_val gate = pipit_silu(g, linear(g, c, x, l, "mlp.gate_proj", c->dim, F));
-    pipit_val up = linear(g, c, x, l, "mlp.up_proj", c->dim, F);
-    return linear(g, c, pipit_mul(g, gate, up), l, "mlp.down_proj", F, c->dim);
+    int T = pipit_graph_tensor_parallel(g), col = T > 1 ? 0 : -1, row = T > 1 ? 1 : -1;
+    x = pipit__models_tp_copy(g, T, x);
+    pipit_val gate = pipit_silu(g, linear(g, c, x, l, "mlp.gate_proj", c->dim, F, col));
+    pipit_val up = linear(g, c, x, l, "mlp.up_proj", c->dim, F, col);
+    return linear(g, c, pipit_mul(g, gate, up), l, "mlp.down_proj", F, c->dim, row);
 }
 
 static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F) {
@@ -167,11 +186,17 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
         pipit__err_prefix("%s", fn); /* a bad handle, a poisoned graph or a refused config */
         return (pipit_val){g, -1};
     }
+    int T = pipit_graph_tensor_parallel(g);
+    if (check_tp(c, T) != PIPIT_STATUS_OK) {
+        pipit__err_prefix("%s", fn);
+        return (pipit_val){g, -1};
+    }
     int64_t bt[2] = {c->batch, c->ctx}, F = pipit_llama_ffn_hidden(c);
     pipit_val tok = pipit_input(g, PIPIT_LLAMA_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_LLAMA_TARGETS, PIPIT_I32, 2, bt);
-    pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
-    pipit_val x = pipit_embed(g, emb, tok);
+    /* vocab-parallel over T > 1 ranks: each holds V/T rows */
+    pipit_val emb = pipit__models_param(g, c->dtype, T, "model.embed_tokens.weight", 2, c->vocab, c->dim, 0, 1);
+    pipit_val x = pipit__models_tp_sum(g, T, pipit_embed(g, emb, tok));
     int stage = 0;
     for (int l = 0; l < c->layers; l++) {
         if (stage + 1 < c->stages && l == pipit_llama_stage_first_layer(c, stage + 1)) {
@@ -180,10 +205,10 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
         }
         x = block(g, c, x, l, F);
     }
-    x = rmsnorm(g, c, x, "model.norm.weight");
-    pipit_val head = c->tied ? emb : param(g, c, "lm_head.weight", 2, c->vocab, c->dim);
-    pipit_val logits = pipit_matmul_nt(g, x, head);
-    pipit_val loss = pipit_xent_mean(g, logits, tgt);
+    x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
+    pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
+    pipit_val logits = pipit_matmul_nt(g, x, head); /* this rank's classes with T > 1 */
+    pipit_val loss = T > 1 ? pipit_tp_xent_mean(g, logits, tgt) : pipit_xent_mean(g, logits, tgt);
     if (logits_out && loss.id >= 0) *logits_out = logits;
     return loss;
 }

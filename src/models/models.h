@@ -17,6 +17,25 @@
  * naming fn for a NULL config (cfg_null) or s outside 0..stages. */
 int pipit__models_first_layer(int cfg_null, int layers, int stages, int s, const char *fn);
 
+/* Tensor parallelism (common.c): builders read T from the graph
+ * (pipit_graph_tensor_parallel). The check of a model's sizes against T:
+ * T dividing each named count ({name, value} pairs, n of them); INVALID
+ * naming the model, the count and T, with the largest T' < T that divides
+ * them all. */
+typedef struct {
+    const char *name;
+    int64_t value;
+} pipit__tp_count;
+pipit_status pipit__models_tp_check(const char *model, int T, const pipit__tp_count *counts, int n);
+/* A param of a model built for T ranks: sharded along `axis` in `parts`
+ * blocks when T > 1 and axis >= 0, else a plain (replicated) param, so a
+ * T = 1 graph is the one built without tensor parallelism. */
+pipit_val pipit__models_param(pipit_graph *g, pipit_dtype dt, int T, const char *name, int nd, int64_t d0, int64_t d1,
+                              int axis, int parts);
+/* Megatron's f and g: identities when T <= 1 (nothing added to the graph). */
+pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x);
+pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x);
+
 /* How one param is initialised: every element the constant `value`
  * (std = 0), or drawn from N(0, std). */
 typedef struct {
