@@ -72,12 +72,18 @@ PIPIT_API pipit_status pipit_schedule_write_svg(FILE *f, const pipit_schedule *s
  * communication only). */
 PIPIT_API pipit_status pipit_program_print_plan(FILE *f, const pipit_program *p, int verbose);
 /* The same as one JSON object:
- *   {"stages": S, "microbatches": M, "stage_rank": [...],
+ *   {"stages": S, "microbatches": M, "threads", "tensor_parallel": T,
+ *    "data_parallel": D, "stage_rank": [...],
  *    "ranks": [{"rank", "stages", "arena_bytes", "naive_bytes",
+ *               "param_bytes", "grad_bytes", "moment_bytes",
  *               "instructions", "instruction_kinds": {kind: count},
  *               "tasks": ["F0.0", ...], "program": ["SEND ...", ...]}],
- *    "params": [{"name", "dtype", "shape", "numel", "holders", "norm_rank"}]}
- * ("program" lists every instruction, as the verbose text does). */
+ *    "params": [{"name", "dtype", "shape", "numel", "holders", "norm_rank"
+ *                (+ "shard_axis", "shard_parts", "full_shape" when split
+ *                over the T ranks: shape and numel are the local shard's)}]}
+ * ("program" lists every instruction, as the verbose text does; the
+ * *_bytes of a rank are what EACH of its T x D world ranks holds, the
+ * moments those of replica 0 under ZeRO-1). */
 PIPIT_API pipit_status pipit_program_write_plan_json(FILE *f, const pipit_program *p);
 /* Per rank, the time spent in each op and instruction kind since profiling
  * was turned on (pipit_program_set_profile). */

@@ -94,6 +94,10 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
             if (p->stage_rank[s] == r) fprintf(f, " %d", s);
         fprintf(f, "; planned peak activations %.3f MiB (%zu bytes; %zu without reuse); %d instructions\n",
                 rp->arena_bytes / 1048576.0, rp->arena_bytes, rp->naive_bytes, rp->n);
+        size_t mom = p->forward_only ? 0 : 2 * pipit__moment_bytes(prog, r, 0, NULL);
+        fprintf(f, "held per world rank: parameters %zu bytes, gradients %zu, optimizer moments %zu%s\n",
+                rp->param_bytes, p->forward_only ? 0 : rp->param_bytes, mom,
+                p->T > 1 ? " (its tensor-parallel shards)" : "");
         fprintf(f, "ops (stage/phase):");
         int col = 0;
         for (int32_t i = 0; i < p->g->n; i++) {
@@ -242,7 +246,8 @@ static char *instr_text(const pipit__plan *p, const pipit__instr *in) {
     return buf;
 }
 
-static cJSON *rank_json(const pipit__plan *p, int r) {
+static cJSON *rank_json(const pipit_program *program, int r) {
+    const pipit__plan *p = &program->plan;
     const pipit__rank_plan *rp = &p->ranks[r];
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
@@ -252,6 +257,10 @@ static cJSON *rank_json(const pipit__plan *p, int r) {
         if (p->stage_rank[s] == r) cJSON_AddItemToArray(st, cJSON_CreateNumber(s));
     cJSON_AddNumberToObject(o, "arena_bytes", (double)rp->arena_bytes);
     cJSON_AddNumberToObject(o, "naive_bytes", (double)rp->naive_bytes);
+    /* what one world rank of this pipeline rank holds (replica 0's moments with ZeRO-1) */
+    cJSON_AddNumberToObject(o, "param_bytes", (double)rp->param_bytes);
+    cJSON_AddNumberToObject(o, "grad_bytes", p->forward_only ? 0 : (double)rp->param_bytes);
+    cJSON_AddNumberToObject(o, "moment_bytes", p->forward_only ? 0 : 2.0 * (double)pipit__moment_bytes(program, r, 0, NULL));
     cJSON_AddNumberToObject(o, "instructions", rp->n);
     enum { NKINDS = INS_TP + 1 };
     int count[NKINDS] = {0};
@@ -317,10 +326,12 @@ pipit_status pipit_program_write_plan_json(FILE *f, const pipit_program *prog) {
     cJSON_AddNumberToObject(root, "stages", p->S);
     cJSON_AddNumberToObject(root, "microbatches", p->M);
     cJSON_AddNumberToObject(root, "threads", p->threads);
+    cJSON_AddNumberToObject(root, "tensor_parallel", p->T);
+    cJSON_AddNumberToObject(root, "data_parallel", p->D);
     cJSON *sr = cJSON_AddArrayToObject(root, "stage_rank");
     for (int k = 0; sr && k < p->S; k++) cJSON_AddItemToArray(sr, cJSON_CreateNumber(p->stage_rank[k]));
     cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-    for (int r = 0; ranks && r < p->nranks; r++) cJSON_AddItemToArray(ranks, rank_json(p, r));
+    for (int r = 0; ranks && r < p->nranks; r++) cJSON_AddItemToArray(ranks, rank_json(prog, r));
     cJSON *params = cJSON_AddArrayToObject(root, "params");
     for (int i = 0; params && i < p->nparams; i++) cJSON_AddItemToArray(params, param_json(p, i));
     char *text = cJSON_Print(root);

@@ -119,7 +119,7 @@ static void upload_seed(const pipit_program *p, pipit__rank_state *rs) {
 
 /* Where each held param's AdamW moments live: the whole param, or with
  * ZeRO-1 only this replica's shard of it. opt_off may be NULL (sizes only). */
-static size_t moment_bytes(const pipit_program *p, int prank, int replica, size_t *opt_off) {
+size_t pipit__moment_bytes(const pipit_program *p, int prank, int replica, size_t *opt_off) {
     const pipit__rank_plan *rp = &p->plan.ranks[prank];
     size_t bytes = 0;
     for (int i = 0; i < p->plan.nparams; i++) {
@@ -200,7 +200,7 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     const pipit__backend *be = p->be;
     pipit__bind_rank(p, w); /* its memory lives on its device */
     rs->opt_off = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->opt_off);
-    size_t opt_bytes = rs->opt_off ? moment_bytes(p, rs->prank, rs->replica, rs->opt_off) : 0;
+    size_t opt_bytes = rs->opt_off ? pipit__moment_bytes(p, rs->prank, rs->replica, rs->opt_off) : 0;
     /* The large blocks: reserved untouched first, zeroed only once all of
      * them exist, so a model that does not fit fails before filling any. */
     rank_block blk[NBLOCKS];
@@ -316,7 +316,7 @@ static pipit_status admit_plan(const pipit_program *p) {
     for (int i = 0; p->be->host_memory && i < p->nlocal; i++) {
         int w = p->local[i];
         rank_block blk[NBLOCKS];
-        int n = rank_blocks(p, w, NULL, moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
+        int n = rank_blocks(p, w, NULL, pipit__moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
         for (int k = 0; k < n; k++) sum[k <= 1 ? k : k <= 3 ? 2 : k - 1] += (double)blk[k].bytes;
     }
     double plan = plan_bytes(&p->plan);

@@ -78,6 +78,11 @@ static inline void pipit__bind_rank(const pipit_program *p, int w) {
     p->be->bind(w, p->ndev > 0 ? w % p->ndev : 0, p->tf32);
 }
 
+/* Bytes of one of the two AdamW moment blocks of pipeline rank prank in
+ * replica `replica` (its held params, or with ZeRO-1 its shards of them,
+ * each 64-byte aligned); fills opt_off[nparams] unless NULL. */
+size_t pipit__moment_bytes(const pipit_program *p, int prank, int replica, size_t *opt_off);
+
 /* lr(t) of a checked schedule (optim.c). */
 double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);
 
