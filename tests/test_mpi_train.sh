@@ -10,59 +10,29 @@
 set -u
 CLI=$1
 SRC=$2
-skip() { echo "SKIP: $*"; exit 77; }
-command -v mpirun >/dev/null || skip "no mpirun (apt install openmpi-bin)"
-ldd "$CLI" 2>/dev/null | grep -q libmpi || skip "this pipit was built without MPI"
-[ -n "${PIPIT_SANITIZE:-}" ] && skip "sanitizer build (Open MPI's own memory use is out of scope)"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_mpi_train.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cat "$SRC"/README.md "$SRC"/docs/*.md > corpus.txt
+source "$SRC/tests/mpi_lib.sh"
+mpi_setup train
 MODEL=(--data corpus.txt --ctx 16 --layers 8 --heads 2 --dim 16 --micro-batch 2 --lr 3e-3 --weight-decay 0.1
        --clip 1.0 --seed 3 --json)
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 losses() { grep -o '"loss":[^,]*' "$1"; }
 
-mpi() { # mpi NP BTL CMD...: one rank per process, processes share 2 cores
-    local np=$1 btl=$2
-    shift 2
-    timeout 300 mpirun -np "$np" --bind-to none --mca btl "$btl" --mca btl_tcp_if_include lo \
-        --mca oob_tcp_if_include lo -x PIPIT_TIMEOUT=120 "$@"
-}
-
-# compare NAME THREADS_PREFIX -- ARGS...: the threads run and the MPI run of
-# the same arguments give the same losses and the same checkpoint bytes.
-same_as_threads() {
-    local name=$1 np=$2 btl=$3
-    shift 3
-    "$CLI" train "${MODEL[@]}" "$@" --save t.st > t.log 2> t.err || { fail "$name: threads run: $(cat t.err)"; return; }
-    mpi "$np" "$btl" "$CLI" train "${MODEL[@]}" "$@" --save m.st > m.log 2> m.err || {
-        fail "$name: mpirun: $(tail -3 m.err)"
-        return
-    }
-    [ "$(wc -l < m.log)" -eq "$(wc -l < t.log)" ] || fail "$name: rank 0 printed $(wc -l < m.log) lines, threads $(wc -l < t.log)"
-    diff <(losses t.log) <(losses m.log) > /dev/null || fail "$name: losses differ: $(losses t.log | tail -1) vs $(losses m.log | tail -1)"
-    cmp -s t.st m.st || fail "$name: checkpoints differ"
-}
-
 ran=0
 for sched in gpipe 1f1b interleaved-1f1b zb-h1 dualpipev zb-h2 zb-v interleaved-zb; do
     for P in 2 4; do
         for D in 1 2; do
-            same_as_threads "$sched P=$P D=$D vader" $((P * D)) self,vader \
+            same_as_threads "$sched P=$P D=$D vader" $((P * D)) self,vader "${MODEL[@]}" \
                 --schedule "$sched" --pp "$P" --dp "$D" --microbatches $((2 * P)) --steps 2
             ran=$((ran + 1))
         done
     done
 done
 for sched in 1f1b zb-h1 dualpipev; do
-    same_as_threads "$sched P=2 D=2 tcp" 4 self,tcp --schedule "$sched" --pp 2 --dp 2 --microbatches 4 --steps 2
+    same_as_threads "$sched P=2 D=2 tcp" 4 self,tcp "${MODEL[@]}" --schedule "$sched" --pp 2 --dp 2 --microbatches 4 --steps 2
     ran=$((ran + 1))
 done
-same_as_threads "1f1b P=2 D=2 zero1 vader" 4 self,vader --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
+same_as_threads "1f1b P=2 D=2 zero1 vader" 4 self,vader "${MODEL[@]}" --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
 cp t.st zero1_threads.st
 "$CLI" train "${MODEL[@]}" --pp 2 --dp 2 --microbatches 4 --steps 2 --save nozero.st > /dev/null || fail "zero1 reference"
 cmp -s zero1_threads.st nozero.st || fail "--zero1 changed the parameters"
@@ -75,10 +45,10 @@ MODEL=(--data corpus.txt --model llama-tiny --ctx 16 --layers 4 --dim 32 --ffn-h
        --weight-decay 0.1 --clip 1.0 --seed 3 --tied --json)
 for cfg in "1f1b 2 2" "zb-h1 2 1" "interleaved-1f1b 2 2" "dualpipev 2 1" "gpipe 4 1"; do
     set -- $cfg
-    same_as_threads "llama $1 P=$2 D=$3 vader" $(($2 * $3)) self,vader \
+    same_as_threads "llama $1 P=$2 D=$3 vader" $(($2 * $3)) self,vader "${MODEL[@]}" \
         --schedule "$1" --pp "$2" --dp "$3" --microbatches $((2 * $2)) --steps 2
 done
-same_as_threads "llama 1f1b P=2 D=2 zero1 tcp" 4 self,tcp --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
+same_as_threads "llama 1f1b P=2 D=2 zero1 tcp" 4 self,tcp "${MODEL[@]}" --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
 MODEL=("${GPT2[@]}")
 
 # A checkpoint written under P=4 continues under P=2 x D=2 (MPI), P=1 (threads).
@@ -139,7 +109,7 @@ dt=$(($(date +%s) - t0))
 mpirun -np 3 --bind-to none "$CLI" train "${MODEL[@]}" --pp 2 --steps 1 > b.log 2> b.err && fail "np 3 for P=2 accepted"
 # every process says why; mpirun may kill the others once the first has
 # exited, so under load fewer than 3 lines can make it out
-n=$(grep -c "this job has 3 processes, but the mesh needs P x D = 2 x 1 = 2" b.err)
+n=$(grep -c "this job has 3 processes, but the mesh needs P x T x D = 2 x 1 x 1 = 2" b.err)
 [ "$n" -ge 1 ] || fail "bad launch: no process said why: $(head -3 b.err)"
 echo "bad launch: $n of 3 processes printed the reason before mpirun ended the job"
 grep -q '"step"' b.log && fail "bad launch: a step ran"

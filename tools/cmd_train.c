@@ -105,10 +105,10 @@ int cmd_train(int argc, char **argv) {
     cli_progress prog = {0};
     prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
     int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
-    if (!o->json && speaker) { /* MFU against the whole run's peak: one rank's x P x D */
+    if (!o->json && speaker) { /* MFU against the whole run's peak: one rank's x P x T x D */
         /* on a GPU only a stated peak: the CPU's sgemm says nothing about it */
         double rank_peak = o->peak_flops > 0 ? o->peak_flops : on_gpu ? 0 : cli_sgemm_flops() * o->threads;
-        prog.peak = rank_peak * prog.ranks * o->dp;
+        prog.peak = rank_peak * prog.ranks * o->tp * o->dp;
     }
     if (!o->json && speaker) {
         char what[160];
@@ -121,18 +121,19 @@ int cmd_train(int argc, char **argv) {
                               : o->schedule)
                        : "",
                o->threads);
+        if (o->tp > 1) printf("; x %d tensor-parallel ranks per stage", o->tp);
         if (o->dp > 1) printf("; x %d data-parallel replicas%s", o->dp, o->zero1 ? " (ZeRO-1)" : "");
         if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
         if (on_gpu) printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(),
                            pipit_cuda_device_count() == 1 ? "" : "s", o->tf32 ? ", TF32 GEMMs" : ", fp32 GEMMs");
         if (o->peak_flops > 0)
-            printf("; MFU vs stated peak %.1f GFLOP/s per rank", prog.peak / (prog.ranks * o->dp) / 1e9);
+            printf("; MFU vs stated peak %.1f GFLOP/s per rank", prog.peak / (prog.ranks * o->tp * o->dp) / 1e9);
         else if (on_gpu)
             printf("; MFU: pass --peak-flops (the GPU's dense peak for this precision)");
         else
             printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
-                   prog.peak / (prog.ranks * o->dp) / 1e9, o->threads);
-        if (prog.ranks * o->dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o->dp);
+                   prog.peak / (prog.ranks * o->tp * o->dp) / 1e9, o->threads);
+        if (prog.ranks * o->tp * o->dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o->tp * o->dp);
         printf("\n");
     }
     double flops = s.cfg.kind->flops_per_token(&s.cfg);

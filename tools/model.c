@@ -20,8 +20,14 @@ static pipit_status gpt2_check(const cli_model *m) {
     pipit_gpt2_config c = gpt2_cfg(m);
     return pipit_gpt2_check(&c);
 }
+/* The graph describes one of the stage's m->tp ranks (pipit.h). */
+static int set_tp(pipit_graph *g, const cli_model *m) {
+    return pipit_graph_set_tensor_parallel(g, m->tp > 1 ? m->tp : 1) == PIPIT_STATUS_OK;
+}
+
 static pipit_val gpt2_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
     pipit_gpt2_config c = gpt2_cfg(m);
+    if (!set_tp(g, m)) return (pipit_val){g, -1};
     return pipit_gpt2_build_logits(g, &c, logits);
 }
 static pipit_status gpt2_init(pipit_program *p, const cli_model *m, uint64_t seed) {
@@ -67,6 +73,7 @@ static pipit_status llama_check(const cli_model *m) {
 }
 static pipit_val llama_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
     pipit_llama_config c = cli_model_llama(m);
+    if (!set_tp(g, m)) return (pipit_val){g, -1};
     return pipit_llama_build_logits(g, &c, logits);
 }
 static pipit_status llama_init(pipit_program *p, const cli_model *m, uint64_t seed) {

@@ -22,6 +22,7 @@ typedef struct cli_model_kind cli_model_kind;
 typedef struct {
     const cli_model_kind *kind;
     int vocab, max_ctx, ctx, layers, heads, dim, batch, stages;
+    int tp; /* tensor-parallel ranks per stage: the graph describes one (0 or 1: none) */
     /* Llama only (pipit_llama_config) */
     int kv_heads, ffn_hidden, multiple_of, tied;
     double ffn_dim_multiplier, norm_eps, rope_theta;
@@ -32,7 +33,8 @@ struct cli_model_kind {
     const char *title; /* "GPT-2", "Llama" */
     int nfeeds;        /* graph inputs per microbatch (<= CLI_MAX_FEEDS) */
     pipit_status (*check)(const cli_model *m);
-    /* The model's graph and its loss; *logits (if not NULL) the lm head's [B,T,V]. */
+    /* The model's graph for one of its tp ranks and its loss; *logits (if
+     * not NULL) the lm head's [B,T,V] (V/tp classes with tp > 1). */
     pipit_val (*build)(pipit_graph *g, const cli_model *m, pipit_val *logits);
     pipit_status (*init)(pipit_program *p, const cli_model *m, uint64_t seed);
     int64_t (*num_params)(const cli_model *m);

@@ -122,7 +122,7 @@ void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *
 
 cli_model model_config(const opts *o, int stages) {
     return (cli_model){cli_model_kind_find(o->arch), o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers,
-                       o->heads, o->dim, o->micro_batch, stages, o->kv_heads, o->ffn_hidden, o->multiple_of,
+                       o->heads, o->dim, o->micro_batch, stages, o->tp, o->kv_heads, o->ffn_hidden, o->multiple_of,
                        o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta};
 }
 
@@ -220,6 +220,26 @@ static void auto_stages(session *s, const opts *o, int M) {
     pipit_graph_free(pg);
 }
 
+/* --tp against the sizes it splits, in the flags' words (the builders
+ * refuse the same, naming the config fields). */
+static void check_tp(const cli_model *m) {
+    if (m->tp <= 1) return;
+    int llama = strcmp(m->kind->name, "llama") == 0;
+    pipit_llama_config lc = cli_model_llama(m);
+    const struct {
+        const char *flag, *why;
+        int v;
+    } split[] = {{"heads", "", m->heads},
+                 {"vocab", " of the vocabulary (pick a --vocab that --tp divides, e.g. a multiple of 64)", m->vocab},
+                 {"kv-heads", " of the key/value heads (they are split, never replicated)",
+                  m->kv_heads ? m->kv_heads : m->heads},
+                 {"ffn-hidden", " of the MLP width", llama ? pipit_llama_ffn_hidden(&lc) : 0}};
+    for (int i = 0; i < (llama ? 4 : 2); i++)
+        if (split[i].v % m->tp)
+            die("--tp %d does not divide --%s %d: each of a stage's %d tensor-parallel ranks holds an equal share%s",
+                m->tp, split[i].flag, split[i].v, m->tp, split[i].why);
+}
+
 /* Memory admission at the start (docs/refuses.md): the model's state and
  * a step's feeds against what this process may use, before the data, the
  * graph or the plan exist (pipit_compile checks the exact plan again). */
@@ -231,7 +251,8 @@ static void admit_run(const session *s, const opts *o, int M, const char *mflag)
     double params = (double)cfg->kind->num_params(cfg), moments = s->forward_only ? 0 : 8 * params;
     if (o->zero1) moments /= D;
     double state = params * (s->forward_only ? 4 : 8) + moments; /* f32 params (+ grads, 2 moments) */
-    state = procs > 1 ? state / (P > 1 ? P : 1) : state * D; /* a process holds one rank; threads hold them all */
+    /* a process holds one rank (a 1/T shard of its stage); threads hold them all */
+    state = procs > 1 ? state / (P > 1 ? P : 1) / o->tp : state * D;
     double feeds = 4.0 * cfg->kind->nfeeds * cfg->batch * cfg->ctx * M * (procs > 1 ? 1 : D); /* i32 inputs */
     const char *why = "the limit given by --mem-limit";
     double avail = o->mem_limit > 0 ? o->mem_limit : pipit_mem_available(&why);
@@ -296,6 +317,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->threads > PIPIT_MAX_THREADS) die("--threads must be at most %d (got %d)", PIPIT_MAX_THREADS, o->threads);
     check_positive("pp", o->pp);
     check_positive("dp", o->dp);
+    check_positive("tp", o->tp);
+    if (o->tp > 64) die("--tp must be at most 64 (got %d)", o->tp);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) {
@@ -320,6 +343,9 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     s->stages = stages;
     s->cfg = model_config(o, o->auto_stages ? 1 : stages);
     cli_check(s->cfg.kind->check(&s->cfg), cmd);
+    check_tp(&s->cfg);
+    if (o->tp > 1 && o->auto_stages)
+        die("--auto-stages cuts a graph without tensor parallelism: pass --tp 1, or the even split by layers");
     check_auto_stages_flags(o, c);
     admit_run(s, o, M, mflag);
     if (!s->data) /* eval opens it first */
@@ -337,7 +363,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
+                        .data_parallel = o->dp, .zero1 = o->zero1, .tensor_parallel = o->tp,
+                        .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check};
     if (o->clip < 0) die("--clip must be >= 0");

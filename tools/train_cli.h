@@ -22,7 +22,7 @@ typedef struct {
     const char *resume; /* --resume FILE */
     int save_every, keep, weights_only;
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
-    int pp, virt, remat, batches, profile, verbose, dp, zero1;
+    int pp, virt, remat, batches, profile, verbose, dp, zero1, tp;
     double lr, wd, beta1, beta2, eps, clip;
     const char *model, *config, *lr_schedule;
     int warmup, decay_steps, log_every, print_config;

@@ -97,6 +97,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
+        {3, {"tp", FL_INT, &o->tp, "tensor-parallel ranks T per pipeline stage (default 1): P x T x D ranks, a "
+                                   "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
+                                   "width too)", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
         {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
@@ -145,6 +148,7 @@ void default_opts(opts *o) {
     o->threads = 1;
     o->pp = 1;
     o->dp = 1;
+    o->tp = 1;
     o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules, DualPipeV and ZB-V) */
     o->steps = -1;
     o->log_every = 1;
@@ -370,7 +374,7 @@ void print_train_config(const train_args *a) {
         const char *k;
         double v;
     } opt[] = {{"weight-decay", o->wd}, {"beta1", o->beta1}, {"beta2", o->beta2}, {"eps", o->eps},
-               {"clip", o->clip}, {"pp", o->pp}, {"dp", o->dp}, {"log-every", o->log_every}};
+               {"clip", o->clip}, {"pp", o->pp}, {"tp", o->tp}, {"dp", o->dp}, {"log-every", o->log_every}};
     for (int i = 0; i < NFLAGS(opt); i++) json_num(opt[i].k, opt[i].v, &f);
     json_key("seed", &f);
     printf("%llu", (unsigned long long)o->seed);

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_mpi_tp.sh — the local mesh P x T x D under mpirun: one world rank per
+# process (w = (d*P + p)*T + t) gives the bits of the threads run of the
+# same mesh (losses and the saved checkpoint), GPT-2 and Llama, over shared
+# memory (vader) and TCP, with ZeRO-1, and across two emulated hosts
+# (network namespaces, tests/netns_hosts.sh: the ranks alternate between the
+# hosts, so every tensor-parallel all-reduce crosses the link); a launch
+# whose process count is not P x T x D is refused by every process.
+# Usage: test_mpi_tp.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped)
+set -u
+CLI=$1
+SRC=$2
+source "$SRC/tests/mpi_lib.sh"
+mpi_setup tp
+GPT2=(--data corpus.txt --ctx 16 --layers 4 --heads 4 --dim 32 --micro-batch 2 --lr 3e-3 --weight-decay 0.1
+      --clip 1.0 --seed 3 --json)
+LLAMA=(--data corpus.txt --model llama-tiny --ctx 16 --layers 4 --dim 32 --kv-heads 2 --ffn-hidden 48
+       --micro-batch 2 --lr 3e-3 --weight-decay 0.1 --clip 1.0 --seed 3 --tied --json)
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+losses() { grep -o '"loss":[^,]*' "$1"; }
+
+ran=0
+# sched P T D btl model
+for cfg in "1f1b 1 2 1 vader GPT2" "1f1b 2 2 1 vader GPT2" "zb-h1 2 2 2 vader GPT2" "interleaved-1f1b 2 2 1 vader GPT2" \
+           "dualpipev 2 2 1 tcp GPT2" "gpipe 1 4 2 vader GPT2" "1f1b 2 2 1 vader LLAMA" "zb-v 2 2 1 tcp LLAMA"; do
+    set -- $cfg
+    declare -n model=$6
+    same_as_threads "$6 $1 P=$2 T=$3 D=$4 $5" $(($2 * $3 * $4)) "self,$5" "${model[@]}" \
+        --schedule "$1" --pp "$2" --tp "$3" --dp "$4" --microbatches $((2 * $2)) --steps 2
+    unset -n model
+    ran=$((ran + 1))
+done
+same_as_threads "GPT2 1f1b P=2 T=2 D=2 zero1 vader" 8 self,vader "${GPT2[@]}" --pp 2 --tp 2 --dp 2 --zero1 \
+    --microbatches 4 --steps 2
+echo "$((ran + 1)) MPI meshes compared with threads"
+
+# A launch that does not match P x T x D: refused by every process, before a step.
+mpirun -np 3 --bind-to none "$CLI" train "${GPT2[@]}" --pp 2 --tp 2 --steps 1 > b.log 2> b.err && fail "np 3 for P=2 T=2 accepted"
+grep -q "this job has 3 processes, but the mesh needs P x T x D = 2 x 2 x 1 = 4" b.err ||
+    fail "bad launch: no process said why: $(head -3 b.err)"
+grep -q '"step"' b.log && fail "bad launch: a step ran"
+
+# Two emulated hosts (network namespaces, TCP between them): ranks alternate
+# between the hosts, so each stage's T = 2 ranks talk across the link.
+HOSTS="$SRC/tests/netns_hosts.sh"
+if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
+    "$CLI" train "${GPT2[@]}" --pp 2 --tp 2 --microbatches 4 --steps 2 --save t.st > t.log || fail "hosts: threads"
+    bash "$HOSTS" run -np 4 -x PIPIT_TIMEOUT=120 -- "$CLI" train "${GPT2[@]}" --pp 2 --tp 2 \
+        --microbatches 4 --steps 2 --save "$WORK/h.st" > h.log 2> h.err
+    rc=$?
+    if [ $rc -eq 77 ]; then
+        echo "emulated hosts skipped: $(tail -1 h.log)"
+    elif [ $rc -ne 0 ]; then
+        fail "emulated hosts: $(tail -3 h.err)"
+    else
+        diff <(losses t.log) <(losses h.log) > /dev/null || fail "emulated hosts: losses differ"
+        cmp -s t.st "$WORK/h.st" || fail "emulated hosts: checkpoints differ"
+        echo "P=2 x T=2 on two emulated hosts: the threads run's bits"
+    fi
+fi
+
+echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+[ "$failures" -eq 0 ]
