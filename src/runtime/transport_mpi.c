@@ -135,6 +135,7 @@ typedef struct {
     MPI_Request ctrl_req;
     char ctrl_buf[MSG_MAX];
     double lost_s, beat_s; /* 0: heartbeats off */
+    double last_look;      /* when the monitor last looked at the peers */
     int nwatch;
     int *watch;          /* [nwatch] peers */
     double *heard;       /* [W] when a control message last came from each peer */
@@ -706,7 +707,13 @@ static void poll_ctrl_locked(mpi_transport *t, double now) {
     }
 }
 
-static void check_peers_locked(const mpi_transport *t, double now) {
+/* A peer silent for lost_s is lost. If this thread itself did not run for
+ * a while (an overloaded machine), the peers' silence over that gap is
+ * not theirs: it is forgiven. */
+static void check_peers_locked(mpi_transport *t, double now) {
+    double gap = now - t->last_look;
+    t->last_look = now;
+    for (int i = 0; gap > 2 * t->beat_s && i < t->nwatch; i++) t->heard[t->watch[i]] += gap;
     for (int i = 0; t->lost_s > 0 && i < t->nwatch; i++) {
         int p = t->watch[i];
         if (!t->gone[p] && now - t->heard[p] > t->lost_s) lost_peer(t, p, now - t->heard[p]);
@@ -791,6 +798,7 @@ static pipit_status pick_watch(mpi_transport *t) {
     if (!t->watch || !t->beats || !t->heard || !t->gone) return pipit__err(PIPIT_STATUS_NOMEM, "mpi transport: out of memory");
     double now = now_s();
     for (int p = 0; p < t->W; p++) t->heard[p] = now;
+    t->last_look = now;
     for (int p = 0; t->W <= WATCH_ALL_MAX && p < t->W; p++)
         if (p != t->rank) t->watch[t->nwatch++] = p;
     for (int i = 0; t->W > WATCH_ALL_MAX && i < 4; i++) {
