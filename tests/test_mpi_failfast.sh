@@ -11,21 +11,9 @@
 #     its host, and mpirun ends the job within 30 s.
 # Usage: test_mpi_failfast.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped, with the reason)
 set -u
-CLI=$1
-SRC=$2
-skip() { echo "SKIP: $*"; exit 77; }
-command -v mpirun >/dev/null || skip "no mpirun (apt install openmpi-bin)"
-ldd "$CLI" 2>/dev/null | grep -q libmpi || skip "this pipit was built without MPI"
-[ -n "${PIPIT_SANITIZE:-}" ] && skip "sanitizer build (Open MPI's own memory use is out of scope)"
-
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_failfast.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
+source "$(dirname "$0")/mpi_lib.sh"
+mpi_setup "$1" "$2" failfast
 mkdir tmp
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cat "$SRC"/README.md > corpus.txt
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 # the fail-fast options of docs/mpi.md: Open MPI's daemons give up on a peer
 # whose TCP connection stops answering keepalives (about 5 s)
 FAILFAST=(--mca oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3)
@@ -111,5 +99,4 @@ else
     kill "$job"
 fi
 
-echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
-[ "$failures" -eq 0 ]
+mpi_done
