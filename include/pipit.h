@@ -101,6 +101,15 @@ PIPIT_API int pipit_have_cuda(void);
  * has no cuda backend (pipit_errmsg then says why). */
 PIPIT_API int pipit_cuda_device_count(void);
 
+/* Memory admission (docs/refuses.md): the bytes this process may still
+ * use -- the smallest of its share of physical RAM (shared by the MPI
+ * processes of this machine) and of the cgroup memory limit, less what it
+ * holds already, and of RLIMIT_AS / RLIMIT_DATA less what it has mapped --
+ * and, in *which (optional; thread-local text valid until the next call),
+ * which limit that is. INFINITY when nothing limits it. pipit_compile
+ * checks its programs against it (pipit_options.mem_limit, no_mem_check). */
+PIPIT_API double pipit_mem_available(const char **which);
+
 /* This process's rank and the number of processes: 0 and 1 without MPI. */
 PIPIT_API int pipit_process_rank(void);
 PIPIT_API int pipit_process_count(void);
@@ -167,11 +176,71 @@ PIPIT_API pipit_val pipit_input(pipit_graph *g, const char *name, pipit_dtype dt
 PIPIT_API pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt,
                                 int ndim, const int64_t *shape);
 
-/* Ops. Shapes follow numpy conventions; see docs/ops.md. */
+/* Ops. Shapes follow numpy conventions; see docs/ops.md. Float ops take f32
+ * or f64 (all float inputs of an op share one dtype). A bad shape, axis or
+ * dtype poisons the graph with a message naming the builder, the op and
+ * the input shapes, e.g. "pipit_sub: sub(f32 [2,3], f32 [4]): shapes do
+ * not broadcast ...". */
 PIPIT_API pipit_val pipit_embed(pipit_graph *g, pipit_val table /*[V,C]*/,
                                 pipit_val idx /*i32 [...]*/);     /* -> [...,C] */
+/* Rows of table [N, ...] (any rank >= 1) by i32 indices [...] in [0, N)
+ * -> [..., table's trailing axes]; pipit_step refuses an index outside. */
+PIPIT_API pipit_val pipit_gather(pipit_graph *g, pipit_val table, pipit_val idx);
+/* Elementwise a + b, a - b, a * b, a / b with NumPy broadcasting: shapes are
+ * aligned at their last axis and each pair of dimensions is equal or one of
+ * them is 1 (a missing leading axis counts as 1); the output has the larger
+ * rank. The gradient of a broadcast input sums over the axes it was
+ * broadcast along, in a fixed order (docs/ops.md). */
 PIPIT_API pipit_val pipit_add(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_sub(pipit_graph *g, pipit_val a, pipit_val b);
 PIPIT_API pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_div(pipit_graph *g, pipit_val a, pipit_val b);
+/* x repeated to `shape` (rank ndim <= 4) by the same broadcasting rule. */
+PIPIT_API pipit_val pipit_broadcast_to(pipit_graph *g, pipit_val x, int ndim, const int64_t *shape);
+/* Elementwise functions, same shape: -x, e^x, ln x, sqrt x, 1/sqrt x, |x|,
+ * max(x, 0), x sigmoid(x) (SiLU / swish), 1/(1+e^-x), tanh x. */
+PIPIT_API pipit_val pipit_neg(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_exp(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_log(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_sqrt(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_rsqrt(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_abs(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_relu(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_silu(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_sigmoid(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_tanh(pipit_graph *g, pipit_val x);
+/* Sum, mean or max along one axis (negative: from the end); keepdim != 0
+ * keeps the axis as size 1, else it is dropped. The max's gradient goes to
+ * the first maximal element along the axis. */
+PIPIT_API pipit_val pipit_reduce_sum(pipit_graph *g, pipit_val x, int axis, int keepdim);
+PIPIT_API pipit_val pipit_reduce_mean(pipit_graph *g, pipit_val x, int axis, int keepdim);
+PIPIT_API pipit_val pipit_reduce_max(pipit_graph *g, pipit_val x, int axis, int keepdim);
+/* Softmax and log-softmax along the last axis (max-shifted: stable). */
+PIPIT_API pipit_val pipit_softmax(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_log_softmax(pipit_graph *g, pipit_val x);
+/* x[start : start + length] along axis (negative: from the end). A range
+ * that is contiguous in memory (every axis before `axis` has size 1) is a
+ * view of x's bytes, no copy. */
+PIPIT_API pipit_val pipit_slice(pipit_graph *g, pipit_val x, int axis, int64_t start, int64_t length);
+/* The n values xs[0..n) joined along axis: equal shapes but along it. */
+PIPIT_API pipit_val pipit_concat(pipit_graph *g, int n, const pipit_val *xs, int axis);
+/* x cut along axis into n pieces of sizes[0..n) (>= 1 each, adding up to
+ * the axis) into out[0..n). Returns the graph's status: OK, or the first
+ * error (then out[] holds invalid values); INVALID for a NULL out. */
+PIPIT_API pipit_status pipit_split(pipit_graph *g, pipit_val x, int axis, int n, const int64_t *sizes,
+                                   pipit_val *out);
+/* RMSNorm over the last axis as Hugging Face Llama's: w * (x / sqrt(mean(x^2)
+ * + eps)); x [...,C], w [C]; the mean of squares and the reciprocal root in
+ * double, rounded once to x's dtype. */
+PIPIT_API pipit_val pipit_rmsnorm(pipit_graph *g, pipit_val x, pipit_val w, double eps);
+/* Rotary position embedding, Hugging Face's rotate-half convention: x
+ * [B,T,heads*D] (or [B,T,heads,D]), D even; position of row t is t (+
+ * position_offset), angle(t, i) = t * theta^(-2i/D) for i < D/2;
+ * out = x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1) over each
+ * head's halves. f32 graphs form the angles as transformers does in f32. */
+PIPIT_API pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double theta);
+PIPIT_API pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta,
+                                  int64_t position_offset);
 PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
 /* a [...,M,K] @ b [K,N] (broadcast) or b [...,K,N] (batched, same batch).
  * trans_a / trans_b transpose the last two axes of a / b first. */
@@ -186,6 +255,18 @@ PIPIT_API pipit_val pipit_layernorm(pipit_graph *g, pipit_val x, pipit_val w,
 PIPIT_API pipit_val pipit_gelu(pipit_graph *g, pipit_val x); /* tanh approx. */
 /* Fused causal self-attention: qkv [B,T,3C] (q | k | v), heads H -> [B,T,C]. */
 PIPIT_API pipit_val pipit_attention(pipit_graph *g, pipit_val qkv, int heads);
+/* Attention with separate q [B,T,heads*D], k and v [B,S,kv_heads*D]:
+ * softmax(q k^T * scale) v per head -> [B,T,heads*D]. Grouped-query:
+ * kv_heads divides heads and q head h reads kv head h / (heads/kv_heads)
+ * (kv_heads 0: = heads). causal != 0 masks keys after the query (needs
+ * S == T). scale 0: 1/sqrt(D). Flash-style: the backward recomputes the
+ * probabilities, no [T,S] tensor is kept between forward and backward. */
+typedef struct {
+    int heads, kv_heads, causal;
+    double scale;
+} pipit_attention_opts;
+PIPIT_API pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v,
+                                        const pipit_attention_opts *o);
 /* Softmax cross-entropy, mean over all rows: logits [...,V], targets i32 [...]. */
 PIPIT_API pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
 PIPIT_API pipit_val pipit_sum(pipit_graph *g, pipit_val x);   /* -> scalar */
@@ -311,12 +392,14 @@ typedef struct {
     int64_t warmup;       /* K >= 0 warm-up steps (0: none) */
     int64_t decay_steps;  /* N > K for COSINE / LINEAR: the step where min_lr
                              is reached; 0 for CONSTANT */
-    double min_lr;        /* >= 0, finite, for COSINE / LINEAR; 0 for CONSTANT */
+    double min_lr;        /* in [0, lr], finite, for COSINE / LINEAR; 0 for CONSTANT */
 } pipit_lr_schedule;
 
 /* lr(step) of the formula above for base learning rate `lr`. Checks
- * nothing but its arguments: NULL s, step < 1, an unknown kind or
- * decay_steps <= warmup for a decaying kind give 0 and set the message. */
+ * nothing but its arguments: NULL s, step < 1, an unknown kind,
+ * decay_steps <= warmup for a decaying kind, an lr that is not a finite
+ * number >= 0, or (decaying kinds) a min_lr outside [0, lr] give 0 and set
+ * the message (a NaN or negative rate is never returned). */
 PIPIT_API double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step);
 
 /* Compile options: every zero field means "default". */
@@ -363,6 +446,20 @@ typedef struct {
      * docs/cuda.md states the error bound). 0 (default): full fp32. INVALID
      * with the cpu backend. */
     int tf32;
+    /* Memory admission (docs/refuses.md): before it allocates a rank's
+     * memory (and, as a lower bound, before it plans), pipit_compile adds
+     * up what this process will hold -- parameters, gradients, optimizer
+     * moments, accumulators, activation arenas and its own plan on the
+     * CPU backend, and the feeds of one step, which the caller holds --
+     * and refuses with NOMEM, naming the need, the limit and the largest
+     * consumers, when that is more than the process may use: the smallest
+     * of physical RAM (shared by the MPI processes of the machine), the
+     * cgroup memory limit and RLIMIT_AS / RLIMIT_DATA less what is mapped
+     * already. mem_limit > 0: this many bytes instead of the detected
+     * limit. no_mem_check = 1: no admission (an allocation that fails is
+     * still NOMEM, but the kernel may end the process instead). */
+    double mem_limit;
+    int no_mem_check;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from

@@ -15,7 +15,8 @@
 #       MPIRUN_OPTIONs (e.g. -x PIPIT_TIMEOUT=30) go to mpirun as they are.
 #   e.g. tests/netns_hosts.sh run -- build/pipit train ...
 #        tests/netns_hosts.sh run -- sh -c 'ip -o -4 addr show'
-# Exit status: CMD's (mpirun's); 77 when not root or `ip netns` is missing.
+# Exit status: CMD's (mpirun's); 77 when not root, `ip netns` is missing or
+# cannot enter a namespace here (a chroot whose / is not a mount point).
 # Env: PIPIT_NETNS_NET (default 10.213.7: the /24 used), PIPIT_NETNS_KEEP=1
 # leaves the namespaces for a look (delete them with `ip netns del`);
 # PIPIT_NETNS_RATE=100mbit shapes the link to that rate both ways (tc tbf;
@@ -63,6 +64,10 @@ trap 'exit 130' INT TERM
 
 ip netns add "$NSA" 2>/dev/null || die_skip "ip netns add failed (no permission for network namespaces here?)"
 ip netns add "$NSB" || exit 1
+# `ip netns exec` makes a mount namespace and remounts / as a slave; in a
+# chroot whose root is not a mount point that fails ("mount --make-rslave
+# /: Invalid argument"): a facility this machine lacks, not a failure.
+err=$(ip netns exec "$NSA" true 2>&1) || die_skip "ip netns exec does not work here ($err): a chroot whose / is not a mount point?"
 ip link add "$VA" netns "$NSA" type veth peer name "$VB" netns "$NSB" || exit 1
 ip -n "$NSA" addr add "$NET.1/24" dev "$VA" || exit 1
 ip -n "$NSB" addr add "$NET.2/24" dev "$VB" || exit 1

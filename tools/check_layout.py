@@ -33,6 +33,7 @@ RULES = {
     "src/runtime":  ["backend", "compile", "schedule", "autodiff", "ir", "util"],
     "src/io":       ["util"],
     "src/models":   ["util"],
+    "src/text":     ["util"],  # the tokenizer: on the public API, like io
     "src/partition": ["runtime", "compile", "schedule", "autodiff", "ir", "util"],
     "src/inspect":  ["runtime", "compile", "schedule", "autodiff", "ir", "backend", "io", "util"],
     "src/sim":      ["util"],  # the cost model: over the public schedule simulator

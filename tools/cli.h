@@ -1,13 +1,16 @@
 /*
  * cli.h — the CLI's helpers besides the flag parser: "did you mean"
- * suggestions (tools/suggest.c), model presets (tools/presets.c) and
- * --config files (tools/config.c).
+ * suggestions (tools/suggest.c), model presets (tools/presets.c),
+ * --config files (tools/config.c) and text files and tokenizers
+ * (tools/text_files.c).
  */
 #ifndef PIPIT_TOOLS_CLI_H
 #define PIPIT_TOOLS_CLI_H
 
 #include "flags.h"
 #include "pipit_gpt2.h"
+#include "pipit_io.h"
+#include "pipit_text.h"
 
 /* The candidate closest to `word` by edit distance (optimal string
  * alignment: insertions, deletions, substitutions, swaps of neighbours),
@@ -80,10 +83,41 @@ typedef struct {
 } cli_auto_stages;
 void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);
 
+/* A note on stderr (process 0) when checkpoint ck, opened for --<flagname>,
+ * carried no checksums (older pipit, Hugging Face and other writers): it
+ * loads without an integrity check (tools/session.c). */
+void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname);
+
 /* --device and --tf32 (tools/device.c): dies for a device other than cpu
  * or cuda ("did you mean"), --device cuda in a build without the cuda
  * backend or on a machine without a CUDA device, and --tf32 without
  * --device cuda. NULL is cpu. */
 void cli_check_device(const char *device, int tf32);
+
+/* tools/train_save.c. */
+/* A checkpoint's metadata integer `key` in lo .. hi, strictly (digits, a
+ * '-' only where lo < 0), or `absent` when the file lacks the key
+ * (INT64_MIN: the key is required); dies naming --flagname, the file, the
+ * key and the value. */
+int64_t meta_i64(const pipit_checkpoint *ck, const char *flagname, const char *key, int64_t lo, int64_t hi,
+                 int64_t absent);
+
+/* tools/text_files.c. The whole file (dies naming --flagname and the path). */
+char *cli_read_file(const char *flagname, const char *path, size_t *len);
+/* A list of files: one existing file as is, else a comma-separated list of
+ * paths and glob(3) patterns, in the order given (each pattern's matches
+ * sorted); dies on an empty item or a pattern with no match. */
+typedef struct {
+    char **path;
+    int n;
+} cli_paths;
+void cli_paths_expand(cli_paths *p, const char *flagname, const char *spec);
+void cli_paths_free(cli_paths *p);
+/* --tokenizer FILE [--merges FILE]: a tokenizer.json, GPT-2's vocab.json
+ * with merges.txt, or a folder holding either; dies with the library's
+ * message. */
+pipit_tokenizer *cli_tokenizer_open(const char *path, const char *merges);
+/* The ids of text[0 .. len-1] (*n of them; malloc'd); dies naming `what`. */
+int32_t *cli_encode(const pipit_tokenizer *t, const char *what, const char *text, size_t len, size_t *n);
 
 #endif

@@ -112,10 +112,7 @@ static void print_best(const search *s, int top, int json) {
     printf("%d candidates: %d fit, %d rejected\n", s->ncand, s->nfit, s->ncand - s->nfit);
     for (int i = 0; i < R_COUNT; i++)
         if (s->rejected[i]) printf("  %6d  %s\n", s->rejected[i], REASON[i]);
-    if (!n) {
-        printf("nothing fits: raise --mem-limit or change the mesh\n");
-        return;
-    }
+    if (!n) return; /* the caller says why, and fails */
     printf("\n%4s  %-18s %3s %5s %4s %3s %4s %10s %8s %10s %12s\n", "rank", "schedule", "V", "M", "b", "tp", "dp",
            "step s", "bubble", "peak GB", "TFLOP/s/GPU");
     for (int i = 0; i < n; i++) {
@@ -167,7 +164,10 @@ int cmd_plan_search(int argc, char **argv) {
     if (!pr) die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl", model);
     if (global < 1 || global > (1u << 30)) die("--global-batch must be in [1, 2^30] (got %llu)", (unsigned long long)global);
     if (top < 1) die("--top must be >= 1 (got %d)", top);
-    if (pp < 1 || dp < 1 || gpus < 0) die("--pp, --dp and --gpus must be >= 1");
+    const struct { const char *flag; int v; } pos[] = {{"pp", pp}, {"dp", dp}, {"layers", layers}, {"heads", heads},
+                                                      {"dim", dim}, {"ctx", ctx}, {"vocab", vocab}, {"gpus", gpus}};
+    for (int i = 0; i < NFLAGS(pos); i++) /* given flags only: 0 means "the preset's" for the model's */
+        if (flags_seen(&c, pos[i].flag) && pos[i].v < 1) die("--%s must be >= 1 (got %d)", pos[i].flag, pos[i].v);
     if (gpus && flags_seen(&c, "dp")) die("--gpus searches dp: do not give --dp too");
     if (gpus && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
@@ -189,9 +189,12 @@ int cmd_plan_search(int argc, char **argv) {
     } else {
         enumerate_pipeline(&s, base, hw);
     }
-    qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step);
+    if (s.nfit) qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step); /* s.fit is NULL when nothing fits */
     print_best(&s, top, json);
     free(s.fit);
     pipit_hw_free(hw);
+    if (!s.nfit) /* an answer of nothing is not a success: scripts must see it */
+        die("plan --search: none of the %d candidates fits (raise --mem-limit, add --pp or --gpus, or see --verbose)",
+            s.ncand);
     return 0;
 }

@@ -5,9 +5,11 @@
  * tp x pp x dp mesh; nothing runs. `pipit sim --calibrate PROFILE` fits a
  * CPU description to a `pipit train --profile-out` file.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "flags.h"
@@ -60,11 +62,21 @@ static int calibrate(const char *profile, const char *out) {
         pipit_hw_free(hw);
         return 0;
     }
-    FILE *f = out ? fopen(out, "w") : stdout;
-    if (!f) die("--out: cannot write '%s'", out);
+    /* --out: written beside and renamed into place, so a failed write leaves no half file */
+    char tmp[4096];
+    if (out && snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid()) >= (int)sizeof tmp)
+        die("--out: path too long");
+    FILE *f = out ? fopen(tmp, "w") : stdout;
+    if (!f) die("--out: cannot write '%s': %s", out, strerror(errno));
     pipit_status st = pipit_hw_write(f, hw);
-    if (out && fclose(f) && !st) die("--out: writing '%s' failed", out);
+    int bad_close = out && fclose(f);
     pipit_hw_free(hw);
+    if (out && (st || bad_close || rename(tmp, out))) {
+        int e = errno;
+        remove(tmp);
+        if (st) die("--calibrate: %s", pipit_errmsg());
+        die("--out: writing '%s' failed: %s", out, strerror(e));
+    }
     if (st) die("--calibrate: %s", pipit_errmsg());
     if (out) fprintf(stderr, "pipit: wrote the calibrated description to %s (use it with --hw %s)\n", out, out);
     return 0;
@@ -86,6 +98,9 @@ static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const c
         die("--weak-scaling keeps the batch per replica: --global-batch %lld is not divisible by --dp %d",
             (long long)c0->global_batch, c0->dp);
     int64_t per_replica = c0->global_batch / c0->dp;
+    size_t len = strlen(list); /* "", "2,,4" and "2,4," have an empty item */
+    if (!len || list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,"))
+        die("bad value '%s' for --weak-scaling: expected data-parallel sizes like 2,4,8,16 (an item is empty)", list);
     double base = 0;
     if (!json)
         printf("%6s %4s %8s %10s %14s %10s %11s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency",

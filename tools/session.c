@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "progress.h"
 #include "train_cli.h"
 
 /* tools/cmd_schedule.c */
@@ -121,14 +122,60 @@ static void auto_stages(session *s, const opts *o, int M) {
     pipit_graph_free(pg);
 }
 
+/* Memory admission at the start (docs/refuses.md): the model's state and
+ * a step's feeds against what this process may use, before the data, the
+ * graph or the plan exist (pipit_compile checks the exact plan again). */
+static void admit_run(const session *s, const opts *o, int M, const char *mflag) {
+    if (o->no_mem_check) return;
+    if (!(o->mem_limit >= 0 && o->mem_limit < 1e300)) die("--mem-limit must be a number of bytes >= 0 (got %g)", o->mem_limit);
+    const pipit_gpt2_config *cfg = &s->cfg;
+    int procs = pipit_process_count(), D = o->dp, P = s->stages / (o->virt > 1 ? o->virt : 1);
+    double params = (double)pipit_gpt2_num_params(cfg), moments = s->forward_only ? 0 : 8 * params;
+    if (o->zero1) moments /= D;
+    double state = params * (s->forward_only ? 4 : 8) + moments; /* f32 params (+ grads, 2 moments) */
+    state = procs > 1 ? state / (P > 1 ? P : 1) : state * D; /* a process holds one rank; threads hold them all */
+    double feeds = 12.0 * cfg->batch * cfg->ctx * M * (procs > 1 ? 1 : D); /* tokens, targets, positions: i32 */
+    const char *why = "the limit given by --mem-limit";
+    double avail = o->mem_limit > 0 ? o->mem_limit : pipit_mem_available(&why);
+    if (state + feeds <= avail) return;
+    char need[32], have[32], st[32], fd[32];
+    die("this run needs at least %s of memory but %s is available, the limit being %s: %s %s (%lld parameters%s), "
+        "the feeds of a step %s (--%s %d, --micro-batch %d, --ctx %d%s); try --zero1 with --dp, more --pp stages, "
+        "--remat, a smaller --micro-batch or fewer --%s, or --no-mem-check to run anyway",
+        cli_bytes(need, sizeof need, state + feeds), cli_bytes(have, sizeof have, avail), why,
+        s->forward_only ? "parameters" : "parameters, gradients and AdamW moments", cli_bytes(st, sizeof st, state),
+        (long long)params, procs > 1 ? ", this process's stage" : D > 1 ? ", every replica" : "",
+        cli_bytes(fd, sizeof fd, feeds), mflag, M, cfg->batch, cfg->ctx, D > 1 && procs == 1 ? ", every replica" : "",
+        mflag);
+}
+
+/* pipit_compile's memory admission, in the command line's words. */
+static void check_compile(pipit_status st, const char *mflag) {
+    if (st == PIPIT_STATUS_NOMEM && strstr(pipit_errmsg(), " of memory but "))
+        die("compile: %s\n  (on the command line: more --pp stages, --zero1 with --dp, --remat, a smaller --micro-batch "
+            "or fewer --%s need less; --no-mem-check skips this check)",
+            pipit_errmsg(), mflag);
+    cli_check(st, "compile");
+}
+
+void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname) {
+    if (!pipit_checkpoint_verified(ck) && pipit_process_rank() == 0)
+        fprintf(stderr, "pipit: note: --%s '%s' carries no checksums (written by an older pipit or another tool): "
+                        "loaded without an integrity check\n",
+                flagname, pipit_checkpoint_path(ck));
+}
+
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {
+    const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
     cli_check_device(o->device, o->tf32); /* before any file is read */
     if (o->resume) {
         /* s->ckpt was opened by apply_resume; closed with the session */
+        cli_note_unverified(s->ckpt, "resume");
         config_from_checkpoint(s->ckpt, o, c);
     } else if (o->init) {
-        cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
+        if (!s->ckpt) cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init"); /* eval opens it first */
+        cli_note_unverified(s->ckpt, "init");
         config_from_checkpoint(s->ckpt, o, c);
         if (!flags_seen(c, "ctx") && o->max_ctx && o->ctx > o->max_ctx) o->ctx = o->max_ctx; /* the preset's ctx */
         int masks = 0; /* Hugging Face files carry attention-mask buffers: not params */
@@ -144,9 +191,9 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     }
     check_positive("ctx", o->ctx);
     check_positive("micro-batch", o->micro_batch);
-    check_positive("microbatches", M);
+    check_positive(mflag, M);
     check_positive("threads", o->threads);
-    if (M > PIPIT_MAX_MICROBATCHES) die("--microbatches must be at most %d (got %d)", PIPIT_MAX_MICROBATCHES, M);
+    if (M > PIPIT_MAX_MICROBATCHES) die("--%s must be at most %d (got %d)", mflag, PIPIT_MAX_MICROBATCHES, M);
     if (o->threads > PIPIT_MAX_THREADS) die("--threads must be at most %d (got %d)", PIPIT_MAX_THREADS, o->threads);
     check_positive("pp", o->pp);
     check_positive("dp", o->dp);
@@ -175,9 +222,11 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     s->cfg = model_config(o, o->auto_stages ? 1 : stages);
     cli_check(pipit_gpt2_check(&s->cfg), cmd);
     check_auto_stages_flags(o, c);
-    cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order),
-                                      o->seed, &s->data),
-                 "--data");
+    admit_run(s, o, M, mflag);
+    if (!s->data) /* eval opens it first */
+        cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order), o->seed,
+                                       &s->data),
+                  "--data");
     if (pipit_data_max_token(s->data) >= o->vocab)
         die("--data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->data,
             pipit_data_max_token(s->data), o->vocab);
@@ -190,9 +239,10 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
-                        .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32};
+                        .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
+                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check};
     if (o->clip < 0) die("--clip must be >= 0");
-    cli_check(pipit_compile(s->g, loss, &po, &s->p), "compile");
+    check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;
     if (o->resume) return; /* the caller loads params and optimizer state */
     if (s->ckpt) cli_check(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");

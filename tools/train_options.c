@@ -4,6 +4,7 @@
  * optimizer the flags describe, and the parse that applies them in order
  * (defaults < --model preset < --config file < flags).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                                      "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
         {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
                                                              "(params, grads, optimizer state, activations; 0: no limit)", 0}},
+        {3, {"no-mem-check", FL_BOOL, &o->no_mem_check, "skip the memory admission (pipit refuses a run that needs "
+                                                         "more memory than the process may use: docs/refuses.md)", 0}},
+        {3, {"mem-limit", FL_DBL, &o->mem_limit, "bytes the memory admission allows (default: the smallest of RAM, "
+                                                 "the cgroup limit and RLIMIT_AS)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
@@ -188,6 +193,9 @@ pipit_lr_schedule make_lr_schedule(const opts *o) {
             cli_did_you_mean(o->lr_schedule, (const char *const[]){"constant", "cosine", "linear"}, 3, ""));
     if (o->min_lr < 0 && o->min_lr != -1) die("--min-lr must be >= 0 (got %g)", o->min_lr);
     ls.min_lr = o->min_lr >= 0 ? o->min_lr : o->lr / 10;
+    if (ls.min_lr > o->lr) /* the "decay" would raise the lr */
+        die("--min-lr %g is above --lr %g: --lr-schedule %s decays from --lr down to --min-lr", ls.min_lr, o->lr,
+            o->lr_schedule);
     if (o->decay_steps >= 0) {
         if (o->decay_steps <= o->warmup)
             die("--decay-steps %d must be greater than --warmup %d", o->decay_steps, o->warmup);
@@ -232,6 +240,24 @@ void check_positive(const char *name, int v) {
 }
 
 
+/* The numbers a command line (or --config) gave, each against its own
+ * domain, with the flag's name: before the library sees them under its
+ * option names. -1 stays the "unset" of --min-lr and --decay-steps only
+ * when it comes from a --resume file (constant schedules store it). */
+static void check_numbers(const opts *o, const flag_cmd *c) {
+    if (flags_seen(c, "min-lr") && o->min_lr < 0) die("--min-lr must be >= 0 (got %g)", o->min_lr);
+    if (flags_seen(c, "decay-steps") && o->decay_steps < 0)
+        die("--decay-steps must be > --warmup (a step number; got %d)", o->decay_steps);
+    const struct { const char *flag; double v, lo, hi; int hi_open; } r[] = {
+        {"lr", o->lr, 0, HUGE_VAL, 0},           {"beta1", o->beta1, 0, 1, 1},
+        {"beta2", o->beta2, 0, 1, 1},            {"eps", o->eps, 0, HUGE_VAL, 0},
+        {"weight-decay", o->wd, 0, HUGE_VAL, 0}, {"clip", o->clip, 0, HUGE_VAL, 0},
+    };
+    for (int i = 0; i < NFLAGS(r); i++)
+        if (!(r[i].v >= r[i].lo && (r[i].hi_open ? r[i].v < r[i].hi : r[i].v <= r[i].hi)))
+            die("--%s must be %s (got %g)", r[i].flag, r[i].hi_open ? "in [0, 1)" : "a number >= 0", r[i].v);
+}
+
 void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan) {
     opts *o = &a->o;
     default_opts(o);
@@ -243,7 +269,7 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     a->model = prescan(argc, argv, "model");
     if (!a->model && a->config) a->model = cli_config_string(a->config, "model");
     apply_preset(o, a->model ? a->model : "tiny");
-    if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", NULL});
+    if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", "params", NULL});
     if (plan) o->steps = 0;
     flags_parse(c, argc, argv);
     int sized = flags_seen(c, "layers") || flags_seen(c, "heads") || flags_seen(c, "dim");
@@ -265,19 +291,72 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     if (o->log_every < 1) die("--log-every must be >= 1 (got %d)", o->log_every);
     if (!(o->peak_flops >= 0 && o->peak_flops < 1e300))
         die("--peak-flops must be a positive number of FLOP/s (got %g)", o->peak_flops);
+    check_numbers(o, c);
 }
 
-/* --print-config: the resolved settings and the parameter count as JSON. */
+/* --print-config: the resolved settings as one JSON object whose keys are
+ * the flags' names, so that `--config` takes it back as it is ("params",
+ * the parameter count, is information: --config skips it). */
+static void json_key(const char *k, int *first) {
+    printf("%s\"%s\":", *first ? "{" : ",", k);
+    *first = 0;
+}
+static void json_str(const char *k, const char *v, int *first) {
+    if (!v) return;
+    json_key(k, first);
+    putchar('"');
+    for (; *v; v++) {
+        if (*v == '"' || *v == '\\') putchar('\\');
+        if ((unsigned char)*v < 0x20) printf("\\u%04x", *v);
+        else putchar(*v);
+    }
+    putchar('"');
+}
+static void json_num(const char *k, double v, int *first) {
+    json_key(k, first);
+    char buf[32];
+    if (fabs(v) < 9007199254740992.0 && v == (double)(int64_t)v) /* integers as integers */
+        snprintf(buf, sizeof buf, "%lld", (long long)v);
+    else
+        for (int digits = 6; digits <= 17; digits++) { /* the shortest text that reads back as v */
+            snprintf(buf, sizeof buf, "%.*g", digits, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+    fputs(buf, stdout);
+}
+
 void print_train_config(const train_args *a) {
     const opts *o = &a->o;
     pipit_gpt2_config mc = model_config(o, 1);
     pipit_lr_schedule ls = make_lr_schedule(o);
     static const char *const kinds[] = {"constant", "cosine", "linear"};
-    printf("{\"model\":\"%s\",\"vocab\":%d,\"ctx\":%d,\"max_ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,"
-           "\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"lr\":%.9g,\"lr_schedule\":\"%s\","
-           "\"warmup\":%lld,\"decay_steps\":%lld,\"min_lr\":%.9g,\"optimizer\":\"%s\",\"pp\":%d,\"dp\":%d,"
-           "\"log_every\":%d,\"params\":%lld}\n",
-           a->model ? a->model : "tiny", mc.vocab, mc.ctx, mc.max_ctx, mc.layers, mc.heads, mc.dim, mc.batch,
-           o->microbatches, o->steps, o->lr, kinds[ls.kind], (long long)ls.warmup, (long long)ls.decay_steps,
-           ls.min_lr, o->optimizer, o->pp, o->dp, o->log_every, (long long)pipit_gpt2_num_params(&mc));
+    int f = 1;
+    json_str("model", a->model ? a->model : "tiny", &f);
+    json_str("data", o->data, &f);
+    const struct {
+        const char *k;
+        double v;
+    } nums[] = {{"vocab", mc.vocab}, {"ctx", mc.ctx}, {"max-ctx", mc.max_ctx}, {"layers", mc.layers},
+                {"heads", mc.heads}, {"dim", mc.dim}, {"micro-batch", mc.batch}, {"microbatches", o->microbatches},
+                {"steps", o->steps}, {"lr", o->lr}, {"warmup", (double)ls.warmup}};
+    for (int i = 0; i < NFLAGS(nums); i++) json_num(nums[i].k, nums[i].v, &f);
+    json_str("lr-schedule", kinds[ls.kind], &f);
+    if (ls.kind != PIPIT_LR_CONSTANT) { /* the resolved decay: a constant schedule takes neither */
+        json_num("decay-steps", (double)ls.decay_steps, &f);
+        json_num("min-lr", ls.min_lr, &f);
+    }
+    json_str("optimizer", o->optimizer, &f);
+    const struct {
+        const char *k;
+        double v;
+    } opt[] = {{"weight-decay", o->wd}, {"beta1", o->beta1}, {"beta2", o->beta2}, {"eps", o->eps},
+               {"clip", o->clip}, {"pp", o->pp}, {"dp", o->dp}, {"log-every", o->log_every}};
+    for (int i = 0; i < NFLAGS(opt); i++) json_num(opt[i].k, opt[i].v, &f);
+    json_key("seed", &f);
+    printf("%llu", (unsigned long long)o->seed);
+    json_str("data-order", o->data_order, &f);
+    json_str("schedule", o->schedule, &f);
+    if (o->virt) json_num("virtual", o->virt, &f);
+    json_num("params", (double)pipit_gpt2_num_params(&mc), &f);
+    printf("}\n");
 }

@@ -80,10 +80,13 @@ static void find_sole_acc(lowering *L) {
 }
 
 /* First microbatch: let the kernel write the use's sum directly (no copy),
- * when nothing else reads the value; otherwise accumulate. */
+ * when nothing else reads the value; otherwise accumulate. Never through
+ * a view of part of its producer's output: the producer writes all of it. */
 static void acc_or_retarget(lowering *L, pipit__emitter *e, int32_t c, int mb, pipit__loc dst) {
-    int32_t r = pipit__alias_root(L->p->g, c);
-    if (mb == 0 && L->sole_acc[r] && pipit__emit_retarget(e, r, mb, dst)) return;
+    const pipit_graph *g = L->p->g;
+    int32_t r = pipit__alias_root(g, c);
+    int whole = pipit__alias_offset(g, c) == 0 && pipit__node_bytes(&g->nodes[c]) == pipit__node_bytes(&g->nodes[r]);
+    if (mb == 0 && L->sole_acc[r] && whole && pipit__emit_retarget(e, r, mb, dst)) return;
     pipit__emit_acc(e, c, mb, dst, mb == 0);
 }
 
@@ -585,7 +588,7 @@ static pipit_status check_outputs(const lowering *L) {
 }
 
 static void patch_param_loc(const pipit__rank_plan *r, pipit__loc *l) {
-    if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off = r->param_off[l->idx];
+    if (l->kind == LOC_PARAM || l->kind == LOC_GRAD) l->off += r->param_off[l->idx]; /* after a view's offset */
 }
 
 static void patch_params(pipit__plan *p) {

@@ -27,7 +27,7 @@ typedef enum {
 typedef struct {
     uint8_t kind;
     int32_t idx;
-    size_t off;
+    size_t off;      /* bytes into the location (a view's offset is added to every kind but SEED) */
 } pipit__loc;
 
 typedef enum {
@@ -150,6 +150,8 @@ typedef struct {
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
+    int *by_name;        /* [nparams] param indices sorted by name (pipit__plan_find_param) */
+    int32_t *param_of;   /* [graph nodes] index of the param that node is, -1 for other nodes */
     int ntargets;        /* params[nparams, ntargets): pre-loop boundary values */
     pipit__param *params;
     uint64_t *node_ranks;/* [graph nodes] pre-loop and post-loop nodes: ranks that run them */
@@ -164,6 +166,8 @@ typedef struct {
     int forward_only;    /* options.forward_only: F tasks only, no gradients, no post-loop */
     int noutputs;
     int32_t *outputs;    /* [noutputs] options.outputs' node ids */
+    int32_t graph_n0;    /* the graph's node count before this compile appended to it */
+    pipit_status graph_st0; /* and its status */
 } pipit__plan;
 
 /* Differentiates `loss`, infers stages, checks the schedule (NULL: one
@@ -172,6 +176,13 @@ typedef struct {
  * already be validated. On failure *pl is freed. */
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *pl);
 void pipit__plan_free(pipit__plan *pl);
+/* For a built plan whose program could not be made (memory admission,
+ * backend memory): after freeing it, leaves the graph as it was before the
+ * compile (pl->graph_n0, graph_st0; a forward-only compile appended
+ * nothing), so a second compile with other options works. */
+void pipit__graph_rollback(pipit_graph *g, int32_t n0, pipit_status st0);
+/* Index of the param called `name` (binary search over by_name), -1 if none. */
+int pipit__plan_find_param(const pipit__plan *pl, const char *name);
 
 /* Lowers the step into per-rank programs for schedule `sch` (NULL: the
  * sequential reference). */

@@ -29,12 +29,12 @@ static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
     case LOC_GRAD: return x->rs->grad_block + l->off;
     case LOC_ACC: return x->rs->acc_block + l->off;
     case LOC_SEED: return x->rs->seed;
-    case LOC_FEED: {
+    case LOC_FEED: { /* l->off: a view's offset into the input */
         if (x->rs->feed_block) /* device memory: this step's copy (upload_feeds) */
-            return x->rs->feed_block + x->rs->feed_off[l->idx] +
+            return x->rs->feed_block + x->rs->feed_off[l->idx] + l->off +
                    (size_t)mb * (size_t)p->plan.inputs[l->idx].numel * pipit__dtype_size(p->plan.inputs[l->idx].dtype);
         size_t global_mb = (size_t)x->rs->replica * (size_t)p->plan.M + (size_t)mb;
-        return (void *)x->feed_ptrs[global_mb * (size_t)p->plan.ninputs + (size_t)l->idx];
+        return (char *)x->feed_ptrs[global_mb * (size_t)p->plan.ninputs + (size_t)l->idx] + l->off;
     }
     case LOC_NONE: break;
     }

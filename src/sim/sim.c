@@ -265,6 +265,12 @@ pipit_status pipit_sim_run(const pipit_sim_config *cfg, const pipit_hw *hw, pipi
     r->cfg = *cfg;
     r->cfg.dtype = NULL; /* not owned: the dtype is recorded in the model */
     pipit_status st = run(cfg, hw, r);
+    pipit_sim_summary u;
+    if (!st && !pipit_sim_report_summary(r, &u) &&
+        !(isfinite(u.step_s) && u.step_s > 0 && isfinite(u.model_flops) && isfinite(u.peak_bytes_per_rank)))
+        st = pipit__err(PIPIT_STATUS_INVALID, "pipit_sim_run: the model's step time, FLOPs or memory is not a finite "
+                        "number (step %g s, %g FLOPs, %g bytes per rank): sizes beyond what the cost model represents",
+                        u.step_s, u.model_flops, u.peak_bytes_per_rank);
     if (st) {
         pipit_sim_report_free(r);
         return pipit__err_fresh(st, gen0, __func__);
