@@ -480,11 +480,21 @@ static pipit_status send_copy(mpi_transport *t, int dst, int mt, uint64_t tag, c
     return PIPIT_STATUS_OK;
 }
 
+/* PIPIT_DEBUG_SENDS: the checksum of what is sent, on the tag after the
+ * table (every message carries one: a receiver cannot tell copies from
+ * zero-copy sends). */
+static pipit_status send_sum(mpi_transport *t, int dst, int mt, const void *data, size_t n) {
+    uint64_t sum = pipit__checksum(data, n);
+    return send_copy(t, dst, sum_tag(t, mt), PIPIT_TAG_NORM /* host memory */, &sum, sizeof sum);
+}
+
 static pipit_status mpi_send(pipit__transport *tt, int src, int dst, uint64_t tag, const void *data, size_t n) {
     mpi_transport *t = (mpi_transport *)tt;
     int mt;
     pipit_status s = check_msg(t, src, dst, tag, n, "send", &mt);
-    return s ? s : send_copy(t, dst, mt, tag, data, n);
+    if (!s) s = send_copy(t, dst, mt, tag, data, n);
+    if (!s && tt->debug_sends && !(tt->to_host && pipit__tag_on_device(tag))) s = send_sum(t, dst, mt, data, n);
+    return s;
 }
 
 static pipit_status mpi_isend(pipit__transport *tt, int src, int dst, uint64_t tag, const void *data, size_t n) {
@@ -504,10 +514,7 @@ static pipit_status mpi_isend(pipit__transport *tt, int src, int dst, uint64_t t
     } else {
         int rc = MPI_Isend(data, (int)n, MPI_BYTE, dst, mt, t->data_comm, &z.req);
         if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Isend", dst);
-        if (tt->debug_sends) {
-            uint64_t sum = pipit__checksum(data, n);
-            s = send_copy(t, dst, sum_tag(t, mt), PIPIT_TAG_NORM /* host memory */, &sum, sizeof sum);
-        }
+        if (tt->debug_sends) s = send_sum(t, dst, mt, data, n);
     }
     if (s) {
         abandon(t, z.req);
