@@ -54,7 +54,8 @@ echo "== 4b. train step, P=2 1F1B M=8: threads vs MPI processes (median of $((ST
 T=$(mktemp) && M=$(mktemp)
 for round in 1 2; do
     "$PIPIT" train "${MODEL[@]}" --pp 2 --microbatches 8 > "$T"
-    "${MPIRUN[@]}" -np 2 --mca btl self,vader "$PIPIT" train "${MODEL[@]}" --pp 2 --microbatches 8 > "$M"
+    "${MPIRUN[@]}" -np 2 --mca btl self,vader "$PIPIT" train "${MODEL[@]}" --pp 2 --microbatches 8 > "$M" ||
+        { echo "round $round: the MPI run failed"; exit 1; }
     echo "round $round: threads $(median_ms "$T")  mpi(vader) $(median_ms "$M")  ratio $(echo "$(median_ms "$M") / $(median_ms "$T")" | bc -l | cut -c1-5)"
 done
 
@@ -64,7 +65,7 @@ for mode in overlapped serial; do
     env_=()
     [[ $mode == serial ]] && env_=(-x PIPIT_BENCH_DP_SERIAL=1)
     "${MPIRUN[@]}" -np 2 --mca btl self,vader "${env_[@]}" "$PIPIT" train "${MODEL[@]}" --dp 2 --microbatches 4 \
-        --profile > "$M" 2> "$T.prof"
+        --profile > "$M" 2> "$T.prof" || { echo "$mode: the run failed: $(grep -v '^ ' "$T.prof" | tail -3)"; exit 1; }
     dp=$(grep -E '^  dp ' "$T.prof" | awk '{s += $(NF-2)} END {printf "%.3f", s}')
     total=$(grep 'in instructions' "$T.prof" | awk '{print $(NF-3)}')
     echo "$mode: step $(median_ms "$M") ms; rank 0 spent ${dp} s of ${total} s of instructions in dp exchange" \

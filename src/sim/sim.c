@@ -186,7 +186,7 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
         if (done > u->step_s) {
             u->step_s = done, u->dp_s = row->dp_s, u->optimizer_s = row->opt_s;
             u->dp_total_s = row->dp_total_s;
-            u->dp_hidden = row->dp_total_s > 0 ? 1.0 - row->dp_s / row->dp_total_s : 0.0;
+            u->dp_hidden = row->dp_total_s > 0 ? PIPIT_MAX(0.0, 1.0 - row->dp_s / row->dp_total_s) : 0.0;
         }
         u->peak_bytes_per_rank = PIPIT_MAX(u->peak_bytes_per_rank, row->peak_bytes);
     }
