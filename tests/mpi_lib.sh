@@ -1,36 +1,44 @@
-# mpi_lib.sh — what the mpirun test scripts share (sourced, not a test;
-# test_mpi_train.sh, test_mpi_tp.sh): they set CLI and SRC first, and
-# fail() and losses() before same_as_threads runs.
-#   mpi_setup NAME             skips (exit 77) without mpirun, an MPI build
-#                              or in a sanitizer build; cd's into a temp
-#                              dir removed on exit, with corpus.txt (the docs)
-#   mpi NP BTL CMD...          CMD as NP processes (one rank each, sharing the
-#                              cores), BTL the Open MPI transport (self,vader
-#                              or self,tcp over loopback)
-#   same_as_threads NAME NP BTL ARGS...
-#                              `pipit train ARGS` on threads and under mpirun
-#                              print the same losses (and as many lines) and
-#                              save the same checkpoint bytes (t.st, m.st)
-
+#!/usr/bin/env bash
+# mpi_lib.sh — what the scripts that run pipit under mpirun share
+# (test_mpi_train.sh, test_mpi_tp.sh, test_mpi_failfast.sh; sourced, not a
+# test): the skip checks, a work directory removed on exit, the environment
+# Open MPI wants as root on a small machine, the FAIL counter, and running
+# a command as one rank per process against the threads run.
+# mpi_setup CLI SRC NAME: skips (exit 77, with the reason) without mpirun,
+# without MPI in CLI or in a sanitizer build; then cd's into the new work
+# directory, which holds corpus.txt (the repository's README and docs).
 mpi_setup() {
-    skip() { echo "SKIP: $*"; exit 77; }
-    command -v mpirun >/dev/null || skip "no mpirun (apt install openmpi-bin)"
-    ldd "$CLI" 2>/dev/null | grep -q libmpi || skip "this pipit was built without MPI"
-    [ -n "${PIPIT_SANITIZE:-}" ] && skip "sanitizer build (Open MPI's own memory use is out of scope)"
-    WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_mpi_$1.XXXXXX")
+    CLI=$1 SRC=$2
+    command -v mpirun >/dev/null || { echo "SKIP: no mpirun (apt install openmpi-bin)"; exit 77; }
+    ldd "$CLI" 2>/dev/null | grep -q libmpi || { echo "SKIP: this pipit was built without MPI"; exit 77; }
+    [ -n "${PIPIT_SANITIZE:-}" ] && { echo "SKIP: sanitizer build (Open MPI's own memory use is out of scope)"; exit 77; }
+    WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_$3.XXXXXX")
     trap 'rm -rf "$WORK"' EXIT
     cd "$WORK" || exit 1
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     cat "$SRC"/README.md "$SRC"/docs/*.md > corpus.txt
+    failures=0
+}
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+losses() { grep -o '"loss":[^,]*' "$1"; }
+# the last line and the status every script ends with
+mpi_done() {
+    echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+    [ "$failures" -eq 0 ]
 }
 
+MPI_X=() # more mpirun options for the next runs (-x VAR=...)
+# mpi NP BTL CMD...: one rank per process, processes share 2 cores
 mpi() {
     local np=$1 btl=$2
     shift 2
     timeout 300 mpirun -np "$np" --bind-to none --mca btl "$btl" --mca btl_tcp_if_include lo \
-        --mca oob_tcp_if_include lo -x PIPIT_TIMEOUT=120 "$@"
+        --mca oob_tcp_if_include lo -x PIPIT_TIMEOUT=120 "${MPI_X[@]}" "$@"
 }
 
+# same_as_threads NAME NP BTL ARGS...: `pipit train ARGS` on threads and
+# under mpirun print the same losses (rank 0 as many lines) and save the
+# same checkpoint bytes (t.st, m.st).
 same_as_threads() {
     local name=$1 np=$2 btl=$3
     shift 3

@@ -1049,7 +1049,21 @@ PIPIT_TEST(api_misuse_sim) {
     GIVES(pipit_hw_builtin_name(pipit_hw_builtin_count()), NULL);
     FAILS(pipit_hw_write(NULL, NULL), PIPIT_STATUS_MISUSE);
     pipit_hw_free(NULL);
+    pipit_hw_links links;
+    pipit_link_probe probe = {0};
+    FAILS(pipit_hw_get_links(NULL, &links), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_set_links(NULL, &links), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse_links(NULL, &links), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse_links("inter=-1", &links), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_parse_links("inter=nan", &links), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_apply_probe(NULL, &probe), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_probe_links(NULL), PIPIT_STATUS_MISUSE);
     ASSERT_OK(pipit_hw_load("a100", &hw));
+    FAILS(pipit_hw_get_links(hw, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_set_links(hw, &(pipit_hw_links){NAN, -1, -1, -1, 0}), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_set_links(hw, &(pipit_hw_links){-1, -1, 1e300 * 1e300, -1, 0}), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_set_links(hw, &(pipit_hw_links){-1, -1, -1, -1, INT_MAX}), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_apply_probe(hw, NULL), PIPIT_STATUS_MISUSE);
     GIVES(pipit_hw_peak_flops(hw, "int8"), 0.0);
     FAILS(pipit_sim_run(NULL, hw, &r), PIPIT_STATUS_MISUSE);
     pipit_sim_config c = {.layers = 2, .hidden = 64, .heads = 2, .seq = 8, .vocab = 64, .micro_batch = 1,

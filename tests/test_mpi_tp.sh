@@ -8,18 +8,12 @@
 # whose process count is not P x T x D is refused by every process.
 # Usage: test_mpi_tp.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped)
 set -u
-CLI=$1
-SRC=$2
-source "$SRC/tests/mpi_lib.sh"
-mpi_setup tp
+source "$(dirname "$0")/mpi_lib.sh"
+mpi_setup "$1" "$2" mpi_tp
 GPT2=(--data corpus.txt --ctx 16 --layers 4 --heads 4 --dim 32 --micro-batch 2 --lr 3e-3 --weight-decay 0.1
       --clip 1.0 --seed 3 --json)
 LLAMA=(--data corpus.txt --model llama-tiny --ctx 16 --layers 4 --dim 32 --kv-heads 2 --ffn-hidden 48
        --micro-batch 2 --lr 3e-3 --weight-decay 0.1 --clip 1.0 --seed 3 --tied --json)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-losses() { grep -o '"loss":[^,]*' "$1"; }
-
 ran=0
 # sched P T D btl model
 for cfg in "1f1b 1 2 1 vader GPT2" "1f1b 2 2 1 vader GPT2" "zb-h1 2 2 2 vader GPT2" "interleaved-1f1b 2 2 1 vader GPT2" \
@@ -60,5 +54,4 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
     fi
 fi
 
-echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
-[ "$failures" -eq 0 ]
+mpi_done

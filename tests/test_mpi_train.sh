@@ -8,15 +8,10 @@
 # count does not match the mesh is refused by every process.
 # Usage: test_mpi_train.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped)
 set -u
-CLI=$1
-SRC=$2
-source "$SRC/tests/mpi_lib.sh"
-mpi_setup train
+source "$(dirname "$0")/mpi_lib.sh"
+mpi_setup "$1" "$2" mpi_train
 MODEL=(--data corpus.txt --ctx 16 --layers 8 --heads 2 --dim 16 --micro-batch 2 --lr 3e-3 --weight-decay 0.1
        --clip 1.0 --seed 3 --json)
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-losses() { grep -o '"loss":[^,]*' "$1"; }
 
 ran=0
 for sched in gpipe 1f1b interleaved-1f1b zb-h1 dualpipev zb-h2 zb-v interleaved-zb; do
@@ -50,6 +45,24 @@ for cfg in "1f1b 2 2" "zb-h1 2 1" "interleaved-1f1b 2 2" "dualpipev 2 1" "gpipe 
 done
 same_as_threads "llama 1f1b P=2 D=2 zero1 tcp" 4 self,tcp "${MODEL[@]}" --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
 MODEL=("${GPT2[@]}")
+
+# Zero-copy sends: checked (PIPIT_DEBUG_SENDS: checksums, poisoned slots) and
+# with a slow receiver (5 ms before each receive of rank 1): the same bits.
+for x in PIPIT_DEBUG_SENDS=1 PIPIT_INJECT_DELAY=1:5; do
+    MPI_X=(-x "$x")
+    same_as_threads "interleaved-1f1b P=2 D=2 $x vader" 4 self,vader "${MODEL[@]}" --schedule interleaved-1f1b --pp 2 --dp 2 \
+        --microbatches 4 --steps 2
+    same_as_threads "zb-h1 P=2 D=2 $x tcp" 4 self,tcp "${MODEL[@]}" --schedule zb-h1 --pp 2 --dp 2 --microbatches 4 --steps 2
+done
+MPI_X=()
+# The data-parallel exchange starts in the backward (rank 0's --profile).
+mpi 2 self,vader "$CLI" train "${MODEL[@]}" --dp 2 --microbatches 4 --steps 2 --profile > o.log 2> o.err ||
+    fail "overlap: $(tail -3 o.err)"
+line=$(grep 'overlap of the data-parallel exchange' o.err | head -1)
+awk -v l="$line" 'BEGIN { if (!match(l, /left at [0-9.]+/)) exit 1; s = substr(l, RSTART + 8, RLENGTH - 8)
+                          if (!match(l, /ended at [0-9.]+/)) exit 1; e = substr(l, RSTART + 9, RLENGTH - 9)
+                          exit !(s + 0 < e + 0) }' || fail "overlap under MPI: '$line'"
+echo "overlap under MPI: $line"
 
 # A checkpoint written under P=4 continues under P=2 x D=2 (MPI), P=1 (threads).
 G=(--microbatches 8)
@@ -129,5 +142,4 @@ if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
     done
 fi
 
-echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
-[ "$failures" -eq 0 ]
+mpi_done
