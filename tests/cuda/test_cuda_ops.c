@@ -137,6 +137,18 @@ static void c_permute(pipit_graph *g, pipit_dtype dt) {
     pipit__node_add(g, PIPIT_OP_PERMUTE, 1, &z.id, NULL, SH(2, 0, 3, 1));
     pipit__node_add(g, PIPIT_OP_PERMUTE, 1, &z.id, NULL, SH(3, 2, 1, 0));
 }
+/* Tensor parallelism as rank t = 1 of 2 (case_shard): a vocab-parallel
+ * embedding of its rows [37, 74) and the vocab-parallel cross-entropy of
+ * its classes [37, 74) of 74, indices over the whole vocabulary (about half
+ * another rank's). The collectives run as the identity of a one-rank
+ * group (they are runtime instructions, no kernel). */
+static int case_shard; /* kctx.shard of every kernel of the case */
+static void c_tensor_parallel(pipit_graph *g, pipit_dtype dt) {
+    case_shard = 1;
+    pipit_val t = in_f(g, dt, "t", 2, SH(37, 13)), idx = in_idx(g, 74, "a", 2, SH(3, 7));
+    pipit__node_add(g, PIPIT_OP_EMBED, 2, (int32_t[]){t.id, idx.id}, NULL, SH(0, 1, 0, 0));
+    pipit_tp_xent_mean(g, pipit_scale(g, in_f(g, dt, "x", 3, SH(3, 5, 37)), 3.0), in_idx(g, 74, "y", 2, SH(3, 5)));
+}
 static void c_alias(pipit_graph *g, pipit_dtype dt) {
     /* reshape and yield run nothing: the op after them reads their root */
     pipit_val r = pipit_reshape(g, in_f(g, dt, "x", 2, SH(4, 6)), 3, SH(2, 3, 4));
@@ -147,7 +159,7 @@ static const parity_case cases[] = {
     {"embed", c_embed},         {"add_mul_scale", c_add_mul_scale}, {"matmul", c_matmul},
     {"bias_add", c_bias_add},   {"layernorm", c_layernorm},         {"gelu", c_gelu},
     {"attention", c_attention}, {"xent", c_xent},                   {"sum_fill", c_sum_fill},
-    {"permute", c_permute},     {"alias", c_alias},
+    {"permute", c_permute},     {"alias", c_alias},                 {"tensor_parallel", c_tensor_parallel},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -249,6 +261,7 @@ static void check_node(run_ctx *rc, const pipit_graph *g, int32_t id, void *cons
     int64_t cnt = pipit__node_numel(n);
     pipit__kctx k = {0};
     k.node = n;
+    k.shard = case_shard;
     void *din[PIPIT_MAX_IN] = {NULL, NULL, NULL};
     for (int j = 0; j < n->nin; j++) {
         const pipit__node *x = &g->nodes[n->in[j]];
@@ -296,6 +309,7 @@ done:
 /* Builds case c in dtype dt with its VJPs and checks every node that runs. */
 static void run_case(run_ctx *rc, const parity_case *c, pipit_dtype dt) {
     pipit_graph *g = pipit_graph_new();
+    case_shard = 0;
     c->build(g, dt);
     add_vjps(g);
     rc->cname = c->name;
@@ -315,8 +329,13 @@ static void run_case(run_ctx *rc, const parity_case *c, pipit_dtype dt) {
             fill_input(n, host[i]);
             continue;
         }
+        if (!pipit__node_has_kernel(n)) { /* a collective: one rank's group is the identity */
+            memcpy(host[i], host[pipit__alias_root(g, n->in[0])], pipit__node_bytes(n));
+            continue;
+        }
         pipit__kctx k = {0};
         k.node = n;
+        k.shard = case_shard;
         k.out = host[i];
         for (int j = 0; j < n->nin; j++) {
             k.in_node[j] = &g->nodes[n->in[j]];
@@ -350,7 +369,7 @@ PIPIT_TEST(cuda_ops_cover_op_table) {
                         cpu ? "has" : "has no", cuda ? "has" : "has none");
         pipit__node n = {0};
         n.op = (uint16_t)op;
-        ASSERT_EQ_I64(pipit__node_runs(&n), cuda);
+        ASSERT_EQ_I64(pipit__node_has_kernel(&n), cuda);
     }
     ASSERT_TRUE(pipit__backend_cuda.ops == pipit__cuda_ops);
 }
@@ -375,6 +394,6 @@ PIPIT_TEST(cuda_ops_parity) {
     for (int op = 0; op < PIPIT_OP_COUNT; op++) {
         pipit__node n = {0};
         n.op = (uint16_t)op;
-        if (pipit__node_runs(&n) && !seen[op]) PIPIT_FAIL_("op %s is in no CUDA parity case", pipit__ops[op].name);
+        if (pipit__node_has_kernel(&n) && !seen[op]) PIPIT_FAIL_("op %s is in no CUDA parity case", pipit__ops[op].name);
     }
 }

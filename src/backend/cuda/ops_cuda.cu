@@ -233,27 +233,33 @@ static void cuda_PERMUTE(const pipit__kctx *k, int ith, int nth) {
 
 /* ------------------------------------------------------------ embedding */
 
-/* out [n, C] = rows idx[n] of table [V, C]. The runtime checks indices on
- * the host; one out of range anyway gives a NaN row, not a fault. */
+/* out [n, C] = rows idx[n] - off of table [V, C]. The runtime checks
+ * indices on the host; one out of range anyway gives a NaN row, not a
+ * fault -- except in a vocab-parallel shard (vp: rows [off, off + V) of
+ * the vocabulary), where another shard's index reads zeros (the CPU's
+ * pipit__embed_vp). */
 template <class T>
-__global__ void embed_kernel(T *out, const T *table, const int32_t *idx, int64_t n, int64_t V, int64_t C) {
+__global__ void embed_kernel(T *out, const T *table, const int32_t *idx, int64_t n, int64_t V, int64_t C, int64_t off,
+                             int vp) {
     GRID_STRIDE(e, n * C) {
-        int64_t i = e / C, c = e % C, v = idx[i];
-        out[e] = v >= 0 && v < V ? table[v * C + c] : (T)NAN;
+        int64_t i = e / C, c = e % C, v = (int64_t)idx[i] - off;
+        out[e] = v >= 0 && v < V ? table[v * C + c] : vp ? (T)0 : (T)NAN;
     }
 }
 
 template <class T>
-static void launch_embed(void *out, const void *table, const int32_t *idx, int64_t n, int64_t V, int64_t C) {
+static void launch_embed(void *out, const void *table, const int32_t *idx, int64_t n, int64_t V, int64_t C,
+                         int64_t off, int vp) {
     if (n * C <= 0) return;
     embed_kernel<T><<<grid_for(n * C, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)table,
-                                                                                     idx, n, V, C);
+                                                                                     idx, n, V, C, off, vp);
 }
 
 static void cuda_EMBED(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    int64_t cnt = pipit__node_numel(KIN(1)), C = KIN(0)->shape[1];
-    BY_DTYPE(k, launch_embed, k->out, k->in[0], (const int32_t *)k->in[1], cnt, KIN(0)->shape[0], C);
+    int64_t cnt = pipit__node_numel(KIN(1)), C = KIN(0)->shape[1], V = KIN(0)->shape[0];
+    int vp = k->node->iattr[1] != 0;
+    BY_DTYPE(k, launch_embed, k->out, k->in[0], (const int32_t *)k->in[1], cnt, V, C, vp ? k->shard * V : 0, vp);
     PIPIT_CUDA_LAUNCHED("embed");
 }
 
@@ -267,21 +273,23 @@ __global__ void iota_kernel(int32_t *v, int64_t n) {
  * CPU's order and type, so the same bits. Other blocks return at once. */
 template <class T>
 __global__ void embed_runs_kernel(T *dtable, const int32_t *keys, const int32_t *pos, const T *dout, int64_t n,
-                                  int64_t V, int64_t C) {
+                                  int64_t V, int64_t C, int64_t off) {
     int64_t p = blockIdx.x, c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
-    int32_t v = keys[p];
-    if ((p > 0 && keys[p - 1] == v) || v < 0 || v >= V || c >= C) return;
+    int32_t key = keys[p];
+    int64_t v = (int64_t)key - off; /* a vocab-parallel shard's row (off = 0 otherwise) */
+    if ((p > 0 && keys[p - 1] == key) || v < 0 || v >= V || c >= C) return;
     T acc = 0;
-    for (int64_t q = p; q < n && keys[q] == v; q++) acc += dout[(int64_t)pos[q] * C + c];
-    dtable[(int64_t)v * C + c] = acc;
+    for (int64_t q = p; q < n && keys[q] == key; q++) acc += dout[(int64_t)pos[q] * C + c];
+    dtable[v * C + c] = acc;
 }
 
-/* dtable [V, C] = scatter-add of dout [n, C] rows by idx [n] (the CPU's
- * pipit__embed_dtable): zero, sort (idx, position) pairs stably, one sum
- * per distinct index. */
+/* dtable [V, C] = scatter-add of dout [n, C] rows by idx [n] - first_row
+ * (the CPU's pipit__embed_dtable; with first_row a vocab-parallel shard's,
+ * pipit__embed_dtable_vp): zero, sort (idx, position) pairs stably, one
+ * sum per distinct index of the shard. */
 template <class T>
 static void launch_embed_dtable(void *dtable, const int32_t *idx, const void *dout, int64_t n, int64_t V,
-                                int64_t C) {
+                                int64_t C, int64_t first_row) {
     cudaStream_t s = pipit__cuda_stream();
     if (V * C <= 0) return;
     if (pipit__cuda_check(cudaMemsetAsync(dtable, 0, (size_t)(V * C) * sizeof(T), s), "embed_dtable")) return;
@@ -305,7 +313,7 @@ static void launch_embed_dtable(void *dtable, const int32_t *idx, const void *do
                                                            32, s),
                            "embed_dtable: sort")) {
         dim3 grid((unsigned)n, (unsigned)((C + 127) / 128));
-        embed_runs_kernel<T><<<grid, 128, 0, s>>>((T *)dtable, keys, pos, (const T *)dout, n, V, C);
+        embed_runs_kernel<T><<<grid, 128, 0, s>>>((T *)dtable, keys, pos, (const T *)dout, n, V, C, first_row);
         PIPIT_CUDA_LAUNCHED("embed_dtable");
     }
     pipit__cuda_scratch_free(buf, "embed_dtable: scratch");
@@ -313,8 +321,61 @@ static void launch_embed_dtable(void *dtable, const int32_t *idx, const void *do
 
 static void cuda_EMBED_DTABLE(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)),
-             k->node->shape[0], k->node->shape[1]);
+    int64_t V = k->node->shape[0];
+    BY_DTYPE(k, launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)), V,
+             k->node->shape[1], k->node->iattr[1] ? k->shard * V : 0);
+}
+
+/* ------------------------------------------------- tensor parallelism */
+
+/* The vocab-parallel cross-entropy's target logit of this shard's classes
+ * [off, off + V): out[r] = z[r, y[r] - off], 0 for another shard's target;
+ * and its gradient dz [rows, V] = d[r] at that class, 0 elsewhere (the
+ * CPU's pipit__tp_pick and pipit__tp_pick_dx: copies, the same bits). */
+template <class T>
+__global__ void tp_pick_kernel(T *out, const T *z, const int32_t *y, int64_t rows, int64_t V, int64_t off) {
+    GRID_STRIDE(r, rows) {
+        int64_t v = (int64_t)y[r] - off;
+        out[r] = v >= 0 && v < V ? z[r * V + v] : (T)0;
+    }
+}
+
+template <class T>
+__global__ void tp_pick_dx_kernel(T *dz, const int32_t *y, const T *d, int64_t rows, int64_t V, int64_t off) {
+    GRID_STRIDE(e, rows * V) {
+        int64_t r = e / V;
+        dz[e] = (int64_t)y[r] - off == e % V ? d[r] : (T)0;
+    }
+}
+
+template <class T>
+static void launch_tp_pick(void *out, const void *z, const int32_t *y, int64_t rows, int64_t V, int64_t off) {
+    if (rows <= 0) return;
+    tp_pick_kernel<T><<<grid_for(rows, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)z, y, rows,
+                                                                                      V, off);
+}
+
+template <class T>
+static void launch_tp_pick_dx(void *dz, const int32_t *y, const void *d, int64_t rows, int64_t V, int64_t off) {
+    if (rows * V <= 0) return;
+    tp_pick_dx_kernel<T><<<grid_for(rows * V, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)dz, y,
+                                                                                             (const T *)d, rows, V, off);
+}
+
+static void cuda_TP_PICK(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t V = pipit__node_last_dim(KIN(0));
+    BY_DTYPE(k, launch_tp_pick, k->out, k->in[0], (const int32_t *)k->in[1], pipit__node_rows(KIN(0)), V,
+             k->shard * V);
+    PIPIT_CUDA_LAUNCHED("tp_pick");
+}
+
+static void cuda_TP_PICK_DX(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t V = k->node->iattr[0];
+    BY_DTYPE(k, launch_tp_pick_dx, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)), V,
+             k->shard * V);
+    PIPIT_CUDA_LAUNCHED("tp_pick_dx");
 }
 
 /* ------------------------------------------------------------ column sums */
@@ -771,6 +832,10 @@ static void cuda_XENT_DLOGITS(const pipit__kctx *k, int ith, int nth) {
 #define cuda_PARAM nullptr
 #define cuda_RESHAPE nullptr
 #define cuda_YIELD nullptr
+/* The tensor-parallel collectives are the runtime's instructions (INS_TP). */
+#define cuda_TP_COPY nullptr
+#define cuda_TP_SUM nullptr
+#define cuda_TP_MAX nullptr
 
 /* Generated from ops.def in its order (C++ has no designated array
  * initialisers), so an op without a CUDA kernel is a compile error here. */
