@@ -101,6 +101,9 @@ typedef struct {
                                0: each layer's share as soon as the backward has made it */
     int blocking_p2p;       /* 1: a stage message occupies its sender (Megatron's blocking P2P);
                                0: it occupies its link (zero-copy sends, background progress) */
+    int scatter_gather_p2p; /* tp > 1: 1: a stage message is cut into tp parts, one per GPU, all-gathered
+                               after (Megatron's scatter/gather); 0: each GPU sends its counterpart the
+                               whole activation (pipit's tensor-parallel stages) */
 } pipit_sim_config;
 
 typedef struct {

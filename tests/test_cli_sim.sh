@@ -30,11 +30,13 @@ assert abs(flops / j["step_s"] / 128 / 1e12 / j["tflops_per_gpu"] - 1) < 1e-5, j
 assert 0 < j["bubble"] < 0.5 and 0 < j["mfu"] < j["hfu"] < 1
 assert len(j["ranks"]) == 8 and len(j["stages"]) == 16
 assert max(r["peak_bytes"] for r in j["ranks"]) == j["peak_bytes_per_rank"]
-# interleaved: 16 stages on 8 ranks, 15 boundaries; each carries 64 activations of 2048 x 12288 x 2 B / 8
+# interleaved: 16 stages on 8 ranks, 15 boundaries; each carries 64 activations of 2048 x 12288 x 2 B
+# (per GPU: each of a stage's 8 tensor-parallel GPUs sends its counterpart the whole activation)
 links = {(x["from"], x["to"]): x for x in j["links"]}
 assert set(links) == {(r, (r + 1) % 8) for r in range(8)}, links
-msg = 2048 * 12288 * 2 / 8
-assert abs(links[(0, 1)]["fwd_bytes"] - 2 * 64 * msg) < 1 and abs(links[(7, 0)]["fwd_bytes"] - 64 * msg) < 1
+msg = 2048 * 12288 * 2
+# (the JSON has 9 significant digits)
+assert abs(links[(0, 1)]["fwd_bytes"] / (2 * 64 * msg) - 1) < 1e-8 and abs(links[(7, 0)]["fwd_bytes"] / (64 * msg) - 1) < 1e-8
 PYEOF
 
 # ---- text report
@@ -118,7 +120,7 @@ $PY - <<'PYEOF' || fail "profile JSON"
 import json
 j = json.load(open("prof.json"))
 assert j["model"] == {"arch": "gpt2", "layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
-                      "pp": 2, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1}, j["model"]
+                      "pp": 2, "tp": 1, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1}, j["model"]
 assert j["steps"] == 2 and j["step_s"] > 0
 assert [r["rank"] for r in j["profile"]["ranks"]] == [0, 1]
 assert all(r["ops"]["matmul"] > 0 for r in j["profile"]["ranks"])

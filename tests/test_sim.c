@@ -17,7 +17,7 @@ static pipit_sim_config gpt(int layers, int hidden, int heads, int tp, int pp, i
     return (pipit_sim_config){.layers = layers, .hidden = hidden, .heads = heads, .seq = 2048, .vocab = 51200,
                               .micro_batch = 1, .global_batch = batch, .recompute = PIPIT_RECOMPUTE_FULL,
                               .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_1F1B, .dp_after_flush = 1,
-                              .blocking_p2p = 1};
+                              .blocking_p2p = 1, .scatter_gather_p2p = 1};
 }
 
 /* Runs cfg on hw; fills *sum; 0 on failure (message printed). */
@@ -198,8 +198,10 @@ PIPIT_TEST(sim_compute_only_step_is_flops_over_peak) {
 }
 
 /* Links only, tp = 2: per microbatch and layer two all-reduces forward and
- * two backward of T h 4 bytes (ring: 2 (t-1)/t bytes / bw), and one each
- * for the embedding output and the logits' input gradient. */
+ * two backward of T h 4 bytes (ring: 2 (t-1)/t bytes / bw), one each for
+ * the embedding output and the logits' input gradient, and the
+ * vocabulary-parallel cross-entropy's three of T x 4 bytes (row max, sum of
+ * exponentials, target logit): the collectives pipit's runtime runs. */
 PIPIT_TEST(sim_tp_allreduces_megatron_count) {
     double bw = 1e9;
     pipit_hw *hw = toy_hw(1e300, 1e300, bw);
@@ -207,12 +209,12 @@ PIPIT_TEST(sim_tp_allreduces_megatron_count) {
     pipit_sim_config c = tiny(2, 1, 1);
     pipit_sim_summary u;
     ASSERT_TRUE(sim(&c, hw, &u));
-    double T = 2 * 16, ar = 2.0 * 1 / 2 * T * 64 * 4 / bw;
-    double want = 4 /* microbatches */ * (4 /* layers */ * 4 + 2) * ar;
+    double T = 2 * 16, ar = 2.0 * 1 / 2 * T * 64 * 4 / bw, xent = 3 * (2.0 * 1 / 2 * T * 4 / bw);
+    double want = 4 /* microbatches */ * ((4 /* layers */ * 4 + 2) * ar + xent);
     ASSERT_NEAR_F64(u.step_s / want, 1.0, 1e-9);
     c.recompute = PIPIT_RECOMPUTE_FULL; /* the recomputed forward repeats its two */
     ASSERT_TRUE(sim(&c, hw, &u));
-    ASSERT_NEAR_F64(u.step_s / (4 * (4 * 6 + 2) * ar), 1.0, 1e-9);
+    ASSERT_NEAR_F64(u.step_s / (4 * ((4 * 6 + 2) * ar + xent)), 1.0, 1e-9);
     pipit_hw_free(hw);
 }
 

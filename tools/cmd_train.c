@@ -66,9 +66,9 @@ static void write_profile(const opts *o, const session *s, int M, int64_t steps,
     int virt = s->sched ? pipit_schedule_virtual(s->sched) : 1;
     fprintf(f,
             "{\"model\":{\"arch\":\"%s\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
-            "\"microbatches\":%d,\"pp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},\"steps\":%lld,"
-            "\"step_s\":%.9g,\"profile\":",
-            c->kind->name, c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
+            "\"microbatches\":%d,\"pp\":%d,\"tp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},"
+            "\"steps\":%lld,\"step_s\":%.9g,\"profile\":",
+            c->kind->name, c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->tp, o->dp, o->threads,
             sched, virt, (long long)steps, steps ? seconds / (double)steps : 0.0);
     pipit_status st = pipit_program_write_profile_json(f, s->p);
     fprintf(f, "}\n");

@@ -75,13 +75,18 @@ static void embedding(const pipit_hw *hw, const dims *x, double *f, double *w, d
     *params += x->V * x->h / x->t + x->s * x->h;
 }
 
+/* The vocabulary-parallel cross-entropy's three all-reduces of one number
+ * per token (the row max, the sum of exponentials, the target logit), in
+ * the forward: pipit_tp_xent_mean, as Megatron's. */
+static double xent_allreduces(const pipit_hw *hw, const dims *x) { return 3 * tp_allreduce(hw, x, x->T * x->e); }
+
 /* Final LayerNorm, logits against the (tied) embedding, cross-entropy on the
  * last stage; its input gradient is all-reduced over TP. */
 static void head(const pipit_hw *hw, const dims *x, int own_copy, double *f, double *b, double *w, double *params,
                  double *work) {
     double T = x->T, Vt = x->V / x->t;
     double logits = pipit__hw_gemm_time(hw, x->d, 1, T, Vt, x->h);
-    *f += pipit__hw_mem_time(hw, 2 * x->e * T * x->h + T * Vt * (x->e + 4)) + logits;
+    *f += pipit__hw_mem_time(hw, 2 * x->e * T * x->h + T * Vt * (x->e + 4)) + logits + xent_allreduces(hw, x);
     *b += pipit__hw_mem_time(hw, 4 * x->e * T * x->h + T * Vt * (x->e + 4)) + logits +
           tp_allreduce(hw, x, T * x->h * x->e);
     *w += logits;
@@ -167,18 +172,21 @@ static pipit_status model_alloc(pipit__sim_model *m, int S) {
     return PIPIT_STATUS_OK;
 }
 
-/* Stage-to-stage message: with TP, Megatron's scatter/gather optimisation
- * sends 1/t of the activation per GPU and all-gathers it inside the node.
- * The transfer occupies the sender (Megatron's blocking P2P; the local
- * transport's copy), the latency only the edge (sim.c books both). */
+/* Stage-to-stage message: with TP each of the t GPUs of a stage sends the
+ * whole activation to its counterpart in the next stage (pipit: the T
+ * ranks of a stage hold replicated activations between blocks), or, with
+ * scatter_gather_p2p, Megatron's scatter/gather: 1/t of it per GPU, then
+ * an all-gather inside the node. The latency is the edge's (sim.c books
+ * the transfer on the link or, blocking_p2p, on the sender). */
 static void p2p(const pipit_sim_config *c, const pipit_hw *hw, const dims *x, pipit__sim_model *m) {
     double full = x->T * x->h * x->e;
     m->p2p_inter = (int64_t)c->tp * c->dp * c->pp > hw->gpus_per_node;
     double bw = m->p2p_inter ? hw->inter_bw : hw->intra_bw, lat = m->p2p_inter ? hw->inter_lat : hw->intra_lat;
-    m->p2p_bytes = full / x->t;
+    int scatter = c->scatter_gather_p2p && c->tp > 1;
+    m->p2p_bytes = scatter ? full / x->t : full;
     m->comm = lat;
     m->p2p_xfer = m->p2p_bytes / bw;
-    if (c->tp > 1) m->p2p_xfer += (x->t - 1) / x->t * full / hw->intra_bw + (x->t - 1) * hw->intra_lat;
+    if (scatter) m->p2p_xfer += (x->t - 1) / x->t * full / hw->intra_bw + (x->t - 1) * hw->intra_lat;
 }
 
 pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *hw, int V, int head_with_first,
@@ -205,6 +213,10 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
     }
     m->tp_s_per_mb = Ls * (full ? 3 : 2) * lc.tp_fwd;
     m->tp_bytes_per_step = (double)c->layers / c->pp * (full ? 6 : 4) * x.T * x.h * x.e * (double)M;
+    /* every all-reduce of a microbatch over all stages: the layers', the
+     * embedding's, the head's input gradient and the cross-entropy's */
+    m->tp_s_model_per_mb = (double)c->layers * (full ? 3 : 2) * lc.tp_fwd + 2 * tp_allreduce(hw, &x, x.T * x.h * x.e) +
+                           xent_allreduces(hw, &x);
     p2p(c, hw, &x, m);
     return PIPIT_STATUS_OK;
 }

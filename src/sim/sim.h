@@ -58,6 +58,8 @@ typedef struct {
     int p2p_inter;               /* 1 if pipeline neighbours sit on different nodes */
     double tp_s_per_mb;          /* TP all-reduce seconds in F+B of one layer-stage (max stage) */
     double tp_bytes_per_step;    /* all-reduce bytes per GPU per step from TP */
+    double tp_s_model_per_mb;    /* every TP all-reduce of one microbatch, all stages (what one rank of a P = 1
+                                    run spends in them: calibration) */
     double peak;                 /* dense FLOP/s of the dtype */
 } pipit__sim_model;
 
