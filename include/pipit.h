@@ -451,7 +451,9 @@ typedef struct {
  * inputs (M*D*nfeed entries for M microbatches and D replicas; each input
  * exactly once per microbatch, extra names are ignored; in a multi-process
  * job only this process's replica's entries are read, the others may hold
- * NULL data). The loss is the mean over all M*D microbatches. update = 0 computes loss and grads only.
+ * NULL data). The array's length is not known here: pipit_step_feeds
+ * takes it and refuses a short one. The loss is the mean over all M*D
+ * microbatches. update = 0 computes loss and grads only.
  * INVALID for a missing or repeated feed, NULL data, an nbytes other than
  * the input's size, or an index outside what its embedding or loss
  * accepts (all checked before anything runs); RUNTIME with
@@ -459,6 +461,14 @@ typedef struct {
  * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
                                   int update, pipit_metrics *metrics);
+/* pipit_step told how many entries the feed array has: nfeeds_total must
+ * be exactly M x D x nfeed (INVALID before anything runs otherwise, naming
+ * both counts), so an array laid out for fewer microbatches or replicas
+ * (a D > 1 program given M microbatches' feeds) is refused instead of read
+ * past its end. Otherwise the same call as pipit_step, which stays for
+ * callers that know their array is long enough. */
+PIPIT_API pipit_status pipit_step_feeds(pipit_program *p, const pipit_feed *feeds, int64_t nfeeds_total, int nfeed,
+                                        int update, pipit_metrics *metrics);
 
 /* Profiling: on != 0 starts accumulating the time of every op and
  * instruction kind over the following steps, from zero (calling it again

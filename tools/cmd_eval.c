@@ -47,7 +47,7 @@ int cmd_eval(int argc, char **argv) {
         fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &b, feeds + 3 * k);
     }
     pipit_metrics met;
-    if (pipit_step(s.p, feeds, 3, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    if (pipit_step_feeds(s.p, feeds, (int64_t)K * 3, 3, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
     long long tokens = (long long)B * T * K;
     if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
     else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);

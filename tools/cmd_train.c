@@ -193,7 +193,7 @@ int cmd_train(int argc, char **argv) {
         for (int m = 0; m < G; m++)
             fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + 3 * m);
         pipit_metrics met;
-        pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
+        pipit_status st = pipit_step_feeds(s.p, feeds, (int64_t)G * 3, 3, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         int last = step == last_step - 1;
         cli_progress_step(&prog, &met, (double)B * T * G);

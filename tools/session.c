@@ -98,7 +98,7 @@ static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph 
     for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + 3 * m);
     for (int step = 0; step < 2; step++) {
         cli_check(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
-        if (pipit_step(p, feeds, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+        if (pipit_step_feeds(p, feeds, (int64_t)M * 3, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
     }
     mb_bufs_free(bufs, M, feeds);
     return p;

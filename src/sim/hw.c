@@ -204,7 +204,7 @@ static void parse_fields(parse_ctx *c, const cJSON *root, pipit_hw *hw) {
     else hw->gpus_per_node = (int)gpn; /* in range: the conversion is defined */
 }
 
-pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) {
+static pipit_status hw_parse_impl(const char *json, const char *what, pipit_hw **out) {
     if (!json || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_parse: NULL %s", json ? "out" : "text");
     *out = NULL;
     parse_ctx c = {what ? what : "(text)", PIPIT_STATUS_OK};
@@ -232,6 +232,11 @@ pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) 
     }
     *out = hw;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_parse_impl(json, what, out), gen0, __func__);
 }
 
 pipit_status pipit__sim_read_text(const char *path, const char *what, char **out) {
@@ -267,7 +272,7 @@ pipit_status pipit__sim_read_text(const char *path, const char *what, char **out
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
+static pipit_status hw_load_impl(const char *name_or_path, pipit_hw **out) {
     if (!name_or_path || !out)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_load: NULL %s", out ? "name" : "out");
     *out = NULL;
@@ -290,6 +295,11 @@ pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
     if (!st) st = pipit_hw_parse(text, name_or_path, out);
     pipit__free(text);
     return st;
+}
+
+pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_load_impl(name_or_path, out), gen0, __func__);
 }
 
 /* ---------------------------------------------------------------- write */
@@ -334,7 +344,7 @@ static cJSON *hw_json(const pipit_hw *hw) {
     return ok ? o : NULL;
 }
 
-pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
+static pipit_status hw_write_impl(FILE *f, const pipit_hw *hw) {
     if (!f || !hw) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_write: NULL %s", f ? "hardware" : "file");
     cJSON *o = hw_json(hw);
     char *text = o ? cJSON_Print(o) : NULL;
@@ -353,6 +363,11 @@ pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
     int bad_write = fprintf(f, "%s\n", text) < 0 || ferror(f);
     cJSON_free(text);
     return bad_write ? pipit__err(PIPIT_STATUS_IO, "pipit_hw_write: write failed") : PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_write_impl(f, hw), gen0, __func__);
 }
 
 /* ------------------------------------------------------------- formulas */
