@@ -141,6 +141,13 @@ PIPIT_TEST(api_misuse_status_and_process) {
     if (!pipit_have_cuda()) GIVES(pipit_cuda_device_count(), 0); /* the message says there is no backend */
     ASSERT_TRUE(pipit_process_rank() >= 0);
     ASSERT_TRUE(pipit_process_count() >= 1);
+    ASSERT_TRUE(pipit_build_id() != NULL && strstr(pipit_build_id(), pipit_version()) == pipit_build_id());
+    /* agreement: one process agrees with itself, but its own arguments are checked */
+    FAILS(pipit_agree(NULL, (const char *const[]){"a", "1", NULL}), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_agree("x", (const char *const[]){"a", NULL, NULL}), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("field 'a' has no value");
+    ASSERT_OK(pipit_agree("x", NULL));
+    ASSERT_OK(pipit_agree("x", (const char *const[]){"a", "1", "b", "", NULL}));
     (void)pipit_finalize; /* ends MPI: not called inside the test binary */
 }
 
@@ -680,6 +687,7 @@ PIPIT_TEST(api_misuse_io) {
     FAILS(pipit_data_open_spec("", PIPIT_DATA_AUTO, 4, PIPIT_DATA_RANDOM, 1, &d), PIPIT_STATUS_INVALID);
     ASSERT_TRUE(d == NULL);
     GIVES(pipit_data_files(NULL), 0);
+    GIVES(pipit_data_checksum(NULL), 0);
     GIVES(pipit_data_file(NULL, 0), NULL);
     pipit_data *val = NULL;
     FAILS(pipit_data_split(NULL, 1, &val), PIPIT_STATUS_MISUSE);
@@ -1066,6 +1074,7 @@ static const char *const CANNOT_FAIL[][2] = {
     {"pipit_init", "fails only when MPI itself cannot start (test_mpi_*.c)"},
     {"pipit_finalize", "void"},
     {"pipit_version", "static text"},
+    {"pipit_build_id", "static text (or PIPIT_BUILD_ID's)"},
     {"pipit_have_mpi", "a build fact"},
     {"pipit_have_cuda", "a build fact"},
     {"pipit_process_rank", "0 without MPI"},
