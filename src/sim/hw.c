@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim.h"
@@ -304,7 +305,20 @@ pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
 
 /* ---------------------------------------------------------------- write */
 
-static int add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }
+/* A number as the shortest of %.15g / %.17g that reads back to the same
+ * double: cJSON's own printing accepts 15 digits within a relative
+ * epsilon, so a written description would come back one ulp off. */
+static cJSON *exact_num(double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, sizeof buf, "%.17g", v);
+    return cJSON_CreateRaw(buf);
+}
+
+static int add_num(cJSON *o, const char *k, double v) {
+    cJSON *n = exact_num(v);
+    return n && cJSON_AddItemToObject(o, k, n) ? 1 : (cJSON_Delete(n), 0);
+}
 
 static cJSON *link_json(double bw, double lat) {
     cJSON *o = cJSON_CreateObject();
@@ -327,9 +341,15 @@ static cJSON *hw_json(const pipit_hw *hw) {
     peaks = NULL;
     ok = ok && cJSON_AddStringToObject(o, "train_dtype", DTYPES[hw->train_dtype]);
     for (int i = 0; ok && i < hw->ncurve; i++) {
-        double pt[2] = {hw->curve_dim[i], hw->curve_eff[i]};
-        cJSON *p = cJSON_CreateDoubleArray(pt, 2);
-        ok = p && cJSON_AddItemToArray(curve, p);
+        cJSON *p = cJSON_CreateArray();
+        ok = p && cJSON_AddItemToArray(curve, p); /* curve owns p, p owns what is added to it */
+        if (!ok) cJSON_Delete(p);
+        const double pt[2] = {hw->curve_dim[i], hw->curve_eff[i]};
+        for (int k = 0; ok && k < 2; k++) {
+            cJSON *x = exact_num(pt[k]);
+            ok = x && cJSON_AddItemToArray(p, x);
+            if (!ok) cJSON_Delete(x);
+        }
     }
     ok = ok && cJSON_AddItemToObject(o, "gemm_efficiency", curve);
     if (!ok) cJSON_Delete(curve);
