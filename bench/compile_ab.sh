@@ -18,7 +18,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_compile_ab.XXXXXX")
 cleanup() { git -C "$ROOT" worktree remove --force "$WORK/base" >/dev/null 2>&1 || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
-git -C "$ROOT" worktree add --detach "$WORK/base" "$BASE" >/dev/null
+git -C "$ROOT" worktree add --detach "$WORK/base" "$BASE" >/dev/null 2>&1
 cp "$ROOT/bench/bench_compile.c" "$WORK/base/bench/"
 for tree in "$WORK/base" "$ROOT"; do
     b=$tree/build-bench
