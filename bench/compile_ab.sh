@@ -5,7 +5,7 @@
 # of it), run interleaved (base, this, base, this, ...) for each layer
 # count, so that load which comes and goes on a shared machine falls on
 # both alike. Prints each run's seconds per phase and, per depth, the
-# ratio of the totals. docs/benchmarks.md §9.
+# ratio of the totals. docs/benchmarks.md §10.
 #
 # Usage: bench/compile_ab.sh [BASE=main] [LAYERS...=500 1000 2000 3000]
 set -euo pipefail

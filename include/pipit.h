@@ -132,6 +132,25 @@ PIPIT_API pipit_status pipit_agree(const char *what, const char *const *kv);
 PIPIT_API int pipit_process_rank(void);
 PIPIT_API int pipit_process_count(void);
 
+/* What the links between ranks measure (pipit_probe_links): a ping-pong
+ * through pipit's own transport, 8 bytes for the latency (half a round
+ * trip) and 4 MiB for the bandwidth (bytes over half a round trip). */
+typedef struct {
+    int processes;               /* MPI processes (1: ranks are threads of this process) */
+    int hosts;                   /* distinct hosts among them */
+    int per_host;                /* the most processes on one host (1 for threads) */
+    double intra_bw, intra_lat;  /* two ranks on one host (bytes/s, s); 0: not measured */
+    double inter_bw, inter_lat;  /* two ranks on different hosts; 0: not measured (one host) */
+} pipit_link_probe;
+
+/* Measures the links this job has: with one process, between two threads
+ * through the threads transport; under MPI (collective: every process calls
+ * it), between process 0 and the first process on its host, and process 0
+ * and the first process on another host, through the MPI transport; hosts
+ * are told apart by name and address. Every process gets the same result.
+ * Takes about a second. RUNTIME if a transport cannot be opened. */
+PIPIT_API pipit_status pipit_probe_links(pipit_link_probe *out);
+
 /* ----------------------------------------------------------------- types */
 
 typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;
@@ -175,11 +194,71 @@ PIPIT_API pipit_val pipit_input(pipit_graph *g, const char *name, pipit_dtype dt
 PIPIT_API pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt,
                                 int ndim, const int64_t *shape);
 
-/* Ops. Shapes follow numpy conventions; see docs/ops.md. */
+/* Ops. Shapes follow numpy conventions; see docs/ops.md. Float ops take f32
+ * or f64 (all float inputs of an op share one dtype). A bad shape, axis or
+ * dtype poisons the graph with a message naming the builder, the op and
+ * the input shapes, e.g. "pipit_sub: sub(f32 [2,3], f32 [4]): shapes do
+ * not broadcast ...". */
 PIPIT_API pipit_val pipit_embed(pipit_graph *g, pipit_val table /*[V,C]*/,
                                 pipit_val idx /*i32 [...]*/);     /* -> [...,C] */
+/* Rows of table [N, ...] (any rank >= 1) by i32 indices [...] in [0, N)
+ * -> [..., table's trailing axes]; pipit_step refuses an index outside. */
+PIPIT_API pipit_val pipit_gather(pipit_graph *g, pipit_val table, pipit_val idx);
+/* Elementwise a + b, a - b, a * b, a / b with NumPy broadcasting: shapes are
+ * aligned at their last axis and each pair of dimensions is equal or one of
+ * them is 1 (a missing leading axis counts as 1); the output has the larger
+ * rank. The gradient of a broadcast input sums over the axes it was
+ * broadcast along, in a fixed order (docs/ops.md). */
 PIPIT_API pipit_val pipit_add(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_sub(pipit_graph *g, pipit_val a, pipit_val b);
 PIPIT_API pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b);
+PIPIT_API pipit_val pipit_div(pipit_graph *g, pipit_val a, pipit_val b);
+/* x repeated to `shape` (rank ndim <= 4) by the same broadcasting rule. */
+PIPIT_API pipit_val pipit_broadcast_to(pipit_graph *g, pipit_val x, int ndim, const int64_t *shape);
+/* Elementwise functions, same shape: -x, e^x, ln x, sqrt x, 1/sqrt x, |x|,
+ * max(x, 0), x sigmoid(x) (SiLU / swish), 1/(1+e^-x), tanh x. */
+PIPIT_API pipit_val pipit_neg(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_exp(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_log(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_sqrt(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_rsqrt(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_abs(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_relu(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_silu(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_sigmoid(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_tanh(pipit_graph *g, pipit_val x);
+/* Sum, mean or max along one axis (negative: from the end); keepdim != 0
+ * keeps the axis as size 1, else it is dropped. The max's gradient goes to
+ * the first maximal element along the axis. */
+PIPIT_API pipit_val pipit_reduce_sum(pipit_graph *g, pipit_val x, int axis, int keepdim);
+PIPIT_API pipit_val pipit_reduce_mean(pipit_graph *g, pipit_val x, int axis, int keepdim);
+PIPIT_API pipit_val pipit_reduce_max(pipit_graph *g, pipit_val x, int axis, int keepdim);
+/* Softmax and log-softmax along the last axis (max-shifted: stable). */
+PIPIT_API pipit_val pipit_softmax(pipit_graph *g, pipit_val x);
+PIPIT_API pipit_val pipit_log_softmax(pipit_graph *g, pipit_val x);
+/* x[start : start + length] along axis (negative: from the end). A range
+ * that is contiguous in memory (every axis before `axis` has size 1) is a
+ * view of x's bytes, no copy. */
+PIPIT_API pipit_val pipit_slice(pipit_graph *g, pipit_val x, int axis, int64_t start, int64_t length);
+/* The n values xs[0..n) joined along axis: equal shapes but along it. */
+PIPIT_API pipit_val pipit_concat(pipit_graph *g, int n, const pipit_val *xs, int axis);
+/* x cut along axis into n pieces of sizes[0..n) (>= 1 each, adding up to
+ * the axis) into out[0..n). Returns the graph's status: OK, or the first
+ * error (then out[] holds invalid values); INVALID for a NULL out. */
+PIPIT_API pipit_status pipit_split(pipit_graph *g, pipit_val x, int axis, int n, const int64_t *sizes,
+                                   pipit_val *out);
+/* RMSNorm over the last axis as Hugging Face Llama's: w * (x / sqrt(mean(x^2)
+ * + eps)); x [...,C], w [C]; the mean of squares and the reciprocal root in
+ * double, rounded once to x's dtype. */
+PIPIT_API pipit_val pipit_rmsnorm(pipit_graph *g, pipit_val x, pipit_val w, double eps);
+/* Rotary position embedding, Hugging Face's rotate-half convention: x
+ * [B,T,heads*D] (or [B,T,heads,D]), D even; position of row t is t (+
+ * position_offset), angle(t, i) = t * theta^(-2i/D) for i < D/2;
+ * out = x cos + rotate_half(x) sin, rotate_half(x) = (-x2, x1) over each
+ * head's halves. f32 graphs form the angles as transformers does in f32. */
+PIPIT_API pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double theta);
+PIPIT_API pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta,
+                                  int64_t position_offset);
 PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
 /* a [...,M,K] @ b [K,N] (broadcast) or b [...,K,N] (batched, same batch).
  * trans_a / trans_b transpose the last two axes of a / b first. */
@@ -194,6 +273,18 @@ PIPIT_API pipit_val pipit_layernorm(pipit_graph *g, pipit_val x, pipit_val w,
 PIPIT_API pipit_val pipit_gelu(pipit_graph *g, pipit_val x); /* tanh approx. */
 /* Fused causal self-attention: qkv [B,T,3C] (q | k | v), heads H -> [B,T,C]. */
 PIPIT_API pipit_val pipit_attention(pipit_graph *g, pipit_val qkv, int heads);
+/* Attention with separate q [B,T,heads*D], k and v [B,S,kv_heads*D]:
+ * softmax(q k^T * scale) v per head -> [B,T,heads*D]. Grouped-query:
+ * kv_heads divides heads and q head h reads kv head h / (heads/kv_heads)
+ * (kv_heads 0: = heads). causal != 0 masks keys after the query (needs
+ * S == T). scale 0: 1/sqrt(D). Flash-style: the backward recomputes the
+ * probabilities, no [T,S] tensor is kept between forward and backward. */
+typedef struct {
+    int heads, kv_heads, causal;
+    double scale;
+} pipit_attention_opts;
+PIPIT_API pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v,
+                                        const pipit_attention_opts *o);
 /* Softmax cross-entropy, mean over all rows: logits [...,V], targets i32 [...]. */
 PIPIT_API pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
 PIPIT_API pipit_val pipit_sum(pipit_graph *g, pipit_val x);   /* -> scalar */

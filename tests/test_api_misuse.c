@@ -24,6 +24,7 @@
 #include "pipit_io.h"
 #include "pipit_partition.h"
 #include "pipit_sim.h"
+#include "pipit_text.h"
 #include "test.h"
 #include "util/common.h"
 
@@ -313,6 +314,134 @@ PIPIT_TEST(api_misuse_graph_builders) {
     pipit_program *p = (pipit_program *)(void *)junk;
     FAILS(pipit_compile(g, w, NULL, &p), PIPIT_STATUS_SHAPE);
     ASSERT_TRUE(p == NULL);
+    pipit_graph_free(g);
+}
+
+/* The general op set: invalid and foreign values, extreme attributes,
+ * NULL arrays and graphs, and every builder on a poisoned graph. */
+PIPIT_TEST(api_misuse_general_builders) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_attention_opts ao = {2, 1, 1, 0};
+    pipit_val out[3];
+    ON_FRESH_GRAPH(pipit_sub(g, w, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_div(g, none, w), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_div(g, w, x3), PIPIT_STATUS_SHAPE); /* [2,3] vs [1,2,6] */
+    ON_FRESH_GRAPH(pipit_neg(g, ids), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_exp(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_log(g, ((pipit_val){NULL, 0})), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_sqrt(g, ((pipit_val){g, INT32_MAX})), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_rsqrt(g, ids), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_abs(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_relu(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_silu(g, ids), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_sigmoid(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_tanh(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_softmax(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_log_softmax(g, ids), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_broadcast_to(g, w, 2, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_broadcast_to(g, w, INT_MAX, SH(2, 3)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_broadcast_to(g, w, 1, SH(INT64_MAX)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_broadcast_to(g, none, 2, SH(2, 3)), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_reduce_sum(g, w, INT_MAX, 0), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_reduce_mean(g, w, INT_MIN, 1), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_reduce_max(g, none, 0, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_reduce_sum(g, ids, 0, 0), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_slice(g, w, 1, INT64_MAX, INT64_MAX), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_slice(g, w, 0, -1, 1), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_slice(g, w, INT_MIN, 0, 1), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_slice(g, none, 0, 0, 1), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_slice(g, ids, 0, 0, 3), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_concat(g, 2, NULL, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_concat(g, 0, &w, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_concat(g, INT_MIN, &w, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_concat(g, 2, ((pipit_val[]){w, none}), 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_concat(g, 2, ((pipit_val[]){w, x3}), 0), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_concat(g, 1, &w, INT_MAX), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_gather(g, w, w), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_gather(g, none, ids), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_rmsnorm(g, w, none, 1e-5), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_rmsnorm(g, w, pipit_param(g, "rw", PIPIT_F32, 1, SH(3)), NAN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope(g, x3, 0, 1e4), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope(g, x3, INT_MIN, 1e4), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope(g, x3, 1, NAN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope(g, x3, 1, -INFINITY), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_ex(g, x3, 1, 1e4, INT64_MIN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_ex(g, none, 1, 1e4, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, none, x3, &ao), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, (&(pipit_attention_opts){INT_MAX, INT_MIN, 1, 0})),
+                   PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, (&(pipit_attention_opts){2, 2, 0, NAN})), PIPIT_STATUS_SHAPE);
+    {
+        pipit_graph *g = pipit_graph_new();
+        pipit_val x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6));
+        FAILS(pipit_split(g, x, 1, 2, NULL, out), PIPIT_STATUS_INVALID);
+        pipit_graph_free(g);
+        g = pipit_graph_new();
+        x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6));
+        FAILS(pipit_split(g, x, 1, 2, SH(3, 2), out), PIPIT_STATUS_SHAPE); /* 5 != 6 */
+        ASSERT_TRUE(out[0].id < 0 && out[1].id < 0);
+        pipit_graph_free(g);
+        g = pipit_graph_new();
+        x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6));
+        FAILS(pipit_split(g, x, 1, 2, SH(INT64_MAX, INT64_MAX), out), PIPIT_STATUS_SHAPE); /* no overflow */
+        pipit_graph_free(g);
+        g = pipit_graph_new();
+        x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6));
+        FAILS(pipit_split(g, x, 1, 1, SH(6), NULL), PIPIT_STATUS_INVALID);
+        FAILS(pipit_split(g, ((pipit_val){g, -1}), 1, 1, SH(6), out), PIPIT_STATUS_INVALID);
+        pipit_graph_free(g);
+    }
+    /* NULL and junk graphs */
+    pipit_graph *g2 = pipit_graph_new();
+    pipit_val a = pipit_param(g2, "a", PIPIT_F32, 3, SH(1, 2, 4));
+    INVALID_VAL(pipit_sub(NULL, a, a));
+    INVALID_VAL(pipit_silu(JUNK_GRAPH, a));
+    ASSERT_MSG_HAS("invalid graph handle");
+    INVALID_VAL(pipit_reduce_sum(NULL, a, 0, 0));
+    INVALID_VAL(pipit_slice(JUNK_GRAPH, a, 0, 0, 1));
+    INVALID_VAL(pipit_concat(NULL, 1, &a, 0));
+    INVALID_VAL(pipit_broadcast_to(NULL, a, 1, SH(3)));
+    INVALID_VAL(pipit_attention_qkv(NULL, a, a, a, &ao));
+    INVALID_VAL(pipit_rope(JUNK_GRAPH, a, 1, 1e4));
+    FAILS(pipit_split(NULL, a, 0, 1, SH(1), out), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_split(JUNK_GRAPH, a, 0, 1, SH(1), out), PIPIT_STATUS_MISUSE);
+    pipit_graph_free(g2);
+    /* every builder on a poisoned graph repeats the first error */
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 3, SH(1, 2, 4));
+    pipit_val ids = pipit_input(g, "ids", PIPIT_I32, 1, SH(2));
+    ASSERT_TRUE(pipit_sub(g, w, ids).id < 0); /* poisons: dtype */
+    char first[1024];
+    snprintf(first, sizeof first, "%s", pipit_graph_errmsg(g));
+    INVALID_VAL(pipit_sub(g, w, w));
+    ASSERT_MSG_HAS(first);
+    INVALID_VAL(pipit_div(g, w, w));
+    INVALID_VAL(pipit_neg(g, w));
+    INVALID_VAL(pipit_exp(g, w));
+    INVALID_VAL(pipit_log(g, w));
+    INVALID_VAL(pipit_sqrt(g, w));
+    INVALID_VAL(pipit_rsqrt(g, w));
+    INVALID_VAL(pipit_abs(g, w));
+    INVALID_VAL(pipit_relu(g, w));
+    INVALID_VAL(pipit_silu(g, w));
+    INVALID_VAL(pipit_sigmoid(g, w));
+    INVALID_VAL(pipit_tanh(g, w));
+    INVALID_VAL(pipit_softmax(g, w));
+    INVALID_VAL(pipit_log_softmax(g, w));
+    INVALID_VAL(pipit_broadcast_to(g, w, 3, SH(2, 2, 4)));
+    INVALID_VAL(pipit_reduce_sum(g, w, 0, 0));
+    INVALID_VAL(pipit_reduce_mean(g, w, 0, 0));
+    INVALID_VAL(pipit_reduce_max(g, w, 0, 0));
+    INVALID_VAL(pipit_slice(g, w, 0, 0, 1));
+    INVALID_VAL(pipit_concat(g, 1, &w, 0));
+    INVALID_VAL(pipit_gather(g, w, ids));
+    INVALID_VAL(pipit_rmsnorm(g, w, w, 1e-5));
+    INVALID_VAL(pipit_rope(g, w, 1, 1e4));
+    INVALID_VAL(pipit_rope_ex(g, w, 1, 1e4, 3));
+    INVALID_VAL(pipit_attention_qkv(g, w, w, w, &ao));
+    FAILS(pipit_split(g, w, 0, 1, SH(1), out), PIPIT_STATUS_SHAPE);
+    ASSERT_TRUE(strcmp(pipit_graph_errmsg(g), first) == 0);
     pipit_graph_free(g);
 }
 
@@ -1059,6 +1188,26 @@ PIPIT_TEST(api_misuse_sim) {
     GIVES(pipit_sim_report_rank_busy(NULL, 0), -1.0);
     FAILS(pipit_sim_report_write_json(NULL, NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_sim_report_print(NULL, NULL), PIPIT_STATUS_MISUSE);
+    /* links */
+    pipit_hw_links l;
+    FAILS(pipit_hw_get_links(NULL, &l), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_get_links(hw, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_hw_get_links(hw, &l));
+    FAILS(pipit_hw_set_links(NULL, &l), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_set_links(hw, NULL), PIPIT_STATUS_MISUSE);
+    pipit_hw_links bad = l;
+    bad.inter_bw = 0;
+    FAILS(pipit_hw_set_links(hw, &bad), PIPIT_STATUS_INVALID);
+    bad = l, bad.intra_lat = NAN;
+    FAILS(pipit_hw_set_links(hw, &bad), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_parse_links(NULL, &l), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse_links("inter=5GB", NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse_links("inter=-5GB", &l), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_parse_links("nonsense", &l), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_parse_links("intra=nan", &l), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_apply_probe(NULL, &(pipit_link_probe){0}), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_apply_probe(hw, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_probe_links(NULL), PIPIT_STATUS_MISUSE);
     ASSERT_OK(pipit_sim_run(&c, hw, &r));
     GIVES(pipit_sim_report_rank_busy(r, 1), -1.0);
     GIVES(pipit_sim_report_rank_peak_bytes(r, -1), -1.0);
@@ -1066,6 +1215,52 @@ PIPIT_TEST(api_misuse_sim) {
     pipit_sim_report_free(r);
     pipit_sim_report_free(NULL);
     pipit_hw_free(hw);
+}
+
+/* ------------------------------------------------------- pipit_text.h */
+
+PIPIT_TEST(api_misuse_text) {
+    pipit_tokenizer *t = NULL;
+    int32_t ids[8];
+    char out[8];
+    size_t n = 0;
+    const char *text = "ab ab";
+    size_t len = 5;
+    FAILS(pipit_tokenizer_load(NULL, &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_load(mpath("tok.json"), NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_load(mpath("absent.json"), &t), PIPIT_STATUS_IO);
+    FAILS(pipit_tokenizer_load_gpt2(NULL, "m", &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_load_gpt2(mpath("absent.json"), mpath("absent.txt"), &t), PIPIT_STATUS_IO);
+    FAILS(pipit_tokenizer_train(&text, &len, 1, 300, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_train(NULL, &len, 1, 300, &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_train(&text, &len, -1, 300, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_train(&text, &len, 1, INT32_MIN, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_train(&text, &len, 1, INT32_MAX, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_save(NULL, mpath("tok.json")), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_tokenizer_vocab_size(NULL), 0);
+    GIVES(pipit_tokenizer_token(NULL, 0, &n), NULL);
+    FAILS(pipit_tokenizer_encode(NULL, text, len, ids, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(NULL, ids, 1, out, 8, &n), PIPIT_STATUS_MISUSE);
+    pipit_tokenizer_free(NULL);
+    ASSERT_STATUS(pipit_tokenizer_train(&text, &len, 1, 257, &t), PIPIT_STATUS_OK);
+    FAILS(pipit_tokenizer_save(t, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_save(t, mpath("no/such/dir/tok.json")), PIPIT_STATUS_IO);
+    GIVES(pipit_tokenizer_token(t, -1, &n), NULL);
+    GIVES(pipit_tokenizer_token(t, INT32_MAX, &n), NULL);
+    GIVES(pipit_tokenizer_token(t, 0, NULL), NULL);
+    FAILS(pipit_tokenizer_encode(t, NULL, 3, ids, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_encode(t, text, len, NULL, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_encode(t, text, len, ids, 8, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_encode(t, text, len, ids, 1, &n), PIPIT_STATUS_INVALID);
+    ASSERT_EQ_I64(n, 3); /* the count needed */
+    FAILS(pipit_tokenizer_decode(t, NULL, 1, out, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(t, ids, 1, NULL, 8, &n), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(t, ids, 1, out, 8, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_tokenizer_decode(t, (int32_t[]){-1}, 1, out, 8, &n), PIPIT_STATUS_INVALID);
+    FAILS(pipit_tokenizer_decode(t, (int32_t[]){INT32_MAX}, 1, out, 8, &n), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_tokenizer_encode(t, text, len, ids, 8, &n), PIPIT_STATUS_OK);
+    FAILS(pipit_tokenizer_decode(t, ids, n, out, 2, &n), PIPIT_STATUS_INVALID);
+    pipit_tokenizer_free(t);
 }
 
 /* Public functions with no failing call to test, and why. */

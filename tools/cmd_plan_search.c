@@ -130,11 +130,13 @@ int cmd_plan_search(int argc, char **argv) {
     int verbose = 0, zero1 = 0;
     uint64_t global = 0;
     double mem_limit = 0;
+    cli_links links = {0};
     flag fl[] = {
         {"search", FL_BOOL, &on, "rank schedule x V x microbatch size (x tp x dp with --gpus) by simulated step time", 0},
         {"global-batch", FL_U64, &global, "sequences per step G = micro-batch x M x dp", 0},
         {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the hardware's memory capacity)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu (default) or a hardware JSON file", 0},
+        CLI_LINK_FLAGS(links),
         {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl", 0},
         {"layers", FL_INT, &layers, "transformer blocks L (default: the preset's)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: the preset's)", 0},
@@ -151,7 +153,8 @@ int cmd_plan_search(int argc, char **argv) {
         {"json", FL_BOOL, &json, "print one JSON object", 0},
     };
     flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
-                          "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]",
+                          "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]\n"
+                          "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]",
                   "Searches schedule x V x microbatch size (x tp x dp with --gpus) with the cost model of `pipit sim`,\n"
                   "ranks what fits by simulated step time and says why the rest were rejected; nothing runs.",
                   fl, NFLAGS(fl)};
@@ -168,6 +171,7 @@ int cmd_plan_search(int argc, char **argv) {
     if (gpus && flags_seen(&c, "dp")) die("--gpus searches dp: do not give --dp too");
     if (gpus && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    cli_apply_links(hw, &links);
     search s = {.verbose = verbose, .mem_limit = mem_limit};
     if (flags_seen(&c, "mem-limit") && !(mem_limit > 0))
         die("--mem-limit must be a positive number of bytes (got %g)", mem_limit);

@@ -3,8 +3,8 @@
  * forward-only program (pipit_options.forward_only, B = 1) that exposes
  * the logits (pipit_gpt2_build_logits + pipit_options.outputs).
  *
- * Each new token runs one forward over a window of T = --ctx tokens (the
- * checkpoint's positions by default): the sequence so far, left-aligned at
+ * Each new token runs one forward over a window of T = --ctx tokens (by
+ * default the context the checkpoint was trained with, else its positions): the sequence so far, left-aligned at
  * positions 0..n-1 and padded after with token 0 while it is shorter than
  * T, else its last T tokens. Attention is causal, so the padding never
  * reaches row n-1, whose logits give the next token: exactly the model's
@@ -13,8 +13,10 @@
  * --top-k largest logits (0: all), drawn with splitmix64 seeded by --seed,
  * so a seed reproduces the output. Models of at most 256 tokens are
  * byte-level: the prompt's bytes are its tokens and each new token is
- * printed as a byte as soon as it exists; larger vocabularies print token
- * ids (no tokenizer: --prompt-ids gives the prompt as ids).
+ * printed as a byte as soon as it exists. With --tokenizer the prompt is
+ * encoded and each new token printed as its bytes (only the tokenizer's
+ * ids are drawn); otherwise larger vocabularies print token ids
+ * (--prompt-ids gives the prompt as ids).
  */
 #include <errno.h>
 #include <math.h>
@@ -102,7 +104,7 @@ static int parse_ids(const char *s, int32_t **out) {
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *init = NULL, *prompt = NULL, *prompt_ids = NULL;
+    const char *init = NULL, *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL, *merges = NULL;
     int tokens = 64, top_k = 0, ctx = 0, heads = 0, threads = 1, tf32 = 0;
     const char *device = NULL;
     double temp = 1.0;
@@ -111,11 +113,14 @@ int cmd_sample(int argc, char **argv) {
         {"init", FL_STR, &init, "safetensors checkpoint (a GPT-2 pipit saved, or a Hugging Face one)", 0},
         {"prompt", FL_STR, &prompt, "prompt text: its bytes are the first tokens (byte-level models)", 0},
         {"prompt-ids", FL_STR, &prompt_ids, "prompt as comma-separated token ids (any vocabulary)", 0},
+        {"tokenizer", FL_STR, &tok_path, "encode --prompt and print text with this tokenizer.json, vocab.json "
+                                         "(with --merges) or folder of either (`pipit tokenize` writes one)", 0},
+        {"merges", FL_STR, &merges, "GPT-2's merges.txt beside --tokenizer vocab.json", 0},
         {"tokens", FL_INT, &tokens, "tokens to generate N (default 64)", 0},
         {"temperature", FL_DBL, &temp, "softmax temperature >= 0 (default 1; 0: argmax)", 0},
         {"top-k", FL_INT, &top_k, "sample among the K most likely tokens (default 0: all)", 0},
         {"seed", FL_U64, &seed, "random seed (default 0): the same seed gives the same text", 0},
-        {"ctx", FL_INT, &ctx, "window T (default: the checkpoint's positions)", 0},
+        {"ctx", FL_INT, &ctx, "window T (default: the checkpoint's training ctx, else its positions)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: from the checkpoint's metadata)", 0},
         {"threads", FL_INT, &threads, "compute threads (default 1; cpu only)", 0},
         {"device", FL_STR, &device, "cpu (default) or cuda", 0},
@@ -123,7 +128,8 @@ int cmd_sample(int argc, char **argv) {
     };
     flag_cmd c = {"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--seed S]",
                   "Generates N tokens after the prompt with a forward-only program and prints them as they are "
-                  "produced: bytes for models of at most 256 tokens, else token ids. Each token runs one forward "
+                  "produced: text with --tokenizer, bytes for models of at most 256 tokens, else token ids. Each "
+                  "token runs one forward "
                   "over the sequence so far (its last T tokens), left-aligned at positions 0..n-1 with padding "
                   "after it, which causal attention never sees.",
                   fl, NFLAGS(fl)};
@@ -135,6 +141,8 @@ int cmd_sample(int argc, char **argv) {
     if (!isfinite(temp) || temp < 0) die("--temperature must be a finite number >= 0 (got %g)", temp);
     if (threads < 1 || threads > PIPIT_MAX_THREADS) die("--threads must be in 1..%d (got %d)", PIPIT_MAX_THREADS, threads);
     cli_check_device(device, tf32);
+    if (merges && !tok_path) die("--merges goes with --tokenizer vocab.json");
+    pipit_tokenizer *tk = tok_path ? cli_tokenizer_open(tok_path, merges) : NULL;
 
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(init, &ck)) die("--init: %s", pipit_errmsg());
@@ -150,31 +158,49 @@ int cmd_sample(int argc, char **argv) {
     if (top_k < 0 || top_k > V) die("--top-k must be in 0..%d (the vocabulary; 0: all), got %d", V, top_k);
     if (flags_seen(&c, "ctx") && (ctx < 1 || ctx > cfg.max_ctx))
         die("--ctx must be in 1..%d (the checkpoint's positions), got %d", cfg.max_ctx, ctx);
-    cfg.ctx = ctx ? ctx : cfg.max_ctx;
+    cfg.ctx = ctx ? ctx : (int)meta_i64(ck, "init", "ctx", 1, cfg.max_ctx, cfg.max_ctx);
     cfg.batch = 1;
     cfg.stages = 1;
     cfg.dtype = PIPIT_F32;
-    int T = cfg.ctx, byte_level = V <= 256;
+    int T = cfg.ctx, byte_level = V <= 256 && !tk;
+    int drawn = V; /* ids that may be drawn: with a tokenizer, only its own (a model's vocabulary may be padded) */
+    if (tk) {
+        drawn = pipit_tokenizer_vocab_size(tk);
+        if (drawn > V) die("--tokenizer has %d tokens but the model in '%s' only %d", drawn, init, V);
+        if (top_k > drawn) die("--top-k must be in 0..%d (the tokenizer's vocabulary; 0: all), got %d", drawn, top_k);
+    }
 
     /* the prompt: checked before (or freed before) the process ends on a
      * bad one, so nothing allocated is left behind at exit */
     int32_t *seq = NULL;
-    int n = prompt_ids ? parse_ids(prompt_ids, &seq) : (int)strlen(prompt);
+    int n = 0;
+    if (prompt_ids) {
+        n = parse_ids(prompt_ids, &seq);
+    } else if (tk) {
+        size_t k = 0;
+        if (strlen(prompt) > INT32_MAX / 4) die("--prompt is too long");
+        seq = cli_encode(tk, "--prompt", prompt, strlen(prompt), &k);
+        n = (int)k;
+    } else {
+        n = (int)strlen(prompt);
+        seq = malloc(sizeof *seq * (size_t)(n > 0 ? n : 1));
+        if (!seq) die("out of memory");
+        for (int i = 0; i < n; i++) seq[i] = (unsigned char)prompt[i];
+    }
     char why[160] = "";
     if (n == 0) snprintf(why, sizeof why, "sample: the prompt is empty (give at least one token)");
     else if ((int64_t)n + tokens > INT32_MAX / 2) snprintf(why, sizeof why, "--tokens %d is too many", tokens);
-    for (int i = 0; i < n && !why[0]; i++) {
-        int32_t t = prompt_ids ? seq[i] : (unsigned char)prompt[i];
-        if (t >= V)
+    for (int i = 0; i < n && !why[0]; i++)
+        if (seq[i] >= V)
             snprintf(why, sizeof why, "sample: prompt token %d (%s %d) is outside the model's vocabulary of %d tokens",
-                     i, prompt_ids ? "id" : "byte", t, V);
-    }
+                     i, prompt_ids ? "id" : tk ? "token" : "byte", seq[i], V);
     if (why[0]) {
         free(seq);
         pipit_checkpoint_free(ck);
+        pipit_tokenizer_free(tk);
         die("%s", why);
     }
-    if (prompt && !byte_level && pipit_process_rank() == 0)
+    if (prompt && !byte_level && !tk && pipit_process_rank() == 0)
         fprintf(stderr, "pipit: note: the model has %d tokens (not byte-level): prompt bytes are used as token ids\n", V);
     int32_t *all = realloc(seq, sizeof *all * (size_t)(n + tokens + 1));
     if (!all) die("out of memory");
@@ -207,13 +233,17 @@ int cmd_sample(int argc, char **argv) {
         if (pipit_step_feeds(p, feeds, 3, 3, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
         if (pipit_program_get_output(p, logits, 0, lg, sizeof *lg * (size_t)T * (size_t)V))
             die("sample: %s", pipit_errmsg());
-        int next = pick(lg + (size_t)(w - 1) * (size_t)V, V, temp, top_k, &rng, idx, prob);
+        int next = pick(lg + (size_t)(w - 1) * (size_t)V, drawn, temp, top_k, &rng, idx, prob);
         seq[n++] = next;
-        if (byte_level) putchar(next);
+        size_t len = 0;
+        const char *bytes = tk ? pipit_tokenizer_token(tk, next, &len) : NULL;
+        if (tk && !bytes) die("sample: %s", pipit_errmsg());
+        if (tk) fwrite(bytes, 1, len, stdout);
+        else if (byte_level) putchar(next);
         else printf("%s%d", k ? " " : "", next);
         fflush(stdout);
     }
-    if (!byte_level && tokens) putchar('\n');
+    if (!byte_level && !tk && tokens) putchar('\n');
     fflush(stdout);
     free(tok);
     free(tgt);
@@ -225,5 +255,6 @@ int cmd_sample(int argc, char **argv) {
     pipit_program_free(p);
     pipit_graph_free(g);
     pipit_checkpoint_free(ck);
+    pipit_tokenizer_free(tk);
     return 0;
 }

@@ -52,9 +52,16 @@ pipit_recompute pipit_cli_recompute(const char *s) {
     die("bad value '%s' for --recompute: expected none or full", s);
 }
 
+/* The CPU description fitted to the profile, with the links this job has
+ * measured (under mpirun every process calls this; process 0 writes). */
 static int calibrate(const char *profile, const char *out) {
     pipit_hw *hw = NULL;
     if (pipit_hw_calibrate(profile, &hw)) die("--calibrate: %s", pipit_errmsg());
+    cli_measure_links(hw);
+    if (pipit_process_rank() != 0) {
+        pipit_hw_free(hw);
+        return 0;
+    }
     /* --out: written beside and renamed into place, so a failed write leaves no half file */
     char tmp[4096];
     if (out && snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid()) >= (int)sizeof tmp)
@@ -95,7 +102,9 @@ static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const c
     if (!len || list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,"))
         die("bad value '%s' for --weak-scaling: expected data-parallel sizes like 2,4,8,16 (an item is empty)", list);
     double base = 0;
-    if (!json) printf("%6s %4s %8s %10s %14s %10s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency");
+    if (!json)
+        printf("%6s %4s %8s %10s %14s %10s %11s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency",
+               "DP hidden");
     for (const char *p = list; *p;) {
         char *end;
         long d = strtol(p, &end, 10);
@@ -107,11 +116,12 @@ static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const c
         if (base == 0) base = u.tflops_per_gpu;
         if (json)
             printf("{\"gpus\":%d,\"dp\":%ld,\"global_batch\":%lld,\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,"
-                   "\"efficiency\":%.6g}\n", u.gpus, d, (long long)c.global_batch, u.step_s, u.tflops_per_gpu,
-                   u.tflops_per_gpu / base);
+                   "\"efficiency\":%.6g,\"dp_total_s\":%.9g,\"dp_exposed_s\":%.9g,\"dp_hidden\":%.6g}\n",
+                   u.gpus, d, (long long)c.global_batch, u.step_s, u.tflops_per_gpu, u.tflops_per_gpu / base,
+                   u.dp_total_s, u.dp_s, u.dp_hidden);
         else
-            printf("%6d %4ld %8lld %10.4f %14.1f %10.3f\n", u.gpus, d, (long long)c.global_batch, u.step_s,
-                   u.tflops_per_gpu, u.tflops_per_gpu / base);
+            printf("%6d %4ld %8lld %10.4f %14.1f %10.3f %10.1f%%\n", u.gpus, d, (long long)c.global_batch, u.step_s,
+                   u.tflops_per_gpu, u.tflops_per_gpu / base, 100 * u.dp_hidden);
         p = *end ? end + 1 : end;
     }
 }
@@ -147,6 +157,7 @@ int cmd_sim(int argc, char **argv) {
     const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL;
     int json = 0, gpipe = 0;
     const char *scaling = NULL;
+    cli_links links = {0};
     uint64_t global = 0;
     flag fl[] = {
         {"layers", FL_INT, &c.layers, "transformer layers L", 0},
@@ -167,16 +178,19 @@ int cmd_sim(int argc, char **argv) {
         {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
         {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu or a hardware JSON file (docs/sim.md)", 0},
+        CLI_LINK_FLAGS(links),
         {"json", FL_BOOL, &json, "print one JSON object", 0},
         {"weak-scaling", FL_STR, &scaling, "D1,D2,...: the same pipeline on dp = D1, D2, ... (microbatches per replica fixed): "
                                            "TFLOP/s per GPU and efficiency over the first", 0},
         {"vs-gpipe", FL_BOOL, &gpipe, "also print GPipe at equal memory (flushes of fewer microbatches) and the gain over it", 0},
-        {"calibrate", FL_STR, &cal, "fit the CPU description to a `pipit train --profile-out` file; print it", 0},
+        {"calibrate", FL_STR, &cal, "fit the CPU description to a `pipit train --profile-out` file and measure the "
+                                    "links (under mpirun: between its processes); print it", 0},
         {"out", FL_STR, &out, "with --calibrate: write the description to FILE", 0},
     };
     flag_cmd cmd = {"sim",
                     "--layers L --hidden H --heads A --seq S --vocab V --micro-batch b --global-batch B\n"
                     "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|full] --hw NAME|FILE [--json]\n"
+                    "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]\n"
                     "   or: pipit sim --calibrate PROFILE [--out FILE]",
                     "Predicts one training step (time, TFLOP/s per GPU, MFU, bubble, memory per rank, link traffic)\n"
                     "from a cost model and the schedule simulator; nothing runs. docs/sim.md has the formulas.",
@@ -195,6 +209,7 @@ int cmd_sim(int argc, char **argv) {
     c.schedule = pipit_cli_schedule_kind("schedule", schedule);
     c.recompute = pipit_cli_recompute(recompute);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    cli_apply_links(hw, &links);
     if (scaling) {
         weak_scaling(&c, hw, scaling, json);
         pipit_hw_free(hw);

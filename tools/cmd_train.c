@@ -19,6 +19,7 @@
 static void print_step(const opts *o, int64_t step, const pipit_metrics *m, double tokens, double flops,
                        const cli_progress *pr) {
     double tps = tokens / (m->ms / 1e3);
+    cli_bar_clear();
     if (o->json)
         printf("{\"step\":%lld,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
                "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f,\"lr\":%.9g}\n",
@@ -137,11 +138,9 @@ int cmd_train(int argc, char **argv) {
     int64_t first_step = 0, last_step, data_pos; /* a resumed run continues the data stream where it stopped */
     if (o->resume) {
         cli_check(pipit_checkpoint_load_train(s.p, s.ckpt, &first_step), "--resume");
-        const char *dp = pipit_checkpoint_meta(s.ckpt, "data_pos");
-        char *end = NULL;
-        data_pos = dp ? strtoll(dp, &end, 10) : -1;
-        if (!dp || *end || data_pos < 0) die("--resume: checkpoint '%s' lacks its data position", o->resume);
+        data_pos = meta_i64(s.ckpt, "resume", "data_pos", 0, INT64_MAX, INT64_MIN);
         last_step = o->steps; /* the total */
+        if (speaker) say_resumed(o, first_step);
         if (last_step - first_step > (INT64_MAX - data_pos) / ((int64_t)G * B))
             die("--resume: data position %lld is too large to continue", (long long)data_pos);
     } else {
@@ -175,12 +174,14 @@ int cmd_train(int argc, char **argv) {
     prog.first = first_step;
     prog.last = last_step;
     prog.t_start = cli_now();
+    cli_bar_enable(speaker && !o->json);
     double profiled_s = 0; /* wall time of the profiled steps (all but the first) */
     int64_t profiled_steps = 0;
     for (int64_t step = first_step;; step++) {
         run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
         if (g_signal) { /* between steps: the checkpoint holds whole steps */
             int sig = g_signal;
+            cli_bar_clear();
             if (!o->save && speaker) fprintf(stderr, "pipit: no --save given: saving to %s\n", int_path);
             save_train(o, s.p, &s.cfg, int_path, at);
             fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
@@ -200,6 +201,7 @@ int cmd_train(int argc, char **argv) {
         if (speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, (double)B * T * G, flops, &prog);
         if (val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == last_step))
             cli_progress_val(&prog, step, run_validation(&s, o, val_batches, G, bufs, feeds, step, speaker));
+        if (speaker && !last) cli_bar_draw(&prog, step, met.loss);
         if (step > first_step || last_step - first_step == 1) profiled_s += met.ms / 1e3, profiled_steps++;
         if (profiling && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             cli_check(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */

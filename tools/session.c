@@ -229,7 +229,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
         cli_note_unverified(s->ckpt, "resume");
         config_from_checkpoint(s->ckpt, o, c);
     } else if (o->init) {
-        cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
+        if (!s->ckpt) cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init"); /* eval opens it first */
         cli_note_unverified(s->ckpt, "init");
         config_from_checkpoint(s->ckpt, o, c);
         if (!flags_seen(c, "ctx") && o->max_ctx && o->ctx > o->max_ctx) o->ctx = o->max_ctx; /* the preset's ctx */
@@ -278,9 +278,10 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     cli_check(pipit_gpt2_check(&s->cfg), cmd);
     check_auto_stages_flags(o, c);
     admit_run(s, o, M, mflag);
-    cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order),
-                                      o->seed, &s->data),
-                 "--data");
+    if (!s->data) /* eval opens it first */
+        cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order), o->seed,
+                                       &s->data),
+                  "--data");
     if (pipit_data_max_token(s->data) >= o->vocab)
         die("--data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->data,
             pipit_data_max_token(s->data), o->vocab);

@@ -41,6 +41,7 @@ typedef struct {
     double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
+    int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */
 } opts;
 
 enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };
@@ -104,8 +105,12 @@ void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *
 void say_saved(const opts *o, const char *path, int64_t step);
 void remove_stale_temps(const char *path);
 void check_writable(const char *flagname, const char *path);
-/* --resume FILE: opens it into *ck and takes the run's config from it. */
-void apply_resume(opts *o, const flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out);
+/* --resume FILE: opens it into *ck and takes the run's config from it
+ * (the values it sets count as given flags). */
+void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out);
+/* The resume line: where the run continues, and how a new --dp keeps the
+ * checkpoint's global batch. */
+void say_resumed(const opts *o, int64_t step);
 
 /* validation.c */
 void check_distinct(const pipit_data *d, const char *what, const char *spec, int64_t want, const char *ask,

@@ -269,7 +269,7 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     a->model = prescan(argc, argv, "model");
     if (!a->model && a->config) a->model = cli_config_string(a->config, "model");
     apply_preset(o, a->model ? a->model : "tiny");
-    if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", NULL});
+    if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", "params", NULL});
     if (plan) o->steps = 0;
     flags_parse(c, argc, argv);
     int sized = flags_seen(c, "layers") || flags_seen(c, "heads") || flags_seen(c, "dim");
@@ -294,17 +294,69 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     check_numbers(o, c);
 }
 
-/* --print-config: the resolved settings and the parameter count as JSON. */
+/* --print-config: the resolved settings as one JSON object whose keys are
+ * the flags' names, so that `--config` takes it back as it is ("params",
+ * the parameter count, is information: --config skips it). */
+static void json_key(const char *k, int *first) {
+    printf("%s\"%s\":", *first ? "{" : ",", k);
+    *first = 0;
+}
+static void json_str(const char *k, const char *v, int *first) {
+    if (!v) return;
+    json_key(k, first);
+    putchar('"');
+    for (; *v; v++) {
+        if (*v == '"' || *v == '\\') putchar('\\');
+        if ((unsigned char)*v < 0x20) printf("\\u%04x", *v);
+        else putchar(*v);
+    }
+    putchar('"');
+}
+static void json_num(const char *k, double v, int *first) {
+    json_key(k, first);
+    char buf[32];
+    if (fabs(v) < 9007199254740992.0 && v == (double)(int64_t)v) /* integers as integers */
+        snprintf(buf, sizeof buf, "%lld", (long long)v);
+    else
+        for (int digits = 6; digits <= 17; digits++) { /* the shortest text that reads back as v */
+            snprintf(buf, sizeof buf, "%.*g", digits, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+    fputs(buf, stdout);
+}
+
 void print_train_config(const train_args *a) {
     const opts *o = &a->o;
     pipit_gpt2_config mc = model_config(o, 1);
     pipit_lr_schedule ls = make_lr_schedule(o);
     static const char *const kinds[] = {"constant", "cosine", "linear"};
-    printf("{\"model\":\"%s\",\"vocab\":%d,\"ctx\":%d,\"max_ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,"
-           "\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"lr\":%.9g,\"lr_schedule\":\"%s\","
-           "\"warmup\":%lld,\"decay_steps\":%lld,\"min_lr\":%.9g,\"optimizer\":\"%s\",\"pp\":%d,\"dp\":%d,"
-           "\"log_every\":%d,\"params\":%lld}\n",
-           a->model ? a->model : "tiny", mc.vocab, mc.ctx, mc.max_ctx, mc.layers, mc.heads, mc.dim, mc.batch,
-           o->microbatches, o->steps, o->lr, kinds[ls.kind], (long long)ls.warmup, (long long)ls.decay_steps,
-           ls.min_lr, o->optimizer, o->pp, o->dp, o->log_every, (long long)pipit_gpt2_num_params(&mc));
+    int f = 1;
+    json_str("model", a->model ? a->model : "tiny", &f);
+    json_str("data", o->data, &f);
+    const struct {
+        const char *k;
+        double v;
+    } nums[] = {{"vocab", mc.vocab}, {"ctx", mc.ctx}, {"max-ctx", mc.max_ctx}, {"layers", mc.layers},
+                {"heads", mc.heads}, {"dim", mc.dim}, {"micro-batch", mc.batch}, {"microbatches", o->microbatches},
+                {"steps", o->steps}, {"lr", o->lr}, {"warmup", (double)ls.warmup}};
+    for (int i = 0; i < NFLAGS(nums); i++) json_num(nums[i].k, nums[i].v, &f);
+    json_str("lr-schedule", kinds[ls.kind], &f);
+    if (ls.kind != PIPIT_LR_CONSTANT) { /* the resolved decay: a constant schedule takes neither */
+        json_num("decay-steps", (double)ls.decay_steps, &f);
+        json_num("min-lr", ls.min_lr, &f);
+    }
+    json_str("optimizer", o->optimizer, &f);
+    const struct {
+        const char *k;
+        double v;
+    } opt[] = {{"weight-decay", o->wd}, {"beta1", o->beta1}, {"beta2", o->beta2}, {"eps", o->eps},
+               {"clip", o->clip}, {"pp", o->pp}, {"dp", o->dp}, {"log-every", o->log_every}};
+    for (int i = 0; i < NFLAGS(opt); i++) json_num(opt[i].k, opt[i].v, &f);
+    json_key("seed", &f);
+    printf("%llu", (unsigned long long)o->seed);
+    json_str("data-order", o->data_order, &f);
+    json_str("schedule", o->schedule, &f);
+    if (o->virt) json_num("virtual", o->virt, &f);
+    json_num("params", (double)pipit_gpt2_num_params(&mc), &f);
+    printf("}\n");
 }

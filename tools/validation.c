@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "progress.h"
 #include "train_cli.h"
 
 /* Dies unless `want` sequences (sequential order, from 0) are distinct
@@ -107,6 +108,7 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
     }
     long long tokens = (long long)K * G * B * o->ctx;
     if (!speaker) return sum / K;
+    cli_bar_clear();
     if (o->json) printf("{\"step\":%lld,\"val_loss\":%.9g,\"val_tokens\":%lld}\n", (long long)step, sum / K, tokens);
     else printf("step %4lld  val loss %.6f over %lld tokens\n", (long long)step, sum / K, tokens);
     fflush(stdout);

@@ -160,7 +160,8 @@ static pipit_status backprop_node(ad_state *a, int32_t j, int32_t dj) {
     const pipit__node *nj = &g->nodes[j];
     const pipit__op_info *info = &pipit__ops[nj->op];
     if (!info->vjp) return pipit__err(PIPIT_STATUS_INTERNAL, "autodiff: op %s has no gradient rule", info->name);
-    int32_t din[PIPIT_MAX_IN] = {-1, -1, -1}, in[PIPIT_MAX_IN];
+    int32_t din[PIPIT_MAX_IN], in[PIPIT_MAX_IN];
+    for (int k = 0; k < PIPIT_MAX_IN; k++) din[k] = -1;
     int nin = nj->nin;
     memcpy(in, nj->in, sizeof in);
     g->cur_origin = j;

@@ -47,7 +47,7 @@ int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
         e->bufs = b;
         e->capbufs = cap;
     }
-    e->bufs[e->nbufs] = (pipit__mp_buf){size, at, at, 0};
+    e->bufs[e->nbufs] = (pipit__mp_buf){.size = size, .first = at, .last = at, .hold = -1};
     return e->nbufs++;
 }
 
@@ -69,22 +69,25 @@ static int mb_invariant(const pipit__plan *p, int32_t root) {
     return (p->g->nodes[root].flags & NODE_POST) != 0;
 }
 
-/* Location of value `id` of microbatch mb, read by the instruction `at`. */
+/* Location of value `id` of microbatch mb, read by the instruction `at`:
+ * its alias root's, with `off` the bytes a view starts into the root
+ * (patching adds the root's own offset to it). */
 static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
     const pipit_graph *g = e->p->g;
     int32_t root = pipit__alias_root(g, id);
+    size_t off = pipit__alias_offset(g, id);
     const pipit__node *n = &g->nodes[root];
-    if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, param_index(e->p, root), 0};
-    if (n->flags & NODE_GRADOF) return (pipit__loc){LOC_GRAD, param_index(e->p, (int32_t)n->iattr[0]), 0};
+    if (n->op == PIPIT_OP_PARAM) return (pipit__loc){LOC_PARAM, param_index(e->p, root), off};
+    if (n->flags & NODE_GRADOF) return (pipit__loc){LOC_GRAD, param_index(e->p, (int32_t)n->iattr[0]), off};
     if (n->op == PIPIT_OP_INPUT && !(n->flags & NODE_POST)) {
         if (root == e->p->gr.seed) return (pipit__loc){LOC_SEED, root, 0};
-        return (pipit__loc){LOC_FEED, input_slot(e->p, root), 0};
+        return (pipit__loc){LOC_FEED, input_slot(e->p, root), off};
     }
     if (mb_invariant(e->p, root)) mb = 0;
     int32_t b = e->buf_of[(size_t)root * (size_t)e->p->M + (size_t)mb];
     PIPIT_ASSERT(b >= 0); /* lowering emits producers before consumers */
     if (e->bufs[b].last < at) e->bufs[b].last = at;
-    return (pipit__loc){LOC_ARENA, b, 0};
+    return (pipit__loc){LOC_ARENA, b, off};
 }
 
 int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node) {
@@ -221,7 +224,7 @@ int pipit__emit_has(const pipit__emitter *e, int32_t node, int mb) {
 }
 
 static void patch(pipit__loc *l, const pipit__mp_buf *bufs) {
-    if (l->kind == LOC_ARENA) l->off = bufs[l->idx].offset;
+    if (l->kind == LOC_ARENA) l->off += bufs[l->idx].offset; /* after a view's own offset */
 }
 
 /* Extends arena buffer b's life to instruction `at` (post-loop readers). */

@@ -140,9 +140,9 @@ static void gap_release(gaps *t, size_t off, size_t len) {
     gap_insert(t, start, end - start);
 }
 
-/* ------------------------------------- live buffers: a heap by last use */
+/* ------------------------ live buffers: a heap by last use (or send fence) */
 
-static int earlier(const pipit__mp_buf *a, const pipit__mp_buf *b) { return a->last < b->last; }
+static int earlier(const pipit__mp_buf *a, const pipit__mp_buf *b) { return pipit__mp_end(a) < pipit__mp_end(b); }
 
 static void heap_push(pipit__mp_buf **h, int32_t *n, pipit__mp_buf *b) {
     int32_t i = (*n)++;
@@ -188,7 +188,7 @@ size_t pipit__memplan(pipit__mp_buf *bufs, int32_t n) {
     peak = 0;
     for (int32_t k = 0; k < n; k++) {
         pipit__mp_buf *b = &bufs[order[k][0]];
-        while (nlive && live[0]->last < b->first) { /* dead before b is written */
+        while (nlive && pipit__mp_end(live[0]) < b->first) { /* dead before b is written */
             const pipit__mp_buf *d = heap_pop(live, &nlive);
             gap_release(&t, d->offset, align64(d->size));
         }

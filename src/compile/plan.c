@@ -69,22 +69,26 @@ int pipit__plan_find_param(const pipit__plan *p, const char *name) {
     return -1;
 }
 
-/* The smallest bound any consumer imposes on an i32 input's values; the
- * input may reach it through reshapes and yields (aliases of its bytes). */
-static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
-    int64_t lim = 0;
-    for (int32_t j = 0; j < fwd_end; j++) {
+/* The smallest bound any consumer imposes on each i32 input's values (rows
+ * of an embedding or gather table, classes of a cross-entropy). Index
+ * values reach their consumers through aliases (reshape, view, yield) and
+ * copies (slice, concat), so bounds flow back through those to the inputs
+ * (a view's or slice's consumer bounds every value of the input). lim[]
+ * has one entry per node; 0 = unbounded. */
+static void index_limits(const pipit_graph *g, int32_t fwd_end, int64_t *lim) {
+    for (int32_t j = fwd_end - 1; j >= 0; j--) {
         const pipit__node *n = &g->nodes[j];
         int64_t b = 0;
-        int reads = n->nin > 1 && pipit__alias_root(g, n->in[1]) == id;
-        if (n->op == PIPIT_OP_EMBED && reads) b = g->nodes[n->in[0]].shape[0];
-        if (n->op == PIPIT_OP_XENT_ROWS && reads) {
-            const pipit__node *x = &g->nodes[n->in[0]];
-            b = x->shape[x->ndim - 1];
+        int32_t to = -1;
+        if (n->op == PIPIT_OP_EMBED || n->op == PIPIT_OP_GATHER) to = n->in[1], b = g->nodes[n->in[0]].shape[0];
+        if (n->op == PIPIT_OP_XENT_ROWS) to = n->in[1], b = pipit__node_last_dim(&g->nodes[n->in[0]]);
+        if (n->dtype == PIPIT_I32 && lim[j] &&
+            (pipit__ops[n->op].alias || n->op == PIPIT_OP_SLICE || n->op == PIPIT_OP_CONCAT)) {
+            for (int k = 0; k < n->nin; k++) /* the value moves unchanged: its bound too */
+                if (!lim[n->in[k]] || lim[j] < lim[n->in[k]]) lim[n->in[k]] = lim[j];
         }
-        if (b && (!lim || b < lim)) lim = b;
+        if (to >= 0 && (!lim[to] || b < lim[to])) lim[to] = b;
     }
-    return (int32_t)lim;
 }
 
 static pipit_status collect_inputs(pipit__plan *p) {
@@ -92,14 +96,21 @@ static pipit_status collect_inputs(pipit__plan *p) {
     for (int32_t i = 0; i < p->gr.fwd_end; i++)
         if (g->nodes[i].op == PIPIT_OP_INPUT && !(g->nodes[i].flags & NODE_GRADOF)) p->ninputs++;
     p->inputs = pipit__calloc((size_t)PIPIT_MAX(p->ninputs, 1), sizeof *p->inputs);
-    if (!p->inputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    int64_t *lim = pipit__calloc((size_t)PIPIT_MAX(p->gr.fwd_end, 1), sizeof *lim);
+    if (!p->inputs || !lim) {
+        pipit__free(lim);
+        return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    }
+    index_limits(g, p->gr.fwd_end, lim);
     int k = 0;
     for (int32_t i = 0; i < p->gr.fwd_end; i++) {
         const pipit__node *n = &g->nodes[i];
         if (n->op != PIPIT_OP_INPUT || (n->flags & NODE_GRADOF)) continue;
-        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n),
-                                        n->dtype == PIPIT_I32 ? input_limit(g, i, p->gr.fwd_end) : 0};
+        /* a table of 2^31+ rows: every non-negative i32 is in range */
+        int32_t limit = n->dtype == PIPIT_I32 ? (int32_t)PIPIT_MIN(lim[i], INT32_MAX) : 0;
+        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n), limit};
     }
+    pipit__free(lim);
     return PIPIT_STATUS_OK;
 }
 
@@ -213,6 +224,7 @@ void pipit__plan_free(pipit__plan *p) {
         pipit__free(rp->param_off);
         pipit__free(rp->bufs);
         pipit__free(rp->tasks);
+        pipit__free(rp->fences);
     }
     pipit__free(p->ranks);
     pipit__free(p->stage_rank);

@@ -27,7 +27,7 @@ typedef enum {
 typedef struct {
     uint8_t kind;
     int32_t idx;
-    size_t off;
+    size_t off;      /* bytes into the location (a view's offset is added to every kind but SEED) */
 } pipit__loc;
 
 typedef enum {
@@ -73,6 +73,7 @@ typedef struct {
     pipit__loc out, in[PIPIT_MAX_IN];
     int64_t numel;       /* INS_ACC: elements */
     int32_t peer;        /* INS_SEND / INS_RECV: the other rank */
+    uint8_t zc;          /* a send: 1 = zero-copy (its buffer is the transport's until its fence) */
     int32_t task;        /* INS_MARK: index in the rank's task list */
     size_t bytes;        /* INS_SEND / INS_RECV */
     int32_t param, use;  /* post-loop instructions */
@@ -106,6 +107,15 @@ typedef struct {
     int32_t limit;       /* i32 inputs: values must lie in [0, limit); 0 = unchecked */
 } pipit__input;
 
+/* A zero-copy send's fence: before instruction `at` of its rank (at = n:
+ * after the last one) the rank waits until send instruction `send` has
+ * completed, and only then are its bytes written again (fences.c places
+ * it; docs/architecture.md, "Zero-copy sends"). */
+typedef struct {
+    int32_t at, send;
+    uint8_t poison; /* the send's arena buffer dies here: PIPIT_DEBUG_SENDS poisons it */
+} pipit__fence;
+
 /* One rank's part of the plan. */
 typedef struct {
     int32_t n, cap;
@@ -115,6 +125,9 @@ typedef struct {
     int rank;
     int ntasks;
     pipit_task *tasks;   /* the schedule's list for this rank (a copy) */
+    int32_t post_at;     /* the first instruction of the post-loop (n: none) */
+    pipit__fence *fences;/* [nfences] ordered by at */
+    int32_t nfences;
     /* where the params this rank holds live in its blocks */
     size_t *param_off;   /* [nparams] offset in the blocks; SIZE_MAX: not held */
     size_t param_bytes, acc_bytes;

@@ -6,6 +6,7 @@
  */
 #include "ir/graph.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "util/checked.h"
@@ -94,6 +95,50 @@ pipit__mm_dims pipit__matmul_dims(const pipit__node *a, const pipit__node *b, co
 int32_t pipit__alias_root(const pipit_graph *g, int32_t id) {
     while (pipit__ops[g->nodes[id].op].alias) id = g->nodes[id].in[0];
     return id;
+}
+
+size_t pipit__alias_offset(const pipit_graph *g, int32_t id) {
+    size_t off = 0;
+    for (; pipit__ops[g->nodes[id].op].alias; id = g->nodes[id].in[0])
+        if (g->nodes[id].op == PIPIT_OP_VIEW)
+            off += (size_t)g->nodes[id].fattr[1] * pipit__dtype_size((pipit_dtype)g->nodes[id].dtype);
+    return off;
+}
+
+void pipit__bcast_plan(const pipit__node *out, int nin, const pipit__node *const *in, int64_t dims[4],
+                       int64_t strides[][4]) {
+    int nd = out->ndim, m = 0;
+    int64_t d[PIPIT_MAX_DIMS], st[2][PIPIT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        if (out->shape[i] == 1) continue; /* an axis of one element moves nothing */
+        d[m] = out->shape[i];
+        for (int k = 0; k < nin; k++) {
+            int j = i - (nd - in[k]->ndim); /* trailing axes aligned; < 0: the operand lacks it */
+            int64_t s = 1;
+            for (int q = j + 1; j >= 0 && q < in[k]->ndim; q++) s *= in[k]->shape[q];
+            st[k][m] = j < 0 || in[k]->shape[j] == 1 ? 0 : s;
+        }
+        int merge = m > 0; /* axis m-1 and m walk every operand as one axis */
+        for (int k = 0; k < nin && merge; k++) merge = st[k][m - 1] == st[k][m] * d[m];
+        if (merge) {
+            d[m - 1] *= d[m];
+            for (int k = 0; k < nin; k++) st[k][m - 1] = st[k][m];
+        } else {
+            m++;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        int j = i - (4 - m);
+        dims[i] = j < 0 ? 1 : d[j];
+        for (int k = 0; k < nin; k++) strides[k][i] = j < 0 ? 0 : st[k][j];
+    }
+}
+
+void pipit__axis_split(const pipit__node *n, int axis, int64_t *outer, int64_t *len, int64_t *inner) {
+    *outer = *inner = 1;
+    for (int i = 0; i < axis; i++) *outer *= n->shape[i];
+    for (int i = axis + 1; i < n->ndim; i++) *inner *= n->shape[i];
+    *len = n->shape[axis];
 }
 
 int pipit__node_runs(const pipit__node *n) {
@@ -204,6 +249,16 @@ static int32_t val_id(pipit_graph *g, pipit_val v, const char *fn) {
     return v.id;
 }
 
+/* A node a public builder added (or -1: adding it poisoned the graph, and
+ * then the message names the public function first). */
+static pipit_val named(pipit_graph *g, int32_t id, const char *fn) {
+    if (id < 0) {
+        pipit__err_prefix("%s", fn);
+        snprintf(g->errmsg, sizeof g->errmsg, "%s", pipit_errmsg());
+    }
+    return (pipit_val){g, id};
+}
+
 static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
                        const double *fattr, const int64_t *iattr) {
     int32_t in[PIPIT_MAX_IN];
@@ -217,12 +272,7 @@ static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin
             return (pipit_val){g, -1};
         }
     }
-    int32_t id = pipit__node_add(g, op, nin, in, fattr, iattr);
-    if (id < 0) { /* this call poisoned the graph: name the public function first */
-        pipit__err_prefix("%s", fn);
-        snprintf(g->errmsg, sizeof g->errmsg, "%s", pipit_errmsg());
-    }
-    return (pipit_val){g, id};
+    return named(g, pipit__node_add(g, op, nin, in, fattr, iattr), fn);
 }
 
 /* ---- shape queries ---- */
@@ -421,6 +471,240 @@ pipit_val pipit_transpose(pipit_graph *g, pipit_val x, int axis0, int axis1) {
 }
 pipit_val pipit_yield(pipit_graph *g, pipit_val x) {
     return build(g, __func__, PIPIT_OP_YIELD, 1, &x, NULL, NULL);
+}
+
+/* ---- general ops: elementwise, broadcasting, reductions, slicing ---- */
+
+pipit_val pipit_sub(pipit_graph *g, pipit_val a, pipit_val b) {
+    return build(g, __func__, PIPIT_OP_SUB, 2, (pipit_val[]){a, b}, NULL, NULL);
+}
+pipit_val pipit_div(pipit_graph *g, pipit_val a, pipit_val b) {
+    return build(g, __func__, PIPIT_OP_DIV, 2, (pipit_val[]){a, b}, NULL, NULL);
+}
+#define UNARY_BUILDER(name, OP) \
+    pipit_val pipit_##name(pipit_graph *g, pipit_val x) { return build(g, __func__, PIPIT_OP_##OP, 1, &x, NULL, NULL); }
+UNARY_BUILDER(neg, NEG)
+UNARY_BUILDER(exp, EXP)
+UNARY_BUILDER(log, LOG)
+UNARY_BUILDER(sqrt, SQRT)
+UNARY_BUILDER(rsqrt, RSQRT)
+UNARY_BUILDER(abs, ABS)
+UNARY_BUILDER(relu, RELU)
+UNARY_BUILDER(silu, SILU)
+UNARY_BUILDER(sigmoid, SIGMOID)
+UNARY_BUILDER(tanh, TANH)
+UNARY_BUILDER(softmax, SOFTMAX)
+UNARY_BUILDER(log_softmax, LOG_SOFTMAX)
+#undef UNARY_BUILDER
+
+/* "f32 [2,3]": a value's dtype and shape, for builders' own messages. */
+static const char *arg_desc(const pipit__node *n, char *buf, size_t len) {
+    char sh[96];
+    snprintf(buf, len, "%s %s", pipit__dtype_name((pipit_dtype)n->dtype),
+             pipit__shape_str(sh, sizeof sh, n->ndim, n->shape));
+    return buf;
+}
+
+/* The node of a builder's first argument, whose shape the builder reads
+ * before building (axes, defaults); NULL when the graph already failed or
+ * the value is bad: the caller then lets build() report it. */
+static const pipit__node *arg_node(pipit_graph *g, pipit_val x, const char *fn) {
+    if (!graph_ok_fn(g, fn)) return NULL;
+    const pipit__node *n = val_node(x);
+    return n && x.g == g ? n : NULL;
+}
+
+/* axis (negative: from the end) as 0..ndim-1 of n; -1 after poisoning the
+ * graph with a message naming fn, the op and the shape. */
+static int norm_axis(pipit_graph *g, const pipit__node *n, int axis, const char *fn, const char *op) {
+    int a = axis < 0 ? axis + n->ndim : axis;
+    if (a >= 0 && a < n->ndim) return a;
+    char d[128];
+    pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s: %s(%s): axis %d out of range for rank %d", fn, op,
+                      arg_desc(n, d, sizeof d), axis, n->ndim);
+    return -1;
+}
+
+static pipit_val invalid(pipit_graph *g) { return (pipit_val){g, -1}; }
+
+/* A target shape argument: rank in 0..4 and a non-NULL array. */
+static int shape_arg(pipit_graph *g, int ndim, const int64_t *shape, const char *fn) {
+    if (ndim < 0 || ndim > PIPIT_MAX_DIMS) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s: rank %d not in 0..%d", fn, ndim, PIPIT_MAX_DIMS);
+        return 0;
+    }
+    if (ndim > 0 && !shape) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: shape is NULL (ndim %d)", fn, ndim);
+        return 0;
+    }
+    return 1;
+}
+
+pipit_val pipit_broadcast_to(pipit_graph *g, pipit_val x, int ndim, const int64_t *shape) {
+    if (!graph_ok_fn(g, __func__) || !shape_arg(g, ndim, shape, __func__)) return invalid(g);
+    int64_t iattr[4] = {0};
+    for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
+    return build(g, __func__, PIPIT_OP_BROADCAST_TO, 1, &x, (double[2]){ndim, 0}, iattr);
+}
+
+/* Reductions along one axis: SUM_TO (or MAX) keeping the axis as 1, then a
+ * reshape (no copy) that drops it unless keepdim. */
+static pipit_val reduce_axis(pipit_graph *g, pipit_val x, int axis, int keepdim, int mean, pipit__opcode op,
+                             const char *fn) {
+    const pipit__node *n = arg_node(g, x, fn);
+    if (!n) return build(g, fn, op, 1, &x, (double[2]){0, 1}, NULL); /* names the bad value */
+    int a = norm_axis(g, n, axis, fn, op == PIPIT_OP_MAX ? "max" : mean ? "mean" : "sum");
+    if (a < 0) return invalid(g);
+    int nd = n->ndim;
+    int64_t keep[4] = {0}, drop[4] = {0};
+    for (int i = 0, j = 0; i < nd; i++) {
+        keep[i] = i == a ? 1 : n->shape[i];
+        if (i != a) drop[j++] = n->shape[i];
+    }
+    double scale = mean ? 1.0 / (double)n->shape[a] : 1.0;
+    pipit_val r = op == PIPIT_OP_MAX ? build(g, fn, op, 1, &x, NULL, (int64_t[4]){a, 0, 0, 0})
+                                     : build(g, fn, op, 1, &x, (double[2]){nd, scale}, keep);
+    return keepdim || r.id < 0 ? r : pipit_reshape(g, r, nd - 1, drop);
+}
+pipit_val pipit_reduce_sum(pipit_graph *g, pipit_val x, int axis, int keepdim) {
+    return reduce_axis(g, x, axis, keepdim, 0, PIPIT_OP_SUM_TO, __func__);
+}
+pipit_val pipit_reduce_mean(pipit_graph *g, pipit_val x, int axis, int keepdim) {
+    return reduce_axis(g, x, axis, keepdim, 1, PIPIT_OP_SUM_TO, __func__);
+}
+pipit_val pipit_reduce_max(pipit_graph *g, pipit_val x, int axis, int keepdim) {
+    return reduce_axis(g, x, axis, keepdim, 0, PIPIT_OP_MAX, __func__);
+}
+
+int32_t pipit__slice(pipit_graph *g, int32_t x, int axis, int64_t start, int64_t len) {
+    pipit__node n = g->nodes[x];
+    int64_t outer, dim, inner;
+    pipit__axis_split(&n, axis, &outer, &dim, &inner);
+    if (start == 0 && len == dim) return x;
+    int64_t iattr[4] = {axis, start, len, 0};
+    if (outer != 1) return pipit__node_add(g, PIPIT_OP_SLICE, 1, &x, NULL, iattr);
+    n.shape[axis] = len;
+    int64_t shape[4] = {0};
+    memcpy(shape, n.shape, sizeof(int64_t) * n.ndim);
+    return pipit__node_add(g, PIPIT_OP_VIEW, 1, &x, (double[2]){n.ndim, (double)(start * inner)}, shape);
+}
+
+/* Checks axis and range of a slice of n; the axis (0..ndim-1) or -1. */
+static int slice_arg(pipit_graph *g, const pipit__node *n, int axis, int64_t start, int64_t len, const char *fn) {
+    int a = norm_axis(g, n, axis, fn, "slice");
+    if (a < 0) return -1;
+    int64_t dim = n->shape[a];
+    if (start < 0 || len < 1 || start > dim || len > dim - start) {
+        char d[128];
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE,
+                          "%s: slice(%s): range [%lld, %lld+%lld) is not inside axis %d of size %lld (start >= 0, "
+                          "length >= 1)",
+                          fn, arg_desc(n, d, sizeof d), (long long)start, (long long)start, (long long)len, a,
+                          (long long)dim);
+        return -1;
+    }
+    return a;
+}
+
+pipit_val pipit_slice(pipit_graph *g, pipit_val x, int axis, int64_t start, int64_t length) {
+    const pipit__node *n = arg_node(g, x, __func__);
+    if (!n) return build(g, __func__, PIPIT_OP_SLICE, 1, &x, NULL, NULL);
+    int a = slice_arg(g, n, axis, start, length, __func__);
+    if (a < 0) return invalid(g);
+    return named(g, pipit__slice(g, x.id, a, start, length), __func__);
+}
+
+pipit_status pipit_split(pipit_graph *g, pipit_val x, int axis, int n, const int64_t *sizes, pipit_val *out) {
+    if (!out) {
+        if (!bad_graph(g, __func__))
+            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_split: out is NULL (room for %d values needed)", n);
+        return g && g->magic == PIPIT_GRAPH_MAGIC ? g->status : PIPIT_STATUS_MISUSE;
+    }
+    for (int i = 0; i < n; i++) out[i] = invalid(g);
+    const pipit__node *xn = arg_node(g, x, __func__);
+    if (!xn) {
+        build(g, __func__, PIPIT_OP_SLICE, 1, &x, NULL, NULL);
+        return g && g->magic == PIPIT_GRAPH_MAGIC ? g->status : PIPIT_STATUS_MISUSE;
+    }
+    if (n < 1 || !sizes) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_split: %d pieces%s", n,
+                          n < 1 ? " (at least 1 is needed)" : " but sizes is NULL");
+        return g->status;
+    }
+    int a = norm_axis(g, xn, axis, __func__, "split");
+    if (a < 0) return g->status;
+    int64_t total = 0, dim = xn->shape[a];
+    for (int i = 0; i < n && total <= dim; i++) total = sizes[i] < 1 ? -1 : total + sizes[i];
+    if (total != dim) {
+        char d[128];
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE,
+                          "pipit_split: split(%s): %d sizes must be >= 1 and add up to axis %d's %lld", 
+                          arg_desc(xn, d, sizeof d), n, a, (long long)dim);
+        return g->status;
+    }
+    int64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        out[i] = pipit_slice(g, x, a, at, sizes[i]);
+        at += sizes[i];
+    }
+    return g->status;
+}
+
+pipit_val pipit_concat(pipit_graph *g, int n, const pipit_val *xs, int axis) {
+    if (!graph_ok_fn(g, __func__)) return invalid(g);
+    if (n < 1 || !xs) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_concat: %d inputs%s", n,
+                          n < 1 ? " (at least 1 is needed)" : " but xs is NULL");
+        return invalid(g);
+    }
+    const pipit__node *x0 = arg_node(g, xs[0], __func__);
+    if (!x0) return build(g, __func__, PIPIT_OP_CONCAT, 1, xs, NULL, NULL);
+    int a = norm_axis(g, x0, axis, __func__, "concat");
+    if (a < 0) return invalid(g);
+    /* up to PIPIT_MAX_IN inputs per node; more are chained: (acc, x_k, ...) */
+    pipit_val acc = xs[0];
+    int k = 1;
+    do {
+        pipit_val in[PIPIT_MAX_IN] = {acc};
+        int m = 1;
+        while (k < n && m < PIPIT_MAX_IN) in[m++] = xs[k++];
+        acc = build(g, __func__, PIPIT_OP_CONCAT, m, in, NULL, (int64_t[4]){a, 0, 0, 0});
+    } while (acc.id >= 0 && k < n);
+    return acc;
+}
+
+pipit_val pipit_gather(pipit_graph *g, pipit_val table, pipit_val idx) {
+    return build(g, __func__, PIPIT_OP_GATHER, 2, (pipit_val[]){table, idx}, NULL, NULL);
+}
+
+pipit_val pipit_rmsnorm(pipit_graph *g, pipit_val x, pipit_val w, double eps) {
+    return build(g, __func__, PIPIT_OP_RMSNORM, 2, (pipit_val[]){x, w}, (double[2]){eps, 0}, NULL);
+}
+
+static pipit_val rope(pipit_graph *g, pipit_val x, int heads, double theta, int64_t pos0, const char *fn) {
+    return build(g, fn, PIPIT_OP_ROPE, 1, &x, (double[2]){theta, 0}, (int64_t[4]){heads, pos0, 0, 0});
+}
+pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double theta) {
+    return rope(g, x, heads, theta, 0, __func__);
+}
+pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta, int64_t position_offset) {
+    return rope(g, x, heads, theta, position_offset, __func__);
+}
+
+pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v,
+                              const pipit_attention_opts *o) {
+    if (!graph_ok_fn(g, __func__)) return invalid(g);
+    if (!o) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_attention_qkv: options are NULL");
+        return invalid(g);
+    }
+    int kv = o->kv_heads ? o->kv_heads : o->heads;
+    double scale = o->scale;
+    const pipit__node *qn = arg_node(g, q, __func__);
+    if (scale == 0 && qn && qn->ndim == 3 && o->heads > 0 && qn->shape[2] % o->heads == 0)
+        scale = 1.0 / sqrt((double)(qn->shape[2] / o->heads)); /* as pipit_attention's 1/sqrt(D) */
+    return build(g, __func__, PIPIT_OP_ATTENTION_QKV, 3, (pipit_val[]){q, k, v}, (double[2]){scale, 0},
+                 (int64_t[4]){o->heads, kv, o->causal != 0, 0});
 }
 
 int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape,

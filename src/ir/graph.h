@@ -22,7 +22,7 @@ typedef enum {
     PIPIT_OP_COUNT
 } pipit__opcode;
 
-#define PIPIT_MAX_IN 3
+#define PIPIT_MAX_IN 4 /* attention_qkv's backward reads q, k, v and dout */
 
 /* Node flags. */
 #define NODE_BWD 1        /* created by autodiff */
@@ -38,8 +38,10 @@ typedef struct {
     uint8_t flags;             /* NODE_* */
     int32_t in[PIPIT_MAX_IN];  /* input node ids */
     int64_t shape[PIPIT_MAX_DIMS];
-    double fattr[2];           /* SCALE alpha; LAYERNORM eps; FILL scale */
-    int64_t iattr[4];          /* MATMUL trans; heads; PERMUTE perm; EMBED_DTABLE V */
+    double fattr[2];           /* SCALE alpha; norm eps; FILL / SUM_TO scale; RESHAPE, VIEW ... rank;
+                                  VIEW element offset (exact: < 2^53); ROPE theta; attention scale */
+    int64_t iattr[4];          /* MATMUL trans; heads; PERMUTE perm; EMBED_DTABLE V; axis, start,
+                                  length; a target shape (RESHAPE, VIEW, SUM_TO, BROADCAST_TO, ...) */
     char *name;                /* INPUT / PARAM name (owned) */
     int32_t stage;             /* pipeline stage, -1 until inferred */
     int32_t origin;            /* forward node whose VJP created this node (-1) */
@@ -85,8 +87,11 @@ size_t pipit__node_bytes(const pipit__node *n);
 /* Rows of a [..., C] tensor (the product of all but the last axis) and C. */
 int64_t pipit__node_rows(const pipit__node *n);
 int64_t pipit__node_last_dim(const pipit__node *n);
-/* Follows aliasing ops (reshape, yield) to the node that owns the bytes. */
+/* Follows aliasing ops (reshape, yield, view) to the node that owns the bytes. */
 int32_t pipit__alias_root(const pipit_graph *g, int32_t id);
+/* Where value id starts inside its alias root's bytes: the sum of the
+ * element offsets of the views on the way, in bytes (0 without a view). */
+size_t pipit__alias_offset(const pipit_graph *g, int32_t id);
 /* Whether node n runs a kernel: not a leaf, not an alias of its input. */
 int pipit__node_runs(const pipit__node *n);
 
@@ -98,6 +103,17 @@ typedef struct {
     int64_t batch, M, N, K;
 } pipit__mm_dims;
 pipit__mm_dims pipit__matmul_dims(const pipit__node *a, const pipit__node *b, const pipit__node *n);
+
+/* A broadcast binary op (NumPy rules, trailing axes aligned) or SUM_TO /
+ * BROADCAST_TO, as a loop nest a kernel can run: `out` (for SUM_TO the
+ * larger tensor, its input) is dims[0..4) (size-1 axes dropped, adjacent
+ * axes merged where every operand allows, padded on the left with 1s), and
+ * strides[k] walks operand k over them, 0 along the axes it is broadcast
+ * along. Fills nin operands' strides; the kernels of every backend share it. */
+void pipit__bcast_plan(const pipit__node *out, int nin, const pipit__node *const *in, int64_t dims[4],
+                       int64_t strides[][4]);
+/* A tensor seen as [outer, n, inner] around axis `axis` (0 <= axis < ndim). */
+void pipit__axis_split(const pipit__node *n, int axis, int64_t *outer, int64_t *len, int64_t *inner);
 
 /* Generic builder: appends a node (after validating inputs and running the
  * shape rule). On error the graph is poisoned and an invalid id (-1) is
@@ -113,6 +129,10 @@ const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *b
 
 /* Internal builders for backward-only ops (used by VJP rules). */
 int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape, double scale);
+/* x[start : start+len] along axis (already checked): x itself for the
+ * whole axis, a VIEW (no copy) when the range is contiguous in memory
+ * (every axis before `axis` has size 1), else a SLICE (a copy). */
+int32_t pipit__slice(pipit_graph *g, int32_t x, int axis, int64_t start, int64_t len);
 
 #ifdef __cplusplus
 }

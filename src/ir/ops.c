@@ -6,6 +6,7 @@
  * ops.def, a section here, a kernel per backend, and a gradcheck entry in
  * tests/test_ops.c (the test enforces both).
  */
+#include <math.h>
 #include <string.h>
 
 #include "ir/graph.h"
@@ -60,6 +61,24 @@ static int32_t reshape_to(pipit_graph *g, int32_t x, int ndim, const int64_t *sh
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
     return add_node(g, PIPIT_OP_RESHAPE, 1, &x, (double[2]){(double)ndim, 0}, iattr);
 }
+/* An op whose attributes are a target shape (iattr) of rank fattr[0]. */
+static int32_t to_shape(pipit_graph *g, pipit__opcode op, int32_t x, const pipit__node *like, double f1) {
+    int64_t iattr[4] = {0};
+    for (int i = 0; i < like->ndim; i++) iattr[i] = like->shape[i];
+    return add_node(g, op, 1, &x, (double[2]){(double)like->ndim, f1}, iattr);
+}
+/* Rank fattr[0] and shape iattr as the output's, refusing a bad rank or a
+ * dimension < 1 (reshape, view, sum_to, broadcast_to). */
+static pipit_status target_shape(pipit__node *n) {
+    int nd = (int)n->fattr[0];
+    if (!(n->fattr[0] >= 0 && n->fattr[0] <= PIPIT_MAX_DIMS) || nd != n->fattr[0])
+        return shape_err("target rank %g not in 0..%d", n->fattr[0], PIPIT_MAX_DIMS);
+    for (int i = 0; i < nd; i++)
+        if (n->iattr[i] <= 0) return shape_err("dimension %d is %lld", i, (long long)n->iattr[i]);
+    n->ndim = (uint8_t)nd;
+    for (int i = 0; i < nd; i++) n->shape[i] = n->iattr[i];
+    return PIPIT_STATUS_OK;
+}
 
 /* ---------------------------------------------------------------- leaves */
 
@@ -102,27 +121,159 @@ static pipit_status op_EMBED_DTABLE_shape(const pipit_graph *g, pipit__node *n) 
 }
 #define op_EMBED_DTABLE_vjp NULL
 
-/* ------------------------------------------------------- add, mul, scale */
+/* GATHER(table [N, ...], idx i32 [...]) -> [..., table's trailing axes]:
+ * the embedding generalised to a table of any rank >= 1 (rows of any
+ * shape); the same kernels with a row of numel(table) / N elements. */
+static pipit_status op_GATHER_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *t = IN(0), *idx = IN(1);
+    if (t->ndim < 1) return shape_err("table must have rank >= 1 (rows along axis 0)");
+    if (need_float(t, "table")) return PIPIT_STATUS_SHAPE;
+    if (idx->dtype != PIPIT_I32) return shape_err("indices must be i32");
+    if (idx->ndim + t->ndim - 1 > PIPIT_MAX_DIMS)
+        return shape_err("output rank %d (indices' + table's - 1) exceeds %d", idx->ndim + t->ndim - 1,
+                         PIPIT_MAX_DIMS);
+    n->dtype = t->dtype;
+    n->ndim = (uint8_t)(idx->ndim + t->ndim - 1);
+    memcpy(n->shape, idx->shape, sizeof(int64_t) * idx->ndim);
+    for (int i = 1; i < t->ndim; i++) n->shape[idx->ndim + i - 1] = t->shape[i];
+    return PIPIT_STATUS_OK;
+}
+static void op_GATHER_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node t = g->nodes[g->nodes[id].in[0]];
+    int32_t idx = g->nodes[id].in[1];
+    int64_t iattr[4] = {0};
+    for (int i = 0; i < t.ndim; i++) iattr[i] = t.shape[i];
+    din[0] = add_node(g, PIPIT_OP_GATHER_DTABLE, 2, (int32_t[]){idx, dout}, (double[2]){t.ndim, 0}, iattr);
+}
 
+/* GATHER_DTABLE(idx, dout) -> the table's shape (iattr, rank fattr[0]):
+ * scatter-add of dout's rows by index, in index order. */
+static pipit_status op_GATHER_DTABLE_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *idx = IN(0), *d = IN(1);
+    if (idx->dtype != PIPIT_I32) return shape_err("indices must be i32");
+    if (need_float(d, "dout") || target_shape(n)) return PIPIT_STATUS_SHAPE;
+    int ok = n->ndim >= 1 && d->ndim == idx->ndim + n->ndim - 1;
+    for (int i = 0; ok && i < idx->ndim; i++) ok = d->shape[i] == idx->shape[i];
+    for (int i = 1; ok && i < n->ndim; i++) ok = d->shape[idx->ndim + i - 1] == n->shape[i];
+    if (!ok) return shape_err("dout must be the indices' shape + the table's trailing axes");
+    n->dtype = d->dtype;
+    return PIPIT_STATUS_OK;
+}
+#define op_GATHER_DTABLE_vjp NULL
+
+/* ------------------------------------------------- add, sub, mul, div, scale */
+
+/* NumPy broadcasting: shapes aligned at their last axis; each pair of
+ * dimensions is equal or one of them is 1 (a missing axis counts as 1). */
 static pipit_status op_ADD_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *a = IN(0), *b = IN(1);
+    if (need_same_float(a, b)) return PIPIT_STATUS_SHAPE;
+    int nd = PIPIT_MAX(a->ndim, b->ndim);
+    for (int i = 0; i < nd; i++) {
+        int ia = i - (nd - a->ndim), ib = i - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return shape_err("shapes do not broadcast (%lld vs %lld at axis %d from the end)", (long long)da,
+                             (long long)db, nd - i);
+        n->shape[i] = da == 1 ? db : da;
+    }
+    n->dtype = a->dtype;
+    n->ndim = (uint8_t)nd;
+    return PIPIT_STATUS_OK;
+}
+#define op_SUB_shape op_ADD_shape
+#define op_MUL_shape op_ADD_shape
+#define op_DIV_shape op_ADD_shape
+
+/* Two float inputs of one shape and dtype (the fused gradient ops). */
+static pipit_status op_same2_shape(const pipit_graph *g, pipit__node *n) {
     if (need_same_float(IN(0), IN(1))) return PIPIT_STATUS_SHAPE;
     if (!same_shape(IN(0), IN(1))) return shape_err("shapes must be equal");
     n->dtype = IN(0)->dtype;
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
 }
-static void op_ADD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
-    (void)g; (void)id;
-    din[0] = dout;
-    din[1] = dout;
+
+/* The gradient of an input of shape `like` from d (the output's shape):
+ * d summed over the axes `like` was broadcast along, times scale, by one
+ * SUM_TO (a fixed order); without broadcasting d itself (or -d). */
+static int32_t reduce_to(pipit_graph *g, int32_t d, int32_t like, double scale) {
+    if (d < 0) return -1;
+    pipit__node x = g->nodes[like]; /* a copy: adding nodes may move the array */
+    if (same_shape(&x, &g->nodes[d])) {
+        if (scale == 1) return d;
+        if (scale == -1) return op1(g, PIPIT_OP_NEG, d);
+        return add_node(g, PIPIT_OP_SCALE, 1, &d, (double[2]){scale, 0}, NULL);
+    }
+    return to_shape(g, PIPIT_OP_SUM_TO, d, &x, scale);
 }
 
-#define op_MUL_shape op_ADD_shape
+static void op_ADD_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    const pipit__node *n = &g->nodes[id];
+    int32_t a = n->in[0], b = n->in[1];
+    din[0] = reduce_to(g, dout, a, 1);
+    din[1] = reduce_to(g, dout, b, 1);
+}
+static void op_SUB_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    const pipit__node *n = &g->nodes[id];
+    int32_t a = n->in[0], b = n->in[1];
+    din[0] = reduce_to(g, dout, a, 1);
+    din[1] = reduce_to(g, dout, b, -1);
+}
 static void op_MUL_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     const pipit__node *n = &g->nodes[id];
     int32_t a = n->in[0], b = n->in[1];
-    din[0] = op2(g, PIPIT_OP_MUL, dout, b);
-    din[1] = op2(g, PIPIT_OP_MUL, dout, a);
+    din[0] = reduce_to(g, op2(g, PIPIT_OP_MUL, dout, b), a, 1);
+    din[1] = reduce_to(g, op2(g, PIPIT_OP_MUL, dout, a), b, 1);
+}
+/* y = a / b: da = d / b, db = -(d / b) * y, each reduced to its input. */
+static void op_DIV_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    const pipit__node *n = &g->nodes[id];
+    int32_t a = n->in[0], b = n->in[1];
+    int32_t t = op2(g, PIPIT_OP_DIV, dout, b);
+    din[0] = reduce_to(g, t, a, 1);
+    din[1] = t < 0 ? -1 : reduce_to(g, op2(g, PIPIT_OP_MUL, t, id), b, -1);
+}
+
+/* Whether `small` broadcasts to `big` (each of its dimensions, trailing
+ * aligned, equal to big's or 1); the message names the target shape. */
+static pipit_status broadcasts_to(const pipit__node *small, const pipit__node *big, const pipit__node *target) {
+    char sh[96];
+    pipit__shape_str(sh, sizeof sh, target->ndim, target->shape);
+    if (small->ndim > big->ndim)
+        return shape_err("to %s: rank %d cannot broadcast to rank %d", sh, small->ndim, big->ndim);
+    for (int i = 0; i < small->ndim; i++) {
+        int64_t bd = big->shape[i + big->ndim - small->ndim];
+        if (small->shape[i] != 1 && small->shape[i] != bd)
+            return shape_err("to %s: dimension %lld does not broadcast to %lld (axis %d from the end; must be "
+                             "equal, or 1 in the smaller)",
+                             sh, (long long)small->shape[i], (long long)bd, small->ndim - i);
+    }
+    return PIPIT_STATUS_OK;
+}
+
+/* SUM_TO(x) -> shape iattr (rank fattr[0]), times fattr[1]: x summed over
+ * the axes the target lacks or has as 1 (trailing axes aligned), in
+ * ascending index order, in double. BROADCAST_TO(x) -> the same target
+ * shape: x repeated along the axes where it has 1 or which it lacks. */
+static pipit_status to_target_shape(const pipit_graph *g, pipit__node *n, int reduce) {
+    const pipit__node *x = IN(0);
+    if (need_float(x, "input") || target_shape(n) || broadcasts_to(reduce ? n : x, reduce ? x : n, n))
+        return PIPIT_STATUS_SHAPE;
+    n->dtype = x->dtype;
+    return PIPIT_STATUS_OK;
+}
+static pipit_status op_SUM_TO_shape(const pipit_graph *g, pipit__node *n) { return to_target_shape(g, n, 1); }
+static void op_SUM_TO_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node x = g->nodes[g->nodes[id].in[0]];
+    double scale = g->nodes[id].fattr[1];
+    int32_t b = to_shape(g, PIPIT_OP_BROADCAST_TO, dout, &x, 0);
+    din[0] = scale == 1 || b < 0 ? b : add_node(g, PIPIT_OP_SCALE, 1, &b, (double[2]){scale, 0}, NULL);
+}
+
+static pipit_status op_BROADCAST_TO_shape(const pipit_graph *g, pipit__node *n) { return to_target_shape(g, n, 0); }
+static void op_BROADCAST_TO_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    din[0] = reduce_to(g, dout, g->nodes[id].in[0], 1);
 }
 
 static pipit_status op_SCALE_shape(const pipit_graph *g, pipit__node *n) {
@@ -135,6 +286,65 @@ static void op_SCALE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din)
     double f[2] = {g->nodes[id].fattr[0], 0};
     din[0] = add_node(g, PIPIT_OP_SCALE, 1, &dout, f, NULL);
 }
+
+/* ------------------------------------------------------------ elementwise */
+
+/* y = f(x), same shape. The gradient is one op: a composition where that
+ * costs one pass anyway (neg, exp, log), else a fused NAME_DX(x or y, d). */
+#define op_NEG_shape op_SCALE_shape
+static void op_NEG_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    (void)id;
+    din[0] = op1(g, PIPIT_OP_NEG, dout);
+}
+#define op_EXP_shape op_SCALE_shape
+static void op_EXP_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    din[0] = op2(g, PIPIT_OP_MUL, dout, id); /* d * exp(x) = d * y */
+}
+#define op_LOG_shape op_SCALE_shape
+static void op_LOG_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    din[0] = op2(g, PIPIT_OP_DIV, dout, g->nodes[id].in[0]);
+}
+/* Fused gradients reading the input x ... */
+static void dx_of_x(pipit_graph *g, int32_t id, int32_t dout, int32_t *din, pipit__opcode op) {
+    din[0] = op2(g, op, g->nodes[id].in[0], dout);
+}
+/* ... or the output y (sqrt, rsqrt, sigmoid, tanh: cheaper from y). */
+static void dx_of_y(pipit_graph *g, int32_t id, int32_t dout, int32_t *din, pipit__opcode op) {
+    din[0] = op2(g, op, id, dout);
+}
+#define UNARY_FUSED(NAME, FROM)                                                         \
+    static void op_##NAME##_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) { \
+        FROM(g, id, dout, din, PIPIT_OP_##NAME##_DX);                                     \
+    }
+#define op_SQRT_shape op_SCALE_shape
+UNARY_FUSED(SQRT, dx_of_y)       /* d / (2 y) */
+#define op_RSQRT_shape op_SCALE_shape
+UNARY_FUSED(RSQRT, dx_of_y)      /* -d y^3 / 2 */
+#define op_ABS_shape op_SCALE_shape
+UNARY_FUSED(ABS, dx_of_x)        /* d sign(x) */
+#define op_RELU_shape op_SCALE_shape
+UNARY_FUSED(RELU, dx_of_x)       /* d (x > 0) */
+#define op_SILU_shape op_SCALE_shape
+UNARY_FUSED(SILU, dx_of_x)       /* d s (1 + x (1 - s)), s = sigmoid(x) */
+#define op_SIGMOID_shape op_SCALE_shape
+UNARY_FUSED(SIGMOID, dx_of_y)    /* d y (1 - y) */
+#define op_TANH_shape op_SCALE_shape
+UNARY_FUSED(TANH, dx_of_y)       /* d (1 - y^2) */
+#undef UNARY_FUSED
+#define op_SQRT_DX_shape op_same2_shape
+#define op_RSQRT_DX_shape op_same2_shape
+#define op_ABS_DX_shape op_same2_shape
+#define op_RELU_DX_shape op_same2_shape
+#define op_SILU_DX_shape op_same2_shape
+#define op_SIGMOID_DX_shape op_same2_shape
+#define op_TANH_DX_shape op_same2_shape
+#define op_SQRT_DX_vjp NULL
+#define op_RSQRT_DX_vjp NULL
+#define op_ABS_DX_vjp NULL
+#define op_RELU_DX_vjp NULL
+#define op_SILU_DX_vjp NULL
+#define op_SIGMOID_DX_vjp NULL
+#define op_TANH_DX_vjp NULL
 
 /* ---------------------------------------------------------------- matmul */
 
@@ -205,23 +415,32 @@ static pipit_status op_SUM_ROWS_shape(const pipit_graph *g, pipit__node *n) {
 
 /* ------------------------------------------------------------- layernorm */
 
-static pipit_status op_LAYERNORM_shape(const pipit_graph *g, pipit__node *n) {
-    const pipit__node *x = IN(0), *w = IN(1), *b = IN(2);
-    if (need_same_float(x, w) || need_same_float(x, b)) return PIPIT_STATUS_SHAPE;
+/* x [...,C] and k 1-D weights of C (layernorm: w, b; rmsnorm: w), eps > 0. */
+static pipit_status norm_shape(const pipit_graph *g, pipit__node *n, int k) {
+    const pipit__node *x = IN(0);
     int64_t C = pipit__node_last_dim(x);
-    if (x->ndim < 1 || w->ndim != 1 || b->ndim != 1 || w->shape[0] != C || b->shape[0] != C)
-        return shape_err("weight and bias must be 1-D of x's last axis");
+    for (int i = 1; i <= k; i++) {
+        if (need_same_float(x, IN(i))) return PIPIT_STATUS_SHAPE;
+        if (x->ndim < 1 || IN(i)->ndim != 1 || IN(i)->shape[0] != C)
+            return shape_err("%s must be 1-D of x's last axis", k == 2 ? "weight and bias" : "weight");
+    }
     if (!(n->fattr[0] > 0)) return shape_err("eps must be > 0");
     n->dtype = x->dtype;
     copy_shape(n, x);
     return PIPIT_STATUS_OK;
 }
-static void op_LAYERNORM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+/* dx = DX(x, w, dout) and dw = DW(x, dout): separate ops, so B and W split. */
+static void norm_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din, pipit__opcode dx, pipit__opcode dw) {
     const pipit__node *n = &g->nodes[id];
     double f[2] = {n->fattr[0], 0};
     int32_t x = n->in[0], w = n->in[1];
-    din[0] = add_node(g, PIPIT_OP_LN_DX, 3, (int32_t[]){x, w, dout}, f, NULL);
-    din[1] = add_node(g, PIPIT_OP_LN_DW, 2, (int32_t[]){x, dout}, f, NULL);
+    din[0] = add_node(g, dx, 3, (int32_t[]){x, w, dout}, f, NULL);
+    din[1] = add_node(g, dw, 2, (int32_t[]){x, dout}, f, NULL);
+}
+
+static pipit_status op_LAYERNORM_shape(const pipit_graph *g, pipit__node *n) { return norm_shape(g, n, 2); }
+static void op_LAYERNORM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    norm_vjp(g, id, dout, din, PIPIT_OP_LN_DX, PIPIT_OP_LN_DW);
     din[2] = op1(g, PIPIT_OP_SUM_ROWS, dout);
 }
 
@@ -244,13 +463,54 @@ static pipit_status op_LN_DW_shape(const pipit_graph *g, pipit__node *n) {
 }
 #define op_LN_DW_vjp NULL
 
+/* --------------------------------------------------------------- rmsnorm */
+
+/* RMSNORM(x [...,C], w [C]), eps fattr[0]: y = w * (x * rsqrt(mean(x^2) + eps)),
+ * as Hugging Face's LlamaRMSNorm. */
+static pipit_status op_RMSNORM_shape(const pipit_graph *g, pipit__node *n) { return norm_shape(g, n, 1); }
+static void op_RMSNORM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    norm_vjp(g, id, dout, din, PIPIT_OP_RMS_DX, PIPIT_OP_RMS_DW);
+}
+#define op_RMS_DX_shape op_LN_DX_shape
+#define op_RMS_DX_vjp NULL
+#define op_RMS_DW_shape op_LN_DW_shape
+#define op_RMS_DW_vjp NULL
+
+/* ------------------------------------------------------------------ rope */
+
+/* ROPE(x) rotates each head's halves (Hugging Face's rotate_half):
+ * x [B,T,H*D] with H = iattr[0], or [B,T,H,D]; positions iattr[1] + t;
+ * theta fattr[0]; iattr[2] = 1 rotates back (the gradient). */
+static pipit_status op_ROPE_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0);
+    if (need_float(x, "input")) return PIPIT_STATUS_SHAPE;
+    if (x->ndim != 3 && x->ndim != 4) return shape_err("x must be [B,T,heads*D] or [B,T,heads,D]");
+    int64_t H = n->iattr[0], C = x->ndim == 3 ? x->shape[2] : x->shape[2] * x->shape[3];
+    if (x->ndim == 4 && H != x->shape[2])
+        return shape_err("heads (%lld) must equal x's axis 2 (%lld)", (long long)H, (long long)x->shape[2]);
+    if (H <= 0 || C % H != 0) return shape_err("heads (%lld) must divide %lld", (long long)H, (long long)C);
+    if ((C / H) % 2 != 0) return shape_err("head size %lld is odd (rope rotates pairs of halves)", (long long)(C / H));
+    if (!(n->fattr[0] > 0) || !isfinite(n->fattr[0])) return shape_err("theta must be finite and > 0");
+    if (n->iattr[1] < 0 || n->iattr[1] > ((int64_t)1 << 24))
+        return shape_err("position offset %lld not in 0..2^24", (long long)n->iattr[1]);
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    return PIPIT_STATUS_OK;
+}
+/* The gradient of a rotation is the inverse rotation. */
+static void op_ROPE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    const pipit__node *n = &g->nodes[id];
+    int64_t iattr[4] = {n->iattr[0], n->iattr[1], !n->iattr[2], 0};
+    din[0] = add_node(g, PIPIT_OP_ROPE, 1, &dout, n->fattr, iattr);
+}
+
 /* ------------------------------------------------------------------ gelu */
 
 #define op_GELU_shape op_SCALE_shape
 static void op_GELU_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     din[0] = op2(g, PIPIT_OP_GELU_DX, g->nodes[id].in[0], dout);
 }
-#define op_GELU_DX_shape op_ADD_shape
+#define op_GELU_DX_shape op_same2_shape
 #define op_GELU_DX_vjp NULL
 
 /* ------------------------------------------------------------- attention */
@@ -279,6 +539,74 @@ static pipit_status op_ATTN_DQKV_shape(const pipit_graph *g, pipit__node *n) {
     return PIPIT_STATUS_OK;
 }
 #define op_ATTN_DQKV_vjp NULL
+
+/* ATTENTION_QKV(q [B,T,Hq*D], k [B,S,Hkv*D], v [B,S,Hkv*D]) -> [B,T,Hq*D]:
+ * Hq = iattr[0], Hkv = iattr[1] (grouped-query: q head h reads kv head
+ * h / (Hq/Hkv)), causal iattr[2] (needs S == T), scale fattr[0]. */
+static pipit_status op_ATTENTION_QKV_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *q = IN(0), *k = IN(1), *v = IN(2);
+    if (need_same_float(q, k) || need_same_float(q, v)) return PIPIT_STATUS_SHAPE;
+    if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3) return shape_err("q, k and v must be 3-D [B,T,heads*D]");
+    int64_t Hq = n->iattr[0], Hkv = n->iattr[1];
+    if (Hq <= 0 || q->shape[2] % Hq != 0)
+        return shape_err("heads (%lld) must divide q's last axis (%lld)", (long long)Hq, (long long)q->shape[2]);
+    if (Hkv <= 0 || Hq % Hkv != 0)
+        return shape_err("kv_heads (%lld) must divide heads (%lld)", (long long)Hkv, (long long)Hq);
+    int64_t D = q->shape[2] / Hq;
+    if (!same_shape(k, v)) return shape_err("k and v must have one shape");
+    if (k->shape[0] != q->shape[0] || k->shape[2] != Hkv * D)
+        return shape_err("k and v must be [%lld,S,%lld] (batch of q, kv_heads x head size %lld)",
+                         (long long)q->shape[0], (long long)(Hkv * D), (long long)D);
+    if (n->iattr[2] && k->shape[1] != q->shape[1])
+        return shape_err("causal attention needs as many keys as queries (S %lld, T %lld)",
+                         (long long)k->shape[1], (long long)q->shape[1]);
+    if (!(n->fattr[0] > 0) || !isfinite(n->fattr[0])) return shape_err("scale must be finite and > 0");
+    n->dtype = q->dtype;
+    copy_shape(n, q);
+    return PIPIT_STATUS_OK;
+}
+/* One backward op computes dq, dk and dv into one flat buffer
+ * [dq | dk | dv]; each input's gradient is a view of its part. */
+static void op_ATTENTION_QKV_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node n = g->nodes[id], q = g->nodes[n.in[0]], k = g->nodes[n.in[1]];
+    int32_t d = add_node(g, PIPIT_OP_ATTN_QKV_D, 4, (int32_t[]){n.in[0], n.in[1], n.in[2], dout}, n.fattr, n.iattr);
+    if (d < 0) return;
+    int64_t nq = pipit__node_numel(&q), nk = pipit__node_numel(&k);
+    din[0] = to_shape(g, PIPIT_OP_VIEW, d, &q, 0);
+    din[1] = to_shape(g, PIPIT_OP_VIEW, d, &k, (double)nq);
+    din[2] = to_shape(g, PIPIT_OP_VIEW, d, &k, (double)(nq + nk));
+}
+static pipit_status op_ATTN_QKV_D_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *q = IN(0), *k = IN(1), *d = IN(3);
+    if (need_same_float(q, d) || !same_shape(q, d)) return shape_err("q and dout must match");
+    n->dtype = q->dtype;
+    n->ndim = 1;
+    n->shape[0] = pipit__node_numel(q) + 2 * pipit__node_numel(k);
+    return PIPIT_STATUS_OK;
+}
+#define op_ATTN_QKV_D_vjp NULL
+
+/* --------------------------------------------------- softmax, log-softmax */
+
+/* Along the last axis, max-shifted (stable); gradients from y and dout. */
+static pipit_status op_SOFTMAX_shape(const pipit_graph *g, pipit__node *n) {
+    if (need_float(IN(0), "input")) return PIPIT_STATUS_SHAPE;
+    if (IN(0)->ndim < 1) return shape_err("input must have rank >= 1 (softmax runs along the last axis)");
+    n->dtype = IN(0)->dtype;
+    copy_shape(n, IN(0));
+    return PIPIT_STATUS_OK;
+}
+static void op_SOFTMAX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    dx_of_y(g, id, dout, din, PIPIT_OP_SOFTMAX_DX); /* y (d - sum(d y)) */
+}
+#define op_LOG_SOFTMAX_shape op_SOFTMAX_shape
+static void op_LOG_SOFTMAX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    dx_of_y(g, id, dout, din, PIPIT_OP_LOG_SOFTMAX_DX); /* d - exp(y) sum(d) */
+}
+#define op_SOFTMAX_DX_shape op_same2_shape
+#define op_SOFTMAX_DX_vjp NULL
+#define op_LOG_SOFTMAX_DX_shape op_same2_shape
+#define op_LOG_SOFTMAX_DX_vjp NULL
 
 /* --------------------------------------------------------- cross-entropy */
 
@@ -338,6 +666,37 @@ static void op_FILL_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) 
     din[0] = add_node(g, PIPIT_OP_SUM, 1, &dout, f, NULL);
 }
 
+/* MAX(x) along axis iattr[0], keeping it as 1; the gradient goes to the
+ * first maximal element of each reduced run (MAX_DX recomputes which). */
+static pipit_status axis_attr(const pipit__node *x, const pipit__node *n) {
+    if (x->ndim < 1 || n->iattr[0] < 0 || n->iattr[0] >= x->ndim)
+        return shape_err("axis %lld out of range for rank %d", (long long)n->iattr[0], x->ndim);
+    return PIPIT_STATUS_OK;
+}
+static pipit_status op_MAX_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0);
+    if (need_float(x, "input") || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    n->shape[n->iattr[0]] = 1;
+    return PIPIT_STATUS_OK;
+}
+static void op_MAX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    const pipit__node *n = &g->nodes[id];
+    din[0] = add_node(g, PIPIT_OP_MAX_DX, 2, (int32_t[]){n->in[0], dout}, NULL, n->iattr);
+}
+static pipit_status op_MAX_DX_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0), *d = IN(1);
+    if (need_same_float(x, d) || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    int ok = d->ndim == x->ndim;
+    for (int i = 0; ok && i < x->ndim; i++) ok = d->shape[i] == (i == n->iattr[0] ? 1 : x->shape[i]);
+    if (!ok) return shape_err("dout must be x's shape with the axis as 1");
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    return PIPIT_STATUS_OK;
+}
+#define op_MAX_DX_vjp NULL
+
 /* ------------------------------------------------- reshape, permute, yield */
 
 static pipit_status op_RESHAPE_shape(const pipit_graph *g, pipit__node *n) {
@@ -382,6 +741,97 @@ static void op_PERMUTE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *di
     int64_t inv[4] = {0, 1, 2, 3};
     for (int i = 0; i < n->ndim; i++) inv[n->iattr[i]] = i;
     din[0] = add_node(g, PIPIT_OP_PERMUTE, 1, &dout, NULL, inv);
+}
+
+/* ------------------------------------------------- slice, concat, view */
+
+/* SLICE(x): x[start : start+len] along axis (iattr axis, start, len), a
+ * copy (of any dtype: its kernels move elements of 4 or 8 bytes);
+ * SLICE_DX(d) puts d back at start of an axis of iattr[2] elements, zeros
+ * elsewhere (the gradient of a slice; its own is the slice). */
+static pipit_status range_shape(pipit__node *n, const pipit__node *x, int64_t len, int64_t full, int64_t out) {
+    int64_t ax = n->iattr[0], st = n->iattr[1];
+    if (st < 0 || len < 1 || len > full || st > full - len)
+        return shape_err("range [%lld, %lld+%lld) is not inside axis %lld of %lld elements", (long long)st,
+                         (long long)st, (long long)len, (long long)ax, (long long)full);
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    n->shape[ax] = out;
+    return PIPIT_STATUS_OK;
+}
+static pipit_status op_SLICE_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0); /* any dtype: i32 too (token ids), a byte copy */
+    if (axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    return range_shape(n, x, n->iattr[2], x->shape[n->iattr[0]], n->iattr[2]);
+}
+static pipit_status op_SLICE_DX_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *d = IN(0);
+    if (need_float(d, "input") || axis_attr(d, n)) return PIPIT_STATUS_SHAPE;
+    return range_shape(n, d, d->shape[n->iattr[0]], n->iattr[2], n->iattr[2]);
+}
+/* Each is the other's gradient, with the same range. */
+static void slice_pair_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din, pipit__opcode op) {
+    const pipit__node *n = &g->nodes[id];
+    int64_t iattr[4] = {n->iattr[0], n->iattr[1], g->nodes[n->in[0]].shape[n->iattr[0]], 0};
+    din[0] = add_node(g, op, 1, &dout, NULL, iattr);
+}
+static void op_SLICE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    slice_pair_vjp(g, id, dout, din, PIPIT_OP_SLICE_DX);
+}
+static void op_SLICE_DX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    slice_pair_vjp(g, id, dout, din, PIPIT_OP_SLICE);
+}
+
+/* CONCAT(x0, ..., x_{nin-1}) along axis iattr[0]: equal shapes but there. */
+static pipit_status op_CONCAT_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0); /* any dtype, as slice */
+    if (axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    int ax = (int)n->iattr[0];
+    copy_shape(n, x);
+    for (int k = 1; k < n->nin; k++) {
+        const pipit__node *y = IN(k);
+        if (y->dtype != x->dtype) return shape_err("inputs must share one dtype");
+        int ok = y->ndim == x->ndim;
+        for (int i = 0; ok && i < x->ndim; i++) ok = i == ax || y->shape[i] == x->shape[i];
+        if (!ok) return shape_err("input %d differs from input 0 off axis %d", k, ax);
+        n->shape[ax] += y->shape[ax]; /* each <= 2^48: no overflow for 4 inputs */
+    }
+    n->dtype = x->dtype;
+    return PIPIT_STATUS_OK;
+}
+static void op_CONCAT_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node n = g->nodes[id];
+    int ax = (int)n.iattr[0];
+    int64_t at = 0;
+    for (int k = 0; k < n.nin; k++) {
+        int64_t len = g->nodes[n.in[k]].shape[ax];
+        din[k] = dout < 0 ? -1 : pipit__slice(g, dout, ax, at, len);
+        at += len;
+    }
+}
+
+/* VIEW(x): an alias of x's elements [fattr[1], fattr[1] + numel) with its
+ * own shape (iattr, rank fattr[0]); no kernel, no copy. Its gradient puts
+ * d back at that range of a zero tensor of x's shape. */
+static pipit_status op_VIEW_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0);
+    if (target_shape(n)) return PIPIT_STATUS_SHAPE;
+    int64_t cnt;
+    double f = n->fattr[1];
+    if (!pipit__shape_numel(n->ndim, n->shape, &cnt)) return shape_err("view has more than 2^48 elements");
+    if (!(f >= 0 && f <= (double)PIPIT__MAX_NUMEL) || f != floor(f) || (int64_t)f > pipit__node_numel(x) - cnt)
+        return shape_err("elements [%g, %g+%lld) are not inside the input's %lld", n->fattr[1], n->fattr[1],
+                         (long long)cnt, (long long)pipit__node_numel(x));
+    n->dtype = x->dtype;
+    return PIPIT_STATUS_OK;
+}
+static void op_VIEW_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node n = g->nodes[id], x = g->nodes[n.in[0]];
+    int64_t cnt = pipit__node_numel(&n), all = pipit__node_numel(&x);
+    int32_t flat = reshape_to(g, dout, 1, &cnt);
+    int64_t at[4] = {0, (int64_t)n.fattr[1], all, 0}; /* axis 0 of the flat input */
+    int32_t pad = flat < 0 ? -1 : add_node(g, PIPIT_OP_SLICE_DX, 1, &flat, NULL, at);
+    din[0] = pad < 0 ? -1 : reshape_to(g, pad, x.ndim, x.shape);
 }
 
 static pipit_status op_YIELD_shape(const pipit_graph *g, pipit__node *n) {

@@ -1,6 +1,6 @@
 /*
- * cost.c — what an op costs, in one place. GEMMs (matmul, attention and
- * its backward) are FLOP-bound: FLOPs / gemm_flops. Every other op is
+ * cost.c — what an op costs, in one place. GEMMs (matmul, both attention
+ * ops and their backwards) are FLOP-bound: FLOPs / gemm_flops. Every other op is
  * bandwidth-bound: the bytes it reads and writes / mem_bandwidth, plus an
  * exp or tanh per element at exp_rate where it evaluates one (on this CPU
  * the cross-entropy over a large vocabulary costs ~8x its bytes). The
@@ -38,25 +38,44 @@ static double attention_flops(const pipit_graph *g, const pipit__node *n) {
     return (n->op == PIPIT_OP_ATTENTION ? 2.0 : 4.0) * B * T * T * C;
 }
 
+/* attention_qkv on q [B,T,Hq*D], k, v [B,S,*]: Q K^T and P V, 4 B T S Hq D
+ * FLOPs, half of it with a causal mask; the backward about twice that. */
+static double attention_qkv_flops(const pipit_graph *g, const pipit__node *n) {
+    const pipit__node *q = &g->nodes[n->in[0]], *k = &g->nodes[n->in[1]];
+    double f = 4.0 * (double)pipit__node_numel(q) * (double)k->shape[1] * (n->iattr[2] ? 0.5 : 1);
+    return n->op == PIPIT_OP_ATTENTION_QKV ? f : 2 * f;
+}
+
 /* Bytes a bandwidth-bound node reads and writes. An embedding reads only
  * the rows it gathers (as many bytes as it writes), not its table. */
 static double node_traffic(const pipit_graph *g, const pipit__node *n) {
     double out = (double)pipit__node_bytes(n);
-    if (n->op == PIPIT_OP_EMBED) return 2 * out;
+    if (n->op == PIPIT_OP_EMBED || n->op == PIPIT_OP_GATHER) return 2 * out;
     double in = 0;
     for (int k = 0; k < n->nin; k++) in += (double)pipit__node_bytes(&g->nodes[n->in[k]]);
     return in + out;
 }
 
-/* Elements an op evaluates an exp or tanh for: one per logit for the
- * cross-entropy and its gradient, one per element for GELU and its
- * gradient; 0 for the rest. */
+/* Elements an op evaluates an exp, log, tanh (or cos and sin) for: one per
+ * logit for the cross-entropy and its gradient, one per element for GELU,
+ * SiLU, sigmoid, tanh, exp, log, softmax and their gradients that need
+ * one, one per (position, frequency) for RoPE; 0 for the rest. */
 static double transcendentals(const pipit_graph *g, const pipit__node *n) {
     switch (n->op) {
     case PIPIT_OP_XENT_ROWS:
     case PIPIT_OP_XENT_DLOGITS: return (double)pipit__node_numel(&g->nodes[n->in[0]]);
     case PIPIT_OP_GELU:
-    case PIPIT_OP_GELU_DX: return (double)pipit__node_numel(n);
+    case PIPIT_OP_GELU_DX:
+    case PIPIT_OP_SILU:
+    case PIPIT_OP_SILU_DX:
+    case PIPIT_OP_SIGMOID:
+    case PIPIT_OP_TANH:
+    case PIPIT_OP_EXP:
+    case PIPIT_OP_LOG:
+    case PIPIT_OP_SOFTMAX:
+    case PIPIT_OP_LOG_SOFTMAX:
+    case PIPIT_OP_LOG_SOFTMAX_DX: return (double)pipit__node_numel(n);
+    case PIPIT_OP_ROPE: return (double)(n->shape[1] * pipit__node_numel(n) / (n->shape[0] * n->shape[1] * n->iattr[0]));
     default: return 0;
     }
 }
@@ -68,6 +87,8 @@ static double modelled(const pipit__cost_model *m, const pipit_graph *g, int32_t
     case PIPIT_OP_MATMUL: return matmul_flops(g, n) / m->gemm_flops;
     case PIPIT_OP_ATTENTION:
     case PIPIT_OP_ATTN_DQKV: return attention_flops(g, n) / m->gemm_flops;
+    case PIPIT_OP_ATTENTION_QKV:
+    case PIPIT_OP_ATTN_QKV_D: return attention_qkv_flops(g, n) / m->gemm_flops;
     default: return node_traffic(g, n) / m->mem_bandwidth + transcendentals(g, n) / m->exp_rate;
     }
 }

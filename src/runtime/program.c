@@ -466,12 +466,16 @@ static pipit_status instantiate(pipit_program *p) {
 /* Fault injection for the failure tests of whole jobs (processes cannot be
  * reached through the API): PIPIT_INJECT_FAILURE="w:i" makes world rank w
  * fail at instruction i of the first step; PIPIT_INJECT_HANG="w:i" makes
- * it stop there silently instead. */
+ * it stop there silently instead; PIPIT_INJECT_DELAY="w:ms" makes it a slow
+ * receiver (ms milliseconds before each receive of a value). */
 static void inject_faults(pipit_program *p) {
+    const char *delay = getenv("PIPIT_INJECT_DELAY");
+    int w, ms;
+    if (delay && sscanf(delay, "%d:%d", &w, &ms) == 2 && w >= 0 && ms >= 0) p->delay_rank = w, p->delay_ms = ms;
     const char *names[2] = {"PIPIT_INJECT_FAILURE", "PIPIT_INJECT_HANG"};
     for (int k = 0; k < 2; k++) {
         const char *v = getenv(names[k]);
-        int w, i;
+        int i;
         if (v && sscanf(v, "%d:%d", &w, &i) == 2 && w >= 0 && i >= 0) {
             p->fail_rank = w;
             p->fail_instr = i;
@@ -497,7 +501,7 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     int planned = 0;
     if (!s) {
         p->magic = PIPIT_PROGRAM_MAGIC;
-        p->fail_rank = p->fail_instr = -1;
+        p->fail_rank = p->fail_instr = p->delay_rank = -1;
         inject_faults(p);
         s = pick_backend(p, opt);
     }
@@ -553,10 +557,12 @@ void pipit_program_free(pipit_program *p) {
         p->magic = 0;
         return;
     }
+    /* the transport first: after a failed step it may still hold sends that
+     * read the ranks' memory, and it finishes or cancels them */
+    if (p->transport) p->transport->vt->free(p->transport);
     for (int i = 0; p->rs && i < p->nlocal; i++) free_rank(p, &p->rs[p->local[i]]);
     pipit__free(p->rs);
     pipit__free(p->local);
-    if (p->transport) p->transport->vt->free(p->transport);
     pipit__plan_free(&p->plan);
     p->magic = 0;
     pipit__free(p);

@@ -33,14 +33,66 @@ void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt
  * broadcasts B). The split of C into tiles depends only on (M,N,K), each
  * tile is one single-threaded BLAS call, and tiles are dealt to threads:
  * so the bits never depend on nth. */
+/* One attention problem: q [B,Tq,Hq*D] (head h at column h*D), k and v
+ * [B,Tk,Hkv*D]; q head h reads kv head h / (Hq/Hkv); causal masks key j > t
+ * (then Tk == Tq). ldq/ldk/ldv/ldo are the row strides of q, k, v and the
+ * output (the packed GPT-2 qkv [B,T,3C] is q = qkv, k = qkv + C, v = qkv +
+ * 2C, each of stride 3C); gradients use the strides of their inputs. */
+typedef struct {
+    int64_t B, Tq, Tk, Hq, Hkv, D;
+    int64_t ldq, ldk, ldv, ldo;
+    int causal;
+    double scale; /* rounded to the element type by the kernels */
+} pipit__attn_dims;
+
 #define PIPIT_KERNEL_DECLS(T, S)                                                       \
     void pipit__gemm_##S(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, \
                          int64_t K, const T *A, int64_t lda, int64_t sA, const T *B,    \
                          int64_t ldb, int64_t sB, T *C, int64_t ldc, int64_t sC,        \
                          int accumulate, int ith, int nth);                             \
-    /* out[n] = a[n] + b[n]; a[n] * b[n]; alpha * a[n] */                               \
+    /* out[n] = a[n] + b[n]; a[n] - b[n]; a[n] * b[n]; a[n] / b[n]; alpha * a[n] */      \
     void pipit__add_##S(T *out, const T *a, const T *b, int64_t n, int ith, int nth);  \
+    void pipit__sub_##S(T *out, const T *a, const T *b, int64_t n, int ith, int nth);  \
     void pipit__mul_##S(T *out, const T *a, const T *b, int64_t n, int ith, int nth);  \
+    void pipit__div_##S(T *out, const T *a, const T *b, int64_t n, int ith, int nth);  \
+    /* The same, broadcast (ir/graph.h pipit__bcast_plan): out is dims[0..4),             \
+     * a and b walked with strides sa, sb (0 along a broadcast axis). */                  \
+    void pipit__add_bcast_##S(T *out, const T *a, const T *b, const int64_t *dims,        \
+                              const int64_t *sa, const int64_t *sb, int ith, int nth);    \
+    void pipit__sub_bcast_##S(T *out, const T *a, const T *b, const int64_t *dims,        \
+                              const int64_t *sa, const int64_t *sb, int ith, int nth);    \
+    void pipit__mul_bcast_##S(T *out, const T *a, const T *b, const int64_t *dims,        \
+                              const int64_t *sa, const int64_t *sb, int ith, int nth);    \
+    void pipit__div_bcast_##S(T *out, const T *a, const T *b, const int64_t *dims,        \
+                              const int64_t *sa, const int64_t *sb, int ith, int nth);    \
+    /* out = x repeated over dims[0..4), x walked with strides sx */                      \
+    void pipit__broadcast_##S(T *out, const T *x, const int64_t *dims, const int64_t *sx,  \
+                              int ith, int nth);                                          \
+    /* out = scale * x summed over the axes where so is 0: x is dims[0..4)            \
+     * (contiguous), out holds the other axes in order; each element sums its         \
+     * inputs in ascending index order in double (rows of the last axis in 8 lanes). */\
+    void pipit__sum_to_##S(T *out, const T *x, const int64_t *dims, const int64_t *so,    \
+                           double scale, int ith, int nth);                               \
+    /* y = f(x) elementwise: -x, exp, log, sqrt, 1/sqrt, |x|, relu, silu, sigmoid,        \
+     * tanh; and the fused gradients dx = d * f'(.) from x (abs, relu, silu) or          \
+     * from y (sqrt, rsqrt, sigmoid, tanh) */                                             \
+    void pipit__neg_##S(T *out, const T *x, int64_t n, int ith, int nth);              \
+    void pipit__exp_##S(T *out, const T *x, int64_t n, int ith, int nth);              \
+    void pipit__log_##S(T *out, const T *x, int64_t n, int ith, int nth);              \
+    void pipit__sqrt_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
+    void pipit__rsqrt_##S(T *out, const T *x, int64_t n, int ith, int nth);            \
+    void pipit__abs_##S(T *out, const T *x, int64_t n, int ith, int nth);              \
+    void pipit__relu_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
+    void pipit__silu_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
+    void pipit__sigmoid_##S(T *out, const T *x, int64_t n, int ith, int nth);          \
+    void pipit__tanh_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
+    void pipit__sqrt_dx_##S(T *dx, const T *y, const T *d, int64_t n, int ith, int nth);    \
+    void pipit__rsqrt_dx_##S(T *dx, const T *y, const T *d, int64_t n, int ith, int nth);   \
+    void pipit__abs_dx_##S(T *dx, const T *x, const T *d, int64_t n, int ith, int nth);     \
+    void pipit__relu_dx_##S(T *dx, const T *x, const T *d, int64_t n, int ith, int nth);    \
+    void pipit__silu_dx_##S(T *dx, const T *x, const T *d, int64_t n, int ith, int nth);    \
+    void pipit__sigmoid_dx_##S(T *dx, const T *y, const T *d, int64_t n, int ith, int nth); \
+    void pipit__tanh_dx_##S(T *dx, const T *y, const T *d, int64_t n, int ith, int nth);    \
     void pipit__scale_##S(T *out, const T *a, T alpha, int64_t n, int ith, int nth);   \
     /* out[r,c] = x[r,c] + bias[c]; x is [rows, C] */                                   \
     void pipit__bias_add_##S(T *out, const T *x, const T *bias, int64_t rows,          \
@@ -69,6 +121,55 @@ void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt
     /* dw[c] = sum_r dout[r,c] * xhat[r,c], r ascending */                              \
     void pipit__layernorm_dw_##S(T *dw, const T *x, const T *dout, int64_t rows,       \
                                  int64_t C, double eps, int ith, int nth);              \
+    /* RMSNorm over the last axis: out = w * (x * r), r = 1/sqrt(mean(x^2) + eps) */      \
+    void pipit__rmsnorm_##S(T *out, const T *x, const T *w, int64_t rows, int64_t C,   \
+                            double eps, int ith, int nth);                              \
+    /* dx = r (g - x r^2 mean(g x)), g = dout * w */                                    \
+    void pipit__rmsnorm_dx_##S(T *dx, const T *x, const T *w, const T *dout,           \
+                               int64_t rows, int64_t C, double eps, int ith, int nth);  \
+    /* dw[c] = sum_r dout[r,c] * (x[r,c] * r_r), r ascending, in double */             \
+    void pipit__rmsnorm_dw_##S(T *dw, const T *x, const T *dout, int64_t rows,         \
+                               int64_t C, double eps, int ith, int nth);                \
+    /* RoPE, rotate-half: x, out [B,T,H*D]; position of row t: pos0 + t;               \
+     * inverse != 0 rotates by minus the angle (the gradient) */                        \
+    void pipit__rope_##S(T *out, const T *x, int64_t B, int64_t Tn, int64_t H,         \
+                         int64_t D, int64_t pos0, double theta, int inverse, int ith,   \
+                         int nth);                                                      \
+    /* Along the last axis of [rows, C]: y = softmax(x); dx = y (d - sum(d y));        \
+     * y = log_softmax(x); dx = d - exp(y) sum(d) (sums in double) */                   \
+    void pipit__softmax_##S(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth);  \
+    void pipit__softmax_dx_##S(T *dx, const T *y, const T *d, int64_t rows, int64_t C,     \
+                               int ith, int nth);                                         \
+    void pipit__log_softmax_##S(T *y, const T *x, int64_t rows, int64_t C, int ith,        \
+                                int nth);                                                 \
+    void pipit__log_softmax_dx_##S(T *dx, const T *y, const T *d, int64_t rows,            \
+                                   int64_t C, int ith, int nth);                          \
+    /* x [outer, n, inner] -> out [outer, inner]: the max over n; max_dx puts              \
+     * d [outer, inner] at the first maximal element of each run, 0 elsewhere */           \
+    void pipit__max_axis_##S(T *out, const T *x, int64_t outer, int64_t n, int64_t inner, \
+                             int ith, int nth);                                          \
+    void pipit__max_dx_##S(T *dx, const T *x, const T *d, int64_t outer, int64_t n,       \
+                           int64_t inner, int ith, int nth);                             \
+    /* out [rows, ow] columns [oc, oc+w) = x [rows, xw] columns [xc, xc+w)                 \
+     * (slices, concat); pad_cols also zeroes out's other columns (slice_dx) */           \
+    void pipit__copy_cols_##S(T *out, int64_t ow, int64_t oc, const T *x, int64_t xw,     \
+                              int64_t xc, int64_t rows, int64_t w, int ith, int nth);     \
+    void pipit__pad_cols_##S(T *out, int64_t ow, int64_t oc, const T *x, int64_t rows,    \
+                             int64_t w, int ith, int nth);                               \
+    /* Attention of any layout (pipit__attn_dims): out = softmax(q k^T scale) v;         \
+     * the backward writes dq, dk, dv (recomputing the probabilities). Threads          \
+     * split (batch, kv head) pairs; a pair's query heads run in order, so dk            \
+     * and dv sum them in a fixed order. _stream: the online-softmax fallback           \
+     * without [T,S] scratch. */                                                         \
+    void pipit__attn_fwd_##S(T *out, const T *q, const T *k, const T *v,                 \
+                             const pipit__attn_dims *a, int ith, int nth);               \
+    void pipit__attn_bwd_##S(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v,    \
+                             const T *dout, const pipit__attn_dims *a, int ith, int nth);\
+    void pipit__attn_fwd_stream_##S(T *out, const T *q, const T *k, const T *v,          \
+                                    const pipit__attn_dims *a, int ith, int nth);        \
+    void pipit__attn_bwd_stream_##S(T *dq, T *dk, T *dv, const T *q, const T *k,         \
+                                    const T *v, const T *dout, const pipit__attn_dims *a, \
+                                    int ith, int nth);                                   \
     /* GELU, tanh approximation (GPT-2): 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))) */     \
     void pipit__gelu_##S(T *out, const T *x, int64_t n, int ith, int nth);             \
     void pipit__gelu_dx_##S(T *dx, const T *x, const T *dout, int64_t n, int ith,      \

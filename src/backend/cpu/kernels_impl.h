@@ -1,7 +1,8 @@
 /*
  * kernels_impl.h — template for the non-GEMM kernels; included by kernels.c
- * once per type with T (element type), S (suffix: f32/f64) and the math
- * function EXP defined. Not a header to include elsewhere.
+ * once per type with T (element type), S (suffix: f32/f64), BLAS_GEMM and
+ * the math of that type defined: EXP, LOG, SQRT, TANH, FABS and ROPE_FREQ
+ * (RoPE's inverse frequencies). Not a header to include elsewhere.
  * Layouts are row-major; [a,b] in comments are shapes.
  */
 #define KCAT_(a, b) a##_##b
@@ -14,6 +15,8 @@
 #define KERNEL_COL_CHUNK 512
 /* Keys scored at once in attention (online softmax across chunks). */
 #define KERNEL_ATT_CHUNK 128
+/* RoPE frequencies whose cos and sin are formed at once. */
+#define KERNEL_ROPE_CHUNK 64
 #endif
 
 /* ------------------------------------------------------------ reductions */
@@ -167,6 +170,312 @@ void FN(permute)(T *out, const T *x, int nd, const int64_t *dims, const int *per
     }
 }
 
+/* ------------------------------------------------- more elementwise ops */
+
+void FN(sub)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) out[i] = a[i] - b[i];
+}
+
+void FN(div)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) out[i] = a[i] / b[i];
+}
+
+/* y = f(v) for v = x[i]; one loop each, branch-free where the compiler can
+ * make it so (selects), with the type's EXP / LOG / SQRT / TANH. */
+#define UNARY(name, expr)                                                  \
+    void FN(name)(T *out, const T *x, int64_t n, int ith, int nth) {       \
+        int64_t lo, hi;                                                    \
+        pipit__range(n, ith, nth, &lo, &hi);                               \
+        for (int64_t i = lo; i < hi; i++) {                                \
+            T v = x[i];                                                    \
+            out[i] = (expr);                                               \
+        }                                                                  \
+    }
+UNARY(neg, -v)
+UNARY(exp, EXP(v))
+UNARY(log, LOG(v))
+UNARY(sqrt, SQRT(v))
+UNARY(rsqrt, (T)1 / SQRT(v))
+UNARY(abs, FABS(v))
+UNARY(relu, v < 0 ? (T)0 : v) /* NaN stays NaN */
+UNARY(silu, v / ((T)1 + EXP(-v)))
+UNARY(sigmoid, (T)1 / ((T)1 + EXP(-v)))
+UNARY(tanh, TANH(v))
+#undef UNARY
+
+/* dx = d * f'(.) with v = x[i] or y[i] (as declared) and g = d[i]. */
+#define UNARY_DX(name, expr)                                                         \
+    void FN(name)(T *dx, const T *t, const T *d, int64_t n, int ith, int nth) {      \
+        int64_t lo, hi;                                                              \
+        pipit__range(n, ith, nth, &lo, &hi);                                         \
+        for (int64_t i = lo; i < hi; i++) {                                          \
+            T v = t[i], g = d[i];                                                    \
+            dx[i] = (expr);                                                          \
+        }                                                                            \
+    }
+UNARY_DX(sqrt_dx, g / ((T)2 * v))              /* y = sqrt x: 1/(2y) */
+UNARY_DX(rsqrt_dx, (T)-0.5 * g * (v * v * v))  /* y = x^-1/2: -y^3/2 */
+UNARY_DX(abs_dx, v > 0 ? g : v < 0 ? -g : (T)0)
+UNARY_DX(relu_dx, v > 0 ? g : (T)0)
+UNARY_DX(sigmoid_dx, g * (v * ((T)1 - v)))
+UNARY_DX(tanh_dx, g * ((T)1 - v * v))
+#undef UNARY_DX
+
+/* silu' = s (1 + x (1 - s)), s = sigmoid(x) */
+void FN(silu_dx)(T *dx, const T *x, const T *d, int64_t n, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        T v = x[i], sg = (T)1 / ((T)1 + EXP(-v));
+        dx[i] = d[i] * (sg * ((T)1 + v * ((T)1 - sg)));
+    }
+}
+
+/* ------------------------------------------------------------ broadcasting */
+
+/* Start of row r (an index over dims[0..3)) of an operand with strides st. */
+static inline int64_t LOC(row_at)(const int64_t *dims, const int64_t *st, int64_t r) {
+    int64_t i2 = r % dims[2], i1 = r / dims[2] % dims[1], i0 = r / dims[2] / dims[1];
+    return i0 * st[0] + i1 * st[1] + i2 * st[2];
+}
+
+/* out [dims] = a OP b with a, b walked by their strides. Threads split the
+ * flat output; each run of the last axis is one loop whose operands step by
+ * 1 or stay (stride 0), so it vectorises. */
+#define BINARY_BCAST(name, OP)                                                                  \
+    void FN(name)(T *out, const T *a, const T *b, const int64_t *dims, const int64_t *sa,       \
+                  const int64_t *sb, int ith, int nth) {                                        \
+        int64_t W = dims[3], lo, hi;                                                            \
+        pipit__range(dims[0] * dims[1] * dims[2] * W, ith, nth, &lo, &hi);                      \
+        for (int64_t i = lo; i < hi;) {                                                         \
+            int64_t r = i / W, c = i % W, len = PIPIT_MIN(W - c, hi - i);                        \
+            const T *pa = a + LOC(row_at)(dims, sa, r) + c * sa[3];                             \
+            const T *pb = b + LOC(row_at)(dims, sb, r) + c * sb[3];                             \
+            T *o = out + i;                                                                     \
+            if (sa[3] && sb[3])                                                                 \
+                for (int64_t j = 0; j < len; j++) o[j] = pa[j] OP pb[j];                        \
+            else if (sa[3])                                                                     \
+                for (int64_t j = 0; j < len; j++) o[j] = pa[j] OP pb[0];                        \
+            else if (sb[3])                                                                     \
+                for (int64_t j = 0; j < len; j++) o[j] = pa[0] OP pb[j];                        \
+            else                                                                                \
+                for (int64_t j = 0; j < len; j++) o[j] = pa[0] OP pb[0];                        \
+            i += len;                                                                           \
+        }                                                                                       \
+    }
+BINARY_BCAST(add_bcast, +)
+BINARY_BCAST(sub_bcast, -)
+BINARY_BCAST(mul_bcast, *)
+BINARY_BCAST(div_bcast, /)
+#undef BINARY_BCAST
+
+void FN(broadcast)(T *out, const T *x, const int64_t *dims, const int64_t *sx, int ith, int nth) {
+    int64_t W = dims[3], lo, hi;
+    pipit__range(dims[0] * dims[1] * dims[2] * W, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi;) {
+        int64_t r = i / W, c = i % W, len = PIPIT_MIN(W - c, hi - i);
+        const T *px = x + LOC(row_at)(dims, sx, r) + c * sx[3];
+        if (sx[3])
+            memcpy(out + i, px, (size_t)len * sizeof(T));
+        else
+            for (int64_t j = 0; j < len; j++) out[i + j] = px[0];
+        i += len;
+    }
+}
+
+/* out = scale * (x summed over the axes where so is 0). x is contiguous
+ * over dims[0..4); out holds the kept axes in order. Threads split the
+ * output; every element sums the x rows (over axes 0..2) it covers in
+ * ascending order, in double. With the last axis kept, a chunk of up to
+ * KERNEL_COL_CHUNK columns adds whole rows at once (vectorised); with it
+ * summed, each row is one 8-lane sum. The order depends only on the shape. */
+void FN(sum_to)(T *out, const T *x, const int64_t *dims, const int64_t *so, double scale, int ith, int nth) {
+    int64_t od[4], xs[4], n = 1, lo, hi;
+    for (int i = 3; i >= 0; i--) {
+        od[i] = so[i] ? dims[i] : 1;
+        n *= od[i];
+    }
+    xs[3] = 1;
+    for (int i = 2; i >= 0; i--) xs[i] = xs[i + 1] * dims[i + 1];
+    int keep_last = so[3] != 0;
+    int64_t W = keep_last ? dims[3] : 1; /* output columns per output row */
+    double acc[KERNEL_COL_CHUNK];
+    pipit__range(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi;) {
+        int64_t r = i / W, c = i % W, w = PIPIT_MIN(PIPIT_MIN(W - c, hi - i), KERNEL_COL_CHUNK);
+        int64_t k[3] = {r / od[2] / od[1], r / od[2] % od[1], r % od[2]}, b[3], e[3];
+        for (int a = 0; a < 3; a++) {
+            b[a] = so[a] ? k[a] : 0;
+            e[a] = so[a] ? k[a] + 1 : dims[a];
+        }
+        for (int64_t j = 0; j < w; j++) acc[j] = 0;
+        for (int64_t i0 = b[0]; i0 < e[0]; i0++)
+            for (int64_t i1 = b[1]; i1 < e[1]; i1++)
+                for (int64_t i2 = b[2]; i2 < e[2]; i2++) {
+                    const T *row = x + i0 * xs[0] + i1 * xs[1] + i2 * xs[2];
+                    if (keep_last)
+                        for (int64_t j = 0; j < w; j++) acc[j] += (double)row[c + j];
+                    else
+                        acc[0] += LOC(sum_d)(row, dims[3]);
+                }
+        for (int64_t j = 0; j < w; j++) out[i + j] = (T)(acc[j] * scale);
+        i += w;
+    }
+}
+
+/* ------------------------------------------------- axis max, softmax */
+
+/* out [outer, inner] = max over n of x [outer, n, inner] (the first
+ * maximal value; exact, so the order only matters for NaN). Threads split
+ * the output; each run along inner is one vectorisable loop per j. */
+void FN(max_axis)(T *out, const T *x, int64_t outer, int64_t n, int64_t inner, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(outer * inner, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi;) {
+        int64_t o = i / inner, c = i % inner, len = PIPIT_MIN(inner - c, hi - i);
+        const T *base = x + o * n * inner + c;
+        T *m = out + i;
+        memcpy(m, base, (size_t)len * sizeof(T));
+        for (int64_t j = 1; j < n; j++)
+            for (int64_t t = 0; t < len; t++) m[t] = base[j * inner + t] > m[t] ? base[j * inner + t] : m[t];
+        i += len;
+    }
+}
+
+/* dx [outer, n, inner]: d [outer, inner] at the first maximal element of
+ * each run along n, zero elsewhere. Threads split (outer, inner) runs; a
+ * run's column belongs to one thread. */
+void FN(max_dx)(T *dx, const T *x, const T *d, int64_t outer, int64_t n, int64_t inner, int ith, int nth) {
+    int64_t lo, hi, arg[KERNEL_COL_CHUNK];
+    T m[KERNEL_COL_CHUNK];
+    pipit__range(outer * inner, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi;) {
+        int64_t o = i / inner, c = i % inner, len = PIPIT_MIN(PIPIT_MIN(inner - c, hi - i), KERNEL_COL_CHUNK);
+        const T *base = x + o * n * inner + c;
+        T *dbase = dx + o * n * inner + c;
+        for (int64_t t = 0; t < len; t++) m[t] = base[t], arg[t] = 0;
+        for (int64_t j = 1; j < n; j++)
+            for (int64_t t = 0; t < len; t++)
+                if (base[j * inner + t] > m[t]) m[t] = base[j * inner + t], arg[t] = j;
+        for (int64_t j = 0; j < n; j++) memset(dbase + j * inner, 0, (size_t)len * sizeof(T));
+        for (int64_t t = 0; t < len; t++) dbase[arg[t] * inner + t] = d[i + t];
+        i += len;
+    }
+}
+
+/* y [C] = exp(x - max(x)); returns sum(y) and the max. The sum is formed
+ * in the same pass, in double, in sum_d's 8 lanes and order. */
+static double LOC(exp_shifted)(T *restrict y, const T *restrict x, int64_t C, T *max) {
+    T m = LOC(maxv)(x, C);
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= C; i += 8)
+        for (int j = 0; j < 8; j++) {
+            y[i + j] = EXP(x[i + j] - m);
+            acc[j] += (double)y[i + j];
+        }
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < C; i++) {
+        y[i] = EXP(x[i] - m);
+        s += (double)y[i];
+    }
+    *max = m;
+    return s;
+}
+
+/* y [rows, C] = softmax of each row of x: exp(x - max) / sum, the sum in
+ * double; threads split rows. */
+void FN(softmax)(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        T *yr = y + r * C, m;
+        T inv = (T)(1.0 / LOC(exp_shifted)(yr, x + r * C, C, &m));
+        for (int64_t j = 0; j < C; j++) yr[j] *= inv;
+    }
+}
+
+/* sum of a[j] * b[j] over a row, in double, 8 fixed lanes */
+static double LOC(dot_d)(const T *restrict a, const T *restrict b, int64_t n) {
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)a[i + j] * (double)b[i + j];
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += (double)a[i] * (double)b[i];
+    return s;
+}
+
+/* dx = y * (d - sum(d * y)) per row */
+void FN(softmax_dx)(T *dx, const T *y, const T *d, int64_t rows, int64_t C, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const T *yr = y + r * C, *dr = d + r * C;
+        T s = (T)LOC(dot_d)(yr, dr, C), *o = dx + r * C;
+        for (int64_t j = 0; j < C; j++) o[j] = yr[j] * (dr[j] - s);
+    }
+}
+
+/* y = x - (max + log(sum exp(x - max))) per row, the sum in double */
+void FN(log_softmax)(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const T *xr = x + r * C;
+        T *yr = y + r * C, m;
+        double sum = LOC(exp_shifted)(yr, xr, C, &m);
+        T lse = (T)((double)m + log(sum));
+        for (int64_t j = 0; j < C; j++) yr[j] = xr[j] - lse;
+    }
+}
+
+/* dx = d - exp(y) * sum(d) per row */
+void FN(log_softmax_dx)(T *dx, const T *y, const T *d, int64_t rows, int64_t C, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const T *yr = y + r * C, *dr = d + r * C;
+        T s = (T)LOC(sum_d)(dr, C), *o = dx + r * C;
+        for (int64_t j = 0; j < C; j++) o[j] = dr[j] - EXP(yr[j]) * s;
+    }
+}
+
+/* ------------------------------------------------- slices and concat */
+
+/* out [rows, ow] columns [oc, oc+w) = x [rows, xw] columns [xc, xc+w).
+ * Threads split the rows * w elements copied. */
+void FN(copy_cols)(T *out, int64_t ow, int64_t oc, const T *x, int64_t xw, int64_t xc, int64_t rows, int64_t w,
+                   int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows * w, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi;) {
+        int64_t r = i / w, c = i % w, len = PIPIT_MIN(w - c, hi - i);
+        memcpy(out + r * ow + oc + c, x + r * xw + xc + c, (size_t)len * sizeof(T));
+        i += len;
+    }
+}
+
+/* out [rows, ow]: x [rows, w] at columns [oc, oc+w), zeros elsewhere.
+ * Threads split the rows * ow elements written. */
+void FN(pad_cols)(T *out, int64_t ow, int64_t oc, const T *x, int64_t rows, int64_t w, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows * ow, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi;) {
+        int64_t r = i / ow, c = i % ow, end = PIPIT_MIN(ow, c + hi - i);
+        T *o = out + r * ow;
+        int64_t a = PIPIT_MIN(PIPIT_MAX(c, oc), end), b = PIPIT_MAX(PIPIT_MIN(end, oc + w), a);
+        if (a > c) memset(o + c, 0, (size_t)(a - c) * sizeof(T));
+        if (b > a) memcpy(o + a, x + r * w + (a - oc), (size_t)(b - a) * sizeof(T));
+        if (end > b) memset(o + b, 0, (size_t)(end - b) * sizeof(T));
+        i += end - c;
+    }
+}
+
 /* ------------------------------------------------------------ layernorm */
 
 /* Mean and 1/sqrt(var + eps) of one row x [C], accumulated in double with a
@@ -288,6 +597,115 @@ void FN(gelu_dx)(T *dx, const T *x, const T *dout, int64_t n, int ith, int nth) 
 #undef GELU_S2PI
 #undef GELU_K
 
+/* ------------------------------------------------------------ RMSNorm */
+
+/* 1/sqrt(mean(x^2) + eps) of one row x [C]: the squares summed in double
+ * in 8 fixed lanes, the root in double, rounded once to T. */
+static T LOC(rms_rstd)(const T *restrict x, int64_t C, double eps) {
+    return (T)(1.0 / sqrt(LOC(dot_d)(x, x, C) / (double)C + eps));
+}
+
+/* out, x [rows, C]; w [C]: out = w * (x * r) (Hugging Face's order); threads split rows. */
+void FN(rmsnorm)(T *out, const T *x, const T *w, int64_t rows, int64_t C, double eps, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const T *xr = x + r * C;
+        T *o = out + r * C, rs = LOC(rms_rstd)(xr, C, eps);
+        for (int64_t c = 0; c < C; c++) o[c] = w[c] * (xr[c] * rs);
+    }
+}
+
+/* dx = r (g - x * r^2 mean(g x)), g = dout * w; threads split rows. */
+void FN(rmsnorm_dx)(T *dx, const T *x, const T *w, const T *dout, int64_t rows, int64_t C, double eps, int ith,
+                    int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const T *xr = x + r * C, *dr = dout + r * C;
+        T *o = dx + r * C;
+        /* one pass for both sums: x.x (as rms_rstd forms it) and g.x */
+        double a[8] = {0}, q[8] = {0};
+        int64_t c = 0;
+        for (; c + 8 <= C; c += 8)
+            for (int j = 0; j < 8; j++) {
+                q[j] += (double)xr[c + j] * (double)xr[c + j];
+                a[j] += (double)(dr[c + j] * w[c + j]) * (double)xr[c + j];
+            }
+        double sgx = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        double ss = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+        for (; c < C; c++) {
+            ss += (double)xr[c] * (double)xr[c];
+            sgx += (double)(dr[c] * w[c]) * (double)xr[c];
+        }
+        T rs = (T)(1.0 / sqrt(ss / (double)C + eps));
+        T k = (T)((double)rs * (double)rs * sgx / (double)C);
+        for (c = 0; c < C; c++) o[c] = rs * (dr[c] * w[c] - xr[c] * k);
+    }
+}
+
+/* dw [C] = sum_r dout[r,c] * (x[r,c] * r_r), r ascending, in double. Threads
+ * split columns. The row factors are computed once per thread into a
+ * scratch (each thread needs all of them); without one, once per chunk. */
+void FN(rmsnorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C, double eps, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(C, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    T *rstd = malloc(sizeof(T) * (size_t)PIPIT_MAX(rows, 1));
+    for (int64_t r = 0; rstd && r < rows; r++) rstd[r] = LOC(rms_rstd)(x + r * C, C, eps);
+    double acc[KERNEL_COL_CHUNK];
+    for (int64_t c0 = lo; c0 < hi; c0 += KERNEL_COL_CHUNK) {
+        int64_t w = PIPIT_MIN(KERNEL_COL_CHUNK, hi - c0);
+        for (int64_t j = 0; j < w; j++) acc[j] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const T *xr = x + r * C + c0, *dr = dout + r * C + c0;
+            T rs = rstd ? rstd[r] : LOC(rms_rstd)(x + r * C, C, eps);
+            for (int64_t j = 0; j < w; j++) acc[j] += (double)(dr[j] * (xr[j] * rs));
+        }
+        for (int64_t j = 0; j < w; j++) dw[c0 + j] = (T)acc[j];
+    }
+    free(rstd);
+}
+
+/* ------------------------------------------------------------ RoPE */
+
+/* out, x [B,T,H*D]: for each head, with i < D/2, a = (pos0 + t) * f_i,
+ * f_i = theta^(-2i/D) (ROPE_FREQ: as transformers forms it in the type):
+ *   out[i]       = x[i] cos a - x[i + D/2] sin a
+ *   out[i + D/2] = x[i + D/2] cos a + x[i] sin a
+ * (sin negated when inverse). Threads split positions t; cos and sin are
+ * formed for KERNEL_ROPE_CHUNK frequencies at a time and applied to every
+ * batch row and head of that position. */
+void FN(rope)(T *out, const T *x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos0, double theta,
+              int inverse, int ith, int nth) {
+    int64_t half = D / 2, C = H * D, lo, hi;
+    T f[KERNEL_ROPE_CHUNK], cs[KERNEL_ROPE_CHUNK], sn[KERNEL_ROPE_CHUNK];
+    pipit__range(Tn, ith, nth, &lo, &hi);
+    for (int64_t i0 = 0; i0 < half && lo < hi; i0 += KERNEL_ROPE_CHUNK) {
+        int64_t w = PIPIT_MIN(KERNEL_ROPE_CHUNK, half - i0);
+        for (int64_t i = 0; i < w; i++) f[i] = ROPE_FREQ(i0 + i, D, theta);
+        for (int64_t t = lo; t < hi; t++) {
+            T pos = (T)(pos0 + t);
+            for (int64_t i = 0; i < w; i++) {
+                double c, sd;
+                sincos((double)(pos * f[i]), &sd, &c); /* of the angle in T, rounded to T */
+                cs[i] = (T)c;
+                sn[i] = inverse ? -(T)sd : (T)sd;
+            }
+            for (int64_t b = 0; b < B; b++)
+                for (int64_t h = 0; h < H; h++) {
+                    const T *x1 = x + (b * Tn + t) * C + h * D + i0, *x2 = x1 + half;
+                    T *o1 = out + (b * Tn + t) * C + h * D + i0, *o2 = o1 + half;
+                    for (int64_t i = 0; i < w; i++) {
+                        T u = x1[i], v = x2[i];
+                        o1[i] = u * cs[i] - v * sn[i];
+                        o2[i] = v * cs[i] + u * sn[i];
+                    }
+                }
+        }
+    }
+}
+
 /* ------------------------------------------------------------ embedding */
 
 /* out [n, C] = rows idx[n] of table [V, C]; threads split n. */
@@ -317,28 +735,34 @@ void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, i
 
 /* ------------------------------------------------------------ attention */
 
-/* qkv [B,Tq,3C] (q | k | v, each [H heads of D]); out [B,Tq,C]. Threads
- * split the (b,h) pairs. Per query, keys are scored KERNEL_ATT_CHUNK at a
- * time with an online softmax (running max m, running sum l), so no
- * scratch beyond the stack is needed; the order is fixed by the shapes. */
-void FN(attention_stream)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H,
-                                  int ith, int nth) {
-    int64_t D = C / H, lo, hi;
-    T scale = (T)(1.0 / sqrt((double)D));
+/* One kernel family serves every layout (pipit__attn_dims): GPT-2's packed
+ * qkv and separate q, k, v with grouped-query heads. Query t attends to
+ * keys [0, t] (causal) or [0, S). */
+static int64_t LOC(att_keys)(const pipit__attn_dims *a, int64_t t) { return a->causal ? t + 1 : a->Tk; }
+
+/* q, k, v [B,*,*] heads of D; out [B,T,Hq*D] (row stride ldo). Threads split
+ * the (b,h) pairs. Per query, keys are scored KERNEL_ATT_CHUNK at a time
+ * with an online softmax (running max m, running sum l), so no scratch
+ * beyond the stack is needed; the order is fixed by the shapes. */
+void FN(attn_fwd_stream)(T *out, const T *q, const T *k, const T *v, const pipit__attn_dims *a, int ith,
+                         int nth) {
+    int64_t D = a->D, rep = a->Hq / a->Hkv, lo, hi;
+    T scale = (T)a->scale;
     T s[KERNEL_ATT_CHUNK];
-    pipit__range(B * H, ith, nth, &lo, &hi);
+    pipit__range(a->B * a->Hq, ith, nth, &lo, &hi);
     for (int64_t bh = lo; bh < hi; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const T *base = qkv + b * Tq * 3 * C + h * D; /* q of (b,0,h) */
-        for (int64_t t = 0; t < Tq; t++) {
-            const T *q = base + t * 3 * C;
-            T *o = out + (b * Tq + t) * C + h * D; /* [D], accumulates p @ v */
+        int64_t b = bh / a->Hq, h = bh % a->Hq, g = h / rep;
+        const T *qb = q + b * a->Tq * a->ldq + h * D;
+        const T *kb = k + b * a->Tk * a->ldk + g * D, *vb = v + b * a->Tk * a->ldv + g * D;
+        for (int64_t t = 0; t < a->Tq; t++) {
+            const T *qt = qb + t * a->ldq;
+            T *o = out + (b * a->Tq + t) * a->ldo + h * D; /* [D], accumulates p @ v */
             for (int64_t d = 0; d < D; d++) o[d] = 0;
             T m = -(T)INFINITY, l = 0;
-            for (int64_t j0 = 0; j0 <= t; j0 += KERNEL_ATT_CHUNK) {
-                int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, t + 1 - j0);
-                for (int64_t j = 0; j < n; j++)
-                    s[j] = LOC(dot)(q, base + (j0 + j) * 3 * C + C, D) * scale;
+            int64_t nk = LOC(att_keys)(a, t);
+            for (int64_t j0 = 0; j0 < nk; j0 += KERNEL_ATT_CHUNK) {
+                int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, nk - j0);
+                for (int64_t j = 0; j < n; j++) s[j] = LOC(dot)(qt, kb + (j0 + j) * a->ldk, D) * scale;
                 T cm = LOC(maxv)(s, n);
                 if (cm > m) { /* rescale what was accumulated under the old max */
                     T f = EXP(m - cm);
@@ -349,7 +773,7 @@ void FN(attention_stream)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C
                 LOC(exp_shift)(s, m, n);
                 for (int64_t j = 0; j < n; j++) {
                     l += s[j];
-                    LOC(axpy)(o, s[j], base + (j0 + j) * 3 * C + 2 * C, D);
+                    LOC(axpy)(o, s[j], vb + (j0 + j) * a->ldv, D);
                 }
             }
             T inv = (T)1 / l;
@@ -358,149 +782,194 @@ void FN(attention_stream)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C
     }
 }
 
-/* dqkv [B,Tq,3C] from qkv [B,Tq,3C] and dout [B,Tq,C]. Per query t: pass 1
- * recomputes the softmax statistics (m, l) and delta = sum_j p_j (dout.v_j);
- * pass 2 forms dS_j = p_j (dout.v_j - delta) and accumulates dq_t, dk_j, dv_j.
- * A (b,h) pair's slices of dqkv belong to one thread, summed in t order. */
-void FN(attention_dqkv_stream)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t Tq,
-                                       int64_t C, int64_t H, int ith, int nth) {
-    int64_t D = C / H, lo, hi;
-    T scale = (T)(1.0 / sqrt((double)D));
+/* dq, dk, dv (strides of q, k, v) from dout [B,T,Hq*D] (stride ldo). Threads
+ * split the (b, kv head) pairs; a pair's query heads run in order. Per
+ * query t: pass 1 recomputes the softmax statistics (m, l) and delta =
+ * sum_j p_j (dout.v_j); pass 2 forms dS_j = p_j (dout.v_j - delta) and
+ * accumulates dq_t, dk_j, dv_j, summed in (head, t) order. */
+void FN(attn_bwd_stream)(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout,
+                         const pipit__attn_dims *a, int ith, int nth) {
+    int64_t D = a->D, rep = a->Hq / a->Hkv, lo, hi;
+    T scale = (T)a->scale;
     T s[KERNEL_ATT_CHUNK], dp[KERNEL_ATT_CHUNK];
-    pipit__range(B * H, ith, nth, &lo, &hi);
-    for (int64_t bh = lo; bh < hi; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const T *base = qkv + b * Tq * 3 * C + h * D;
-        T *dbase = dqkv + b * Tq * 3 * C + h * D;
-        for (int64_t t = 0; t < Tq; t++)
-            for (int64_t k = 0; k < 3; k++)
-                memset(dbase + t * 3 * C + k * C, 0, (size_t)D * sizeof(T));
-        for (int64_t t = 0; t < Tq; t++) {
-            const T *q = base + t * 3 * C, *dout_t = dout + (b * Tq + t) * C + h * D;
-            T *dq = dbase + t * 3 * C;
-            T m = -(T)INFINITY, l = 0, dl = 0; /* dl: sum_j exp(s_j - m) dp_j */
-            for (int64_t j0 = 0; j0 <= t; j0 += KERNEL_ATT_CHUNK) {
-                int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, t + 1 - j0);
-                for (int64_t j = 0; j < n; j++) {
-                    const T *kj = base + (j0 + j) * 3 * C + C;
-                    s[j] = LOC(dot)(q, kj, D) * scale;
-                    dp[j] = LOC(dot)(dout_t, kj + C, D);
+    pipit__range(a->B * a->Hkv, ith, nth, &lo, &hi);
+    for (int64_t bg = lo; bg < hi; bg++) {
+        int64_t b = bg / a->Hkv, g = bg % a->Hkv;
+        const T *kb = k + b * a->Tk * a->ldk + g * D, *vb = v + b * a->Tk * a->ldv + g * D;
+        T *dkb = dk + b * a->Tk * a->ldk + g * D, *dvb = dv + b * a->Tk * a->ldv + g * D;
+        for (int64_t j = 0; j < a->Tk; j++) {
+            memset(dkb + j * a->ldk, 0, (size_t)D * sizeof(T));
+            memset(dvb + j * a->ldv, 0, (size_t)D * sizeof(T));
+        }
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+            const T *qb = q + b * a->Tq * a->ldq + h * D;
+            T *dqb = dq + b * a->Tq * a->ldq + h * D;
+            for (int64_t t = 0; t < a->Tq; t++) memset(dqb + t * a->ldq, 0, (size_t)D * sizeof(T));
+            for (int64_t t = 0; t < a->Tq; t++) {
+                const T *qt = qb + t * a->ldq, *dout_t = dout + (b * a->Tq + t) * a->ldo + h * D;
+                T *dqt = dqb + t * a->ldq;
+                T m = -(T)INFINITY, l = 0, dl = 0; /* dl: sum_j exp(s_j - m) dp_j */
+                int64_t nk = LOC(att_keys)(a, t);
+                for (int64_t j0 = 0; j0 < nk; j0 += KERNEL_ATT_CHUNK) {
+                    int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, nk - j0);
+                    for (int64_t j = 0; j < n; j++) {
+                        s[j] = LOC(dot)(qt, kb + (j0 + j) * a->ldk, D) * scale;
+                        dp[j] = LOC(dot)(dout_t, vb + (j0 + j) * a->ldv, D);
+                    }
+                    T cm = LOC(maxv)(s, n);
+                    if (cm > m) {
+                        T f = EXP(m - cm);
+                        l *= f;
+                        dl *= f;
+                        m = cm;
+                    }
+                    LOC(exp_shift)(s, m, n);
+                    for (int64_t j = 0; j < n; j++) {
+                        l += s[j];
+                        dl += s[j] * dp[j];
+                    }
                 }
-                T cm = LOC(maxv)(s, n);
-                if (cm > m) {
-                    T f = EXP(m - cm);
-                    l *= f;
-                    dl *= f;
-                    m = cm;
-                }
-                LOC(exp_shift)(s, m, n);
-                for (int64_t j = 0; j < n; j++) {
-                    l += s[j];
-                    dl += s[j] * dp[j];
-                }
-            }
-            T inv = (T)1 / l, delta = dl * inv;
-            for (int64_t j0 = 0; j0 <= t; j0 += KERNEL_ATT_CHUNK) {
-                int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, t + 1 - j0);
-                for (int64_t j = 0; j < n; j++) {
-                    const T *kj = base + (j0 + j) * 3 * C + C;
-                    s[j] = LOC(dot)(q, kj, D) * scale;
-                    dp[j] = LOC(dot)(dout_t, kj + C, D);
-                }
-                LOC(exp_shift)(s, m, n);
-                for (int64_t j = 0; j < n; j++) {
-                    const T *kj = base + (j0 + j) * 3 * C + C;
-                    T *dkj = dbase + (j0 + j) * 3 * C + C;
-                    T p = s[j] * inv;
-                    T ds = p * (dp[j] - delta) * scale;
-                    LOC(axpy)(dq, ds, kj, D);
-                    LOC(axpy)(dkj, ds, q, D);
-                    LOC(axpy)(dkj + C, p, dout_t, D);
+                T inv = (T)1 / l, delta = dl * inv;
+                for (int64_t j0 = 0; j0 < nk; j0 += KERNEL_ATT_CHUNK) {
+                    int64_t n = PIPIT_MIN(KERNEL_ATT_CHUNK, nk - j0);
+                    for (int64_t j = 0; j < n; j++) {
+                        s[j] = LOC(dot)(qt, kb + (j0 + j) * a->ldk, D) * scale;
+                        dp[j] = LOC(dot)(dout_t, vb + (j0 + j) * a->ldv, D);
+                    }
+                    LOC(exp_shift)(s, m, n);
+                    for (int64_t j = 0; j < n; j++) {
+                        const T *kj = kb + (j0 + j) * a->ldk;
+                        T p = s[j] * inv;
+                        T ds = p * (dp[j] - delta) * scale;
+                        LOC(axpy)(dqt, ds, kj, D);
+                        LOC(axpy)(dkb + (j0 + j) * a->ldk, ds, qt, D);
+                        LOC(axpy)(dvb + (j0 + j) * a->ldv, p, dout_t, D);
+                    }
                 }
             }
         }
     }
 }
 
-/* The blocked kernels: per (b,h) pair the score matrix S = q k^T is one
- * small BLAS product into a [T,T] scratch, then a causal softmax row by row,
- * then products for the output (forward) or dv, dp, dq, dk (backward).
- * The masked half of S is computed and thrown away (BLAS is far faster
- * than the scalar loops it replaces). Each pair is one thread's, its calls
- * are fixed by the shapes: the bits do not depend on nth. Without scratch
- * memory they fall back to the streaming kernels above. */
+/* The blocked kernels: per (b, head) the score matrix S = q k^T is one
+ * small BLAS product into a [Tq,Tk] scratch, then a softmax row by row, then
+ * products for the output (forward) or dv, dp, dq, dk (backward; the
+ * query heads of a kv head add into its dk and dv in head order). With a
+ * causal mask the masked part of S is computed and thrown away (BLAS is
+ * far faster than the scalar loops it replaces). Each pair is one thread's,
+ * its calls are fixed by the shapes: the bits do not depend on nth.
+ * Without scratch memory they fall back to the streaming kernels above. */
 
-/* P[t, 0..t] = softmax(S[t, 0..t]), P[t, t+1..] = 0, for a [T,T] block. */
-static void LOC(causal_softmax)(T *P, int64_t Tq) {
-    for (int64_t t = 0; t < Tq; t++) {
-        T *row = P + t * Tq;
-        T m = LOC(maxv)(row, t + 1);
-        LOC(exp_shift)(row, m, t + 1);
-        T inv = (T)(1.0 / LOC(sum_d)(row, t + 1));
-        for (int64_t j = 0; j <= t; j++) row[j] *= inv;
-        for (int64_t j = t + 1; j < Tq; j++) row[j] = 0;
+/* P[t, :] = softmax(P[t, keys]) for a [Tq,Tk] block, zero past the keys. */
+static void LOC(softmax_block)(T *P, const pipit__attn_dims *a) {
+    for (int64_t t = 0; t < a->Tq; t++) {
+        T *row = P + t * a->Tk;
+        int64_t n = LOC(att_keys)(a, t);
+        T m = LOC(maxv)(row, n);
+        LOC(exp_shift)(row, m, n);
+        T inv = (T)(1.0 / LOC(sum_d)(row, n));
+        for (int64_t j = 0; j < n; j++) row[j] *= inv;
+        for (int64_t j = n; j < a->Tk; j++) row[j] = 0;
     }
 }
 
-void FN(attention)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H, int ith, int nth) {
-    T *P = malloc(sizeof(T) * (size_t)(Tq * Tq));
+/* k blocks of [Tq,Tk] scratch, or NULL (then the streaming kernels run)
+ * when it cannot be had, its size overflowing included. */
+static T *LOC(att_scratch)(const pipit__attn_dims *a, size_t k) {
+    size_t n;
+    if (__builtin_mul_overflow((size_t)a->Tq, (size_t)a->Tk, &n) || __builtin_mul_overflow(n, k * sizeof(T), &n))
+        return NULL;
+    return malloc(n);
+}
+
+/* P = scale * q_h k_g^T, softmaxed: [Tq,Tk] */
+static void LOC(att_probs)(T *P, const T *qh, const T *kg, const pipit__attn_dims *a) {
+    BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)a->Tq, (blasint)a->Tk, (blasint)a->D, (T)a->scale,
+              qh, (blasint)a->ldq, kg, (blasint)a->ldk, 0, P, (blasint)a->Tk);
+    LOC(softmax_block)(P, a);
+}
+
+void FN(attn_fwd)(T *out, const T *q, const T *k, const T *v, const pipit__attn_dims *a, int ith, int nth) {
+    T *P = LOC(att_scratch)(a, 1);
     if (!P) {
-        FN(attention_stream)(out, qkv, B, Tq, C, H, ith, nth);
+        FN(attn_fwd_stream)(out, q, k, v, a, ith, nth);
         return;
     }
-    int64_t D = C / H, lo, hi, ld = 3 * C;
-    T scale = (T)(1.0 / sqrt((double)D));
-    pipit__range(B * H, ith, nth, &lo, &hi);
+    int64_t D = a->D, rep = a->Hq / a->Hkv, lo, hi;
+    pipit__range(a->B * a->Hq, ith, nth, &lo, &hi);
     for (int64_t bh = lo; bh < hi; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const T *q = qkv + b * Tq * ld + h * D, *k = q + C, *v = q + 2 * C;
-        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Tq, (blasint)Tq, (blasint)D, scale, q,
-                  (blasint)ld, k, (blasint)ld, 0, P, (blasint)Tq);
-        LOC(causal_softmax)(P, Tq);
-        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, P,
-                  (blasint)Tq, v, (blasint)ld, 0, out + b * Tq * C + h * D, (blasint)C);
+        int64_t b = bh / a->Hq, h = bh % a->Hq, g = h / rep;
+        const T *vg = v + b * a->Tk * a->ldv + g * D;
+        LOC(att_probs)(P, q + b * a->Tq * a->ldq + h * D, k + b * a->Tk * a->ldk + g * D, a);
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)a->Tq, (blasint)D, (blasint)a->Tk, 1, P,
+                  (blasint)a->Tk, vg, (blasint)a->ldv, 0, out + b * a->Tq * a->ldo + h * D, (blasint)a->ldo);
     }
     free(P);
 }
 
+void FN(attn_bwd)(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout,
+                  const pipit__attn_dims *a, int ith, int nth) {
+    T *P = LOC(att_scratch)(a, 2);
+    if (!P) {
+        FN(attn_bwd_stream)(dq, dk, dv, q, k, v, dout, a, ith, nth);
+        return;
+    }
+    T *dP = P + a->Tq * a->Tk;
+    blasint Tq = (blasint)a->Tq, Tk = (blasint)a->Tk, D = (blasint)a->D;
+    blasint ldq = (blasint)a->ldq, ldk = (blasint)a->ldk, ldv = (blasint)a->ldv, ldo = (blasint)a->ldo;
+    T scale = (T)a->scale;
+    int64_t rep = a->Hq / a->Hkv, lo, hi;
+    pipit__range(a->B * a->Hkv, ith, nth, &lo, &hi);
+    for (int64_t bg = lo; bg < hi; bg++) {
+        int64_t b = bg / a->Hkv, g = bg % a->Hkv;
+        const T *kg = k + b * a->Tk * a->ldk + g * a->D, *vg = v + b * a->Tk * a->ldv + g * a->D;
+        T *dkg = dk + b * a->Tk * a->ldk + g * a->D, *dvg = dv + b * a->Tk * a->ldv + g * a->D;
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+            T beta = h == g * rep ? 0 : 1; /* the group's first head writes dk, dv; the others add */
+            const T *qh = q + b * a->Tq * a->ldq + h * a->D, *dO = dout + b * a->Tq * a->ldo + h * a->D;
+            T *dqh = dq + b * a->Tq * a->ldq + h * a->D;
+            LOC(att_probs)(P, qh, kg, a);
+            /* dv (+)= P^T dO; dP = dO v^T */
+            BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, 1, P, Tk, dO, ldo, beta, dvg, ldv);
+            BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, D, 1, dO, ldo, vg, ldv, 0, dP, Tk);
+            /* dS = P * (dP - rowsum(P * dP)) * scale, into dP */
+            for (int64_t t = 0; t < a->Tq; t++) {
+                T *p = P + t * a->Tk, *d = dP + t * a->Tk;
+                int64_t n = LOC(att_keys)(a, t);
+                T delta = LOC(dot)(p, d, n);
+                for (int64_t j = 0; j < n; j++) d[j] = p[j] * (d[j] - delta) * scale;
+                for (int64_t j = n; j < a->Tk; j++) d[j] = 0;
+            }
+            /* dq = dS k; dk (+)= dS^T q */
+            BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, D, Tk, 1, dP, Tk, kg, ldk, 0, dqh, ldq);
+            BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, 1, dP, Tk, qh, ldq, beta, dkg, ldk);
+        }
+    }
+    free(P);
+}
+
+/* GPT-2's packed layout: qkv [B,T,3C] = q | k | v, H heads of C/H, causal. */
+static pipit__attn_dims LOC(packed)(int64_t B, int64_t Tq, int64_t C, int64_t H) {
+    int64_t D = C / H;
+    return (pipit__attn_dims){B, Tq, Tq, H, H, D, 3 * C, 3 * C, 3 * C, C, 1, 1.0 / sqrt((double)D)};
+}
+void FN(attention)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H, int ith, int nth) {
+    pipit__attn_dims a = LOC(packed)(B, Tq, C, H);
+    FN(attn_fwd)(out, qkv, qkv + C, qkv + 2 * C, &a, ith, nth);
+}
+void FN(attention_stream)(T *out, const T *qkv, int64_t B, int64_t Tq, int64_t C, int64_t H, int ith, int nth) {
+    pipit__attn_dims a = LOC(packed)(B, Tq, C, H);
+    FN(attn_fwd_stream)(out, qkv, qkv + C, qkv + 2 * C, &a, ith, nth);
+}
 void FN(attention_dqkv)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t Tq, int64_t C, int64_t H,
                         int ith, int nth) {
-    T *P = malloc(sizeof(T) * (size_t)(2 * Tq * Tq));
-    if (!P) {
-        FN(attention_dqkv_stream)(dqkv, qkv, dout, B, Tq, C, H, ith, nth);
-        return;
-    }
-    T *dP = P + Tq * Tq;
-    int64_t D = C / H, lo, hi, ld = 3 * C;
-    T scale = (T)(1.0 / sqrt((double)D));
-    pipit__range(B * H, ith, nth, &lo, &hi);
-    for (int64_t bh = lo; bh < hi; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const T *q = qkv + b * Tq * ld + h * D, *k = q + C, *v = q + 2 * C;
-        const T *dO = dout + b * Tq * C + h * D;
-        T *dq = dqkv + b * Tq * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
-        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Tq, (blasint)Tq, (blasint)D, scale, q,
-                  (blasint)ld, k, (blasint)ld, 0, P, (blasint)Tq);
-        LOC(causal_softmax)(P, Tq);
-        /* dv = P^T dO; dP = dO v^T */
-        BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, P,
-                  (blasint)Tq, dO, (blasint)C, 0, dv, (blasint)ld);
-        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)Tq, (blasint)Tq, (blasint)D, 1, dO,
-                  (blasint)C, v, (blasint)ld, 0, dP, (blasint)Tq);
-        /* dS = P * (dP - rowsum(P * dP)) * scale, into dP */
-        for (int64_t t = 0; t < Tq; t++) {
-            T *p = P + t * Tq, *d = dP + t * Tq;
-            T delta = LOC(dot)(p, d, t + 1);
-            for (int64_t j = 0; j <= t; j++) d[j] = p[j] * (d[j] - delta) * scale;
-            for (int64_t j = t + 1; j < Tq; j++) d[j] = 0;
-        }
-        /* dq = dS k; dk = dS^T q */
-        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, dP,
-                  (blasint)Tq, k, (blasint)ld, 0, dq, (blasint)ld);
-        BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)Tq, (blasint)D, (blasint)Tq, 1, dP,
-                  (blasint)Tq, q, (blasint)ld, 0, dk, (blasint)ld);
-    }
-    free(P);
+    pipit__attn_dims a = LOC(packed)(B, Tq, C, H);
+    FN(attn_bwd)(dqkv, dqkv + C, dqkv + 2 * C, qkv, qkv + C, qkv + 2 * C, dout, &a, ith, nth);
+}
+void FN(attention_dqkv_stream)(T *dqkv, const T *qkv, const T *dout, int64_t B, int64_t Tq, int64_t C,
+                               int64_t H, int ith, int nth) {
+    pipit__attn_dims a = LOC(packed)(B, Tq, C, H);
+    FN(attn_bwd_stream)(dqkv, dqkv + C, dqkv + 2 * C, qkv, qkv + C, qkv + 2 * C, dout, &a, ith, nth);
 }
 
 /* ------------------------------------------------------------ cross-entropy */
