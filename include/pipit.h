@@ -93,6 +93,12 @@ PIPIT_API void pipit_finalize(void);
  * storage), and whether it was built with the MPI transport (1) or not (0). */
 PIPIT_API const char *pipit_version(void);
 PIPIT_API int pipit_have_mpi(void);
+/* What build this is: the version and the source tree's commit
+ * ("0.1.0+v0.1-42-g3e2bc6912345-dirty"; "+no-git" outside a git checkout),
+ * fixed when the library is built. The processes of an MPI job must run
+ * the same build (pipit_agree checks it). The environment variable
+ * PIPIT_BUILD_ID, when set, replaces it (static storage). */
+PIPIT_API const char *pipit_build_id(void);
 /* 1 if this build has the cuda backend (configured with -DPIPIT_CUDA=ON),
  * else 0; whether the machine has a GPU is another matter
  * (pipit_cuda_device_count). */
@@ -109,6 +115,18 @@ PIPIT_API int pipit_cuda_device_count(void);
  * which limit that is. INFINITY when nothing limits it. pipit_compile
  * checks its programs against it (pipit_options.mem_limit, no_mem_check). */
 PIPIT_API double pipit_mem_available(const char **which);
+
+/* Ranks agree or stop (docs/refuses.md). kv: NULL-terminated name, value,
+ * name, value, ... list of what must be the same in every process (a
+ * configuration, a data spec; values compared as text). In an MPI job
+ * every process sends its build (pipit_version, pipit_build_id) and its
+ * list to every other one, and every process returns the same result:
+ * INVALID, with a message naming `what`, the first field that differs and
+ * which processes hold which value ("--lr: processes 0, 2 have '0.001';
+ * process 1 has '0.002'"), or OK. Collective: every process calls it at
+ * the same point, with the same field names in the same order. One
+ * process: OK at once. pipit_compile does the same with its plan. */
+PIPIT_API pipit_status pipit_agree(const char *what, const char *const *kv);
 
 /* This process's rank and the number of processes: 0 and 1 without MPI. */
 PIPIT_API int pipit_process_rank(void);
@@ -542,7 +560,9 @@ typedef struct {
  * inputs (M*D*nfeed entries for M microbatches and D replicas; each input
  * exactly once per microbatch, extra names are ignored; in a multi-process
  * job only this process's replica's entries are read, the others may hold
- * NULL data). The loss is the mean over all M*D microbatches. update = 0 computes loss and grads only.
+ * NULL data). The array's length is not known here: pipit_step_feeds
+ * takes it and refuses a short one. The loss is the mean over all M*D
+ * microbatches. update = 0 computes loss and grads only.
  * INVALID for a missing or repeated feed, NULL data, an nbytes other than
  * the input's size, or an index outside what its embedding or loss
  * accepts (all checked before anything runs); RUNTIME with
@@ -550,6 +570,14 @@ typedef struct {
  * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
                                   int update, pipit_metrics *metrics);
+/* pipit_step told how many entries the feed array has: nfeeds_total must
+ * be exactly M x D x nfeed (INVALID before anything runs otherwise, naming
+ * both counts), so an array laid out for fewer microbatches or replicas
+ * (a D > 1 program given M microbatches' feeds) is refused instead of read
+ * past its end. Otherwise the same call as pipit_step, which stays for
+ * callers that know their array is long enough. */
+PIPIT_API pipit_status pipit_step_feeds(pipit_program *p, const pipit_feed *feeds, int64_t nfeeds_total, int nfeed,
+                                        int update, pipit_metrics *metrics);
 
 /* Profiling: on != 0 starts accumulating the time of every op and
  * instruction kind over the following steps, from zero (calling it again

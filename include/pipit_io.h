@@ -176,6 +176,12 @@ PIPIT_API pipit_status pipit_data_open_spec(const char *spec, pipit_data_format 
  * the boundary is the last target of d and the first input of *val).
  * INVALID unless 1 <= val_windows < W. */
 PIPIT_API pipit_status pipit_data_split(pipit_data *d, int64_t val_windows, pipit_data **val);
+/* CRC-32C of the stream's tokens, file after file (the bytes of text; the
+ * uint16 tokens of shards in this machine's byte order): the same tokens,
+ * the same value, whatever the paths. The processes of an MPI job compare
+ * it (pipit_agree) to know they read the same data. 0 and a message for
+ * NULL. */
+PIPIT_API uint32_t pipit_data_checksum(const pipit_data *d);
 /* Number of files of the stream, and file i's path (NULL outside 0 .. n-1). */
 PIPIT_API int pipit_data_files(const pipit_data *d);
 PIPIT_API const char *pipit_data_file(const pipit_data *d, int i);

@@ -69,7 +69,7 @@ int cmd_eval(int argc, char **argv) {
     mb_buf *bufs = mb_bufs_new(K, B, T, &feeds);
     for (int k = 0; k < K; k++) fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &bufs[k], feeds + nf * k);
     pipit_metrics met;
-    if (pipit_step(s.p, feeds, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    if (pipit_step_feeds(s.p, feeds, (int64_t)K * nf, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
     long long tokens = (long long)B * T * K;
     if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
     else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);

@@ -224,7 +224,7 @@ int cmd_sample(int argc, char **argv) {
     for (int k = 0; k < tokens; k++) {
         int w = n < T ? n : T, first = n - w; /* the window: seq[first .. n-1] at positions 0 .. w-1 */
         for (int i = 0; i < T; i++) tok[i] = i < w ? seq[first + i] : 0;
-        if (pipit_step(p, feeds, cfg.kind->nfeeds, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
+        if (pipit_step_feeds(p, feeds, cfg.kind->nfeeds, cfg.kind->nfeeds, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
         if (pipit_program_get_output(p, logits, 0, lg, sizeof *lg * (size_t)T * (size_t)V))
             die("sample: %s", pipit_errmsg());
         int next = pick(lg + (size_t)(w - 1) * (size_t)V, drawn, temp, top_k, &rng, idx, prob);

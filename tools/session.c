@@ -196,7 +196,7 @@ static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph 
     for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + nf * m);
     for (int step = 0; step < 2; step++) {
         cli_check(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
-        if (pipit_step(p, feeds, nf, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+        if (pipit_step_feeds(p, feeds, (int64_t)M * nf, nf, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
     }
     mb_bufs_free(bufs, M, feeds);
     return p;
@@ -245,6 +245,61 @@ static void admit_run(const session *s, const opts *o, int M, const char *mflag)
         (long long)params, procs > 1 ? ", this process's stage" : D > 1 ? ", every replica" : "",
         cli_bytes(fd, sizeof fd, feeds), mflag, M, cfg->batch, cfg->ctx, D > 1 && procs == 1 ? ", every replica" : "",
         mflag);
+}
+
+/* Ranks agree or stop (docs/refuses.md): in an MPI job every process
+ * checks, before it compiles, that all of them resolved the same command
+ * line (every flag's value, from the flags, --config, the preset or
+ * --resume) and read the same data and weights (by content: paths may
+ * differ between machines); pipit_compile then compares the plans. Flags
+ * that change nothing the processes share are left out. */
+static const char *const PER_PROCESS[] = {"threads", "device", "json", "json-summary", "trace", "profile",
+                                          "profile-out", "verbose", "peak-flops", "mem-limit", "no-mem-check",
+                                          "print-config", "config", "log-every", NULL};
+static const char *const BY_CONTENT[] = {"data", "val-data", "init", "resume", "init-optimizer", "save",
+                                         "save-optimizer", NULL};
+
+static int listed(const char *name, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(name, *list) == 0) return 1;
+    return 0;
+}
+
+/* A checkpoint's content: its header checksum (which covers every
+ * tensor's), or its path for a file without checksums. (--val-data is
+ * compared as given or not: it is opened after this.) */
+static const char *checkpoint_digest(const pipit_checkpoint *ck) {
+    const char *h = ck ? pipit_checkpoint_meta(ck, "crc32c") : NULL;
+    return h ? h : ck ? pipit_checkpoint_path(ck) : "-";
+}
+
+static void agree_run(const session *s, const opts *o, const flag_cmd *c) {
+    if (pipit_process_count() <= 1) return;
+    enum { MAXF = 80 };
+    static char names[MAXF][40], vals[MAXF][96];
+    const char *kv[2 * MAXF + 1];
+    int k = 0, n = 0;
+    for (int i = 0; i < c->n && n < MAXF - 2; i++) {
+        const flag *f = &c->flags[i];
+        if (listed(f->name, PER_PROCESS)) continue;
+        snprintf(names[n], sizeof names[n], "--%s", f->name);
+        char *v = vals[n++];
+        if (listed(f->name, BY_CONTENT)) snprintf(v, 96, "%s", f->seen ? "given" : "not given");
+        else if (f->type == FL_INT || f->type == FL_BOOL) snprintf(v, 96, "%d", *(const int *)f->ptr);
+        else if (f->type == FL_U64) snprintf(v, 96, "%llu", (unsigned long long)*(const uint64_t *)f->ptr);
+        else if (f->type == FL_DBL) snprintf(v, 96, "%.17g", *(const double *)f->ptr);
+        else snprintf(v, 96, "%s", *(const char *const *)f->ptr ? *(const char *const *)f->ptr : "(none)");
+        kv[k++] = names[n - 1], kv[k++] = v;
+    }
+    char *v = vals[n++];
+    snprintf(v, 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->data), pipit_data_checksum(s->data));
+    kv[k++] = "--data (its tokens)", kv[k++] = v;
+    kv[k++] = o->resume ? "--resume (its checksum)" : "--init (its checksum)";
+    kv[k++] = checkpoint_digest(s->ckpt);
+    kv[k] = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "pipit %s", c->name);
+    if (pipit_agree(what, kv)) die("%s", pipit_errmsg());
 }
 
 /* pipit_compile's memory admission, in the command line's words. */
@@ -329,6 +384,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (pipit_data_max_token(s->data) >= o->vocab)
         die("--data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->data,
             pipit_data_max_token(s->data), o->vocab);
+    agree_run(s, o, c);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
     s->loss = s->cfg.kind->build(s->g, &s->cfg, NULL);

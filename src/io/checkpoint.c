@@ -91,11 +91,11 @@ static pipit_status bad_program(const char *fn) {
     return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
 }
 
-pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
+static pipit_status checkpoint_save_impl(const pipit_program *p, const char *path, const char *const *meta) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save: %s is NULL", p ? "path" : "program");
     int n = pipit_program_num_params(p); /* a compiled program has params */
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_checkpoint_save");
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -131,6 +131,11 @@ pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, con
     for (int i = 0; i < made && i < n; i++) pipit__free((void *)t[i].data);
     pipit__free(t);
     return s;
+}
+
+pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_save_impl(p, path, meta), gen0, __func__);
 }
 
 static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint *ck, const char *path,
@@ -236,8 +241,8 @@ const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
     return ck->names[i];
 }
 
-pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
-                                           int64_t *shape) {
+static pipit_status checkpoint_tensor_shape_impl(const pipit_checkpoint *ck, const char *name, int *ndim,
+                                                 int64_t *shape) {
     if (!ck || !name)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: %s is NULL", ck ? "name" : "checkpoint");
     const pipit__st_tensor *t = ck_find(ck, name);
@@ -247,6 +252,12 @@ pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const cha
     if (ndim) *ndim = t->ndim;
     if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
+                                           int64_t *shape) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_tensor_shape_impl(ck, name, ndim, shape), gen0, __func__);
 }
 
 const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {
@@ -275,13 +286,18 @@ int pipit_checkpoint_verified(const pipit_checkpoint *ck) {
     return pipit__st_checksummed(ck->f);
 }
 
-pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
+static pipit_status checkpoint_load_into_impl(pipit_program *p, const pipit_checkpoint *ck) {
     if (!p || !ck)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_into: %s is NULL", p ? "checkpoint" : "program");
     return load_params(p, ck, ck->path);
 }
 
-pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
+pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_load_into_impl(p, ck), gen0, __func__);
+}
+
+static pipit_status checkpoint_load_impl(pipit_program *p, const char *path) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load: %s is NULL", p ? "path" : "program");
     pipit_checkpoint *ck = NULL;
@@ -291,15 +307,20 @@ pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
     return s;
 }
 
+pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_load_impl(p, path), gen0, __func__);
+}
+
 /* ---- optimizer state ---- */
 
 static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
 
-pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+static pipit_status optimizer_save_impl(const pipit_program *p, const char *path, int64_t next_step) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_save: %s is NULL", p ? "path" : "program");
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_optimizer_save");
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(2 * n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -337,6 +358,11 @@ pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int6
     return s;
 }
 
+pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(optimizer_save_impl(p, path, next_step), gen0, __func__);
+}
+
 static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(f, key);
     if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' is missing", path, key);
@@ -346,11 +372,11 @@ static pipit_status meta_int(const pipit__st_file *f, const char *path, const ch
     return s;
 }
 
-pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+static pipit_status optimizer_load_impl(pipit_program *p, const char *path, int64_t *next_step) {
     if (!p || !path || !next_step)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_load: %s is NULL",
                           !p ? "program" : !path ? "path" : "next_step");
-    if (pipit_program_num_params(p) <= 0) return bad_program(__func__);
+    if (pipit_program_num_params(p) <= 0) return bad_program("pipit_optimizer_load");
     pipit__st_file *f = NULL;
     pipit_status s = pipit__st_read(path, &f);
     int64_t steps = 0;
@@ -390,6 +416,11 @@ pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *n
     return s;
 }
 
+pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(optimizer_load_impl(p, path, next_step), gen0, __func__);
+}
+
 /* ---- one-file training checkpoints ---- */
 
 static const char *const train_prefix[2] = {"opt.m.", "opt.v."};
@@ -421,12 +452,12 @@ static pipit_status gather(const pipit_program *p, const char *name, int which, 
     return s;
 }
 
-pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *path, int64_t next_step,
-                                         const char *const *meta) {
+static pipit_status checkpoint_save_train_impl(const pipit_program *p, const char *path, int64_t next_step,
+                                               const char *const *meta) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save_train: %s is NULL", p ? "path" : "program");
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_checkpoint_save_train");
     if (next_step < 0)
         return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_save_train: next_step must be >= 0 (got %lld)",
                           (long long)next_step);
@@ -443,7 +474,7 @@ pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *pat
         for (int i = 0; i < n && !s; i++) s = gather(p, pipit_program_param_name(p, i), -1, &t[i]);
         for (int i = 0; i < n && !s; i++)
             for (int w = 0; w < 2 && !s; w++) s = gather(p, pipit_program_param_name(p, i), w, &t[n + 2 * i + w]);
-        if (s) s = pipit__err_fresh(s, gen0, __func__);
+        if (s) s = pipit__err_fresh(s, gen0, "pipit_checkpoint_save_train");
     }
     char step[32], steps[32];
     snprintf(step, sizeof step, "%lld", (long long)next_step);
@@ -469,6 +500,12 @@ pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *pat
     return s;
 }
 
+pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *path, int64_t next_step,
+                                         const char *const *meta) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_save_train_impl(p, path, next_step, meta), gen0, __func__);
+}
+
 static pipit_status train_count(const pipit_checkpoint *ck, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(ck->f, key);
     if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "training checkpoint '%s': metadata '%s' is missing", ck->path, key);
@@ -478,12 +515,12 @@ static pipit_status train_count(const pipit_checkpoint *ck, const char *key, int
     return s;
 }
 
-pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
+static pipit_status checkpoint_load_train_impl(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
     if (!p || !ck || !next_step)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_train: %s is NULL",
                           !p ? "program" : !ck ? "checkpoint" : "next_step");
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_checkpoint_load_train");
     const char *kind = pipit__st_meta(ck->f, "pipit");
     if (!kind || strcmp(kind, "train") != 0)
         return pipit__err(PIPIT_STATUS_FORMAT,
@@ -527,4 +564,9 @@ pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoin
     if ((s = pipit_program_set_opt_steps(p, steps))) return s;
     *next_step = step;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_load_train_impl(p, ck, next_step), gen0, __func__);
 }

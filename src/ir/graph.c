@@ -47,7 +47,8 @@ static int bad_graph(const pipit_graph *g, const char *fn) {
 
 pipit_status pipit_graph_status(const pipit_graph *g) {
     if (bad_graph(g, __func__)) return PIPIT_STATUS_MISUSE;
-    if (g->status != PIPIT_STATUS_OK) pipit__set_errmsg(g->errmsg); /* a failing call leaves its message */
+    if (g->status != PIPIT_STATUS_OK) /* a failing call leaves its message, naming the call */
+        pipit__err(g->status, "%s: the graph failed: %s", __func__, g->errmsg);
     return g->status;
 }
 

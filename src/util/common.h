@@ -29,9 +29,11 @@ void pipit__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Sets the thread-local message verbatim. */
 void pipit__set_errmsg(const char *msg);
 /* How many times this thread's message was set: a public entry point
- * notes it on entry and, when it fails with the count unchanged (a status
- * propagated from a helper that set no message), calls pipit__err_fresh,
- * so a failing call never leaves the previous failure's text. */
+ * notes it on entry and, when it fails, calls pipit__err_fresh: with the
+ * count unchanged (a status propagated from a helper that set no message)
+ * it sets one, so a failing call never leaves the previous failure's text;
+ * otherwise it prefixes "<fn>: " unless the message names fn already, so
+ * every failing public call's message names the call (pipit.h). */
 unsigned long pipit__err_gen(void);
 pipit_status pipit__err_fresh(pipit_status s, unsigned long gen0, const char *fn);
 
