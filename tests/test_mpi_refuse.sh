@@ -2,10 +2,11 @@
 # test_mpi_refuse.sh — ranks agree or stop (docs/refuses.md): `mpirun` with
 # processes started with different flags (one per kind: --lr, --clip,
 # --seed, --data-order, --layers, --schedule), different data under the
-# same flags, or two builds (PIPIT_BUILD_ID set differently) is refused by
-# every process within seconds, each naming the field and what each
-# process has; none exits 0 and no step runs. The same data at two paths
-# agrees and trains.
+# same flags, models that differ only as resolved from their checkpoints
+# (the kind; a Llama field), or two builds (PIPIT_BUILD_ID set
+# differently) is refused by every process within seconds, each naming the
+# field and what each process has; none exits 0 and no step runs. The same
+# data at two paths agrees and trains.
 # Usage: test_mpi_refuse.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped)
 set -u
 CLI=$(realpath -- "$1") # the test runs in a temp dir
@@ -72,6 +73,19 @@ refused data "disagree on --data (its tokens)" \
 refused build "run different builds: the build (pipit_build_id) differs: process 0 has 'build-a'; process 1 has 'build-b'" \
     -np 1 -x PIPIT_BUILD_ID=build-a "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- \
     -np 1 -x PIPIT_BUILD_ID=build-b "$CLI" train --data a.txt "${BASE[@]}" --layers 2
+# the model as resolved, not only the flags: a GPT-2 and a Llama
+# checkpoint under the same flags (the kind named, not a Llama flag), and
+# two Llama checkpoints under eval's few flags (their kv heads)
+M=(--data a.txt --ctx 16 --heads 2 --dim 16 --layers 2 --micro-batch 2 --steps 0)
+"$CLI" train "${M[@]}" --save gpt2.st > /dev/null 2>&1 || fail "cannot write the GPT-2 checkpoint"
+for kv in 1 2; do
+    "$CLI" train "${M[@]}" --model llama-tiny --kv-heads $kv --ffn-hidden 32 --save llama_kv$kv.st > /dev/null 2>&1 ||
+        fail "cannot write the Llama checkpoint with --kv-heads $kv"
+done
+refused kind "disagree on the model kind: process 0 has 'gpt2'; process 1 has 'llama'" \
+    -np 1 "$CLI" train --data a.txt --init gpt2.st "${BASE[@]}" -- -np 1 "$CLI" train --data a.txt --init llama_kv2.st "${BASE[@]}"
+refused llama-field "disagree on model kv_heads: process 0 has '1'; process 1 has '2'" \
+    -np 1 "$CLI" eval --data a.txt --init llama_kv1.st --json -- -np 1 "$CLI" eval --data a.txt --init llama_kv2.st --json
 # the same data at another path agrees, and trains
 mpmd -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- -np 1 "$CLI" train --data a_copy.txt "${BASE[@]}" --layers 2
 [ "$rc" -eq 0 ] || fail "the same data at two paths: exit $rc:"$'\n'"$(tail -5 out.log)"

@@ -273,33 +273,68 @@ static const char *checkpoint_digest(const pipit_checkpoint *ck) {
     return h ? h : ck ? pipit_checkpoint_path(ck) : "-";
 }
 
+/* The agreement's list: name/value pairs in kv, texts in their own buffers. */
+enum { AGREE_MAX = 96 };
+typedef struct {
+    char names[AGREE_MAX][48], vals[AGREE_MAX][96];
+    const char *kv[2 * AGREE_MAX + 1];
+    int n;
+} agree_list;
+
+static char *agree_add(agree_list *a, const char *name) {
+    if (a->n == AGREE_MAX) die("internal: more than %d fields to agree on", AGREE_MAX);
+    snprintf(a->names[a->n], sizeof a->names[a->n], "%s", name);
+    a->kv[2 * a->n] = a->names[a->n], a->kv[2 * a->n + 1] = a->vals[a->n];
+    return a->vals[a->n++];
+}
+
+static void agree_flag(agree_list *a, const flag *f) {
+    char name[48];
+    snprintf(name, sizeof name, "--%s", f->name);
+    char *v = agree_add(a, name);
+    if (listed(f->name, BY_CONTENT)) snprintf(v, 96, "%s", f->seen ? "given" : "not given");
+    else if (f->type == FL_INT || f->type == FL_BOOL) snprintf(v, 96, "%d", *(const int *)f->ptr);
+    else if (f->type == FL_U64) snprintf(v, 96, "%llu", (unsigned long long)*(const uint64_t *)f->ptr);
+    else if (f->type == FL_DBL) snprintf(v, 96, "%.17g", *(const double *)f->ptr);
+    else snprintf(v, 96, "%s", *(const char *const *)f->ptr ? *(const char *const *)f->ptr : "(none)");
+}
+
+/* The model as resolved (preset, config, flags, checkpoint), as a
+ * checkpoint records it: every kind's fields, the same names in every
+ * process whatever its kind (a field the kind lacks is "-"). */
+static void agree_model(agree_list *a, const cli_model *m) {
+    static const char *const keys[] = {"vocab", "ctx", "max_ctx", "layers", "heads", "dim",
+                                       "kv_heads", "ffn_hidden", "norm_eps", "rope_theta", "tied"};
+    cli_model_meta meta;
+    cli_model_meta_fill(m, &meta);
+    for (int k = 0; k < NFLAGS(keys); k++) {
+        char name[48];
+        snprintf(name, sizeof name, "model %s", keys[k]);
+        char *v = agree_add(a, name);
+        snprintf(v, 96, "-");
+        for (int i = 0; i < meta.n; i += 2)
+            if (strcmp(meta.kv[i], keys[k]) == 0) snprintf(v, 96, "%s", meta.kv[i + 1]);
+    }
+}
+
 static void agree_run(const session *s, const opts *o, const flag_cmd *c) {
     if (pipit_process_count() <= 1) return;
-    enum { MAXF = 80 };
-    static char names[MAXF][40], vals[MAXF][96];
-    const char *kv[2 * MAXF + 1];
-    int k = 0, n = 0;
-    for (int i = 0; i < c->n && n < MAXF - 2; i++) {
-        const flag *f = &c->flags[i];
-        if (listed(f->name, PER_PROCESS)) continue;
-        snprintf(names[n], sizeof names[n], "--%s", f->name);
-        char *v = vals[n++];
-        if (listed(f->name, BY_CONTENT)) snprintf(v, 96, "%s", f->seen ? "given" : "not given");
-        else if (f->type == FL_INT || f->type == FL_BOOL) snprintf(v, 96, "%d", *(const int *)f->ptr);
-        else if (f->type == FL_U64) snprintf(v, 96, "%llu", (unsigned long long)*(const uint64_t *)f->ptr);
-        else if (f->type == FL_DBL) snprintf(v, 96, "%.17g", *(const double *)f->ptr);
-        else snprintf(v, 96, "%s", *(const char *const *)f->ptr ? *(const char *const *)f->ptr : "(none)");
-        kv[k++] = names[n - 1], kv[k++] = v;
-    }
-    char *v = vals[n++];
-    snprintf(v, 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->data), pipit_data_checksum(s->data));
-    kv[k++] = "--data (its tokens)", kv[k++] = v;
-    kv[k++] = o->resume ? "--resume (its checksum)" : "--init (its checksum)";
-    kv[k++] = checkpoint_digest(s->ckpt);
-    kv[k] = NULL;
+    static agree_list a;
+    a.n = 0;
+    /* the kind first: processes given a GPT-2 and a Llama checkpoint
+     * differ in the kind's flags too, but the kind is what to tell them */
+    snprintf(agree_add(&a, "the model kind"), 96, "%s", s->cfg.kind->name);
+    for (int i = 0; i < c->n; i++)
+        if (!listed(c->flags[i].name, PER_PROCESS)) agree_flag(&a, &c->flags[i]);
+    agree_model(&a, &s->cfg);
+    snprintf(agree_add(&a, "--data (its tokens)"), 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->data),
+             pipit_data_checksum(s->data));
+    snprintf(agree_add(&a, o->resume ? "--resume (its checksum)" : "--init (its checksum)"), 96, "%s",
+             checkpoint_digest(s->ckpt));
+    a.kv[2 * a.n] = NULL;
     char what[64];
     snprintf(what, sizeof what, "pipit %s", c->name);
-    if (pipit_agree(what, kv)) die("%s", pipit_errmsg());
+    if (pipit_agree(what, a.kv)) die("%s", pipit_errmsg());
 }
 
 /* pipit_compile's memory admission, in the command line's words. */
