@@ -8,12 +8,12 @@
  */
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
+#include "bench_kernel.h"
 #include "util/common.h"
 
 typedef struct {
@@ -58,26 +58,8 @@ static void blas(const job *j) {
                 0, j->C, (blasint)s->N);
 }
 
-/* A persistent pool of 2 threads (main = ith 0) with barriers, like the
- * runtime's, so thread start-up is not timed. */
-static pthread_barrier_t bar_start, bar_end;
-static const job *pool_job;
-static int pool_quit;
-static void *worker(void *arg) {
-    (void)arg;
-    for (;;) {
-        pthread_barrier_wait(&bar_start);
-        if (pool_quit) return NULL;
-        ours(pool_job, 1, 2);
-        pthread_barrier_wait(&bar_end);
-    }
-}
-static void ours2(const job *j) {
-    pool_job = j;
-    pthread_barrier_wait(&bar_start);
-    ours(j, 0, 2);
-    pthread_barrier_wait(&bar_end);
-}
+static void ours_slice(const void *j, int ith, int nth) { ours(j, ith, nth); }
+static void ours2(const job *j) { bench_pool_run(ours_slice, j, 2); }
 static void ours1(const job *j) { ours(j, 0, 1); }
 
 /* GFLOP/s of fn over at least `secs` seconds (best of the timed runs). */
@@ -96,29 +78,16 @@ static double timeit(void (*fn)(const job *), const job *j, double secs) {
     return flops / best * 1e-9;
 }
 
-static float *rnd(int64_t n) {
-    float *p = pipit__malloc_aligned((size_t)n * sizeof(float));
-    uint64_t st = 12345;
-    for (int64_t i = 0; i < n; i++) {
-        st = st * 6364136223846793005ULL + 1442695040888963407ULL;
-        p[i] = (float)((double)(st >> 11) / 9007199254740992.0 - 0.5);
-    }
-    return p;
-}
-
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.5;
-    pthread_t th;
-    pthread_barrier_init(&bar_start, NULL, 2);
-    pthread_barrier_init(&bar_end, NULL, 2);
-    pthread_create(&th, NULL, worker, NULL);
+    bench_pool_start();
     int ok = 1;
     double step_s[4] = {0}; /* one step's GEMM seconds: blas1, ours1, blas2, ours2 */
     printf("%-14s %5s %6s %5s %9s | %8s %8s | %8s %8s | %6s %6s\n", "shape", "M", "N", "K",
            "tiles", "blas1", "ours1", "blas2", "ours2", "r1", "r2");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
-        float *A = rnd(s->M * s->K), *B = rnd(s->K * s->N);
+        float *A = bench_rnd(s->M * s->K), *B = bench_rnd(s->K * s->N);
         size_t cb = (size_t)(s->M * s->N) * sizeof(float);
         float *C0 = pipit__malloc_aligned(cb), *C1 = pipit__malloc_aligned(cb),
               *C2 = pipit__malloc_aligned(cb);
@@ -159,8 +128,6 @@ int main(int argc, char **argv) {
            1e3 * step_s[0], 1e3 * step_s[1], 1e3 * step_s[2], 1e3 * step_s[3], step_s[0] / step_s[1],
            step_s[2] / step_s[3]);
     printf("(GFLOP/s, best of runs; r = ours / BLAS at the same thread count)\n");
-    pool_quit = 1;
-    pthread_barrier_wait(&bar_start);
-    pthread_join(th, NULL);
+    bench_pool_stop();
     return ok ? 0 : 1;
 }

@@ -4,11 +4,16 @@
  *
  * Ping-pong between processes 0 and 1, the same way for both: raw
  * MPI_Send/MPI_Recv on a duplicate of MPI_COMM_WORLD, then pipit's
- * send/recv (a copy into a transport buffer + MPI_Isend; matched probe +
- * MPI_Imrecv into the caller's buffer). Latency = half a round trip at 8 B;
- * bandwidth = bytes / half a round trip at 1 MiB and 64 MiB. Each figure is
- * the best of REPS repetitions. Both run under MPI_THREAD_MULTIPLE (what
- * pipit_init asks for), so the difference is the transport's own cost.
+ * zero-copy path as the runtime uses it (isend of the buffer itself, recv =
+ * MPI_Irecv into the caller's buffer, polled then blocking, and the fence
+ * that hands the send buffer back). Process 0 sends from one buffer and
+ * receives into another, process 1 answers from the buffer it received
+ * into, in both. Latency = half a round trip at 8 B; bandwidth = bytes /
+ * half a round trip at 64 KiB, 1 MiB and 64 MiB. Each figure is the best of
+ * REPS repetitions. Both run under MPI_THREAD_MULTIPLE (what pipit_init
+ * asks for), so the difference is the transport's own cost. The last line,
+ * "summary lat8 D 64K R 1M R 64M R", gives pipit - raw latency in µs and
+ * the pipit / raw bandwidth ratios (bench/mpi.sh reads it).
  *
  * Usage: mpirun -np 2 [--mca btl self,vader|self,tcp ...] bench_transport [reps]
  */
@@ -28,13 +33,14 @@ typedef struct {
 
 static const size_case cases[] = {
     {8, 20000, "latency 8 B"},
+    {64u << 10, 2000, "bandwidth 64 KiB"},
     {1u << 20, 300, "bandwidth 1 MiB"},
     {64u << 20, 8, "bandwidth 64 MiB"},
 };
 enum { NCASES = sizeof cases / sizeof cases[0] };
 
 /* Seconds per one-way message (half a round trip), best of reps. */
-static double raw_pingpong(MPI_Comm c, int me, void *buf, size_t n, int iters, int reps) {
+static double raw_pingpong(MPI_Comm c, int me, void *buf, void *back, size_t n, int iters, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         MPI_Barrier(c);
@@ -42,7 +48,7 @@ static double raw_pingpong(MPI_Comm c, int me, void *buf, size_t n, int iters, i
         for (int i = 0; i < iters; i++) {
             if (me == 0) {
                 MPI_Send(buf, (int)n, MPI_BYTE, 1, 0, c);
-                MPI_Recv(buf, (int)n, MPI_BYTE, 1, 1, c, MPI_STATUS_IGNORE);
+                MPI_Recv(back, (int)n, MPI_BYTE, 1, 1, c, MPI_STATUS_IGNORE);
             } else {
                 MPI_Recv(buf, (int)n, MPI_BYTE, 0, 0, c, MPI_STATUS_IGNORE);
                 MPI_Send(buf, (int)n, MPI_BYTE, 0, 1, c);
@@ -55,8 +61,11 @@ static double raw_pingpong(MPI_Comm c, int me, void *buf, size_t n, int iters, i
     return best;
 }
 
-static double pipit_pingpong(pipit__transport *t, MPI_Comm c, int me, void *buf, size_t n, int iters, int reps,
-                             const uint64_t *tags) {
+/* Process 0's fence follows the answer (it cannot wait: the answer came
+ * after its message arrived); process 1 fences before it receives into the
+ * same buffer again. */
+static double pipit_pingpong(pipit__transport *t, MPI_Comm c, int me, void *buf, void *back, size_t n, int iters,
+                             int reps, const uint64_t *tags) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         MPI_Barrier(c);
@@ -64,11 +73,13 @@ static double pipit_pingpong(pipit__transport *t, MPI_Comm c, int me, void *buf,
         for (int i = 0; i < iters; i++) {
             pipit_status s;
             if (me == 0) {
-                s = t->vt->send(t, 0, 1, tags[0], buf, n);
-                if (!s) s = t->vt->recv(t, 0, 1, tags[1], buf, n);
+                s = t->vt->isend(t, 0, 1, tags[0], buf, n);
+                if (!s) s = t->vt->recv(t, 0, 1, tags[1], back, n);
+                if (!s) s = t->vt->fence(t, 0, 1, tags[0]);
             } else {
                 s = t->vt->recv(t, 1, 0, tags[0], buf, n);
-                if (!s) s = t->vt->send(t, 1, 0, tags[1], buf, n);
+                if (!s) s = t->vt->isend(t, 1, 0, tags[1], buf, n);
+                if (!s) s = t->vt->fence(t, 1, 0, tags[1]);
             }
             if (s) {
                 fprintf(stderr, "process %d: %s\n", me, pipit_errmsg());
@@ -105,19 +116,23 @@ int main(int argc, char **argv) {
     MPI_Comm c;
     MPI_Comm_dup(MPI_COMM_WORLD, &c);
     size_t maxn = cases[NCASES - 1].bytes;
-    unsigned char *buf = malloc(maxn);
-    if (!buf) return 1;
+    unsigned char *buf = malloc(maxn), *back = malloc(maxn);
+    if (!buf || !back) return 1;
     memset(buf, 1, maxn);
+    memset(back, 2, maxn);
+    double lat = 0, ratio[NCASES] = {0};
     if (me == 0) printf("%-18s %14s %14s %8s\n", "", "raw MPI", "pipit", "ratio");
     for (int k = 0; k < NCASES; k++) {
         size_t n = cases[k].bytes;
         int it = cases[k].iters;
         /* warm both paths (connections, registration, buffer cache) */
-        raw_pingpong(c, me, buf, n, it / 4 + 1, 1);
-        pipit_pingpong(t, c, me, buf, n, it / 4 + 1, 1, tags);
-        double raw = raw_pingpong(c, me, buf, n, it, reps);
-        double pip = pipit_pingpong(t, c, me, buf, n, it, reps, tags);
+        raw_pingpong(c, me, buf, back, n, it / 4 + 1, 1);
+        pipit_pingpong(t, c, me, buf, back, n, it / 4 + 1, 1, tags);
+        double raw = raw_pingpong(c, me, buf, back, n, it, reps);
+        double pip = pipit_pingpong(t, c, me, buf, back, n, it, reps, tags);
         if (me != 0) continue;
+        if (k == 0) lat = (pip - raw) * 1e6;
+        ratio[k] = raw / pip;
         if (k == 0)
             printf("%-18s %11.2f us %11.2f us %8.3f  (pipit - raw = %+.2f us)\n", cases[k].what, raw * 1e6,
                    pip * 1e6, pip / raw, (pip - raw) * 1e6);
@@ -126,7 +141,9 @@ int main(int argc, char **argv) {
                    n / pip / 1e6, raw / pip);
         fflush(stdout);
     }
+    if (me == 0) printf("summary lat8 %+.2f 64K %.3f 1M %.3f 64M %.3f\n", lat, ratio[1], ratio[2], ratio[3]);
     free(buf);
+    free(back);
     MPI_Comm_free(&c);
     t->vt->free(t);
     pipit_finalize();

@@ -11,6 +11,7 @@
  * Exits non-zero unless the loss falls by 10x, so ctest runs it too.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,10 +26,19 @@ static void check(pipit_status s, const char *what) {
     }
 }
 
+/* Uniform in [0, 1): a 32-bit xorshift, so the program is plain C11
+ * (rand_r is POSIX) and gives the same numbers everywhere. */
+static float uniform(uint32_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return (float)(*s >> 8) * 0x1.0p-24f;
+}
+
 /* y = sin(x0) + 0.5 * x1 * x2: a smooth target the MLP can learn. */
-static void make_batch(unsigned *seed, float *x, float *y) {
+static void make_batch(uint32_t *seed, float *x, float *y) {
     for (int i = 0; i < B; i++) {
-        for (int j = 0; j < IN; j++) x[i * IN + j] = (float)rand_r(seed) / (float)RAND_MAX * 2.0f - 1.0f;
+        for (int j = 0; j < IN; j++) x[i * IN + j] = uniform(seed) * 2.0f - 1.0f;
         y[i] = sinf(2.0f * x[i * IN]) + 0.5f * x[i * IN + 1] * x[i * IN + 2];
     }
 }
@@ -74,7 +84,7 @@ int main(int argc, char **argv) {
           "compile");
 
     /* small random init, by name */
-    unsigned seed = 1;
+    uint32_t seed = 1;
     for (int i = 0; i < pipit_program_num_params(p); i++) {
         const char *name = pipit_program_param_name(p, i);
         int nd;
@@ -82,7 +92,7 @@ int main(int argc, char **argv) {
         check(pipit_program_param_shape(p, name, &nd, shape), "shape");
         for (int k = 0; k < nd; k++) n *= shape[k];
         float *v = malloc(sizeof(float) * (size_t)n);
-        for (int64_t k = 0; k < n; k++) v[k] = nd == 2 ? ((float)rand_r(&seed) / (float)RAND_MAX - 0.5f) * 0.6f : 0.0f;
+        for (int64_t k = 0; k < n; k++) v[k] = nd == 2 ? (uniform(&seed) - 0.5f) * 0.6f : 0.0f;
         check(pipit_program_set_param(p, name, v, sizeof(float) * (size_t)n), "set_param");
         free(v);
     }

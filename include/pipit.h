@@ -101,9 +101,37 @@ PIPIT_API int pipit_have_cuda(void);
  * has no cuda backend (pipit_errmsg then says why). */
 PIPIT_API int pipit_cuda_device_count(void);
 
+/* Memory admission (docs/refuses.md): the bytes this process may still
+ * use -- the smallest of its share of physical RAM (shared by the MPI
+ * processes of this machine) and of the cgroup memory limit, less what it
+ * holds already, and of RLIMIT_AS / RLIMIT_DATA less what it has mapped --
+ * and, in *which (optional; thread-local text valid until the next call),
+ * which limit that is. INFINITY when nothing limits it. pipit_compile
+ * checks its programs against it (pipit_options.mem_limit, no_mem_check). */
+PIPIT_API double pipit_mem_available(const char **which);
+
 /* This process's rank and the number of processes: 0 and 1 without MPI. */
 PIPIT_API int pipit_process_rank(void);
 PIPIT_API int pipit_process_count(void);
+
+/* What the links between ranks measure (pipit_probe_links): a ping-pong
+ * through pipit's own transport, 8 bytes for the latency (half a round
+ * trip) and 4 MiB for the bandwidth (bytes over half a round trip). */
+typedef struct {
+    int processes;               /* MPI processes (1: ranks are threads of this process) */
+    int hosts;                   /* distinct hosts among them */
+    int per_host;                /* the most processes on one host (1 for threads) */
+    double intra_bw, intra_lat;  /* two ranks on one host (bytes/s, s); 0: not measured */
+    double inter_bw, inter_lat;  /* two ranks on different hosts; 0: not measured (one host) */
+} pipit_link_probe;
+
+/* Measures the links this job has: with one process, between two threads
+ * through the threads transport; under MPI (collective: every process calls
+ * it), between process 0 and the first process on its host, and process 0
+ * and the first process on another host, through the MPI transport; hosts
+ * are told apart by name and address. Every process gets the same result.
+ * Takes about a second. RUNTIME if a transport cannot be opened. */
+PIPIT_API pipit_status pipit_probe_links(pipit_link_probe *out);
 
 /* ----------------------------------------------------------------- types */
 
@@ -364,12 +392,14 @@ typedef struct {
     int64_t warmup;       /* K >= 0 warm-up steps (0: none) */
     int64_t decay_steps;  /* N > K for COSINE / LINEAR: the step where min_lr
                              is reached; 0 for CONSTANT */
-    double min_lr;        /* >= 0, finite, for COSINE / LINEAR; 0 for CONSTANT */
+    double min_lr;        /* in [0, lr], finite, for COSINE / LINEAR; 0 for CONSTANT */
 } pipit_lr_schedule;
 
 /* lr(step) of the formula above for base learning rate `lr`. Checks
- * nothing but its arguments: NULL s, step < 1, an unknown kind or
- * decay_steps <= warmup for a decaying kind give 0 and set the message. */
+ * nothing but its arguments: NULL s, step < 1, an unknown kind,
+ * decay_steps <= warmup for a decaying kind, an lr that is not a finite
+ * number >= 0, or (decaying kinds) a min_lr outside [0, lr] give 0 and set
+ * the message (a NaN or negative rate is never returned). */
 PIPIT_API double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step);
 
 /* Compile options: every zero field means "default". */
@@ -416,6 +446,20 @@ typedef struct {
      * docs/cuda.md states the error bound). 0 (default): full fp32. INVALID
      * with the cpu backend. */
     int tf32;
+    /* Memory admission (docs/refuses.md): before it allocates a rank's
+     * memory (and, as a lower bound, before it plans), pipit_compile adds
+     * up what this process will hold -- parameters, gradients, optimizer
+     * moments, accumulators, activation arenas and its own plan on the
+     * CPU backend, and the feeds of one step, which the caller holds --
+     * and refuses with NOMEM, naming the need, the limit and the largest
+     * consumers, when that is more than the process may use: the smallest
+     * of physical RAM (shared by the MPI processes of the machine), the
+     * cgroup memory limit and RLIMIT_AS / RLIMIT_DATA less what is mapped
+     * already. mem_limit > 0: this many bytes instead of the detected
+     * limit. no_mem_check = 1: no admission (an allocation that fails is
+     * still NOMEM, but the kernel may end the process instead). */
+    double mem_limit;
+    int no_mem_check;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from

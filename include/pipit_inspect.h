@@ -30,13 +30,17 @@ typedef struct {
     double comm;                  /* latency added to each cross-rank dependency */
     const double *b_delta_bytes;  /* [S] or NULL: split schedules, signed change of bytes
                                      (s, m) holds when its B finishes */
+    double xfer;                  /* seconds a cross-rank message occupies its link: the messages
+                                     of one directed link go one at a time, in the order sent,
+                                     then arrive comm later; the sender is not held up */
 } pipit_sim_costs;
 
 typedef struct pipit_sim_result pipit_sim_result;
 
 /* Simulates a checked schedule: each rank runs its list in order; a task
- * starts when its rank is free and its dependencies have finished (+comm
- * across ranks). costs NULL = unit costs. */
+ * starts when its rank is free and its dependencies have finished (across
+ * ranks: their message's turn on the link + xfer + comm). costs NULL = unit
+ * costs. */
 PIPIT_API pipit_status pipit_schedule_simulate(const pipit_schedule *s, const pipit_sim_costs *costs,
                                                pipit_sim_result **out);
 PIPIT_API void pipit_sim_result_free(pipit_sim_result *r);

@@ -34,8 +34,9 @@ PIPIT_API pipit_status pipit_checkpoint_save(const pipit_program *p, const char 
  * shapes; everything is validated before the first param is written. */
 PIPIT_API pipit_status pipit_checkpoint_load(pipit_program *p, const char *path);
 
-/* Reads and validates a whole file (IO, FORMAT, NOMEM), to look at its
- * tensors and metadata before (or instead of) loading it. Names carrying
+/* Reads and validates a whole file (IO, FORMAT, NOMEM), checksums
+ * included (pipit_checkpoint_verified), to look at its tensors and
+ * metadata before (or instead of) loading it. Names carrying
  * the Hugging Face GPT2LMHeadModel prefix "transformer." are seen (listed,
  * looked up, loaded) without it; a name stored both with and without the
  * prefix is FORMAT. Tensors no param asks for (e.g. the attention-mask
@@ -52,6 +53,19 @@ PIPIT_API pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck,
                                                      int *ndim, int64_t *shape);
 /* A "__metadata__" value, NULL if absent. */
 PIPIT_API const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key);
+/* A "__metadata__" value that must be a count (a step, a seed, a data
+ * position): decimal digits only -- no sign, space, exponent or fraction --
+ * and at most max. FORMAT naming the key and the value for anything else
+ * ("-1", "1e20", "18446744073709551616"), INVALID when the key is absent. */
+PIPIT_API pipit_status pipit_checkpoint_meta_count(const pipit_checkpoint *ck, const char *key, uint64_t max,
+                                                   uint64_t *out);
+/* Integrity (docs/refuses.md): pipit writes a CRC-32C of every tensor and
+ * of the header into the metadata ("crc32c:NAME", "crc32c") and
+ * pipit_checkpoint_open verifies them, refusing a file whose bytes changed
+ * (FORMAT naming the tensor), as it refuses bytes after the last tensor.
+ * 1 if this file's checksums were verified; 0 for a file without any
+ * (older pipit, Hugging Face and other writers): loaded unverified. */
+PIPIT_API int pipit_checkpoint_verified(const pipit_checkpoint *ck);
 /* pipit_checkpoint_load from an opened file. */
 PIPIT_API pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck);
 
@@ -65,7 +79,7 @@ PIPIT_API pipit_status pipit_optimizer_load(pipit_program *p, const char *path, 
 /* One-file training checkpoints: everything a run needs to continue, so
  * params and optimizer state can never come from different steps. The file
  * holds every param under its own (Hugging Face GPT-2) name, the AdamW
- * moments as "opt.m.<name>" and "opt.v.<name>" (f32; zeros under SGD), and
+ * moments as "opt.m.<name>" and "opt.v.<name>" (in the param's dtype; zeros under SGD), and
  * "__metadata__" with "pipit": "train", "step" (next_step: the training
  * step to continue from) and "opt_steps" (updates taken), plus the
  * caller's meta (NULL-terminated key, value list, or NULL; those three keys

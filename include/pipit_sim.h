@@ -44,6 +44,35 @@ PIPIT_API double pipit_hw_mem_capacity(const pipit_hw *hw);
 /* Writes the description as JSON (the format pipit_hw_load reads). */
 PIPIT_API pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw);
 
+/* The links of a description: a node's devices (ranks) talk over the
+ * intra-node link, nodes over the inter-node one (bandwidth in bytes/s,
+ * latency in seconds). */
+typedef struct {
+    double intra_bw, intra_lat;
+    double inter_bw, inter_lat;
+    int gpus_per_node;          /* devices (ranks) per node */
+} pipit_hw_links;
+
+PIPIT_API pipit_status pipit_hw_get_links(const pipit_hw *hw, pipit_hw_links *out);
+/* Sets the fields of l that are >= 0 (gpus_per_node: >= 1) and keeps the
+ * others: INVALID naming the field for a bandwidth of 0 or a non-finite
+ * number, nothing changed then. */
+PIPIT_API pipit_status pipit_hw_set_links(pipit_hw *hw, const pipit_hw_links *l);
+/* Parses a comma list of key=value into *out (fields not named: -1, and
+ * gpus_per_node 0, so pipit_hw_set_links keeps them): inter=BW[:LAT],
+ * intra=BW[:LAT], inter-bw, inter-lat, intra-bw, intra-lat, gpus-per-node.
+ * A bandwidth is bytes/s with an optional unit (12.5e6, 5GB, 100Mbit,
+ * 1Gbit), a latency seconds (2e-6, 50us, 1ms). INVALID naming the item. */
+PIPIT_API pipit_status pipit_hw_parse_links(const char *spec, pipit_hw_links *out);
+
+/* Puts measured links into a description (after pipit_probe_links): the
+ * links it measured, gpus_per_node = the processes on one host (with one
+ * process: THREADS_PER_NODE, every rank of a threaded run shares the
+ * node), and a line in "sources" saying what was measured and what kept
+ * its assumed value. */
+#define PIPIT_HW_THREADS_PER_NODE 4096
+PIPIT_API pipit_status pipit_hw_apply_probe(pipit_hw *hw, const pipit_link_probe *probe);
+
 /* Fits the CPU description to a profile written by `pipit train --profile
  * --profile-out FILE` (pipit_program_write_profile_json): effective GEMM
  * FLOP/s by size from the matmul ops, elementwise bandwidth from the rest. */
@@ -67,6 +96,11 @@ typedef struct {
     int virt;               /* stages per pipeline rank (0: the schedule's own) */
     int zero1;              /* shard the optimizer state over dp */
     const char *dtype;      /* "bf16", "fp16", "fp32", "tf32" (NULL: the hardware's train_dtype) */
+    /* how the runtime communicates (0: as pipit does) */
+    int dp_after_flush;     /* 1: the DP exchange starts after the rank's last task (Megatron-LM 2021);
+                               0: each layer's share as soon as the backward has made it */
+    int blocking_p2p;       /* 1: a stage message occupies its sender (Megatron's blocking P2P);
+                               0: it occupies its link (zero-copy sends, background progress) */
 } pipit_sim_config;
 
 typedef struct {
@@ -81,6 +115,8 @@ typedef struct {
     double dp_s, optimizer_s;   /* exposed data-parallel exchange and optimizer after the loop */
     double tp_s_per_mb;         /* tensor-parallel all-reduce time in one microbatch's F+B of a stage */
     int microbatches, virt, stages, gpus;
+    double dp_total_s;          /* the whole data-parallel exchange of the step's slowest rank */
+    double dp_hidden;           /* the share of it that overlaps the backward: 1 - dp_s / dp_total_s */
 } pipit_sim_summary;
 
 typedef struct pipit_sim_report pipit_sim_report;

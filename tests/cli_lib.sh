@@ -6,7 +6,10 @@
 #   expect_fail WORDS CMD non-zero exit < 128 with output containing WORDS
 #                         (case-insensitive; a regex, or a fixed string when
 #                         CLI_FIXED=1);
-#   expect_ok CMD         exit 0, output in $OUT.
+#   expect_ok CMD         exit 0, output in $OUT;
+#   cli_hf_python CODE    HFPY = a python that runs CODE (imports of the
+#                         Hugging Face packages): $PIPIT_HF_PYTHON (default
+#                         /tmp/venv-hf/bin/python), else $PY; empty if none.
 
 cli_setup() {
     PIPIT=${2:?usage: $1.sh PIPIT_BINARY SOURCE_DIR}
@@ -47,4 +50,11 @@ expect_ok() {
     rc=$?
     [ "$rc" -eq 0 ] || fail "exit $rc: $*"$'\n'"$OUT"
     return "$rc"
+}
+
+cli_hf_python() {
+    HFPY=${PIPIT_HF_PYTHON:-/tmp/venv-hf/bin/python}
+    [ -x "$HFPY" ] && "$HFPY" -c "$1" 2>/dev/null && return 0
+    HFPY=$PY
+    "$HFPY" -c "$1" 2>/dev/null || HFPY=
 }

@@ -54,6 +54,9 @@ def load_safetensors(path):
     header = json.loads(raw[8:8 + hlen].decode("utf-8"))
     base = 8 + hlen
     meta = header.pop("__metadata__", None) or {}
+    # pipit's checksums describe the file as written; a file saved from what
+    # is read here is another one
+    meta = {k: v for k, v in meta.items() if not k.startswith("crc32c")}
     tensors = {}
     for name, info in header.items():
         dt = info["dtype"]
@@ -271,9 +274,11 @@ def make_optimizer(P, args):
     return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
 
 
-def train(P, data, args, H, L, out=None):
-    """Runs args.steps steps; returns the list of per-step losses."""
+def train(P, data, args, H, L, out=None, loss=None):
+    """Runs args.steps steps; returns the list of per-step losses. loss(idx,
+    tgt) is the model's loss (default: GPT-2's over P with H heads, L layers)."""
     out = out or sys.stdout
+    loss = loss or (lambda idx, tgt: loss_fn(P, idx, tgt, H, L))
     opt = make_optimizer(P, args)
     B, M = args.micro_batch, args.microbatches
     losses = []
@@ -282,9 +287,9 @@ def train(P, data, args, H, L, out=None):
         total = 0.0
         for m in range(M):
             idx, tgt = data.sequences(s * B * M + m * B, B)
-            loss = loss_fn(P, idx, tgt, H, L)
-            (loss / M).backward()
-            total += float(loss.item())
+            lm = loss(idx, tgt)
+            (lm / M).backward()
+            total += float(lm.item())
         step_loss = total / M
         params = list(P.values())
         gnorm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params))
@@ -417,8 +422,8 @@ def selftest():
 
 # ------------------------------------------------------------------------ main
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_train_args(ap):
+    """The flags of a training run (shared with llama_torch.py)."""
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--init")
     ap.add_argument("--data")
@@ -437,6 +442,11 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--save")
     ap.add_argument("--json", action="store_true")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_train_args(ap)
     args = ap.parse_args(argv)
 
     torch.set_num_threads(max(1, args.threads))

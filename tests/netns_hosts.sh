@@ -15,9 +15,14 @@
 #       MPIRUN_OPTIONs (e.g. -x PIPIT_TIMEOUT=30) go to mpirun as they are.
 #   e.g. tests/netns_hosts.sh run -- build/pipit train ...
 #        tests/netns_hosts.sh run -- sh -c 'ip -o -4 addr show'
-# Exit status: CMD's (mpirun's); 77 when not root or `ip netns` is missing.
+# Exit status: CMD's (mpirun's); 77 when not root, `ip netns` is missing or
+# cannot enter a namespace here (a chroot whose / is not a mount point).
 # Env: PIPIT_NETNS_NET (default 10.213.7: the /24 used), PIPIT_NETNS_KEEP=1
-# leaves the namespaces for a look (delete them with `ip netns del`).
+# leaves the namespaces for a look (delete them with `ip netns del`);
+# PIPIT_NETNS_RATE=100mbit shapes the link to that rate both ways (tc tbf;
+# this kernel has no netem, so no added delay); PIPIT_NETNS_INFO=FILE
+# writes "NSA VETH_A NSB VETH_B" there once the hosts are up (to cut the
+# link: ip -n NSB link set VETH_B down).
 set -u
 
 die_skip() { echo "SKIP: $*"; exit 77; }
@@ -59,6 +64,10 @@ trap 'exit 130' INT TERM
 
 ip netns add "$NSA" 2>/dev/null || die_skip "ip netns add failed (no permission for network namespaces here?)"
 ip netns add "$NSB" || exit 1
+# `ip netns exec` makes a mount namespace and remounts / as a slave; in a
+# chroot whose root is not a mount point that fails ("mount --make-rslave
+# /: Invalid argument"): a facility this machine lacks, not a failure.
+err=$(ip netns exec "$NSA" true 2>&1) || die_skip "ip netns exec does not work here ($err): a chroot whose / is not a mount point?"
 ip link add "$VA" netns "$NSA" type veth peer name "$VB" netns "$NSB" || exit 1
 ip -n "$NSA" addr add "$NET.1/24" dev "$VA" || exit 1
 ip -n "$NSB" addr add "$NET.2/24" dev "$VB" || exit 1
@@ -67,6 +76,14 @@ for ns in "$NSA" "$NSB"; do
 done
 ip -n "$NSA" link set "$VA" up || exit 1
 ip -n "$NSB" link set "$VB" up || exit 1
+if [ -n "${PIPIT_NETNS_RATE:-}" ]; then
+    for end in "$NSA $VA" "$NSB $VB"; do
+        read -r ns dev <<< "$end"
+        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$PIPIT_NETNS_RATE" burst 256kb latency 100ms ||
+            die_skip "tc tbf is not available here (PIPIT_NETNS_RATE)"
+    done
+fi
+[ -n "${PIPIT_NETNS_INFO:-}" ] && echo "$NSA $VA $NSB $VB" > "$PIPIT_NETNS_INFO"
 
 # The hostfile: one slot per host. The agent maps an address to the
 # namespace that owns it; Open MPI calls it as `AGENT [opts] HOST CMD...`

@@ -451,6 +451,124 @@ PIPIT_TEST(api_token_range_through_aliases) {
     pipit_graph_free(g);
 }
 
+/* gather's index bound reaches the input through a view (a slice of the
+ * leading axis), a copying slice and a concat, and is checked before
+ * anything runs; a cross-entropy's bound through the same copies. */
+PIPIT_TEST(api_gather_index_range) {
+    for (int how = 0; how < 3; how++) {
+        pipit_graph *g = pipit_graph_new();
+        pipit_val tok = pipit_input(g, "tok", PIPIT_I32, 2, SH(2, 3));
+        pipit_val t = pipit_param(g, "t", PIPIT_F32, 3, SH(4, 2, 3)); /* rows of [2,3] */
+        pipit_val parts[2] = {pipit_slice(g, tok, 1, 0, 1), pipit_slice(g, tok, 1, 1, 2)};
+        pipit_val idx = how == 0 ? pipit_slice(g, tok, 0, 1, 1)     /* a view */
+                        : how == 1 ? pipit_slice(g, tok, 1, 1, 2)   /* a copy */
+                                   : pipit_concat(g, 2, parts, 1); /* copies */
+        pipit_val loss = pipit_sum(g, pipit_silu(g, pipit_gather(g, t, idx)));
+        if (how == 2) { /* tok also names classes of 3 logits: the tighter bound wins */
+            pipit_val logits = pipit_param(g, "z", PIPIT_F32, 3, SH(2, 3, 3));
+            loss = pipit_add(g, loss, pipit_xent_mean(g, logits, pipit_concat(g, 2, parts, 1)));
+        }
+        pipit_program *p = NULL;
+        ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+        int32_t ids[6] = {0, 1, 2, 0, -1, 0}; /* -1 is outside [0, 4) */
+        pipit_feed f = {"tok", ids, sizeof ids};
+        ASSERT_STATUS(pipit_step(p, &f, 1, 0, NULL), PIPIT_STATUS_INVALID);
+        ASSERT_TRUE(strstr(pipit_program_errmsg(p), "'tok'") != NULL);
+        ASSERT_TRUE(strstr(pipit_program_errmsg(p), how == 2 ? "[0, 3)" : "[0, 4)") != NULL);
+        ids[4] = 2;
+        ASSERT_OK(pipit_step(p, &f, 1, 0, NULL));
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+}
+
+/* Each builder of the general op set refuses a bad shape, axis, dtype or
+ * attribute with SHAPE (or INVALID) and a message naming the builder, the
+ * op, the input shapes and what is wrong. */
+#define REFUSES(expr, st, ...)                                                        \
+    do {                                                                              \
+        pipit_graph *g = pipit_graph_new();                                           \
+        pipit_val a = pipit_param(g, "a", PIPIT_F32, 2, SH(2, 3));                    \
+        pipit_val b = pipit_param(g, "b", PIPIT_F32, 1, SH(4));                       \
+        pipit_val q = pipit_param(g, "q", PIPIT_F32, 3, SH(2, 5, 8));                 \
+        pipit_val k = pipit_param(g, "k", PIPIT_F32, 3, SH(2, 4, 6));                 \
+        pipit_val d = pipit_param(g, "d", PIPIT_F64, 2, SH(2, 3));                    \
+        pipit_val ids = pipit_input(g, "ids", PIPIT_I32, 1, SH(2));                   \
+        (void)a, (void)b, (void)q, (void)k, (void)d, (void)ids;                       \
+        pipit_val r_ = (expr);                                                        \
+        ASSERT_TRUE(r_.id < 0);                                                       \
+        ASSERT_STATUS(pipit_graph_status(g), st);                                     \
+        const char *want_[] = {__VA_ARGS__};                                          \
+        for (size_t i_ = 0; i_ < sizeof want_ / sizeof want_[0]; i_++)                \
+            ASSERT_HAS(pipit_graph_errmsg(g), want_[i_]);                             \
+        pipit_graph_free(g);                                                          \
+    } while (0)
+
+PIPIT_TEST(api_general_op_errors) {
+    REFUSES(pipit_sub(g, a, b), PIPIT_STATUS_SHAPE, "pipit_sub", "sub(f32 [2,3], f32 [4])", "do not broadcast");
+    REFUSES(pipit_add(g, a, pipit_param(g, "c", PIPIT_F32, 2, SH(3, 3))), PIPIT_STATUS_SHAPE, "pipit_add", "[3,3]",
+            "do not broadcast");
+    REFUSES(pipit_div(g, a, d), PIPIT_STATUS_SHAPE, "pipit_div", "f64 [2,3]", "one float dtype");
+    REFUSES(pipit_mul(g, a, ids), PIPIT_STATUS_SHAPE, "pipit_mul", "i32 [2]");
+    REFUSES(pipit_exp(g, ids), PIPIT_STATUS_SHAPE, "pipit_exp", "exp(i32 [2])", "f32 or f64");
+    REFUSES(pipit_silu(g, ids), PIPIT_STATUS_SHAPE, "pipit_silu", "silu(i32 [2])");
+    REFUSES(pipit_broadcast_to(g, a, 2, SH(4, 3)), PIPIT_STATUS_SHAPE, "pipit_broadcast_to", "[2,3]", "to [4,3]");
+    REFUSES(pipit_broadcast_to(g, q, 2, SH(5, 8)), PIPIT_STATUS_SHAPE, "pipit_broadcast_to", "rank 3");
+    REFUSES(pipit_reduce_sum(g, a, 2, 0), PIPIT_STATUS_SHAPE, "pipit_reduce_sum", "sum(f32 [2,3])",
+            "axis 2 out of range for rank 2");
+    REFUSES(pipit_reduce_mean(g, a, -3, 1), PIPIT_STATUS_SHAPE, "pipit_reduce_mean", "axis -3");
+    REFUSES(pipit_reduce_max(g, ids, 0, 0), PIPIT_STATUS_SHAPE, "pipit_reduce_max", "i32 [2]");
+    REFUSES(pipit_softmax(g, pipit_sum(g, a)), PIPIT_STATUS_SHAPE, "pipit_softmax", "rank >= 1");
+    REFUSES(pipit_slice(g, a, 1, 2, 2), PIPIT_STATUS_SHAPE, "pipit_slice", "f32 [2,3]", "[2, 2+2)",
+            "axis 1 of size 3");
+    REFUSES(pipit_slice(g, a, 0, 0, 0), PIPIT_STATUS_SHAPE, "pipit_slice", "length >= 1");
+    REFUSES(pipit_concat(g, 2, ((pipit_val[]){a, q}), 0), PIPIT_STATUS_SHAPE, "pipit_concat",
+            "concat(f32 [2,3], f32 [2,5,8])", "input 1");
+    REFUSES(pipit_concat(g, 2, ((pipit_val[]){a, d}), 1), PIPIT_STATUS_SHAPE, "pipit_concat", "one dtype");
+    REFUSES(pipit_concat(g, 1, &a, 2), PIPIT_STATUS_SHAPE, "pipit_concat", "axis 2");
+    REFUSES(pipit_concat(g, 0, &a, 0), PIPIT_STATUS_INVALID, "pipit_concat", "at least 1");
+    REFUSES(pipit_gather(g, a, a), PIPIT_STATUS_SHAPE, "pipit_gather", "indices must be i32");
+    REFUSES(pipit_gather(g, pipit_param(g, "t4", PIPIT_F32, 4, SH(2, 2, 2, 2)), pipit_input(g, "i2", PIPIT_I32, 2, SH(2, 2))),
+            PIPIT_STATUS_SHAPE, "pipit_gather", "output rank 5");
+    REFUSES(pipit_rmsnorm(g, a, b, 1e-5), PIPIT_STATUS_SHAPE, "pipit_rmsnorm", "rmsnorm(f32 [2,3], f32 [4])",
+            "1-D of x's last axis");
+    REFUSES(pipit_rmsnorm(g, a, pipit_param(g, "w", PIPIT_F32, 1, SH(3)), 0), PIPIT_STATUS_SHAPE, "eps must be > 0");
+    REFUSES(pipit_rope(g, k, 2, 1e4), PIPIT_STATUS_SHAPE, "pipit_rope", "rope(f32 [2,4,6])", "head size 3 is odd");
+    REFUSES(pipit_rope(g, a, 1, 1e4), PIPIT_STATUS_SHAPE, "pipit_rope", "[B,T,heads*D]");
+    REFUSES(pipit_rope(g, q, 3, 1e4), PIPIT_STATUS_SHAPE, "pipit_rope", "heads (3) must divide 8");
+    REFUSES(pipit_rope(g, q, 2, 0), PIPIT_STATUS_SHAPE, "pipit_rope", "theta");
+    REFUSES(pipit_rope_ex(g, q, 2, 1e4, -1), PIPIT_STATUS_SHAPE, "pipit_rope_ex", "position offset -1");
+    REFUSES(pipit_rope(g, pipit_param(g, "x4", PIPIT_F32, 4, SH(1, 2, 3, 4)), 2, 1e4), PIPIT_STATUS_SHAPE,
+            "heads (2) must equal x's axis 2 (3)");
+    pipit_attention_opts gqa = {4, 3, 0, 0}, causal = {4, 2, 1, 0}, mha = {4, 0, 0, 0};
+    REFUSES(pipit_attention_qkv(g, q, k, k, &gqa), PIPIT_STATUS_SHAPE, "pipit_attention_qkv",
+            "attention_qkv(f32 [2,5,8], f32 [2,4,6], f32 [2,4,6])", "kv_heads (3) must divide heads (4)");
+    REFUSES(pipit_attention_qkv(g, q, k, k, &causal), PIPIT_STATUS_SHAPE, "k and v must be [2,S,4]");
+    REFUSES(pipit_attention_qkv(g, q, q, pipit_param(g, "v", PIPIT_F32, 3, SH(2, 6, 8)), &mha), PIPIT_STATUS_SHAPE,
+            "k and v must have one shape");
+    REFUSES(pipit_attention_qkv(g, q, pipit_param(g, "k8", PIPIT_F32, 3, SH(2, 4, 8)),
+                                pipit_param(g, "v8", PIPIT_F32, 3, SH(2, 4, 8)), (&(pipit_attention_opts){4, 4, 1, 0})),
+            PIPIT_STATUS_SHAPE, "causal attention needs as many keys as queries (S 4, T 5)");
+    REFUSES(pipit_attention_qkv(g, a, a, a, &mha), PIPIT_STATUS_SHAPE, "3-D");
+    REFUSES(pipit_attention_qkv(g, q, q, q, (&(pipit_attention_opts){4, 4, 0, -1})), PIPIT_STATUS_SHAPE,
+            "scale must be finite and > 0");
+    REFUSES(pipit_attention_qkv(g, q, q, d, &mha), PIPIT_STATUS_SHAPE, "one float dtype");
+    REFUSES(pipit_attention_qkv(g, q, q, q, NULL), PIPIT_STATUS_INVALID, "pipit_attention_qkv", "options are NULL");
+    /* split: sizes that do not add up, an axis out of range */
+    pipit_graph *g = pipit_graph_new();
+    pipit_val x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6)), out[2];
+    ASSERT_STATUS(pipit_split(g, x, 1, 2, SH(2, 3), out), PIPIT_STATUS_SHAPE);
+    ASSERT_HAS(pipit_graph_errmsg(g), "pipit_split");
+    ASSERT_HAS(pipit_graph_errmsg(g), "split(f32 [2,6])");
+    ASSERT_HAS(pipit_graph_errmsg(g), "add up to axis 1's 6");
+    pipit_graph_free(g);
+    g = pipit_graph_new();
+    x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6));
+    ASSERT_STATUS(pipit_split(g, x, 2, 1, SH(6), out), PIPIT_STATUS_SHAPE);
+    ASSERT_HAS(pipit_graph_errmsg(g), "axis 2 out of range");
+    pipit_graph_free(g);
+}
+
 /* A param may be used any number of times: 70 uses, each accumulated on
  * its own and added in use order, give exactly 70 * x. */
 PIPIT_TEST(api_param_many_uses) {

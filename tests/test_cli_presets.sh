@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_cli_presets.sh — driving pipit like nanoGPT: `pipit train --data FILE`
 # alone works (the tiny preset), --model presets have GPT-2's parameter
-# counts (--print-config: nothing is built), precedence defaults < preset <
+# counts (--print-config: nothing is built; its output is a --config file),
+# precedence defaults < preset <
 # --config < flags, unknown config keys are errors naming them, --version,
 # "did you mean" for commands, flags and schedules, --log-every, and the lr
 # schedule flags: the lr in the step lines follows the formula, a constant
@@ -37,7 +38,7 @@ expect_fail "did you mean 'gpt2'" "$PIPIT" train --data text.txt --model gpt3
 
 # ---- `pipit train --data FILE` just works: the tiny preset, 100 steps (shortened here)
 expect_ok "$PIPIT" train --data text.txt --print-config
-[ "$(field ctx)/$(field layers)/$(field heads)/$(field dim)/$(field micro_batch)/$(field steps)/$(field lr)" = \
+[ "$(field ctx)/$(field layers)/$(field heads)/$(field dim)/$(field micro-batch)/$(field steps)/$(field lr)" = \
     "64/4/4/128/8/100/0.001" ] || fail "defaults are not the tiny preset: $OUT"
 expect_ok "$PIPIT" train --data text.txt --steps 2 --ctx 32 --micro-batch 2 --json
 [ "$(grep -c '"step"' <<<"$OUT")" -eq 2 ] || fail "train --data with defaults: $OUT"
@@ -47,11 +48,20 @@ cat > c.json <<'EOF'
 {"model": "gpt2", "layers": 3, "lr": 0.002, "lr-schedule": "cosine", "warmup": 2, "remat": true, "seed": 9}
 EOF
 expect_ok "$PIPIT" train --config c.json --print-config
-[ "$(field model)/$(field layers)/$(field dim)/$(field lr)/$(field lr_schedule)/$(field warmup)" = \
+[ "$(field model)/$(field layers)/$(field dim)/$(field lr)/$(field lr-schedule)/$(field warmup)" = \
     "gpt2/3/768/0.002/cosine/2" ] || fail "config over preset: $OUT"
 expect_ok "$PIPIT" train --config c.json --layers 5 --lr 1e-4 --model gpt2-medium --print-config
 [ "$(field model)/$(field layers)/$(field dim)/$(field lr)" = "gpt2-medium/5/1024/0.0001" ] ||
     fail "flags over config: $OUT"
+# --print-config writes what --config reads: the same settings come back
+for args in "--model gpt2" "--data text.txt --lr-schedule cosine --warmup 3 --steps 10 --pp 2 --schedule 1f1b --clip 1" \
+            "--config c.json --virtual 2 --seed 12345 --weight-decay 0.1"; do
+    # shellcheck disable=SC2086
+    expect_ok "$PIPIT" train $args --print-config
+    printf '%s\n' "$OUT" >printed.json
+    expect_ok "$PIPIT" train --config printed.json --print-config
+    [ "$OUT" = "$(cat printed.json)" ] || fail "--print-config of '$args' read back by --config: $OUT"$'\n'"$(cat printed.json)"
+done
 echo '{"layerz": 3}' > bad.json
 expect_fail "unknown key \"layerz\"" "$PIPIT" train --data text.txt --config bad.json
 expect_fail "did you mean 'layers'" "$PIPIT" train --data text.txt --config bad.json

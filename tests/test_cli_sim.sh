@@ -51,6 +51,9 @@ assert [r["gpus"] for r in rows] == [128, 256, 512, 1024]
 assert [r["global_batch"] for r in rows] == [128, 256, 512, 1024]
 eff = [r["efficiency"] for r in rows]
 assert eff[0] == 1 and all(0.9 < e <= 1 for e in eff) and eff == sorted(eff, reverse=True), eff
+# the exchange overlaps the backward: some of it hidden, and what is not is what the step pays
+for r in rows:
+    assert 0 < r["dp_hidden"] < 1 and abs(r["dp_exposed_s"] - (1 - r["dp_hidden"]) * r["dp_total_s"]) < 1e-5 * r["dp_total_s"], r
 PYEOF
 expect_ok "$PIPIT" sim "${GPT3[@]}" --global-batch 128 --dp 2 --vs-gpipe --json
 $PY - "$OUT" <<'PYEOF' || fail "vs-gpipe: $OUT"
@@ -68,6 +71,21 @@ A=$OUT
 expect_ok "$PIPIT" sim "${SMALL[@]/a100/mine.json}" --json
 [ "$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["step_s"])' "$A")" = \
   "$($PY -c 'import json,sys; print(json.loads(sys.argv[1])["step_s"])' "$OUT")" ] || fail "file vs built-in differ"
+
+# ---- link constants on the command line: a slow inter-node link slows a pipeline across nodes
+PIPE=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 64 --pp 4 --hw a100 --json)
+step() { $PY -c 'import json,sys; print(json.loads(sys.argv[1])["step_s"])' "$OUT"; }
+expect_ok "$PIPIT" sim "${PIPE[@]}"
+fast=$(step)
+expect_ok "$PIPIT" sim "${PIPE[@]}" --link inter=100Mbit:1ms,gpus-per-node=1
+slow=$(step)
+expect_ok "$PIPIT" sim "${PIPE[@]}" --inter-node-bw 100Mbit --inter-node-lat 1ms --gpus-per-node 1
+[ "$(step)" = "$slow" ] || fail "--inter-node-bw/--inter-node-lat/--gpus-per-node differ from the same --link"
+$PY -c 'import sys; a, b = map(float, sys.argv[1:]); assert b > 1.5 * a, (a, b)' "$fast" "$slow" || fail "slow link: $fast -> $slow"
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --link inter=100Mbit,gpus-per-node=1 --json
+expect_fail "--link: .*link inter 'fast'" "$PIPIT" sim "${PIPE[@]}" --link inter=fast
+expect_fail "--inter-node-lat: .*link inter-lat '5parsecs'" "$PIPIT" sim "${PIPE[@]}" --inter-node-lat 5parsecs
+expect_fail "--gpus-per-node: .*link gpus-per-node '0'" "$PIPIT" plan --search --global-batch 16 --gpus-per-node 0
 
 # ---- bad inputs: a clear message and a non-zero exit
 BASE=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 512)
@@ -99,13 +117,21 @@ expect_ok "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 --m
 $PY - <<'PYEOF' || fail "profile JSON"
 import json
 j = json.load(open("prof.json"))
-assert j["model"] == {"layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
+assert j["model"] == {"arch": "gpt2", "layers": 2, "dim": 32, "heads": 2, "ctx": 16, "vocab": 256, "micro_batch": 2, "microbatches": 2,
                       "pp": 2, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1}, j["model"]
 assert j["steps"] == 2 and j["step_s"] > 0
 assert [r["rank"] for r in j["profile"]["ranks"]] == [0, 1]
 assert all(r["ops"]["matmul"] > 0 for r in j["profile"]["ranks"])
 PYEOF
 expect_ok "$PIPIT" sim --calibrate prof.json --out cpu_here.json
+# one process: the link between two threads was measured, gpus_per_node is unbounded
+$PY - <<'PYEOF' || fail "calibrated links: $(cat cpu_here.json)"
+import json
+j = json.load(open("cpu_here.json"))
+assert j["gpus_per_node"] == 4096, j["gpus_per_node"]
+assert j["intra_node"]["bandwidth"] > 0 and j["intra_node"]["latency"] > 0
+assert any("two threads of one process" in s and "inter_node not measured" in s for s in j["sources"]), j["sources"]
+PYEOF
 expect_ok "$PIPIT" sim --layers 2 --hidden 32 --heads 2 --seq 16 --vocab 256 --micro-batch 2 --global-batch 4 --pp 2 \
     --hw cpu_here.json --json
 $PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["hw"] == "cpu" and j["step_s"] > 0' "$OUT" || fail "calibrated sim: $OUT"

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "io/safetensors.h"
 #include "pipit.h"
 #include "pipit_io.h"
 #include "test.h"
@@ -151,7 +152,8 @@ PIPIT_TEST(limits_threads) {
     pipit_graph_free(g);
 }
 
-/* Rewrites `from` to `to` (same length) in a file. */
+/* Rewrites `from` to `to` (same length) in a file, bytes only: its
+ * checksums no longer match. */
 static int patch_file(const char *path, const char *from, const char *to) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
@@ -169,6 +171,28 @@ static int patch_file(const char *path, const char *from, const char *to) {
     fwrite(buf, 1, n, f);
     fclose(f);
     return 1;
+}
+
+/* The optimizer-state file at path written again with metadata key = value
+ * (and its other keys kept): a consistent file, checksums and all. */
+static int set_meta(const char *path, const char *key, const char *value) {
+    pipit__st_file *f = NULL;
+    if (pipit__st_read(path, &f)) return 0;
+    int n = pipit__st_count(f);
+    pipit__st_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    for (int i = 0; i < n; i++) t[i] = *pipit__st_get(f, i);
+    const char *keys[] = {"format", "opt_steps", "next_step"}, *meta[7];
+    for (int i = 0; i < 3; i++) {
+        meta[2 * i] = keys[i];
+        meta[2 * i + 1] = strcmp(keys[i], key) == 0 ? value : pipit__st_meta(f, keys[i]);
+    }
+    meta[6] = NULL;
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.new", path);
+    int ok = pipit__st_write(tmp, t, n, meta) == PIPIT_STATUS_OK && rename(tmp, path) == 0;
+    free(t);
+    pipit__st_free(f);
+    return ok;
 }
 
 PIPIT_TEST(limits_optimizer_step) {
@@ -197,16 +221,25 @@ PIPIT_TEST(limits_optimizer_step) {
     /* a step past int64, a sign, a non-digit: refused, not truncated */
     ASSERT_OK(pipit_program_set_opt_steps(p, 1000000000000000000LL)); /* 19 digits */
     ASSERT_OK(pipit_optimizer_save(p, path, 7));
+    /* bytes changed after writing: the checksum finds it first */
     ASSERT_TRUE(patch_file(path, "1000000000000000000", "9999999999999999999"));
     ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
-    ASSERT_MSG_HAS("opt_steps");
-    ASSERT_MSG_HAS("exceeds 2^63-1");
-    ASSERT_TRUE(patch_file(path, "9999999999999999999", "+999999999999999999"));
+    ASSERT_MSG_HAS("header checksum mismatch");
+    /* a file that was written so: the count itself is refused */
+    ASSERT_OK(pipit_optimizer_save(p, path, 7));
+    ASSERT_TRUE(set_meta(path, "opt_steps", "9999999999999999999"));
     ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
-    ASSERT_MSG_HAS("not a count");
-    ASSERT_TRUE(patch_file(path, "+999999999999999999", "99999999999999999 9"));
+    ASSERT_MSG_HAS("metadata 'opt_steps' is '9999999999999999999', too large (a count of at most 9223372036854775807)");
+    ASSERT_TRUE(set_meta(path, "opt_steps", "+999999999999999999"));
     ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
-    ASSERT_MSG_HAS("not a count");
+    ASSERT_MSG_HAS("not made of decimal digits");
+    ASSERT_TRUE(set_meta(path, "opt_steps", "99999999999999999 9"));
+    ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("not made of decimal digits");
+    ASSERT_OK(pipit_optimizer_save(p, path, 7));
+    ASSERT_TRUE(set_meta(path, "next_step", "-7"));
+    ASSERT_STATUS(pipit_optimizer_load(p, path, &next), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("metadata 'next_step' is '-7', negative");
     pipit_program_free(p);
     pipit_graph_free(g);
 }
@@ -260,7 +293,9 @@ PIPIT_TEST(limits_program_memory_refused_before_filling) {
     ASSERT_TRUE(ok);
     ASSERT_EQ_I64(saw_blocks, 2);
 #ifndef LIMITS_ASAN
-    /* a param of 2^46 floats (256 TiB): refused at once, nothing filled */
+    /* a param of 2^46 floats (256 TiB): refused at once by the memory
+     * admission (1 PiB with its gradient and moments), before planning;
+     * without the admission, by the failed reservation, nothing filled */
     pipit_graph *g = pipit_graph_new();
     pipit_val x = pipit_input(g, "x", PIPIT_F32, 1, SH(4));
     pipit_val w = pipit_param(g, "big", PIPIT_F32, 1, SH((int64_t)1 << 46));
@@ -269,6 +304,9 @@ PIPIT_TEST(limits_program_memory_refused_before_filling) {
     pipit_program *p = NULL;
     double t0 = pipit__now();
     ASSERT_STATUS(pipit_compile(g, loss, NULL, &p), PIPIT_STATUS_NOMEM);
+    ASSERT_MSG_HAS("pipit_compile: this program needs 1.0 PiB of memory but ");
+    ASSERT_MSG_HAS("parameters with their gradients and optimizer moments (at least) 1.0 PiB");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.no_mem_check = 1}, &p), PIPIT_STATUS_NOMEM);
     ASSERT_MSG_HAS("its parameters (281474976710656 bytes) failed");
     ASSERT_MSG_HAS("bytes in all");
     ASSERT_TRUE(pipit__now() - t0 < 5.0);

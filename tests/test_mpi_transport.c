@@ -196,7 +196,7 @@ PIPIT_TEST(mpi_transport_size_mismatch) {
     } else {
         memset(buf, 0, sizeof buf);
         ASSERT_STATUS(t->vt->recv(t, 1, 0, tags[0], buf, 8), PIPIT_STATUS_RUNTIME);
-        ASSERT_MSG_HAS("rank 1: message from rank 0 has 16 bytes, expected 8");
+        ASSERT_MSG_HAS("rank 1: message from rank 0 is larger than the 8 bytes expected");
         ASSERT_TRUE(buf[9] == 0 && buf[15] == 0); /* no overrun */
         ASSERT_STATUS(t->vt->recv(t, 1, 0, tags[0], buf, 8), PIPIT_STATUS_RUNTIME);
         ASSERT_MSG_HAS("has 4 bytes, expected 8");
@@ -314,5 +314,124 @@ PIPIT_TEST(mpi_transport_device_staging) {
     ASSERT_EQ_I64(me == 0 ? from_host_calls : to_host_calls, 0);
     free(buf);
     free(got);
+    t->vt->free(t);
+}
+
+/* Zero-copy: the receiver takes its time; the sender's fence returns only
+ * once the message is out of its buffer, after which the sender may write
+ * it without the receiver seeing the change. Eager and rendezvous sizes. */
+PIPIT_TEST(mpi_transport_zero_copy) {
+    static const size_t sizes[] = {8, 4096, 1 << 20, 8 << 20};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
+    uint64_t tags[NS];
+    for (int i = 0; i < NS; i++) tags[i] = pipit__tag(PIPIT_TAG_VALUE, 7, i);
+    pipit__transport *t = mpi_two(tags, NS);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    unsigned char *buf[NS];
+    for (int i = 0; i < NS; i++) ASSERT_TRUE((buf[i] = malloc(sizes[i])) != NULL);
+    if (me == 0) {
+        for (int i = 0; i < NS; i++) {
+            fill(buf[i], sizes[i], 20 + i);
+            ASSERT_OK(t->vt->isend(t, 0, 1, tags[i], buf[i], sizes[i]));
+        }
+        for (int i = NS - 1; i >= 0; i--) { /* in any order */
+            ASSERT_OK(t->vt->fence(t, 0, 1, tags[i]));
+            memset(buf[i], 0xee, sizes[i]); /* the buffer is ours again */
+        }
+        ASSERT_STATUS(t->vt->fence(t, 0, 1, tags[0]), PIPIT_STATUS_INTERNAL);
+        ASSERT_MSG_HAS("not outstanding");
+    } else {
+        sleep_s(0.3); /* a slow receiver */
+        for (int i = 0; i < NS; i++) {
+            memset(buf[i], 0, sizes[i]);
+            ASSERT_OK(t->vt->recv(t, 1, 0, tags[i], buf[i], sizes[i]));
+            ASSERT_TRUE(check_pattern(buf[i], sizes[i], 20 + i));
+        }
+    }
+    unsigned char sync = 0;
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    for (int i = 0; i < NS; i++) free(buf[i]);
+    t->vt->free(t);
+}
+
+/* PIPIT_DEBUG_SENDS: a sender that writes its buffer before the fence is
+ * caught by the receiver's checksum; one that waits for it is not. */
+PIPIT_TEST(mpi_transport_debug_sends) {
+    uint64_t tags[2] = {pipit__tag(PIPIT_TAG_VALUE, 8, 0), pipit__tag(PIPIT_TAG_VALUE, 8, 1)};
+    if (pipit_init(NULL, NULL) != PIPIT_STATUS_OK || pipit_process_count() != 2) PIPIT_SKIP("not under mpirun -np 2");
+    setenv("PIPIT_DEBUG_SENDS", "1", 1);
+    pipit__transport *t = mpi_two(tags, 2);
+    unsetenv("PIPIT_DEBUG_SENDS");
+    NEED_MPI(t);
+    ASSERT_TRUE(t->debug_sends);
+    int me = pipit_process_rank();
+    size_t n = 1 << 20; /* rendezvous: the bytes leave only once the receiver asks */
+    unsigned char *buf = malloc(n);
+    ASSERT_TRUE(buf);
+    unsigned char sync = 0;
+    if (me == 0) {
+        fill(buf, n, 3);
+        ASSERT_OK(t->vt->isend(t, 0, 1, tags[0], buf, n));
+        ASSERT_OK(t->vt->fence(t, 0, 1, tags[0]));
+        memset(buf, 0x11, n); /* after the fence: allowed */
+        fill(buf, n, 4);
+        ASSERT_OK(t->vt->isend(t, 0, 1, tags[1], buf, n));
+        memset(buf, 0x22, n); /* before the fence: the contract broken */
+        ASSERT_OK(t->vt->bcast(t, 0, &sync, 1)); /* only now may the receiver ask for the bytes */
+        ASSERT_OK(t->vt->fence(t, 0, 1, tags[1]));
+    } else {
+        ASSERT_OK(t->vt->recv(t, 1, 0, tags[0], buf, n));
+        ASSERT_TRUE(check_pattern(buf, n, 3));
+        ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+        ASSERT_STATUS(t->vt->recv(t, 1, 0, tags[1], buf, n), PIPIT_STATUS_RUNTIME);
+        ASSERT_MSG_HAS("rank 1: the 1048576 bytes from rank 0 (tag 0x0000000800000001) changed in flight");
+    }
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    /* copies carry a checksum too (a receiver cannot tell them apart) */
+    if (me == 0) ASSERT_OK(t->vt->send(t, 0, 1, tags[0], buf, 64));
+    else ASSERT_OK(t->vt->recv(t, 1, 0, tags[0], buf, 64));
+    free(buf);
+    t->vt->free(t);
+}
+
+/* The in-stage all-reduce over processes: rank order, so both processes
+ * hold exactly x0 + x1 computed here, whatever arrives first; sizes from
+ * empty to uneven chunks, f32 and f64. */
+static double coll_value(int rank, int64_t i) { return rank == 0 ? 1e8 + (double)(i % 97) : 0.3 + 1e-3 * (double)i; }
+
+PIPIT_TEST(mpi_transport_allreduce) {
+    static const int64_t counts[] = {0, 1, 7, 300001};
+    enum { NC = sizeof counts / sizeof counts[0] };
+    uint64_t tags[4 * NC];
+    for (int c = 0; c < NC; c++)
+        for (int k = 0; k < 4; k++) tags[4 * c + k] = pipit__tag(PIPIT_TAG_COLL, c, k);
+    pipit__transport *t = mpi_two(tags, 4 * NC);
+    NEED_MPI(t);
+    int me = pipit_process_rank(), group[2] = {0, 1};
+    for (int dt = 0; dt < 2; dt++)
+        for (int c = 0; c < NC; c++) {
+            int64_t n = counts[c];
+            pipit_dtype type = dt ? PIPIT_F64 : PIPIT_F32;
+            size_t es = pipit__dtype_size(type);
+            unsigned char *x = malloc((size_t)PIPIT_MAX(n, 1) * es);
+            ASSERT_TRUE(x);
+            for (int64_t i = 0; i < n; i++) {
+                if (dt) ((double *)x)[i] = coll_value(me, i);
+                else ((float *)x)[i] = (float)coll_value(me, i);
+            }
+            if (me == 1) sleep_s(0.05); /* arrive late */
+            ASSERT_OK(pipit__transport_allreduce(t, me, group, 2, c, type, x, n));
+            for (int64_t i = 0; i < n; i++) {
+                int same = dt ? ((double *)x)[i] == coll_value(0, i) + coll_value(1, i)
+                              : ((float *)x)[i] == (float)coll_value(0, i) + (float)coll_value(1, i);
+                if (!same) PIPIT_FAIL_("element %lld of %lld (%s) is not x0 + x1", (long long)i, (long long)n,
+                                       dt ? "f64" : "f32");
+            }
+            free(x);
+        }
+    int bad[2] = {1, 0};
+    ASSERT_STATUS(pipit__transport_allreduce(t, me, bad, 2, 0, PIPIT_F32, NULL, 0), PIPIT_STATUS_INTERNAL);
+    ASSERT_MSG_HAS("ascending");
     t->vt->free(t);
 }

@@ -139,7 +139,7 @@ static pipit_val b_concat_lead(pipit_graph *g) { /* its gradients are views */
 }
 static pipit_val b_concat_many(pipit_graph *g) { /* 6 inputs: two chained nodes */
     pipit_val xs[6];
-    char n[8];
+    char n[16];
     for (int i = 0; i < 6; i++) {
         snprintf(n, sizeof n, "x%d", i);
         xs[i] = P(g, n, 2, SH(2, 1 + i % 2));

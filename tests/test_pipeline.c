@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "pipit_gpt2.h"
+#include "pipit_llama.h"
+#include "pipit_partition.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
 #include "test.h"
@@ -281,12 +283,27 @@ static void llama_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
 }
 static const model llama_model = {llama_build, llama_init, 2, llama_feeds};
 
+/* The same model built without yields and cut by pipit_partition (the
+ * CLI's --auto-stages) into the schedule's stage count. */
+static pipit_val llama_auto_build(pipit_graph *g, int stages) {
+    pipit_val loss = llama_build(g, 1);
+    pipit_partition_result *pt = NULL;
+    if (stages > 1 && (pipit_partition(g, loss, &(pipit_partition_options){.stages = stages}, &pt) ||
+                       pipit_partition_apply(pt, g, &loss, 1)))
+        fprintf(stderr, "partition into %d stages: %s\n", stages, pipit_errmsg());
+    pipit_partition_free(pt);
+    return loss;
+}
+static const model llama_auto_model = {llama_auto_build, llama_init, 2, llama_feeds};
+
 /* The general op set pipelined: every schedule x P in {2, 4} x V x remat,
- * M = 2P, bit for bit the sequential run; and a forward-only program gives
- * the training step's loss bits. */
+ * M = 2P, bit for bit the sequential run, with stages cut by hand and by
+ * pipit_partition; and a forward-only program gives the training step's
+ * loss bits. */
 PIPIT_TEST(pipeline_equivalence_general_ops) {
     static const int Ps[] = {2, 4};
     ASSERT_EQ_I64(equivalence_matrix(&llama_model, Ps, 2, 1), 0);
+    ASSERT_EQ_I64(equivalence_matrix(&llama_auto_model, Ps, 2, 1), 0); /* cut by pipit_partition */
     pipit_schedule *sch = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
     double loss[2];
@@ -308,6 +325,38 @@ PIPIT_TEST(pipeline_equivalence_general_ops) {
     ASSERT_TRUE(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0);
     ASSERT_TRUE(isfinite(loss[0]) && loss[0] > 0);
     pipit_schedule_free(sch);
+}
+
+/* The Llama family as pipit_llama.h builds it: 8 layers, so that P x V = 8
+ * stages hold whole blocks; GQA (4 query heads, 2 key/value heads), RoPE,
+ * the lm head tied to the embedding (a weight the first and the last stage
+ * share) or not. Feeds: llama_feeds (the same input names and sizes). */
+static pipit_llama_config hf_llama_cfg(int stages, int tied) {
+    return (pipit_llama_config){.vocab = LV, .max_ctx = LT, .ctx = LT, .layers = 8, .heads = 4, .kv_heads = 2,
+                                .dim = LC, .ffn_hidden = LF, .norm_eps = 1e-5, .rope_theta = 500, .tied = tied,
+                                .batch = LB, .stages = stages, .dtype = PIPIT_F32};
+}
+static pipit_val hf_llama_tied_build(pipit_graph *g, int stages) {
+    pipit_llama_config c = hf_llama_cfg(stages, 1);
+    return pipit_llama_build(g, &c);
+}
+static pipit_val hf_llama_untied_build(pipit_graph *g, int stages) {
+    pipit_llama_config c = hf_llama_cfg(stages, 0);
+    return pipit_llama_build(g, &c);
+}
+static void hf_llama_init(pipit_program *p) {
+    pipit_llama_config c = hf_llama_cfg(1, 0); /* the init reads names and shapes off the program */
+    pipit_llama_init(p, &c, 11);
+}
+static const model hf_llama_tied = {hf_llama_tied_build, hf_llama_init, 2, llama_feeds};
+static const model hf_llama_untied = {hf_llama_untied_build, hf_llama_init, 2, llama_feeds};
+
+/* pipit_llama_build: every schedule x P in {1, 2, 4} x V x remat (M = 2P)
+ * with the tied head, P = 2 untied: bit for bit the sequential run. */
+PIPIT_TEST(pipeline_equivalence_llama) {
+    static const int Ps[] = {1, 2, 4}, P2[] = {2};
+    ASSERT_EQ_I64(equivalence_matrix(&hf_llama_tied, Ps, 3, 1), 0);
+    ASSERT_EQ_I64(equivalence_matrix(&hf_llama_untied, P2, 1, 1), 0);
 }
 
 PIPIT_TEST(pipeline_rank_failure_stops_all) {

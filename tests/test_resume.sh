@@ -35,7 +35,8 @@ def load(path):
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     h = json.loads(raw[8:8 + n])
-    meta = h.pop("__metadata__", {})
+    # a file rewritten here is no longer the one pipit wrote: without its checksums
+    meta = {k: v for k, v in h.pop("__metadata__", {}).items() if not k.startswith("crc32c")}
     data = raw[8 + n:]
     return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in h.items()}, meta
 if __name__ == "__main__":
@@ -49,6 +50,19 @@ if __name__ == "__main__":
             sys.exit(f"{len(bad)} tensors differ, first {bad[0]}")
     elif cmd == "meta":
         print(load(sys.argv[2])[1].get(sys.argv[3], ""))
+    elif cmd == "lines":  # every --json line's step, loss and val_loss, in order, over several logs
+        for p in sys.argv[2:]:
+            for l in open(p):
+                if l.startswith("{"):
+                    d = json.loads(l)
+                    print(d["step"], repr(d.get("loss")), repr(d.get("val_loss")))
+    elif cmd == "set":  # set FILE OUT KEY VALUE: a copy with one metadata value changed
+        t, meta = load(sys.argv[2]); meta[sys.argv[4]] = sys.argv[5]
+        hdr, off, blobs = {"__metadata__": meta}, 0, []
+        for k, (dt, sh, b) in t.items():
+            hdr[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + len(b)]}; blobs.append(b); off += len(b)
+        j = json.dumps(hdr).encode(); j += b" " * (-len(j) % 8)
+        open(sys.argv[3], "wb").write(struct.pack("<Q", len(j)) + j + b"".join(blobs))
     elif cmd == "losses":  # losses of --json step lines, by step, over several logs
         out = {}
         for p in sys.argv[2:]:
@@ -221,6 +235,75 @@ head -3 cos1.log >cos_first.log
 run cos2.log "$PIPIT" train --resume cosp.st.step3 --json
 same_tensors cos.st cosp.st.step3 "cosine resume"
 [ "$(losses cos_first.log cos2.log)" = "$(losses cos.log)" ] || fail "cosine resume: losses differ"
+
+# ---- validation and logging settings live in the checkpoint: --resume
+# alone validates (held-out tail, cadence, batches) and logs as the
+# uninterrupted run, bit for bit
+V=(--val-split 0.1 --eval-every 2 --eval-batches 2 --log-every 2)
+run vfull.log "$PIPIT" train "${M[@]}" "${V[@]}" --steps 6 --save vfull.st --json
+run va.log "$PIPIT" train "${M[@]}" "${V[@]}" --steps 6 --save va.st --save-every 3 --keep 2 --json
+$PY st.py lines va.log | awk '$1 < 3' >va_first.txt
+run vb.log "$PIPIT" train --resume va.st.step3 --json
+$PY st.py lines vb.log >vb.txt
+[ "$(cat va_first.txt vb.txt)" = "$($PY st.py lines vfull.log)" ] ||
+    fail "--resume alone: step and validation lines differ from the uninterrupted run:"$'\n'"$(cat va_first.txt vb.txt)"$'\n'"vs"$'\n'"$($PY st.py lines vfull.log)"
+grep -q '"val_loss"' vb.log || fail "--resume alone did not validate: $(cat vb.log)"
+same_tensors vfull.st va.st.step3 "resume with validation"
+[ "$(meta vfull.st val_split)" = 0.10000000000000001 ] || fail "val_split metadata: '$(meta vfull.st val_split)'"
+expect_fail "--val-split 0.2[0-9]* contradicts checkpoint" "$PIPIT" train --resume vfull.st --val-split 0.2
+expect_ok "$PIPIT" train --resume vfull.st --steps 7 --eval-every 1 --log-every 1 --json # cadence may change
+[ "$(grep -c val_loss <<<"$OUT")" -eq 1 ] || fail "--eval-every 1 on resume: $OUT"
+
+# ---- eval and sample take the window and the micro-batch from the checkpoint (flags override)
+expect_ok "$PIPIT" eval --init full.st --data text.txt --json
+dflt=$OUT
+expect_ok "$PIPIT" eval --init full.st --data text.txt --ctx 16 --micro-batch 2 --batches 8 --json
+[ "$dflt" = "$OUT" ] || fail "eval defaults ($dflt) are not ctx 16, micro-batch 2, 8 batches ($OUT)"
+expect_ok "$PIPIT" eval --init full.st --data text.txt --batches 2 --json
+grep -q '"tokens":64}' <<<"$OUT" || fail "eval --batches 2 with the checkpoint's ctx 16 x micro-batch 2: $OUT"
+run long.log "$PIPIT" train "${M[@]}" --max-ctx 32 --steps 2 --save long.st
+a=$("$PIPIT" sample --init long.st --prompt "the cat " --tokens 12 --seed 3 | od -An -tx1)
+b=$("$PIPIT" sample --init long.st --prompt "the cat " --tokens 12 --seed 3 --ctx 16 | od -An -tx1)
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "sample does not default to the checkpoint's training ctx 16: '$a' vs '$b'"
+
+# ---- metadata numbers are parsed strictly, naming the key and the value
+for kv in "seed -1" "seed 18446744073709551616" "layers 1e3" "layers 4x" "step abc" "data_pos -5" \
+          "microbatches 0" "lr 0x" "eval_every -2"; do
+    set -- $kv
+    $PY st.py set full.st bad.st "$1" "$2"
+    expect_fail "metadata '$1' is '$2'" "$PIPIT" train --resume bad.st --steps 8
+done
+
+# ---- another --dp keeps the global batch (issue 22): M x D microbatches
+# per step, the data positions of the uninterrupted run; the first resumed
+# step's loss is bitwise the uninterrupted one (equal weights, the same
+# microbatches summed in the global order), later ones within rounding
+# (D replicas add their gradients in another order: docs/architecture.md §9)
+run dfull.log "$PIPIT" train "${M[@]}" --steps 6 --save dfull.st --save-every 1 --keep 6 --json
+cp dfull.st.step3 d3.st
+run d2.log "$PIPIT" train --resume d3.st --dp 2 --save d2.st --save-every 1 --keep 6 --json
+grep -q "resuming 'd3.st' at step 3 of 6; --dp 2 x --microbatches 2 keeps its global batch of 4 microbatches (it ran --dp 1 x --microbatches 4)" d2.log.err ||
+    fail "the resume line does not say how --dp 2 keeps the batch: $(cat d2.log.err)"
+for s in 4 5 6; do
+    [ "$(meta d2.st.step$s data_pos)" = "$(meta dfull.st.step$s data_pos)" ] ||
+        fail "--dp 2 resume: data_pos at step $s is $(meta d2.st.step$s data_pos), not $(meta dfull.st.step$s data_pos)"
+done
+[ "$(meta d2.st microbatches)" = 2 ] && [ "$(meta d2.st dp)" = 2 ] || fail "d2.st: not saved as --dp 2 x --microbatches 2"
+$PY - dfull.log d2.log <<'EOF' || fail "--dp 2 resume: losses differ from the uninterrupted run"
+import json, sys
+full = {d["step"]: d["loss"] for d in map(json.loads, filter(lambda l: l.startswith("{"), open(sys.argv[1])))}
+res = {d["step"]: d["loss"] for d in map(json.loads, filter(lambda l: l.startswith("{"), open(sys.argv[2])))}
+assert sorted(res) == [3, 4, 5], sorted(res)
+assert res[3] == full[3], (res[3], full[3])
+assert all(abs(res[k] - full[k]) <= 1e-5 * abs(full[k]) for k in res), (res, full)
+EOF
+# and back: resumed under --dp 1 it runs --microbatches 4 again
+run d1.log "$PIPIT" train --resume d2.st.step4 --dp 1 --steps 5 --json
+grep -q -- "--dp 1 x --microbatches 4 keeps its global batch of 4 microbatches (it ran --dp 2 x --microbatches 2)" d1.log.err ||
+    fail "resume back to --dp 1: $(cat d1.log.err)"
+expect_fail "--dp 3 x --microbatches 4 is not the global batch of checkpoint 'd3.st' (--dp 1 x --microbatches 4 = 4 microbatches of --micro-batch 2): pick a --dp that divides it" \
+    "$PIPIT" train --resume d3.st --dp 3
+expect_fail "--dp 2 x --microbatches 4 is not the global batch" "$PIPIT" train --resume d3.st --dp 2 --microbatches 4
 
 if [ "$failures" -ne 0 ]; then
     echo "test_resume: $failures failure(s)" >&2

@@ -273,12 +273,24 @@ PIPIT_TEST(safetensors_bad_files) {
     EXPECT_BAD("metadup.st", "{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}}", 0,
                "duplicate \"__metadata__\" key 'a'");
 
-    /* Accepted edge cases: empty header object, holes, zero-sized tensors. */
+    /* The tensors must tile the data buffer, as the reference reader
+     * demands: no hole between tensors, nothing after the last. */
+    EXPECT_BAD("hole.st",
+               "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+               "\"v\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}}",
+               12, "bytes [4, 8) of the data buffer belong to no tensor (before 'v')");
+    EXPECT_BAD("lead.st", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+               "bytes [0, 4) of the data buffer belong to no tensor (before 'w')");
+    EXPECT_BAD("trail.st", "{\"w\":{" W_GOOD "}}", 9, "1 trailing bytes after the last tensor");
+    EXPECT_BAD("trailempty.st", "{}", 3, "3 trailing bytes after the last tensor");
+
+    /* Accepted edge cases: empty header object, zero-sized tensors (in
+     * file order, anywhere in the tiling). */
     p = tpath("edge.st");
     ASSERT_TRUE(write_st_raw(p, "{\"z\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
                                 "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                                "\"v\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[8,12]}}",
-                             NULL, 16) == 0);
+                                "\"v\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[4,8]}}",
+                             NULL, 8) == 0);
     ASSERT_OK(pipit__st_read(p, &f));
     int n = pipit__st_count(f);
     pipit__st_free(f);

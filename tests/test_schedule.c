@@ -381,6 +381,32 @@ PIPIT_TEST(sched_simulate_comm_and_bytes) {
     pipit_schedule_free(s);
 }
 
+/* A link carries one message at a time: GPipe P = 2, M = 3, F = 1, BW = 2,
+ * xfer = 3. Rank 0's forwards end at 1, 2, 3; their messages leave at 1,
+ * 4, 7 (each waits for the one before) and arrive at 4, 7, 10, so rank 1
+ * runs F1.0..2 at 4, 7, 10, then BW1.0..2 from 11; each input gradient
+ * waits for the link back too: leaves 13, 16 (15 busy), 19 (17 busy),
+ * arrives at 16, 19, 22; BW0.2 ends at 24. Without xfer nothing queues. */
+PIPIT_TEST(sched_simulate_link_queue) {
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_GPIPE, 2, 1, 3, &s));
+    pipit__sim_costs c = {.xfer = 3};
+    pipit__sim_result r;
+    ASSERT_OK(pipit__schedule_simulate(s, &c, &r));
+    ASSERT_NEAR_F64(r.start[1][0], 4, 1e-12);
+    ASSERT_NEAR_F64(r.start[1][1], 7, 1e-12);
+    ASSERT_NEAR_F64(r.start[1][2], 10, 1e-12);
+    ASSERT_NEAR_F64(r.start[0][3], 16, 1e-12);
+    ASSERT_NEAR_F64(r.start[0][5], 22, 1e-12);
+    ASSERT_NEAR_F64(r.step_time, 24, 1e-12);
+    ASSERT_NEAR_F64(r.busy[0], 9, 1e-12); /* the sender is not held up by its messages */
+    pipit__sim_result_free(&r);
+    c.xfer = -1;
+    ASSERT_STATUS(pipit__schedule_simulate(s, &c, &r), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("transfer time");
+    pipit_schedule_free(s);
+}
+
 /* Eager 1F1B exists to hide transfer latency: with comm > 0 it must win. */
 PIPIT_TEST(sched_eager_1f1b_hides_latency) {
     pipit_schedule *a = NULL, *e = NULL;

@@ -11,10 +11,13 @@
 
 /* ------------------------------------------------------------ helpers */
 
+/* Megatron-LM as of the SC'21 paper: the DP exchange after the pipeline
+ * flush, blocking P2P. */
 static pipit_sim_config gpt(int layers, int hidden, int heads, int tp, int pp, int dp, int64_t batch) {
     return (pipit_sim_config){.layers = layers, .hidden = hidden, .heads = heads, .seq = 2048, .vocab = 51200,
                               .micro_batch = 1, .global_batch = batch, .recompute = PIPIT_RECOMPUTE_FULL,
-                              .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_1F1B};
+                              .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_1F1B, .dp_after_flush = 1,
+                              .blocking_p2p = 1};
 }
 
 /* Runs cfg on hw; fills *sum; 0 on failure (message printed). */
@@ -397,4 +400,87 @@ PIPIT_TEST(sim_calibration_fits_the_profile) {
     ASSERT_MSG_HAS("\"model\" lacks");
     ASSERT_STATUS(pipit_hw_calibrate("/nonexistent/p.json", &hw), PIPIT_STATUS_IO);
     ASSERT_MSG_HAS("cannot open profile");
+}
+
+/* ---------------------------------------------- links and DP overlap */
+
+/* Link specs: units, single keys, what is left alone, and bad items. */
+PIPIT_TEST(sim_link_spec) {
+    pipit_hw_links l;
+    ASSERT_OK(pipit_hw_parse_links("inter=100Mbit:50us,intra=5GB,gpus-per-node=4", &l));
+    ASSERT_NEAR_F64(l.inter_bw, 12.5e6, 1e-6);
+    ASSERT_NEAR_F64(l.inter_lat, 50e-6, 1e-15);
+    ASSERT_NEAR_F64(l.intra_bw, 5e9, 1e-3);
+    ASSERT_TRUE(l.intra_lat < 0); /* not given: kept */
+    ASSERT_EQ_I64(l.gpus_per_node, 4);
+    ASSERT_OK(pipit_hw_parse_links("inter-lat=1ms,intra-bw=2e9,intra-lat=0", &l));
+    ASSERT_TRUE(l.inter_bw < 0 && l.gpus_per_node == 0);
+    ASSERT_NEAR_F64(l.inter_lat, 1e-3, 1e-15);
+    ASSERT_NEAR_F64(l.intra_lat, 0, 0);
+    pipit_hw *hw = toy_hw(1e9, 1e9, 1e9);
+    ASSERT_TRUE(hw != NULL);
+    ASSERT_OK(pipit_hw_set_links(hw, &l));
+    pipit_hw_links got;
+    ASSERT_OK(pipit_hw_get_links(hw, &got));
+    ASSERT_NEAR_F64(got.inter_bw, 1e9, 0); /* kept */
+    ASSERT_NEAR_F64(got.inter_lat, 1e-3, 1e-15);
+    ASSERT_NEAR_F64(got.intra_bw, 2e9, 0);
+    ASSERT_EQ_I64(got.gpus_per_node, 8);
+    ASSERT_STATUS(pipit_hw_parse_links("inter=fast", &l), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("link inter 'fast': expected a bandwidth > 0");
+    ASSERT_STATUS(pipit_hw_parse_links("inter=1G:5parsecs", &l), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("expected a latency >= 0");
+    ASSERT_STATUS(pipit_hw_parse_links("inter-bw=0", &l), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_hw_parse_links("wan=1G", &l), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("unknown key 'wan'");
+    ASSERT_STATUS(pipit_hw_parse_links("gpus-per-node=0", &l), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_hw_parse_links("inter", &l), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("is not key=value");
+    pipit_hw_links nan_bw = {-1, -1, 0, -1, 0};
+    ASSERT_STATUS(pipit_hw_set_links(hw, &nan_bw), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("inter-node bandwidth 0");
+    pipit_hw_free(hw);
+}
+
+/* A slower inter-node link makes a pipeline across nodes slower, and one
+ * inside a node does not care. */
+PIPIT_TEST(sim_links_change_the_step) {
+    pipit_hw *hw = toy_hw(1e9, 1e10, 1e9);
+    ASSERT_TRUE(hw != NULL);
+    pipit_sim_config c = tiny(1, 2, 1);
+    pipit_sim_summary fast, slow, inside;
+    ASSERT_TRUE(sim(&c, hw, &fast));
+    pipit_hw_links l;
+    ASSERT_OK(pipit_hw_parse_links("inter=1e5:1ms,gpus-per-node=1", &l));
+    ASSERT_OK(pipit_hw_set_links(hw, &l));
+    ASSERT_TRUE(sim(&c, hw, &slow));
+    ASSERT_OK(pipit_hw_parse_links("gpus-per-node=2", &l));
+    ASSERT_OK(pipit_hw_set_links(hw, &l));
+    ASSERT_TRUE(sim(&c, hw, &inside));
+    ASSERT_TRUE(slow.step_s > 1.5 * fast.step_s);
+    ASSERT_NEAR_F64(inside.step_s, fast.step_s, 1e-12 * fast.step_s);
+    pipit_hw_free(hw);
+}
+
+/* The DP exchange runs during the last backward: with compute that takes
+ * time, part of it is hidden, and exactly the hidden part is missing from
+ * the step; with compute free (every share ready at once) none is. */
+PIPIT_TEST(sim_dp_exchange_overlaps_the_backward) {
+    pipit_hw *hw = toy_hw(1e8, 1e300, 1e9);
+    ASSERT_TRUE(hw != NULL);
+    pipit_sim_config c = tiny(1, 1, 4);
+    pipit_sim_summary u;
+    ASSERT_TRUE(sim(&c, hw, &u));
+    ASSERT_TRUE(u.dp_hidden > 0.25 && u.dp_hidden < 1);
+    ASSERT_NEAR_F64(u.dp_s, (1 - u.dp_hidden) * u.dp_total_s, 1e-9 * u.dp_total_s);
+    ASSERT_NEAR_F64(u.step_s, u.pipeline_s + u.dp_s + u.optimizer_s, 1e-9 * u.step_s);
+    double h = 64, params = 4 * (12 * h * h + 13 * h) + 128 * h + 16 * h + 2 * h;
+    ASSERT_TRUE(u.dp_total_s >= 2.0 * 3 / 4 * params * 4 / 1e9); /* the whole gradient, in shares */
+    c.dp_after_flush = 1; /* Megatron-LM 2021: all of it after the last task, nothing hidden */
+    pipit_sim_summary m;
+    ASSERT_TRUE(sim(&c, hw, &m));
+    ASSERT_NEAR_F64(m.dp_hidden, 0, 1e-12);
+    ASSERT_NEAR_F64(m.dp_s, 2.0 * 3 / 4 * params * 4 / 1e9, 1e-9);
+    ASSERT_TRUE(m.step_s > u.step_s);
+    pipit_hw_free(hw);
 }

@@ -112,10 +112,7 @@ static void print_best(const search *s, int top, int json) {
     printf("%d candidates: %d fit, %d rejected\n", s->ncand, s->nfit, s->ncand - s->nfit);
     for (int i = 0; i < R_COUNT; i++)
         if (s->rejected[i]) printf("  %6d  %s\n", s->rejected[i], REASON[i]);
-    if (!n) {
-        printf("nothing fits: raise --mem-limit or change the mesh\n");
-        return;
-    }
+    if (!n) return; /* the caller says why, and fails */
     printf("\n%4s  %-18s %3s %5s %4s %3s %4s %10s %8s %10s %12s\n", "rank", "schedule", "V", "M", "b", "tp", "dp",
            "step s", "bubble", "peak GB", "TFLOP/s/GPU");
     for (int i = 0; i < n; i++) {
@@ -133,12 +130,14 @@ int cmd_plan_search(int argc, char **argv) {
     int verbose = 0, zero1 = 0;
     uint64_t global = 0;
     double mem_limit = 0;
+    cli_links links = {0};
     flag fl[] = {
         {"search", FL_BOOL, &on, "rank schedule x V x microbatch size (x tp x dp with --gpus) by simulated step time", 0},
         {"global-batch", FL_U64, &global, "sequences per step G = micro-batch x M x dp", 0},
         {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the hardware's memory capacity)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu (default) or a hardware JSON file", 0},
-        {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl", 0},
+        CLI_LINK_FLAGS(links),
+        {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, llama-100m", 0},
         {"layers", FL_INT, &layers, "transformer blocks L (default: the preset's)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: the preset's)", 0},
         {"dim", FL_INT, &dim, "model width (default: the preset's)", 0},
@@ -154,26 +153,33 @@ int cmd_plan_search(int argc, char **argv) {
         {"json", FL_BOOL, &json, "print one JSON object", 0},
     };
     flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
-                          "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]",
+                          "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]\n"
+                          "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]",
                   "Searches schedule x V x microbatch size (x tp x dp with --gpus) with the cost model of `pipit sim`,\n"
                   "ranks what fits by simulated step time and says why the rest were rejected; nothing runs.",
                   fl, NFLAGS(fl)};
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"global-batch", NULL});
     const cli_preset *pr = cli_preset_find(model);
-    if (!pr) die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl", model);
+    if (!pr) die("unknown --model '%s': expected %s", model, cli_preset_names());
     if (global < 1 || global > (1u << 30)) die("--global-batch must be in [1, 2^30] (got %llu)", (unsigned long long)global);
     if (top < 1) die("--top must be >= 1 (got %d)", top);
-    if (pp < 1 || dp < 1 || gpus < 0) die("--pp, --dp and --gpus must be >= 1");
+    const struct { const char *flag; int v; } pos[] = {{"pp", pp}, {"dp", dp}, {"layers", layers}, {"heads", heads},
+                                                      {"dim", dim}, {"ctx", ctx}, {"vocab", vocab}, {"gpus", gpus}};
+    for (int i = 0; i < NFLAGS(pos); i++) /* given flags only: 0 means "the preset's" for the model's */
+        if (flags_seen(&c, pos[i].flag) && pos[i].v < 1) die("--%s must be >= 1 (got %d)", pos[i].flag, pos[i].v);
     if (gpus && flags_seen(&c, "dp")) die("--gpus searches dp: do not give --dp too");
     if (gpus && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    cli_apply_links(hw, &links);
     search s = {.verbose = verbose, .mem_limit = mem_limit};
     if (flags_seen(&c, "mem-limit") && !(mem_limit > 0))
         die("--mem-limit must be a positive number of bytes (got %g)", mem_limit);
     pipit_sim_config base = {.layers = layers ? layers : pr->layers, .hidden = dim ? dim : pr->dim,
                              .heads = heads ? heads : pr->heads, .seq = ctx ? ctx : pr->ctx,
                              .vocab = vocab ? vocab : pr->vocab, .global_batch = (int64_t)global,
+                             /* a Llama preset: SwiGLU at its width (the cost model has no GQA yet) */
+                             .gated_mlp = pr->ffn_hidden > 0, .ffn_mult = pr->ffn_hidden ? (double)pr->ffn_hidden / pr->dim : 0,
                              .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
     if (gpus) {
@@ -185,9 +191,12 @@ int cmd_plan_search(int argc, char **argv) {
     } else {
         enumerate_pipeline(&s, base, hw);
     }
-    qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step);
+    if (s.nfit) qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step); /* s.fit is NULL when nothing fits */
     print_best(&s, top, json);
     free(s.fit);
     pipit_hw_free(hw);
+    if (!s.nfit) /* an answer of nothing is not a success: scripts must see it */
+        die("plan --search: none of the %d candidates fits (raise --mem-limit, add --pp or --gpus, or see --verbose)",
+            s.ncand);
     return 0;
 }

@@ -5,9 +5,11 @@
  * tp x pp x dp mesh; nothing runs. `pipit sim --calibrate PROFILE` fits a
  * CPU description to a `pipit train --profile-out` file.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "flags.h"
@@ -50,14 +52,31 @@ pipit_recompute pipit_cli_recompute(const char *s) {
     die("bad value '%s' for --recompute: expected none or full", s);
 }
 
+/* The CPU description fitted to the profile, with the links this job has
+ * measured (under mpirun every process calls this; process 0 writes). */
 static int calibrate(const char *profile, const char *out) {
     pipit_hw *hw = NULL;
     if (pipit_hw_calibrate(profile, &hw)) die("--calibrate: %s", pipit_errmsg());
-    FILE *f = out ? fopen(out, "w") : stdout;
-    if (!f) die("--out: cannot write '%s'", out);
+    cli_measure_links(hw);
+    if (pipit_process_rank() != 0) {
+        pipit_hw_free(hw);
+        return 0;
+    }
+    /* --out: written beside and renamed into place, so a failed write leaves no half file */
+    char tmp[4096];
+    if (out && snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid()) >= (int)sizeof tmp)
+        die("--out: path too long");
+    FILE *f = out ? fopen(tmp, "w") : stdout;
+    if (!f) die("--out: cannot write '%s': %s", out, strerror(errno));
     pipit_status st = pipit_hw_write(f, hw);
-    if (out && fclose(f) && !st) die("--out: writing '%s' failed", out);
+    int bad_close = out && fclose(f);
     pipit_hw_free(hw);
+    if (out && (st || bad_close || rename(tmp, out))) {
+        int e = errno;
+        remove(tmp);
+        if (st) die("--calibrate: %s", pipit_errmsg());
+        die("--out: writing '%s' failed: %s", out, strerror(e));
+    }
     if (st) die("--calibrate: %s", pipit_errmsg());
     if (out) fprintf(stderr, "pipit: wrote the calibrated description to %s (use it with --hw %s)\n", out, out);
     return 0;
@@ -79,8 +98,13 @@ static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const c
         die("--weak-scaling keeps the batch per replica: --global-batch %lld is not divisible by --dp %d",
             (long long)c0->global_batch, c0->dp);
     int64_t per_replica = c0->global_batch / c0->dp;
+    size_t len = strlen(list); /* "", "2,,4" and "2,4," have an empty item */
+    if (!len || list[0] == ',' || list[len - 1] == ',' || strstr(list, ",,"))
+        die("bad value '%s' for --weak-scaling: expected data-parallel sizes like 2,4,8,16 (an item is empty)", list);
     double base = 0;
-    if (!json) printf("%6s %4s %8s %10s %14s %10s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency");
+    if (!json)
+        printf("%6s %4s %8s %10s %14s %10s %11s\n", "GPUs", "dp", "batch", "step s", "TFLOP/s/GPU", "efficiency",
+               "DP hidden");
     for (const char *p = list; *p;) {
         char *end;
         long d = strtol(p, &end, 10);
@@ -92,11 +116,12 @@ static void weak_scaling(const pipit_sim_config *c0, const pipit_hw *hw, const c
         if (base == 0) base = u.tflops_per_gpu;
         if (json)
             printf("{\"gpus\":%d,\"dp\":%ld,\"global_batch\":%lld,\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,"
-                   "\"efficiency\":%.6g}\n", u.gpus, d, (long long)c.global_batch, u.step_s, u.tflops_per_gpu,
-                   u.tflops_per_gpu / base);
+                   "\"efficiency\":%.6g,\"dp_total_s\":%.9g,\"dp_exposed_s\":%.9g,\"dp_hidden\":%.6g}\n",
+                   u.gpus, d, (long long)c.global_batch, u.step_s, u.tflops_per_gpu, u.tflops_per_gpu / base,
+                   u.dp_total_s, u.dp_s, u.dp_hidden);
         else
-            printf("%6d %4ld %8lld %10.4f %14.1f %10.3f\n", u.gpus, d, (long long)c.global_batch, u.step_s,
-                   u.tflops_per_gpu, u.tflops_per_gpu / base);
+            printf("%6d %4ld %8lld %10.4f %14.1f %10.3f %10.1f%%\n", u.gpus, d, (long long)c.global_batch, u.step_s,
+                   u.tflops_per_gpu, u.tflops_per_gpu / base, 100 * u.dp_hidden);
         p = *end ? end + 1 : end;
     }
 }
@@ -132,6 +157,7 @@ int cmd_sim(int argc, char **argv) {
     const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL;
     int json = 0, gpipe = 0;
     const char *scaling = NULL;
+    cli_links links = {0};
     uint64_t global = 0;
     flag fl[] = {
         {"layers", FL_INT, &c.layers, "transformer layers L", 0},
@@ -150,18 +176,25 @@ int cmd_sim(int argc, char **argv) {
         {"virtual", FL_INT, &c.virt, "stages per pipeline rank V (default: the schedule's own)", 0},
         {"recompute", FL_STR, &recompute, "none (default) or full activation recomputation", 0},
         {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
+        {"dp-after-flush", FL_BOOL, &c.dp_after_flush, "the DP exchange after each rank's last task (Megatron-LM 2021) "
+                                                        "instead of during the backward", 0},
+        {"blocking-p2p", FL_BOOL, &c.blocking_p2p, "stage messages occupy their sender (Megatron's blocking P2P) "
+                                                    "instead of their link", 0},
         {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu or a hardware JSON file (docs/sim.md)", 0},
+        CLI_LINK_FLAGS(links),
         {"json", FL_BOOL, &json, "print one JSON object", 0},
         {"weak-scaling", FL_STR, &scaling, "D1,D2,...: the same pipeline on dp = D1, D2, ... (microbatches per replica fixed): "
                                            "TFLOP/s per GPU and efficiency over the first", 0},
         {"vs-gpipe", FL_BOOL, &gpipe, "also print GPipe at equal memory (flushes of fewer microbatches) and the gain over it", 0},
-        {"calibrate", FL_STR, &cal, "fit the CPU description to a `pipit train --profile-out` file; print it", 0},
+        {"calibrate", FL_STR, &cal, "fit the CPU description to a `pipit train --profile-out` file and measure the "
+                                    "links (under mpirun: between its processes); print it", 0},
         {"out", FL_STR, &out, "with --calibrate: write the description to FILE", 0},
     };
     flag_cmd cmd = {"sim",
                     "--layers L --hidden H --heads A --seq S --vocab V --micro-batch b --global-batch B\n"
                     "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|full] --hw NAME|FILE [--json]\n"
+                    "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]\n"
                     "   or: pipit sim --calibrate PROFILE [--out FILE]",
                     "Predicts one training step (time, TFLOP/s per GPU, MFU, bubble, memory per rank, link traffic)\n"
                     "from a cost model and the schedule simulator; nothing runs. docs/sim.md has the formulas.",
@@ -180,6 +213,7 @@ int cmd_sim(int argc, char **argv) {
     c.schedule = pipit_cli_schedule_kind("schedule", schedule);
     c.recompute = pipit_cli_recompute(recompute);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
+    cli_apply_links(hw, &links);
     if (scaling) {
         weak_scaling(&c, hw, scaling, json);
         pipit_hw_free(hw);

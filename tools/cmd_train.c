@@ -19,6 +19,7 @@
 static void print_step(const opts *o, int64_t step, const pipit_metrics *m, double tokens, double flops,
                        const cli_progress *pr) {
     double tps = tokens / (m->ms / 1e3);
+    cli_bar_clear();
     if (o->json)
         printf("{\"step\":%lld,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
                "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f,\"lr\":%.9g}\n",
@@ -59,15 +60,15 @@ static void install_signals(void) {
 static void write_profile(const opts *o, const session *s, int M, int64_t steps, double seconds) {
     FILE *f = fopen(o->profile_out, "w");
     if (!f) die("--profile-out: cannot write '%s': %s", o->profile_out, strerror(errno));
-    const pipit_gpt2_config *c = &s->cfg;
+    const cli_model *c = &s->cfg;
     int kind = s->sched ? pipit_schedule_get_kind(s->sched) : PIPIT_SCHED_1F1B;
     const char *sched = kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : "custom";
     int virt = s->sched ? pipit_schedule_virtual(s->sched) : 1;
     fprintf(f,
-            "{\"model\":{\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
+            "{\"model\":{\"arch\":\"%s\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
             "\"microbatches\":%d,\"pp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},\"steps\":%lld,"
             "\"step_s\":%.9g,\"profile\":",
-            c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
+            c->kind->name, c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
             sched, virt, (long long)steps, steps ? seconds / (double)steps : 0.0);
     pipit_status st = pipit_program_write_profile_json(f, s->p);
     fprintf(f, "}\n");
@@ -110,9 +111,10 @@ int cmd_train(int argc, char **argv) {
         prog.peak = rank_peak * prog.ranks * o->dp;
     }
     if (!o->json && speaker) {
-        printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
-               "%d thread(s) per rank",
-               s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
+        char what[160];
+        cli_model_describe(&s.cfg, what, sizeof what);
+        printf("pipit: %s, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; %d thread(s) per rank", what,
+               (long long)s.cfg.kind->num_params(&s.cfg), B, M,
                s.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
                s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
                               ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
@@ -133,15 +135,14 @@ int cmd_train(int argc, char **argv) {
         if (prog.ranks * o->dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o->dp);
         printf("\n");
     }
-    double flops = pipit_gpt2_flops_per_token(&s.cfg);
+    double flops = s.cfg.kind->flops_per_token(&s.cfg);
+    int nf = s.cfg.kind->nfeeds;
     int64_t first_step = 0, last_step, data_pos; /* a resumed run continues the data stream where it stopped */
     if (o->resume) {
         cli_check(pipit_checkpoint_load_train(s.p, s.ckpt, &first_step), "--resume");
-        const char *dp = pipit_checkpoint_meta(s.ckpt, "data_pos");
-        char *end = NULL;
-        data_pos = dp ? strtoll(dp, &end, 10) : -1;
-        if (!dp || *end || data_pos < 0) die("--resume: checkpoint '%s' lacks its data position", o->resume);
+        data_pos = meta_i64(s.ckpt, "resume", "data_pos", 0, INT64_MAX, INT64_MIN);
         last_step = o->steps; /* the total */
+        if (speaker) say_resumed(o, first_step);
         if (last_step - first_step > (INT64_MAX - data_pos) / ((int64_t)G * B))
             die("--resume: data position %lld is too large to continue", (long long)data_pos);
     } else {
@@ -175,31 +176,37 @@ int cmd_train(int argc, char **argv) {
     prog.first = first_step;
     prog.last = last_step;
     prog.t_start = cli_now();
+    cli_bar_enable(speaker && !o->json);
     double profiled_s = 0; /* wall time of the profiled steps (all but the first) */
     int64_t profiled_steps = 0;
     for (int64_t step = first_step;; step++) {
         run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
         if (g_signal) { /* between steps: the checkpoint holds whole steps */
             int sig = g_signal;
+            cli_bar_clear();
             if (!o->save && speaker) fprintf(stderr, "pipit: no --save given: saving to %s\n", int_path);
             save_train(o, s.p, &s.cfg, int_path, at);
             fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
                     (long long)step, int_path, int_path);
+            mb_bufs_free(bufs, G, feeds);
+            free(default_save);
+            close_session(&s);
             exit(128 + sig);
         }
         if (step > first_step && o->save_every && step % o->save_every == 0 && step < last_step)
             save_train(o, s.p, &s.cfg, o->save, at);
         if (step >= last_step) break;
         for (int m = 0; m < G; m++)
-            fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + 3 * m);
+            fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
+        pipit_status st = pipit_step(s.p, feeds, nf, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         int last = step == last_step - 1;
         cli_progress_step(&prog, &met, (double)B * T * G);
         if (speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, (double)B * T * G, flops, &prog);
         if (val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == last_step))
             cli_progress_val(&prog, step, run_validation(&s, o, val_batches, G, bufs, feeds, step, speaker));
+        if (speaker && !last) cli_bar_draw(&prog, step, met.loss);
         if (step > first_step || last_step - first_step == 1) profiled_s += met.ms / 1e3, profiled_steps++;
         if (profiling && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
             cli_check(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */

@@ -13,5 +13,8 @@ int cmd_eval(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_schedule(int argc, char **argv);
 int cmd_sim(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 #endif

@@ -34,13 +34,34 @@ static cJSON *load(const char *path) {
     fclose(f);
     if (err) die("--config: cannot read '%s'", path);
     buf[n] = 0;
-    cJSON *j = cJSON_ParseWithLength(buf, n);
+    const char *end = NULL;
+    if (strlen(buf) != n) {
+        free(buf);
+        die("--config '%s': holds a NUL byte (not JSON text)", path);
+    }
+    /* n + 1: the terminating NUL must be inside what cJSON may read, so that
+     * "nothing follows the object" can hold */
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, n + 1, &end, 1);
     if (!j) {
-        const char *at = cJSON_GetErrorPtr();
-        die("--config '%s': malformed JSON near byte %ld", path, at ? (long)(at - buf) : 0L);
+        long at = end && end >= buf ? (long)(end - buf) : 0L;
+        free(buf);
+        die("--config '%s': malformed JSON (or text after the object) near byte %ld", path, at);
     }
     free(buf);
-    if (!cJSON_IsObject(j)) die("--config '%s': expected a JSON object of flag names and values", path);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        die("--config '%s': expected a JSON object of flag names and values", path);
+    }
+    /* cJSON keeps both copies of a key and lookups find the first: a second
+     * "lr" would be silently ignored */
+    for (const cJSON *a = j->child; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (strcmp(a->string, b->string) == 0) {
+                char key[128];
+                snprintf(key, sizeof key, "%s", a->string);
+                cJSON_Delete(j);
+                die("--config '%s': key \"%s\" appears twice", path, key);
+            }
     return j;
 }
 

@@ -129,6 +129,11 @@ int flags_seen(const flag_cmd *c, const char *name) {
     return 0;
 }
 
+void flags_set_seen(flag_cmd *c, const char *name) {
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->flags[i].name, name) == 0) c->flags[i].seen = 1;
+}
+
 void flags_require(const flag_cmd *c, const char *const *names) {
     for (; *names; names++)
         if (!flags_seen(c, *names)) die("%s: --%s is required (see pipit %s --help)", c->name, *names, c->name);

@@ -36,6 +36,8 @@ void flags_parse(flag_cmd *c, int argc, char **argv);
 void flags_print_help(const flag_cmd *c);
 /* 1 if the flag was given on the command line. */
 int flags_seen(const flag_cmd *c, const char *name);
+/* Counts a flag as given (a value taken from a file that stands for it). */
+void flags_set_seen(flag_cmd *c, const char *name);
 /* Dies "<cmd>: --<name> is required" for the first one not given. */
 void flags_require(const flag_cmd *c, const char *const *names);
 

@@ -5,8 +5,11 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <string.h>
 #include <stdlib.h>
+#include <sys/ioctl.h>
 #include <time.h>
+#include <unistd.h>
 
 double cli_now(void) {
     struct timespec ts;
@@ -86,7 +89,47 @@ static void put_json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+static int bar_on, bar_shown;
+
+void cli_bar_enable(int on) { bar_on = on && isatty(STDOUT_FILENO); }
+
+void cli_bar_clear(void) {
+    if (!bar_shown) return;
+    fputs("\r\033[K", stdout);
+    bar_shown = 0;
+}
+
+void cli_bar_draw(const cli_progress *p, int64_t step, double loss) {
+    if (!bar_on) return;
+    struct winsize ws;
+    int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    double elapsed = cli_now() - p->t_start;
+    int64_t done = step + 1 - p->first, total = p->last - p->first;
+    char tail[128];
+    FILE *t = fmemopen(tail, sizeof tail, "w");
+    if (!t) return;
+    fprintf(t, " %lld/%lld ", (long long)(step + 1), (long long)p->last);
+    put_duration(t, elapsed);
+    fputs(" eta ", t);
+    put_duration(t, done > 0 ? elapsed / (double)done * (double)(p->last - step - 1) : -1);
+    fprintf(t, "  loss %.4f", loss);
+    fclose(t);
+    int width = cols - (int)strlen(tail) - 3; /* "[" "]" and a column spare: no wrap */
+    if (width > 60) width = 60;
+    cli_bar_clear();
+    if (width >= 5) {
+        int full = total > 0 ? (int)((double)done / (double)total * width) : width;
+        putchar('[');
+        for (int i = 0; i < width; i++) putchar(i < full ? '#' : '.');
+        putchar(']');
+    }
+    fputs(tail, stdout);
+    fflush(stdout);
+    bar_shown = 1;
+}
+
 void cli_progress_summary(FILE *f, const cli_progress *p, int json, const char *checkpoint) {
+    cli_bar_clear();
     double wall = cli_now() - p->t_start, tps = p->step_s > 0 ? p->tokens / p->step_s : 0;
     if (json) {
         fprintf(f, "{\"summary\":{\"steps\":%lld,\"tokens\":%.0f,\"wall_s\":%.3f,\"tokens_per_s\":%.1f,",
@@ -107,4 +150,12 @@ void cli_progress_summary(FILE *f, const cli_progress *p, int json, const char *
         fputc('\n', f);
     }
     fflush(f);
+}
+
+char *cli_bytes(char *buf, size_t n, double bytes) {
+    static const char *const unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 6) bytes /= 1024, u++;
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+    return buf;
 }

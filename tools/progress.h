@@ -1,7 +1,8 @@
 /*
  * progress.h — what `pipit train` shows while it runs (tools/progress.c):
  * step i/N, elapsed and ETA, MFU against a peak, the measured bubble and
- * the peak activation memory on every step line, and a summary at the end.
+ * the peak activation memory on every step line, a progress bar on a
+ * terminal, and a summary at the end.
  */
 #ifndef PIPIT_TOOLS_PROGRESS_H
 #define PIPIT_TOOLS_PROGRESS_H
@@ -28,6 +29,8 @@ double cli_now(void);
 /* One thread's sgemm speed in FLOP/s: a short 512x512x512 cblas_sgemm
  * loop (about 0.2 s) with OpenBLAS at one thread, as the library runs it. */
 double cli_sgemm_flops(void);
+/* "31.0 GiB", "512.0 MiB", "17 bytes" into buf (returns buf). */
+char *cli_bytes(char *buf, size_t n, double bytes);
 /* Counts a step of `tokens` tokens that took m->ms. */
 void cli_progress_step(cli_progress *p, const pipit_metrics *m, double tokens);
 /* Counts a validation loss. */
@@ -35,6 +38,14 @@ void cli_progress_val(cli_progress *p, int64_t step, double loss);
 /* Appends to a text step line: "  [i/N 0:03 eta 0:10]  MFU 12.3%  bubble 25.0%
  * peak 1.2 MiB/rank" (MFU without a peak and bubble for one rank left out). */
 void cli_progress_fields(FILE *f, const cli_progress *p, int64_t step, const pipit_metrics *m, double flops_per_s);
+/* The progress bar: on a terminal (stdout a tty, text output), a last line
+ * "[#####.....] i/N elapsed eta ETA  loss X" redrawn after every step,
+ * whether or not the step printed its line; logs and pipes get only the
+ * step lines. cli_bar_clear erases it before anything else is printed
+ * (every printer of the train loop calls it; a no-op when none is shown). */
+void cli_bar_enable(int on);
+void cli_bar_draw(const cli_progress *p, int64_t step, double loss);
+void cli_bar_clear(void);
 /* The end-of-run summary: a text line, or one {"summary":{...}} JSON line.
  * checkpoint: where the run saved (NULL: nowhere). */
 void cli_progress_summary(FILE *f, const cli_progress *p, int json, const char *checkpoint);

@@ -4,10 +4,12 @@
  * optimizer the flags describe, and the parse that applies them in order
  * (defaults < --model preset < --config file < flags).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipit_llama.h"
 #include "train_cli.h"
 
 void cli_check(pipit_status s, const char *what) {
@@ -15,7 +17,8 @@ void cli_check(pipit_status s, const char *what) {
 }
 
 const char *const TRAIN_USAGE =
-    "--data FILE [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--config FILE] [--ctx T --layers L --heads H\n"
+    "--data FILE [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|llama-tiny|llama-100m] [--config FILE]\n"
+    "       [--ctx T --layers L --heads H --kv-heads K --ffn-hidden F --rope-theta X --norm-eps X --tied|--untied\n"
     "       --dim C --micro-batch B --microbatches M --steps N --lr X --lr-schedule cosine --warmup K ...]\n\n"
     "With --data alone it trains the `tiny` preset (ctx 64, 4 layers, 4 heads, dim 128, micro-batch 8,\n"
     "100 steps, lr 1e-3). Precedence: defaults < --model preset < --config file < flags. A command line\n"
@@ -50,6 +53,14 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"layers", FL_INT, &o->layers, "transformer blocks L", 0}},
         {3, {"heads", FL_INT, &o->heads, "attention heads H", 0}},
         {3, {"dim", FL_INT, &o->dim, "model width C", 0}},
+        {3, {"kv-heads", FL_INT, &o->kv_heads, "Llama: key/value heads (grouped-query attention; divides --heads)", 0}},
+        {3, {"ffn-hidden", FL_INT, &o->ffn_hidden, "Llama: MLP width F (intermediate_size; 0: Meta's rule from --multiple-of)", 0}},
+        {3, {"multiple-of", FL_INT, &o->multiple_of, "Llama, --ffn-hidden 0: round Meta's 8C/3 up to a multiple of this (default 256)", 0}},
+        {3, {"ffn-dim-multiplier", FL_DBL, &o->ffn_dim_multiplier, "Llama, --ffn-hidden 0: Meta's ffn_dim_multiplier (default: none)", 0}},
+        {3, {"norm-eps", FL_DBL, &o->norm_eps, "Llama: RMSNorm epsilon (rms_norm_eps; presets 1e-5)", 0}},
+        {3, {"rope-theta", FL_DBL, &o->rope_theta, "Llama: RoPE base theta (presets 10000)", 0}},
+        {3, {"tied", FL_BOOL, &o->tied, "Llama: the lm head is the embedding (tie_word_embeddings)", 0}},
+        {3, {"untied", FL_BOOL, &o->untied, "Llama: a separate lm_head.weight (llama-tiny's default)", 0}},
         {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
         {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
         {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
@@ -59,7 +70,8 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3 | IGN, {"decay-steps", FL_INT, &o->decay_steps, "cosine/linear: step where --min-lr is reached (default: --steps)", 0}},
         {3 | IGN, {"min-lr", FL_DBL, &o->min_lr, "cosine/linear: the lr after the decay (default: --lr / 10)", 0}},
         {3 | IGN, {"log-every", FL_INT, &o->log_every, "print every K-th step's line (steps 0, K, 2K, ...; the last always; default 1)", 0}},
-        {3, {"model", FL_STR, &o->model, "preset: tiny (default), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl", 0}},
+        {3, {"model", FL_STR, &o->model, "preset: tiny (default), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl, "
+                                          "llama-tiny, llama-100m (the kind comes with it)", 0}},
         {3, {"config", FL_STR, &o->config, "JSON object of flags without --, e.g. {\"layers\": 6, \"lr\": 6e-4}", 0}},
         {3, {"print-config", FL_BOOL, &o->print_config, "print the resolved settings and the parameter count as JSON; run nothing", 0}},
         {3, {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0}},
@@ -94,6 +106,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                                      "at 10 GB/s, exp/tanh at 3e8/s) or measured (scale by a profile of 2 sequential steps first; one process only)", 0}},
         {3, {"stage-mem-limit", FL_DBL, &o->stage_mem_limit, "with --auto-stages: bytes per rank the stages must fit "
                                                              "(params, grads, optimizer state, activations; 0: no limit)", 0}},
+        {3, {"no-mem-check", FL_BOOL, &o->no_mem_check, "skip the memory admission (pipit refuses a run that needs "
+                                                         "more memory than the process may use: docs/refuses.md)", 0}},
+        {3, {"mem-limit", FL_DBL, &o->mem_limit, "bytes the memory admission allows (default: the smallest of RAM, "
+                                                 "the cgroup limit and RLIMIT_AS)", 0}},
         {1, {"json", FL_BOOL, &o->json, "one JSON object per line on stdout", 0}},
         {2, {"json", FL_BOOL, &o->json, "print the plan as one JSON object (ranks, memory, tasks, program, params)", 0}},
         {2, {"verbose", FL_BOOL, &o->verbose, "list every instruction (RUN, ACC, GRAD, UPDATE too)", 0}},
@@ -135,6 +151,8 @@ void default_opts(opts *o) {
     o->lr_schedule = "constant";
     o->min_lr = -1;      /* -1: --lr / 10 */
     o->decay_steps = -1; /* -1: --steps */
+    o->arch = "gpt2";
+    o->multiple_of = 256; /* Meta's default */
 }
 
 /* The preset's fields, over the defaults (flags and --config come later). */
@@ -144,9 +162,14 @@ void apply_preset(opts *o, const char *name) {
         const char *names[16];
         int n = 0;
         for (int i = 0; i < cli_preset_count() && n < 16; i++) names[n++] = cli_preset_at(i)->name;
-        die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl%s", name,
-            cli_did_you_mean(name, names, n, ""));
+        die("unknown --model '%s': expected %s%s", name, cli_preset_names(), cli_did_you_mean(name, names, n, ""));
     }
+    o->arch = pr->arch;
+    o->kv_heads = pr->kv_heads;
+    o->ffn_hidden = pr->ffn_hidden;
+    o->tied = pr->tied;
+    o->norm_eps = pr->norm_eps;
+    o->rope_theta = pr->rope_theta;
     o->vocab = pr->vocab;
     o->ctx = pr->ctx;
     o->layers = pr->layers;
@@ -188,6 +211,9 @@ pipit_lr_schedule make_lr_schedule(const opts *o) {
             cli_did_you_mean(o->lr_schedule, (const char *const[]){"constant", "cosine", "linear"}, 3, ""));
     if (o->min_lr < 0 && o->min_lr != -1) die("--min-lr must be >= 0 (got %g)", o->min_lr);
     ls.min_lr = o->min_lr >= 0 ? o->min_lr : o->lr / 10;
+    if (ls.min_lr > o->lr) /* the "decay" would raise the lr */
+        die("--min-lr %g is above --lr %g: --lr-schedule %s decays from --lr down to --min-lr", ls.min_lr, o->lr,
+            o->lr_schedule);
     if (o->decay_steps >= 0) {
         if (o->decay_steps <= o->warmup)
             die("--decay-steps %d must be greater than --warmup %d", o->decay_steps, o->warmup);
@@ -232,6 +258,24 @@ void check_positive(const char *name, int v) {
 }
 
 
+/* The numbers a command line (or --config) gave, each against its own
+ * domain, with the flag's name: before the library sees them under its
+ * option names. -1 stays the "unset" of --min-lr and --decay-steps only
+ * when it comes from a --resume file (constant schedules store it). */
+static void check_numbers(const opts *o, const flag_cmd *c) {
+    if (flags_seen(c, "min-lr") && o->min_lr < 0) die("--min-lr must be >= 0 (got %g)", o->min_lr);
+    if (flags_seen(c, "decay-steps") && o->decay_steps < 0)
+        die("--decay-steps must be > --warmup (a step number; got %d)", o->decay_steps);
+    const struct { const char *flag; double v, lo, hi; int hi_open; } r[] = {
+        {"lr", o->lr, 0, HUGE_VAL, 0},           {"beta1", o->beta1, 0, 1, 1},
+        {"beta2", o->beta2, 0, 1, 1},            {"eps", o->eps, 0, HUGE_VAL, 0},
+        {"weight-decay", o->wd, 0, HUGE_VAL, 0}, {"clip", o->clip, 0, HUGE_VAL, 0},
+    };
+    for (int i = 0; i < NFLAGS(r); i++)
+        if (!(r[i].v >= r[i].lo && (r[i].hi_open ? r[i].v < r[i].hi : r[i].v <= r[i].hi)))
+            die("--%s must be %s (got %g)", r[i].flag, r[i].hi_open ? "in [0, 1)" : "a number >= 0", r[i].v);
+}
+
 void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan) {
     opts *o = &a->o;
     default_opts(o);
@@ -243,9 +287,10 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     a->model = prescan(argc, argv, "model");
     if (!a->model && a->config) a->model = cli_config_string(a->config, "model");
     apply_preset(o, a->model ? a->model : "tiny");
-    if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", NULL});
+    if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", "params", NULL});
     if (plan) o->steps = 0;
     flags_parse(c, argc, argv);
+    o->model = a->model; /* a preset chosen (flag or config file) fixes the model's kind */
     int sized = flags_seen(c, "layers") || flags_seen(c, "heads") || flags_seen(c, "dim");
     a->resume_step = 0;
     if (o->resume) apply_resume(o, c, &s->ckpt, &a->resume_step);
@@ -265,19 +310,87 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     if (o->log_every < 1) die("--log-every must be >= 1 (got %d)", o->log_every);
     if (!(o->peak_flops >= 0 && o->peak_flops < 1e300))
         die("--peak-flops must be a positive number of FLOP/s (got %g)", o->peak_flops);
+    check_numbers(o, c);
 }
 
-/* --print-config: the resolved settings and the parameter count as JSON. */
+/* --print-config: the resolved settings as one JSON object whose keys are
+ * the flags' names, so that `--config` takes it back as it is ("params",
+ * the parameter count, is information: --config skips it). */
+static void json_key(const char *k, int *first) {
+    printf("%s\"%s\":", *first ? "{" : ",", k);
+    *first = 0;
+}
+static void json_str(const char *k, const char *v, int *first) {
+    if (!v) return;
+    json_key(k, first);
+    putchar('"');
+    for (; *v; v++) {
+        if (*v == '"' || *v == '\\') putchar('\\');
+        if ((unsigned char)*v < 0x20) printf("\\u%04x", *v);
+        else putchar(*v);
+    }
+    putchar('"');
+}
+static void json_num(const char *k, double v, int *first) {
+    json_key(k, first);
+    char buf[32];
+    if (fabs(v) < 9007199254740992.0 && v == (double)(int64_t)v) /* integers as integers */
+        snprintf(buf, sizeof buf, "%lld", (long long)v);
+    else
+        for (int digits = 6; digits <= 17; digits++) { /* the shortest text that reads back as v */
+            snprintf(buf, sizeof buf, "%.*g", digits, v);
+            if (strtod(buf, NULL) == v) break;
+        }
+    fputs(buf, stdout);
+}
+
 void print_train_config(const train_args *a) {
     const opts *o = &a->o;
-    pipit_gpt2_config mc = model_config(o, 1);
+    check_model_flags(o, &a->c);
+    cli_model mc = model_config(o, 1);
     pipit_lr_schedule ls = make_lr_schedule(o);
     static const char *const kinds[] = {"constant", "cosine", "linear"};
-    printf("{\"model\":\"%s\",\"vocab\":%d,\"ctx\":%d,\"max_ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,"
-           "\"micro_batch\":%d,\"microbatches\":%d,\"steps\":%d,\"lr\":%.9g,\"lr_schedule\":\"%s\","
-           "\"warmup\":%lld,\"decay_steps\":%lld,\"min_lr\":%.9g,\"optimizer\":\"%s\",\"pp\":%d,\"dp\":%d,"
-           "\"log_every\":%d,\"params\":%lld}\n",
-           a->model ? a->model : "tiny", mc.vocab, mc.ctx, mc.max_ctx, mc.layers, mc.heads, mc.dim, mc.batch,
-           o->microbatches, o->steps, o->lr, kinds[ls.kind], (long long)ls.warmup, (long long)ls.decay_steps,
-           ls.min_lr, o->optimizer, o->pp, o->dp, o->log_every, (long long)pipit_gpt2_num_params(&mc));
+    int f = 1;
+    json_str("model", a->model ? a->model : "tiny", &f);
+    json_str("data", o->data, &f);
+    const struct {
+        const char *k;
+        double v;
+    } nums[] = {{"vocab", mc.vocab}, {"ctx", mc.ctx}, {"max-ctx", mc.max_ctx}, {"layers", mc.layers},
+                {"heads", mc.heads}, {"dim", mc.dim}, {"micro-batch", mc.batch}, {"microbatches", o->microbatches},
+                {"steps", o->steps}, {"lr", o->lr}, {"warmup", (double)ls.warmup}};
+    for (int i = 0; i < NFLAGS(nums); i++) json_num(nums[i].k, nums[i].v, &f);
+    json_str("lr-schedule", kinds[ls.kind], &f);
+    if (ls.kind != PIPIT_LR_CONSTANT) { /* the resolved decay: a constant schedule takes neither */
+        json_num("decay-steps", (double)ls.decay_steps, &f);
+        json_num("min-lr", ls.min_lr, &f);
+    }
+    json_str("optimizer", o->optimizer, &f);
+    const struct {
+        const char *k;
+        double v;
+    } opt[] = {{"weight-decay", o->wd}, {"beta1", o->beta1}, {"beta2", o->beta2}, {"eps", o->eps},
+               {"clip", o->clip}, {"pp", o->pp}, {"dp", o->dp}, {"log-every", o->log_every}};
+    for (int i = 0; i < NFLAGS(opt); i++) json_num(opt[i].k, opt[i].v, &f);
+    json_key("seed", &f);
+    printf("%llu", (unsigned long long)o->seed);
+    json_str("data-order", o->data_order, &f);
+    json_str("schedule", o->schedule, &f);
+    if (o->virt) json_num("virtual", o->virt, &f);
+    if (strcmp(mc.kind->name, "llama") == 0) { /* the preset's kind: its own fields, as flags */
+        pipit_llama_config lc = {.dim = mc.dim, .ffn_hidden = mc.ffn_hidden, .multiple_of = mc.multiple_of,
+                                 .ffn_dim_multiplier = mc.ffn_dim_multiplier};
+        const struct {
+            const char *k;
+            double v;
+        } ll[] = {{"kv-heads", mc.kv_heads ? mc.kv_heads : mc.heads}, {"ffn-hidden", pipit_llama_ffn_hidden(&lc)},
+                  {"norm-eps", mc.norm_eps}, {"rope-theta", mc.rope_theta}};
+        for (int i = 0; i < NFLAGS(ll); i++) json_num(ll[i].k, ll[i].v, &f);
+        json_key(mc.tied ? "tied" : "untied", &f);
+        printf("true");
+    }
+    int64_t params = mc.kind->num_params(&mc);
+    if (params <= 0) die("--print-config: %s", pipit_errmsg());
+    json_num("params", (double)params, &f);
+    printf("}\n");
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "progress.h"
 #include "train_cli.h"
 
 /* Dies unless `want` sequences (sequential order, from 0) are distinct
@@ -97,16 +98,18 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
                              int speaker) {
     double sum = 0;
     int B = o->micro_batch;
+    int nf = s->cfg.kind->nfeeds;
     copy_params_to_validation(s);
     for (int k = 0; k < K; k++) {
         for (int m = 0; m < G; m++)
-            fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + 3 * m);
+            fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        if (pipit_step(s->vp, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
+        if (pipit_step(s->vp, feeds, nf, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;
     if (!speaker) return sum / K;
+    cli_bar_clear();
     if (o->json) printf("{\"step\":%lld,\"val_loss\":%.9g,\"val_tokens\":%lld}\n", (long long)step, sum / K, tokens);
     else printf("step %4lld  val loss %.6f over %lld tokens\n", (long long)step, sum / K, tokens);
     fflush(stdout);

@@ -47,7 +47,7 @@ int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
         e->bufs = b;
         e->capbufs = cap;
     }
-    e->bufs[e->nbufs] = (pipit__mp_buf){size, at, at, 0};
+    e->bufs[e->nbufs] = (pipit__mp_buf){.size = size, .first = at, .last = at, .hold = -1};
     return e->nbufs++;
 }
 
@@ -58,10 +58,8 @@ static int input_slot(const pipit__plan *p, int32_t node) {
 }
 
 static int param_index(const pipit__plan *p, int32_t node) {
-    for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].node == node) return i;
-    PIPIT_ASSERT(0);
-    return -1;
+    PIPIT_ASSERT(p->param_of[node] >= 0);
+    return p->param_of[node];
 }
 
 /* Values that are the same for every microbatch live under microbatch 0:

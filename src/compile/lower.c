@@ -18,19 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/emit.h"
+#include "compile/lowering.h"
 #include "schedule/schedule.h"
-#include "compile/stages.h"
 #include "util/checked.h"
 
-
-typedef struct {
-    pipit__plan *p;
-    const pipit__staging *st;
-    const int *stage_rank;
-    uint64_t *consumer_ranks; /* [n] loop values: bit q = a loop node on rank q reads it */
-    uint8_t *sole_acc;        /* [n] 1: the value's only reader is one gradient accumulation */
-} lowering;
 
 static int is_loop_phase(int ph) { return ph == PH_F || ph == PH_B || ph == PH_W; }
 
@@ -99,6 +90,39 @@ static void acc_or_retarget(lowering *L, pipit__emitter *e, int32_t c, int mb, p
     pipit__emit_acc(e, c, mb, dst, mb == 0);
 }
 
+static int32_t use_root(const pipit__plan *p, int i, int u) { return pipit__alias_root(p->g, p->gr.t[i].contrib[u]); }
+
+/* The loop uses by the root node of their contribution, so that each is
+ * accumulated right after its kernel runs: its buffer dies at once, and the
+ * last microbatch's can start the param's data-parallel exchange while the
+ * rest of the backward runs (dp_finalize). */
+static pipit_status index_acc_roots(lowering *L) {
+    const pipit__plan *p = L->p;
+    int32_t n = p->g->n, total = 0;
+    for (int i = 0; i < p->ntargets; i++) total += p->params[i].nuses;
+    L->acc_first = pipit__calloc((size_t)n + 1, sizeof *L->acc_first);
+    L->acc_tgt = pipit__malloc(sizeof *L->acc_tgt * (size_t)PIPIT_MAX(total, 1));
+    L->acc_use = pipit__malloc(sizeof *L->acc_use * (size_t)PIPIT_MAX(total, 1));
+    int32_t *at = pipit__malloc(sizeof *at * ((size_t)n + 1));
+    if (!L->acc_first || !L->acc_tgt || !L->acc_use || !at) {
+        pipit__free(at);
+        return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    }
+    for (int i = 0; i < p->ntargets; i++)
+        for (int u = 0; u < p->params[i].nuses; u++)
+            if (!p->params[i].post[u]) L->acc_first[use_root(p, i, u) + 1]++;
+    for (int32_t j = 0; j < n; j++) L->acc_first[j + 1] += L->acc_first[j];
+    memcpy(at, L->acc_first, sizeof *at * ((size_t)n + 1));
+    for (int i = 0; i < p->ntargets; i++)
+        for (int u = 0; u < p->params[i].nuses; u++) {
+            if (p->params[i].post[u]) continue;
+            int32_t k = at[use_root(p, i, u)]++;
+            L->acc_tgt[k] = i, L->acc_use[k] = u;
+        }
+    pipit__free(at);
+    return PIPIT_STATUS_OK;
+}
+
 /* Which ranks read each loop value (bit per rank); pre-loop values are
  * computed where they are read, so they are never sent. */
 static pipit_status find_consumers(lowering *L) {
@@ -107,6 +131,8 @@ static pipit_status find_consumers(lowering *L) {
     L->sole_acc = pipit__calloc((size_t)g->n, 1);
     if (!L->consumer_ranks || !L->sole_acc) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     find_sole_acc(L);
+    pipit_status s = index_acc_roots(L);
+    if (s) return s;
     for (int32_t j = 0; j < g->n; j++) {
         const pipit__node *n = &g->nodes[j];
         if (!L->st->live[j] || !is_loop_phase(L->st->phase[j])) continue;
@@ -140,6 +166,25 @@ static void recv_inputs(lowering *L, pipit__emitter *e, int32_t j, int mb, int m
     }
 }
 
+static size_t *acc_slot(const pipit__plan *p, const pipit__param *pp, int u, int q) {
+    return &pp->acc_off[(size_t)u * (size_t)p->nranks + (size_t)q];
+}
+
+#define ACC_IN_GRAD (SIZE_MAX - 1) /* acc_slot: the use accumulates straight into the gradient block */
+
+pipit__loc pipit__lower_use_loc(const pipit__plan *p, int i, int u, int q) {
+    size_t off = *acc_slot(p, &p->params[i], u, q);
+    if (off == ACC_IN_GRAD) return (pipit__loc){LOC_GRAD, i, 0};
+    return (pipit__loc){LOC_ACC, -1, off};
+}
+
+/* Microbatch mb's contribution of use u of target i into its accumulator
+ * (the same adds in the same microbatch order wherever it is emitted). */
+static void acc_use(lowering *L, pipit__emitter *e, int i, int u, int mb, int me) {
+    acc_or_retarget(L, e, L->p->gr.t[i].contrib[u], mb, pipit__lower_use_loc(L->p, i, u, me));
+    pipit__dp_after_acc(L, e, i, mb, me);
+}
+
 static void run_nodes(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me, int remat_only) {
     const pipit_graph *g = L->p->g;
     for (int32_t j = 0; j < g->n; j++) {
@@ -148,6 +193,8 @@ static void run_nodes(lowering *L, pipit__emitter *e, int kind, int s, int mb, i
         if (remat_only ? ph != PH_F : !task_has_phase(kind, ph)) continue;
         recv_inputs(L, e, j, mb, me);
         pipit__emit_run(e, j, mb);
+        for (int32_t k = L->acc_first[j]; !remat_only && k < L->acc_first[j + 1]; k++)
+            acc_use(L, e, L->acc_tgt[k], L->acc_use[k], mb, me);
     }
 }
 
@@ -161,32 +208,21 @@ static void send_outputs(lowering *L, pipit__emitter *e, int kind, int s, int mb
     }
 }
 
-static size_t *acc_slot(const pipit__plan *p, const pipit__param *pp, int u, int q) {
-    return &pp->acc_off[(size_t)u * (size_t)p->nranks + (size_t)q];
-}
-
-#define ACC_IN_GRAD (SIZE_MAX - 1) /* acc_slot: the use accumulates straight into the gradient block */
-
-/* Where use u of target i accumulates on rank q. */
-static pipit__loc use_loc(const pipit__plan *p, int i, int u, int q) {
-    size_t off = *acc_slot(p, &p->params[i], u, q);
-    if (off == ACC_IN_GRAD) return (pipit__loc){LOC_GRAD, i, 0};
-    return (pipit__loc){LOC_ACC, -1, off};
-}
-
-/* Accumulates the per-microbatch target uses this task computed. */
+/* Accumulates the contributions of this task that no kernel of it
+ * computes (the loss gradient seed itself); the others follow their kernel
+ * (run_nodes). */
 static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
     const pipit__plan *p = L->p;
     for (int i = 0; i < p->ntargets; i++) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++) {
             if (pp->post[u]) continue;
-            int32_t c = p->gr.t[i].contrib[u];
-            int32_t r = pipit__alias_root(p->g, c);
+            int32_t r = use_root(p, i, u);
+            if (r != p->gr.seed && pipit__node_runs(&p->g->nodes[r])) continue;
             int ph = r == p->gr.seed ? PH_B : L->st->phase[r];
             int st = r == p->gr.seed ? p->S - 1 : L->st->stage[r];
             if (st != s || !task_has_phase(kind, ph)) continue;
-            acc_or_retarget(L, e, c, mb, use_loc(p, i, u, me));
+            acc_use(L, e, i, u, mb, me);
         }
     }
 }
@@ -330,7 +366,7 @@ static pipit_status place_params(lowering *L) {
 
 /* ------------------------------------------------------------ post-loop */
 
-static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int peer) {
+pipit__instr *pipit__lower_post(pipit__emitter *e, int kind, int param, int use, int peer) {
     pipit__instr *in = pipit__emit_push(e);
     if (!in) return NULL;
     in->kind = (uint8_t)kind;
@@ -339,8 +375,6 @@ static pipit__instr *post(pipit__emitter *e, int kind, int param, int use, int p
     in->peer = peer;
     return in;
 }
-
-static int has(uint64_t set, int q) { return (int)(set >> q & 1); }
 
 /* Whether pipit_set_grad replaces param i's gradient. */
 static int transformed(const pipit__plan *p, int i) {
@@ -361,9 +395,9 @@ static void exchange_uses(pipit__plan *p, pipit__emitter *e, int me, int first, 
         for (int u = 0; u < pp->nuses; u++) {
             if (__builtin_ctzll(pp->use_ranks[u]) != me) continue;
             for (int q = 0; q < p->nranks; q++) {
-                if (!has(pp->holders, q) || has(pp->use_ranks[u], q)) continue;
-                pipit__instr *in = post(e, INS_ACC_SEND, i, u, q);
-                if (in) in->in[0] = use_loc(p, i, u, me), in->bytes = bytes;
+                if (!pipit__has_rank(pp->holders, q) || pipit__has_rank(pp->use_ranks[u], q)) continue;
+                pipit__instr *in = pipit__lower_post(e, INS_ACC_SEND, i, u, q);
+                if (in) in->in[0] = pipit__lower_use_loc(p, i, u, me), in->bytes = bytes;
             }
         }
     }
@@ -371,8 +405,8 @@ static void exchange_uses(pipit__plan *p, pipit__emitter *e, int me, int first, 
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++, k++) {
             recv_buf[k] = -1;
-            if (!has(pp->holders, me) || has(pp->use_ranks[u], me)) continue;
-            pipit__instr *in = post(e, INS_ACC_RECV, i, u, __builtin_ctzll(pp->use_ranks[u]));
+            if (!pipit__has_rank(pp->holders, me) || pipit__has_rank(pp->use_ranks[u], me)) continue;
+            pipit__instr *in = pipit__lower_post(e, INS_ACC_RECV, i, u, __builtin_ctzll(pp->use_ranks[u]));
             if (!in) return;
             in->bytes = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
             recv_buf[k] = pipit__emit_buf(e, in->bytes, e->r->n - 1);
@@ -381,54 +415,51 @@ static void exchange_uses(pipit__plan *p, pipit__emitter *e, int me, int first, 
     }
 }
 
-/* A benchmark knob (bench/mpi.sh): PIPIT_BENCH_DP_SERIAL=1 completes each
- * param's data-parallel exchange before the next one starts, to measure
- * what overlapping them saves. Same bits either way. */
-static int dp_serial(void) {
-    const char *v = getenv("PIPIT_BENCH_DP_SERIAL");
-    return v && strcmp(v, "1") == 0;
+void pipit__lower_gradsum(pipit__plan *p, pipit__emitter *e, int i, int me, const int32_t *recv_buf) {
+    const pipit__param *pp = &p->params[i];
+    pipit__instr *in = pipit__lower_post(e, INS_GRADSUM, i, -1, -1);
+    if (!in) return;
+    int32_t at = e->r->n - 1;
+    in->numel = pp->numel;
+    if (pp->boundary) {
+        int32_t b = pipit__emit_buf(e, (size_t)pp->numel * pipit__dtype_size(pp->dtype), at);
+        pipit__emit_bind(e, pp->gacc, b);
+        in->out = (pipit__loc){LOC_ARENA, b, 0};
+    } else {
+        in->out = (pipit__loc){LOC_GRAD, i, 0};
+    }
+    /* the norm's partials on the fly, unless data parallelism or a
+     * transform changes the gradient after this sum */
+    in->first = (uint8_t)(!pp->boundary && pp->norm_rank == me && !transformed(p, i) && p->D == 1);
+    in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
+    if (!in->srcs) {
+        e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+        return;
+    }
+    for (int u = 0; u < pp->nuses; u++) {
+        if (pipit__has_rank(pp->use_ranks[u], me)) {
+            in->srcs[u] = pipit__lower_use_loc(p, i, u, me);
+        } else {
+            in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[u], 0};
+            pipit__emit_touch(e, recv_buf[u], at);
+        }
+    }
+    if (in->first) pipit__lower_post(e, INS_SUMSQ_FIN, i, -1, -1); /* before the next param reuses the partials */
 }
 
 /* grad = per-use sums added in use order; a param's lands in its gradient
- * block, a pre-loop value's in a buffer bound to its gradient leaf. */
-static void sum_uses(pipit__plan *p, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
-    for (int i = first, k = 0; i < last; i++) {
+ * block, a pre-loop value's in a buffer bound to its gradient leaf. Params
+ * whose exchange started in the loop were summed there. */
+static void sum_uses(lowering *L, pipit__emitter *e, int me, int first, int last, const int32_t *recv_buf) {
+    pipit__plan *p = L->p;
+    for (int i = first, k = 0; i < last; k += p->params[i].nuses, i++) {
         const pipit__param *pp = &p->params[i];
-        if (!has(pp->holders, me)) {
-            k += pp->nuses;
+        if (!pipit__has_rank(pp->holders, me) || (i < p->nparams && L->dp_state[(size_t)me * p->nparams + i]))
             continue;
-        }
-        pipit__instr *in = post(e, INS_GRADSUM, i, -1, -1);
-        if (!in) return;
-        int32_t at = e->r->n - 1;
-        in->numel = pp->numel;
-        if (pp->boundary) {
-            int32_t b = pipit__emit_buf(e, (size_t)pp->numel * pipit__dtype_size(pp->dtype), at);
-            pipit__emit_bind(e, pp->gacc, b);
-            in->out = (pipit__loc){LOC_ARENA, b, 0};
-        } else {
-            in->out = (pipit__loc){LOC_GRAD, i, 0};
-        }
-        /* the norm's partials on the fly, unless data parallelism or a
-         * transform changes the gradient after this sum */
-        in->first = (uint8_t)(!pp->boundary && pp->norm_rank == me && !transformed(p, i) && p->D == 1);
-        in->srcs = pipit__calloc((size_t)PIPIT_MAX(pp->nuses, 1), sizeof *in->srcs);
-        if (!in->srcs) {
-            e->status = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
-            return;
-        }
-        for (int u = 0; u < pp->nuses; u++, k++) {
-            if (has(pp->use_ranks[u], me)) {
-                in->srcs[u] = use_loc(p, i, u, me);
-            } else {
-                in->srcs[u] = (pipit__loc){LOC_ARENA, recv_buf[k], 0};
-                pipit__emit_touch(e, recv_buf[k], at);
-            }
-        }
-        if (in->first) post(e, INS_SUMSQ_FIN, i, -1, -1); /* before the next param reuses the partials */
+        pipit__lower_gradsum(p, e, i, me, recv_buf + k);
         /* data parallel: this param's shards leave for their owners while
          * the next params are summed */
-        if (!pp->boundary && p->D > 1 && !dp_serial()) post(e, INS_DP_RS_SEND, i, -1, -1);
+        if (!pp->boundary && p->D > 1 && !pipit__dp_serial()) pipit__lower_post(e, INS_DP_RS_SEND, i, -1, -1);
     }
 }
 
@@ -438,14 +469,10 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++)
-            if (pp->post[u] && has(pp->use_ranks[u], me))
-                acc_or_retarget(L, e, p->gr.t[i].contrib[u], 0, use_loc(p, i, u, me));
+            if (pp->post[u] && pipit__has_rank(pp->use_ranks[u], me))
+                acc_or_retarget(L, e, p->gr.t[i].contrib[u], 0, pipit__lower_use_loc(p, i, u, me));
     }
 }
-
-/* ZeRO-1 without gradient transforms: after the reduce-scatter each
- * replica holds only its shard of the summed gradient. */
-static int sharded_grads(const pipit__plan *p) { return p->zero1 && !p->g->ngradset; }
 
 /* The global norm: each param's sum of squares is computed by one holder
  * and shared with every rank; every rank adds them in param order. With
@@ -455,63 +482,30 @@ static void global_norm(pipit__plan *p, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++) {
         if (p->params[i].norm_rank != me) continue;
         if (transformed(p, i) || p->D > 1) { /* else GRADSUM computed it on the fly */
-            pipit__instr *a = post(e, INS_SUMSQ, i, -1, -1);
-            if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0}, a->first = (uint8_t)sharded_grads(p);
-            if (sharded_grads(p)) {
-                post(e, INS_DP_SUMSQ_SEND, i, -1, -1);
-                post(e, INS_DP_SUMSQ_RECV, i, -1, -1);
+            pipit__instr *a = pipit__lower_post(e, INS_SUMSQ, i, -1, -1);
+            if (a) a->in[0] = (pipit__loc){LOC_GRAD, i, 0}, a->first = (uint8_t)pipit__dp_sharded_grads(p);
+            if (pipit__dp_sharded_grads(p)) {
+                pipit__lower_post(e, INS_DP_SUMSQ_SEND, i, -1, -1);
+                pipit__lower_post(e, INS_DP_SUMSQ_RECV, i, -1, -1);
             }
-            post(e, INS_SUMSQ_FIN, i, -1, -1);
+            pipit__lower_post(e, INS_SUMSQ_FIN, i, -1, -1);
         }
         for (int q = 0; q < p->nranks; q++)
-            if (q != me) post(e, INS_NORM_SEND, i, -1, q);
+            if (q != me) pipit__lower_post(e, INS_NORM_SEND, i, -1, q);
     }
     for (int i = 0; i < p->nparams; i++)
-        if (p->params[i].norm_rank != me) post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
-    post(e, INS_NORM, -1, -1, -1);
-}
-
-/* Data parallelism: every held param's gradient is summed over the
- * replicas, each shard by its owner in replica order (so every replica
- * gets the same bits), then gathered back unless ZeRO-1 keeps it sharded.
- * All sends of a phase precede its receives, so nothing can deadlock, and
- * the sends of later params overlap the sums of earlier ones. */
-static void dp_reduce(pipit__plan *p, pipit__emitter *e, int me) {
-    if (p->D == 1) return;
-    int gather = !sharded_grads(p);
-    if (dp_serial()) {
-        for (int i = 0; i < p->nparams; i++) {
-            if (!has(p->params[i].holders, me)) continue;
-            post(e, INS_DP_RS_SEND, i, -1, -1);
-            post(e, INS_DP_RS_RECV, i, -1, -1);
-            if (gather) post(e, INS_DP_AG_SEND, i, -1, -1), post(e, INS_DP_AG_RECV, i, -1, -1);
-        }
-        return;
-    }
-    /* the reduce-scatter's sends went out with each GRADSUM (sum_uses) */
-    for (int i = 0; i < p->nparams; i++)
-        if (has(p->params[i].holders, me)) post(e, INS_DP_RS_RECV, i, -1, -1);
-    for (int k = 0; gather && k < 2; k++)
-        for (int i = 0; i < p->nparams; i++)
-            if (has(p->params[i].holders, me)) post(e, k ? INS_DP_AG_RECV : INS_DP_AG_SEND, i, -1, -1);
-}
-
-/* ZeRO-1: each replica updated its shard; the others receive it. */
-static void dp_gather_params(pipit__plan *p, pipit__emitter *e, int me) {
-    if (!p->zero1) return;
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < p->nparams; i++)
-            if (has(p->params[i].holders, me)) post(e, k ? INS_DP_PARAM_RECV : INS_DP_PARAM_SEND, i, -1, -1);
+        if (p->params[i].norm_rank != me) pipit__lower_post(e, INS_NORM_RECV, i, -1, p->params[i].norm_rank);
+    pipit__lower_post(e, INS_NORM, -1, -1, -1);
 }
 
 /* Every world rank learns every replica's losses: the loss rank sends its
  * replica's at the start of the post-loop, receives come last. */
 static void loss_send(pipit__plan *p, pipit__emitter *e, int me) {
-    if (me == p->loss_rank && p->nranks * p->D > 1) post(e, INS_LOSS_SEND, -1, -1, -1);
+    if (me == p->loss_rank && p->nranks * p->D > 1) pipit__lower_post(e, INS_LOSS_SEND, -1, -1, -1);
 }
 static void loss_recv(pipit__plan *p, pipit__emitter *e, int me) {
     (void)me;
-    for (int d = 0; d < p->D && p->nranks * p->D > 1; d++) post(e, INS_LOSS_RECV, -1, p->loss_rank, d);
+    for (int d = 0; d < p->D && p->nranks * p->D > 1; d++) pipit__lower_post(e, INS_LOSS_RECV, -1, p->loss_rank, d);
 }
 
 /* User gradient transforms (pipit_set_grad): run the region, snapshot every
@@ -529,7 +523,7 @@ static void transform_grads(lowering *L, pipit__emitter *e, int me) {
     }
     for (int32_t k = 0; k < g->ngradset; k++) {
         int i = param_of(p, g->gradset[k][0]);
-        snap[k] = has(p->params[i].holders, me) ? pipit__emit_snapshot(e, g->gradset[k][1]) : -1;
+        snap[k] = pipit__has_rank(p->params[i].holders, me) ? pipit__emit_snapshot(e, g->gradset[k][1]) : -1;
     }
     for (int32_t k = 0; k < g->ngradset; k++) {
         int i = param_of(p, g->gradset[k][0]);
@@ -556,17 +550,15 @@ static void emit_post_loop(lowering *L, pipit__emitter *e, int me) {
     }
     /* pre-loop values first: their backward adds post-loop uses to params */
     exchange_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
-    sum_uses(p, e, me, p->nparams, p->ntargets, recv_buf);
+    sum_uses(L, e, me, p->nparams, p->ntargets, recv_buf);
     run_region(L, e, PH_POST, me);
     accumulate_post(L, e, me);
     exchange_uses(p, e, me, 0, p->nparams, recv_buf);
-    sum_uses(p, e, me, 0, p->nparams, recv_buf);
-    dp_reduce(p, e, me);
+    sum_uses(L, e, me, 0, p->nparams, recv_buf);
+    pipit__dp_reduce(L, e, me);
     transform_grads(L, e, me);
     global_norm(p, e, me);
-    for (int i = 0; i < p->nparams; i++)
-        if (has(p->params[i].holders, me)) post(e, INS_UPDATE, i, -1, -1);
-    dp_gather_params(p, e, me);
+    pipit__dp_update(L, e, me);
     loss_recv(p, e, me);
     pipit__free(recv_buf);
 }
@@ -681,17 +673,23 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
         inited++;
     }
     if (!s) s = place_uses(L);
+    if (!s) s = pipit__dp_find_early(L);
     for (int q = 0; !s && q < p->nranks; q++) {
+        s = pipit__dp_begin_rank(L, q);
+        if (s) break;
         run_region(L, &em[q], PH_PRE, q);
         for (int i = 0; i < p->ranks[q].ntasks; i++) lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
+        p->ranks[q].post_at = p->ranks[q].n;
         s = em[q].status;
     }
     if (!s) s = place_params(L);
+    if (!s) s = pipit__dp_check_early(L);
     for (int q = 0; !s && q < p->nranks; q++) {
         emit_post_loop(L, &em[q], q);
         emit_outputs(L, &em[q], q);
         s = em[q].status;
     }
+    if (!s) s = pipit__place_fences(L, em); /* before the arenas are planned: fences keep send slots */
     for (int q = 0; q < inited; q++) {
         pipit_status s2 = pipit__emitter_finish(&em[q]);
         if (!s) s = s2;
@@ -715,7 +713,7 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
                        "the graph has no pipit_yield, so it is one stage, but the schedule has %d ranks", sch->P);
     }
     if (!s) s = check_schedule_fits(p, sch, st.S);
-    lowering L = {p, &st, sch ? sch->stage_rank : NULL, NULL, NULL};
+    lowering L = {.p = p, .st = &st, .stage_rank = sch ? sch->stage_rank : NULL};
     if (!s) {
         p->S = st.S;
         p->ranks = pipit__calloc((size_t)sch->P, sizeof *p->ranks);
@@ -739,6 +737,14 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
     }
     pipit__free(L.consumer_ranks);
     pipit__free(L.sole_acc);
+    pipit__free(L.acc_first);
+    pipit__free(L.acc_tgt);
+    pipit__free(L.acc_use);
+    pipit__free(L.early_rank);
+    pipit__free(L.dp_state);
+    pipit__free(L.left);
+    pipit__free(L.order);
+    pipit__free(L.mark);
     pipit_schedule_free(own);
     pipit__staging_free(&st);
     return s;

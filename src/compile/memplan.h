@@ -15,7 +15,13 @@ typedef struct pipit__mp_buf_s {
     int32_t first;    /* instruction that writes it */
     int32_t last;     /* last instruction that reads it (>= first) */
     size_t offset;    /* out: offset in the arena (64-byte aligned) */
+    int32_t hold;     /* a zero-copy send still reads it through this instruction (its fence is
+                         before the next): its bytes stay its own; -1 none. Not an activation: the
+                         live-bytes statistics count first..last only */
 } pipit__mp_buf;
+
+/* The last instruction through which b's bytes must stay its own. */
+static inline int32_t pipit__mp_end(const pipit__mp_buf *b) { return b->hold > b->last ? b->hold : b->last; }
 
 /* Assigns offsets (greedy first-fit in order of first use) and returns the
  * arena size, i.e. the planned peak. Returns (size_t)-1 on out of memory. */

@@ -34,24 +34,61 @@ static pipit_status describe_params(pipit__plan *p) {
     return PIPIT_STATUS_OK;
 }
 
-/* The smallest bound any consumer imposes on an i32 input's values (rows
- * of an embedding or gather table, classes of a cross-entropy); the input
- * may reach it through reshapes, views and yields (aliases of its bytes:
- * a view's consumer bounds every value of the input). */
-static int32_t input_limit(const pipit_graph *g, int32_t id, int32_t fwd_end) {
-    int64_t lim = 0;
-    for (int32_t j = 0; j < fwd_end; j++) {
+/* qsort has no context argument: the params being sorted, per thread. */
+static _Thread_local const pipit__param *sort_params;
+
+static int cmp_param_name(const void *a, const void *b) {
+    return strcmp(sort_params[*(const int *)a].name, sort_params[*(const int *)b].name);
+}
+
+/* by_name and param_of: lookups by name are a binary search, by node one
+ * load (a model of thousands of
+ * layers sets and reads tens of thousands of params by name). */
+static pipit_status index_param_names(pipit__plan *p) {
+    p->by_name = pipit__malloc(sizeof(int) * (size_t)PIPIT_MAX(p->nparams, 1));
+    if (!p->by_name) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    p->param_of = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(p->g->n, 1));
+    if (!p->param_of) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    for (int32_t i = 0; i < p->g->n; i++) p->param_of[i] = -1;
+    for (int i = 0; i < p->nparams; i++) p->param_of[p->params[i].node] = i;
+    for (int i = 0; i < p->nparams; i++) p->by_name[i] = i;
+    sort_params = p->params;
+    qsort(p->by_name, (size_t)p->nparams, sizeof *p->by_name, cmp_param_name);
+    sort_params = NULL;
+    return PIPIT_STATUS_OK;
+}
+
+int pipit__plan_find_param(const pipit__plan *p, const char *name) {
+    int lo = 0, hi = p->nparams - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(name, p->params[p->by_name[mid]].name);
+        if (c == 0) return p->by_name[mid];
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
+    return -1;
+}
+
+/* The smallest bound any consumer imposes on each i32 input's values (rows
+ * of an embedding or gather table, classes of a cross-entropy). Index
+ * values reach their consumers through aliases (reshape, view, yield) and
+ * copies (slice, concat), so bounds flow back through those to the inputs
+ * (a view's or slice's consumer bounds every value of the input). lim[]
+ * has one entry per node; 0 = unbounded. */
+static void index_limits(const pipit_graph *g, int32_t fwd_end, int64_t *lim) {
+    for (int32_t j = fwd_end - 1; j >= 0; j--) {
         const pipit__node *n = &g->nodes[j];
         int64_t b = 0;
-        int reads = n->nin > 1 && pipit__alias_root(g, n->in[1]) == id;
-        if ((n->op == PIPIT_OP_EMBED || n->op == PIPIT_OP_GATHER) && reads) b = g->nodes[n->in[0]].shape[0];
-        if (n->op == PIPIT_OP_XENT_ROWS && reads) {
-            const pipit__node *x = &g->nodes[n->in[0]];
-            b = x->shape[x->ndim - 1];
+        int32_t to = -1;
+        if (n->op == PIPIT_OP_EMBED || n->op == PIPIT_OP_GATHER) to = n->in[1], b = g->nodes[n->in[0]].shape[0];
+        if (n->op == PIPIT_OP_XENT_ROWS) to = n->in[1], b = pipit__node_last_dim(&g->nodes[n->in[0]]);
+        if (n->dtype == PIPIT_I32 && lim[j] &&
+            (pipit__ops[n->op].alias || n->op == PIPIT_OP_SLICE || n->op == PIPIT_OP_CONCAT)) {
+            for (int k = 0; k < n->nin; k++) /* the value moves unchanged: its bound too */
+                if (!lim[n->in[k]] || lim[j] < lim[n->in[k]]) lim[n->in[k]] = lim[j];
         }
-        if (b && (!lim || b < lim)) lim = b;
+        if (to >= 0 && (!lim[to] || b < lim[to])) lim[to] = b;
     }
-    return (int32_t)PIPIT_MIN(lim, INT32_MAX); /* a table of 2^31+ rows: every non-negative i32 is in range */
 }
 
 static pipit_status collect_inputs(pipit__plan *p) {
@@ -59,14 +96,21 @@ static pipit_status collect_inputs(pipit__plan *p) {
     for (int32_t i = 0; i < p->gr.fwd_end; i++)
         if (g->nodes[i].op == PIPIT_OP_INPUT && !(g->nodes[i].flags & NODE_GRADOF)) p->ninputs++;
     p->inputs = pipit__calloc((size_t)PIPIT_MAX(p->ninputs, 1), sizeof *p->inputs);
-    if (!p->inputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    int64_t *lim = pipit__calloc((size_t)PIPIT_MAX(p->gr.fwd_end, 1), sizeof *lim);
+    if (!p->inputs || !lim) {
+        pipit__free(lim);
+        return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    }
+    index_limits(g, p->gr.fwd_end, lim);
     int k = 0;
     for (int32_t i = 0; i < p->gr.fwd_end; i++) {
         const pipit__node *n = &g->nodes[i];
         if (n->op != PIPIT_OP_INPUT || (n->flags & NODE_GRADOF)) continue;
-        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n),
-                                        n->dtype == PIPIT_I32 ? input_limit(g, i, p->gr.fwd_end) : 0};
+        /* a table of 2^31+ rows: every non-negative i32 is in range */
+        int32_t limit = n->dtype == PIPIT_I32 ? (int32_t)PIPIT_MIN(lim[i], INT32_MAX) : 0;
+        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n), limit};
     }
+    pipit__free(lim);
     return PIPIT_STATUS_OK;
 }
 
@@ -157,15 +201,20 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     else
         s = pipit__autodiff(g, loss, &p->gr);
     if (!s) s = describe_params(p);
+    if (!s) s = index_param_names(p);
     if (!s) s = collect_inputs(p);
     if (!s) s = pipit__lower(p, opt->schedule);
     if (!s) index_gradsum_sources(p);
+    p->graph_n0 = n0;
+    p->graph_st0 = st0;
     if (s) {
         pipit__plan_free(p);
         if (!compiled) rollback(g, n0, st0);
     }
     return s;
 }
+
+void pipit__graph_rollback(pipit_graph *g, int32_t n0, pipit_status st0) { rollback(g, n0, st0); }
 
 void pipit__plan_free(pipit__plan *p) {
     for (int r = 0; p->ranks && r < p->nranks; r++) {
@@ -175,6 +224,7 @@ void pipit__plan_free(pipit__plan *p) {
         pipit__free(rp->param_off);
         pipit__free(rp->bufs);
         pipit__free(rp->tasks);
+        pipit__free(rp->fences);
     }
     pipit__free(p->ranks);
     pipit__free(p->stage_rank);
@@ -186,6 +236,8 @@ void pipit__plan_free(pipit__plan *p) {
     }
     pipit__free(p->node_ranks);
     pipit__free(p->params);
+    pipit__free(p->by_name);
+    pipit__free(p->param_of);
     pipit__free(p->inputs);
     pipit__free(p->outputs);
     pipit__grads_free(&p->gr);

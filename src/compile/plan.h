@@ -73,6 +73,7 @@ typedef struct {
     pipit__loc out, in[PIPIT_MAX_IN];
     int64_t numel;       /* INS_ACC: elements */
     int32_t peer;        /* INS_SEND / INS_RECV: the other rank */
+    uint8_t zc;          /* a send: 1 = zero-copy (its buffer is the transport's until its fence) */
     int32_t task;        /* INS_MARK: index in the rank's task list */
     size_t bytes;        /* INS_SEND / INS_RECV */
     int32_t param, use;  /* post-loop instructions */
@@ -106,6 +107,15 @@ typedef struct {
     int32_t limit;       /* i32 inputs: values must lie in [0, limit); 0 = unchecked */
 } pipit__input;
 
+/* A zero-copy send's fence: before instruction `at` of its rank (at = n:
+ * after the last one) the rank waits until send instruction `send` has
+ * completed, and only then are its bytes written again (fences.c places
+ * it; docs/architecture.md, "Zero-copy sends"). */
+typedef struct {
+    int32_t at, send;
+    uint8_t poison; /* the send's arena buffer dies here: PIPIT_DEBUG_SENDS poisons it */
+} pipit__fence;
+
 /* One rank's part of the plan. */
 typedef struct {
     int32_t n, cap;
@@ -115,6 +125,9 @@ typedef struct {
     int rank;
     int ntasks;
     pipit_task *tasks;   /* the schedule's list for this rank (a copy) */
+    int32_t post_at;     /* the first instruction of the post-loop (n: none) */
+    pipit__fence *fences;/* [nfences] ordered by at */
+    int32_t nfences;
     /* where the params this rank holds live in its blocks */
     size_t *param_off;   /* [nparams] offset in the blocks; SIZE_MAX: not held */
     size_t param_bytes, acc_bytes;
@@ -137,6 +150,8 @@ typedef struct {
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
+    int *by_name;        /* [nparams] param indices sorted by name (pipit__plan_find_param) */
+    int32_t *param_of;   /* [graph nodes] index of the param that node is, -1 for other nodes */
     int ntargets;        /* params[nparams, ntargets): pre-loop boundary values */
     pipit__param *params;
     uint64_t *node_ranks;/* [graph nodes] pre-loop and post-loop nodes: ranks that run them */
@@ -151,6 +166,8 @@ typedef struct {
     int forward_only;    /* options.forward_only: F tasks only, no gradients, no post-loop */
     int noutputs;
     int32_t *outputs;    /* [noutputs] options.outputs' node ids */
+    int32_t graph_n0;    /* the graph's node count before this compile appended to it */
+    pipit_status graph_st0; /* and its status */
 } pipit__plan;
 
 /* Differentiates `loss`, infers stages, checks the schedule (NULL: one
@@ -159,6 +176,13 @@ typedef struct {
  * already be validated. On failure *pl is freed. */
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *pl);
 void pipit__plan_free(pipit__plan *pl);
+/* For a built plan whose program could not be made (memory admission,
+ * backend memory): after freeing it, leaves the graph as it was before the
+ * compile (pl->graph_n0, graph_st0; a forward-only compile appended
+ * nothing), so a second compile with other options works. */
+void pipit__graph_rollback(pipit_graph *g, int32_t n0, pipit_status st0);
+/* Index of the param called `name` (binary search over by_name), -1 if none. */
+int pipit__plan_find_param(const pipit__plan *pl, const char *name);
 
 /* Lowers the step into per-rank programs for schedule `sch` (NULL: the
  * sequential reference). */

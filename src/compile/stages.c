@@ -26,8 +26,9 @@ static uint8_t *mark_live(const pipit__plan *p) {
     return live;
 }
 
-/* Forward stages by data flow; -1 = unstaged so far. */
-static void forward_stages(const pipit__plan *p, pipit__staging *st) {
+/* Forward stages by data flow; -1 = unstaged so far. first_use: [n]
+ * scratch, every entry -1. */
+static void forward_stages(const pipit__plan *p, pipit__staging *st, int32_t *first_use) {
     const pipit_graph *g = p->g;
     for (int32_t i = 0; i < p->gr.fwd_end; i++) {
         const pipit__node *n = &g->nodes[i];
@@ -37,19 +38,20 @@ static void forward_stages(const pipit__plan *p, pipit__staging *st) {
         st->stage[i] = s;
     }
     /* Unstaged values go to their first (lowest) consumer's stage. Walking
-     * backwards, every consumer has been placed already. */
-    for (int32_t i = p->gr.fwd_end - 1; i >= 0; i--) {
-        if (st->stage[i] >= 0 || (pipit__ops[g->nodes[i].op].flags & OPF_LEAF)) continue;
-        int32_t best = -1;
-        for (int32_t j = i + 1; j < p->gr.fwd_end; j++) {
-            const pipit__node *c = &g->nodes[j];
-            if (!st->live[j]) continue;
-            /* a yield reads its input one stage before its output's stage */
-            int32_t use = st->stage[j] - (c->op == PIPIT_OP_YIELD);
-            for (int k = 0; k < c->nin; k++)
-                if (c->in[k] == i && (best < 0 || use < best)) best = use;
+     * backwards, every consumer of node j has been placed when j is reached,
+     * so j's stage is final and can be offered to its inputs (one pass: a
+     * scan of all later nodes per unstaged node was quadratic). */
+    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--) {
+        const pipit__node *c = &g->nodes[j];
+        if (st->stage[j] < 0 && !(pipit__ops[c->op].flags & OPF_LEAF))
+            st->stage[j] = first_use[j] < 0 ? 0 : first_use[j];
+        if (!st->live[j]) continue;
+        /* a yield reads its input one stage before its output's stage */
+        int32_t use = st->stage[j] - (c->op == PIPIT_OP_YIELD);
+        for (int k = 0; k < c->nin; k++) {
+            int32_t *best = &first_use[c->in[k]];
+            if (*best < 0 || use < *best) *best = use;
         }
-        st->stage[i] = best < 0 ? 0 : best;
     }
 }
 
@@ -122,11 +124,15 @@ pipit_status pipit__infer_stages(const pipit__plan *p, pipit__staging *st) {
     st->stage = pipit__malloc(sizeof(int32_t) * (size_t)g->n);
     st->phase = pipit__calloc((size_t)g->n, 1);
     st->live = mark_live(p);
-    if (!st->stage || !st->phase || !st->live) {
+    int32_t *first_use = pipit__malloc(sizeof(int32_t) * (size_t)g->n);
+    if (!st->stage || !st->phase || !st->live || !first_use) {
+        pipit__free(first_use);
         pipit__staging_free(st);
         return pipit__err(PIPIT_STATUS_NOMEM, "stage inference: out of memory");
     }
-    forward_stages(p, st);
+    for (int32_t i = 0; i < g->n; i++) first_use[i] = -1;
+    forward_stages(p, st, first_use);
+    pipit__free(first_use);
     int32_t S = 1;
     for (int32_t i = 0; i < p->gr.fwd_end; i++)
         if (st->live[i]) S = PIPIT_MAX(S, st->stage[i] + 1);

@@ -40,7 +40,7 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     case INS_RUN: fprintf(f, "RUN   %-12s node %-5d mb %d\n", pipit__ops[n->op].name, in->node, in->mb); break;
     case INS_ACC: fprintf(f, "ACC   grad contribution node %d mb %d%s\n", in->node, in->mb, in->first ? " (first)" : ""); break;
     case INS_LOSS: fprintf(f, "LOSS  mb %d\n", in->mb); break;
-    case INS_SEND: fprintf(f, "SEND  node %d mb %d -> rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
+    case INS_SEND: fprintf(f, "SEND  node %d mb %d -> rank %d (%zu bytes%s)\n", in->node, in->mb, in->peer, in->bytes, in->zc ? ", zero-copy" : ", copied"); break;
     case INS_RECV: fprintf(f, "RECV  node %d mb %d <- rank %d (%zu bytes)\n", in->node, in->mb, in->peer, in->bytes); break;
     case INS_ACC_SEND: fprintf(f, "SEND  %s use %d sum -> rank %d\n", target_name(p, in->param, tb, sizeof tb), in->use, in->peer); break;
     case INS_ACC_RECV: fprintf(f, "RECV  %s use %d sum <- rank %d\n", target_name(p, in->param, tb, sizeof tb), in->use, in->peer); break;
@@ -67,6 +67,16 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     }
 }
 
+/* The fences due before instruction `at`: the send each one hands back. */
+static void print_fences(FILE *f, const pipit__plan *p, const pipit__rank_plan *rp, int32_t *next, int32_t at) {
+    for (; *next < rp->nfences && rp->fences[*next].at == at; (*next)++) {
+        const pipit__instr *in = &rp->ins[rp->fences[*next].send];
+        fprintf(f, "    FENCE ");
+        if (in->kind == INS_SEND) fprintf(f, "send of node %d mb %d -> rank %d complete\n", in->node, in->mb, in->peer);
+        else print_instr(f, p, in);
+    }
+}
+
 void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
     const pipit__plan *p = &prog->plan;
     fprintf(f, "%d stage(s) on %d rank(s), %d microbatch(es)\n", p->S, p->nranks, p->M);
@@ -88,7 +98,10 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
                     p->node_stage[i], phase_name(p->node_phase[i]));
         }
         fprintf(f, "\nprogram:\n");
-        for (int32_t i = 0; i < rp->n; i++) {
+        int32_t next_fence = 0;
+        for (int32_t i = 0; i <= rp->n; i++) {
+            print_fences(f, p, rp, &next_fence, i);
+            if (i == rp->n) break;
             const pipit__instr *in = &rp->ins[i];
             if (in->kind == INS_MARK) {
                 if (!in->first) {
@@ -97,7 +110,7 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
                 }
                 continue;
             }
-            if (i > 0 && in->kind >= INS_ACC_SEND && rp->ins[i - 1].kind < INS_ACC_SEND) fprintf(f, "  post-loop\n");
+            if (i > 0 && i == rp->post_at) fprintf(f, "  post-loop\n");
             if (in->kind == INS_SUMSQ_FIN) continue;
             if (!verbose && (in->kind == INS_RUN || in->kind == INS_SUMSQ || in->kind == INS_UPDATE ||
                              in->kind == INS_GRADSUM || in->kind == INS_ACC))
@@ -129,6 +142,10 @@ void pipit__profile_print(FILE *f, const pipit_program *p) {
             const char *name = k < PIPIT_OP_COUNT ? pipit__ops[k].name : ins_name(k - PIPIT_OP_COUNT);
             fprintf(f, "  %-18s %9.3f s  %5.1f%%\n", name, rp->prof[k], 100.0 * rp->prof[k] / total);
         }
+        if (rp->dp_first_send >= 0 && rp->backward_end >= 0)
+            fprintf(f, "  overlap of the data-parallel exchange: in the last step its first send left at %.3f ms, the last "
+                       "backward task ended at %.3f ms\n",
+                    1e3 * rp->dp_first_send, 1e3 * rp->backward_end);
     }
 }
 

@@ -22,30 +22,65 @@ struct pipit_checkpoint {
     char *path;
     int n;
     const char **names; /* names[i]: tensor i's name without the prefix */
+    int *by_name;       /* tensor indices sorted by names[] (binary search) */
 };
 
 static const char HF_PREFIX[] = "transformer.";
 
 static const pipit__st_tensor *ck_find(const pipit_checkpoint *ck, const char *name) {
-    for (int i = 0; i < ck->n; i++)
-        if (strcmp(ck->names[i], name) == 0) return pipit__st_get(ck->f, i);
+    int lo = 0, hi = ck->n - 1;
+    while (lo <= hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(name, ck->names[ck->by_name[mid]]);
+        if (c == 0) return pipit__st_get(ck->f, ck->by_name[mid]);
+        if (c < 0) hi = mid - 1;
+        else lo = mid + 1;
+    }
     return NULL;
+}
+
+/* qsort has no context argument: the names being sorted, per thread. */
+static _Thread_local const char *const *sort_names;
+
+static int cmp_name_index(const void *a, const void *b) {
+    return strcmp(sort_names[*(const int *)a], sort_names[*(const int *)b]);
 }
 
 static pipit_status map_names(pipit_checkpoint *ck) {
     ck->n = pipit__st_count(ck->f);
     ck->names = pipit__calloc((size_t)PIPIT_MAX(ck->n, 1), sizeof *ck->names);
-    if (!ck->names) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint '%s': out of memory", ck->path);
+    ck->by_name = pipit__calloc((size_t)PIPIT_MAX(ck->n, 1), sizeof *ck->by_name);
+    if (!ck->names || !ck->by_name) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint '%s': out of memory", ck->path);
     size_t k = sizeof HF_PREFIX - 1;
     for (int i = 0; i < ck->n; i++) {
         const char *nm = pipit__st_get(ck->f, i)->name;
         ck->names[i] = strncmp(nm, HF_PREFIX, k) == 0 && nm[k] ? nm + k : nm;
+        ck->by_name[i] = i;
     }
-    for (int i = 0; i < ck->n; i++) /* "x" and "transformer.x" both: ambiguous */
-        for (int j = i + 1; j < ck->n; j++)
-            if (strcmp(ck->names[i], ck->names[j]) == 0)
-                return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is stored twice (with and without the '%s' prefix)",
-                                  ck->path, ck->names[i], HF_PREFIX);
+    sort_names = ck->names;
+    qsort(ck->by_name, (size_t)ck->n, sizeof *ck->by_name, cmp_name_index);
+    sort_names = NULL;
+    for (int i = 1; i < ck->n; i++) /* "x" and "transformer.x" both: ambiguous */
+        if (strcmp(ck->names[ck->by_name[i - 1]], ck->names[ck->by_name[i]]) == 0)
+            return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is stored twice (with and without the '%s' prefix)",
+                              ck->path, ck->names[ck->by_name[i]], HF_PREFIX);
+    return PIPIT_STATUS_OK;
+}
+
+/* A metadata value that must be a count: decimal digits only (no sign, no
+ * space, no exponent), at most max. FORMAT naming the key and the value. */
+static pipit_status parse_count(const char *what, const char *path, const char *key, const char *v, uint64_t max,
+                                uint64_t *out) {
+    uint64_t x = 0;
+    const char *why = *v ? NULL : "empty";
+    for (const char *c = v; !why && *c; c++) {
+        if (*c < '0' || *c > '9') why = *c == '-' ? "negative" : "not made of decimal digits";
+        else if (x > (max - (uint64_t)(*c - '0')) / 10) why = "too large";
+        else x = x * 10 + (uint64_t)(*c - '0');
+    }
+    if (why)
+        return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s': metadata '%s' is '%.40s', %s (a count of at most %llu)", what,
+                          path, key, v, why, (unsigned long long)max);
+    *out = x;
     return PIPIT_STATUS_OK;
 }
 
@@ -114,9 +149,11 @@ static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint 
                           name, pipit__shape_str(a, sizeof a, nd, shape),
                           pipit__shape_str(b, sizeof b, t->ndim, t->shape));
     }
-    if (t->dtype != PIPIT_F32)
-        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is %s, expected f32", path, name,
-                          pipit__dtype_name(t->dtype));
+    pipit_dtype want = PIPIT_F32;
+    pipit_program_param_dtype(p, name, &want);
+    if (t->dtype != want)
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is %s, the param is %s", path, name,
+                          pipit__dtype_name(t->dtype), pipit__dtype_name(want));
     *out = t;
     return PIPIT_STATUS_OK;
 }
@@ -158,7 +195,9 @@ pipit_status pipit_checkpoint_open(const char *path, pipit_checkpoint **out) {
     if (!s) s = map_names(ck);
     if (s) {
         pipit_checkpoint_free(ck);
-        return pipit__err_fresh(s, gen0, __func__);
+        if (pipit__err_gen() == gen0) return pipit__err_fresh(s, gen0, __func__);
+        pipit__err_prefix("%s", __func__);
+        return s;
     }
     *out = ck;
     return PIPIT_STATUS_OK;
@@ -168,6 +207,7 @@ void pipit_checkpoint_free(pipit_checkpoint *ck) {
     if (!ck) return;
     pipit__st_free(ck->f);
     pipit__free(ck->names);
+    pipit__free(ck->by_name);
     pipit__free(ck->path);
     pipit__free(ck);
 }
@@ -215,6 +255,24 @@ const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {
         return NULL;
     }
     return pipit__st_meta(ck->f, key);
+}
+
+pipit_status pipit_checkpoint_meta_count(const pipit_checkpoint *ck, const char *key, uint64_t max, uint64_t *out) {
+    if (!ck || !key || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", __func__, !ck ? "checkpoint" : !key ? "key" : "out");
+    const char *v = pipit__st_meta(ck->f, key);
+    if (!v) return pipit__err(PIPIT_STATUS_INVALID, "%s: checkpoint '%s' has no metadata '%s'", __func__, ck->path, key);
+    pipit_status s = parse_count("checkpoint", ck->path, key, v, max, out);
+    if (s) pipit__err_prefix("%s", __func__);
+    return s;
+}
+
+int pipit_checkpoint_verified(const pipit_checkpoint *ck) {
+    if (!ck) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: checkpoint is NULL", __func__);
+        return 0;
+    }
+    return pipit__st_checksummed(ck->f);
 }
 
 pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
@@ -281,20 +339,11 @@ pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int6
 
 static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(f, key);
-    if (!v || !*v)
-        return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' missing or not a count", path, key);
-    int64_t x = 0; /* strictly digits, no sign, no overflow */
-    for (const char *c = v; *c; c++) {
-        if (*c < '0' || *c > '9')
-            return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' is '%.40s', not a count", path,
-                              key, v);
-        if (x > (INT64_MAX - (*c - '0')) / 10)
-            return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' = %.40s exceeds 2^63-1", path,
-                              key, v);
-        x = x * 10 + (*c - '0');
-    }
-    *out = x;
-    return PIPIT_STATUS_OK;
+    if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' is missing", path, key);
+    uint64_t x;
+    pipit_status s = parse_count("optimizer state", path, key, v, INT64_MAX, &x);
+    if (!s) *out = (int64_t)x;
+    return s;
 }
 
 pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
@@ -422,17 +471,11 @@ pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *pat
 
 static pipit_status train_count(const pipit_checkpoint *ck, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(ck->f, key);
-    int64_t x = 0;
-    int ok = v && *v;
-    for (const char *c = v; ok && *c; c++) {
-        ok = *c >= '0' && *c <= '9' && x <= (INT64_MAX - (*c - '0')) / 10;
-        if (ok) x = x * 10 + (*c - '0');
-    }
-    if (!ok)
-        return pipit__err(PIPIT_STATUS_FORMAT, "training checkpoint '%s': metadata '%s' is %s%.40s%s, not a count",
-                          ck->path, key, v ? "'" : "", v ? v : "missing", v ? "'" : "");
-    *out = x;
-    return PIPIT_STATUS_OK;
+    if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "training checkpoint '%s': metadata '%s' is missing", ck->path, key);
+    uint64_t x;
+    pipit_status s = parse_count("training checkpoint", ck->path, key, v, INT64_MAX, &x);
+    if (!s) *out = (int64_t)x;
+    return s;
 }
 
 pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
@@ -460,13 +503,15 @@ pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoin
                 int nd;
                 int64_t shape[PIPIT_MAX_DIMS];
                 pipit_program_param_shape(p, name, &nd, shape);
+                pipit_dtype dt = PIPIT_F32;
+                pipit_program_param_dtype(p, name, &dt);
                 t = ck_find(ck, key);
-                int same = t && t->dtype == PIPIT_F32 && t->ndim == nd;
+                int same = t && t->dtype == dt && t->ndim == nd;
                 for (int k = 0; same && k < nd; k++) same = t->shape[k] == shape[k];
                 if (!same)
                     return pipit__err(PIPIT_STATUS_FORMAT,
-                                      "training checkpoint '%s': tensor '%s' is missing or not f32 of the param's shape",
-                                      ck->path, key);
+                                      "training checkpoint '%s': tensor '%s' is missing or not %s of the param's shape",
+                                      ck->path, key, pipit__dtype_name(dt));
                 if (pass == 1) {
                     void *buf = pipit__malloc(t->nbytes);
                     if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");

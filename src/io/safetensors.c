@@ -1,8 +1,11 @@
 /*
  * safetensors.c — safetensors reader (whole file in one aligned buffer,
  * JSON header parsed with cJSON, every field validated with messages that
- * name the file and the tensor) and atomic writer (hand-formatted header
- * so integers are exact, tmp file + fflush + fsync + rename).
+ * name the file and the tensor; tensors must tile the data buffer, as in
+ * the reference implementation) and atomic writer (hand-formatted header
+ * so integers are exact, tmp file + fflush + fsync + rename). The writer
+ * adds CRC-32C checksums to the metadata, one per tensor ("crc32c:NAME")
+ * and one of the header ("crc32c"); the reader verifies them when present.
  */
 #include "io/safetensors.h"
 
@@ -16,6 +19,7 @@
 
 #include "util/checked.h"
 #include "util/common.h"
+#include "util/crc32c.h"
 #include "util/fileio.h"
 
 /* JSON integers are doubles in cJSON: accept only exact ones up to 2^53. */
@@ -37,6 +41,7 @@ struct pipit__st_file {
     int *by_name;         /* indices into e, sorted by name */
     int nmeta;
     st_meta *meta;        /* sorted by key */
+    int checksummed;      /* its checksums were present and verified */
 };
 
 /* ------------------------------------------------------------- helpers */
@@ -105,6 +110,44 @@ static uint64_t shape_bytes(int ndim, const int64_t *shape, size_t elem, int *ok
     return b;
 }
 
+
+/* ----------------------------------------------------------- checksums */
+
+/* The metadata keys of the checksums: "crc32c" (the header) and
+ * "crc32c:NAME" (tensor NAME's bytes). */
+#define CRC_KEY "crc32c"
+#define CRC_PREFIX "crc32c:"
+
+static int is_crc_key(const char *key) { return strncmp(key, CRC_KEY, sizeof CRC_KEY - 1) == 0; }
+
+static uint32_t crc_u64(uint32_t c, uint64_t v) {
+    unsigned char b[8];
+    store_le64(b, v);
+    return pipit__crc32c(c, b, 8);
+}
+
+static uint32_t crc_str(uint32_t c, const char *s) { return pipit__crc32c(c, s, strlen(s) + 1); }
+
+/* One tensor's part of the header checksum. */
+static uint32_t crc_tensor_header(uint32_t c, const pipit__st_tensor *t, uint64_t begin, uint64_t end) {
+    c = crc_str(c, t->name);
+    c = crc_str(c, dtype_st_name(t->dtype));
+    c = crc_u64(c, (uint64_t)t->ndim);
+    for (int k = 0; k < t->ndim; k++) c = crc_u64(c, (uint64_t)t->shape[k]);
+    return crc_u64(crc_u64(c, begin), end);
+}
+
+/* The value of a checksum key: exactly 8 lowercase hex digits. */
+static int parse_crc(const char *v, uint32_t *out) {
+    uint32_t x = 0;
+    for (int i = 0; i < 8; i++) {
+        char ch = v[i];
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return 0;
+        x = x << 4 | (uint32_t)(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+    }
+    *out = x;
+    return v[8] == 0;
+}
 
 /* ------------------------------------------------------------- reading */
 
@@ -310,23 +353,94 @@ static pipit_status parse_header(const char *path, pipit__st_file *f, const char
                          f->e[f->by_name[i]].t.name);
             goto done;
         }
-    int last = -1; /* non-empty tensor reaching furthest so far */
+    /* The tensors tile the data buffer, in offset order: no overlap, no
+     * hole, nothing after the last (the reference implementation refuses
+     * the same; bytes no tensor owns would be covered by no checksum). */
+    uint64_t pos = 0;
     for (int i = 0; i < f->n; i++) {
         st_entry *e = &f->e[i];
-        if (e->begin == e->end) continue;
-        if (last >= 0 && e->begin < f->e[last].end) {
-            st = st_fail(PIPIT_STATUS_FORMAT, path,
-                         "tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
-                         f->e[last].t.name, (unsigned long long)f->e[last].begin,
-                         (unsigned long long)f->e[last].end, e->t.name,
+        if (e->begin < pos) {
+            const st_entry *prev = &f->e[i - 1];
+            st = st_fail(PIPIT_STATUS_FORMAT, path, "tensors '%s' [%llu, %llu) and '%s' [%llu, %llu) overlap",
+                         prev->t.name, (unsigned long long)prev->begin, (unsigned long long)prev->end, e->t.name,
                          (unsigned long long)e->begin, (unsigned long long)e->end);
             goto done;
         }
-        if (last < 0 || e->end > f->e[last].end) last = i;
+        if (e->begin > pos) {
+            st = st_fail(PIPIT_STATUS_FORMAT, path,
+                         "bytes [%llu, %llu) of the data buffer belong to no tensor (before '%s'): the tensors must "
+                         "follow each other without gaps",
+                         (unsigned long long)pos, (unsigned long long)e->begin, e->t.name);
+            goto done;
+        }
+        pos = e->end;
+    }
+    if (pos != data_len) {
+        st = st_fail(PIPIT_STATUS_FORMAT, path,
+                     "%llu trailing bytes after the last tensor (the tensors end at byte %llu of the %llu-byte data "
+                     "buffer): a truncated header or bytes appended to the file",
+                     (unsigned long long)(data_len - pos), (unsigned long long)pos, (unsigned long long)data_len);
+        goto done;
     }
 done:
     cJSON_Delete(root);
     return st;
+}
+
+/* The checksums of a file that has them: the header's over the metadata
+ * (every key but "crc32c", in key order) and each tensor's name, dtype,
+ * shape and offsets (in name order), then every tensor's bytes. A file
+ * without any is accepted unverified (older pipit, other writers). */
+static pipit_status verify_checksums(const char *path, pipit__st_file *f) {
+    const char *hv = pipit__st_meta(f, CRC_KEY);
+    if (!hv) {
+        for (int i = 0; i < f->nmeta; i++)
+            if (is_crc_key(f->meta[i].key))
+                return st_fail(PIPIT_STATUS_FORMAT, path,
+                               "metadata has the tensor checksum '%s' but no header checksum \"" CRC_KEY "\"",
+                               f->meta[i].key);
+        return PIPIT_STATUS_OK;
+    }
+    uint32_t want, got = 0;
+    if (!parse_crc(hv, &want))
+        return st_fail(PIPIT_STATUS_FORMAT, path, "metadata \"" CRC_KEY "\" is '%.40s', not 8 lowercase hex digits", hv);
+    for (int i = 0; i < f->nmeta; i++)
+        if (strcmp(f->meta[i].key, CRC_KEY) != 0) got = crc_str(crc_str(got, f->meta[i].key), f->meta[i].value);
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = &f->e[f->by_name[i]];
+        got = crc_tensor_header(got, &e->t, e->begin, e->end);
+    }
+    if (got != want)
+        return st_fail(PIPIT_STATUS_FORMAT, path,
+                       "header checksum mismatch (crc32c %08x, the file says %s): its metadata or a tensor's name, "
+                       "dtype, shape or offsets changed after it was written",
+                       got, hv);
+    for (int i = 0; i < f->nmeta; i++) /* every tensor checksum names a tensor */
+        if (strncmp(f->meta[i].key, CRC_PREFIX, sizeof CRC_PREFIX - 1) == 0 &&
+            !pipit__st_find(f, f->meta[i].key + sizeof CRC_PREFIX - 1))
+            return st_fail(PIPIT_STATUS_FORMAT, path, "metadata '%s' is the checksum of a tensor the file lacks",
+                           f->meta[i].key);
+    for (int i = 0; i < f->n; i++) {
+        const pipit__st_tensor *t = &f->e[i].t;
+        size_t klen = sizeof CRC_PREFIX + strlen(t->name);
+        char *key = pipit__malloc(klen);
+        if (!key) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory reading '%s'", path);
+        snprintf(key, klen, CRC_PREFIX "%s", t->name);
+        const char *v = pipit__st_meta(f, key);
+        pipit__free(key);
+        uint32_t tw;
+        if (!v || !parse_crc(v, &tw))
+            return st_fail(PIPIT_STATUS_FORMAT, path, "tensor '%s': its checksum (metadata \"" CRC_PREFIX "%s\") is %s",
+                           t->name, t->name, v ? "not 8 lowercase hex digits" : "missing");
+        uint32_t tg = pipit__crc32c(0, t->data, t->nbytes);
+        if (tg != tw)
+            return st_fail(PIPIT_STATUS_FORMAT, path,
+                           "tensor '%s': checksum mismatch (crc32c of its %zu bytes is %08x, the file says %08x): its "
+                           "data changed after it was written",
+                           t->name, t->nbytes, tg, tw);
+    }
+    f->checksummed = 1;
+    return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit__st_read(const char *path, pipit__st_file **out) {
@@ -388,6 +502,7 @@ pipit_status pipit__st_read(const char *path, pipit__st_file **out) {
     fd = -1;
     st = parse_header(path, f, (const char *)file + 8, (size_t)hlen, file + 8 + hlen,
                       size - 8 - hlen);
+    if (st == PIPIT_STATUS_OK) st = verify_checksums(path, f);
     if (st != PIPIT_STATUS_OK) goto fail;
     *out = f;
     return PIPIT_STATUS_OK;
@@ -398,6 +513,8 @@ fail:
 }
 
 int pipit__st_count(const pipit__st_file *f) { return f ? f->n : 0; }
+
+int pipit__st_checksummed(const pipit__st_file *f) { return f ? f->checksummed : 0; }
 
 const pipit__st_tensor *pipit__st_get(const pipit__st_file *f, int i) {
     if (!f || i < 0 || i >= f->n) return NULL;
@@ -521,10 +638,18 @@ static pipit_status check_write_args(const char *path, const pipit__st_tensor *t
             return st_fail(PIPIT_STATUS_INVALID, path, "tensor '%s': NULL data", name);
     }
     if (meta)
-        for (int i = 0; meta[i]; i += 2)
+        for (int i = 0; meta[i]; i += 2) {
             if (!meta[i + 1])
                 return st_fail(PIPIT_STATUS_INVALID, path, "metadata key '%s' has no value",
                                meta[i]);
+            if (is_crc_key(meta[i]))
+                return st_fail(PIPIT_STATUS_INVALID, path,
+                               "metadata key '%s' is reserved (keys starting with \"" CRC_KEY "\" hold the checksums)",
+                               meta[i]);
+            for (int j = 0; j < i; j += 2) /* a file with a key twice would not be readable */
+                if (strcmp(meta[j], meta[i]) == 0)
+                    return st_fail(PIPIT_STATUS_INVALID, path, "metadata key '%s' given twice", meta[i]);
+        }
     /* Duplicate names. */
     if (n > 1) {
         const char **names = pipit__malloc((size_t)n * sizeof *names);
@@ -556,11 +681,80 @@ static void fsync_parent_dir(const char *path) {
     close(fd);
 }
 
+/* The metadata the file gets: the caller's entries, then each tensor's
+ * checksum, then the header's. *owned holds the strings made here. */
+typedef struct {
+    const char **kv; /* key, value, ..., NULL */
+    char *owned;
+} st_out_meta;
+
+static int cmp_kv_key(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp((*(const pipit__st_tensor *const *)a)->name, (*(const pipit__st_tensor *const *)b)->name);
+}
+
+static pipit_status checksum_meta(const char *path, const pipit__st_tensor *t, int n, const char *const *meta,
+                                  st_out_meta *out) {
+    int m = 0;
+    while (meta && meta[2 * m]) m++;
+    size_t names = 0;
+    for (int i = 0; i < n; i++) names += sizeof CRC_PREFIX + strlen(t[i].name) + 9;
+    out->kv = pipit__calloc((size_t)(2 * (m + n + 1) + 1), sizeof *out->kv);
+    out->owned = pipit__malloc(names + 9);
+    const char **pairs = pipit__calloc((size_t)(m + n) + 1, 2 * sizeof *pairs);
+    const pipit__st_tensor **byname = pipit__calloc((size_t)n + 1, sizeof *byname);
+    uint64_t *off = pipit__calloc((size_t)n + 1, sizeof *off);
+    pipit_status st = PIPIT_STATUS_OK;
+    if (!out->kv || !out->owned || !pairs || !byname || !off) {
+        st = pipit__err(PIPIT_STATUS_NOMEM, "out of memory writing '%s'", path);
+        goto done;
+    }
+    int k = 0;
+    for (int i = 0; i < m; i++) out->kv[k++] = meta[2 * i], out->kv[k++] = meta[2 * i + 1];
+    char *w = out->owned;
+    for (int i = 0; i < n; i++) { /* "crc32c:NAME" "xxxxxxxx", computed from the bytes to be written */
+        out->kv[k++] = w;
+        w += sprintf(w, CRC_PREFIX "%s", t[i].name) + 1;
+        out->kv[k++] = w;
+        w += sprintf(w, "%08x", pipit__crc32c(0, t[i].data, t[i].nbytes)) + 1;
+        off[i + 1] = off[i] + t[i].nbytes;
+        byname[i] = &t[i];
+    }
+    memcpy(pairs, out->kv, sizeof *pairs * (size_t)k);
+    qsort(pairs, (size_t)k / 2, 2 * sizeof *pairs, cmp_kv_key);
+    uint32_t c = 0;
+    for (int i = 0; i < k; i++) c = crc_str(c, pairs[i]);
+    qsort(byname, (size_t)n, sizeof *byname, cmp_tensor_name);
+    for (int i = 0; i < n; i++) {
+        size_t at = (size_t)(byname[i] - t);
+        c = crc_tensor_header(c, byname[i], off[at], off[at + 1]);
+    }
+    out->kv[k++] = CRC_KEY;
+    out->kv[k++] = w;
+    sprintf(w, "%08x", c);
+    out->kv[k] = NULL;
+done:
+    pipit__free(pairs);
+    pipit__free(byname);
+    pipit__free(off);
+    return st;
+}
+
 pipit_status pipit__st_write(const char *path, const pipit__st_tensor *tensors, int n,
                              const char *const *meta) {
     if (!path) return pipit__err(PIPIT_STATUS_MISUSE, "pipit__st_write: NULL path");
     pipit_status st = check_write_args(path, tensors, n, meta);
     if (st != PIPIT_STATUS_OK) return st;
+    st_out_meta om = {0};
+    if ((st = checksum_meta(path, tensors, n, meta, &om)) != PIPIT_STATUS_OK) {
+        pipit__free(om.kv);
+        pipit__free(om.owned);
+        return st;
+    }
+    meta = om.kv;
 
     /* Header. */
     strbuf h = {0};
@@ -598,6 +792,8 @@ pipit_status pipit__st_write(const char *path, const pipit__st_tensor *tensors, 
     }
     sb_puts(&h, "}");
     while (!h.oom && h.len % 8 != 0) sb_puts(&h, " ");
+    pipit__free(om.kv);
+    pipit__free(om.owned);
     if (h.oom) {
         pipit__free(h.p);
         return pipit__err(PIPIT_STATUS_NOMEM, "out of memory writing '%s'", path);

@@ -31,9 +31,14 @@ typedef struct {
 typedef struct pipit__st_file pipit__st_file;
 
 /* Reads and validates a whole file. PIPIT_STATUS_IO if it cannot be read,
- * PIPIT_STATUS_FORMAT (message names the file and the tensor) if malformed,
- * PIPIT_STATUS_NOMEM. Supported dtypes: F32, F64, I32. */
+ * PIPIT_STATUS_FORMAT (message names the file and the tensor) if malformed:
+ * a bad header, tensors that do not tile the data buffer (overlaps, holes,
+ * trailing bytes), or a checksum that does not match; PIPIT_STATUS_NOMEM.
+ * Supported dtypes: F32, F64, I32. */
 pipit_status pipit__st_read(const char *path, pipit__st_file **out);
+/* 1 if the file carried checksums (pipit__st_write's) and they matched;
+ * 0 for a file without them (older pipit, other writers). */
+int pipit__st_checksummed(const pipit__st_file *f);
 /* Number of tensors; tensors are in file (data offset) order. */
 int pipit__st_count(const pipit__st_file *f);
 /* Tensor i (0 <= i < count), NULL if out of range. */
@@ -49,9 +54,13 @@ void pipit__st_free(pipit__st_file *f);
  * in the same directory, fflush + fsync, then rename over `path`; on any
  * failure the tmp file is removed and `path` is untouched. The header is
  * padded with spaces to a multiple of 8 bytes. meta: NULL-terminated
- * key,value,key,value,... list, or NULL. PIPIT_STATUS_INVALID for bad
- * arguments (duplicate names, nbytes != prod(shape)*dtype size, ...),
- * PIPIT_STATUS_IO if writing fails. */
+ * key,value,key,value,... list, or NULL; the writer adds the checksums
+ * "crc32c:NAME" (CRC-32C of tensor NAME's bytes, 8 hex digits) and
+ * "crc32c" (of the header: every other metadata entry in key order, then
+ * every tensor's name, dtype, shape and offsets in name order).
+ * PIPIT_STATUS_INVALID for bad arguments (duplicate names or metadata
+ * keys, a metadata key starting with "crc32c", nbytes !=
+ * prod(shape)*dtype size, ...), PIPIT_STATUS_IO if writing fails. */
 pipit_status pipit__st_write(const char *path, const pipit__st_tensor *tensors, int n,
                              const char *const *meta);
 

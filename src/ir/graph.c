@@ -112,9 +112,9 @@ void pipit__bcast_plan(const pipit__node *out, int nin, const pipit__node *const
         if (out->shape[i] == 1) continue; /* an axis of one element moves nothing */
         d[m] = out->shape[i];
         for (int k = 0; k < nin; k++) {
-            int j = i - (nd - in[k]->ndim); /* trailing axes aligned */
+            int j = i - (nd - in[k]->ndim); /* trailing axes aligned; < 0: the operand lacks it */
             int64_t s = 1;
-            for (int q = j + 1; q < in[k]->ndim; q++) s *= in[k]->shape[q];
+            for (int q = j + 1; j >= 0 && q < in[k]->ndim; q++) s *= in[k]->shape[q];
             st[k][m] = j < 0 || in[k]->shape[j] == 1 ? 0 : s;
         }
         int merge = m > 0; /* axis m-1 and m walk every operand as one axis */
@@ -499,7 +499,8 @@ UNARY_BUILDER(log_softmax, LOG_SOFTMAX)
 /* "f32 [2,3]": a value's dtype and shape, for builders' own messages. */
 static const char *arg_desc(const pipit__node *n, char *buf, size_t len) {
     char sh[96];
-    snprintf(buf, len, "%s %s", pipit__dtype_name((pipit_dtype)n->dtype), pipit__shape_str(sh, sizeof sh, n->ndim, n->shape));
+    snprintf(buf, len, "%s %s", pipit__dtype_name((pipit_dtype)n->dtype),
+             pipit__shape_str(sh, sizeof sh, n->ndim, n->shape));
     return buf;
 }
 
@@ -607,7 +608,6 @@ static int slice_arg(pipit_graph *g, const pipit__node *n, int axis, int64_t sta
 pipit_val pipit_slice(pipit_graph *g, pipit_val x, int axis, int64_t start, int64_t length) {
     const pipit__node *n = arg_node(g, x, __func__);
     if (!n) return build(g, __func__, PIPIT_OP_SLICE, 1, &x, NULL, NULL);
-    if (n->dtype == PIPIT_I32) return build(g, __func__, PIPIT_OP_SLICE, 1, &x, NULL, NULL); /* "must be float" */
     int a = slice_arg(g, n, axis, start, length, __func__);
     if (a < 0) return invalid(g);
     return named(g, pipit__slice(g, x.id, a, start, length), __func__);

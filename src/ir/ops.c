@@ -254,13 +254,16 @@ static pipit_status broadcasts_to(const pipit__node *small, const pipit__node *b
 
 /* SUM_TO(x) -> shape iattr (rank fattr[0]), times fattr[1]: x summed over
  * the axes the target lacks or has as 1 (trailing axes aligned), in
- * ascending index order, in double. */
-static pipit_status op_SUM_TO_shape(const pipit_graph *g, pipit__node *n) {
+ * ascending index order, in double. BROADCAST_TO(x) -> the same target
+ * shape: x repeated along the axes where it has 1 or which it lacks. */
+static pipit_status to_target_shape(const pipit_graph *g, pipit__node *n, int reduce) {
     const pipit__node *x = IN(0);
-    if (need_float(x, "input") || target_shape(n) || broadcasts_to(n, x, n)) return PIPIT_STATUS_SHAPE;
+    if (need_float(x, "input") || target_shape(n) || broadcasts_to(reduce ? n : x, reduce ? x : n, n))
+        return PIPIT_STATUS_SHAPE;
     n->dtype = x->dtype;
     return PIPIT_STATUS_OK;
 }
+static pipit_status op_SUM_TO_shape(const pipit_graph *g, pipit__node *n) { return to_target_shape(g, n, 1); }
 static void op_SUM_TO_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     pipit__node x = g->nodes[g->nodes[id].in[0]];
     double scale = g->nodes[id].fattr[1];
@@ -268,14 +271,7 @@ static void op_SUM_TO_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din
     din[0] = scale == 1 || b < 0 ? b : add_node(g, PIPIT_OP_SCALE, 1, &b, (double[2]){scale, 0}, NULL);
 }
 
-/* BROADCAST_TO(x) -> shape iattr (rank fattr[0]): x repeated along the
- * axes where it has 1 or which it lacks. */
-static pipit_status op_BROADCAST_TO_shape(const pipit_graph *g, pipit__node *n) {
-    const pipit__node *x = IN(0);
-    if (need_float(x, "input") || target_shape(n) || broadcasts_to(x, n, n)) return PIPIT_STATUS_SHAPE;
-    n->dtype = x->dtype;
-    return PIPIT_STATUS_OK;
-}
+static pipit_status op_BROADCAST_TO_shape(const pipit_graph *g, pipit__node *n) { return to_target_shape(g, n, 0); }
 static void op_BROADCAST_TO_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     din[0] = reduce_to(g, dout, g->nodes[id].in[0], 1);
 }
@@ -426,7 +422,7 @@ static pipit_status norm_shape(const pipit_graph *g, pipit__node *n, int k) {
     for (int i = 1; i <= k; i++) {
         if (need_same_float(x, IN(i))) return PIPIT_STATUS_SHAPE;
         if (x->ndim < 1 || IN(i)->ndim != 1 || IN(i)->shape[0] != C)
-            return shape_err(k == 2 ? "weight and bias must be 1-D of x's last axis" : "weight must be 1-D of x's last axis");
+            return shape_err("%s must be 1-D of x's last axis", k == 2 ? "weight and bias" : "weight");
     }
     if (!(n->fattr[0] > 0)) return shape_err("eps must be > 0");
     n->dtype = x->dtype;
@@ -750,8 +746,9 @@ static void op_PERMUTE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *di
 /* ------------------------------------------------- slice, concat, view */
 
 /* SLICE(x): x[start : start+len] along axis (iattr axis, start, len), a
- * copy; SLICE_DX(d) puts d back at start of an axis of iattr[2] elements,
- * zeros elsewhere (the gradient of a slice; its own is the slice). */
+ * copy (of any dtype: its kernels move elements of 4 or 8 bytes);
+ * SLICE_DX(d) puts d back at start of an axis of iattr[2] elements, zeros
+ * elsewhere (the gradient of a slice; its own is the slice). */
 static pipit_status range_shape(pipit__node *n, const pipit__node *x, int64_t len, int64_t full, int64_t out) {
     int64_t ax = n->iattr[0], st = n->iattr[1];
     if (st < 0 || len < 1 || len > full || st > full - len)
@@ -763,8 +760,8 @@ static pipit_status range_shape(pipit__node *n, const pipit__node *x, int64_t le
     return PIPIT_STATUS_OK;
 }
 static pipit_status op_SLICE_shape(const pipit_graph *g, pipit__node *n) {
-    const pipit__node *x = IN(0);
-    if (need_float(x, "input") || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    const pipit__node *x = IN(0); /* any dtype: i32 too (token ids), a byte copy */
+    if (axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
     return range_shape(n, x, n->iattr[2], x->shape[n->iattr[0]], n->iattr[2]);
 }
 static pipit_status op_SLICE_DX_shape(const pipit_graph *g, pipit__node *n) {
@@ -787,13 +784,13 @@ static void op_SLICE_DX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *d
 
 /* CONCAT(x0, ..., x_{nin-1}) along axis iattr[0]: equal shapes but there. */
 static pipit_status op_CONCAT_shape(const pipit_graph *g, pipit__node *n) {
-    const pipit__node *x = IN(0);
-    if (need_float(x, "input") || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    const pipit__node *x = IN(0); /* any dtype, as slice */
+    if (axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
     int ax = (int)n->iattr[0];
     copy_shape(n, x);
     for (int k = 1; k < n->nin; k++) {
         const pipit__node *y = IN(k);
-        if (y->dtype != x->dtype) return shape_err("inputs must share one float dtype");
+        if (y->dtype != x->dtype) return shape_err("inputs must share one dtype");
         int ok = y->ndim == x->ndim;
         for (int i = 0; ok && i < x->ndim; i++) ok = i == ax || y->shape[i] == x->shape[i];
         if (!ok) return shape_err("input %d differs from input 0 off axis %d", k, ax);
@@ -832,7 +829,8 @@ static void op_VIEW_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) 
     pipit__node n = g->nodes[id], x = g->nodes[n.in[0]];
     int64_t cnt = pipit__node_numel(&n), all = pipit__node_numel(&x);
     int32_t flat = reshape_to(g, dout, 1, &cnt);
-    int32_t pad = flat < 0 ? -1 : add_node(g, PIPIT_OP_SLICE_DX, 1, &flat, NULL, (int64_t[4]){0, (int64_t)n.fattr[1], all, 0});
+    int64_t at[4] = {0, (int64_t)n.fattr[1], all, 0}; /* axis 0 of the flat input */
+    int32_t pad = flat < 0 ? -1 : add_node(g, PIPIT_OP_SLICE_DX, 1, &flat, NULL, at);
     din[0] = pad < 0 ? -1 : reshape_to(g, pad, x.ndim, x.shape);
 }
 

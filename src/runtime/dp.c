@@ -24,9 +24,11 @@ static size_t esize(const pipit__param *pp) { return pipit__dtype_size(pp->dtype
 static int peer(const pipit_program *p, int w, int replica) { return replica * p->plan.nranks + w % p->plan.nranks; }
 
 /* Sends [a_k, b_k) of block to replica k's rank, for every k but mine
- * (all = 0: to the owner k of each shard; all = 1: my own shard to all). */
+ * (mine_to_all = 0: to the owner k of each shard; 1: my own shard to all),
+ * zero-copy when the plan fences it (zc), else as copies. With fence = 1
+ * it instead waits for each of those sends to complete. */
 static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_t *block, pipit__tag_kind kind,
-                                int mine_to_all) {
+                                int mine_to_all, int zc, int fence) {
     const pipit__param *pp = &p->plan.params[param];
     int D = p->plan.D, d = w / p->plan.nranks;
     pipit__transport *t = p->transport;
@@ -36,8 +38,11 @@ static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_
         int64_t a, b;
         pipit__dp_shard(pp->numel, D, shard, &a, &b);
         if (b <= a) continue;
-        pipit_status s = t->vt->send(t, w, peer(p, w, k), pipit__tag(kind, param, shard), block + (size_t)a * esize(pp),
-                                     (size_t)(b - a) * esize(pp));
+        uint64_t tag = pipit__tag(kind, param, shard);
+        pipit_status s = fence ? t->vt->fence(t, w, peer(p, w, k), tag)
+                               : (zc ? t->vt->isend : t->vt->send)(t, w, peer(p, w, k), tag,
+                                                                  block + (size_t)a * esize(pp),
+                                                                  (size_t)(b - a) * esize(pp));
         if (s) return s;
     }
     return PIPIT_STATUS_OK;
@@ -122,14 +127,26 @@ static pipit_status exchange_losses(pipit_program *p, int w, const pipit__instr 
                        sizeof(double) * (size_t)M);
 }
 
+/* The shard sends of a send instruction (fence = 0), or their fences. */
+static pipit_status shards_of(pipit_program *p, int w, const pipit__instr *in, int fence) {
+    pipit__rank_state *rs = &p->rs[w];
+    size_t off = p->plan.ranks[rs->prank].param_off[in->param];
+    switch ((pipit__ins_kind)in->kind) {
+    case INS_DP_RS_SEND: return send_shards(p, w, in->param, rs->grad_block + off, PIPIT_TAG_DP_REDUCE, 0, in->zc, fence);
+    case INS_DP_AG_SEND: return send_shards(p, w, in->param, rs->grad_block + off, PIPIT_TAG_DP_GRAD, 1, in->zc, fence);
+    case INS_DP_PARAM_SEND: return send_shards(p, w, in->param, rs->param_block + off, PIPIT_TAG_DP_PARAM, 1, in->zc, fence);
+    default: return pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: a fence for instruction kind %d, not a send", w, in->kind);
+    }
+}
+
+pipit_status pipit__dp_fence(pipit_program *p, int w, const pipit__instr *in) { return shards_of(p, w, in, 1); }
+
 pipit_status pipit__dp_comm(pipit_program *p, int w, const pipit__instr *in) {
     pipit__rank_state *rs = &p->rs[w];
     switch ((pipit__ins_kind)in->kind) {
-    case INS_DP_RS_SEND: return send_shards(p, w, in->param, rs->grad_block + p->plan.ranks[rs->prank].param_off[in->param], PIPIT_TAG_DP_REDUCE, 0);
+    case INS_DP_RS_SEND: case INS_DP_AG_SEND: case INS_DP_PARAM_SEND: return shards_of(p, w, in, 0);
     case INS_DP_RS_RECV: return recv_for_reduce(p, w, in->param);
-    case INS_DP_AG_SEND: return send_shards(p, w, in->param, rs->grad_block + p->plan.ranks[rs->prank].param_off[in->param], PIPIT_TAG_DP_GRAD, 1);
     case INS_DP_AG_RECV: return recv_shards(p, w, in->param, rs->grad_block + p->plan.ranks[rs->prank].param_off[in->param], PIPIT_TAG_DP_GRAD);
-    case INS_DP_PARAM_SEND: return send_shards(p, w, in->param, rs->param_block + p->plan.ranks[rs->prank].param_off[in->param], PIPIT_TAG_DP_PARAM, 1);
     case INS_DP_PARAM_RECV: return recv_shards(p, w, in->param, rs->param_block + p->plan.ranks[rs->prank].param_off[in->param], PIPIT_TAG_DP_PARAM);
     case INS_DP_SUMSQ_SEND: return exchange_sumsq(p, w, in->param, 1);
     case INS_DP_SUMSQ_RECV: return exchange_sumsq(p, w, in->param, 0);

@@ -92,6 +92,10 @@ static int same_replica(const exec_ctx *x, int q) { return x->rs->replica * x->p
  * (and inside a task it counts as the rank's receive wait). */
 static pipit_status timed_recv(exec_ctx *x, int q, uint64_t tag, void *data, size_t n, int in_task) {
     pipit__transport *t = x->p->transport;
+    if (x->w == x->p->delay_rank && in_task) { /* a slow receiver (test hook) */
+        struct timespec ts = {x->p->delay_ms / 1000, (long)(x->p->delay_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     double t0 = pipit__now();
     pipit_status s = t->vt->recv(t, x->w, same_replica(x, q), tag, data, n);
     double waited = pipit__now() - t0;
@@ -100,9 +104,40 @@ static pipit_status timed_recv(exec_ctx *x, int q, uint64_t tag, void *data, siz
     return s;
 }
 
-static pipit_status send_to(exec_ctx *x, int q, uint64_t tag, const void *data, size_t n) {
+/* A send to pipeline rank q of this replica: zero-copy (the buffer is the
+ * transport's until the send's fence) or a copy. */
+static pipit_status send_to(exec_ctx *x, int q, uint64_t tag, const void *data, size_t n, int zc) {
     pipit__transport *t = x->p->transport;
-    return t->vt->send(t, x->w, same_replica(x, q), tag, data, n);
+    return (zc ? t->vt->isend : t->vt->send)(t, x->w, same_replica(x, q), tag, data, n);
+}
+
+/* The fence of send instruction `in`: waiting is not busy time. */
+static pipit_status fence_send(exec_ctx *x, const pipit__instr *in) {
+    pipit__transport *t = x->p->transport;
+    double t0 = pipit__now();
+    pipit_status s;
+    switch ((pipit__ins_kind)in->kind) {
+    case INS_SEND: s = t->vt->fence(t, x->w, same_replica(x, in->peer), pipit__tag(PIPIT_TAG_VALUE, in->node, in->mb)); break;
+    case INS_ACC_SEND: s = t->vt->fence(t, x->w, same_replica(x, in->peer), pipit__tag(PIPIT_TAG_ACC, in->param, in->use)); break;
+    default: s = pipit__dp_fence(x->p, x->w, in); break;
+    }
+    x->rs->busy -= pipit__now() - t0;
+    return s;
+}
+
+/* The fences due before instruction `at` (after the last one: at = n);
+ * with PIPIT_DEBUG_SENDS a send slot that dies there is poisoned, so a
+ * receiver still reading it would see garbage and its checksum fail. */
+static pipit_status run_fences(exec_ctx *x, int32_t *next, int32_t at) {
+    const pipit__rank_plan *r = x->r;
+    for (; *next < r->nfences && r->fences[*next].at == at; (*next)++) {
+        const pipit__fence *f = &r->fences[*next];
+        pipit_status s = fence_send(x, &r->ins[f->send]);
+        if (s) return s;
+        if (f->poison && x->p->transport->debug_sends && x->p->be->host_memory)
+            memset(loc_ptr(x, &r->ins[f->send].in[0], r->ins[f->send].mb), 0xa5, r->ins[f->send].bytes);
+    }
+    return PIPIT_STATUS_OK;
 }
 
 static void mark_task(exec_ctx *x, const pipit__instr *in) {
@@ -111,6 +146,7 @@ static void mark_task(exec_ctx *x, const pipit__instr *in) {
     if (in->first) {
         rs->t_end[in->task] = now;
         rs->busy += now - rs->t_start[in->task];
+        if (x->r->tasks[in->task].kind != PIPIT_TASK_F) rs->backward_end = now;
     } else {
         rs->t_start[in->task] = now;
     }
@@ -126,18 +162,19 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     uint64_t use = pipit__tag(PIPIT_TAG_ACC, in->param, in->use), norm = pipit__tag(PIPIT_TAG_NORM, in->param, 0);
     switch ((pipit__ins_kind)in->kind) {
     case INS_LOSS: run_loss(x, in, k); break;
-    case INS_SEND: return send_to(x, in->peer, value, k->in[0], in->bytes);
+    case INS_SEND: return send_to(x, in->peer, value, k->in[0], in->bytes, in->zc);
     case INS_RECV: return timed_recv(x, in->peer, value, k->out, in->bytes, 1);
-    case INS_ACC_SEND: return send_to(x, in->peer, use, k->in[0], in->bytes);
+    case INS_ACC_SEND: return send_to(x, in->peer, use, k->in[0], in->bytes, in->zc);
     case INS_ACC_RECV: return timed_recv(x, in->peer, use, k->out, in->bytes, 0);
     case INS_SUMSQ_FIN: pipit__post_sumsq_fin(p, x->w, in->param); break;
-    case INS_NORM_SEND: return send_to(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double));
+    case INS_NORM_SEND: return send_to(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double), 0);
     case INS_NORM_RECV: return timed_recv(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double), 0);
     case INS_NORM: pipit__post_norm(p, x->w); break;
     case INS_MARK: mark_task(x, in); break;
     default:
         if (pipit__is_dp_instr(in->kind)) {
             double t0 = pipit__now();
+            if (in->kind == INS_DP_RS_SEND && rs->dp_first_send < 0) rs->dp_first_send = t0 - p->step_t0;
             pipit_status s = pipit__dp_comm(p, x->w, in);
             rs->busy -= pipit__now() - t0;
             return s;
@@ -204,9 +241,10 @@ static void exec_worker(void *arg, int ith, int nth) {
     const pipit__rank_plan *r = x->r;
     pipit__rank_state *rs = x->rs;
     double post_start = 0; /* the post-loop (gradient sums, norm, update) is compute too */
+    int32_t next_fence = 0;
     if (ith > 0) pipit__bind_rank(x->p, x->w); /* thread 0 was bound by pipit__exec_rank */
     for (int32_t i = 0; i < r->n; i++) {
-        if (ith == 0 && !post_start && r->ins[i].kind >= INS_ACC_SEND) post_start = pipit__now();
+        if (ith == 0 && !post_start && i == r->post_at) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
         double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
         if (i == x->p->fail_instr && x->w == x->p->fail_rank) { /* test hooks */
@@ -214,6 +252,10 @@ static void exec_worker(void *arg, int ith, int nth) {
             if (ith == 0) fail_rank(x, pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i));
         } else {
             run_instr(x, i, ith, nth);
+        }
+        if (ith == 0 && !x->status) { /* before the next instruction may write a send's bytes */
+            pipit_status s = run_fences(x, &next_fence, i + 1);
+            if (s) fail_rank(x, s);
         }
         pipit__pool_barrier(rs->pool);
         if (t0 > 0) {
@@ -231,6 +273,7 @@ pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     upload_feeds(&x);
     resolve(&x);
     x.rs->busy = x.rs->wait = 0;
+    x.rs->dp_first_send = x.rs->backward_end = -1;
     pipit__pool_run(x.rs->pool, exec_worker, &x);
     /* A device backend's queued work ends here; its first error (a kernel
      * or a copy that failed) is the rank's failure, reported like any. */

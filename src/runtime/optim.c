@@ -28,6 +28,14 @@ double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step) {
     if (s->kind != PIPIT_LR_CONSTANT && s->decay_steps <= s->warmup)
         return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: decay_steps %lld must be > warmup %lld",
                           (long long)s->decay_steps, (long long)s->warmup), 0.0;
+    /* a NaN, infinite or negative rate would be returned as a rate */
+    if (!isfinite(lr) || lr < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: lr must be a finite number >= 0, got %g", lr), 0.0;
+    if (s->kind != PIPIT_LR_CONSTANT && (!isfinite(s->min_lr) || s->min_lr < 0 || s->min_lr > lr))
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "pipit_lr_at: min_lr must be a finite number in [0, lr = %g] (the schedule decays to it), "
+                          "got %g",
+                          lr, s->min_lr), 0.0;
     return pipit__lr_at(s, lr, step);
 }
 

@@ -12,6 +12,8 @@
 #include "runtime/transport.h"
 #include "schedule/schedule.h"
 #include "util/checked.h"
+#include "compile/memplan.h"
+#include "util/memlimit.h"
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -37,6 +39,12 @@ static pipit_status check_options(const pipit_options *o) {
     if (o->tf32 != 0 && o->tf32 != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "options.tf32 must be 0 (fp32 GEMMs) or 1 (TF32 tensor cores), got %d",
                           o->tf32);
+    if (!in_range(o->mem_limit, 0, HUGE_VAL, 0))
+        return pipit__err(PIPIT_STATUS_INVALID, "options.mem_limit must be a finite number of bytes >= 0 (0: the "
+                          "detected limit), got %g", o->mem_limit);
+    if (o->no_mem_check != 0 && o->no_mem_check != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.no_mem_check must be 0 (check) or 1 (skip the memory "
+                          "admission), got %d", o->no_mem_check);
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);
@@ -84,6 +92,14 @@ static pipit_status check_options(const pipit_options *o) {
         if (!in_range(ls->min_lr, 0, HUGE_VAL, 0))
             return pipit__err(PIPIT_STATUS_INVALID, "options.lr_schedule.min_lr must be a finite number >= 0, got %g",
                               ls->min_lr);
+        /* the "decay" would raise the rate (a zero optimizer is the default AdamW, lr 3e-4) */
+        int dflt = op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0;
+        double lr = dflt ? 3e-4 : op->lr;
+        if (ls->min_lr > lr)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "options.lr_schedule.min_lr %g is above the optimizer's lr %g: a decaying schedule goes "
+                              "from lr down to min_lr",
+                              ls->min_lr, lr);
     }
     return PIPIT_STATUS_OK;
 }
@@ -99,20 +115,49 @@ static void upload_seed(const pipit_program *p, pipit__rank_state *rs) {
 }
 
 /* Where each held param's AdamW moments live: the whole param, or with
- * ZeRO-1 only this replica's shard of it. */
-static size_t layout_moments(const pipit_program *p, pipit__rank_state *rs) {
-    const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
+ * ZeRO-1 only this replica's shard of it. opt_off may be NULL (sizes only). */
+static size_t moment_bytes(const pipit_program *p, int prank, int replica, size_t *opt_off) {
+    const pipit__rank_plan *rp = &p->plan.ranks[prank];
     size_t bytes = 0;
     for (int i = 0; i < p->plan.nparams; i++) {
         const pipit__param *pp = &p->plan.params[i];
-        rs->opt_off[i] = SIZE_MAX;
+        if (opt_off) opt_off[i] = SIZE_MAX;
         if (rp->param_off[i] == SIZE_MAX) continue;
         int64_t a = 0, b = pp->numel;
-        if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
-        rs->opt_off[i] = bytes;
+        if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, replica, &a, &b);
+        if (opt_off) opt_off[i] = bytes;
         bytes += ((size_t)(b - a) * pipit__dtype_size(pp->dtype) + 63) / 64 * 64;
     }
     return bytes;
+}
+
+/* The large blocks of world rank w, in allocation order; returns their
+ * count; `at` is where rs keeps each (NULL without rs: sizes only). */
+typedef struct {
+    const char *what;
+    size_t bytes;
+    uint8_t **at;
+} rank_block;
+
+enum { NBLOCKS = 7 };
+
+static int rank_blocks(const pipit_program *p, int w, pipit__rank_state *rs, size_t opt_bytes, rank_block *blk) {
+    const pipit__rank_plan *rp = &p->plan.ranks[w % p->plan.nranks];
+    /* a forward-only program has no gradients and no optimizer state */
+    size_t grad_bytes = p->plan.forward_only ? 0 : rp->param_bytes;
+    if (p->plan.forward_only) opt_bytes = 0;
+    rank_block all[NBLOCKS] = {
+        {"parameters", rp->param_bytes, rs ? &rs->param_block : NULL},
+        {"gradients", grad_bytes, rs ? &rs->grad_block : NULL},
+        {"optimizer first moments", opt_bytes, rs ? &rs->m_block : NULL},
+        {"optimizer second moments", opt_bytes, rs ? &rs->v_block : NULL},
+        {"gradient accumulators", rp->acc_bytes, rs ? &rs->acc_block : NULL},
+        {"activation arena", rp->arena_bytes, rs ? &rs->arena : NULL},
+        {"data-parallel buffer", (size_t)(p->plan.D > 1 ? p->plan.D : 0) * p->dp_shard_bytes, rs ? &rs->dp_buf : NULL},
+    };
+    int n = NBLOCKS - (p->plan.D > 1 ? 0 : 1);
+    memcpy(blk, all, sizeof all);
+    return n;
 }
 
 /* Device backends: a block for the inputs this rank reads, M microbatches
@@ -151,22 +196,11 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     const pipit__backend *be = p->be;
     pipit__bind_rank(p, w); /* its memory lives on its device */
     rs->opt_off = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->opt_off);
-    size_t opt_bytes = rs->opt_off ? layout_moments(p, rs) : 0;
-    /* a forward-only program has no gradients and no optimizer state */
-    size_t grad_bytes = p->plan.forward_only ? 0 : rp->param_bytes;
-    if (p->plan.forward_only) opt_bytes = 0;
+    size_t opt_bytes = rs->opt_off ? moment_bytes(p, rs->prank, rs->replica, rs->opt_off) : 0;
     /* The large blocks: reserved untouched first, zeroed only once all of
      * them exist, so a model that does not fit fails before filling any. */
-    struct { const char *what; size_t bytes; uint8_t **at; } blk[] = {
-        {"parameters", rp->param_bytes, &rs->param_block},
-        {"gradients", grad_bytes, &rs->grad_block},
-        {"optimizer first moments", opt_bytes, &rs->m_block},
-        {"optimizer second moments", opt_bytes, &rs->v_block},
-        {"gradient accumulators", rp->acc_bytes, &rs->acc_block},
-        {"activation arena", rp->arena_bytes, &rs->arena},
-        {"data-parallel buffer", (size_t)(p->plan.D > 1 ? p->plan.D : 0) * p->dp_shard_bytes, &rs->dp_buf},
-    };
-    int nblk = (int)(sizeof blk / sizeof blk[0]) - (p->plan.D > 1 ? 0 : 1);
+    rank_block blk[NBLOCKS];
+    int nblk = rank_blocks(p, w, rs, opt_bytes, blk);
     size_t total = 0;
     for (int i = 0; i < nblk; i++)
         if (!pipit__add_size(total, blk[i].bytes, &total) || total > (size_t)PIPIT__MAX_BYTES)
@@ -211,6 +245,83 @@ static size_t max_shard_bytes(const pipit__plan *pl) {
         m = PIPIT_MAX(m, (size_t)(b - a) * pipit__dtype_size(pl->params[i].dtype));
     }
     return (m + 63) / 64 * 64;
+}
+
+/* ---- memory admission (docs/refuses.md) ---- */
+
+static const char ADMIT_ADVICE[] =
+    "a schedule over more pipeline ranks, options.zero1 with data_parallel > 1 (shards the optimizer moments), "
+    "options.remat (keeps only each stage's inputs for the backward), or smaller or fewer microbatches would "
+    "need less; options.no_mem_check = 1 skips this check";
+
+/* Bytes of one microbatch's inputs (the caller's feeds). */
+static double input_bytes(const pipit_graph *g, int32_t n) {
+    double b = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (g->nodes[i].op == PIPIT_OP_INPUT && !(g->nodes[i].flags & NODE_GRADOF))
+            b += (double)pipit__node_bytes(&g->nodes[i]);
+    return b;
+}
+
+/* Before planning, from the graph alone: what planning itself will take
+ * at least (every forward op runs once per microbatch: an instruction, an
+ * arena buffer and a slot of the emitter's table each), the model's
+ * parameters with their gradients and moments when every rank is a
+ * thread of this process, and the feeds. A lower bound: planning a step
+ * of 2^24 microbatches is refused before its instruction lists exist. */
+static pipit_status admit_graph(const pipit_program *p, const pipit_graph *g, const pipit_options *o) {
+    if (o->no_mem_check) return PIPIT_STATUS_OK;
+    pipit_status s = pipit_init(NULL, NULL);
+    if (s) return s;
+    double M = o->microbatches ? o->microbatches : 1, D = o->data_parallel ? o->data_parallel : 1;
+    double params = 0, runs = 0;
+    for (int32_t i = 0; i < g->n; i++) {
+        const pipit__node *n = &g->nodes[i];
+        if (n->op == PIPIT_OP_PARAM) params += (double)pipit__node_bytes(n);
+        else if (pipit__node_runs(n)) runs++;
+    }
+    int procs = pipit_process_count();
+    double state = procs > 1 || !p->be->host_memory ? 0 : params * (o->forward_only ? 1 : 4);
+    pipit__mem_item items[] = {
+        {"parameters with their gradients and optimizer moments (at least)", state},
+        {"instruction lists (at least)", M * runs * (double)sizeof(pipit__instr)},
+        {"the memory plan's tables (at least)",
+         M * (runs * (double)sizeof(pipit__mp_buf) + (double)g->n * sizeof(int32_t))},
+        {"the feeds of one step (held by the caller)", input_bytes(g, g->n) * M * (procs > 1 ? 1 : D)},
+    };
+    return pipit__mem_admit("this program", items, 4, 0, o->mem_limit, ADMIT_ADVICE);
+}
+
+/* Bytes the plan itself holds (already allocated when admit_plan runs). */
+static double plan_bytes(const pipit__plan *pl) {
+    double b = (double)pl->g->cap * sizeof(pipit__node);
+    for (int r = 0; r < pl->nranks; r++)
+        b += (double)pl->ranks[r].cap * sizeof(pipit__instr) + (double)pl->ranks[r].nbufs * sizeof(pipit__mp_buf) +
+             (double)pl->ranks[r].nsrcs * sizeof(pipit__loc);
+    return b;
+}
+
+/* After planning, exactly: the blocks of this process's ranks (host
+ * memory only: a device backend's live on its devices), the plan and the
+ * feeds of one step, before the first block is reserved. */
+static pipit_status admit_plan(const pipit_program *p) {
+    if (p->plan.opt.no_mem_check) return PIPIT_STATUS_OK;
+    static const char *const names[] = {"parameters", "gradients", "optimizer moments", "gradient accumulators",
+                                        "activation arenas", "data-parallel buffers"};
+    double sum[6] = {0};
+    for (int i = 0; p->be->host_memory && i < p->nlocal; i++) {
+        int w = p->local[i];
+        rank_block blk[NBLOCKS];
+        int n = rank_blocks(p, w, NULL, moment_bytes(p, w % p->plan.nranks, w / p->plan.nranks, NULL), blk);
+        for (int k = 0; k < n; k++) sum[k <= 1 ? k : k <= 3 ? 2 : k - 1] += (double)blk[k].bytes;
+    }
+    double plan = plan_bytes(&p->plan);
+    pipit__mem_item items[8];
+    for (int k = 0; k < 6; k++) items[k] = (pipit__mem_item){names[k], sum[k]};
+    items[6] = (pipit__mem_item){"the plan (instructions, buffers, graph)", plan};
+    items[7] = (pipit__mem_item){"the feeds of one step (held by the caller)",
+                                 input_bytes(p->plan.g, p->plan.gr.fwd_end) * p->plan.M * (p->procs > 1 ? 1 : p->plan.D)};
+    return pipit__mem_admit("this program", items, 8, plan, p->plan.opt.mem_limit, ADMIT_ADVICE);
 }
 
 /* Which world ranks run here: all of them as threads, or under an MPI
@@ -337,6 +448,8 @@ static pipit_status instantiate(pipit_program *p) {
     if (s) return s;
     p->be->init();
     p->dp_shard_bytes = max_shard_bytes(&p->plan);
+    s = admit_plan(p);
+    if (s) return s;
     p->rs = pipit__calloc((size_t)p->W, sizeof *p->rs);
     if (!p->rs) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
     s = open_transport(p);
@@ -348,12 +461,16 @@ static pipit_status instantiate(pipit_program *p) {
 /* Fault injection for the failure tests of whole jobs (processes cannot be
  * reached through the API): PIPIT_INJECT_FAILURE="w:i" makes world rank w
  * fail at instruction i of the first step; PIPIT_INJECT_HANG="w:i" makes
- * it stop there silently instead. */
+ * it stop there silently instead; PIPIT_INJECT_DELAY="w:ms" makes it a slow
+ * receiver (ms milliseconds before each receive of a value). */
 static void inject_faults(pipit_program *p) {
+    const char *delay = getenv("PIPIT_INJECT_DELAY");
+    int w, ms;
+    if (delay && sscanf(delay, "%d:%d", &w, &ms) == 2 && w >= 0 && ms >= 0) p->delay_rank = w, p->delay_ms = ms;
     const char *names[2] = {"PIPIT_INJECT_FAILURE", "PIPIT_INJECT_HANG"};
     for (int k = 0; k < 2; k++) {
         const char *v = getenv(names[k]);
-        int w, i;
+        int i;
         if (v && sscanf(v, "%d:%d", &w, &i) == 2 && w >= 0 && i >= 0) {
             p->fail_rank = w;
             p->fail_instr = i;
@@ -378,16 +495,23 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     pipit_program *p = pipit__calloc(1, sizeof *p);
     if (!p) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
     p->magic = PIPIT_PROGRAM_MAGIC;
-    p->fail_rank = p->fail_instr = -1;
+    p->fail_rank = p->fail_instr = p->delay_rank = -1;
     inject_faults(p);
     s = pick_backend(p, opt);
+    if (!s) s = admit_graph(p, g, opt);
+    int planned = 0;
     if (!s) s = pipit__plan_build(g, loss.id, opt, &p->plan);
-    if (!s) s = check_kernels(p);
+    if (!s) planned = 1, s = check_kernels(p);
     if (!s) s = instantiate(p);
     if (s) {
         if (pipit__err_gen() == gen0) pipit__err(s, "%s", pipit_status_name(s)); /* a helper set no message */
         pipit__err_prefix("pipit_compile");
+        /* the graph as it was, so a compile with other options works */
+        int rollback = planned && !p->plan.forward_only;
+        int32_t n0 = p->plan.graph_n0;
+        pipit_status st0 = p->plan.graph_st0;
         pipit_program_free(p);
+        if (rollback) pipit__graph_rollback(g, n0, st0);
         return s;
     }
     *out = p;
@@ -423,10 +547,12 @@ void pipit_program_free(pipit_program *p) {
         p->magic = 0;
         return;
     }
+    /* the transport first: after a failed step it may still hold sends that
+     * read the ranks' memory, and it finishes or cancels them */
+    if (p->transport) p->transport->vt->free(p->transport);
     for (int i = 0; p->rs && i < p->nlocal; i++) free_rank(p, &p->rs[p->local[i]]);
     pipit__free(p->rs);
     pipit__free(p->local);
-    if (p->transport) p->transport->vt->free(p->transport);
     pipit__plan_free(&p->plan);
     p->magic = 0;
     pipit__free(p);

@@ -33,6 +33,8 @@ typedef struct {
     double *t_start, *t_end; /* [ntasks] measured task times of the last step (s, from step start) */
     double busy;         /* sum of task times of the last step */
     double wait;         /* seconds blocked in INS_RECV (inside tasks) in the last step */
+    double dp_first_send;/* when the last step's first reduce-scatter send left (s from step start; -1 none) */
+    double backward_end; /* when its last B, W or BW task ended (s from step start; -1 none) */
     double *sumsq;       /* [nparams] per-param sums of squares of the last step */
     double *chunks;      /* [max_chunks] scratch for per-chunk partial sums */
     double norm, clip_scale; /* of the last step (equal on every rank) */
@@ -61,6 +63,7 @@ struct pipit_program {
     double step_wall;    /* wall time of the last step's loop (s) */
     int fail_rank, fail_instr; /* test hook: rank fails at instruction (-1 off) */
     int hang;            /* test hook: ... or stops there without a word (a hung rank) */
+    int delay_rank, delay_ms; /* test hook: world rank delay_rank sleeps delay_ms before each receive (-1 off) */
     int broken;          /* a rank hung: its thread may still run, so nothing is freed or run */
     int profile;         /* accumulate per-op times into rs[].prof */
     int64_t profile_steps; /* steps accumulated into rs[].prof since profiling was (re)started */
@@ -110,6 +113,8 @@ void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth);
  * communication runs on thread 0; then, after a barrier, the compute part
  * (the reduce-scatter's sums) on every thread. */
 pipit_status pipit__dp_comm(pipit_program *p, int w, const pipit__instr *in);
+/* The fence of a zero-copy data-parallel send instruction: every shard it sent. */
+pipit_status pipit__dp_fence(pipit_program *p, int w, const pipit__instr *in);
 void pipit__dp_compute(pipit_program *p, int w, const pipit__instr *in, int ith, int nth);
 static inline int pipit__is_dp_instr(int kind) { return kind >= INS_DP_RS_SEND && kind <= INS_LOSS_RECV; }
 

@@ -324,8 +324,8 @@ static const pipit__param *find_param(const pipit_program *p, const char *name, 
         *why = pipit__err(PIPIT_STATUS_INVALID, "%s: name is NULL", fn);
         return NULL;
     }
-    for (int i = 0; i < p->plan.nparams; i++)
-        if (strcmp(p->plan.params[i].name, name) == 0) return &p->plan.params[i];
+    int i = pipit__plan_find_param(&p->plan, name);
+    if (i >= 0) return &p->plan.params[i];
     *why = pipit__err(PIPIT_STATUS_INVALID, "%s: no parameter named '%s'", fn, name);
     return NULL;
 }

@@ -1,9 +1,32 @@
 /*
- * transport.c — what every transport shares: the hang timeout.
+ * transport.c — what every transport shares: the hang timeout, the debug
+ * checksum of PIPIT_DEBUG_SENDS, and the in-stage all-reduce, which is
+ * built on the vtable's isend / recv / fence and so runs on any transport.
  */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "runtime/transport.h"
+
+void pipit__host_label(char *out, size_t n) {
+    char name[PIPIT_HOST_MAX] = "?", ip[INET_ADDRSTRLEN] = "";
+    gethostname(name, sizeof name - 1);
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) == 0) {
+        for (const struct ifaddrs *a = all; a && !ip[0]; a = a->ifa_next)
+            if (a->ifa_addr && a->ifa_addr->sa_family == AF_INET && (a->ifa_flags & IFF_UP) &&
+                !(a->ifa_flags & IFF_LOOPBACK))
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)a->ifa_addr)->sin_addr, ip, sizeof ip);
+        freeifaddrs(all);
+    }
+    if (ip[0]) snprintf(out, n, "%.40s (%s)", name, ip);
+    else snprintf(out, n, "%s", name);
+}
 
 double pipit__transport_timeout(void) {
     const char *s = getenv("PIPIT_TIMEOUT");
@@ -15,3 +38,104 @@ double pipit__transport_timeout(void) {
     return 300.0;
 }
 
+int pipit__debug_sends(void) {
+    const char *s = getenv("PIPIT_DEBUG_SENDS");
+    return s && strcmp(s, "1") == 0;
+}
+
+uint64_t pipit__checksum(const void *data, size_t n) {
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* ---------------------------------------------------------- all-reduce */
+
+static pipit_status check_group(int me, const int *group, int n, pipit_dtype dtype, int64_t count, int *mine) {
+    if (n < 1 || n > PIPIT_MAX_COLL || !group)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: a group of %d ranks (1 to %d)", n, PIPIT_MAX_COLL);
+    if (dtype != PIPIT_F32 && dtype != PIPIT_F64)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: dtype %s is not summed (f32 or f64 only)",
+                          pipit__dtype_name(dtype));
+    if (count < 0) return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: %lld elements", (long long)count);
+    *mine = -1;
+    for (int k = 0; k < n; k++) {
+        if (k && group[k] <= group[k - 1])
+            return pipit__err(PIPIT_STATUS_INTERNAL,
+                              "all-reduce: the group must list world ranks in ascending order (the sum's order): "
+                              "rank %d follows rank %d",
+                              group[k], group[k - 1]);
+        if (group[k] == me) *mine = k;
+    }
+    if (*mine < 0) return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: rank %d is not in its group", me);
+    return PIPIT_STATUS_OK;
+}
+
+/* acc (+)= src over n elements: the first source is copied, the next ones
+ * added, so the sum is ((x0 + x1) + x2) ... in the order of the calls. */
+static void add_into(pipit_dtype dtype, void *acc, const void *src, int64_t n, int first) {
+    if (first) {
+        memcpy(acc, src, (size_t)n * pipit__dtype_size(dtype));
+    } else if (dtype == PIPIT_F64) {
+        double *a = acc;
+        const double *b = src;
+        for (int64_t i = 0; i < n; i++) a[i] += b[i];
+    } else {
+        float *a = acc;
+        const float *b = src;
+        for (int64_t i = 0; i < n; i++) a[i] += b[i];
+    }
+}
+
+/* Member `mine` owns chunk `mine`: everyone's copy of it, added in rank
+ * order into acc, then written back into data. */
+static pipit_status reduce_my_chunk(pipit__transport *t, const int *group, int n, int mine, int32_t id,
+                                    pipit_dtype dtype, unsigned char *chunk, int64_t len) {
+    size_t bytes = (size_t)len * pipit__dtype_size(dtype);
+    unsigned char *acc = pipit__malloc(2 * bytes), *in = acc + bytes;
+    if (!acc) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: all-reduce: out of memory (%zu bytes)", group[mine], 2 * bytes);
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int j = 0; j < n && !s; j++) {
+        const unsigned char *src = chunk;
+        if (j != mine) {
+            s = t->vt->recv(t, group[mine], group[j], pipit__tag(PIPIT_TAG_COLL, id, mine), in, bytes);
+            src = in;
+        }
+        if (!s) add_into(dtype, acc, src, len, j == 0);
+    }
+    if (!s) memcpy(chunk, acc, bytes);
+    pipit__free(acc);
+    return s;
+}
+
+pipit_status pipit__transport_allreduce(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                        pipit_dtype dtype, void *data, int64_t count) {
+    int mine = 0;
+    pipit_status s = check_group(me, group, n, dtype, count, &mine);
+    if (s || n == 1) return s;
+    size_t es = pipit__dtype_size(dtype);
+    unsigned char *base = data;
+    int64_t lo[PIPIT_MAX_COLL] = {0}, hi[PIPIT_MAX_COLL] = {0};
+    for (int k = 0; k < n; k++) pipit__range(count, k, n, &lo[k], &hi[k]);
+#define CHUNK(k) (base + (size_t)lo[k] * es), ((size_t)(hi[k] - lo[k]) * es)
+    /* reduce-scatter: chunk k to its owner, zero-copy */
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine && hi[k] > lo[k]) s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, k), CHUNK(k));
+    if (!s && hi[mine] > lo[mine]) s = reduce_my_chunk(t, group, n, mine, id, dtype, base + (size_t)lo[mine] * es, hi[mine] - lo[mine]);
+    /* all-gather: my sum to everyone; theirs into place, each chunk once my
+     * send of it is complete (its owner received it before sending its sum,
+     * so the fence waits for nobody) */
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine && hi[mine] > lo[mine])
+            s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, n + mine), CHUNK(mine));
+    for (int k = 0; k < n && !s; k++) {
+        if (k == mine || hi[k] <= lo[k]) continue;
+        s = t->vt->fence(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, k));
+        if (!s) s = t->vt->recv(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, n + k), CHUNK(k));
+    }
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine && hi[mine] > lo[mine]) s = t->vt->fence(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, n + mine));
+#undef CHUNK
+    return s;
+}

@@ -3,21 +3,32 @@
  * does not care whether ranks are threads of one process (local) or MPI
  * processes (mpi). World rank w = d * P + p runs pipeline rank p of
  * replica d. Tags name what a message carries (pipit__tag: a kind and two
- * indices, e.g. (value, microbatch)), so messages never mix; sends never
- * block (the data is copied or handed to the network before send returns,
- * so the caller may reuse its buffer at once); receives block until the
- * message arrives, some rank aborts, or the timeout passes.
+ * indices, e.g. (value, microbatch)), so messages never mix.
+ *
+ * Two sends. `send` copies (the caller may reuse its buffer at once): for
+ * small host messages (norms, losses). `isend` is zero-copy: the transport
+ * reads the caller's buffer (an arena slot, a gradient shard) until the
+ * caller's `fence` for the same (src, dst, tag) returns, and the caller
+ * writes nothing there before. The compiler places each fence where the
+ * plan proves the receive has already happened, so a fence waits for no
+ * peer's progress (docs/architecture.md, "Zero-copy sends"). Receives
+ * block until the message arrives, some rank aborts, or the timeout passes.
  *
  * Device memory: a message whose tag kind carries backend memory
  * (pipit__tag_on_device: values, accumulated sums, data-parallel shards)
- * may live on a GPU. Both transports keep a host copy of every message
- * (local: the message itself; mpi: the send and receive buffers), so they
- * move those bytes with the to_host / from_host hooks the runtime sets from
- * its backend (download / upload: synchronous on the calling rank's
- * stream), and with memcpy when the hooks are NULL (the cpu backend).
- * NCCL plugs in here later: a third transport whose send / recv take
- * device buffers directly on the rank's stream, ordered by the global
- * send/recv order of the schedule (docs/cuda.md); the hooks stay unused.
+ * may live on a GPU. Both transports then keep a host copy of it (an isend
+ * of device memory copies like a send; its fence returns at once), moved
+ * with the to_host / from_host hooks the runtime sets from its backend
+ * (download / upload: synchronous on the calling rank's stream), and with
+ * memcpy when the hooks are NULL (the cpu backend: zero-copy). NCCL plugs
+ * in here later: a third transport whose isend / recv take device buffers
+ * directly on the rank's stream, ordered by the global send/recv order of
+ * the schedule (docs/cuda.md); the hooks stay unused.
+ *
+ * PIPIT_DEBUG_SENDS=1 (both transports): every isend carries a checksum of
+ * its bytes taken when it was issued, and the receiver checks what it got
+ * against it, so a sender that wrote its buffer before the send completed
+ * is reported ("changed in flight") instead of silently corrupting a step.
  */
 #ifndef PIPIT_TRANSPORT_H
 #define PIPIT_TRANSPORT_H
@@ -30,10 +41,22 @@
 
 typedef struct pipit__transport pipit__transport;
 
+#define PIPIT_HOST_MAX 64 /* bytes of a host name as the transports keep it */
+#define PIPIT_MAX_COLL 64 /* members of an in-stage all-reduce group */
+
 typedef struct {
-    /* Queues n bytes from world rank src (a rank of this process) for world
-     * rank dst; returns at once. */
+    /* Copies n bytes from world rank src (a rank of this process) for world
+     * rank dst; returns at once, the caller may reuse data. */
     pipit_status (*send)(pipit__transport *t, int src, int dst, uint64_t tag, const void *data, size_t n);
+    /* Zero-copy: hands data itself to the transport for dst and returns at
+     * once; the transport reads it until fence(t, src, dst, tag) returns.
+     * Every isend that returned OK takes exactly one fence (reset and free
+     * drop the ones a failed step left behind). */
+    pipit_status (*isend)(pipit__transport *t, int src, int dst, uint64_t tag, const void *data, size_t n);
+    /* Waits until the isend (src -> dst, tag) is complete: its buffer is the
+     * caller's again. RUNTIME on an abort or once the timeout passes; an
+     * isend that is not outstanding is PIPIT_STATUS_INTERNAL. */
+    pipit_status (*fence)(pipit__transport *t, int src, int dst, uint64_t tag);
     /* Waits at world rank dst (of this process) for (src, tag) and copies it
      * into data (n bytes: a size mismatch is PIPIT_STATUS_RUNTIME). Returns
      * PIPIT_STATUS_RUNTIME with the failing rank's message if any rank
@@ -60,6 +83,8 @@ struct pipit__transport {
     const pipit__transport_i *vt;
     pipit__xfer_fn to_host;   /* device -> host (the backend's download); NULL: memcpy */
     pipit__xfer_fn from_host; /* host -> device (the backend's upload); NULL: memcpy */
+    int debug_sends;          /* PIPIT_DEBUG_SENDS=1: isends carry a checksum the receiver checks */
+    char (*hosts)[PIPIT_HOST_MAX]; /* [W] the host each world rank runs on (pipit__host_label) */
 };
 
 /* One process, W world ranks as threads, one mailbox per destination rank. */
@@ -76,6 +101,29 @@ pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t n
  * environment variable PIPIT_TIMEOUT (seconds, > 0), else 300. */
 double pipit__transport_timeout(void);
 
+/* This host as messages name it: its name and its first IPv4 address that
+ * is up and not loopback, "node7 (10.0.0.7)" (emulated hosts share a name). */
+void pipit__host_label(char *out, size_t n);
+
+/* Whether PIPIT_DEBUG_SENDS=1 (checksummed isends, poisoned send slots). */
+int pipit__debug_sends(void);
+
+/* FNV-1a of n bytes: the checksum of PIPIT_DEBUG_SENDS. */
+uint64_t pipit__checksum(const void *data, size_t n);
+
+/* The in-stage collective (tensor parallelism, docs/architecture.md
+ * "Collectives"): every member of `group` (n world ranks, ascending, me
+ * among them) calls it with `count` elements of dtype at data (host
+ * memory); on return each holds the element-wise sum taken in rank order
+ * ((x[g0] + x[g1]) + x[g2]) ..., so the bits depend neither on arrival order
+ * nor on the transport. Built on isend / recv / fence: the elements are cut
+ * into n chunks, member k adds everyone's chunk k in rank order and sends
+ * the sum back (reduce-scatter + all-gather: 2 (n-1)/n of the bytes per
+ * member, as a ring). `id` tells concurrent collectives apart: messages
+ * carry pipit__tag(PIPIT_TAG_COLL, id, 0 .. 2n-1). F32 and F64 only. */
+pipit_status pipit__transport_allreduce(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                        pipit_dtype dtype, void *data, int64_t count);
+
 /* What a message carries. */
 typedef enum {
     PIPIT_TAG_VALUE = 0,  /* a loop value: (node, microbatch) */
@@ -85,7 +133,8 @@ typedef enum {
     PIPIT_TAG_DP_REDUCE,  /* data parallel: a gradient shard to its owner: (param, shard) */
     PIPIT_TAG_DP_GRAD,    /* data parallel: a summed gradient shard: (param, shard) */
     PIPIT_TAG_DP_PARAM,   /* ZeRO-1: an updated parameter shard: (param, shard) */
-    PIPIT_TAG_DP_SUMSQ    /* ZeRO-1: a shard's sum-of-squares partials: (param, shard) */
+    PIPIT_TAG_DP_SUMSQ,   /* ZeRO-1: a shard's sum-of-squares partials: (param, shard) */
+    PIPIT_TAG_COLL        /* an in-stage all-reduce: (collective id, chunk k: to owner k; n + k: from it) */
 } pipit__tag_kind;
 
 /* kind in the top 4 bits, a in the next 28, b in the low 32. */

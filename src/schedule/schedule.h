@@ -38,6 +38,8 @@ typedef struct {
     const double *f, *b, *w;   /* [S] each, or NULL */
     const double *act_bytes;   /* [S] or NULL */
     double comm;               /* latency added to each cross-rank edge (0 default) */
+    double xfer;               /* seconds a cross-rank message occupies its link (one at a time per
+                                  directed link, in the order sent; 0 default) */
     /* [S] or NULL: for split schedules, the signed change of bytes (s, m)
      * holds when its B finishes (gradients W still needs, minus what only
      * B needed); released with the activations when W finishes. */

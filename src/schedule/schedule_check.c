@@ -4,6 +4,10 @@
  * executes the rank lists in order (non-blocking sends, blocking receives)
  * and, if that stalls, names the cycle of waiting tasks. The simulator runs
  * the same walk with per-task costs to get the timeline, bubble and memory.
+ * A cross-rank message leaves when its task ends and its link is free: the
+ * messages of one directed link go one at a time, xfer seconds each, and
+ * arrive comm seconds later. The walk takes each rank's tasks in list order,
+ * so a link's messages (all from its sending rank) are issued in time order.
  */
 #include "schedule/schedule.h"
 
@@ -21,6 +25,8 @@ typedef struct {
     task_loc *loc[4];    /* [kind][stage * M + mb], rank = -1 if absent */
     unsigned char *done[4];
     double *fin[4];      /* finish time per task (simulation only) */
+    double *arr[4];      /* when its output reaches the consumer's rank (simulation only) */
+    double *link_free;   /* [P * P] when link a -> b has sent its last message (simulation only) */
     int *pos;            /* [P] next task to run on each rank */
 } walk_ctx;
 
@@ -44,7 +50,9 @@ static void ctx_free(walk_ctx *c) {
         pipit__free(c->loc[k]);
         pipit__free(c->done[k]);
         pipit__free(c->fin[k]);
+        pipit__free(c->arr[k]);
     }
+    pipit__free(c->link_free);
     pipit__free(c->pos);
 }
 
@@ -53,11 +61,13 @@ static pipit_status ctx_init(walk_ctx *c, const pipit_schedule *s, int with_time
     c->s = s;
     c->slots = (size_t)s->S * (size_t)s->M;
     int ok = (c->pos = pipit__calloc((size_t)s->P, sizeof *c->pos)) != NULL;
+    if (ok && with_times) ok = (c->link_free = pipit__calloc((size_t)s->P * (size_t)s->P, sizeof(double))) != NULL;
     for (int k = 0; k < 4 && ok; k++) {
         c->loc[k] = pipit__malloc(c->slots * sizeof(task_loc));
         c->done[k] = pipit__calloc(c->slots, 1);
         c->fin[k] = with_times ? pipit__calloc(c->slots, sizeof(double)) : NULL;
-        ok = c->loc[k] && c->done[k] && (!with_times || c->fin[k]);
+        c->arr[k] = with_times ? pipit__calloc(c->slots, sizeof(double)) : NULL;
+        ok = c->loc[k] && c->done[k] && (!with_times || (c->fin[k] && c->arr[k]));
         for (size_t i = 0; ok && i < c->slots; i++) c->loc[k][i].rank = -1;
     }
     if (ok) return PIPIT_STATUS_OK;
@@ -213,17 +223,30 @@ static int first_unmet(const walk_ctx *c, pipit_task t, pipit_task *dep) {
 }
 
 /* Start time of a ready task: its rank is free and every input has arrived
- * (a cross-rank input pays the communication latency). */
-static double ready_time(const walk_ctx *c, int r, pipit_task t, double rank_free, double comm) {
+ * (a cross-rank input when its message has, see send_output). */
+static double ready_time(const walk_ctx *c, int r, pipit_task t, double rank_free) {
     pipit_task d[2];
     int n = task_deps(c, t, d);
     double start = rank_free;
     for (int i = 0; i < n; i++) {
         size_t k = slot(c, d[i].stage, d[i].mb);
-        double arrive = c->fin[d[i].kind][k] + (c->loc[d[i].kind][k].rank != r ? comm : 0.0);
-        start = PIPIT_MAX(start, arrive);
+        start = PIPIT_MAX(start, c->loc[d[i].kind][k].rank != r ? c->arr[d[i].kind][k] : c->fin[d[i].kind][k]);
     }
     return start;
+}
+
+/* Task t of rank r ended: its output (F: to the next stage; B, BW: the
+ * input gradient to the previous one) leaves on its link, after the
+ * messages before it on that link. */
+static void send_output(walk_ctx *c, int r, pipit_task t, const pipit__sim_costs *costs) {
+    const pipit_schedule *s = c->s;
+    int to = t.kind == PIPIT_TASK_F ? t.stage + 1 : t.kind == PIPIT_TASK_W ? -1 : t.stage - 1;
+    if (to < 0 || to >= s->S || s->stage_rank[to] == r) return;
+    size_t k = slot(c, t.stage, t.mb);
+    double *link = &c->link_free[(size_t)r * (size_t)s->P + (size_t)s->stage_rank[to]];
+    double leave = PIPIT_MAX(c->fin[t.kind][k], *link);
+    *link = leave + (costs ? costs->xfer : 0.0);
+    c->arr[t.kind][k] = *link + (costs ? costs->comm : 0.0);
 }
 
 /* Runs the next task of rank r if its inputs are ready (with res != NULL
@@ -237,9 +260,10 @@ static int run_next(walk_ctx *c, int r, const pipit__sim_costs *costs, pipit__si
     c->pos[r]++;
     if (res) {
         double free_at = i ? res->end[r][i - 1] : 0.0;
-        res->start[r][i] = ready_time(c, r, t, free_at, costs ? costs->comm : 0.0);
+        res->start[r][i] = ready_time(c, r, t, free_at);
         res->end[r][i] = res->start[r][i] + pipit__task_cost(costs, t);
         c->fin[t.kind][k] = res->end[r][i];
+        send_output(c, r, t, costs);
     }
     return 1;
 }
@@ -416,6 +440,9 @@ static pipit_status check_costs(const pipit__sim_costs *c, int S) {
     if (!isfinite(c->comm) || c->comm < 0)
         return pipit__err(PIPIT_STATUS_INVALID,
                           "simulator comm latency %g must be finite and >= 0", c->comm);
+    if (!isfinite(c->xfer) || c->xfer < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "simulator message transfer time %g must be finite and >= 0",
+                          c->xfer);
     return PIPIT_STATUS_OK;
 }
 

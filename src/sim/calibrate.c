@@ -14,6 +14,7 @@
 
 #include "sim/sim.h"
 #include "util/common.h"
+#include "util/fileio.h"
 
 typedef struct {
     pipit_sim_config cfg;
@@ -50,11 +51,16 @@ static int read_model(const cJSON *root, profile *p) {
     return 1;
 }
 
-/* Adds one rank's op seconds into the measured classes. */
-static void add_rank(const cJSON *rank, profile *p) {
+/* A measured time: a finite number of seconds >= 0. */
+static int seconds(const cJSON *v) { return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble >= 0; }
+
+/* Adds one rank's op seconds into the measured classes; 0 and the key at
+ * *why for a time that is not a time. */
+static int add_rank(const cJSON *rank, profile *p, const char **why) {
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(rank, "ops");
+    if (!cJSON_IsObject(rank) || (ops && !cJSON_IsObject(ops))) return *why = "ranks", 0;
     for (const cJSON *e = ops ? ops->child : NULL; e; e = e->next) {
-        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0)) continue;
+        if (!seconds(e)) return *why = e->string, 0;
         double s = e->valuedouble;
         if (strcmp(e->string, "matmul") == 0) p->t_matmul += s;
         else if (strcmp(e->string, "attention") == 0 || strcmp(e->string, "attn_dqkv") == 0) p->t_attn += s;
@@ -62,24 +68,38 @@ static void add_rank(const cJSON *rank, profile *p) {
     }
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(rank, "instructions");
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(ins, "optimizer update");
-    if (cJSON_IsNumber(opt) && opt->valuedouble >= 0) p->t_opt += opt->valuedouble;
+    if (opt && !seconds(opt)) return *why = "optimizer update", 0;
+    if (opt) p->t_opt += opt->valuedouble;
+    return 1;
 }
 
 static pipit_status parse_profile(const char *path, const char *text, profile *p) {
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* 1: nothing may follow the object */
     pipit_status st = PIPIT_STATUS_OK;
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(root, "steps");
     const cJSON *step_s = cJSON_GetObjectItemCaseSensitive(root, "step_s");
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "profile");
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(prof, "ranks");
-    if (!cJSON_IsObject(root)) st = bad(path, "not a JSON object");
+    char dup[256], msg[320];
+    const char *why = NULL;
+    if (!cJSON_IsObject(root)) st = bad(path, "not a JSON object (or text follows it)");
+    else if (pipit__json_dup_key(root, dup, sizeof dup))
+        st = (snprintf(msg, sizeof msg, "key \"%s\" appears twice (which one was meant?)", dup), bad(path, msg));
     else if (!read_model(root, p)) st = bad(path, "\"model\" lacks layers, dim, heads, ctx, vocab, micro_batch or microbatches");
-    else if (!cJSON_IsNumber(steps) || steps->valuedouble < 1) st = bad(path, "\"steps\" must be >= 1");
+    else if (!cJSON_IsNumber(steps) || !(steps->valuedouble >= 1 && steps->valuedouble <= 9007199254740992.0) ||
+             steps->valuedouble != floor(steps->valuedouble))
+        st = bad(path, "\"steps\" must be a whole number in 1 .. 2^53"); /* before any conversion to an integer */
+    else if (step_s && !seconds(step_s)) st = bad(path, "\"step_s\" must be a finite number of seconds >= 0");
     else if (!cJSON_IsArray(ranks) || cJSON_GetArraySize(ranks) < 1) st = bad(path, "\"profile\" has no \"ranks\"");
     if (!st) {
         p->steps = (int64_t)steps->valuedouble;
-        p->step_s = cJSON_IsNumber(step_s) ? step_s->valuedouble : 0;
-        for (const cJSON *r = ranks->child; r; r = r->next) add_rank(r, p);
+        p->step_s = step_s ? step_s->valuedouble : 0;
+        for (const cJSON *r = ranks->child; r && !st; r = r->next)
+            if (!add_rank(r, p, &why))
+                st = (snprintf(msg, sizeof msg, "\"%s\" in \"profile.ranks\" is not a finite number of seconds >= 0",
+                               why), bad(path, msg));
+    }
+    if (!st) {
         double n = (double)p->steps;
         p->t_matmul /= n, p->t_attn /= n, p->t_elem /= n, p->t_opt /= n;
         if (!(p->t_matmul > 0) || !(p->t_elem > 0)) st = bad(path, "no time in matmul or in elementwise ops");
@@ -166,6 +186,13 @@ static pipit_status fit(const char *path, const profile *p, pipit_hw **out) {
     pipit_hw *hw = pipit__calloc(1, sizeof *hw);
     if (!hw) return pipit__err(PIPIT_STATUS_NOMEM, "calibrate: out of memory");
     fill_hw(hw, p, f_mm / p->t_matmul, dim_mm, r_attn, dim_attn, bytes / p->t_elem);
+    double rates[] = {hw->peak[HW_FP32], hw->mem_bw, hw->curve_eff[0]};
+    for (int i = 0; i < 3; i++)
+        if (!(rates[i] > 0) || !isfinite(rates[i])) { /* a description the cost model cannot use: say so here */
+            pipit_hw_free(hw);
+            return bad(path, "its times give no usable rate (a GEMM rate or a bandwidth of 0 or infinity): are the "
+                             "times in seconds, and of this model?");
+        }
     hw->about = about_text(path, p);
     hw->sources_json = pipit__strdup(
         "[\"measured: matmul seconds over the cost model's GEMM FLOPs (outside attention) give the peak at the "
@@ -184,7 +211,7 @@ pipit_status pipit_hw_calibrate(const char *profile_path, pipit_hw **out) {
     *out = NULL;
     unsigned long gen0 = pipit__err_gen();
     char *text = NULL;
-    pipit_status st = pipit__sim_read_text(profile_path, "profile", &text);
+    pipit_status st = pipit__read_text(profile_path, "profile", &text);
     profile p = {0};
     if (!st) st = parse_profile(profile_path, text, &p);
     pipit__free(text);

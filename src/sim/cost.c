@@ -123,6 +123,9 @@ static pipit_status check_config(const pipit_sim_config *c, const pipit_hw *hw, 
         return pipit__err(PIPIT_STATUS_INVALID, "heads %d is not divisible by tp %d (each TP rank holds whole heads)",
                           c->heads, c->tp);
     double fh = (c->ffn_mult > 0 ? c->ffn_mult : 4.0) * c->hidden;
+    if (!(fh <= 2147483647.0)) /* a width like the others: beyond it the FLOP counts leave double's range */
+        return pipit__err(PIPIT_STATUS_INVALID, "the MLP width %g (ffn multiplier %g x hidden %d) must be at most 2^31-1",
+                          fh, c->ffn_mult, c->hidden);
     if (fmod(fh, c->tp) != 0 || fh != floor(fh))
         return pipit__err(PIPIT_STATUS_INVALID, "the MLP width %g (ffn multiplier x hidden) is not a whole multiple of tp %d",
                           fh, c->tp);

@@ -12,6 +12,7 @@
 
 #include "sim/sim.h"
 #include "util/common.h"
+#include "util/fileio.h"
 
 /* generated from the JSON files of data/hw (CMakeLists.txt) */
 extern const int pipit__hw_builtin_n;
@@ -66,6 +67,24 @@ double pipit_hw_peak_flops(const pipit_hw *hw, const char *dtype) {
 }
 
 /* ---------------------------------------------------------------- parse */
+
+const char *pipit__json_dup_key(const cJSON *o, char *buf, size_t n) {
+    if (!cJSON_IsObject(o) && !cJSON_IsArray(o)) return NULL;
+    for (const cJSON *a = o->child; a; a = a->next) {
+        for (const cJSON *b = a->next; cJSON_IsObject(o) && b; b = b->next)
+            if (strcmp(a->string, b->string) == 0) {
+                snprintf(buf, n, "%s", a->string);
+                return buf;
+            }
+        char inner[256];
+        if (pipit__json_dup_key(a, inner, sizeof inner)) {
+            if (a->string) snprintf(buf, n, "%s.%s", a->string, inner);
+            else snprintf(buf, n, "%s", inner);
+            return buf;
+        }
+    }
+    return NULL;
+}
 
 typedef struct {
     const char *what;
@@ -127,9 +146,10 @@ static void parse_curve(parse_ctx *c, const cJSON *root, pipit_hw *hw) {
         const cJSON *p = cJSON_GetArrayItem(a, i);
         const cJSON *x = cJSON_GetArrayItem(p, 0), *y = cJSON_GetArrayItem(p, 1);
         if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) != 2 || !cJSON_IsNumber(x) || !cJSON_IsNumber(y) ||
-            !(x->valuedouble >= 1) || !(y->valuedouble > 0) || !(y->valuedouble <= 1) ||
+            !(x->valuedouble >= 1) || !isfinite(x->valuedouble) || !(y->valuedouble > 0) || !(y->valuedouble <= 1) ||
             (i && !(x->valuedouble > hw->curve_dim[i - 1]))) {
-            bad(c, "gemm_efficiency", "needs [dimension >= 1, 0 < fraction <= 1] pairs with increasing dimensions");
+            bad(c, "gemm_efficiency", "needs [dimension >= 1 (finite), 0 < fraction <= 1] pairs with increasing "
+                                      "dimensions");
             return;
         }
         hw->curve_dim[i] = x->valuedouble;
@@ -180,18 +200,25 @@ static void parse_fields(parse_ctx *c, const cJSON *root, pipit_hw *hw) {
     if (!(hw->mem_bw > 0)) bad(c, "mem_bandwidth", "must be > 0");
     else if (!(hw->mem_eff > 0 && hw->mem_eff <= 1)) bad(c, "mem_efficiency", "must be in (0, 1]");
     else if (!(hw->mem_cap > 0)) bad(c, "mem_capacity", "must be > 0");
-    else if (gpn < 1 || gpn > 1 << 20 || gpn != floor(gpn)) bad(c, "gpus_per_node", "must be a whole number >= 1");
-    hw->gpus_per_node = (int)gpn;
+    else if (gpn < 1 || gpn > 1 << 20 || gpn != floor(gpn))
+        bad(c, "gpus_per_node", "must be a whole number in 1 .. 2^20");
+    else hw->gpus_per_node = (int)gpn; /* in range: the conversion is defined */
 }
 
 pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) {
     if (!json || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_parse: NULL %s", json ? "out" : "text");
     *out = NULL;
     parse_ctx c = {what ? what : "(text)", PIPIT_STATUS_OK};
-    cJSON *root = cJSON_Parse(json);
+    cJSON *root = cJSON_ParseWithOpts(json, NULL, 1); /* 1: nothing may follow the object */
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return pipit__err(PIPIT_STATUS_FORMAT, "hardware file %s: not a JSON object", c.what);
+        return pipit__err(PIPIT_STATUS_FORMAT, "hardware file %s: not a JSON object (or text follows it)", c.what);
+    }
+    char dup[256];
+    if (pipit__json_dup_key(root, dup, sizeof dup)) {
+        cJSON_Delete(root);
+        return pipit__err(PIPIT_STATUS_FORMAT, "hardware file %s: key \"%s\" appears twice (which one was meant?)",
+                          c.what, dup);
     }
     pipit_hw *hw = pipit__calloc(1, sizeof *hw);
     if (!hw) {
@@ -205,39 +232,6 @@ pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) 
         return c.st;
     }
     *out = hw;
-    return PIPIT_STATUS_OK;
-}
-
-pipit_status pipit__sim_read_text(const char *path, const char *what, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pipit__err(PIPIT_STATUS_IO, "cannot open %s '%s': %s", what, path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = pipit__malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        if (cap > (64u << 20)) { /* a hardware description is a few kB */
-            fclose(f);
-            pipit__free(buf);
-            return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s' is larger than 64 MiB", what, path);
-        }
-        char *nb = pipit__realloc(buf, cap * 2);
-        if (!nb) pipit__free(buf);
-        buf = nb, cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "reading %s '%s': out of memory", what, path);
-    if (err) {
-        pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_IO, "reading %s '%s' failed", what, path);
-    }
-    buf[n] = 0;
-    if (strlen(buf) != n) {
-        pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s' holds a NUL byte: not JSON text", what, path);
-    }
-    *out = buf;
     return PIPIT_STATUS_OK;
 }
 
@@ -260,7 +254,7 @@ pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
     }
     fclose(probe);
     char *text = NULL;
-    pipit_status st = pipit__sim_read_text(name_or_path, "hardware file", &text);
+    pipit_status st = pipit__read_text(name_or_path, "hardware file", &text);
     if (!st) st = pipit_hw_parse(text, name_or_path, out);
     pipit__free(text);
     return st;
@@ -314,6 +308,16 @@ pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
     char *text = o ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     if (!text) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_hw_write: out of memory");
+    /* what pipit writes, pipit reads: a description the reader would refuse
+     * (a bandwidth of 0, an infinity printed as null) is not written */
+    pipit_hw *back = NULL;
+    pipit_status st = pipit_hw_parse(text, hw->name, &back);
+    pipit_hw_free(back);
+    if (st) {
+        cJSON_free(text);
+        pipit__err_prefix("pipit_hw_write: refusing to write a description pipit_hw_load would not read");
+        return st == PIPIT_STATUS_NOMEM ? st : PIPIT_STATUS_INVALID;
+    }
     int bad_write = fprintf(f, "%s\n", text) < 0 || ferror(f);
     cJSON_free(text);
     return bad_write ? pipit__err(PIPIT_STATUS_IO, "pipit_hw_write: write failed") : PIPIT_STATUS_OK;

@@ -1,9 +1,11 @@
 /*
  * sim.c — one simulated training step: the per-stage costs of cost.c run
- * through the schedule simulator (pipit_schedule_simulate), then each
- * pipeline rank's data-parallel gradient exchange and optimizer update
- * after its last task, as the runtime orders them (docs/sim.md); memory per
- * rank; and the report as JSON or text.
+ * through the schedule simulator (pipit_schedule_simulate, stage messages
+ * queued on their links), then each pipeline rank's data-parallel gradient
+ * exchange, overlapped with the backward as the runtime overlaps it (each
+ * layer's share leaves as soon as its stage's last backward has made it),
+ * and the optimizer update (docs/sim.md); memory per rank; and the report
+ * as JSON or text.
  */
 #include <math.h>
 #include <string.h>
@@ -19,7 +21,8 @@ typedef struct {
 } sim_link;
 
 typedef struct {
-    double busy, end, peak_bytes, params, static_bytes, act_peak, dp_s, opt_s;
+    double busy, end, peak_bytes, params, static_bytes, act_peak, opt_s;
+    double dp_s, dp_total_s; /* the exchange left after the loop, and all of it */
     int peak_live;
 } rank_row;
 
@@ -63,6 +66,58 @@ static double dp_time(const pipit_sim_config *c, const pipit_hw *hw, double byte
     int intra = (long)c->tp * c->dp <= hw->gpus_per_node;
     return pipit__hw_allreduce_time(bytes, c->dp, intra ? hw->intra_bw : hw->inter_bw,
                                     intra ? hw->intra_lat : hw->inter_lat);
+}
+
+typedef struct {
+    double ready, bytes;
+} dp_chunk;
+
+static int by_ready(const void *a, const void *b) {
+    const dp_chunk *x = a, *y = b;
+    return (x->ready > y->ready) - (x->ready < y->ready);
+}
+
+/* Rank q's data-parallel exchange as the runtime runs it: a stage's
+ * gradients become final over its last backward task (the W, or BW, of the
+ * last microbatch), one layer after another, and each layer's share is
+ * all-reduced on the rank's DP link as soon as it is final, one share at a
+ * time. Returns when the last share is done; *total: the shares' summed
+ * time. */
+static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, const pipit_sim_result *res, int q,
+                          const pipit_hw *hw, double *total) {
+    const pipit_sim_config *c = &r->cfg;
+    int per = PIPIT_MAX(1, c->layers / r->m.S), n = 0;
+    *total = 0;
+    if (c->dp <= 1) return 0;
+    if (c->dp_after_flush) { /* one exchange of all the rank's gradients after its last task */
+        int nt = pipit_schedule_num_tasks(s, q);
+        double t0 = 0, t1 = 0, params = 0;
+        if (nt > 0) pipit_sim_result_task(res, q, nt - 1, &t0, &t1);
+        for (int st = 0; st < r->m.S; st++)
+            if (pipit_schedule_stage_rank(s, st) == q) params += r->m.params[st];
+        *total = dp_time(c, hw, params * r->m.esize);
+        return t1 + *total;
+    }
+    dp_chunk *ch = pipit__malloc(sizeof *ch * (size_t)r->m.S * (size_t)per);
+    if (!ch) return 0; /* out of memory: the exchange counts as hidden, the report says dp 0 */
+    for (int i = 0; i < pipit_schedule_num_tasks(s, q); i++) {
+        pipit_task t;
+        double t0, t1;
+        pipit_schedule_task(s, q, i, &t);
+        if (t.mb != r->m.M - 1 || (t.kind != PIPIT_TASK_W && t.kind != PIPIT_TASK_BW)) continue;
+        pipit_sim_result_task(res, q, i, &t0, &t1);
+        for (int j = 0; j < per; j++)
+            ch[n++] = (dp_chunk){t0 + (t1 - t0) * (j + 1) / per, r->m.params[t.stage] * r->m.esize / per};
+    }
+    qsort(ch, (size_t)n, sizeof *ch, by_ready);
+    double link = 0;
+    for (int j = 0; j < n; j++) {
+        double x = dp_time(c, hw, ch[j].bytes);
+        link = PIPIT_MAX(link, ch[j].ready) + x;
+        *total += x;
+    }
+    pipit__free(ch);
+    return link;
 }
 
 static pipit_status add_link(pipit_sim_report *r, int from, int to, double bytes, long n) {
@@ -113,9 +168,8 @@ static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit
             }
         row->static_bytes = row->params * bytes_per_param(r->m.esize, c->zero1, c->dp);
         row->peak_bytes = row->static_bytes + row->act_peak + work;
-        double grad_bytes = row->params * r->m.esize;
-        row->dp_s = dp_time(c, hw, grad_bytes);
-        r->dp_bytes = PIPIT_MAX(r->dp_bytes, grad_bytes);
+        r->dp_bytes = PIPIT_MAX(r->dp_bytes, row->params * r->m.esize);
+        row->dp_s = PIPIT_MAX(0.0, dp_exchange(r, s, res, q, hw, &row->dp_total_s) - end);
         row->opt_s = optimizer_time(hw, row->params, r->m.esize, c->zero1, c->dp);
     }
 }
@@ -129,7 +183,11 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     for (int q = 0; q < r->m.P; q++) {
         const rank_row *row = &r->ranks[q];
         double done = row->end + row->dp_s + row->opt_s;
-        if (done > u->step_s) u->step_s = done, u->dp_s = row->dp_s, u->optimizer_s = row->opt_s;
+        if (done > u->step_s) {
+            u->step_s = done, u->dp_s = row->dp_s, u->optimizer_s = row->opt_s;
+            u->dp_total_s = row->dp_total_s;
+            u->dp_hidden = row->dp_total_s > 0 ? PIPIT_MAX(0.0, 1.0 - row->dp_s / row->dp_total_s) : 0.0;
+        }
         u->peak_bytes_per_rank = PIPIT_MAX(u->peak_bytes_per_rank, row->peak_bytes);
     }
     u->gpus = c->tp * c->pp * c->dp;
@@ -142,8 +200,8 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     r->mem_capacity = hw->mem_cap;
 }
 
-/* A stage whose neighbour sits on another rank moves its activation (F)
- * or its input gradient (B) there inside the task. */
+/* Megatron's blocking P2P: a stage whose neighbour sits on another rank
+ * moves its activation (F) or its input gradient (B) there inside the task. */
 static void book_transfers(pipit__sim_model *m, const pipit_schedule *s) {
     for (int st = 0; st + 1 < m->S; st++)
         if (pipit_schedule_stage_rank(s, st) != pipit_schedule_stage_rank(s, st + 1)) {
@@ -153,8 +211,11 @@ static void book_transfers(pipit__sim_model *m, const pipit_schedule *s) {
 }
 
 static pipit_status simulate(pipit_sim_report *r, const pipit_schedule *s, const pipit_hw *hw) {
-    book_transfers(&r->m, s);
-    pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm};
+    /* pipit: a stage message occupies its link, not its sender (zero-copy sends) */
+    int blocking = r->cfg.blocking_p2p;
+    if (blocking) book_transfers(&r->m, s);
+    pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm,
+                             .xfer = blocking ? 0 : r->m.p2p_xfer};
     pipit_sim_result *res = NULL;
     pipit_status st = pipit_schedule_simulate(s, &costs, &res);
     if (st) return st;
@@ -204,6 +265,12 @@ pipit_status pipit_sim_run(const pipit_sim_config *cfg, const pipit_hw *hw, pipi
     r->cfg = *cfg;
     r->cfg.dtype = NULL; /* not owned: the dtype is recorded in the model */
     pipit_status st = run(cfg, hw, r);
+    pipit_sim_summary u;
+    if (!st && !pipit_sim_report_summary(r, &u) &&
+        !(isfinite(u.step_s) && u.step_s > 0 && isfinite(u.model_flops) && isfinite(u.peak_bytes_per_rank)))
+        st = pipit__err(PIPIT_STATUS_INVALID, "pipit_sim_run: the model's step time, FLOPs or memory is not a finite "
+                        "number (step %g s, %g FLOPs, %g bytes per rank): sizes beyond what the cost model represents",
+                        u.step_s, u.model_flops, u.peak_bytes_per_rank);
     if (st) {
         pipit_sim_report_free(r);
         return pipit__err_fresh(st, gen0, __func__);
@@ -251,9 +318,10 @@ static void json_ranks(FILE *f, const pipit_sim_report *r) {
         const rank_row *w = &r->ranks[q];
         fprintf(f,
                 "%s{\"rank\":%d,\"busy_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%.9g,\"static_bytes\":%.9g,"
-                "\"activation_bytes\":%.9g,\"peak_live\":%d,\"params\":%.9g,\"dp_s\":%.9g,\"optimizer_s\":%.9g}",
+                "\"activation_bytes\":%.9g,\"peak_live\":%d,\"params\":%.9g,\"dp_s\":%.9g,\"dp_total_s\":%.9g,"
+                "\"optimizer_s\":%.9g}",
                 q ? "," : "", q, w->busy, w->end, w->peak_bytes, w->static_bytes, w->act_peak, w->peak_live,
-                w->params, w->dp_s, w->opt_s);
+                w->params, w->dp_s, w->dp_total_s, w->opt_s);
     }
     fprintf(f, "]");
 }
@@ -282,12 +350,13 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
     fprintf(f,
             "\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,\"mfu\":%.6g,\"hfu\":%.6g,\"bubble\":%.6g,"
             "\"peak_bytes_per_rank\":%.9g,\"mem_capacity\":%.9g,\"fits\":%s,\"model_flops\":%.9g,\"pipeline_s\":%.9g,"
-            "\"dp_s\":%.9g,\"optimizer_s\":%.9g,\"tp_allreduce_s_per_microbatch\":%.9g,"
+            "\"dp_s\":%.9g,\"dp_total_s\":%.9g,\"dp_hidden\":%.6g,\"optimizer_s\":%.9g,"
+            "\"tp_allreduce_s_per_microbatch\":%.9g,"
             "\"tp_allreduce_bytes_per_gpu\":%.9g,\"dp_allreduce_bytes_per_gpu\":%.9g,\"p2p_message_bytes\":%.9g,"
             "\"p2p_s\":%.9g,\"p2p_latency_s\":%.9g,\"p2p_inter_node\":%s,",
             u->step_s, u->tflops_per_gpu, u->mfu, u->hfu, u->bubble, u->peak_bytes_per_rank, r->mem_capacity,
             u->peak_bytes_per_rank <= r->mem_capacity ? "true" : "false", u->model_flops, u->pipeline_s, u->dp_s,
-            u->optimizer_s, u->tp_s_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
+            u->dp_total_s, u->dp_hidden, u->optimizer_s, u->tp_s_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
             r->m.comm, r->m.p2p_inter ? "true" : "false");
     json_stages(f, r);
     fputc(',', f);
@@ -323,6 +392,9 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
             (long long)c->global_batch);
     fprintf(f, "step    %.4f s  (pipeline %.4f s, bubble %.1f%%; then DP exchange %.4f s, optimizer %.4f s)\n",
             u->step_s, u->pipeline_s, 100 * u->bubble, u->dp_s, u->optimizer_s);
+    if (u->dp_total_s > 0)
+        fprintf(f, "dp      exchange %.4f s in all, %.1f%% of it hidden behind the backward\n", u->dp_total_s,
+                100 * u->dp_hidden);
     int giga = u->tflops_per_gpu < 1; /* a CPU */
     fprintf(f, "speed   %.1f %s per GPU (Megatron's count), MFU %.1f%%, HFU %.1f%%\n",
             giga ? 1e3 * u->tflops_per_gpu : u->tflops_per_gpu, giga ? "GFLOP/s" : "TFLOP/s", 100 * u->mfu, 100 * u->hfu);

@@ -26,9 +26,11 @@ struct pipit_hw {
     double kernel_overhead;      /* seconds added per kernel launch */
 };
 
-/* The whole of a text file (NUL-terminated; free with pipit__free); `what`
- * names it in messages ("hardware file"). */
-pipit_status pipit__sim_read_text(const char *path, const char *what, char **out);
+/* The first key that appears twice in one object of a JSON document
+ * (cJSON keeps both and finds the first: the second would be silently
+ * ignored), as a path "a.b" into buf; NULL when every key is unique. */
+struct cJSON;
+const char *pipit__json_dup_key(const struct cJSON *root, char *buf, size_t n);
 /* "fp32" -> HW_FP32, ...; -1 if unknown. */
 int pipit__hw_dtype(const char *name);
 const char *pipit__hw_dtype_name(int d);

@@ -367,12 +367,24 @@ void FN(max_dx)(T *dx, const T *x, const T *d, int64_t outer, int64_t n, int64_t
     }
 }
 
-/* y [C] = exp(x - max(x)); returns sum(y) (8 lanes, in double) and the max. */
+/* y [C] = exp(x - max(x)); returns sum(y) and the max. The sum is formed
+ * in the same pass, in double, in sum_d's 8 lanes and order. */
 static double LOC(exp_shifted)(T *restrict y, const T *restrict x, int64_t C, T *max) {
     T m = LOC(maxv)(x, C);
-    for (int64_t j = 0; j < C; j++) y[j] = EXP(x[j] - m);
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= C; i += 8)
+        for (int j = 0; j < 8; j++) {
+            y[i + j] = EXP(x[i + j] - m);
+            acc[j] += (double)y[i + j];
+        }
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < C; i++) {
+        y[i] = EXP(x[i] - m);
+        s += (double)y[i];
+    }
     *max = m;
-    return LOC(sum_d)(y, C);
+    return s;
 }
 
 /* y [rows, C] = softmax of each row of x: exp(x - max) / sum, the sum in
@@ -611,13 +623,22 @@ void FN(rmsnorm_dx)(T *dx, const T *x, const T *w, const T *dout, int64_t rows, 
     pipit__range(rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const T *xr = x + r * C, *dr = dout + r * C;
-        T *o = dx + r * C, rs = LOC(rms_rstd)(xr, C, eps);
-        double a[8] = {0};
+        T *o = dx + r * C;
+        /* one pass for both sums: x.x (as rms_rstd forms it) and g.x */
+        double a[8] = {0}, q[8] = {0};
         int64_t c = 0;
         for (; c + 8 <= C; c += 8)
-            for (int j = 0; j < 8; j++) a[j] += (double)(dr[c + j] * w[c + j]) * (double)xr[c + j];
+            for (int j = 0; j < 8; j++) {
+                q[j] += (double)xr[c + j] * (double)xr[c + j];
+                a[j] += (double)(dr[c + j] * w[c + j]) * (double)xr[c + j];
+            }
         double sgx = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-        for (; c < C; c++) sgx += (double)(dr[c] * w[c]) * (double)xr[c];
+        double ss = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+        for (; c < C; c++) {
+            ss += (double)xr[c] * (double)xr[c];
+            sgx += (double)(dr[c] * w[c]) * (double)xr[c];
+        }
+        T rs = (T)(1.0 / sqrt(ss / (double)C + eps));
         T k = (T)((double)rs * (double)rs * sgx / (double)C);
         for (c = 0; c < C; c++) o[c] = rs * (dr[c] * w[c] - xr[c] * k);
     }
@@ -666,9 +687,10 @@ void FN(rope)(T *out, const T *x, int64_t B, int64_t Tn, int64_t H, int64_t D, i
         for (int64_t t = lo; t < hi; t++) {
             T pos = (T)(pos0 + t);
             for (int64_t i = 0; i < w; i++) {
-                T a = pos * f[i];
-                cs[i] = (T)cos((double)a);
-                sn[i] = inverse ? -(T)sin((double)a) : (T)sin((double)a);
+                double c, sd;
+                sincos((double)(pos * f[i]), &sd, &c); /* of the angle in T, rounded to T */
+                cs[i] = (T)c;
+                sn[i] = inverse ? -(T)sd : (T)sd;
             }
             for (int64_t b = 0; b < B; b++)
                 for (int64_t h = 0; h < H; h++) {
@@ -851,6 +873,15 @@ static void LOC(softmax_block)(T *P, const pipit__attn_dims *a) {
     }
 }
 
+/* k blocks of [Tq,Tk] scratch, or NULL (then the streaming kernels run)
+ * when it cannot be had, its size overflowing included. */
+static T *LOC(att_scratch)(const pipit__attn_dims *a, size_t k) {
+    size_t n;
+    if (__builtin_mul_overflow((size_t)a->Tq, (size_t)a->Tk, &n) || __builtin_mul_overflow(n, k * sizeof(T), &n))
+        return NULL;
+    return malloc(n);
+}
+
 /* P = scale * q_h k_g^T, softmaxed: [Tq,Tk] */
 static void LOC(att_probs)(T *P, const T *qh, const T *kg, const pipit__attn_dims *a) {
     BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)a->Tq, (blasint)a->Tk, (blasint)a->D, (T)a->scale,
@@ -859,7 +890,7 @@ static void LOC(att_probs)(T *P, const T *qh, const T *kg, const pipit__attn_dim
 }
 
 void FN(attn_fwd)(T *out, const T *q, const T *k, const T *v, const pipit__attn_dims *a, int ith, int nth) {
-    T *P = malloc(sizeof(T) * (size_t)(a->Tq * a->Tk));
+    T *P = LOC(att_scratch)(a, 1);
     if (!P) {
         FN(attn_fwd_stream)(out, q, k, v, a, ith, nth);
         return;
@@ -878,7 +909,7 @@ void FN(attn_fwd)(T *out, const T *q, const T *k, const T *v, const pipit__attn_
 
 void FN(attn_bwd)(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dout,
                   const pipit__attn_dims *a, int ith, int nth) {
-    T *P = malloc(sizeof(T) * (size_t)(2 * a->Tq * a->Tk));
+    T *P = LOC(att_scratch)(a, 2);
     if (!P) {
         FN(attn_bwd_stream)(dq, dk, dv, q, k, v, dout, a, ith, nth);
         return;

@@ -272,7 +272,8 @@ static void cpu_MAX_DX(const pipit__kctx *k, int ith, int nth) {
 }
 
 /* Around the axis every tensor is [outer, axis * inner]: slices, padding
- * and concatenation copy column ranges of those rows. */
+ * and concatenation copy column ranges of those rows. i32 (token ids)
+ * takes the f32 kernels: they only move 4-byte elements. */
 static void cpu_SLICE(const pipit__kctx *k, int ith, int nth) {
     int64_t outer, n, inner, len = k->node->iattr[2];
     pipit__axis_split(KIN(0), (int)k->node->iattr[0], &outer, &n, &inner);

@@ -1,0 +1,143 @@
+/*
+ * test_admission.c — memory admission (docs/refuses.md): pipit_compile
+ * refuses a program that needs more memory than the process may use, with
+ * NOMEM and a message naming the need, the limit and the largest
+ * consumers, before anything large is allocated: under a caller's limit
+ * (options.mem_limit), under RLIMIT_AS (in a child process), and for a
+ * step of 2^24 microbatches before its instruction lists exist. A program
+ * that fits is not refused; no_mem_check skips the check.
+ */
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runtime/program.h"
+#include "test.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ADMIT_SANITIZER 1 /* their shadow memory needs terabytes of address space */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ADMIT_SANITIZER 1
+#endif
+#endif
+
+/* loss = sum(gelu(w * x)) over a param of n floats (4n bytes; 16n with
+ * its gradient and AdamW moments) and an input of n floats: activations of
+ * a few times 4n bytes, which only the plan knows. */
+static pipit_val wide(pipit_graph *g, int64_t n) {
+    pipit_val x = pipit_input(g, "x", PIPIT_F32, 1, (int64_t[]){n});
+    pipit_val w = pipit_param(g, "w", PIPIT_F32, 1, (int64_t[]){n});
+    return pipit_sum(g, pipit_gelu(g, pipit_mul(g, x, w)));
+}
+
+PIPIT_TEST(admission_caller_limit) {
+    const int64_t n = 1 << 22; /* 16 MiB of params, 64 MiB with gradient and moments */
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = wide(g, n);
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.mem_limit = 32e6}, &p), PIPIT_STATUS_NOMEM);
+    ASSERT_TRUE(p == NULL);
+    ASSERT_MSG_HAS("pipit_compile: this program needs ");
+    ASSERT_MSG_HAS("but 30.5 MiB is available, the limit being the limit set by the caller (30.5 MiB)");
+    ASSERT_MSG_HAS("parameters with their gradients and optimizer moments (at least) 64.0 MiB");
+    ASSERT_MSG_HAS("options.zero1");
+    ASSERT_MSG_HAS("options.no_mem_check = 1 skips this check");
+    /* the graph's bound is 80 MiB with the feeds; after planning the
+     * activations count too: refused by a limit between the two */
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.mem_limit = 100e6}, &p), PIPIT_STATUS_NOMEM);
+    ASSERT_MSG_HAS("optimizer moments 32.0 MiB");
+    ASSERT_MSG_HAS("activation arenas");
+    ASSERT_TRUE(!strstr(pipit_errmsg(), "(at least)"));
+    /* fits: compiled and runs; skipping the check: compiled too */
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.mem_limit = 200e6}, &p));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    g = pipit_graph_new();
+    loss = wide(g, n);
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.mem_limit = 1, .no_mem_check = 1}, &p));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+PIPIT_TEST(admission_options_checked) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = wide(g, 4);
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.mem_limit = -1}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.mem_limit must be a finite number of bytes >= 0");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.mem_limit = NAN}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.mem_limit");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.no_mem_check = 2}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.no_mem_check must be 0 (check) or 1");
+    const char *which = NULL;
+    double avail = pipit_mem_available(&which);
+    ASSERT_TRUE(avail > 0);
+    ASSERT_TRUE(which && *which);
+    pipit_graph_free(g);
+}
+
+PIPIT_TEST(admission_before_planning) {
+    /* 2^24 microbatches of a small model: its instruction lists alone would
+     * take gigabytes; refused from the graph, before lowering, at once */
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = wide(g, 64);
+    for (int i = 0; i < 8; i++) loss = pipit_scale(g, loss, 0.5);
+    pipit_program *p = NULL;
+    double t0 = pipit__now();
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.microbatches = PIPIT_MAX_MICROBATCHES, .mem_limit = 1e9}, &p),
+                  PIPIT_STATUS_NOMEM);
+    ASSERT_TRUE(pipit__now() - t0 < 2.0);
+    ASSERT_MSG_HAS("instruction lists (at least)");
+    ASSERT_MSG_HAS("the feeds of one step (held by the caller)");
+    ASSERT_EQ_I64(g->n, 13); /* the graph as it was: nothing planned */
+    pipit_graph_free(g);
+}
+
+/* In a child (an rlimit is for the whole process): RLIMIT_AS at what is
+ * mapped + 256 MiB; a 2 GiB program is refused naming RLIMIT_AS, a small
+ * one is compiled. Exit 0 when both hold. */
+static int rlimit_child(void) {
+    struct rlimit r;
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!f || fscanf(f, "%lu", &pages) != 1) return 2;
+    fclose(f);
+    r.rlim_cur = r.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)256 << 20);
+    if (setrlimit(RLIMIT_AS, &r) != 0) return 3;
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = wide(g, (int64_t)1 << 27); /* 512 MiB of params: 2 GiB with gradient and moments */
+    pipit_program *p = NULL;
+    if (pipit_compile(g, loss, NULL, &p) != PIPIT_STATUS_NOMEM) return 4;
+    if (!strstr(pipit_errmsg(), "RLIMIT_AS") || !strstr(pipit_errmsg(), "needs ")) {
+        fprintf(stderr, "message: %s\n", pipit_errmsg());
+        return 5;
+    }
+    fprintf(stderr, "refused: %s\n", pipit_errmsg());
+    pipit_graph_free(g);
+    g = pipit_graph_new();
+    loss = wide(g, (int64_t)1 << 20); /* 16 MiB in all: fits */
+    if (pipit_compile(g, loss, NULL, &p) != PIPIT_STATUS_OK) {
+        fprintf(stderr, "a program that fits was refused: %s\n", pipit_errmsg());
+        return 6;
+    }
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    return 0;
+}
+
+PIPIT_TEST(admission_rlimit_as) {
+#ifdef ADMIT_SANITIZER
+    PIPIT_SKIP("RLIMIT_AS cannot be set under a sanitizer (its shadow memory needs terabytes of address space)");
+#else
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) _exit(rlimit_child());
+    int st = 0;
+    ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+    ASSERT_TRUE(WIFEXITED(st));
+    ASSERT_EQ_I64(WEXITSTATUS(st), 0);
+#endif
+}

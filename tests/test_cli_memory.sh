@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# test_cli_memory.sh — memory admission on the command line (docs/refuses.md):
+# a run that needs more memory than the process may use is refused before
+# anything large is allocated (its peak resident memory stays small), with
+# a message naming the need, the limit and what to change; a model that
+# fits runs under the same limit. Limits: RLIMIT_AS (prlimit --as), and
+# --mem-limit (no cgroup or rlimit needed), which pipit_compile's exact
+# check also uses (activations). --no-mem-check skips the check.
+# Usage: test_cli_memory.sh PIPIT SRCDIR
+set -u
+
+CLI_FIXED=1
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli_memory "${1:-}"
+
+head -c 200000 "${2:?usage: test_cli_memory.sh PIPIT SRCDIR}/README.md" >text.txt
+
+# max_rss CMD...: runs CMD, prints "<exit status> <peak resident KiB> <output>"
+max_rss() {
+    $PY - "$@" <<'EOF'
+import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, r.stdout.replace("\n", " "))
+EOF
+}
+
+# expect_refused LIMIT_WORDS CMD...: non-zero, names the need and the limit, peak RSS < 300 MiB
+expect_refused() {
+    local words=$1 rc kib out
+    shift
+    read -r rc kib out < <(max_rss "$@")
+    [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] || fail "expected a refusal (exit 1), got exit $rc: $*"$'\n'"$out"
+    for w in "needs " "of memory but " "is available" "$words"; do
+        grep -qF -- "$w" <<<"$out" || fail "message lacks '$w': $*"$'\n'"  got: $out"
+    done
+    [ "$kib" -lt 307200 ] || fail "refused only after $kib KiB were resident (not before allocating): $*"
+}
+
+# ---- under RLIMIT_AS: GPT-2 124M at ctx 1024 needs ~2 GiB of state alone
+if ldd "$PIPIT" | grep -q 'libasan\|libtsan'; then
+    echo "note: RLIMIT_AS cases skipped (a sanitizer build needs terabytes of address space)"
+elif ! command -v prlimit >/dev/null; then
+    echo "note: RLIMIT_AS cases skipped (no prlimit)"
+else
+    AS=$((1536 * 1024 * 1024))
+    expect_refused "RLIMIT_AS" prlimit --as=$AS "$PIPIT" train --data text.txt --model gpt2 --ctx 1024 --steps 1
+    expect_refused "--zero1 with --dp" prlimit --as=$AS "$PIPIT" train --data text.txt --model gpt2 --ctx 1024 --steps 1
+    # 2^24 microbatches of the tiny model: the feeds alone are ~100 GiB
+    expect_refused "--microbatches 16777216" prlimit --as=$AS "$PIPIT" train --data text.txt --microbatches 16777216 --steps 1
+    # a million layers of the tiny model
+    expect_refused "RLIMIT_AS" prlimit --as=$AS "$PIPIT" train --data text.txt --layers 1000000 --steps 1
+    # the tiny model fits and trains under the same limit
+    expect_ok prlimit --as=$AS "$PIPIT" train --data text.txt --steps 2 --json
+fi
+
+# ---- --mem-limit: the start's estimate (parameters, gradients, moments, feeds) ...
+expect_refused "the limit given by --mem-limit" "$PIPIT" train --data text.txt --model gpt2 --ctx 64 --steps 1 --mem-limit 1e9
+# ... and pipit_compile's exact plan, activations included: 12 MiB of state pass
+# the start, the activations of 64 microbatches of 8 x 64 tokens in GPipe do not
+expect_refused "activation arenas" "$PIPIT" train --data text.txt --pp 2 --schedule gpipe --microbatches 64 --steps 1 \
+    --mem-limit 60e6
+expect_fail "--no-mem-check skips this check" "$PIPIT" plan --data text.txt --pp 2 --schedule gpipe --microbatches 64 \
+    --mem-limit 60e6
+expect_ok "$PIPIT" plan --data text.txt --pp 2 --schedule gpipe --microbatches 64 --mem-limit 60e6 --no-mem-check
+expect_ok "$PIPIT" train --data text.txt --steps 1 --mem-limit 1e9
+# eval names its own flag for M
+expect_ok "$PIPIT" train --data text.txt --steps 0 --save w.st
+expect_refused "--batches" "$PIPIT" eval --init w.st --data text.txt --ctx 64 --micro-batch 8 --batches 1000000 \
+    --mem-limit 1e8
+expect_fail "--mem-limit must be a number of bytes >= 0" "$PIPIT" train --data text.txt --steps 1 --mem-limit -5
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "ok"
