@@ -163,6 +163,14 @@ static pipit_val b_rope(pipit_graph *g) { return pipit_rope(g, P(g, "x", 3, SH(2
 static pipit_val b_rope_ex(pipit_graph *g) { /* [B,T,H,D], D = 6, positions from 5 */
     return pipit_rope_ex(g, P(g, "x", 4, SH(1, 5, 2, 6)), 2, 500000.0, 5);
 }
+/* A cast to x's own dtype (a copy: f64 differences cannot see a cast that
+ * rounds); casts to bf16 are checked against the f32 program in
+ * tests/test_bf16.c. */
+static pipit_val b_cast(pipit_graph *g) {
+    pipit_val x = x23(g, "x");
+    pipit_val c = pipit__val(g, x.id < 0 ? -1 : pipit__node_add(g, PIPIT_OP_CAST, 1, &x.id, NULL, SH(F64, 0, 0, 0)));
+    return pipit_mul(g, c, c);
+}
 /* q [2,3,Hq*2]; k, v [2,S,Hkv*2] */
 static pipit_val attn_case(pipit_graph *g, int hq, int hkv, int causal, int64_t S) {
     pipit_val q = P(g, "q", 3, SH(2, 3, hq * 2)), k = P(g, "k", 3, SH(2, S, hkv * 2)), v = P(g, "v", 3, SH(2, S, hkv * 2));
@@ -205,7 +213,7 @@ static const op_case cases[] = {
     {"gather", b_gather},       {"gather_1d", b_gather_1d}, {"rmsnorm", b_rmsnorm},
     {"rope", b_rope},           {"rope_ex_4d", b_rope_ex}, {"attention_mha", b_attn_mha},
     {"attention_gqa2", b_attn_gqa2}, {"attention_mqa_full", b_attn_mqa}, {"attention_cross", b_attn_cross},
-    {"attention_k_only", b_attn_k_only},
+    {"attention_k_only", b_attn_k_only}, {"cast", b_cast},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -93,6 +93,9 @@ void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname);
  * backend or on a machine without a CUDA device, and --tf32 without
  * --device cuda. NULL is cpu. */
 void cli_check_device(const char *device, int tf32);
+/* --dtype: NULL or "f32" is PIPIT_F32, "bf16" PIPIT_BF16 (mixed precision:
+ * pipit_options.dtype); dies naming the flag for anything else. */
+pipit_dtype cli_dtype(const char *dtype, const char *device);
 
 /* tools/train_save.c. */
 /* A checkpoint's metadata integer `key` in lo .. hi, strictly (digits, a

@@ -240,7 +240,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
-                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check};
+                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
+                        .dtype = cli_dtype(o->dtype, o->device)};
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;
