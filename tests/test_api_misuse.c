@@ -217,6 +217,13 @@ PIPIT_TEST(api_misuse_graph_builders) {
     ON_FRESH_GRAPH(pipit_mul(g, none, w), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_scale(g, none, 2.0), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_scale(g, ids, NAN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_cast(g, none, PIPIT_BF16), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_cast(g, ids, PIPIT_BF16), PIPIT_STATUS_SHAPE);   /* i32 is not float */
+    ON_FRESH_GRAPH(pipit_cast(g, w, PIPIT_I32), PIPIT_STATUS_SHAPE);      /* to a non-float dtype */
+    ASSERT_MSG_HAS("target dtype 2 is not a float dtype");
+    ON_FRESH_GRAPH(pipit_cast(g, w, (pipit_dtype)77), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "h", PIPIT_BF16, 1, SH(2)), PIPIT_STATUS_SHAPE); /* params are fp32 masters */
+    ASSERT_MSG_HAS("params are fp32 masters");
     ON_FRESH_GRAPH(pipit_matmul(g, w, w, 0, 0), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_matmul(g, w, none, INT_MIN, INT_MAX), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_matmul_nt(g, none, w), PIPIT_STATUS_INVALID);
@@ -281,6 +288,7 @@ PIPIT_TEST(api_misuse_graph_builders) {
     INVALID_VAL(pipit_add(g, w, w));
     INVALID_VAL(pipit_mul(g, w, w));
     INVALID_VAL(pipit_scale(g, w, 2));
+    INVALID_VAL(pipit_cast(g, w, PIPIT_BF16));
     INVALID_VAL(pipit_matmul(g, w, w, 0, 1));
     INVALID_VAL(pipit_matmul_nt(g, w, w));
     INVALID_VAL(pipit_bias_add(g, w, w));

