@@ -25,6 +25,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "ir/graph.h"
+#include "kernel_check.h"
 #include "op_cases.h"
 #include "pipit_gpt2.h"
 #include "runtime/program.h"
@@ -75,13 +76,14 @@ static double scaled_err(const float *got, const float *want, int64_t n) {
     return m > 0 ? d / m : d;
 }
 
-/* u = 2^-8, bf16's unit roundoff (round to nearest: half of it per
- * rounding). An output is one rounding of an fp32 result (u/2 of itself);
- * a gradient adds the rounding of each bf16 value on its way (the output
- * gradient, a saved activation, the op's own): 2u bounds both, relative to
- * the tensor's largest element. Ops whose gradient cubes or divides by a
- * bf16 value (rsqrt: y^3; log, div: 1/x, 1/b^2) triple a relative error
- * on its way: 4u. (Largest seen on this machine: 0.96u and 2.84u, rsqrt;
+/* u = 2^-8, bf16's unit roundoff (8 significant bits: one rounding to
+ * nearest is within u of the value, half an ulp). An output is one
+ * rounding of an fp32 result; a gradient adds the rounding of each bf16
+ * value on its way (the output gradient, a saved activation, the op's
+ * own): 2u bounds both, relative to the tensor's largest element (most
+ * elements sit below it). Ops whose gradient cubes or divides by a bf16
+ * value (rsqrt: y^3; log, div: 1/x, 1/b^2) triple a relative error on
+ * its way: 4u. (Largest seen on this machine: 0.96u, and 2.84u for rsqrt;
  * PIPIT_BF16_VERBOSE=1 prints every case's.) */
 static double bound_of(const char *name) {
     static const char *const amplified[] = {"rsqrt", "log", "div"};
@@ -230,4 +232,240 @@ PIPIT_TEST(bf16_ops_match_f32) {
     for (int op = 0; op < PIPIT_OP_COUNT; op++)
         if (pipit__cpu_ops[op] && !seen[op] && op != PIPIT_OP_FILL)
             PIPIT_FAIL_("op %s never ran on bf16 values", pipit__ops[op].name);
+}
+
+/* ------------------------------------------------------------ GEMM */
+
+typedef struct {
+    int ta, tb, acc;
+    int64_t batch, M, N, K, sB; /* sB = 0: B broadcast over the batch */
+} gemm_case;
+
+static float bf16_rand(void) { return pipit__bf16_to_f32(pipit__bf16_from_f64(urand())); }
+
+/* C = op(A) op(B) (+ C) of bf16 data in the current way, against the
+ * double product of the same bf16 values: each element within one
+ * rounding (u = 2^-8 of itself) plus fp32 accumulation (K 2^-24 of the
+ * sum of the absolute products); and the same bits for every thread
+ * count. */
+static int check_gemm(const gemm_case *c) {
+    int64_t rowsA = c->ta ? c->K : c->M, colsA = c->ta ? c->M : c->K;
+    int64_t rowsB = c->tb ? c->N : c->K, colsB = c->tb ? c->K : c->N;
+    int64_t sA = rowsA * colsA, sB = c->sB ? rowsB * colsB : 0, sC = c->M * c->N;
+    int64_t nA = c->batch * sA, nB = c->sB ? c->batch * sB : rowsB * colsB, nC = c->batch * sC;
+    pipit__bf16 *A = malloc(sizeof *A * (size_t)nA), *B = malloc(sizeof *B * (size_t)nB);
+    pipit__bf16 *C = malloc(sizeof *C * (size_t)nC), *C0 = malloc(sizeof *C0 * (size_t)nC);
+    pipit__bf16 *C2 = malloc(sizeof *C2 * (size_t)nC);
+    for (int64_t i = 0; i < nA; i++) A[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < nB; i++) B[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < nC; i++) C0[i] = pipit__bf16_from_f32(bf16_rand());
+    memcpy(C, C0, sizeof *C * (size_t)nC);
+    pipit__gemm_bf16(c->ta, c->tb, c->batch, c->M, c->N, c->K, A, colsA, sA, B, colsB, sB, C, c->N, sC, c->acc, 0, 1);
+    int bad = 0;
+    for (int64_t b = 0; b < c->batch && !bad; b++)
+        for (int64_t i = 0; i < c->M && !bad; i++)
+            for (int64_t j = 0; j < c->N && !bad; j++) {
+                double ref = c->acc ? pipit__bf16_to_f32(C0[b * sC + i * c->N + j]) : 0, mag = fabs(ref);
+                for (int64_t k = 0; k < c->K; k++) {
+                    double a = pipit__bf16_to_f32(A[b * sA + (c->ta ? k * colsA + i : i * colsA + k)]);
+                    double x = pipit__bf16_to_f32(B[b * sB + (c->tb ? j * colsB + k : k * colsB + j)]);
+                    ref += a * x, mag += fabs(a * x);
+                }
+                double got = pipit__bf16_to_f32(C[b * sC + i * c->N + j]);
+                if (!(fabs(got - ref) <= 0x1p-8 * fabs(ref) + (c->K + 2) * 0x1p-24 * mag + 1e-30)) {
+                    fprintf(stderr, "gemm %s ta=%d tb=%d acc=%d %lldx%lldx%lld: C[%lld][%lld][%lld] = %.9g, expected %.9g\n",
+                            pipit__gemm_bf16_kind(), c->ta, c->tb, c->acc, (long long)c->M, (long long)c->N,
+                            (long long)c->K, (long long)b, (long long)i, (long long)j, got, ref);
+                    bad = 1;
+                }
+            }
+    for (int nth = 2; nth <= 5 && !bad; nth += 3) { /* 2 and 5 threads: the same bits */
+        memcpy(C2, C0, sizeof *C2 * (size_t)nC);
+        for (int t = 0; t < nth; t++)
+            pipit__gemm_bf16(c->ta, c->tb, c->batch, c->M, c->N, c->K, A, colsA, sA, B, colsB, sB, C2, c->N, sC,
+                             c->acc, t, nth);
+        if (memcmp(C, C2, sizeof *C * (size_t)nC)) {
+            fprintf(stderr, "gemm %s: %d threads differ from one\n", pipit__gemm_bf16_kind(), nth);
+            bad = 1;
+        }
+    }
+    free(A), free(B), free(C), free(C0), free(C2);
+    return bad;
+}
+
+static int gemm_cases(void) {
+    static const gemm_case cases[] = {
+        {0, 0, 0, 1, 5, 7, 3, 1},     {1, 0, 0, 1, 17, 33, 9, 1},  {0, 1, 1, 1, 64, 40, 31, 1},
+        {1, 1, 0, 1, 33, 65, 2, 1},   {0, 0, 1, 3, 7, 9, 5, 1},    {0, 1, 0, 2, 9, 70, 12, 0},
+        {0, 0, 0, 1, 300, 260, 130, 1}, /* several tiles (gemm.c's rule) */
+        {0, 1, 0, 1, 1, 1, 1, 1},     {0, 0, 0, 1, 4, 3, 0, 1}, /* K = 0: C = 0 */
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += check_gemm(&cases[i]);
+    return bad;
+}
+
+/* kinds of pipit__gemm_bf16_set_kind: 1 fp32 panels, 2 avx512bf16, 3 emulated pairs */
+PIPIT_TEST(bf16_gemm_every_way) {
+    pipit__gemm_init();
+    int avx512 = strcmp(pipit__gemm_bf16_kind(), "avx512bf16") == 0;
+    pipit__gemm_bf16_set_kind(1);
+    ASSERT_EQ_I64(gemm_cases(), 0);
+    pipit__gemm_bf16_set_kind(3); /* the pair packing of the AVX512-BF16 way, its instruction emulated */
+    ASSERT_EQ_I64(gemm_cases(), 0);
+    if (avx512) {
+        pipit__gemm_bf16_set_kind(2);
+        ASSERT_EQ_I64(gemm_cases(), 0);
+    } else {
+        printf("this CPU has no AVX512-BF16: its kernel was not run (the packing was, emulated)\n");
+    }
+    pipit__gemm_bf16_set_kind(0);
+}
+
+/* ------------------------------------------------------------ a model */
+
+enum { TV = 64, TT = 8, TL = 4, TH = 2, TC = 16, TB = 2 };
+
+static void gpt2_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
+    for (int m = 0; m < M; m++) {
+        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
+        for (int i = 0; i < TB * TT; i++) {
+            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
+            tgt[i] = (tok[i] * 3 + 1) % TV;
+            pos[i] = i % TT;
+        }
+        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
+        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
+        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
+        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
+    }
+}
+
+/* A tiny GPT-2 in S stages, compiled with o (o->dtype, schedule, ...). */
+static pipit_status gpt2_program(int stages, pipit_options o, pipit_graph **g, pipit_program **p) {
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, stages, PIPIT_F32};
+    *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(*g, &c);
+    pipit_status s = pipit_compile(*g, loss, &o, p);
+    if (!s) s = pipit_gpt2_init(*p, &c, 7);
+    return s;
+}
+
+/* Bytes of every SEND of rank r's program, and how many. */
+static size_t send_bytes(const pipit_program *p, int r, int *count) {
+    size_t b = 0;
+    *count = 0;
+    for (int32_t i = 0; i < p->plan.ranks[r].n; i++)
+        if (p->plan.ranks[r].ins[i].kind == INS_SEND) b += p->plan.ranks[r].ins[i].bytes, (*count)++;
+    return b;
+}
+
+/* The planner's report: the same run in bf16 keeps at most 55% of fp32's
+ * activation bytes per rank (the loop's own buffers; the params' bf16
+ * copies are counted apart), and its stage-to-stage messages are the same
+ * messages with half the bytes. */
+PIPIT_TEST(bf16_memory_and_messages_halve) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 4, &sch));
+    pipit_graph *g[2];
+    pipit_program *p[2];
+    for (int k = 0; k < 2; k++)
+        ASSERT_OK(gpt2_program(2, (pipit_options){.schedule = sch, .microbatches = 4, .dtype = k ? PIPIT_BF16 : PIPIT_F32},
+                               &g[k], &p[k]));
+    for (int r = 0; r < 2; r++) {
+        const pipit__rank_plan *f = &p[0]->plan.ranks[r], *b = &p[1]->plan.ranks[r];
+        ASSERT_EQ_I64(pipit__preloop_bytes(f), 0); /* fp32: nothing before the loop */
+        size_t act = pipit__activation_peak(b), act32 = pipit__activation_peak(f), copies = pipit__preloop_bytes(b);
+        fprintf(stderr, "rank %d: fp32 activations %zu bytes, bf16 %zu (%.1f%%) + bf16 param copies %zu\n", r, act32,
+                act, 100.0 * (double)act / (double)act32, copies);
+        ASSERT_TRUE(act32 > 0 && act <= 0.55 * (double)act32);
+        ASSERT_TRUE(copies > 0); /* the bf16 copies of the rank's params, made before the loop */
+        int nf, nb;
+        size_t sf = send_bytes(p[0], r, &nf), sb = send_bytes(p[1], r, &nb);
+        ASSERT_EQ_I64(nb, nf);
+        ASSERT_TRUE(nf > 0);
+        ASSERT_EQ_I64(2 * sb, sf);
+    }
+    for (int k = 0; k < 2; k++) pipit_program_free(p[k]), pipit_graph_free(g[k]);
+    pipit_schedule_free(sch);
+}
+
+/* What stays fp32: params, gradients, moments (their dtype and bytes); a
+ * step gives a loss near fp32's; a forward-only bf16 program on the same
+ * graph gives the training step's loss bits; threads change no bit. */
+PIPIT_TEST(bf16_program_keeps_fp32_state) {
+    double loss[3];
+    float *w[3];
+    int64_t n = 0;
+    for (int k = 0; k < 3; k++) { /* fp32; bf16 on 1 thread; bf16 on 3 threads */
+        pipit_graph *g;
+        pipit_program *p;
+        ASSERT_OK(gpt2_program(1, (pipit_options){.microbatches = 2, .threads = k == 2 ? 3 : 1,
+                                                  .dtype = k ? PIPIT_BF16 : PIPIT_F32},
+                               &g, &p));
+        pipit_dtype dt = PIPIT_BF16;
+        ASSERT_OK(pipit_program_param_dtype(p, "h.0.mlp.c_fc.weight", &dt));
+        ASSERT_EQ_I64(dt, PIPIT_F32);
+        int32_t buf[6 * TB * TT];
+        pipit_feed feeds[6];
+        gpt2_feeds(2, 0, buf, feeds);
+        pipit_metrics m;
+        ASSERT_OK(pipit_step(p, feeds, 3, 1, &m));
+        loss[k] = m.loss;
+        ASSERT_OK(pipit_program_param_numel(p, "wte.weight", &n));
+        w[k] = malloc(sizeof(float) * (size_t)n);
+        float *mom = malloc(sizeof(float) * (size_t)n);
+        ASSERT_OK(pipit_program_get_param(p, "wte.weight", w[k], sizeof(float) * (size_t)n));
+        ASSERT_OK(pipit_program_get_opt_state(p, "wte.weight", 1, mom, sizeof(float) * (size_t)n));
+        ASSERT_TRUE(mom[0] > 0); /* an fp32 second moment of an fp32 gradient */
+        free(mom);
+        if (k == 1) { /* forward only, on the same (untouched) graph: the same loss bits before the update */
+            pipit_graph *g2;
+            pipit_program *f;
+            ASSERT_OK(gpt2_program(1, (pipit_options){.microbatches = 2, .dtype = PIPIT_BF16, .forward_only = 1}, &g2, &f));
+            pipit_metrics fm;
+            ASSERT_OK(pipit_step(f, feeds, 3, 0, &fm));
+            ASSERT_TRUE(memcmp(&fm.loss, &loss[1], sizeof fm.loss) == 0);
+            pipit_program_free(f), pipit_graph_free(g2);
+        }
+        pipit_program_free(p), pipit_graph_free(g);
+    }
+    fprintf(stderr, "first step loss: fp32 %.9g, bf16 %.9g\n", loss[0], loss[1]);
+    ASSERT_NEAR_F64(loss[1], loss[0], 0x1p-6 * loss[0]);
+    ASSERT_TRUE(loss[1] != loss[0]); /* it did compute in bf16 */
+    ASSERT_TRUE(memcmp(&loss[1], &loss[2], sizeof loss[1]) == 0 && memcmp(w[1], w[2], sizeof(float) * (size_t)n) == 0);
+    for (int k = 0; k < 3; k++) free(w[k]);
+}
+
+/* Every refusal names what to change. */
+PIPIT_TEST(bf16_refusals) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F64, 1, SH(3));
+    pipit_val loss = pipit_sum(g, pipit_mul(g, w, w));
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.dtype = PIPIT_F64}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.dtype must be PIPIT_F32");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.dtype = (pipit_dtype)9}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.dtype = PIPIT_BF16}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("param 'w' is f64");
+    ASSERT_TRUE(p == NULL);
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){0}, &p)); /* the refusals left the graph usable */
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    /* a backend without bf16 kernels */
+    static pipit__backend nobf16;
+    nobf16 = pipit__backend_cpu;
+    nobf16.name = "nobf16";
+    nobf16.bf16 = 0;
+    pipit__backend_register(&nobf16);
+    g = pipit_graph_new();
+    w = pipit_param(g, "w", PIPIT_F32, 1, SH(3));
+    loss = pipit_sum(g, pipit_mul(g, w, w));
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.device = "nobf16", .dtype = PIPIT_BF16}, &p),
+                  PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("the nobf16 backend has no bf16 kernels");
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.device = "nobf16"}, &p));
+    pipit_program_free(p);
+    pipit__backend_register(NULL);
+    pipit_graph_free(g);
 }

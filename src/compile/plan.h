@@ -200,5 +200,11 @@ size_t pipit__live_bytes_after(const pipit__rank_plan *r, int32_t i);
 /* Per rank, the largest live bytes at any task boundary of the loop: what
  * the schedule keeps in flight (the simulator's peak_bytes model). */
 size_t pipit__task_boundary_peak(const pipit__rank_plan *r);
+/* The arena's two parts: the bytes of pre-loop values (they live into the
+ * loop: the params' bf16 copies under options.dtype bf16), and the peak of
+ * the buffers born in the loop (activations, messages, gradients per
+ * microbatch) at any instruction of it. */
+size_t pipit__preloop_bytes(const pipit__rank_plan *r);
+size_t pipit__activation_peak(const pipit__rank_plan *r);
 
 #endif
