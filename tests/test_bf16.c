@@ -29,6 +29,7 @@
 #include "op_cases.h"
 #include "pipit_gpt2.h"
 #include "runtime/program.h"
+#include "gpt2_feeds.h"
 #include "test.h"
 
 #define SH(...) (int64_t[]){__VA_ARGS__}
@@ -326,20 +327,6 @@ PIPIT_TEST(bf16_gemm_every_way) {
 
 enum { TV = 64, TT = 8, TL = 4, TH = 2, TC = 16, TB = 2 };
 
-static void gpt2_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
-    for (int m = 0; m < M; m++) {
-        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
-        for (int i = 0; i < TB * TT; i++) {
-            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
-            tgt[i] = (tok[i] * 3 + 1) % TV;
-            pos[i] = i % TT;
-        }
-        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
-    }
-}
 
 /* A tiny GPT-2 in S stages, compiled with o (o->dtype, schedule, ...). */
 static pipit_status gpt2_program(int stages, pipit_options o, pipit_graph **g, pipit_program **p) {
@@ -408,7 +395,7 @@ PIPIT_TEST(bf16_program_keeps_fp32_state) {
         ASSERT_EQ_I64(dt, PIPIT_F32);
         int32_t buf[6 * TB * TT];
         pipit_feed feeds[6];
-        gpt2_feeds(2, 0, buf, feeds);
+        test_gpt2_feeds(2, 0, TB, TT, TV, buf, feeds);
         pipit_metrics m;
         ASSERT_OK(pipit_step(p, feeds, 3, 1, &m));
         loss[k] = m.loss;

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "pipit_gpt2.h"
+#include "gpt2_feeds.h"
 #include "test.h"
 
 enum { TV = 64, TT = 8, TL = 8, TH = 2, TC = 16, TB = 2, STEPS = 3 };
@@ -38,18 +39,7 @@ typedef struct {
 
 /* Microbatch j of step `step` of the global batch (M * D of them). */
 static void fill_feeds(int G, int step, int32_t *buf, pipit_feed *feeds) {
-    for (int m = 0; m < G; m++) {
-        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
-        for (int i = 0; i < TB * TT; i++) {
-            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
-            tgt[i] = (tok[i] * 3 + 1) % TV;
-            pos[i] = i % TT;
-        }
-        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
-    }
+    test_gpt2_feeds(G, step, TB, TT, TV, buf, feeds);
 }
 
 static float *copy_out(pipit_program *p, const char *name, size_t bytes, int what) {

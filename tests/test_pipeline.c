@@ -12,6 +12,7 @@
 #include "pipit_partition.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
+#include "gpt2_feeds.h"
 #include "test.h"
 
 #define SH(...) (int64_t[]){__VA_ARGS__}
@@ -27,18 +28,7 @@ typedef struct {
 } snapshot;
 
 static void fill_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
-    for (int m = 0; m < M; m++) {
-        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
-        for (int i = 0; i < TB * TT; i++) {
-            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
-            tgt[i] = (tok[i] * 3 + 1) % TV;
-            pos[i] = i % TT;
-        }
-        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
-    }
+    test_gpt2_feeds(M, step, TB, TT, TV, buf, feeds);
 }
 
 /* A model the equivalence matrix trains: its graph for S stages, its
