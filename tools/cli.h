@@ -87,6 +87,8 @@ void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cf
  * carried no checksums (older pipit, Hugging Face and other writers): it
  * loads without an integrity check (tools/session.c). */
 void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname);
+/* Notes (process 0, stderr) that a checkpoint's bf16 tensors load widened into fp32 masters. */
+void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname);
 
 /* --device and --tf32 (tools/device.c): dies for a device other than cpu
  * or cuda ("did you mean"), --device cuda in a build without the cuda

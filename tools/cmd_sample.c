@@ -106,7 +106,7 @@ static int parse_ids(const char *s, int32_t **out) {
 int cmd_sample(int argc, char **argv) {
     const char *init = NULL, *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL, *merges = NULL;
     int tokens = 64, top_k = 0, ctx = 0, heads = 0, threads = 1, tf32 = 0;
-    const char *device = NULL;
+    const char *device = NULL, *dtype = NULL;
     double temp = 1.0;
     uint64_t seed = 0;
     flag fl[] = {
@@ -125,6 +125,7 @@ int cmd_sample(int argc, char **argv) {
         {"threads", FL_INT, &threads, "compute threads (default 1; cpu only)", 0},
         {"device", FL_STR, &device, "cpu (default) or cuda", 0},
         {"tf32", FL_BOOL, &tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
+        {"dtype", FL_STR, &dtype, "compute precision: f32 (default) or bf16", 0},
     };
     flag_cmd c = {"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--seed S]",
                   "Generates N tokens after the prompt with a forward-only program and prints them as they are "
@@ -141,12 +142,14 @@ int cmd_sample(int argc, char **argv) {
     if (!isfinite(temp) || temp < 0) die("--temperature must be a finite number >= 0 (got %g)", temp);
     if (threads < 1 || threads > PIPIT_MAX_THREADS) die("--threads must be in 1..%d (got %d)", PIPIT_MAX_THREADS, threads);
     cli_check_device(device, tf32);
+    pipit_dtype dt = cli_dtype(dtype, device);
     if (merges && !tok_path) die("--merges goes with --tokenizer vocab.json");
     pipit_tokenizer *tk = tok_path ? cli_tokenizer_open(tok_path, merges) : NULL;
 
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(init, &ck)) die("--init: %s", pipit_errmsg());
     cli_note_unverified(ck, "init");
+    cli_note_bf16(ck, "init");
     pipit_gpt2_config cfg = {0};
     if (pipit_gpt2_config_from_checkpoint(ck, &cfg)) die("--init: %s", pipit_errmsg());
     if (flags_seen(&c, "heads")) {
@@ -213,7 +216,7 @@ int cmd_sample(int argc, char **argv) {
     pipit_val loss = pipit_gpt2_build_logits(g, &cfg, &logits);
     if (pipit_graph_status(g)) die("model: %s", pipit_errmsg());
     pipit_options po = {.threads = threads, .forward_only = 1, .outputs = &logits, .noutputs = 1,
-                        .device = device, .tf32 = tf32};
+                        .device = device, .tf32 = tf32, .dtype = dt};
     pipit_program *p = NULL;
     if (pipit_compile(g, loss, &po, &p)) die("compile: %s", pipit_errmsg());
     if (pipit_checkpoint_load_into(p, ck)) die("--init: %s", pipit_errmsg());

@@ -165,6 +165,20 @@ void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname) {
                 flagname, pipit_checkpoint_path(ck));
 }
 
+/* bf16 weights (--save-weights-only --dtype bf16, or another tool's)
+ * become fp32 masters, exactly, with a note. */
+void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname) {
+    int n = 0;
+    for (int i = 0; i < pipit_checkpoint_num_tensors(ck); i++) {
+        pipit_dtype dt;
+        n += !pipit_checkpoint_tensor_dtype(ck, pipit_checkpoint_tensor_name(ck, i), &dt) && dt == PIPIT_BF16;
+    }
+    if (n && pipit_process_rank() == 0)
+        fprintf(stderr, "pipit: note: --%s '%s' holds %d bf16 tensor%s: loaded into the fp32 master weights, widened "
+                        "exactly (their low 16 bits start at zero)\n",
+                flagname, pipit_checkpoint_path(ck), n, n == 1 ? "" : "s");
+}
+
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
@@ -188,6 +202,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
         if (masks && pipit_process_rank() == 0)
             fprintf(stderr, "pipit: note: --init '%s': ignoring %d attention-mask buffer%s (attn.bias, attn.masked_bias)\n",
                     o->init, masks, masks == 1 ? "" : "s");
+        cli_note_bf16(s->ckpt, "init");
     }
     check_positive("ctx", o->ctx);
     check_positive("micro-batch", o->micro_batch);

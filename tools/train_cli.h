@@ -101,7 +101,7 @@ void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds);
 typedef struct {
     int64_t step, total, data_pos;
 } run_pos;
-void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path);
+void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path, pipit_dtype dt);
 void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path, run_pos r);
 void say_saved(const opts *o, const char *path, int64_t step);
 void remove_stale_temps(const char *path);

@@ -358,6 +358,7 @@ void print_train_config(const train_args *a) {
     printf("%llu", (unsigned long long)o->seed);
     json_str("data-order", o->data_order, &f);
     json_str("schedule", o->schedule, &f);
+    json_str("dtype", o->dtype ? o->dtype : "f32", &f);
     if (o->virt) json_num("virtual", o->virt, &f);
     json_num("params", (double)pipit_gpt2_num_params(&mc), &f);
     printf("}\n");
