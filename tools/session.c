@@ -183,6 +183,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
     cli_check_device(o->device, o->tf32); /* before any file is read */
+    pipit_dtype dtype = cli_dtype(o->dtype, o->device);
     if (o->resume) {
         /* s->ckpt was opened by apply_resume; closed with the session */
         cli_note_unverified(s->ckpt, "resume");
@@ -256,7 +257,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
-                        .dtype = cli_dtype(o->dtype, o->device)};
+                        .dtype = dtype};
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;
