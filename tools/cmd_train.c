@@ -186,6 +186,9 @@ int cmd_train(int argc, char **argv) {
             save_train(o, s.p, &s.cfg, int_path, at);
             fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
                     (long long)step, int_path, int_path);
+            mb_bufs_free(bufs, G, feeds);
+            free(default_save);
+            close_session(&s);
             exit(128 + sig);
         }
         if (step > first_step && o->save_every && step % o->save_every == 0 && step < last_step)

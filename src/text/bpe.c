@@ -214,7 +214,7 @@ static pipit_status remember(enc_state *e, const char *p, size_t len, const int3
         e->spans = s;
     }
     if (e->npool + k > e->poolcap) {
-        size_t cap = e->poolcap ? e->poolcap * 2 : 65536;
+        size_t cap = e->poolcap ? e->poolcap * 2 : 4096;
         while (cap < e->npool + k) cap *= 2;
         int32_t *pool = pipit__realloc(e->pool, cap * sizeof *pool);
         if (!pool) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");

@@ -168,3 +168,44 @@ put("flags", "missing_value", argv("--out"))
 put("flags", "unknown", argv("--step", "1"))
 put("flags", "positional", argv("train"))
 put("flags", "empty_value", argv("--out=", "--steps="))
+
+
+# ------------------------------------------------------------- tokenizer
+# fuzz_tokenizer.c: byte 0 mod 3 picks tokenizer.json (0), vocab.json NUL
+# merges.txt (1) or training (2, on the rest). The vocabulary: the 256
+# bytes in GPT-2's byte characters (ids in character order, as GPT-2's),
+# then "Ġt", "he", "Ġthe" and an added <|endoftext|>.
+def byte_chars():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, k = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b); cs.append(256 + k); k += 1
+    return sorted(chr(c) for c in cs)
+
+
+def tok_vocab():
+    v = {c: i for i, c in enumerate(byte_chars())}
+    v.update({"\u0120t": 256, "he": 257, "\u0120the": 258, "<|endoftext|>": 259})
+    return v
+
+
+def tok_json(prefix_space=False, merges_as_pairs=False):
+    merges = [["\u0120", "t"], ["h", "e"], ["\u0120t", "he"]]
+    return json.dumps({
+        "version": "1.0",
+        "added_tokens": [{"id": 259, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": True, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": prefix_space, "trim_offsets": True, "use_regex": True},
+        "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "vocab": tok_vocab(),
+                  "merges": merges if merges_as_pairs else [" ".join(m) for m in merges]}}, ensure_ascii=False)
+
+
+put("tokenizer", "json_gpt2_like", b"\x00" + tok_json().encode())
+put("tokenizer", "json_prefix_space_pairs", b"\x03" + tok_json(True, True).encode())
+put("tokenizer", "gpt2_pair", b"\x01" + json.dumps(tok_vocab(), ensure_ascii=False).encode() +
+    b"\x00#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\n")
+put("tokenizer", "train_mixed", b"\x0b" + "it's the cat's   mat\n\n café 123 世界 ".encode() + b"\xff\xfe")
+put("tokenizer", "train_words", b"\x0e" + b"the cat sat on the mat; the dog sat on the cat. " * 4)

@@ -1,0 +1,68 @@
+/*
+ * fuzz_tokenizer.c — libFuzzer target: the tokenizer's readers and its
+ * encoder on arbitrary bytes. The first byte picks the mode:
+ *   0: the rest is a tokenizer.json (pipit_tokenizer_load);
+ *   1: the rest is vocab.json, a NUL, then merges.txt (load_gpt2);
+ *   2: a byte-level BPE of 256 + (byte >> 2) tokens is trained on the rest.
+ * Whatever loads or trains must encode the rest back to itself: decode
+ * (encode(text)) == text for any bytes (a prefix space aside), every id
+ * in the vocabulary.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "pipit_text.h"
+#include "util/common.h"
+
+static void round_trip(const pipit_tokenizer *t, const uint8_t *text, size_t len) {
+    size_t cap = 2 * len + 2, n = 0, back = 0; /* a token per byte, and a prefix space per stretch */
+    int32_t *ids = pipit__malloc(cap * sizeof *ids);
+    char *out = pipit__malloc(len + 1);
+    if (!ids || !out) goto done;
+    pipit_status s = pipit_tokenizer_encode(t, (const char *)text, len, ids, cap, &n);
+    if (s == PIPIT_STATUS_NOMEM) goto done;
+    PIPIT_ASSERT(s == PIPIT_STATUS_OK && n <= cap);
+    for (size_t i = 0; i < n; i++) PIPIT_ASSERT(ids[i] >= 0 && ids[i] < pipit_tokenizer_vocab_size(t));
+    s = pipit_tokenizer_decode(t, ids, n, NULL, 0, &back);
+    PIPIT_ASSERT(s == PIPIT_STATUS_OK);
+    if (back > len + 1) goto done; /* a prefix space adds one byte; an added token's text is its own */
+    s = pipit_tokenizer_decode(t, ids, n, out, len + 1, &back);
+    PIPIT_ASSERT(s == PIPIT_STATUS_OK);
+    PIPIT_ASSERT(back == len ? memcmp(out, text, len) == 0 : back == len + 1 && out[0] == ' ');
+done:
+    pipit__free(ids);
+    pipit__free(out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    uint8_t c = data[0];
+    const uint8_t *rest = data + 1;
+    size_t n = size - 1;
+    pipit_tokenizer *t = NULL;
+    pipit_status s;
+    if (c % 3 == 0) {
+        const char *path = pipit_fuzz_file("tokenizer.json", rest, n);
+        if (!path) return 0;
+        s = pipit_tokenizer_load(path, &t);
+    } else if (c % 3 == 1) {
+        const uint8_t *nul = memchr(rest, 0, n);
+        size_t a = nul ? (size_t)(nul - rest) : n;
+        const char *vocab = pipit_fuzz_file("vocab.json", rest, a);
+        const char *merges = pipit_fuzz_file("merges.txt", nul ? nul + 1 : rest + n, nul ? n - a - 1 : 0);
+        if (!vocab || !merges) return 0;
+        s = pipit_tokenizer_load_gpt2(vocab, merges, &t);
+    } else {
+        const char *text = (const char *)rest;
+        s = pipit_tokenizer_train(&text, &n, 1, 256 + (c >> 2), &t);
+    }
+    if (s) {
+        PIPIT_ASSERT(t == NULL);
+        PIPIT_ASSERT(pipit_errmsg()[0] != 0);
+        return 0;
+    }
+    round_trip(t, rest, n);
+    pipit_tokenizer_free(t);
+    return 0;
+}
