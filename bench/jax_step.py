@@ -12,7 +12,7 @@ feeds B sequences of T random tokens and waits for the loss.
 
 Usage (a python with jax, e.g. a venv under /tmp):
   python bench/jax_step.py --vocab V --ctx T --layers L --heads H --dim C \\
-      --micro-batch B --threads N [--steps K --warmup W]
+      --micro-batch B --threads N [--steps K --warmup W] [--dtype bf16]
 
 Threads: XLA:CPU sizes its thread pools from the CPUs the process may run on,
 so the caller pins it with taskset (bench/peers.py does); with --threads 1
@@ -82,7 +82,12 @@ def mlp(x, P, p):
     return h @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
 
 
-def loss_fn(P, idx, tgt, H, L):
+def loss_fn(P, idx, tgt, H, L, compute=None):
+    """compute=jnp.bfloat16: mixed precision as pipit's --dtype bf16 -- the
+    fp32 params cast to bf16 for the forward (their gradients come back in
+    fp32 through the cast), the log-softmax and the loss in fp32."""
+    if compute is not None:
+        P = {n: a.astype(compute) for n, a in P.items()}
     T = idx.shape[1]
     x = P["wte.weight"][idx] + P["wpe.weight"][:T][None]
     for i in range(L):
@@ -91,13 +96,13 @@ def loss_fn(P, idx, tgt, H, L):
         x = x + mlp(layer_norm(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"]), P, p)
     x = layer_norm(x, P["ln_f.weight"], P["ln_f.bias"])
     logits = x @ P["wte.weight"].T
-    logp = jax.nn.log_softmax(logits, axis=-1)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return -jnp.take_along_axis(logp, tgt[..., None], axis=-1).mean()
 
 
-def make_step(H, L, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
+def make_step(H, L, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, compute=None):
     def step(P, m, v, t, idx, tgt):
-        loss, g = jax.value_and_grad(loss_fn)(P, idx, tgt, H, L)
+        loss, g = jax.value_and_grad(loss_fn)(P, idx, tgt, H, L, compute)
         bc1 = 1.0 - b1 ** t
         bc2 = 1.0 - b2 ** t
         newP, newm, newv = {}, {}, {}
@@ -115,6 +120,8 @@ def make_step(H, L, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     peer_meter.add_step_args(ap)
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                    help="bf16: compute in bf16 with fp32 params, gradients and AdamW (mixed precision)")
     args = ap.parse_args()
     V, T, L, H, C, B = args.vocab, args.ctx, args.layers, args.heads, args.dim, args.micro_batch
     if C % H:
@@ -127,7 +134,7 @@ def main():
     del host
     m = {n: jnp.zeros_like(a) for n, a in P.items()}
     v = {n: jnp.zeros_like(a) for n, a in P.items()}
-    step = make_step(H, L)
+    step = make_step(H, L, compute=jnp.bfloat16 if args.dtype == "bf16" else None)
     rng = np.random.default_rng(args.seed)
     t = 0
 
@@ -159,6 +166,7 @@ def main():
     import jaxlib
     print(json.dumps({
         "ms_per_step": round(sec * 1e3, 4),
+        "dtype": args.dtype,
         "tokens_per_s": round(tokens / sec, 2),
         "gflops": round(flops / sec / 1e9, 4),
         "ms_min": round(min(times) * 1e3, 4),
