@@ -674,6 +674,11 @@ PIPIT_TEST(api_misuse_io) {
     FAILS_ANON(pipit_checkpoint_save(p, ck_path, odd), PIPIT_STATUS_INVALID);
     FAILS_ANON(pipit_checkpoint_save(p, "/nonexistent-dir/ck.safetensors", NULL), PIPIT_STATUS_IO);
     ASSERT_OK(pipit_checkpoint_save(p, ck_path, NULL));
+    FAILS(pipit_checkpoint_save_as(NULL, ck_path, NULL, PIPIT_BF16), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_as(p, NULL, NULL, PIPIT_BF16), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_as(JUNK_PROGRAM, ck_path, NULL, PIPIT_BF16), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_as(p, ck_path, NULL, PIPIT_I32), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("dtype must be PIPIT_F32");
     FAILS(pipit_checkpoint_load(NULL, ck_path), PIPIT_STATUS_MISUSE);
     FAILS(pipit_checkpoint_load(p, NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_checkpoint_load(JUNK_PROGRAM, ck_path), PIPIT_STATUS_MISUSE);
@@ -699,6 +704,13 @@ PIPIT_TEST(api_misuse_io) {
     FAILS(pipit_checkpoint_tensor_shape(ck, NULL, &nd, shape), PIPIT_STATUS_MISUSE);
     FAILS(pipit_checkpoint_tensor_shape(ck, "nope", &nd, shape), PIPIT_STATUS_INVALID);
     ASSERT_OK(pipit_checkpoint_tensor_shape(ck, "w", NULL, NULL));
+    pipit_dtype dt = PIPIT_BF16;
+    FAILS(pipit_checkpoint_tensor_dtype(NULL, "w", &dt), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_dtype(ck, NULL, &dt), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_dtype(ck, "w", NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_dtype(ck, "nope", &dt), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_checkpoint_tensor_dtype(ck, "w", &dt));
+    ASSERT_EQ_I64(dt, PIPIT_F32);
     GIVES(pipit_checkpoint_meta(ck, NULL), NULL);
     ASSERT_TRUE(pipit_checkpoint_meta(ck, "absent") == NULL); /* absent: not a failure */
     FAILS(pipit_checkpoint_load_into(p, NULL), PIPIT_STATUS_MISUSE);

@@ -15,8 +15,11 @@
  *     activations and messages (half the bytes), the planner's activation
  *     peak at most 55% of fp32's, the user's graph untouched, outputs
  *     returned in f32, a forward-only program with the training loss bits;
- *   - refusals by name: another options.dtype, f64 params, bf16 params, a
- *     backend without bf16, a cast to a non-float dtype.
+ *   - checkpoints: bf16 weights hold the masters rounded to nearest even
+ *     and load back widened exactly; a training checkpoint stays fp32;
+ *   - refusals by name: another options.dtype, f64 params, a backend
+ *     without bf16 (bf16 params and casts to non-float dtypes: in
+ *     test_api_misuse.c).
  * Training curves against fp32 and PyTorch autocast: test_bf16_train.sh.
  */
 #include <math.h>
@@ -28,6 +31,7 @@
 #include "kernel_check.h"
 #include "op_cases.h"
 #include "pipit_gpt2.h"
+#include "pipit_io.h"
 #include "runtime/program.h"
 #include "gpt2_feeds.h"
 #include "test.h"
@@ -455,4 +459,45 @@ PIPIT_TEST(bf16_refusals) {
     pipit_program_free(p);
     pipit__backend_register(NULL);
     pipit_graph_free(g);
+}
+
+/* Weights exported as bf16 hold each fp32 master rounded to nearest even;
+ * loaded into a program they widen exactly (fp32 masters of those values);
+ * a training checkpoint of a bf16 program stays fp32. */
+PIPIT_TEST(bf16_checkpoints) {
+    pipit_graph *g;
+    pipit_program *p, *q;
+    ASSERT_OK(gpt2_program(1, (pipit_options){.dtype = PIPIT_BF16}, &g, &p));
+    char path[512], tpath[512];
+    snprintf(path, sizeof path, "%s/w16.safetensors", pipit_test_tmpdir());
+    snprintf(tpath, sizeof tpath, "%s/train.safetensors", pipit_test_tmpdir());
+    ASSERT_OK(pipit_checkpoint_save_as(p, path, NULL, PIPIT_BF16));
+    ASSERT_OK(pipit_checkpoint_save_train(p, tpath, 0, NULL));
+    pipit_checkpoint *ck = NULL, *tk = NULL;
+    ASSERT_OK(pipit_checkpoint_open(path, &ck));
+    ASSERT_OK(pipit_checkpoint_open(tpath, &tk));
+    pipit_graph *g2;
+    ASSERT_OK(gpt2_program(1, (pipit_options){0}, &g2, &q));
+    ASSERT_OK(pipit_checkpoint_load_into(q, ck));
+    for (int i = 0; i < pipit_program_num_params(p); i++) {
+        const char *name = pipit_program_param_name(p, i);
+        pipit_dtype dt = PIPIT_F32, tdt = PIPIT_BF16;
+        ASSERT_OK(pipit_checkpoint_tensor_dtype(ck, name, &dt));
+        ASSERT_OK(pipit_checkpoint_tensor_dtype(tk, name, &tdt));
+        ASSERT_EQ_I64(dt, PIPIT_BF16);
+        ASSERT_EQ_I64(tdt, PIPIT_F32);
+        int64_t n = 0;
+        pipit_program_param_numel(p, name, &n);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        pipit_program_get_param(p, name, a, sizeof(float) * (size_t)n);
+        pipit_program_get_param(q, name, b, sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++)
+            if (b[k] != pipit__bf16_to_f32(pipit__bf16_from_f32(a[k])))
+                PIPIT_FAIL_("%s[%lld]: loaded %.9g, the master %.9g rounds to %.9g", name, (long long)k, b[k], a[k],
+                            pipit__bf16_to_f32(pipit__bf16_from_f32(a[k])));
+        free(a), free(b);
+    }
+    pipit_checkpoint_free(ck), pipit_checkpoint_free(tk);
+    pipit_program_free(p), pipit_program_free(q);
+    pipit_graph_free(g), pipit_graph_free(g2);
 }
