@@ -501,3 +501,45 @@ PIPIT_TEST(bf16_checkpoints) {
     pipit_program_free(p), pipit_program_free(q);
     pipit_graph_free(g), pipit_graph_free(g2);
 }
+
+/* A gradient transform (pipit_set_grad) reads the fp32 accumulated
+ * gradient of an fp32 master: halving wte's gives exactly half the bf16
+ * program's untransformed gradient, pipelined too (the tied wte's uses on
+ * both ranks summed first). */
+PIPIT_TEST(bf16_gradient_transform) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
+    float *grad[2];
+    int64_t n = 0;
+    for (int halve = 0; halve < 2; halve++) {
+        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32};
+        pipit_graph *g = pipit_graph_new();
+        pipit_val loss = pipit_gpt2_build(g, &c);
+        if (halve) {
+            pipit_val wte = {g, -1};
+            for (int32_t i = 0; i < g->n && wte.id < 0; i++)
+                if (g->nodes[i].op == PIPIT_OP_PARAM && strcmp(g->nodes[i].name, "wte.weight") == 0) wte.id = i;
+            ASSERT_OK(pipit_set_grad(g, wte, pipit_scale(g, pipit_grad_of(g, wte), 0.5)));
+        }
+        pipit_program *p;
+        ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.schedule = sch, .microbatches = 2, .dtype = PIPIT_BF16}, &p));
+        ASSERT_OK(pipit_gpt2_init(p, &c, 7));
+        int32_t buf[6 * TB * TT];
+        pipit_feed feeds[6];
+        test_gpt2_feeds(2, 0, TB, TT, TV, buf, feeds);
+        ASSERT_OK(pipit_step(p, feeds, 3, 0, NULL));
+        ASSERT_OK(pipit_program_param_numel(p, "wte.weight", &n));
+        grad[halve] = malloc(sizeof(float) * (size_t)n);
+        ASSERT_OK(pipit_program_get_grad(p, "wte.weight", grad[halve], sizeof(float) * (size_t)n));
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+    int64_t nonzero = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (grad[1][k] != 0.5f * grad[0][k]) PIPIT_FAIL_("wte grad[%lld]: %.9g, half of %.9g", (long long)k, grad[1][k], grad[0][k]);
+        nonzero += grad[0][k] != 0;
+    }
+    ASSERT_TRUE(nonzero > 0);
+    free(grad[0]), free(grad[1]);
+    pipit_schedule_free(sch);
+}
