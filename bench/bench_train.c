@@ -1,16 +1,18 @@
 /*
- * bench_train.c — one-rank GPT-2 training-step time and GFLOP/s against the
- * OpenBLAS sgemm ceiling measured in the same process.
+ * bench_train.c — one-rank GPT-2 or Llama training-step time and GFLOP/s
+ * against the OpenBLAS sgemm ceiling measured in the same process.
  *
- * Usage: bench_train [V T L H C B threads steps warmup]
- *   default: the small model V=256 T=64 L=4 H=4 C=128 B=8, 1 thread, 10
- *   timed steps after 2 warm-up steps.
+ * Usage: bench_train [V T L H C B threads steps warmup [KV F TIED]]
+ *   default: the small GPT-2 V=256 T=64 L=4 H=4 C=128 B=8, 1 thread, 10
+ *   timed steps after 2 warm-up steps. With KV F TIED: the Llama of
+ *   pipit_llama.h with KV key/value heads, MLP width F and the head tied to
+ *   the embedding (TIED 1) or not (0); rope_theta 10000, eps 1e-5.
  *
  * Each step is a full pipit_step (forward, backward, AdamW update) on one
  * rank, M = 1, synthetic random tokens. Reported: median / min / mean step
  * ms over the timed steps (the machine may be shared: the median is the
- * number to quote), tokens/s, GFLOP/s with pipit_gpt2_flops_per_token (the
- * same count as bench/torch_step.py), then cblas_sgemm GFLOP/s with
+ * number to quote), tokens/s, GFLOP/s with pipit_gpt2_flops_per_token or
+ * pipit_llama_flops_per_token (the same counts as bench/torch_step.py), then cblas_sgemm GFLOP/s with
  * OpenBLAS on the same thread count at the GPT-2 MLP shape
  * (256 x 3072 x 768) and a 1024^3 square, and ours / the better of the two.
  * PIPIT_BENCH_DTYPE=bf16 runs the step in mixed precision
@@ -29,6 +31,7 @@
 
 #include "pipit.h"
 #include "pipit_gpt2.h"
+#include "pipit_llama.h"
 
 static double clock_s(clockid_t id) {
     struct timespec ts;
@@ -85,30 +88,46 @@ static void die(const char *what, pipit_status s) {
     exit(1);
 }
 
+/* The model under test: GPT-2 or Llama, the calls that differ. */
+typedef struct {
+    int llama, nfeeds;
+    pipit_gpt2_config gpt2;
+    pipit_llama_config ll;
+} model;
+
+static pipit_val build(pipit_graph *g, const model *m) {
+    return m->llama ? pipit_llama_build(g, &m->ll) : pipit_gpt2_build(g, &m->gpt2);
+}
+
 int main(int argc, char **argv) {
-    int a[9] = {256, 64, 4, 4, 128, 8, 1, 10, 2};
-    if (argc > 1 && argc != 10) {
-        fprintf(stderr, "usage: bench_train [V T L H C B threads steps warmup]\n");
+    int a[12] = {256, 64, 4, 4, 128, 8, 1, 10, 2, 0, 0, 0};
+    if (argc > 1 && argc != 10 && argc != 13) {
+        fprintf(stderr, "usage: bench_train [V T L H C B threads steps warmup [KV F TIED]]\n");
         return 2;
     }
     for (int i = 1; i < argc; i++) a[i - 1] = atoi(argv[i]);
-    pipit_gpt2_config cfg = {.vocab = a[0], .max_ctx = a[1], .ctx = a[1], .layers = a[2],
-                             .heads = a[3], .dim = a[4], .batch = a[5], .stages = 1,
-                             .dtype = PIPIT_F32};
+    model md = {.llama = argc == 13};
+    md.gpt2 = (pipit_gpt2_config){.vocab = a[0], .max_ctx = a[1], .ctx = a[1], .layers = a[2], .heads = a[3],
+                                  .dim = a[4], .batch = a[5], .stages = 1, .dtype = PIPIT_F32};
+    md.ll = (pipit_llama_config){.vocab = a[0], .max_ctx = a[1], .ctx = a[1], .layers = a[2], .heads = a[3],
+                                 .kv_heads = a[9], .dim = a[4], .ffn_hidden = a[10], .norm_eps = 1e-5,
+                                 .rope_theta = 1e4, .tied = a[11], .batch = a[5], .stages = 1, .dtype = PIPIT_F32};
+    md.nfeeds = md.llama ? 2 : 3;
+    const pipit_gpt2_config cfg = md.gpt2; /* the sizes both kinds share */
     int threads = a[6], steps = a[7], warmup = a[8], B = cfg.batch, T = cfg.ctx;
     if (steps < 1) steps = 1;
-    pipit_status s = pipit_gpt2_check(&cfg);
+    pipit_status s = md.llama ? pipit_llama_check(&md.ll) : pipit_gpt2_check(&cfg);
     if (s) die("config", s);
 
     pipit_graph *g = pipit_graph_new();
-    pipit_val loss = pipit_gpt2_build(g, &cfg);
+    pipit_val loss = build(g, &md);
     if ((s = pipit_graph_status(g))) die("build", s);
     const char *dt = getenv("PIPIT_BENCH_DTYPE");
     int bf16 = dt && strcmp(dt, "bf16") == 0;
     pipit_options po = {.microbatches = 1, .threads = threads, .dtype = bf16 ? PIPIT_BF16 : PIPIT_F32};
     pipit_program *p = NULL;
     if ((s = pipit_compile(g, loss, &po, &p))) die("compile", s);
-    if ((s = pipit_gpt2_init(p, &cfg, 1))) die("init", s);
+    if ((s = md.llama ? pipit_llama_init(p, &md.ll, 1) : pipit_gpt2_init(p, &cfg, 1))) die("init", s);
 
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)B * T), *tgt = malloc(sizeof(int32_t) * (size_t)B * T),
             *pos = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -129,7 +148,7 @@ int main(int argc, char **argv) {
             pos[k] = k % T;
         }
         pipit_metrics m;
-        if ((s = pipit_step(p, feeds, 3, 1, &m))) die("step", s);
+        if ((s = pipit_step(p, feeds, md.nfeeds, 1, &m))) die("step", s);
         last_loss = m.loss;
         arena = m.peak_bytes;
         if (i >= warmup) {
@@ -144,15 +163,17 @@ int main(int argc, char **argv) {
                            1e-6 * (double)(ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec)) / wall;
     long faults = (ru.ru_minflt - ru0.ru_minflt) / steps;
     double mean = sum / steps, med = median(ms, steps);
-    double tokens = (double)B * T, fpt = pipit_gpt2_flops_per_token(&cfg);
+    double tokens = (double)B * T;
+    double fpt = md.llama ? pipit_llama_flops_per_token(&md.ll) : pipit_gpt2_flops_per_token(&cfg);
+    long long nparams = md.llama ? pipit_llama_num_params(&md.ll) : pipit_gpt2_num_params(&cfg);
     double gf = fpt * tokens / (med / 1e3) * 1e-9;
     double ceil_mlp = sgemm_gflops(256, 3072, 768, threads, 0.5);
     double ceil_sq = sgemm_gflops(1024, 1024, 1024, threads, 0.5);
     double ceil = ceil_mlp > ceil_sq ? ceil_mlp : ceil_sq;
 
-    printf("pipit GPT-2 V=%d T=%d L=%d H=%d C=%d B=%d threads=%d (%lld params, %.3f GFLOP/step)\n",
-           cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads,
-           (long long)pipit_gpt2_num_params(&cfg), fpt * tokens * 1e-9);
+    printf("pipit %s V=%d T=%d L=%d H=%d C=%d B=%d threads=%d (%lld params, %.3f GFLOP/step)\n",
+           md.llama ? "Llama" : "GPT-2", cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, nparams,
+           fpt * tokens * 1e-9);
     printf("  step ms: median %.2f  min %.2f  mean %.2f  (%d steps after %d warm-up; loss %.4f)\n", med, mn,
            mean, steps, warmup, last_loss);
     printf("  %.0f tokens/s  %.2f GFLOP/s | sgemm ceiling (%d thr): 256x3072x768 %.1f, 1024^3 %.1f GFLOP/s"

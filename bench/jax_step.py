@@ -10,9 +10,15 @@ jitted function does the whole training step (forward, backward, AdamW) with
 the params and both moments donated, so XLA updates them in place; each step
 feeds B sequences of T random tokens and waits for the loss.
 
+With --arch llama: the Llama of tests/llama_torch.py (Hugging Face's
+LlamaForCausalLM: RMSNorm, RoPE rotate-half with float32 angles, grouped-query
+causal attention, SwiGLU, nn.Linear [out, in] weights, tied or untied head)
+in jax.numpy, with Hugging Face's init (tests/llama_init.py).
+
 Usage (a python with jax, e.g. a venv under /tmp):
   python bench/jax_step.py --vocab V --ctx T --layers L --heads H --dim C \\
-      --micro-batch B --threads N [--steps K --warmup W] [--dtype bf16]
+      --micro-batch B --threads N [--steps K --warmup W]
+      [--arch llama --kv-heads K --ffn-hidden F --tied] [--dtype bf16]
 
 Threads: XLA:CPU sizes its thread pools from the CPUs the process may run on,
 so the caller pins it with taskset (bench/peers.py does); with --threads 1
@@ -55,6 +61,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 import gpt2_init  # noqa: E402
+import llama_init  # noqa: E402
 
 LN_EPS = 1e-5
 
@@ -82,12 +89,7 @@ def mlp(x, P, p):
     return h @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
 
 
-def loss_fn(P, idx, tgt, H, L, compute=None):
-    """compute=jnp.bfloat16: mixed precision as pipit's --dtype bf16 -- the
-    fp32 params cast to bf16 for the forward (their gradients come back in
-    fp32 through the cast), the log-softmax and the loss in fp32."""
-    if compute is not None:
-        P = {n: a.astype(compute) for n, a in P.items()}
+def loss_fn(P, idx, tgt, H, L):
     T = idx.shape[1]
     x = P["wte.weight"][idx] + P["wpe.weight"][:T][None]
     for i in range(L):
@@ -100,9 +102,52 @@ def loss_fn(P, idx, tgt, H, L, compute=None):
     return -jnp.take_along_axis(logp, tgt[..., None], axis=-1).mean()
 
 
-def make_step(H, L, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1, compute=None):
+def rms_norm(x, w, eps):
+    return w * (x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return jnp.concatenate((-x[..., h:], x[..., :h]), axis=-1)
+
+
+def llama_loss_fn(P, idx, tgt, c):
+    B, T = idx.shape
+    inv = 1.0 / (c.theta ** (jnp.arange(0, c.D, 2, dtype=jnp.float32) / c.D))
+    ang = jnp.arange(T, dtype=jnp.float32)[:, None] * inv[None, :]
+    cos, sin = jnp.cos(jnp.concatenate((ang, ang), -1)), jnp.sin(jnp.concatenate((ang, ang), -1))
+    mask = jnp.tril(jnp.ones((T, T), dtype=bool))
+    x = P["model.embed_tokens.weight"][idx]
+    for i in range(c.L):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, P[p + "input_layernorm.weight"], c.eps)
+        q = (h @ P[p + "self_attn.q_proj.weight"].T).reshape(B, T, c.H, c.D).transpose(0, 2, 1, 3)
+        k = (h @ P[p + "self_attn.k_proj.weight"].T).reshape(B, T, c.KV, c.D).transpose(0, 2, 1, 3)
+        v = (h @ P[p + "self_attn.v_proj.weight"].T).reshape(B, T, c.KV, c.D).transpose(0, 2, 1, 3)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = jnp.repeat(k, c.H // c.KV, axis=1), jnp.repeat(v, c.H // c.KV, axis=1)
+        att = jnp.where(mask, (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(c.D), -jnp.inf)
+        y = (jax.nn.softmax(att, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(B, T, c.C)
+        x = x + y @ P[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, P[p + "post_attention_layernorm.weight"], c.eps)
+        gu = jax.nn.silu(h @ P[p + "mlp.gate_proj.weight"].T) * (h @ P[p + "mlp.up_proj.weight"].T)
+        x = x + gu @ P[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, P["model.norm.weight"], c.eps)
+    logits = x @ (P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]).T
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(logp, tgt[..., None], axis=-1).mean()
+
+
+def mixed(loss_of):
+    """--dtype bf16, mixed precision as pipit's: the fp32 params cast to bf16
+    for the forward (their gradients come back in fp32 through the cast, so
+    AdamW and its state stay fp32); the log-softmax and the loss in fp32."""
+    return lambda P, idx, tgt: loss_of({n: a.astype(jnp.bfloat16) for n, a in P.items()}, idx, tgt)
+
+
+def make_step(loss_of, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
     def step(P, m, v, t, idx, tgt):
-        loss, g = jax.value_and_grad(loss_fn)(P, idx, tgt, H, L, compute)
+        loss, g = jax.value_and_grad(loss_of)(P, idx, tgt)
         bc1 = 1.0 - b1 ** t
         bc2 = 1.0 - b2 ** t
         newP, newm, newv = {}, {}, {}
@@ -127,14 +172,21 @@ def main():
     if C % H:
         ap.error("--heads must divide --dim")
 
-    host = gpt2_init.init_params(V, T, C, L, seed=args.seed)
+    if args.arch == "llama":
+        c = peer_meter.llama_cfg(args)
+        host = llama_init.init_params(c, seed=args.seed)
+        n_flops = llama_init.flops_params(c)
+        loss_of = lambda P, idx, tgt: llama_loss_fn(P, idx, tgt, c)  # noqa: E731
+    else:
+        host = gpt2_init.init_params(V, T, C, L, seed=args.seed)
+        n_flops = sum(a.size for a in host.values()) - host["wpe.weight"].size
+        loss_of = lambda P, idx, tgt: loss_fn(P, idx, tgt, H, L)  # noqa: E731
+    step = make_step(mixed(loss_of) if args.dtype == "bf16" else loss_of)
     n_all = sum(a.size for a in host.values())
-    n_flops = n_all - host["wpe.weight"].size
     P = {n: jnp.asarray(a) for n, a in host.items()}
     del host
     m = {n: jnp.zeros_like(a) for n, a in P.items()}
     v = {n: jnp.zeros_like(a) for n, a in P.items()}
-    step = make_step(H, L, compute=jnp.bfloat16 if args.dtype == "bf16" else None)
     rng = np.random.default_rng(args.seed)
     t = 0
 

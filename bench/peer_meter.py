@@ -99,12 +99,27 @@ def add_step_args(ap):
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
+    ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    ap.add_argument("--ffn-hidden", type=int, default=0, help="llama: MLP width (0: 4 x --dim)")
+    ap.add_argument("--tied", action="store_true", help="llama: lm head tied to the embedding")
+
+
+def llama_cfg(args):
+    """The Llama of tests/llama_init.py the step options describe."""
+    import llama_init
+    return llama_init.Cfg(args.vocab, args.dim, args.layers, args.heads, args.kv_heads or args.heads,
+                          args.ffn_hidden or 4 * args.dim, tied=args.tied, max_ctx=args.ctx)
 
 
 def config_of(args):
-    return {"vocab": args.vocab, "ctx": args.ctx, "layers": args.layers, "heads": args.heads,
-            "dim": args.dim, "micro_batch": args.micro_batch, "threads": args.threads,
-            "steps": args.steps, "warmup": args.warmup}
+    out = {"arch": args.arch, "vocab": args.vocab, "ctx": args.ctx, "layers": args.layers, "heads": args.heads,
+           "dim": args.dim, "micro_batch": args.micro_batch, "threads": args.threads,
+           "steps": args.steps, "warmup": args.warmup}
+    if args.arch == "llama":
+        out.update({"kv_heads": args.kv_heads or args.heads, "ffn_hidden": args.ffn_hidden or 4 * args.dim,
+                    "tied": args.tied})
+    return out
 
 
 def process_report(check):

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """peers.py — pipit's train step against the best-configured peers, side by side.
 
-Usage: python3 bench/peers.py --build DIR [--quick] [--sweep]
+Usage: python3 bench/peers.py --build DIR [--quick] [--models small,gpt2-124M,llama-100m] [--sweep]
   env: DEBIAN_PY=/usr/bin/python3         Debian's python3-torch
        PEERS_PY=/tmp/venv-peers/bin/python a venv with torch 2.x and jax (PyPI)
 
 One invocation times, for each model (the small GPT-2 V=256 T=64 L=4 H=4
-C=128 B=8, and GPT-2 124M V=50257 T=64 L=12 H=12 C=768 B=4) and each thread
-count (1, 2), one after the other on the same CPUs (taskset -c 0 / 0,1):
+C=128 B=8, GPT-2 124M V=50257 T=64 L=12 H=12 C=768 B=4, and the Llama of
+`--model llama-100m`, V=50257 T=64 L=10 H=12 KV=4 C=768 F=2048 tied, B=4;
+--models picks some) and each thread count (1, 2), one after the other on
+the same CPUs (taskset -c 0 / 0,1):
 
   pipit          DIR/bench_train (its OpenBLAS sgemm ceiling is measured in
                  the same process, on the same threads)
@@ -71,8 +73,11 @@ BEST = {
 }
 WAITS = ("passive", "active")
 
-SMALL = ("small", 256, 64, 4, 4, 128, 8)
-GPT2 = ("gpt2-124M", 50257, 64, 12, 12, 768, 4)
+# (name, V, T, L, H, C, B, Llama's (KV, F, tied) or None for GPT-2)
+SMALL = ("small", 256, 64, 4, 4, 128, 8, None)
+GPT2 = ("gpt2-124M", 50257, 64, 12, 12, 768, 4, None)
+LLAMA = ("llama-100m", 50257, 64, 10, 12, 768, 4, (4, 2048, 1))
+MODELS = {m[0]: m for m in (SMALL, GPT2, LLAMA)}
 
 
 def cpus_for(threads):
@@ -116,11 +121,13 @@ class Peer:
         self.extra_args = list(extra_args)
 
     def cmd(self, model, threads, steps, warmup):
-        _, V, T, L, H, C, B = model
+        _, V, T, L, H, C, B, llama = model
+        arch = [] if not llama else ["--arch", "llama", "--kv-heads", str(llama[0]), "--ffn-hidden", str(llama[1])] + (
+            ["--tied"] if llama[2] else [])
         return ["taskset", "-c", cpus_for(threads), self.py, os.path.join(HERE, self.script),
                 "--vocab", str(V), "--ctx", str(T), "--layers", str(L), "--heads", str(H),
                 "--dim", str(C), "--micro-batch", str(B), "--threads", str(threads),
-                "--steps", str(steps), "--warmup", str(warmup)] + self.extra_args
+                "--steps", str(steps), "--warmup", str(warmup)] + arch + self.extra_args
 
     def run(self, model, threads, steps, warmup):
         if threads == 1 or "OMP_WAIT_POLICY" not in self.settings:
@@ -179,9 +186,9 @@ def find_peers():
 
 
 def pipit_run(build, model, threads, steps, warmup):
-    _, V, T, L, H, C, B = model
+    _, V, T, L, H, C, B, llama = model
     cmd = ["taskset", "-c", cpus_for(threads), os.path.join(build, "bench_train"),
-           *(str(x) for x in (V, T, L, H, C, B, threads, steps, warmup))]
+           *(str(x) for x in (V, T, L, H, C, B, threads, steps, warmup) + (llama or ()))]
     r = run_json(cmd, {}, 900)
     if "ms_median" in r:
         r["ms_per_step"] = r["ms_median"]
@@ -199,10 +206,12 @@ def compare(args):
     peers, skipped = find_peers()
     for s in skipped:
         print(f"  skipped {s}")
-    models = [SMALL] if args.quick else [SMALL, GPT2]
-    timing = {"small": (15, 3), "gpt2-124M": (7, 2)}
+    models = [SMALL] if args.quick else [MODELS[m] for m in args.models.split(",")]
+    timing = {"small": (15, 3), "gpt2-124M": (7, 2), "llama-100m": (7, 2)}
     if args.quick:
         timing = {"small": (5, 2)}
+    if args.steps:  # a loaded machine: fewer, longer-measured steps
+        timing = {name: (args.steps, args.warmup) for name in timing}
     rows = []
     for model in models:
         steps, warmup = timing[model[0]]
@@ -216,11 +225,12 @@ def compare(args):
 
     names = ["pipit"] + [p.name for p in peers]
     print()
-    head = f"{'model':9} {'thr':>3} |" + "".join(f" {n + ' ms':>16} {'cpu/w':>6} |" for n in names)
+    head = f"{'model':10} {'thr':>3} |" + "".join(f" {n + ' ms':>16} {'cpu/w':>6} |" for n in names)
     head += f" {'best peer':>12} | {'best/pipit':>10} {'winner':>12} | {'sgemm GF/s':>10} {'pipit GF/s':>10} {'/ceil':>6}"
+    head += f" | {'RSS MB pipit':>12} {'best peer':>9}"
     print(head)
     for model, threads, steps, warmup, res in rows:
-        line = f"{model[0]:9} {threads:3d} |"
+        line = f"{model[0]:10} {threads:3d} |"
         for n in names:
             r = res[n]
             if "error" in r:
@@ -238,16 +248,19 @@ def compare(args):
         if "gflops" in p:
             ceil = max(p["sgemm_mlp_gflops"], p["sgemm_square_gflops"])
             line += f" {ceil:10.1f} {p['gflops']:10.1f} {p['gflops'] / ceil:6.3f}"
+        if ok and "peak_rss_mb" in p:  # peak memory of the whole process, beside the fastest peer's
+            line += f" | {p['peak_rss_mb']:12.0f} {res[best].get('peak_rss_mb', float('nan')):9.0f}"
         print(line)
     print()
     print("  ms = median step (forward + backward + AdamW, fp32) over the timed steps "
           f"({timing[models[0][0]][0]} small"
-          + ("" if args.quick else f", {timing['gpt2-124M'][0]} for 124M") + " after warm-up);")
+          + ("" if args.quick else f", {timing['gpt2-124M'][0]} for the 100M ones") + " after warm-up);")
     print("  cpu/w = process CPU time / wall time over the timed steps (mean cores used; "
           "must be <= thr, OVER if not);")
     print("  best/pipit = the fastest peer's ms / pipit's ms (> 1: pipit is faster); winner = the fastest of all;")
     print("  sgemm = best OpenBLAS cblas_sgemm GFLOP/s (256x3072x768, 1024^3) in bench_train's process,")
-    print("  same taskset; GFLOP/s count (6 N + 12 L C T) per token for every peer (N = params except wpe).")
+    print("  same taskset; GFLOP/s count (6 N + 12 L C T) per token for every peer (N = params except wpe;")
+    print("  Llama: except an untied embedding).")
     one = [(m, res) for m, th, _, _, res in rows if th == 1]
     if one:
         print()
@@ -299,7 +312,7 @@ def sweep(args):
     knob at a time (malloc, then the OpenMP wait policy with the best malloc,
     then the AdamW implementation with both): 6-7 runs per peer. Picks by
     CPU ms per step on one thread, by wall ms on more."""
-    model = SMALL if args.sweep_model == "small" else GPT2
+    model = MODELS[args.sweep_model]
     steps, warmup = (15, 3) if model is SMALL else (5, 2)
     pys = []
     if probe(DEBIAN_PY, "import torch") is not None:
@@ -339,8 +352,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build-bench", help="folder with bench_train")
     ap.add_argument("--quick", action="store_true", help="small model only, fewer steps")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per run (default: 15 small, 7 for the 100M models)")
+    ap.add_argument("--warmup", type=int, default=2, help="with --steps: warm-up steps before them")
+    ap.add_argument("--models", default="small,gpt2-124M,llama-100m",
+                    help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--sweep", action="store_true", help="time the torch peers' settings instead")
-    ap.add_argument("--sweep-model", choices=("small", "gpt2-124M"), default="gpt2-124M")
+    ap.add_argument("--sweep-model", choices=tuple(MODELS), default="gpt2-124M")
     ap.add_argument("--sweep-threads", type=int, default=1)
     args = ap.parse_args()
     if args.sweep:

@@ -1,14 +1,17 @@
 #!/usr/bin/python3
 """PyTorch baseline for pipit's step benchmark (CPU, float32).
 
-Builds the GPT-2 model of tests/gpt2_torch.py with random GPT-2 init, feeds
-synthetic random tokens and times full training steps (forward, backward,
-AdamW update) of one batch of B sequences of T tokens.
+Builds the GPT-2 model of tests/gpt2_torch.py with random GPT-2 init (or,
+with --arch llama, the Llama of tests/llama_torch.py with Hugging Face's
+init: the straight module, or transformers' LlamaForCausalLM itself with
+--impl hf), feeds synthetic random tokens and times full training steps
+(forward, backward, AdamW update) of one batch of B sequences of T tokens.
 
 Usage (Debian's python, which has torch, or a venv's torch 2.x):
   /usr/bin/python3 bench/torch_step.py --vocab V --ctx T --layers L --heads H \
       --dim C --micro-batch B --threads N [--steps K --warmup W]
-      [--adamw loop|foreach|fused] [--autocast bf16]
+      [--adamw loop|foreach|fused] [--arch llama --kv-heads K --ffn-hidden F
+      --tied --impl straight|hf] [--autocast bf16]
 bench/peers.py runs it with each peer's settings (malloc tunables, OpenMP
 wait policy, taskset) next to pipit's step.
 
@@ -17,7 +20,8 @@ Prints one JSON line: {"ms_per_step" (median over --steps timed steps),
 gflops is achieved GFLOP/s with the nanoGPT/PaLM estimate
   flops per step = (6 * N + 12 * L * C * T) * B * T
 and N counts every parameter except the position embedding wpe (nanoGPT's
-non-embedding count; wte stays in since it is the output head too).
+non-embedding count; wte stays in since it is the output head too); for
+Llama every parameter except an untied embedding (pipit_llama_flops_per_token).
 The JSON also has the thread check of bench/peer_meter.py over the timed
 steps (cpu_per_wall, busy_threads), torch's thread counts, the BLAS torch
 was built with, the relevant environment and the peak RSS.
@@ -69,6 +73,27 @@ def pool_threads():
     return out
 
 
+def llama_model(args):
+    """(params by name, loss(idx, tgt), N for the FLOP count) of the Llama the
+    options describe, Hugging Face's init."""
+    import llama_init
+    import llama_torch
+    c = peer_meter.llama_cfg(args)
+    host = llama_init.init_params(c, seed=args.seed)
+    if args.impl == "hf":
+        m = llama_torch.hf_model(c, host)
+        P = dict(m.named_parameters())  # tied: one parameter, listed once
+
+        def loss(idx, tgt):
+            return torch.nn.functional.cross_entropy(llama_torch.hf_logits(m, idx).reshape(-1, c.V), tgt.reshape(-1))
+    else:
+        P = {n: torch.tensor(a).requires_grad_(True) for n, a in host.items()}
+
+        def loss(idx, tgt):
+            return llama_torch.loss_fn(P, idx, tgt, c)
+    return P, loss, llama_init.flops_params(c)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     peer_meter.add_step_args(ap)
@@ -77,6 +102,8 @@ def main():
                          "foreach=True, or fused=True (CPU since torch 2.4)")
     ap.add_argument("--autocast", choices=("off", "bf16"), default="off",
                     help="bf16: each forward under torch.autocast('cpu', torch.bfloat16), PyTorch's mixed precision")
+    ap.add_argument("--impl", choices=("straight", "hf"), default="straight",
+                    help="llama: tests/llama_torch.py's module or transformers' LlamaForCausalLM")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -86,10 +113,14 @@ def main():
     if C % H:
         ap.error("--heads must divide --dim")
 
-    P = {n: torch.tensor(a).requires_grad_(True)
-         for n, a in g.init_params(V, T, C, L, seed=args.seed).items()}
+    loss_fn = lambda idx, tgt: g.loss_fn(P, idx, tgt, H, L)  # noqa: E731
+    if args.arch == "llama":
+        P, loss_fn, n_flops = llama_model(args)
+    else:
+        P = {n: torch.tensor(a).requires_grad_(True)
+             for n, a in g.init_params(V, T, C, L, seed=args.seed).items()}
+        n_flops = sum(p.numel() for p in P.values()) - P["wpe.weight"].numel()
     n_all = sum(p.numel() for p in P.values())
-    n_flops = n_all - P["wpe.weight"].numel()
     decay = [p for p in P.values() if p.dim() >= 2]
     nodecay = [p for p in P.values() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -103,7 +134,7 @@ def main():
         tgt = torch.randint(0, V, (B, T))
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
-            loss = g.loss_fn(P, idx, tgt, H, L)
+            loss = loss_fn(idx, tgt)
         loss.backward()
         opt.step()
         return loss.item()
@@ -130,7 +161,8 @@ def main():
         "ms_mean": round(statistics.mean(times) * 1e3, 4) if times else None,
         "params": n_all,
         "flops_per_step": flops,
-        "flops_formula": "(6*N + 12*L*C*T) * B*T, N = params excluding wpe",
+        "flops_formula": "(6*N + 12*L*C*T) * B*T, N = params excluding wpe (Llama: an untied embedding)",
+        "impl": args.impl if args.arch == "llama" else "gpt2_torch",
         "config": peer_meter.config_of(args),
         "torch": torch.__version__,
         "blas": blas_info(),

@@ -96,6 +96,11 @@ typedef struct {
     int virt;               /* stages per pipeline rank (0: the schedule's own) */
     int zero1;              /* shard the optimizer state over dp */
     const char *dtype;      /* "bf16", "fp16", "fp32", "tf32" (NULL: the hardware's train_dtype) */
+    /* how the runtime communicates (0: as pipit does) */
+    int dp_after_flush;     /* 1: the DP exchange starts after the rank's last task (Megatron-LM 2021);
+                               0: each layer's share as soon as the backward has made it */
+    int blocking_p2p;       /* 1: a stage message occupies its sender (Megatron's blocking P2P);
+                               0: it occupies its link (zero-copy sends, background progress) */
 } pipit_sim_config;
 
 typedef struct {

@@ -276,9 +276,11 @@ def make_optimizer(P, args):
     return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
 
 
-def train(P, data, args, H, L, out=None):
-    """Runs args.steps steps; returns the list of per-step losses."""
+def train(P, data, args, H, L, out=None, loss=None):
+    """Runs args.steps steps; returns the list of per-step losses. loss(idx,
+    tgt) is the model's loss (default: GPT-2's over P with H heads, L layers)."""
     out = out or sys.stdout
+    loss = loss or (lambda idx, tgt: loss_fn(P, idx, tgt, H, L))
     opt = make_optimizer(P, args)
     B, M = args.micro_batch, args.microbatches
     losses = []
@@ -291,9 +293,9 @@ def train(P, data, args, H, L, out=None):
             # --autocast bf16: PyTorch's mixed precision on CPU (fp32 params,
             # bf16 matmuls; layer_norm and cross_entropy autocast to fp32)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = loss_fn(P, idx, tgt, H, L)
-            (loss / M).backward()
-            total += float(loss.item())
+                lm = loss(idx, tgt)
+            (lm / M).backward()
+            total += float(lm.item())
         step_loss = total / M
         params = list(P.values())
         gnorm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in params))
@@ -426,8 +428,8 @@ def selftest():
 
 # ------------------------------------------------------------------------ main
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_train_args(ap):
+    """The flags of a training run (shared with llama_torch.py)."""
     ap.add_argument("--selftest", action="store_true")
     ap.add_argument("--init")
     ap.add_argument("--data")
@@ -448,6 +450,11 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
                     help="bf16: torch.autocast on CPU around each microbatch's forward")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_train_args(ap)
     args = ap.parse_args(argv)
 
     torch.set_num_threads(max(1, args.threads))

@@ -36,6 +36,14 @@ const char *pipit_test_tmpdir(void) {
     return dir;
 }
 
+const char *pipit_test_path(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", pipit_test_tmpdir(), name);
+    return buf[k];
+}
+
 const char *pipit_test_srcdir(void) { return PIPIT_TEST_SRCDIR; }
 
 static int nskipped;

@@ -28,6 +28,9 @@ extern int pipit_test_skipped;
 #define PIPIT_TEST_SKIP_CODE 77
 /* Directory for scratch files of this test run (exists, writable). */
 const char *pipit_test_tmpdir(void);
+/* "<tmpdir>/<name>" in one of four rotating static buffers (four paths may
+ * be held at once). */
+const char *pipit_test_path(const char *name);
 /* Directory of the source tree's tests/ (for fixtures and scripts). */
 const char *pipit_test_srcdir(void);
 

@@ -16,6 +16,7 @@
 
 #include "pipit.h"
 #include "pipit_gpt2.h"
+#include "pipit_llama.h"
 #include "pipit_inspect.h"
 #include "pipit_io.h"
 #include "pipit_sim.h"
@@ -1068,7 +1069,21 @@ PIPIT_TEST(api_misuse_sim) {
     GIVES(pipit_hw_builtin_name(pipit_hw_builtin_count()), NULL);
     FAILS(pipit_hw_write(NULL, NULL), PIPIT_STATUS_MISUSE);
     pipit_hw_free(NULL);
+    pipit_hw_links links;
+    pipit_link_probe probe = {0};
+    FAILS(pipit_hw_get_links(NULL, &links), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_set_links(NULL, &links), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse_links(NULL, &links), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_parse_links("inter=-1", &links), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_parse_links("inter=nan", &links), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_apply_probe(NULL, &probe), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_probe_links(NULL), PIPIT_STATUS_MISUSE);
     ASSERT_OK(pipit_hw_load("a100", &hw));
+    FAILS(pipit_hw_get_links(hw, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_hw_set_links(hw, &(pipit_hw_links){NAN, -1, -1, -1, 0}), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_set_links(hw, &(pipit_hw_links){-1, -1, 1e300 * 1e300, -1, 0}), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_set_links(hw, &(pipit_hw_links){-1, -1, -1, -1, INT_MAX}), PIPIT_STATUS_INVALID);
+    FAILS(pipit_hw_apply_probe(hw, NULL), PIPIT_STATUS_MISUSE);
     GIVES(pipit_hw_peak_flops(hw, "int8"), 0.0);
     FAILS(pipit_sim_run(NULL, hw, &r), PIPIT_STATUS_MISUSE);
     pipit_sim_config c = {.layers = 2, .hidden = 64, .heads = 2, .seq = 8, .vocab = 64, .micro_batch = 1,
@@ -1135,9 +1150,67 @@ PIPIT_TEST(api_misuse_text) {
     pipit_tokenizer_free(t);
 }
 
+PIPIT_TEST(api_misuse_llama) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_llama_config c = {.vocab = 16, .max_ctx = 4, .ctx = 4, .layers = 2, .heads = 2, .kv_heads = 1, .dim = 8,
+                            .ffn_hidden = 12, .norm_eps = 1e-5, .rope_theta = 1e4, .batch = 1, .stages = 2,
+                            .dtype = PIPIT_F32},
+                       bad = c;
+    FAILS(pipit_llama_check(NULL), PIPIT_STATUS_MISUSE);
+    bad.kv_heads = INT_MIN;
+    FAILS_ANON(pipit_llama_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.norm_eps = -INFINITY;
+    FAILS_ANON(pipit_llama_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.ffn_hidden = 0, bad.multiple_of = INT_MAX, bad.ffn_dim_multiplier = 1e300;
+    FAILS_ANON(pipit_llama_check(&bad), PIPIT_STATUS_INVALID);
+    GIVES(pipit_llama_ffn_hidden(NULL), 0);
+    GIVES(pipit_llama_num_params(NULL), 0);
+    GIVES(pipit_llama_flops_per_token(NULL), 0);
+    GIVES(pipit_llama_stage_first_layer(NULL, 0), -1);
+    GIVES(pipit_llama_stage_first_layer(&c, 3), -1);
+    pipit_graph *g = pipit_graph_new();
+    INVALID_VAL(pipit_llama_build(NULL, &c));
+    INVALID_VAL(pipit_llama_build(g, NULL));
+    INVALID_VAL(pipit_llama_build(JUNK_GRAPH, &c));
+    INVALID_VAL(pipit_llama_build_logits(g, &bad, NULL));
+    ASSERT_OK(pipit_graph_status(g)); /* a refused config leaves the graph alone */
+    pipit_val loss = pipit_llama_build(g, &c);
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    FAILS(pipit_llama_init(NULL, &c, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_init(p, NULL, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_init(JUNK_PROGRAM, &c, 1), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_llama_init(p, &c, UINT64_MAX));
+    const char *ck_path = mpath("llama.safetensors");
+    ASSERT_OK(pipit_checkpoint_save(p, ck_path, NULL));
+    pipit_checkpoint *ck = NULL;
+    ASSERT_OK(pipit_checkpoint_open(ck_path, &ck));
+    pipit_llama_config got = {0};
+    FAILS(pipit_llama_config_from_checkpoint(NULL, &got), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_config_from_checkpoint(ck, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_OK(pipit_llama_config_from_checkpoint(ck, &got));
+    pipit_checkpoint_free(ck);
+    int has = 0;
+    FAILS(pipit_llama_config_from_hf(NULL, &got, &has), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_config_from_hf(ck_path, NULL, &has), PIPIT_STATUS_MISUSE);
+    FAILS_ANON(pipit_llama_config_from_hf(ck_path, &got, &has), PIPIT_STATUS_FORMAT); /* binary, not JSON */
+    FAILS(pipit_llama_write_hf_config(NULL, stdout), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_write_hf_config(&c, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_write_hf_config(&bad, stdout), PIPIT_STATUS_INVALID);
+    int32_t tok[4] = {0}, tgt[4] = {0};
+    pipit_feed fd[2];
+    FAILS(pipit_llama_feeds(NULL, tok, tgt, fd), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_feeds(&c, tok, NULL, fd), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_feeds(&c, tok, tgt, NULL), PIPIT_STATUS_MISUSE);
+    bad = c, bad.ctx = INT_MIN;
+    FAILS(pipit_llama_feeds(&bad, tok, tgt, fd), PIPIT_STATUS_INVALID);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
 PIPIT_TEST(api_misuse_covers_every_function) {
     static const char *headers[] = {"pipit.h", "pipit_io.h", "pipit_gpt2.h", "pipit_inspect.h", "pipit_sim.h",
-                                    "pipit_text.h"};
+                                    "pipit_text.h", "pipit_llama.h"};
     char path[1024];
     snprintf(path, sizeof path, "%s/test_api_misuse.c", pipit_test_srcdir());
     FILE *f = fopen(path, "rb");

@@ -86,7 +86,8 @@ expect_ok "$PIPIT" export --hf hf2 --init tok.st --tokenizer tok/tokenizer.json
 [ -f hf2/tokenizer.json ] && [ -f hf2/tokenizer_config.json ] || fail "no tokenizer files in hf2: $(ls hf2)"
 
 # errors
-expect_fail "--kind 'llama': pipit exports gpt2" "$PIPIT" export --hf e --init run.st --kind llama
+expect_fail "--kind 'bert': pipit exports gpt2 or llama" "$PIPIT" export --hf e --init run.st --kind bert
+expect_fail "--kind llama: checkpoint 'run.st' holds a GPT-2 model" "$PIPIT" export --hf e --init run.st --kind llama
 expect_fail "export: --init is required" "$PIPIT" export --hf e
 expect_fail "no-such.st" "$PIPIT" export --hf e --init no-such.st
 expect_fail "--heads 3 disagrees with checkpoint" "$PIPIT" export --hf e --init run.st --heads 3

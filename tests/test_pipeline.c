@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pipit_gpt2.h"
+#include "pipit_llama.h"
 #include "pipit_partition.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
@@ -321,16 +322,49 @@ PIPIT_TEST(pipeline_equivalence_general_ops) {
     pipit_schedule_free(sch);
 }
 
+/* The Llama family as pipit_llama.h builds it: 8 layers, so that P x V = 8
+ * stages hold whole blocks; GQA (4 query heads, 2 key/value heads), RoPE,
+ * the lm head tied to the embedding (a weight the first and the last stage
+ * share) or not. Feeds: llama_feeds (the same input names and sizes). */
+static pipit_llama_config hf_llama_cfg(int stages, int tied) {
+    return (pipit_llama_config){.vocab = LV, .max_ctx = LT, .ctx = LT, .layers = 8, .heads = 4, .kv_heads = 2,
+                                .dim = LC, .ffn_hidden = LF, .norm_eps = 1e-5, .rope_theta = 500, .tied = tied,
+                                .batch = LB, .stages = stages, .dtype = PIPIT_F32};
+}
+static pipit_val hf_llama_tied_build(pipit_graph *g, int stages) {
+    pipit_llama_config c = hf_llama_cfg(stages, 1);
+    return pipit_llama_build(g, &c);
+}
+static pipit_val hf_llama_untied_build(pipit_graph *g, int stages) {
+    pipit_llama_config c = hf_llama_cfg(stages, 0);
+    return pipit_llama_build(g, &c);
+}
+static void hf_llama_init(pipit_program *p) {
+    pipit_llama_config c = hf_llama_cfg(1, 0); /* the init reads names and shapes off the program */
+    pipit_llama_init(p, &c, 11);
+}
+static const model hf_llama_tied = {hf_llama_tied_build, hf_llama_init, 2, llama_feeds};
+static const model hf_llama_untied = {hf_llama_untied_build, hf_llama_init, 2, llama_feeds};
+
+/* pipit_llama_build: every schedule x P in {1, 2, 4} x V x remat (M = 2P)
+ * with the tied head, P = 2 untied: bit for bit the sequential run. */
+PIPIT_TEST(pipeline_equivalence_llama) {
+    static const int Ps[] = {1, 2, 4}, P2[] = {2};
+    ASSERT_EQ_I64(equivalence_matrix(&hf_llama_tied, Ps, 3, 1), 0);
+    ASSERT_EQ_I64(equivalence_matrix(&hf_llama_untied, P2, 1, 1), 0);
 /* Mixed precision keeps the guarantee: in bf16, every schedule x P in
- * {2, 4} x V x remat gives the sequential bf16 run's bits, for GPT-2 and
- * for the general op set (bf16 activations and messages, fp32 gradients
- * accumulated in the same order). */
+ * {2, 4} x V x remat gives the sequential bf16 run's bits, for GPT-2, for
+ * the general op set and for pipit_llama_build's Llama with its tied head
+ * (bf16 activations and messages, fp32 gradients accumulated in the same
+ * order). */
 PIPIT_TEST(pipeline_equivalence_bf16) {
     static const int Ps[] = {2, 4};
     matrix_dtype = PIPIT_BF16;
-    int gpt2 = equivalence_matrix(&gpt2_model, Ps, 2, 1), llama = equivalence_matrix(&llama_model, Ps, 2, 1);
+    int gpt2 = equivalence_matrix(&gpt2_model, Ps, 2, 1), ops = equivalence_matrix(&llama_model, Ps, 2, 1);
+    int llama = equivalence_matrix(&hf_llama_tied, Ps, 2, 1);
     matrix_dtype = PIPIT_F32;
     ASSERT_EQ_I64(gpt2, 0);
+    ASSERT_EQ_I64(ops, 0);
     ASSERT_EQ_I64(llama, 0);
 }
 

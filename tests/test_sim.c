@@ -11,10 +11,13 @@
 
 /* ------------------------------------------------------------ helpers */
 
+/* Megatron-LM as of the SC'21 paper: the DP exchange after the pipeline
+ * flush, blocking P2P. */
 static pipit_sim_config gpt(int layers, int hidden, int heads, int tp, int pp, int dp, int64_t batch) {
     return (pipit_sim_config){.layers = layers, .hidden = hidden, .heads = heads, .seq = 2048, .vocab = 51200,
                               .micro_batch = 1, .global_batch = batch, .recompute = PIPIT_RECOMPUTE_FULL,
-                              .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_1F1B};
+                              .tp = tp, .pp = pp, .dp = dp, .schedule = PIPIT_SCHED_1F1B, .dp_after_flush = 1,
+                              .blocking_p2p = 1};
 }
 
 /* Runs cfg on hw; fills *sum; 0 on failure (message printed). */
@@ -473,5 +476,11 @@ PIPIT_TEST(sim_dp_exchange_overlaps_the_backward) {
     ASSERT_NEAR_F64(u.step_s, u.pipeline_s + u.dp_s + u.optimizer_s, 1e-9 * u.step_s);
     double h = 64, params = 4 * (12 * h * h + 13 * h) + 128 * h + 16 * h + 2 * h;
     ASSERT_TRUE(u.dp_total_s >= 2.0 * 3 / 4 * params * 4 / 1e9); /* the whole gradient, in shares */
+    c.dp_after_flush = 1; /* Megatron-LM 2021: all of it after the last task, nothing hidden */
+    pipit_sim_summary m;
+    ASSERT_TRUE(sim(&c, hw, &m));
+    ASSERT_NEAR_F64(m.dp_hidden, 0, 1e-12);
+    ASSERT_NEAR_F64(m.dp_s, 2.0 * 3 / 4 * params * 4 / 1e9, 1e-9);
+    ASSERT_TRUE(m.step_s > u.step_s);
     pipit_hw_free(hw);
 }

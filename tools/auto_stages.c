@@ -1,5 +1,5 @@
 /*
- * auto_stages.c — `pipit train|plan --auto-stages`: the GPT-2 graph is
+ * auto_stages.c — `pipit train|plan --auto-stages`: the model's graph is
  * built without yields and cut by pipit_partition (docs/partition.md);
  * the chosen stages and their predicted costs are printed next to the
  * builder's even split, so the gain the partition expects can be seen.
@@ -19,20 +19,20 @@ static double worst_stage(const pipit_partition_result *pt) {
 /* The even split as the same cost model sees it: the builder's yields are
  * the only cuts allowed, and all of them are taken. NULL if the builder
  * cannot split so finely. The graph is the caller's to free. */
-static pipit_partition_result *even_split(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph **g) {
+static pipit_partition_result *even_split(const cli_auto_stages *a, const cli_model *cfg, pipit_graph **g) {
     *g = NULL;
     if (a->stages > cfg->layers) return NULL;
-    pipit_gpt2_config ec = *cfg;
+    cli_model ec = *cfg;
     ec.stages = a->stages;
     if (!(*g = pipit_graph_new())) die("out of memory");
-    pipit_val loss = pipit_gpt2_build(*g, &ec);
+    pipit_val loss = ec.kind->build(*g, &ec, NULL);
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
                                   .yields = PIPIT_PARTITION_YIELDS_AS_CUTS, .profile = a->profile, .remat = a->remat};
     pipit_partition_result *pt = NULL;
     return pipit_partition(*g, loss, &po, &pt) == PIPIT_STATUS_OK ? pt : NULL;
 }
 
-static void print_comparison(const cli_auto_stages *a, const pipit_gpt2_config *cfg, const pipit_partition_result *pt) {
+static void print_comparison(const cli_auto_stages *a, const cli_model *cfg, const pipit_partition_result *pt) {
     pipit_graph *eg;
     pipit_partition_result *even = even_split(a, cfg, &eg);
     if (even)
@@ -49,7 +49,7 @@ static void print_comparison(const cli_auto_stages *a, const pipit_gpt2_config *
     pipit_graph_free(eg);
 }
 
-void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss) {
+void cli_auto_stages_apply(const cli_auto_stages *a, const cli_model *cfg, pipit_graph *g, pipit_val *loss) {
     pipit_partition_options po = {.schedule = a->sched, .stages = a->sched ? 0 : a->stages,
                                   .profile = a->profile, .mem_limit = a->mem_limit, .remat = a->remat};
     pipit_partition_result *pt = NULL;

@@ -8,7 +8,7 @@
 #define PIPIT_TOOLS_CLI_H
 
 #include "flags.h"
-#include "pipit_gpt2.h"
+#include "model.h"
 #include "pipit_io.h"
 #include "pipit_text.h"
 
@@ -41,16 +41,21 @@ void cli_apply_links(pipit_hw *hw, const cli_links *l);
  * collective under mpirun) into hw, and a line on stderr saying what. */
 void cli_measure_links(pipit_hw *hw);
 
-/* A named model: sizes and the defaults that go with them. */
+/* A named model: its kind, sizes and the defaults that go with them. */
 typedef struct {
     const char *name;
+    const char *arch; /* the model kind: "gpt2" or "llama" (tools/model.h) */
     int vocab, ctx, layers, heads, dim, micro_batch, steps;
     double lr;
     const char *about;
+    int kv_heads, ffn_hidden, tied; /* Llama only */
+    double norm_eps, rope_theta;
 } cli_preset;
 
 /* The preset called `name`, or NULL (then cli_preset_names lists them). */
 const cli_preset *cli_preset_find(const char *name);
+/* "tiny, gpt2, ... or llama-100m" (static storage). */
+const char *cli_preset_names(void);
 int cli_preset_count(void);
 const cli_preset *cli_preset_at(int i);
 
@@ -65,7 +70,7 @@ void cli_config_apply(flag_cmd *c, const char *path, const char *const *skip);
  * that is not a JSON object, or a non-string value). */
 const char *cli_config_string(const char *path, const char *key);
 
-/* --auto-stages (tools/auto_stages.c): cuts the yield-free GPT-2 graph g
+/* --auto-stages (tools/auto_stages.c): cuts the yield-free model graph g
  * of cfg into `stages` stages for `sched` (NULL: one rank) with
  * pipit_partition (modelled costs at the default rates, or scaled by
  * `profile`, a profiled program of the same model; mem_limit bytes per
@@ -81,7 +86,7 @@ typedef struct {
     int remat;
     int print;
 } cli_auto_stages;
-void cli_auto_stages_apply(const cli_auto_stages *a, const pipit_gpt2_config *cfg, pipit_graph *g, pipit_val *loss);
+void cli_auto_stages_apply(const cli_auto_stages *a, const cli_model *cfg, pipit_graph *g, pipit_val *loss);
 
 /* A note on stderr (process 0) when checkpoint ck, opened for --<flagname>,
  * carried no checksums (older pipit, Hugging Face and other writers): it

@@ -5,6 +5,7 @@
  * window, micro-batch and batch count default to what the checkpoint and
  * the file say (flags override).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,9 +16,13 @@
  * micro-batch; else its positions and 1) and the file (up to 8 batches). */
 static void eval_defaults(session *s, opts *o, const flag_cmd *c) {
     cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init");
-    pipit_gpt2_config f = {0};
-    cli_check(pipit_gpt2_config_from_checkpoint(s->ckpt, &f), "--init");
-    if (!flags_seen(c, "ctx")) o->ctx = (int)meta_i64(s->ckpt, "init", "ctx", 1, f.max_ctx, f.max_ctx);
+    model_from_checkpoint(s->ckpt, o, c); /* the kind and its positions (open_model reads it again) */
+    if (!flags_seen(c, "ctx")) {
+        o->ctx = (int)meta_i64(s->ckpt, "init", "ctx", 1, o->max_ctx ? o->max_ctx : INT32_MAX, o->max_ctx);
+        if (o->ctx < 1)
+            die("checkpoint '%s' records neither its training ctx nor its positions (max_position_embeddings): pass "
+                "--ctx", o->init);
+    }
     if (!flags_seen(c, "micro-batch")) o->micro_batch = (int)meta_i64(s->ckpt, "init", "micro_batch", 1, 1 << 20, 1);
     if (flags_seen(c, "batches") || o->ctx < 1 || o->micro_batch < 1) return; /* open_model reports bad values */
     cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, PIPIT_DATA_SEQUENTIAL, o->seed,
@@ -39,7 +44,7 @@ int cmd_eval(int argc, char **argv) {
         {"micro-batch", FL_INT, &o.micro_batch, "sequences per batch B (default: the checkpoint's, else 1)", 0},
         {"batches", FL_INT, &o.batches, "batches K: evaluates sequences 0 .. K*B-1 (default: up to 8, as the file "
                                         "allows)", 0},
-        {"heads", FL_INT, &o.heads, "attention heads (default: from the checkpoint's metadata)", 0},
+        {"heads", FL_INT, &o.heads, "attention heads (default: from the checkpoint's metadata or config.json)", 0},
         {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
         {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
         {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
@@ -60,20 +65,16 @@ int cmd_eval(int argc, char **argv) {
     char ask[64];
     snprintf(ask, sizeof ask, "--batches %d x --micro-batch %d", K, B);
     check_distinct(s.data, "--data", o.data, (int64_t)K * B, ask, B, "--batches", T);
-    int32_t *buf = malloc(sizeof(int32_t) * 3 * (size_t)B * T * K);
-    pipit_feed *feeds = calloc((size_t)K * 3, sizeof *feeds);
-    if (!buf || !feeds) die("out of memory");
-    for (int k = 0; k < K; k++) {
-        mb_buf b = {buf + (size_t)3 * k * B * T, buf + (size_t)(3 * k + 1) * B * T, buf + (size_t)(3 * k + 2) * B * T};
-        fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &b, feeds + 3 * k);
-    }
+    int nf = s.cfg.kind->nfeeds;
+    pipit_feed *feeds;
+    mb_buf *bufs = mb_bufs_new(K, B, T, &feeds);
+    for (int k = 0; k < K; k++) fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &bufs[k], feeds + nf * k);
     pipit_metrics met;
-    if (pipit_step(s.p, feeds, 3, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    if (pipit_step(s.p, feeds, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
     long long tokens = (long long)B * T * K;
     if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
     else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);
-    free(buf);
-    free(feeds);
+    mb_bufs_free(bufs, K, feeds);
     close_session(&s);
     return 0;
 }

@@ -5,8 +5,8 @@
  * model.safetensors with the weights alone under the model's Hugging Face
  * names, config.json, and, with --tokenizer, tokenizer.json (with a
  * tokenizer_config.json for AutoTokenizer). The model
- * kind (--kind, default: the checkpoint's "model" metadata, else gpt2)
- * picks one row of KINDS: how to open the checkpoint's model and what its
+ * kind (--kind, default: the checkpoint's "model" metadata, else what its
+ * tensor names say, else gpt2) picks one row of KINDS: how to open the checkpoint's model and what its
  * config.json says. A new model family adds a row.
  */
 #include <errno.h>
@@ -22,12 +22,14 @@
 #include "pipit_gpt2.h"
 #include "pipit_io.h"
 #include "pipit_text.h"
+#include "train_cli.h"
 
 /* What an export needs from the command line. */
 typedef struct {
     const char *dir, *init;
     int heads;               /* --heads (0: from the checkpoint) */
     const pipit_checkpoint *ck;
+    const flag_cmd *c;       /* the flags given */
 } export_args;
 
 /* ------------------------------------------------------------------ gpt2 */
@@ -90,6 +92,39 @@ static int export_gpt2(const export_args *a, const char *weights, FILE *config) 
     return cfg.max_ctx;
 }
 
+/* ----------------------------------------------------------------- llama */
+
+/* LlamaForCausalLM's config and the weights under its names (pipit's own):
+ * the sizes from the file's tensors, heads and the rest from its metadata
+ * or a config.json beside it, as `pipit train --init` reads them. */
+static int export_llama(const export_args *a, const char *weights, FILE *config) {
+    opts o;
+    default_opts(&o);
+    o.heads = a->heads;
+    model_from_checkpoint(a->ck, &o, a->c);
+    if (!o.max_ctx) die("checkpoint '%s' does not record max_position_embeddings (its metadata 'max_ctx')", a->init);
+    o.ctx = o.micro_batch = 1; /* nothing runs: the smallest activations */
+    cli_model m = model_config(&o, 1);
+    pipit_llama_config lc = cli_model_llama(&m);
+    if (pipit_llama_check(&lc)) die("--init '%s': %s", a->init, pipit_errmsg());
+    pipit_graph *g = pipit_graph_new();
+    if (!g) die("out of memory");
+    pipit_val loss = pipit_llama_build(g, &lc);
+    pipit_program *p = NULL;
+    if (pipit_graph_status(g) || pipit_compile(g, loss, &(pipit_options){.forward_only = 1}, &p))
+        die("model: %s", pipit_errmsg());
+    if (pipit_checkpoint_load_into(p, a->ck)) die("--init: %s", pipit_errmsg());
+    cli_model_meta mm; /* "format": "pt" for transformers; the model's fields for pipit */
+    cli_model_meta_fill(&m, &mm);
+    const char *meta[2 + NFLAGS(mm.kv) + 1] = {"format", "pt"};
+    memcpy(meta + 2, mm.kv, sizeof(char *) * (size_t)mm.n);
+    if (pipit_checkpoint_save(p, weights, meta)) die("--hf: %s", pipit_errmsg());
+    if (pipit_llama_write_hf_config(&lc, config)) die("--hf: %s", pipit_errmsg());
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    return lc.max_ctx;
+}
+
 /* tokenizer.json and a tokenizer_config.json that makes transformers'
  * AutoTokenizer take it as it is: the generic fast tokenizer (a model
  * class's tokenizer would add its special tokens to a vocabulary that
@@ -117,6 +152,7 @@ typedef struct {
 
 static const export_kind KINDS[] = {
     {"gpt2", "GPT-2 (transformers' GPT2LMHeadModel)", export_gpt2},
+    {"llama", "Llama (transformers' LlamaForCausalLM)", export_llama},
 };
 
 static const export_kind *find_kind(const char *name) {
@@ -125,7 +161,7 @@ static const export_kind *find_kind(const char *name) {
         if (strcmp(KINDS[i].name, name) == 0) return &KINDS[i];
         names[i] = KINDS[i].name;
     }
-    die("--kind '%s': pipit exports gpt2%s", name, cli_did_you_mean(name, names, NFLAGS(KINDS), ""));
+    die("--kind '%s': pipit exports gpt2 or llama%s", name, cli_did_you_mean(name, names, NFLAGS(KINDS), ""));
 }
 
 int cmd_export(int argc, char **argv) {
@@ -134,13 +170,14 @@ int cmd_export(int argc, char **argv) {
     flag fl[] = {
         {"hf", FL_STR, &a.dir, "folder to write (created if absent): model.safetensors, config.json[, tokenizer.json]", 0},
         {"init", FL_STR, &a.init, "the checkpoint: a training checkpoint or weights only", 0},
-        {"kind", FL_STR, &kind, "model kind: gpt2 (default: the checkpoint's \"model\" metadata, else gpt2)", 0},
-        {"heads", FL_INT, &a.heads, "attention heads (default: from the checkpoint's metadata)", 0},
+        {"kind", FL_STR, &kind, "model kind: gpt2 or llama (default: the checkpoint's \"model\" metadata, else its "
+                                "tensor names)", 0},
+        {"heads", FL_INT, &a.heads, "attention heads (default: from the checkpoint's metadata or config.json)", 0},
         {"tokenizer", FL_STR, &tok_path, "also write this tokenizer (tokenizer.json, vocab.json with --merges, or a "
                                          "folder) as DIR/tokenizer.json", 0},
         {"merges", FL_STR, &merges, "GPT-2's merges.txt beside --tokenizer vocab.json", 0},
     };
-    flag_cmd c = {"export", "--hf DIR --init FILE [--tokenizer FILE] [--kind gpt2]",
+    flag_cmd c = {"export", "--hf DIR --init FILE [--tokenizer FILE] [--kind gpt2|llama]",
                   "Writes a checkpoint as a Hugging Face model folder: the weights alone under their Hugging Face "
                   "names (model.safetensors) and config.json (with --tokenizer also tokenizer.json and "
                   "tokenizer_config.json), so that transformers' from_pretrained(DIR) loads it "
@@ -153,8 +190,13 @@ int cmd_export(int argc, char **argv) {
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(a.init, &ck)) die("--init: %s", pipit_errmsg());
     a.ck = ck;
+    a.c = &c;
     if (!kind) kind = pipit_checkpoint_meta(ck, "model");
+    if (!kind && cli_model_kind_of_checkpoint(ck)) kind = cli_model_kind_of_checkpoint(ck)->name; /* its tensor names */
     const export_kind *k = find_kind(kind ? kind : "gpt2");
+    const cli_model_kind *held = cli_model_kind_of_checkpoint(ck);
+    if (held && strcmp(held->name, k->name) != 0)
+        die("--kind %s: checkpoint '%s' holds a %s model", k->name, a.init, held->title);
     pipit_tokenizer *tk = tok_path ? cli_tokenizer_open(tok_path, merges) : NULL;
     if (mkdir(a.dir, 0777) != 0 && errno != EEXIST) die("--hf: cannot create folder '%s': %s", a.dir, strerror(errno));
     char weights[4200], config[4200], tj[4200];

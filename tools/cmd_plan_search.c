@@ -137,7 +137,7 @@ int cmd_plan_search(int argc, char **argv) {
         {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the hardware's memory capacity)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu (default) or a hardware JSON file", 0},
         CLI_LINK_FLAGS(links),
-        {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl", 0},
+        {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, llama-100m", 0},
         {"layers", FL_INT, &layers, "transformer blocks L (default: the preset's)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: the preset's)", 0},
         {"dim", FL_INT, &dim, "model width (default: the preset's)", 0},
@@ -161,7 +161,7 @@ int cmd_plan_search(int argc, char **argv) {
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"global-batch", NULL});
     const cli_preset *pr = cli_preset_find(model);
-    if (!pr) die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl", model);
+    if (!pr) die("unknown --model '%s': expected %s", model, cli_preset_names());
     if (global < 1 || global > (1u << 30)) die("--global-batch must be in [1, 2^30] (got %llu)", (unsigned long long)global);
     if (top < 1) die("--top must be >= 1 (got %d)", top);
     const struct { const char *flag; int v; } pos[] = {{"pp", pp}, {"dp", dp}, {"layers", layers}, {"heads", heads},
@@ -178,6 +178,8 @@ int cmd_plan_search(int argc, char **argv) {
     pipit_sim_config base = {.layers = layers ? layers : pr->layers, .hidden = dim ? dim : pr->dim,
                              .heads = heads ? heads : pr->heads, .seq = ctx ? ctx : pr->ctx,
                              .vocab = vocab ? vocab : pr->vocab, .global_batch = (int64_t)global,
+                             /* a Llama preset: SwiGLU at its width (the cost model has no GQA yet) */
+                             .gated_mlp = pr->ffn_hidden > 0, .ffn_mult = pr->ffn_hidden ? (double)pr->ffn_hidden / pr->dim : 0,
                              .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
     if (gpus) {

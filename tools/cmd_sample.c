@@ -1,7 +1,8 @@
 /*
- * cmd_sample.c — `pipit sample`: generate tokens from a GPT-2 checkpoint with a
- * forward-only program (pipit_options.forward_only, B = 1) that exposes
- * the logits (pipit_gpt2_build_logits + pipit_options.outputs).
+ * cmd_sample.c — `pipit sample`: generate tokens from a GPT-2 or Llama
+ * checkpoint with a forward-only program (pipit_options.forward_only,
+ * B = 1) that exposes the logits (the model kind's build with logits +
+ * pipit_options.outputs).
  *
  * Each new token runs one forward over a window of T = --ctx tokens (by
  * default the context the checkpoint was trained with, else its positions): the sequence so far, left-aligned at
@@ -24,13 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "flags.h"
-#include "pipit.h"
-#include "pipit_gpt2.h"
-#include "pipit_io.h"
-
 #include "commands.h"
+#include "train_cli.h"
 
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -104,13 +100,14 @@ static int parse_ids(const char *s, int32_t **out) {
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *init = NULL, *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL, *merges = NULL;
-    int tokens = 64, top_k = 0, ctx = 0, heads = 0, threads = 1, tf32 = 0;
-    const char *device = NULL, *dtype = NULL;
+    const char *prompt = NULL, *prompt_ids = NULL, *tok_path = NULL, *merges = NULL;
+    int tokens = 64, top_k = 0;
     double temp = 1.0;
     uint64_t seed = 0;
+    opts o; /* the checkpoint, window, heads and device, as train's options hold them */
+    default_opts(&o);
     flag fl[] = {
-        {"init", FL_STR, &init, "safetensors checkpoint (a GPT-2 pipit saved, or a Hugging Face one)", 0},
+        {"init", FL_STR, &o.init, "safetensors checkpoint (GPT-2 or Llama, pipit's or a Hugging Face one)", 0},
         {"prompt", FL_STR, &prompt, "prompt text: its bytes are the first tokens (byte-level models)", 0},
         {"prompt-ids", FL_STR, &prompt_ids, "prompt as comma-separated token ids (any vocabulary)", 0},
         {"tokenizer", FL_STR, &tok_path, "encode --prompt and print text with this tokenizer.json, vocab.json "
@@ -120,12 +117,12 @@ int cmd_sample(int argc, char **argv) {
         {"temperature", FL_DBL, &temp, "softmax temperature >= 0 (default 1; 0: argmax)", 0},
         {"top-k", FL_INT, &top_k, "sample among the K most likely tokens (default 0: all)", 0},
         {"seed", FL_U64, &seed, "random seed (default 0): the same seed gives the same text", 0},
-        {"ctx", FL_INT, &ctx, "window T (default: the checkpoint's training ctx, else its positions)", 0},
-        {"heads", FL_INT, &heads, "attention heads (default: from the checkpoint's metadata)", 0},
-        {"threads", FL_INT, &threads, "compute threads (default 1; cpu only)", 0},
-        {"device", FL_STR, &device, "cpu (default) or cuda", 0},
-        {"tf32", FL_BOOL, &tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
-        {"dtype", FL_STR, &dtype, "compute precision: f32 (default) or bf16", 0},
+        {"ctx", FL_INT, &o.ctx, "window T (default: the checkpoint's training ctx, else its positions)", 0},
+        {"heads", FL_INT, &o.heads, "attention heads (default: from the checkpoint's metadata or config.json)", 0},
+        {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
+        {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
+        {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
+        {"dtype", FL_STR, &o.dtype, "compute precision: f32 (default) or bf16", 0},
     };
     flag_cmd c = {"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--seed S]",
                   "Generates N tokens after the prompt with a forward-only program and prints them as they are "
@@ -140,36 +137,33 @@ int cmd_sample(int argc, char **argv) {
     if (prompt && prompt_ids) die("sample: give --prompt or --prompt-ids, not both");
     if (tokens < 0) die("--tokens must be >= 0 (got %d)", tokens);
     if (!isfinite(temp) || temp < 0) die("--temperature must be a finite number >= 0 (got %g)", temp);
-    if (threads < 1 || threads > PIPIT_MAX_THREADS) die("--threads must be in 1..%d (got %d)", PIPIT_MAX_THREADS, threads);
-    cli_check_device(device, tf32);
-    pipit_dtype dt = cli_dtype(dtype, device);
+    if (o.threads < 1 || o.threads > PIPIT_MAX_THREADS)
+        die("--threads must be in 1..%d (got %d)", PIPIT_MAX_THREADS, o.threads);
+    cli_check_device(o.device, o.tf32);
+    pipit_dtype dt = cli_dtype(o.dtype, o.device);
     if (merges && !tok_path) die("--merges goes with --tokenizer vocab.json");
     pipit_tokenizer *tk = tok_path ? cli_tokenizer_open(tok_path, merges) : NULL;
 
     pipit_checkpoint *ck = NULL;
-    if (pipit_checkpoint_open(init, &ck)) die("--init: %s", pipit_errmsg());
+    if (pipit_checkpoint_open(o.init, &ck)) die("--init: %s", pipit_errmsg());
     cli_note_unverified(ck, "init");
     cli_note_bf16(ck, "init");
-    pipit_gpt2_config cfg = {0};
-    if (pipit_gpt2_config_from_checkpoint(ck, &cfg)) die("--init: %s", pipit_errmsg());
-    if (flags_seen(&c, "heads")) {
-        if (cfg.heads && heads != cfg.heads) die("--heads %d disagrees with checkpoint '%s' (%d)", heads, init, cfg.heads);
-        cfg.heads = heads;
-    }
-    if (!cfg.heads) die("checkpoint '%s' does not record its head count: pass --heads", init);
-    int V = cfg.vocab;
+    int ctx = o.ctx;
+    model_from_checkpoint(ck, &o, &c);
+    int V = o.vocab;
     if (top_k < 0 || top_k > V) die("--top-k must be in 0..%d (the vocabulary; 0: all), got %d", V, top_k);
-    if (flags_seen(&c, "ctx") && (ctx < 1 || ctx > cfg.max_ctx))
-        die("--ctx must be in 1..%d (the checkpoint's positions), got %d", cfg.max_ctx, ctx);
-    cfg.ctx = ctx ? ctx : (int)meta_i64(ck, "init", "ctx", 1, cfg.max_ctx, cfg.max_ctx);
-    cfg.batch = 1;
-    cfg.stages = 1;
-    cfg.dtype = PIPIT_F32;
+    if (!o.max_ctx && !flags_seen(&c, "ctx"))
+        die("checkpoint '%s' does not record its longest sequence (max_position_embeddings): pass --ctx", o.init);
+    if (flags_seen(&c, "ctx") && (ctx < 1 || (o.max_ctx && ctx > o.max_ctx)))
+        die("--ctx must be in 1..%d (the checkpoint's positions), got %d", o.max_ctx, ctx);
+    o.ctx = ctx ? ctx : (int)meta_i64(ck, "init", "ctx", 1, o.max_ctx, o.max_ctx);
+    o.micro_batch = 1;
+    cli_model cfg = model_config(&o, 1);
     int T = cfg.ctx, byte_level = V <= 256 && !tk;
     int drawn = V; /* ids that may be drawn: with a tokenizer, only its own (a model's vocabulary may be padded) */
     if (tk) {
         drawn = pipit_tokenizer_vocab_size(tk);
-        if (drawn > V) die("--tokenizer has %d tokens but the model in '%s' only %d", drawn, init, V);
+        if (drawn > V) die("--tokenizer has %d tokens but the model in '%s' only %d", drawn, o.init, V);
         if (top_k > drawn) die("--top-k must be in 0..%d (the tokenizer's vocabulary; 0: all), got %d", drawn, top_k);
     }
 
@@ -213,10 +207,10 @@ int cmd_sample(int argc, char **argv) {
     pipit_graph *g = pipit_graph_new();
     if (!g) die("out of memory");
     pipit_val logits;
-    pipit_val loss = pipit_gpt2_build_logits(g, &cfg, &logits);
+    pipit_val loss = cfg.kind->build(g, &cfg, &logits);
     if (pipit_graph_status(g)) die("model: %s", pipit_errmsg());
-    pipit_options po = {.threads = threads, .forward_only = 1, .outputs = &logits, .noutputs = 1,
-                        .device = device, .tf32 = tf32, .dtype = dt};
+    pipit_options po = {.threads = o.threads, .forward_only = 1, .outputs = &logits, .noutputs = 1,
+                        .device = o.device, .tf32 = o.tf32, .dtype = dt};
     pipit_program *p = NULL;
     if (pipit_compile(g, loss, &po, &p)) die("compile: %s", pipit_errmsg());
     if (pipit_checkpoint_load_into(p, ck)) die("--init: %s", pipit_errmsg());
@@ -227,13 +221,13 @@ int cmd_sample(int argc, char **argv) {
     int *idx = malloc(sizeof *idx * (size_t)V);
     double *prob = malloc(sizeof *prob * (size_t)V);
     if (!tok || !tgt || !pos || !lg || !idx || !prob) die("out of memory");
-    pipit_feed feeds[3];
-    if (pipit_gpt2_feeds(&cfg, tok, tgt, pos, feeds)) die("feeds: %s", pipit_errmsg());
+    pipit_feed feeds[CLI_MAX_FEEDS];
+    if (cfg.kind->feeds(&cfg, tok, tgt, pos, feeds)) die("feeds: %s", pipit_errmsg());
     uint64_t rng = seed;
     for (int k = 0; k < tokens; k++) {
         int w = n < T ? n : T, first = n - w; /* the window: seq[first .. n-1] at positions 0 .. w-1 */
         for (int i = 0; i < T; i++) tok[i] = i < w ? seq[first + i] : 0;
-        if (pipit_step(p, feeds, 3, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
+        if (pipit_step(p, feeds, cfg.kind->nfeeds, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
         if (pipit_program_get_output(p, logits, 0, lg, sizeof *lg * (size_t)T * (size_t)V))
             die("sample: %s", pipit_errmsg());
         int next = pick(lg + (size_t)(w - 1) * (size_t)V, drawn, temp, top_k, &rng, idx, prob);

@@ -176,6 +176,10 @@ int cmd_sim(int argc, char **argv) {
         {"virtual", FL_INT, &c.virt, "stages per pipeline rank V (default: the schedule's own)", 0},
         {"recompute", FL_STR, &recompute, "none (default) or full activation recomputation", 0},
         {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
+        {"dp-after-flush", FL_BOOL, &c.dp_after_flush, "the DP exchange after each rank's last task (Megatron-LM 2021) "
+                                                        "instead of during the backward", 0},
+        {"blocking-p2p", FL_BOOL, &c.blocking_p2p, "stage messages occupy their sender (Megatron's blocking P2P) "
+                                                    "instead of their link", 0},
         {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu or a hardware JSON file (docs/sim.md)", 0},
         CLI_LINK_FLAGS(links),

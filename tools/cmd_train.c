@@ -60,15 +60,15 @@ static void install_signals(void) {
 static void write_profile(const opts *o, const session *s, int M, int64_t steps, double seconds) {
     FILE *f = fopen(o->profile_out, "w");
     if (!f) die("--profile-out: cannot write '%s': %s", o->profile_out, strerror(errno));
-    const pipit_gpt2_config *c = &s->cfg;
+    const cli_model *c = &s->cfg;
     int kind = s->sched ? pipit_schedule_get_kind(s->sched) : PIPIT_SCHED_1F1B;
     const char *sched = kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : "custom";
     int virt = s->sched ? pipit_schedule_virtual(s->sched) : 1;
     fprintf(f,
-            "{\"model\":{\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
+            "{\"model\":{\"arch\":\"%s\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
             "\"microbatches\":%d,\"pp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},\"steps\":%lld,"
             "\"step_s\":%.9g,\"profile\":",
-            c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
+            c->kind->name, c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->dp, o->threads,
             sched, virt, (long long)steps, steps ? seconds / (double)steps : 0.0);
     pipit_status st = pipit_program_write_profile_json(f, s->p);
     fprintf(f, "}\n");
@@ -111,9 +111,10 @@ int cmd_train(int argc, char **argv) {
         prog.peak = rank_peak * prog.ranks * o->dp;
     }
     if (!o->json && speaker) {
-        printf("pipit: GPT-2 L=%d H=%d C=%d V=%d T=%d, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; "
-               "%d thread(s) per rank",
-               s.cfg.layers, s.cfg.heads, s.cfg.dim, s.cfg.vocab, T, (long long)pipit_gpt2_num_params(&s.cfg), B, M,
+        char what[160];
+        cli_model_describe(&s.cfg, what, sizeof what);
+        printf("pipit: %s, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; %d thread(s) per rank", what,
+               (long long)s.cfg.kind->num_params(&s.cfg), B, M,
                s.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
                s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
                               ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
@@ -134,7 +135,8 @@ int cmd_train(int argc, char **argv) {
         if (prog.ranks * o->dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o->dp);
         printf("\n");
     }
-    double flops = pipit_gpt2_flops_per_token(&s.cfg);
+    double flops = s.cfg.kind->flops_per_token(&s.cfg);
+    int nf = s.cfg.kind->nfeeds;
     int64_t first_step = 0, last_step, data_pos; /* a resumed run continues the data stream where it stopped */
     if (o->resume) {
         cli_check(pipit_checkpoint_load_train(s.p, s.ckpt, &first_step), "--resume");
@@ -195,9 +197,9 @@ int cmd_train(int argc, char **argv) {
             save_train(o, s.p, &s.cfg, o->save, at);
         if (step >= last_step) break;
         for (int m = 0; m < G; m++)
-            fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + 3 * m);
+            fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        pipit_status st = pipit_step(s.p, feeds, 3, 1, &met);
+        pipit_status st = pipit_step(s.p, feeds, nf, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         int last = step == last_step - 1;
         cli_progress_step(&prog, &met, (double)B * T * G);

@@ -44,18 +44,18 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "plan") == 0)
         for (int i = 2; i < argc; i++)
             if (strcmp(argv[i], "--search") == 0) return cmd_plan_search(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "plan") == 0 || strcmp(cmd, "eval") == 0) {
-        /* under mpirun each process runs one world rank */
+    if (strcmp(cmd, "train") == 0 || strcmp(cmd, "plan") == 0 || strcmp(cmd, "eval") == 0 || strcmp(cmd, "sim") == 0) {
+        /* under mpirun each process runs one world rank (sim: --calibrate measures the links between them) */
         if (pipit_init(&argc, &argv)) die("%s", pipit_errmsg());
         if (strcmp(cmd, "eval") == 0) rc = cmd_eval(argc - 2, argv + 2);
         else if (strcmp(cmd, "plan") == 0) rc = cmd_plan(argc - 2, argv + 2);
+        else if (strcmp(cmd, "sim") == 0) rc = cmd_sim(argc - 2, argv + 2);
         else rc = cmd_train(argc - 2, argv + 2);
         pipit_finalize();
         return rc;
     }
     if (strcmp(cmd, "schedule") == 0) return cmd_schedule(argc - 2, argv + 2);
     if (strcmp(cmd, "sample") == 0) return cmd_sample(argc - 2, argv + 2);
-    if (strcmp(cmd, "sim") == 0) return cmd_sim(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0) return cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "plot") == 0) return cmd_plot(argc - 2, argv + 2);

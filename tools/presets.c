@@ -1,21 +1,31 @@
 /*
  * presets.c — `--model NAME`: the standard GPT-2 sizes (124M, medium,
- * large, xl: vocab 50257, ctx 1024) and `tiny`, the default, a model that
- * trains in seconds on a CPU. Each brings the defaults that go with it
- * (micro-batch, steps, lr); explicit flags and --config keys override any
- * field (precedence: defaults < preset < config < flags).
+ * large, xl: vocab 50257, ctx 1024), `tiny`, the default, a model that
+ * trains in seconds on a CPU, and the Llama family's `llama-tiny` (the
+ * same size class as tiny) and `llama-100m`. Each brings the defaults that
+ * go with it (micro-batch, steps, lr); explicit flags and --config keys
+ * override any field (precedence: defaults < preset < config < flags).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 
-/* lr: tiny 1e-3; the GPT-2 sizes GPT-3's table (6e-4, 3e-4, 2.5e-4, 2e-4). */
+/* lr: tiny 1e-3; the GPT-2 sizes GPT-3's table (6e-4, 3e-4, 2.5e-4, 2e-4).
+ * Llama: rms_norm_eps 1e-5 and rope_theta 10000 as Llama 2; llama-tiny's
+ * MLP width is Meta's rule for dim 128 with multiple_of 32 (352); llama-100m
+ * has GPT-2's vocabulary (its token shards train it as they are), GQA with
+ * 3 query heads per key/value head and a tied head: 101.5M params. */
 static const cli_preset PRESETS[] = {
-    {"tiny", 256, 64, 4, 4, 128, 8, 100, 1e-3, "byte-level, 0.8M params (the default)"},
-    {"gpt2", 50257, 1024, 12, 12, 768, 1, 100, 6e-4, "GPT-2 124M"},
-    {"gpt2-medium", 50257, 1024, 24, 16, 1024, 1, 100, 3e-4, "GPT-2 350M"},
-    {"gpt2-large", 50257, 1024, 36, 20, 1280, 1, 100, 2.5e-4, "GPT-2 774M"},
-    {"gpt2-xl", 50257, 1024, 48, 25, 1600, 1, 100, 2e-4, "GPT-2 1558M"},
+    {"tiny", "gpt2", 256, 64, 4, 4, 128, 8, 100, 1e-3, "byte-level GPT-2, 0.8M params (the default)", 0, 0, 0, 0, 0},
+    {"gpt2", "gpt2", 50257, 1024, 12, 12, 768, 1, 100, 6e-4, "GPT-2 124M", 0, 0, 0, 0, 0},
+    {"gpt2-medium", "gpt2", 50257, 1024, 24, 16, 1024, 1, 100, 3e-4, "GPT-2 350M", 0, 0, 0, 0, 0},
+    {"gpt2-large", "gpt2", 50257, 1024, 36, 20, 1280, 1, 100, 2.5e-4, "GPT-2 774M", 0, 0, 0, 0, 0},
+    {"gpt2-xl", "gpt2", 50257, 1024, 48, 25, 1600, 1, 100, 2e-4, "GPT-2 1558M", 0, 0, 0, 0, 0},
+    {"llama-tiny", "llama", 256, 64, 4, 4, 128, 8, 100, 1e-3, "byte-level Llama, GQA 4/2 heads, 0.8M params", 2, 352, 0,
+     1e-5, 1e4},
+    {"llama-100m", "llama", 50257, 1024, 10, 12, 768, 1, 100, 6e-4, "Llama 101.5M: L10 H12 KV4 C768 F2048, tied", 4,
+     2048, 1, 1e-5, 1e4},
 };
 
 int cli_preset_count(void) { return (int)(sizeof PRESETS / sizeof PRESETS[0]); }
@@ -26,4 +36,14 @@ const cli_preset *cli_preset_find(const char *name) {
     for (int i = 0; i < cli_preset_count(); i++)
         if (strcmp(PRESETS[i].name, name) == 0) return &PRESETS[i];
     return NULL;
+}
+
+const char *cli_preset_names(void) {
+    static char buf[256];
+    if (buf[0]) return buf;
+    size_t k = 0;
+    for (int i = 0; i < cli_preset_count() && k < sizeof buf; i++)
+        k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", i == 0 ? "" : i + 1 == cli_preset_count() ? " or " : ", ",
+                              PRESETS[i].name);
+    return buf;
 }

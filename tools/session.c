@@ -1,58 +1,141 @@
 /*
  * session.c — what train, plan and eval open before a step runs: the
- * schedule, the data, the GPT-2 graph (cut by --auto-stages if asked), the
+ * schedule, the data, the model's graph (cut by --auto-stages if asked), the
  * compiled program and its first weights, and the microbatch buffers that
  * feed it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "pipit_llama.h"
 #include "progress.h"
 #include "train_cli.h"
 
 /* tools/cmd_schedule.c */
 pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int P, int V, int M, pipit_schedule **out);
 
-/* Model sizes from a checkpoint's tensor shapes (and heads from its
- * metadata); flags given explicitly must agree with the file. */
-static void config_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c) {
-    const char *path = pipit_checkpoint_path(ck);
-    pipit_gpt2_config f = {0};
-    cli_check(pipit_gpt2_config_from_checkpoint(ck, &f), "--init");
-    struct { const char *flag; int *dst; int64_t v; } from_file[] = {
-        {"vocab", &o->vocab, f.vocab}, {"dim", &o->dim, f.dim},
-        {"max-ctx", &o->max_ctx, f.max_ctx}, {"layers", &o->layers, f.layers}};
-    for (int i = 0; i < 4; i++) {
-        if (flags_seen(c, from_file[i].flag) && *from_file[i].dst != from_file[i].v)
-            die("--%s %d disagrees with checkpoint '%s' (%lld)", from_file[i].flag, *from_file[i].dst, path,
-                (long long)from_file[i].v);
-        *from_file[i].dst = (int)from_file[i].v;
+/* A file's value for a flag: taken when the flag is not given; a flag
+ * that disagrees dies if `strict` (the file's shapes fix it), else wins. */
+static void take(const flag_cmd *c, const char *name, int *dst, int v, int strict, const char *path) {
+    if (flags_seen(c, name) && *dst != v) {
+        if (strict) die("--%s %d disagrees with checkpoint '%s' (%d)", name, *dst, path, v);
+        return;
     }
-    if (f.heads && flags_seen(c, "heads") && o->heads != f.heads)
-        die("--heads %d disagrees with checkpoint '%s' (%d)", o->heads, path, f.heads);
-    if (!flags_seen(c, "heads")) {
-        if (!f.heads) die("checkpoint '%s' does not record its head count: pass --heads", path);
-        o->heads = f.heads;
-    }
+    *dst = v;
 }
 
-pipit_gpt2_config model_config(const opts *o, int stages) {
-    return (pipit_gpt2_config){o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers, o->heads,
-                               o->dim, o->micro_batch, stages, PIPIT_F32};
+static void take_dbl(const flag_cmd *c, const char *name, double *dst, double v) {
+    if (!flags_seen(c, name) && v > 0) *dst = v;
+}
+
+/* The Hugging Face config.json beside a Llama checkpoint, if there is one:
+ * its fields into *j, their PIPIT_LLAMA_HAS_* bits returned (0: no file). */
+static int hf_config_beside(const char *ckpt_path, pipit_llama_config *j, char *where, size_t n) {
+    const char *slash = strrchr(ckpt_path, '/');
+    snprintf(where, n, "%.*sconfig.json", slash ? (int)(slash - ckpt_path + 1) : 0, ckpt_path);
+    if (access(where, F_OK) != 0) return 0;
+    int has = 0;
+    cli_check(pipit_llama_config_from_hf(where, j, &has), "--init");
+    return has;
+}
+
+/* The shapes config.json states must be the checkpoint's. */
+static void hf_agrees(const char *json, int has, const pipit_llama_config *j, const cli_model *f, const char *path) {
+    const struct { int bit; const char *key; int json, file; } tab[] = {
+        {PIPIT_LLAMA_HAS_VOCAB, "vocab_size", j->vocab, f->vocab}, {PIPIT_LLAMA_HAS_DIM, "hidden_size", j->dim, f->dim},
+        {PIPIT_LLAMA_HAS_FFN, "intermediate_size", j->ffn_hidden, f->ffn_hidden},
+        {PIPIT_LLAMA_HAS_LAYERS, "num_hidden_layers", j->layers, f->layers},
+        {PIPIT_LLAMA_HAS_TIED, "tie_word_embeddings", j->tied, f->tied}};
+    for (int i = 0; i < NFLAGS(tab); i++)
+        if ((has & tab[i].bit) && tab[i].json != tab[i].file)
+            die("config '%s': %s %d disagrees with checkpoint '%s' (%d, from its tensors)", json, tab[i].key,
+                tab[i].json, path, tab[i].file);
+}
+
+/* Llama's settings from the metadata pipit writes, else config.json, else
+ * the defaults LlamaConfig has; heads and kv heads checked against the
+ * projections' shapes. */
+static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c, const cli_model *f) {
+    const char *path = pipit_checkpoint_path(ck);
+    pipit_llama_config j = {0};
+    char json[4200];
+    int has = hf_config_beside(path, &j, json, sizeof json);
+    hf_agrees(json, has, &j, f, path);
+    take(c, "ffn-hidden", &o->ffn_hidden, f->ffn_hidden, 1, path);
+    int tied = o->untied ? 0 : o->tied;
+    if ((flags_seen(c, "tied") || flags_seen(c, "untied")) && tied != f->tied)
+        die("--%s disagrees with checkpoint '%s' (%s)", tied ? "tied" : "untied", path,
+            f->tied ? "no 'lm_head.weight': tied" : "it has 'lm_head.weight': untied");
+    o->tied = f->tied, o->untied = !f->tied;
+    if (f->heads) take(c, "heads", &o->heads, f->heads, 1, path);
+    else if (has & PIPIT_LLAMA_HAS_HEADS) take(c, "heads", &o->heads, j.heads, 0, path);
+    else if (!flags_seen(c, "heads"))
+        die("checkpoint '%s' does not record its head count: pass --heads (or put its config.json beside it)", path);
+    int64_t kp[PIPIT_MAX_DIMS];
+    int nd = 0, D = o->heads > 0 && f->dim % o->heads == 0 ? f->dim / o->heads : 0;
+    if (!D) die("--heads %d does not divide the checkpoint's hidden size %d ('%s')", o->heads, f->dim, path);
+    if (pipit_checkpoint_tensor_shape(ck, "model.layers.0.self_attn.k_proj.weight", &nd, kp) || nd != 2 || kp[0] % D)
+        die("checkpoint '%s': 'model.layers.0.self_attn.k_proj.weight' is missing or not [kv_heads x %d, %d]", path, D,
+            f->dim);
+    take(c, "kv-heads", &o->kv_heads, (int)(kp[0] / D), 1, path);
+    if ((has & PIPIT_LLAMA_HAS_KV_HEADS) && j.kv_heads != o->kv_heads)
+        die("config '%s': num_key_value_heads %d disagrees with checkpoint '%s' (%d, from k_proj)", json, j.kv_heads,
+            path, o->kv_heads);
+    if (has & PIPIT_LLAMA_HAS_MAX_CTX) take(c, "max-ctx", &o->max_ctx, j.max_ctx, 0, path);
+    if (f->max_ctx) take(c, "max-ctx", &o->max_ctx, f->max_ctx, 0, path);
+    take_dbl(c, "norm-eps", &o->norm_eps, (has & PIPIT_LLAMA_HAS_NORM_EPS) ? j.norm_eps : 0);
+    take_dbl(c, "norm-eps", &o->norm_eps, f->norm_eps);
+    take_dbl(c, "rope-theta", &o->rope_theta, (has & PIPIT_LLAMA_HAS_ROPE_THETA) ? j.rope_theta : 0);
+    take_dbl(c, "rope-theta", &o->rope_theta, f->rope_theta);
+}
+
+void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c) {
+    const char *path = pipit_checkpoint_path(ck);
+    const cli_model_kind *k = cli_model_kind_of_checkpoint(ck);
+    if (!k)
+        die("checkpoint '%s' holds neither a GPT-2 model ('wte.weight') nor a Llama model "
+            "('model.embed_tokens.weight')",
+            path);
+    if (strcmp(o->arch, k->name) != 0) {
+        if (o->model)
+            die("--model %s is a %s model, but checkpoint '%s' holds a %s model", o->model,
+                cli_model_kind_find(o->arch)->title, path, k->title);
+        o->arch = k->name;
+        if (!flags_seen(c, "norm-eps")) o->norm_eps = 1e-6; /* LlamaConfig's defaults (unused by GPT-2) */
+        if (!flags_seen(c, "rope-theta")) o->rope_theta = 1e4;
+    }
+    cli_model f = {.kind = k};
+    cli_check(k->from_checkpoint(ck, &f), "--init");
+    take(c, "vocab", &o->vocab, f.vocab, 1, path);
+    take(c, "dim", &o->dim, f.dim, 1, path);
+    take(c, "layers", &o->layers, f.layers, 1, path);
+    if (k == cli_model_kind_find("llama")) {
+        llama_from_checkpoint(ck, o, c, &f);
+        return;
+    }
+    take(c, "max-ctx", &o->max_ctx, f.max_ctx, 1, path); /* the rows of 'wpe.weight' */
+    if (f.heads) take(c, "heads", &o->heads, f.heads, 1, path);
+    else if (!flags_seen(c, "heads")) die("checkpoint '%s' does not record its head count: pass --heads", path);
+}
+
+cli_model model_config(const opts *o, int stages) {
+    return (cli_model){cli_model_kind_find(o->arch), o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers,
+                       o->heads, o->dim, o->micro_batch, stages, o->kv_heads, o->ffn_hidden, o->multiple_of,
+                       o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
-void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int64_t first, mb_buf *b,
-                            pipit_feed *f) {
+void fill_microbatch(const pipit_data *d, const cli_model *c, int64_t first, mb_buf *b, pipit_feed *f) {
     cli_check(pipit_data_batch(d, first, c->batch, b->tok, b->tgt), "--data");
-    cli_check(pipit_gpt2_feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
+    cli_check(c->kind->feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
 }
 
 /* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
 mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds) {
     mb_buf *bufs = calloc((size_t)G, sizeof *bufs);
-    *feeds = calloc((size_t)G * 3, sizeof **feeds);
+    *feeds = calloc((size_t)G * CLI_MAX_FEEDS, sizeof **feeds);
     if (!bufs || !*feeds) die("out of memory");
     for (int m = 0; m < G; m++) {
         bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
@@ -73,6 +156,20 @@ void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds) {
     free(feeds);
 }
 
+/* The Llama flags apply to Llama models only, --tied and --untied to one
+ * run at most one of them. */
+void check_model_flags(const opts *o, const flag_cmd *c) {
+    static const char *const llama_only[] = {"kv-heads", "ffn-hidden", "multiple-of", "ffn-dim-multiplier",
+                                             "norm-eps", "rope-theta", "tied", "untied"};
+    if (flags_seen(c, "tied") && flags_seen(c, "untied")) die("--tied and --untied contradict each other: pass one");
+    if (strcmp(o->arch, "llama") == 0) return;
+    for (int i = 0; i < NFLAGS(llama_only); i++)
+        if (flags_seen(c, llama_only[i]))
+            die("--%s applies to Llama models (--model llama-tiny or llama-100m, or --init a Llama checkpoint); this "
+                "run's model is %s",
+                llama_only[i], cli_model_kind_find(o->arch)->title);
+}
+
 static void check_auto_stages_flags(const opts *o, const flag_cmd *c) {
     if (!o->auto_stages && (flags_seen(c, "stage-costs") || flags_seen(c, "stage-mem-limit")))
         die("--%s applies to --auto-stages only", flags_seen(c, "stage-costs") ? "stage-costs" : "stage-mem-limit");
@@ -88,17 +185,18 @@ static void check_auto_stages_flags(const opts *o, const flag_cmd *c) {
 static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph **gout) {
     pipit_graph *g = *gout = pipit_graph_new();
     if (!g) die("out of memory");
-    pipit_val loss = pipit_gpt2_build(g, &s->cfg);
+    pipit_val loss = s->cfg.kind->build(g, &s->cfg, NULL);
     pipit_options po = {.microbatches = M, .threads = o->threads, .optimizer = make_optimizer(o)};
     pipit_program *p = NULL;
     cli_check(pipit_compile(g, loss, &po, &p), "--stage-costs measured");
-    cli_check(pipit_gpt2_init(p, &s->cfg, o->seed), "--stage-costs measured");
+    cli_check(s->cfg.kind->init(p, &s->cfg, o->seed), "--stage-costs measured");
     pipit_feed *feeds;
     mb_buf *bufs = mb_bufs_new(M, s->cfg.batch, s->cfg.ctx, &feeds);
-    for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + 3 * m);
+    int nf = s->cfg.kind->nfeeds;
+    for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + nf * m);
     for (int step = 0; step < 2; step++) {
         cli_check(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
-        if (pipit_step(p, feeds, 3, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+        if (pipit_step(p, feeds, nf, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
     }
     mb_bufs_free(bufs, M, feeds);
     return p;
@@ -112,7 +210,7 @@ static void auto_stages(session *s, const opts *o, int M) {
             pipit_process_count());
     pipit_graph *pg = NULL;
     pipit_program *prof = measured ? profile_run(s, o, M, &pg) : NULL;
-    pipit_gpt2_config cfg = s->cfg;
+    cli_model cfg = s->cfg;
     /* fixed rates, not a timing: every MPI process must choose the same cuts */
     cli_auto_stages a = {.sched = s->sched, .stages = s->stages, .mem_limit = o->stage_mem_limit, .profile = prof,
                          .remat = o->remat,
@@ -128,13 +226,13 @@ static void auto_stages(session *s, const opts *o, int M) {
 static void admit_run(const session *s, const opts *o, int M, const char *mflag) {
     if (o->no_mem_check) return;
     if (!(o->mem_limit >= 0 && o->mem_limit < 1e300)) die("--mem-limit must be a number of bytes >= 0 (got %g)", o->mem_limit);
-    const pipit_gpt2_config *cfg = &s->cfg;
+    const cli_model *cfg = &s->cfg;
     int procs = pipit_process_count(), D = o->dp, P = s->stages / (o->virt > 1 ? o->virt : 1);
-    double params = (double)pipit_gpt2_num_params(cfg), moments = s->forward_only ? 0 : 8 * params;
+    double params = (double)cfg->kind->num_params(cfg), moments = s->forward_only ? 0 : 8 * params;
     if (o->zero1) moments /= D;
     double state = params * (s->forward_only ? 4 : 8) + moments; /* f32 params (+ grads, 2 moments) */
     state = procs > 1 ? state / (P > 1 ? P : 1) : state * D; /* a process holds one rank; threads hold them all */
-    double feeds = 12.0 * cfg->batch * cfg->ctx * M * (procs > 1 ? 1 : D); /* tokens, targets, positions: i32 */
+    double feeds = 4.0 * cfg->kind->nfeeds * cfg->batch * cfg->ctx * M * (procs > 1 ? 1 : D); /* i32 inputs */
     const char *why = "the limit given by --mem-limit";
     double avail = o->mem_limit > 0 ? o->mem_limit : pipit_mem_available(&why);
     if (state + feeds <= avail) return;
@@ -187,11 +285,11 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->resume) {
         /* s->ckpt was opened by apply_resume; closed with the session */
         cli_note_unverified(s->ckpt, "resume");
-        config_from_checkpoint(s->ckpt, o, c);
+        model_from_checkpoint(s->ckpt, o, c);
     } else if (o->init) {
         if (!s->ckpt) cli_check(pipit_checkpoint_open(o->init, &s->ckpt), "--init"); /* eval opens it first */
         cli_note_unverified(s->ckpt, "init");
-        config_from_checkpoint(s->ckpt, o, c);
+        model_from_checkpoint(s->ckpt, o, c);
         if (!flags_seen(c, "ctx") && o->max_ctx && o->ctx > o->max_ctx) o->ctx = o->max_ctx; /* the preset's ctx */
         int masks = 0; /* Hugging Face files carry attention-mask buffers: not params */
         for (int i = 0; i < pipit_checkpoint_num_tensors(s->ckpt); i++) {
@@ -205,6 +303,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                     o->init, masks, masks == 1 ? "" : "s");
         cli_note_bf16(s->ckpt, "init");
     }
+    check_model_flags(o, c);
     check_positive("ctx", o->ctx);
     check_positive("micro-batch", o->micro_batch);
     check_positive(mflag, M);
@@ -217,9 +316,9 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) {
         if (s->ckpt && !flags_seen(c, "max-ctx")) /* the limit came from the file, not from a flag */
-            die("--ctx %d is longer than checkpoint '%s' allows: its 'wpe.weight' has %d rows (positions); pass "
-                "--ctx %d or less",
-                o->ctx, pipit_checkpoint_path(s->ckpt), o->max_ctx, o->max_ctx);
+            die("--ctx %d is longer than checkpoint '%s' allows: %s %d%s; pass --ctx %d or less", o->ctx,
+                pipit_checkpoint_path(s->ckpt), strcmp(o->arch, "gpt2") ? "its max_position_embeddings is" : "its 'wpe.weight' has",
+                o->max_ctx, strcmp(o->arch, "gpt2") ? "" : " rows (positions)", o->max_ctx);
         die("--max-ctx %d is smaller than --ctx %d", o->max_ctx, o->ctx);
     }
     int sP = pipit_schedule_ranks(s->sched), sS = pipit_schedule_stages(s->sched),
@@ -236,7 +335,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     }
     s->stages = stages;
     s->cfg = model_config(o, o->auto_stages ? 1 : stages);
-    cli_check(pipit_gpt2_check(&s->cfg), cmd);
+    cli_check(s->cfg.kind->check(&s->cfg), cmd);
     check_auto_stages_flags(o, c);
     admit_run(s, o, M, mflag);
     if (!s->data) /* eval opens it first */
@@ -248,7 +347,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
             pipit_data_max_token(s->data), o->vocab);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    s->loss = pipit_gpt2_build(s->g, &s->cfg);
+    s->loss = s->cfg.kind->build(s->g, &s->cfg, NULL);
     cli_check(pipit_graph_status(s->g), "model");
     if (o->auto_stages) auto_stages(s, o, M);
     pipit_val loss = s->loss;
@@ -263,7 +362,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     s->po = po;
     if (o->resume) return; /* the caller loads params and optimizer state */
     if (s->ckpt) cli_check(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
-    else cli_check(pipit_gpt2_init(s->p, &s->cfg, o->seed), "init");
+    else cli_check(s->cfg.kind->init(s->p, &s->cfg, o->seed), "init");
 }
 
 void close_session(session *s) {

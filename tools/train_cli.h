@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "flags.h"
 #include "pipit.h"
-#include "pipit_gpt2.h"
+#include "model.h"
 #include "pipit_io.h"
 
 /* Dies "<what>: <pipit_errmsg()>" on a failed call. */
@@ -40,6 +40,9 @@ typedef struct {
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */
     double stage_mem_limit;   /* --stage-mem-limit BYTES per rank (0: none) */
+    const char *arch;         /* the model kind (tools/model.h): the preset's, or the checkpoint's */
+    int kv_heads, ffn_hidden, multiple_of, tied, untied; /* Llama: --kv-heads ... --tied / --untied */
+    double ffn_dim_multiplier, norm_eps, rope_theta;
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */
@@ -69,7 +72,7 @@ typedef struct {
     pipit_graph *g;
     pipit_program *p;
     pipit_schedule *sched;
-    pipit_gpt2_config cfg;
+    cli_model cfg;
     int forward_only;    /* eval: a forward-only program (no backward, no gradient memory) */
     pipit_val loss;
     pipit_options po;    /* the program's options (the validation program reuses them) */
@@ -79,7 +82,14 @@ typedef struct {
 } session;
 
 /* session.c */
-pipit_gpt2_config model_config(const opts *o, int stages);
+cli_model model_config(const opts *o, int stages);
+/* Model sizes from a checkpoint (its kind, tensor shapes and metadata, and
+ * for Llama the Hugging Face config.json beside it) into o; flags given
+ * explicitly must agree with the file (heads, kv heads, rope theta and eps
+ * of a config.json they override). */
+void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c);
+/* Dies for a Llama flag given to another model, or --tied with --untied. */
+void check_model_flags(const opts *o, const flag_cmd *c);
 /* Opens the schedule (when the flags ask for a pipeline), the data, the
  * model, the program, and loads --init or the initial weights (not
  * --resume's: the caller loads those). */
@@ -91,8 +101,9 @@ void close_session(session *s);
 typedef struct {
     int32_t *tok, *tgt, *pos;
 } mb_buf;
-void fill_microbatch(const pipit_data *d, const pipit_gpt2_config *c, int64_t first, mb_buf *b, pipit_feed *f);
-/* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
+void fill_microbatch(const pipit_data *d, const cli_model *c, int64_t first, mb_buf *b, pipit_feed *f);
+/* G microbatch buffers of B x T tokens each, and their CLI_MAX_FEEDS x G
+ * feeds (microbatch m's at feeds + m * the model's nfeeds). */
 mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds);
 void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds);
 
@@ -101,8 +112,8 @@ void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds);
 typedef struct {
     int64_t step, total, data_pos;
 } run_pos;
-void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path, pipit_dtype dt);
-void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path, run_pos r);
+void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path, pipit_dtype dt);
+void save_train(const opts *o, const pipit_program *p, const cli_model *c, const char *path, run_pos r);
 void say_saved(const opts *o, const char *path, int64_t step);
 void remove_stale_temps(const char *path);
 void check_writable(const char *flagname, const char *path);
@@ -125,7 +136,7 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
  * flags, --resume applied, the checks every command line needs. */
 typedef struct {
     opts o;
-    flag fl[64];
+    flag fl[80];
     flag_cmd c;
     const char *model, *config;
     int64_t resume_step;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pipit_llama.h"
 #include "train_cli.h"
 
 void cli_check(pipit_status s, const char *what) {
@@ -16,7 +17,8 @@ void cli_check(pipit_status s, const char *what) {
 }
 
 const char *const TRAIN_USAGE =
-    "--data FILE [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl] [--config FILE] [--ctx T --layers L --heads H\n"
+    "--data FILE [--model tiny|gpt2|gpt2-medium|gpt2-large|gpt2-xl|llama-tiny|llama-100m] [--config FILE]\n"
+    "       [--ctx T --layers L --heads H --kv-heads K --ffn-hidden F --rope-theta X --norm-eps X --tied|--untied\n"
     "       --dim C --micro-batch B --microbatches M --steps N --lr X --lr-schedule cosine --warmup K ...]\n\n"
     "With --data alone it trains the `tiny` preset (ctx 64, 4 layers, 4 heads, dim 128, micro-batch 8,\n"
     "100 steps, lr 1e-3). Precedence: defaults < --model preset < --config file < flags. A command line\n"
@@ -51,6 +53,14 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"layers", FL_INT, &o->layers, "transformer blocks L", 0}},
         {3, {"heads", FL_INT, &o->heads, "attention heads H", 0}},
         {3, {"dim", FL_INT, &o->dim, "model width C", 0}},
+        {3, {"kv-heads", FL_INT, &o->kv_heads, "Llama: key/value heads (grouped-query attention; divides --heads)", 0}},
+        {3, {"ffn-hidden", FL_INT, &o->ffn_hidden, "Llama: MLP width F (intermediate_size; 0: Meta's rule from --multiple-of)", 0}},
+        {3, {"multiple-of", FL_INT, &o->multiple_of, "Llama, --ffn-hidden 0: round Meta's 8C/3 up to a multiple of this (default 256)", 0}},
+        {3, {"ffn-dim-multiplier", FL_DBL, &o->ffn_dim_multiplier, "Llama, --ffn-hidden 0: Meta's ffn_dim_multiplier (default: none)", 0}},
+        {3, {"norm-eps", FL_DBL, &o->norm_eps, "Llama: RMSNorm epsilon (rms_norm_eps; presets 1e-5)", 0}},
+        {3, {"rope-theta", FL_DBL, &o->rope_theta, "Llama: RoPE base theta (presets 10000)", 0}},
+        {3, {"tied", FL_BOOL, &o->tied, "Llama: the lm head is the embedding (tie_word_embeddings)", 0}},
+        {3, {"untied", FL_BOOL, &o->untied, "Llama: a separate lm_head.weight (llama-tiny's default)", 0}},
         {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
         {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
         {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
@@ -60,7 +70,8 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3 | IGN, {"decay-steps", FL_INT, &o->decay_steps, "cosine/linear: step where --min-lr is reached (default: --steps)", 0}},
         {3 | IGN, {"min-lr", FL_DBL, &o->min_lr, "cosine/linear: the lr after the decay (default: --lr / 10)", 0}},
         {3 | IGN, {"log-every", FL_INT, &o->log_every, "print every K-th step's line (steps 0, K, 2K, ...; the last always; default 1)", 0}},
-        {3, {"model", FL_STR, &o->model, "preset: tiny (default), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl", 0}},
+        {3, {"model", FL_STR, &o->model, "preset: tiny (default), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl, "
+                                          "llama-tiny, llama-100m (the kind comes with it)", 0}},
         {3, {"config", FL_STR, &o->config, "JSON object of flags without --, e.g. {\"layers\": 6, \"lr\": 6e-4}", 0}},
         {3, {"print-config", FL_BOOL, &o->print_config, "print the resolved settings and the parameter count as JSON; run nothing", 0}},
         {3, {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0}},
@@ -142,6 +153,8 @@ void default_opts(opts *o) {
     o->lr_schedule = "constant";
     o->min_lr = -1;      /* -1: --lr / 10 */
     o->decay_steps = -1; /* -1: --steps */
+    o->arch = "gpt2";
+    o->multiple_of = 256; /* Meta's default */
 }
 
 /* The preset's fields, over the defaults (flags and --config come later). */
@@ -151,9 +164,14 @@ void apply_preset(opts *o, const char *name) {
         const char *names[16];
         int n = 0;
         for (int i = 0; i < cli_preset_count() && n < 16; i++) names[n++] = cli_preset_at(i)->name;
-        die("unknown --model '%s': expected tiny, gpt2, gpt2-medium, gpt2-large or gpt2-xl%s", name,
-            cli_did_you_mean(name, names, n, ""));
+        die("unknown --model '%s': expected %s%s", name, cli_preset_names(), cli_did_you_mean(name, names, n, ""));
     }
+    o->arch = pr->arch;
+    o->kv_heads = pr->kv_heads;
+    o->ffn_hidden = pr->ffn_hidden;
+    o->tied = pr->tied;
+    o->norm_eps = pr->norm_eps;
+    o->rope_theta = pr->rope_theta;
     o->vocab = pr->vocab;
     o->ctx = pr->ctx;
     o->layers = pr->layers;
@@ -274,6 +292,7 @@ void train_args_parse(train_args *a, session *s, int argc, char **argv, int plan
     if (a->config) cli_config_apply(c, a->config, (const char *const[]){"model", "params", NULL});
     if (plan) o->steps = 0;
     flags_parse(c, argc, argv);
+    o->model = a->model; /* a preset chosen (flag or config file) fixes the model's kind */
     int sized = flags_seen(c, "layers") || flags_seen(c, "heads") || flags_seen(c, "dim");
     a->resume_step = 0;
     if (o->resume) apply_resume(o, c, &s->ckpt, &a->resume_step);
@@ -329,7 +348,8 @@ static void json_num(const char *k, double v, int *first) {
 
 void print_train_config(const train_args *a) {
     const opts *o = &a->o;
-    pipit_gpt2_config mc = model_config(o, 1);
+    check_model_flags(o, &a->c);
+    cli_model mc = model_config(o, 1);
     pipit_lr_schedule ls = make_lr_schedule(o);
     static const char *const kinds[] = {"constant", "cosine", "linear"};
     int f = 1;
@@ -360,6 +380,20 @@ void print_train_config(const train_args *a) {
     json_str("schedule", o->schedule, &f);
     json_str("dtype", o->dtype ? o->dtype : "f32", &f);
     if (o->virt) json_num("virtual", o->virt, &f);
-    json_num("params", (double)pipit_gpt2_num_params(&mc), &f);
+    if (strcmp(mc.kind->name, "llama") == 0) { /* the preset's kind: its own fields, as flags */
+        pipit_llama_config lc = {.dim = mc.dim, .ffn_hidden = mc.ffn_hidden, .multiple_of = mc.multiple_of,
+                                 .ffn_dim_multiplier = mc.ffn_dim_multiplier};
+        const struct {
+            const char *k;
+            double v;
+        } ll[] = {{"kv-heads", mc.kv_heads ? mc.kv_heads : mc.heads}, {"ffn-hidden", pipit_llama_ffn_hidden(&lc)},
+                  {"norm-eps", mc.norm_eps}, {"rope-theta", mc.rope_theta}};
+        for (int i = 0; i < NFLAGS(ll); i++) json_num(ll[i].k, ll[i].v, &f);
+        json_key(mc.tied ? "tied" : "untied", &f);
+        printf("true");
+    }
+    int64_t params = mc.kind->num_params(&mc);
+    if (params <= 0) die("--print-config: %s", pipit_errmsg());
+    json_num("params", (double)params, &f);
     printf("}\n");
 }

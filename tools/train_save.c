@@ -20,14 +20,15 @@
 #include "progress.h"
 #include "train_cli.h"
 
-/* --save-weights-only: the params alone, rounded to bf16 when the run
- * computes in bf16 (--dtype bf16: weights for inference tools; a training
- * checkpoint keeps the fp32 masters). */
-void save_checkpoint(const pipit_program *p, const pipit_gpt2_config *c, const char *path, pipit_dtype dt) {
-    char heads[16], layers[16];
-    snprintf(heads, sizeof heads, "%d", c->heads);
-    snprintf(layers, sizeof layers, "%d", c->layers);
-    const char *meta[] = {"format", "pt", "model", "gpt2", "heads", heads, "layers", layers, NULL};
+/* A weights-only checkpoint: the params and the model's fields; rounded to
+ * bf16 when the run computes in bf16 (--dtype bf16: weights for inference
+ * tools; a training checkpoint keeps the fp32 masters). */
+void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path, pipit_dtype dt) {
+    cli_model_meta mm;
+    cli_model_meta_fill(c, &mm);
+    const char *meta[2 + NFLAGS(mm.kv) + 1] = {"format", "pt"};
+    memcpy(meta + 2, mm.kv, sizeof(char *) * (size_t)mm.n);
+    meta[2 + mm.n] = NULL;
     cli_check(pipit_checkpoint_save_as(p, path, meta, dt), "save");
 }
 
@@ -167,24 +168,19 @@ static void meta_num(meta_list *m, const char *key, const char *fmt, ...) {
 
 /* The training checkpoint: params, moments, and (metadata) the step, the
  * data position, the model and the training config. Collective. */
-void save_train(const opts *o, const pipit_program *p, const pipit_gpt2_config *c, const char *path,
-                       run_pos r) {
+void save_train(const opts *o, const pipit_program *p, const cli_model *c, const char *path, run_pos r) {
     /* the schedule as resolved for this run, so a resume follows the same curve */
     pipit_lr_schedule ls = make_lr_schedule(o);
     int constant = ls.kind == PIPIT_LR_CONSTANT;
     meta_list m = {.n = 0};
     meta_str(&m, "format", "pt");
-    meta_str(&m, "model", "gpt2");
+    cli_model_meta mm; /* "model" (the kind) and the model's fields */
+    cli_model_meta_fill(c, &mm);
+    for (int i = 0; i < mm.n; i += 2) meta_str(&m, mm.kv[i], mm.kv[i + 1]);
     meta_str(&m, "lr_schedule", o->lr_schedule);
     meta_num(&m, "warmup", "%d", o->warmup);
     meta_num(&m, "decay_steps", "%lld", constant ? -1LL : (long long)ls.decay_steps);
     meta_num(&m, "min_lr", "%.17g", constant ? -1.0 : ls.min_lr);
-    meta_num(&m, "vocab", "%d", c->vocab);
-    meta_num(&m, "ctx", "%d", c->ctx);
-    meta_num(&m, "max_ctx", "%d", c->max_ctx);
-    meta_num(&m, "layers", "%d", c->layers);
-    meta_num(&m, "heads", "%d", c->heads);
-    meta_num(&m, "dim", "%d", c->dim);
     meta_str(&m, "optimizer", o->optimizer);
     meta_num(&m, "lr", "%.17g", o->lr);
     meta_num(&m, "beta1", "%.17g", o->beta1);
@@ -360,6 +356,12 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
     const char *kind = pipit_checkpoint_meta(file, "pipit");
     if (!kind || strcmp(kind, "train") != 0)
         die("--resume: '%s' is not a training checkpoint (it holds weights only: start from it with --init)", path);
+    const char *arch = pipit_checkpoint_meta(file, "model");
+    if (!arch || !cli_model_kind_find(arch))
+        die("--resume: checkpoint '%s': metadata 'model' is '%s', not gpt2 or llama", path, arch ? arch : "(absent)");
+    if (o->model && strcmp(o->arch, arch) != 0)
+        die("--model %s contradicts checkpoint '%s' (model %s)", o->model, path, arch);
+    o->arch = arch; /* the checkpoint stays open */
     enum { BIG = 1 << 30 };
     const resume_key tab[] = {
         {"vocab", "vocab", FL_INT, &o->vocab, 0, 1, BIG, NULL}, {"ctx", "ctx", FL_INT, &o->ctx, 0, 1, BIG, NULL},
@@ -390,6 +392,17 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
         {"log-every", "log_every", FL_INT, &o->log_every, 1, 1, INT32_MAX, "1"},
     };
     for (int i = 0; i < NFLAGS(tab); i++) resume_one(o, c, file, &tab[i]);
+    if (strcmp(arch, "llama") == 0) { /* the Llama fields (--untied is tied 0) */
+        const resume_key ll[] = {
+            {"kv-heads", "kv_heads", FL_INT, &o->kv_heads, 0, 1, BIG, NULL},
+            {"ffn-hidden", "ffn_hidden", FL_INT, &o->ffn_hidden, 0, 1, BIG, NULL},
+            {"norm-eps", "norm_eps", FL_DBL, &o->norm_eps, 0, 0, 0, NULL},
+            {"rope-theta", "rope_theta", FL_DBL, &o->rope_theta, 0, 0, 0, NULL},
+            {flags_seen(c, "untied") ? "untied" : "tied", "tied", FL_INT, &o->tied, 0, 0, 1, NULL},
+        };
+        if (o->untied) o->tied = 0, o->untied = 0;
+        for (int i = 0; i < NFLAGS(ll); i++) resume_one(o, c, file, &ll[i]);
+    }
     if (o->val_data && !o->val_data[0]) o->val_data = NULL;
     if (o->data_format && strcmp(o->data_format, "auto") == 0 && !flags_seen(c, "data-format")) o->data_format = NULL;
     /* the layout the file was written under (--dp and --microbatches hold

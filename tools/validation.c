@@ -98,12 +98,13 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
                              int speaker) {
     double sum = 0;
     int B = o->micro_batch;
+    int nf = s->cfg.kind->nfeeds;
     copy_params_to_validation(s);
     for (int k = 0; k < K; k++) {
         for (int m = 0; m < G; m++)
-            fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + 3 * m);
+            fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        if (pipit_step(s->vp, feeds, 3, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
+        if (pipit_step(s->vp, feeds, nf, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;

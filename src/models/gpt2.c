@@ -5,13 +5,13 @@
  */
 #include "pipit_gpt2.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "models/models.h"
 #include "util/common.h"
 
 pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
@@ -33,17 +33,7 @@ pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
 }
 
 int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s) {
-    if (!c) {
-        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
-        return -1;
-    }
-    if (c->stages < 1 || c->layers < 1 || s < 0 || s > c->stages) {
-        pipit__err(PIPIT_STATUS_INVALID, "%s: stage %d not in 0..%d (layers %d)", __func__, s, c->stages, c->layers);
-        return -1;
-    }
-    /* Even split; the first L mod S stages get one layer more. */
-    int base = c->layers / c->stages, extra = c->layers % c->stages;
-    return s * base + (s < extra ? s : extra);
+    return pipit__models_first_layer(!c, c ? c->layers : 0, c ? c->stages : 0, s, __func__);
 }
 
 static pipit_val param(pipit_graph *g, const pipit_gpt2_config *c, const char *name, int nd,
@@ -133,63 +123,22 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
 
 /* ---- init ---- */
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double normal(uint64_t *s) {
-    double u1 = ((double)(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
-    double u2 = (double)(splitmix(s) >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
-
-static uint64_t name_hash(const char *s) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
+/* N(0, 0.02), c_proj weights N(0, 0.02/sqrt(2L)); 1-D params: LN weights
+ * 1, biases 0. */
+static pipit__init_rule init_rule(const char *name, int ndim, const void *ctx) {
+    const pipit_gpt2_config *c = ctx;
+    if (ndim == 1) return (pipit__init_rule){0, strstr(name, "ln_") && ends_with(name, ".weight") ? 1.0 : 0.0};
+    return (pipit__init_rule){ends_with(name, "c_proj.weight") ? 0.02 / sqrt(2.0 * c->layers) : 0.02, 0};
+}
+
 pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
     if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: %s is NULL", p ? "config" : "program");
-    int np = pipit_program_num_params(p); /* a compiled program has params */
-    if (np <= 0)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: invalid program handle (freed, or not a pipit_program)");
-    if (c->dtype != PIPIT_F32 && c->dtype != PIPIT_F64)
-        return pipit__err(PIPIT_STATUS_INVALID, "pipit_gpt2_init: config dtype %d is not f32 or f64", (int)c->dtype);
-    for (int i = 0; i < np; i++) {
-        const char *name = pipit_program_param_name(p, i);
-        int nd;
-        int64_t shape[PIPIT_MAX_DIMS], n = 1;
-        pipit_status s = pipit_program_param_shape(p, name, &nd, shape);
-        if (s) return s;
-        for (int k = 0; k < nd; k++) n *= shape[k];
-        size_t es = c->dtype == PIPIT_F64 ? 8 : 4;
-        void *buf = pipit__malloc((size_t)n * es);
-        if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "gpt2 init: out of memory");
-        int is_ln = strstr(name, "ln_") != NULL;
-        double std = ends_with(name, "c_proj.weight") ? 0.02 / sqrt(2.0 * c->layers) : 0.02;
-        uint64_t st = seed ^ name_hash(name);
-        for (int64_t k = 0; k < n; k++) {
-            double v = nd == 1 ? (is_ln && ends_with(name, ".weight") ? 1.0 : 0.0) : std * normal(&st);
-            if (c->dtype == PIPIT_F64) ((double *)buf)[k] = v;
-            else ((float *)buf)[k] = (float)v;
-        }
-        s = pipit_program_set_param(p, name, buf, (size_t)n * es);
-        pipit__free(buf);
-        if (s) {
-            pipit__err_prefix("pipit_gpt2_init (config dtype %s)", c->dtype == PIPIT_F64 ? "f64" : "f32");
-            return s;
-        }
-    }
-    return PIPIT_STATUS_OK;
+    return pipit__models_init(p, c->dtype, seed, init_rule, c, __func__);
 }
 
 int64_t pipit_gpt2_num_params(const pipit_gpt2_config *c) {
@@ -239,16 +188,7 @@ pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit
     if (wte[0] > INT32_MAX || wte[1] > INT32_MAX || wpe[0] > INT32_MAX)
         return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': 'wte.weight' or 'wpe.weight' is too large", path);
     int heads = 0;
-    const char *h = pipit_checkpoint_meta(ck, "heads");
-    if (h) {
-        char *end = NULL;
-        errno = 0;
-        long v = *h >= '0' && *h <= '9' ? strtol(h, &end, 10) : 0; /* digits only: no sign, no spaces */
-        if (v < 1 || errno || *end || v > INT32_MAX)
-            return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': metadata 'heads' is '%s', not a positive count",
-                              path, h);
-        heads = (int)v;
-    }
+    if (pipit__models_meta_count(ck, "heads", &heads) < 0) return PIPIT_STATUS_FORMAT;
     cfg->vocab = (int)wte[0];
     cfg->dim = (int)wte[1];
     cfg->max_ctx = (int)wpe[0];

@@ -68,11 +68,11 @@ static void *thread_b(void *arg) {
 /* One process: two threads through the threads transport. */
 static pipit_status probe_threads(pipit_link_probe *out, unsigned char *mem) {
     pong g = {pipit__transport_local_new(2), 0, 1, {mem, mem + 2 * (size_t)BW_BYTES}, PIPIT_STATUS_OK};
-    if (!g.t) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_probe_links: out of memory for the transport");
+    if (!g.t) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory for the transport");
     pthread_t th;
     if (pthread_create(&th, NULL, thread_b, &g) != 0) {
         g.t->vt->free(g.t);
-        return pipit__err(PIPIT_STATUS_RUNTIME, "pipit_probe_links: cannot start a thread");
+        return pipit__err(PIPIT_STATUS_RUNTIME, "cannot start a thread");
     }
     measure(&g, 0, &out->intra_bw, &out->intra_lat);
     pthread_join(th, NULL);
@@ -124,5 +124,6 @@ pipit_status pipit_probe_links(pipit_link_probe *out) {
     if (!mem) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_probe_links: out of memory");
     s = pipit_process_count() > 1 ? probe_mpi(out, mem) : probe_threads(out, mem);
     pipit__free(mem);
+    if (s) pipit__err_prefix("pipit_probe_links");
     return s;
 }

@@ -135,6 +135,7 @@ typedef struct {
     MPI_Request ctrl_req;
     char ctrl_buf[MSG_MAX];
     double lost_s, beat_s; /* 0: heartbeats off */
+    double last_look;      /* when the monitor last looked at the peers */
     int nwatch;
     int *watch;          /* [nwatch] peers */
     double *heard;       /* [W] when a control message last came from each peer */
@@ -479,11 +480,21 @@ static pipit_status send_copy(mpi_transport *t, int dst, int mt, uint64_t tag, c
     return PIPIT_STATUS_OK;
 }
 
+/* PIPIT_DEBUG_SENDS: the checksum of what is sent, on the tag after the
+ * table (every message carries one: a receiver cannot tell copies from
+ * zero-copy sends). */
+static pipit_status send_sum(mpi_transport *t, int dst, int mt, const void *data, size_t n) {
+    uint64_t sum = pipit__checksum(data, n);
+    return send_copy(t, dst, sum_tag(t, mt), PIPIT_TAG_NORM /* host memory */, &sum, sizeof sum);
+}
+
 static pipit_status mpi_send(pipit__transport *tt, int src, int dst, uint64_t tag, const void *data, size_t n) {
     mpi_transport *t = (mpi_transport *)tt;
     int mt;
     pipit_status s = check_msg(t, src, dst, tag, n, "send", &mt);
-    return s ? s : send_copy(t, dst, mt, tag, data, n);
+    if (!s) s = send_copy(t, dst, mt, tag, data, n);
+    if (!s && tt->debug_sends && !(tt->to_host && pipit__tag_on_device(tag))) s = send_sum(t, dst, mt, data, n);
+    return s;
 }
 
 static pipit_status mpi_isend(pipit__transport *tt, int src, int dst, uint64_t tag, const void *data, size_t n) {
@@ -503,10 +514,7 @@ static pipit_status mpi_isend(pipit__transport *tt, int src, int dst, uint64_t t
     } else {
         int rc = MPI_Isend(data, (int)n, MPI_BYTE, dst, mt, t->data_comm, &z.req);
         if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Isend", dst);
-        if (tt->debug_sends) {
-            uint64_t sum = pipit__checksum(data, n);
-            s = send_copy(t, dst, sum_tag(t, mt), PIPIT_TAG_NORM /* host memory */, &sum, sizeof sum);
-        }
+        if (tt->debug_sends) s = send_sum(t, dst, mt, data, n);
     }
     if (s) {
         abandon(t, z.req);
@@ -706,7 +714,13 @@ static void poll_ctrl_locked(mpi_transport *t, double now) {
     }
 }
 
-static void check_peers_locked(const mpi_transport *t, double now) {
+/* A peer silent for lost_s is lost. If this thread itself did not run for
+ * a while (an overloaded machine), the peers' silence over that gap is
+ * not theirs: it is forgiven. */
+static void check_peers_locked(mpi_transport *t, double now) {
+    double gap = now - t->last_look;
+    t->last_look = now;
+    for (int i = 0; gap > 2 * t->beat_s && i < t->nwatch; i++) t->heard[t->watch[i]] += gap;
     for (int i = 0; t->lost_s > 0 && i < t->nwatch; i++) {
         int p = t->watch[i];
         if (!t->gone[p] && now - t->heard[p] > t->lost_s) lost_peer(t, p, now - t->heard[p]);
@@ -791,6 +805,7 @@ static pipit_status pick_watch(mpi_transport *t) {
     if (!t->watch || !t->beats || !t->heard || !t->gone) return pipit__err(PIPIT_STATUS_NOMEM, "mpi transport: out of memory");
     double now = now_s();
     for (int p = 0; p < t->W; p++) t->heard[p] = now;
+    t->last_look = now;
     for (int p = 0; t->W <= WATCH_ALL_MAX && p < t->W; p++)
         if (p != t->rank) t->watch[t->nwatch++] = p;
     for (int i = 0; t->W > WATCH_ALL_MAX && i < 4; i++) {

@@ -14,6 +14,7 @@
 
 #include "sim/sim.h"
 #include "util/common.h"
+#include "util/fileio.h"
 
 typedef struct {
     pipit_sim_config cfg;
@@ -210,7 +211,7 @@ pipit_status pipit_hw_calibrate(const char *profile_path, pipit_hw **out) {
     *out = NULL;
     unsigned long gen0 = pipit__err_gen();
     char *text = NULL;
-    pipit_status st = pipit__sim_read_text(profile_path, "profile", &text);
+    pipit_status st = pipit__read_text(profile_path, "profile", &text);
     profile p = {0};
     if (!st) st = parse_profile(profile_path, text, &p);
     pipit__free(text);

@@ -12,6 +12,7 @@
 
 #include "sim/sim.h"
 #include "util/common.h"
+#include "util/fileio.h"
 
 /* generated from the JSON files of data/hw (CMakeLists.txt) */
 extern const int pipit__hw_builtin_n;
@@ -234,39 +235,6 @@ pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) 
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit__sim_read_text(const char *path, const char *what, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pipit__err(PIPIT_STATUS_IO, "cannot open %s '%s': %s", what, path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = pipit__malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1) break;
-        if (cap > (64u << 20)) { /* a hardware description is a few kB */
-            fclose(f);
-            pipit__free(buf);
-            return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s' is larger than 64 MiB", what, path);
-        }
-        char *nb = pipit__realloc(buf, cap * 2);
-        if (!nb) pipit__free(buf);
-        buf = nb, cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "reading %s '%s': out of memory", what, path);
-    if (err) {
-        pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_IO, "reading %s '%s' failed", what, path);
-    }
-    buf[n] = 0;
-    if (strlen(buf) != n) {
-        pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_FORMAT, "%s '%s' holds a NUL byte: not JSON text", what, path);
-    }
-    *out = buf;
-    return PIPIT_STATUS_OK;
-}
-
 pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
     if (!name_or_path || !out)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_load: NULL %s", out ? "name" : "out");
@@ -286,7 +254,7 @@ pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
     }
     fclose(probe);
     char *text = NULL;
-    pipit_status st = pipit__sim_read_text(name_or_path, "hardware file", &text);
+    pipit_status st = pipit__read_text(name_or_path, "hardware file", &text);
     if (!st) st = pipit_hw_parse(text, name_or_path, out);
     pipit__free(text);
     return st;

@@ -13,6 +13,8 @@
 #include "sim/sim.h"
 #include "util/common.h"
 
+static pipit_status set_links(pipit_hw *hw, const pipit_hw_links *l);
+
 pipit_status pipit_hw_get_links(const pipit_hw *hw, pipit_hw_links *out) {
     if (!hw || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_get_links: NULL %s", hw ? "out" : "hardware");
     *out = (pipit_hw_links){hw->intra_bw, hw->intra_lat, hw->inter_bw, hw->inter_lat, hw->gpus_per_node};
@@ -21,6 +23,12 @@ pipit_status pipit_hw_get_links(const pipit_hw *hw, pipit_hw_links *out) {
 
 pipit_status pipit_hw_set_links(pipit_hw *hw, const pipit_hw_links *l) {
     if (!hw || !l) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_set_links: NULL %s", hw ? "links" : "hardware");
+    pipit_status s = set_links(hw, l);
+    if (s) pipit__err_prefix("pipit_hw_set_links");
+    return s;
+}
+
+static pipit_status set_links(pipit_hw *hw, const pipit_hw_links *l) {
     const struct {
         const char *name;
         double v;
@@ -28,7 +36,7 @@ pipit_status pipit_hw_set_links(pipit_hw *hw, const pipit_hw_links *l) {
     } f[] = {{"intra-node bandwidth", l->intra_bw, 1}, {"intra-node latency", l->intra_lat, 0},
              {"inter-node bandwidth", l->inter_bw, 1}, {"inter-node latency", l->inter_lat, 0}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].v >= 0 && (!isfinite(f[i].v) || (f[i].bandwidth && f[i].v == 0)))
+        if (!(f[i].v < 0) && (!isfinite(f[i].v) || (f[i].bandwidth && f[i].v == 0))) /* NaN is no "keep" */
             return pipit__err(PIPIT_STATUS_INVALID, "%s %g: must be a finite number %s", f[i].name, f[i].v,
                               f[i].bandwidth ? "> 0 (bytes/s)" : ">= 0 (seconds)");
     if (l->gpus_per_node > (1 << 20))
@@ -110,9 +118,17 @@ static pipit_status parse_item(const char *key, size_t klen, const char *v, size
                       (int)PIPIT_MIN(klen, 40), key);
 }
 
+static pipit_status parse_links(const char *spec, pipit_hw_links *out);
+
 pipit_status pipit_hw_parse_links(const char *spec, pipit_hw_links *out) {
     if (!spec || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_parse_links: NULL %s", spec ? "out" : "spec");
     *out = (pipit_hw_links){-1, -1, -1, -1, 0};
+    pipit_status s = parse_links(spec, out);
+    if (s) pipit__err_prefix("pipit_hw_parse_links");
+    return s;
+}
+
+static pipit_status parse_links(const char *spec, pipit_hw_links *out) {
     for (const char *p = spec; *p;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
@@ -149,8 +165,11 @@ pipit_status pipit_hw_apply_probe(pipit_hw *hw, const pipit_link_probe *pr) {
     pipit_hw_links l = {-1, -1, -1, -1, pr->processes > 1 ? pr->per_host : PIPIT_HW_THREADS_PER_NODE};
     if (pr->intra_bw > 0) l.intra_bw = pr->intra_bw, l.intra_lat = pr->intra_lat;
     if (pr->inter_bw > 0) l.inter_bw = pr->inter_bw, l.inter_lat = pr->inter_lat;
-    pipit_status s = pipit_hw_set_links(hw, &l);
-    if (s) return s;
+    pipit_status s = set_links(hw, &l);
+    if (s) {
+        pipit__err_prefix("pipit_hw_apply_probe");
+        return s;
+    }
     char text[512];
     snprintf(text, sizeof text,
              "measured by pipit_probe_links (%d process%s on %d host%s): intra_node %s; inter_node %s; "

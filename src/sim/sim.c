@@ -89,6 +89,15 @@ static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, co
     int per = PIPIT_MAX(1, c->layers / r->m.S), n = 0;
     *total = 0;
     if (c->dp <= 1) return 0;
+    if (c->dp_after_flush) { /* one exchange of all the rank's gradients after its last task */
+        int nt = pipit_schedule_num_tasks(s, q);
+        double t0 = 0, t1 = 0, params = 0;
+        if (nt > 0) pipit_sim_result_task(res, q, nt - 1, &t0, &t1);
+        for (int st = 0; st < r->m.S; st++)
+            if (pipit_schedule_stage_rank(s, st) == q) params += r->m.params[st];
+        *total = dp_time(c, hw, params * r->m.esize);
+        return t1 + *total;
+    }
     dp_chunk *ch = pipit__malloc(sizeof *ch * (size_t)r->m.S * (size_t)per);
     if (!ch) return 0; /* out of memory: the exchange counts as hidden, the report says dp 0 */
     for (int i = 0; i < pipit_schedule_num_tasks(s, q); i++) {
@@ -177,7 +186,7 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
         if (done > u->step_s) {
             u->step_s = done, u->dp_s = row->dp_s, u->optimizer_s = row->opt_s;
             u->dp_total_s = row->dp_total_s;
-            u->dp_hidden = row->dp_total_s > 0 ? 1.0 - row->dp_s / row->dp_total_s : 0.0;
+            u->dp_hidden = row->dp_total_s > 0 ? PIPIT_MAX(0.0, 1.0 - row->dp_s / row->dp_total_s) : 0.0;
         }
         u->peak_bytes_per_rank = PIPIT_MAX(u->peak_bytes_per_rank, row->peak_bytes);
     }
@@ -191,10 +200,22 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     r->mem_capacity = hw->mem_cap;
 }
 
+/* Megatron's blocking P2P: a stage whose neighbour sits on another rank
+ * moves its activation (F) or its input gradient (B) there inside the task. */
+static void book_transfers(pipit__sim_model *m, const pipit_schedule *s) {
+    for (int st = 0; st + 1 < m->S; st++)
+        if (pipit_schedule_stage_rank(s, st) != pipit_schedule_stage_rank(s, st + 1)) {
+            m->f[st] += m->p2p_xfer;
+            m->b[st + 1] += m->p2p_xfer;
+        }
+}
+
 static pipit_status simulate(pipit_sim_report *r, const pipit_schedule *s, const pipit_hw *hw) {
-    /* a stage message occupies its link, not its sender (zero-copy sends) */
+    /* pipit: a stage message occupies its link, not its sender (zero-copy sends) */
+    int blocking = r->cfg.blocking_p2p;
+    if (blocking) book_transfers(&r->m, s);
     pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm,
-                             .xfer = r->m.p2p_xfer};
+                             .xfer = blocking ? 0 : r->m.p2p_xfer};
     pipit_sim_result *res = NULL;
     pipit_status st = pipit_schedule_simulate(s, &costs, &res);
     if (st) return st;

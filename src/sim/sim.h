@@ -26,9 +26,6 @@ struct pipit_hw {
     double kernel_overhead;      /* seconds added per kernel launch */
 };
 
-/* The whole of a text file (NUL-terminated; free with pipit__free); `what`
- * names it in messages ("hardware file"). */
-pipit_status pipit__sim_read_text(const char *path, const char *what, char **out);
 /* The first key that appears twice in one object of a JSON document
  * (cJSON keeps both and finds the first: the second would be silently
  * ignored), as a path "a.b" into buf; NULL when every key is unique. */

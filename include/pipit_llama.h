@@ -1,0 +1,130 @@
+/*
+ * pipit_llama.h — the Llama family exactly as Hugging Face's
+ * LlamaForCausalLM defines it (pre-norm RMSNorm blocks, rotary position
+ * embeddings in the rotate-half convention, grouped-query causal attention,
+ * a SwiGLU MLP down(silu(gate(x)) * up(x)), a final RMSNorm and an lm head
+ * tied to the embedding or not), built as a pipit graph for one microbatch
+ * with yields splitting the blocks into S pipeline stages. Parameters carry
+ * Hugging Face's names and nn.Linear's [out, in] layout, so a
+ * `save_pretrained` safetensors file loads by name and pipit's files load in
+ * transformers. Same conventions as pipit.h.
+ */
+#ifndef PIPIT_LLAMA_H
+#define PIPIT_LLAMA_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "pipit.h"
+#include "pipit_io.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int vocab;        /* V: vocab_size */
+    int max_ctx;      /* max_position_embeddings: the longest ctx allowed (RoPE keeps no table) */
+    int ctx;          /* T of a training sequence */
+    int layers;       /* L: num_hidden_layers */
+    int heads;        /* H: num_attention_heads (head_dim D = dim / heads) */
+    int kv_heads;     /* num_key_value_heads, dividing heads (0: = heads, plain multi-head) */
+    int dim;          /* C: hidden_size */
+    int ffn_hidden;   /* F: intermediate_size; 0: Meta's rule from multiple_of and ffn_dim_multiplier */
+    int multiple_of;  /* Meta's rule only: F rounded up to a multiple of this (>= 1) */
+    double ffn_dim_multiplier; /* Meta's rule only: 0 for none */
+    double norm_eps;  /* rms_norm_eps (> 0) */
+    double rope_theta; /* RoPE base (> 0) */
+    int tied;         /* 1: the lm head is model.embed_tokens.weight (tie_word_embeddings); 0: lm_head.weight */
+    int batch;        /* B: sequences per microbatch */
+    int stages;       /* S: pipeline stages (1 = no yield) */
+    pipit_dtype dtype; /* PIPIT_F32 or PIPIT_F64 */
+} pipit_llama_config;
+
+/* Graph inputs the builder declares; feed them per microbatch. Positions
+ * are the row index 0..T-1 (RoPE computes its angles from it). */
+#define PIPIT_LLAMA_TOKENS "tokens"   /* i32 [B,T] */
+#define PIPIT_LLAMA_TARGETS "targets" /* i32 [B,T] */
+
+/* Checks the config: positive sizes, dim % heads == 0, an even head_dim
+ * (RoPE rotates pairs), heads % kv_heads == 0, ctx <= max_ctx, 1 <= S <= L,
+ * norm_eps and rope_theta positive and finite, F >= 1 (given, or from
+ * Meta's rule), dtype f32 or f64. INVALID with a message naming the value. */
+PIPIT_API pipit_status pipit_llama_check(const pipit_llama_config *c);
+/* The MLP width F: c->ffn_hidden if set, else Meta's rule
+ * (llama/model.py): h = int(2 * 4 * dim / 3); with ffn_dim_multiplier m > 0
+ * h = int(m * h); F = multiple_of * ceil(h / multiple_of). 0 and a message
+ * for a NULL config or values the rule cannot use. */
+PIPIT_API int pipit_llama_ffn_hidden(const pipit_llama_config *c);
+/* Builds the graph; returns the scalar mean cross-entropy (check
+ * pipit_graph_status). A NULL argument, a bad or poisoned graph or a config
+ * pipit_llama_check refuses: an invalid value and a message. */
+PIPIT_API pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c);
+/* The same graph (bit for bit), and *logits (if not NULL) = the lm head's
+ * logits [B,T,V] (an invalid value on failure), for pipit_options.outputs. */
+PIPIT_API pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits);
+/* First layer of stage s: the same even split as GPT-2's (the first L mod S
+ * stages get one layer more), 0 <= s <= S; -1 and a message otherwise. */
+PIPIT_API int pipit_llama_stage_first_layer(const pipit_llama_config *c, int s);
+/* Hugging Face's init (LlamaPreTrainedModel._init_weights): every Linear
+ * and the embedding N(0, 0.02) (initializer_range), RMSNorm weights 1. Each
+ * tensor's stream is seeded by (seed, name), so the init is the same
+ * whatever the pipeline layout. */
+PIPIT_API pipit_status pipit_llama_init(pipit_program *p, const pipit_llama_config *c, uint64_t seed);
+/* Parameter count, and training FLOPs per token: 6 N over the weights
+ * that multiply activations (an untied embedding is only gathered, so it
+ * is left out) plus attention, 12 L T C (as pipit_gpt2_flops_per_token). */
+PIPIT_API int64_t pipit_llama_num_params(const pipit_llama_config *c);
+PIPIT_API double pipit_llama_flops_per_token(const pipit_llama_config *c);
+
+/* Reads the sizes a checkpoint implies into cfg: vocab and dim from
+ * 'model.embed_tokens.weight' [V,C], layers from the blocks
+ * 'model.layers.<i>.input_layernorm.weight' present, ffn_hidden from
+ * layer 0's 'mlp.gate_proj.weight' [F,C], tied from whether
+ * 'lm_head.weight' is absent; from the metadata (what pipit writes) heads,
+ * kv_heads, max_ctx, norm_eps and rope_theta when present (heads and
+ * kv_heads 0 when absent; the other fields are then left as they were).
+ * With heads known, kv_heads also follows from 'k_proj.weight' [kv*D, C] and
+ * must agree. FORMAT with a message naming the file and the tensor or key if
+ * it is not a Llama checkpoint. */
+PIPIT_API pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint *ck, pipit_llama_config *cfg);
+/* Reads a Hugging Face config.json (LlamaConfig) into cfg: vocab_size,
+ * hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+ * num_key_value_heads (absent: = heads), max_position_embeddings,
+ * rms_norm_eps, rope_theta, tie_word_embeddings (absent: false, as
+ * LlamaConfig). *present (if not NULL) gets a PIPIT_LLAMA_HAS_* bit per
+ * field the file gave. What pipit does not implement is refused (INVALID,
+ * naming the key): a model_type other than "llama", rope_scaling other than
+ * null, attention_bias or mlp_bias true, a head_dim other than
+ * hidden_size / num_attention_heads, a hidden_act other than "silu", a
+ * nonzero attention_dropout. IO / FORMAT for an unreadable file or bad
+ * JSON. The config's other fields are untouched. */
+enum {
+    PIPIT_LLAMA_HAS_VOCAB = 1 << 0,
+    PIPIT_LLAMA_HAS_DIM = 1 << 1,
+    PIPIT_LLAMA_HAS_FFN = 1 << 2,
+    PIPIT_LLAMA_HAS_LAYERS = 1 << 3,
+    PIPIT_LLAMA_HAS_HEADS = 1 << 4,
+    PIPIT_LLAMA_HAS_KV_HEADS = 1 << 5,
+    PIPIT_LLAMA_HAS_MAX_CTX = 1 << 6,
+    PIPIT_LLAMA_HAS_NORM_EPS = 1 << 7,
+    PIPIT_LLAMA_HAS_ROPE_THETA = 1 << 8,
+    PIPIT_LLAMA_HAS_TIED = 1 << 9
+};
+PIPIT_API pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present);
+/* Writes cfg as a Hugging Face config.json (LlamaConfig, the dtype as
+ * torch_dtype) to f, so that transformers' from_pretrained opens a folder
+ * holding it beside the weights (model.safetensors); `pipit export --hf`
+ * writes one. INVALID for a NULL argument or a config pipit_llama_check
+ * refuses, IO if writing fails. */
+PIPIT_API pipit_status pipit_llama_write_hf_config(const pipit_llama_config *cfg, FILE *f);
+
+/* One microbatch's feeds: out[0..1] = tokens, targets (borrowed buffers,
+ * each i32 [B,T] with B = c->batch, T = c->ctx). */
+PIPIT_API pipit_status pipit_llama_feeds(const pipit_llama_config *c, const int32_t *tokens,
+                                         const int32_t *targets, pipit_feed out[2]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PIPIT_LLAMA_H */

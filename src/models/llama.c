@@ -1,0 +1,471 @@
+/*
+ * llama.c — the Llama graph builder, initializer and config readers
+ * (pipit_llama.h). Weights keep nn.Linear's [out, in] layout under Hugging
+ * Face's names, so every projection is x @ W^T (pipit_matmul with
+ * trans_b) and files load by name with no transposes. RoPE takes each
+ * row's position from its index, so the graph has no positions input.
+ */
+#include "pipit_llama.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "models/models.h"
+#include "util/checked.h"
+#include "util/common.h"
+#include "util/fileio.h"
+
+static int kv_of(const pipit_llama_config *c) { return c->kv_heads ? c->kv_heads : c->heads; }
+
+/* Meta's rule without the NULL and sign checks (the callers made them). */
+static int64_t meta_ffn(const pipit_llama_config *c) {
+    if (c->ffn_hidden) return c->ffn_hidden;
+    if (c->multiple_of < 1 || !(c->ffn_dim_multiplier >= 0) || !isfinite(c->ffn_dim_multiplier)) return -1;
+    double h = floor(2.0 * (4.0 * (double)c->dim) / 3.0); /* int(2 * hidden_dim / 3) */
+    if (c->ffn_dim_multiplier > 0) h = floor(c->ffn_dim_multiplier * h);
+    if (!(h >= 0) || h > INT32_MAX) return -1;
+    int64_t m = c->multiple_of, r = m * (((int64_t)h + m - 1) / m);
+    return r > INT32_MAX ? -1 : r;
+}
+
+int pipit_llama_ffn_hidden(const pipit_llama_config *c) {
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
+    if (c->ffn_hidden < 0 || c->dim < 1) {
+        pipit__err(PIPIT_STATUS_INVALID, "llama: ffn_hidden %d must be >= 1 (or 0 for Meta's rule) with dim %d >= 1",
+                   c->ffn_hidden, c->dim);
+        return 0;
+    }
+    int64_t f = meta_ffn(c);
+    if (f < 1) {
+        pipit__err(PIPIT_STATUS_INVALID,
+                   "llama: ffn_hidden 0 asks for Meta's rule, which needs multiple_of >= 1 (got %d) and "
+                   "ffn_dim_multiplier >= 0 (got %g) giving a width in 1..2^31-1",
+                   c->multiple_of, c->ffn_dim_multiplier);
+        return 0;
+    }
+    return (int)f;
+}
+
+/* N with checked arithmetic: 1 and *out, or 0 when it passes 2^62. */
+static int count_params(const pipit_llama_config *c, int64_t F, int64_t *out) {
+    int64_t C = c->dim, D = c->dim / c->heads, kvd = (int64_t)kv_of(c) * D, emb, per = 0, t, all;
+    if (!pipit__mul_i64(C, c->vocab, &emb)) return 0;
+    /* q and o: C x C each; k and v: C x kv*D each; gate, up, down: C x F each; two norms */
+    if (!pipit__mul_i64(C, 2 * C + 2 * kvd + 3 * F + 2, &per) || !pipit__mul_i64(per, c->layers, &t)) return 0;
+    if ((!c->tied && !pipit__add_i64(emb, emb, &emb)) || !pipit__add_i64(t, emb, &all) || !pipit__add_i64(all, C, &all))
+        return 0;
+    if (all > ((int64_t)1 << 62)) return 0;
+    *out = all;
+    return 1;
+}
+
+pipit_status pipit_llama_check(const pipit_llama_config *c) {
+    if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_check: config is NULL");
+    if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "llama: vocab %d, ctx %d, layers %d, heads %d, dim %d and batch %d must all be >= 1",
+                          c->vocab, c->ctx, c->layers, c->heads, c->dim, c->batch);
+    if (c->dtype != PIPIT_F32 && c->dtype != PIPIT_F64)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: dtype %d is not f32 or f64", (int)c->dtype);
+    if (c->dim % c->heads)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: dim %d is not divisible by heads %d (head_dim = dim / heads)",
+                          c->dim, c->heads);
+    if ((c->dim / c->heads) % 2)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "llama: head_dim %d (dim %d / heads %d) is odd: RoPE rotates pairs of channels", c->dim / c->heads,
+                          c->dim, c->heads);
+    if (c->kv_heads < 0 || c->heads % kv_of(c))
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "llama: heads %d is not a multiple of kv_heads %d (each key/value head serves heads / kv_heads "
+                          "query heads)",
+                          c->heads, c->kv_heads);
+    if (c->max_ctx < c->ctx)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: ctx %d exceeds max_ctx %d (max_position_embeddings)", c->ctx,
+                          c->max_ctx);
+    if (c->stages < 1 || c->stages > c->layers)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "llama: %d pipeline stages need at least %d layers (have %d): stages hold whole blocks",
+                          c->stages, c->stages, c->layers);
+    if (!(c->norm_eps > 0) || !isfinite(c->norm_eps))
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: norm_eps %g must be a positive number", c->norm_eps);
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: rope_theta %g must be a positive number", c->rope_theta);
+    if (c->tied != 0 && c->tied != 1) return pipit__err(PIPIT_STATUS_INVALID, "llama: tied %d is not 0 or 1", c->tied);
+    int F = pipit_llama_ffn_hidden(c);
+    if (F < 1) return PIPIT_STATUS_INVALID;
+    int64_t n;
+    if (!count_params(c, F, &n))
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: %d layers of dim %d, ffn %d and vocab %d exceed 2^62 parameters",
+                          c->layers, c->dim, F, c->vocab);
+    return PIPIT_STATUS_OK;
+}
+
+int pipit_llama_stage_first_layer(const pipit_llama_config *c, int s) {
+    return pipit__models_first_layer(!c, c ? c->layers : 0, c ? c->stages : 0, s, __func__);
+}
+
+/* ---- the graph ---- */
+
+static pipit_val param(pipit_graph *g, const pipit_llama_config *c, const char *name, int nd, int64_t d0, int64_t d1) {
+    int64_t shape[2] = {d0, d1};
+    return pipit_param(g, name, c->dtype, nd, shape);
+}
+
+/* x @ W^T for the nn.Linear weight "model.layers.<l>.<what>.weight" [out, in]. */
+static pipit_val linear(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, const char *what, int64_t in,
+                        int64_t out) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, what);
+    return pipit_matmul(g, x, param(g, c, name, 2, out, in), 0, 1);
+}
+
+static pipit_val rmsnorm(pipit_graph *g, const pipit_llama_config *c, pipit_val x, const char *name) {
+    return pipit_rmsnorm(g, x, param(g, c, name, 1, c->dim, 0), c->norm_eps);
+}
+
+static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l) {
+    int64_t C = c->dim, kvd = (int64_t)kv_of(c) * (C / c->heads);
+    pipit_val q = linear(g, c, x, l, "self_attn.q_proj", C, C);
+    pipit_val k = linear(g, c, x, l, "self_attn.k_proj", C, kvd);
+    pipit_val v = linear(g, c, x, l, "self_attn.v_proj", C, kvd);
+    q = pipit_rope(g, q, c->heads, c->rope_theta);
+    k = pipit_rope(g, k, kv_of(c), c->rope_theta);
+    pipit_val a = pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){c->heads, kv_of(c), 1, 0});
+    return linear(g, c, a, l, "self_attn.o_proj", C, C);
+}
+
+/* down(silu(gate(x)) * up(x)) */
+static pipit_val mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F) {
+    pipit_val gate = pipit_silu(g, linear(g, c, x, l, "mlp.gate_proj", c->dim, F));
+    pipit_val up = linear(g, c, x, l, "mlp.up_proj", c->dim, F);
+    return linear(g, c, pipit_mul(g, gate, up), l, "mlp.down_proj", F, c->dim);
+}
+
+static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F) {
+    char name[96];
+    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
+    x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l));
+    snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
+    return pipit_add(g, x, mlp(g, c, rmsnorm(g, c, x, name), l, F));
+}
+
+static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits_out, const char *fn) {
+    if (logits_out) *logits_out = (pipit_val){g, -1};
+    if (!g || !c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, g ? "config" : "graph");
+        return (pipit_val){g, -1};
+    }
+    if (pipit_graph_status(g) != PIPIT_STATUS_OK || pipit_llama_check(c) != PIPIT_STATUS_OK) {
+        pipit__err_prefix("%s", fn); /* a bad handle, a poisoned graph or a refused config */
+        return (pipit_val){g, -1};
+    }
+    int64_t bt[2] = {c->batch, c->ctx}, F = pipit_llama_ffn_hidden(c);
+    pipit_val tok = pipit_input(g, PIPIT_LLAMA_TOKENS, PIPIT_I32, 2, bt);
+    pipit_val tgt = pipit_input(g, PIPIT_LLAMA_TARGETS, PIPIT_I32, 2, bt);
+    pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
+    pipit_val x = pipit_embed(g, emb, tok);
+    int stage = 0;
+    for (int l = 0; l < c->layers; l++) {
+        if (stage + 1 < c->stages && l == pipit_llama_stage_first_layer(c, stage + 1)) {
+            x = pipit_yield(g, x);
+            stage++;
+        }
+        x = block(g, c, x, l, F);
+    }
+    x = rmsnorm(g, c, x, "model.norm.weight");
+    pipit_val head = c->tied ? emb : param(g, c, "lm_head.weight", 2, c->vocab, c->dim);
+    pipit_val logits = pipit_matmul_nt(g, x, head);
+    pipit_val loss = pipit_xent_mean(g, logits, tgt);
+    if (logits_out && loss.id >= 0) *logits_out = logits;
+    return loss;
+}
+
+pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { return build(g, c, NULL, __func__); }
+
+pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits) {
+    return build(g, c, logits, __func__);
+}
+
+/* ---- init, sizes ---- */
+
+/* Hugging Face's _init_weights: Linear and Embedding N(0, initializer_range
+ * 0.02); the only 1-D params are RMSNorm weights, which start at 1. */
+static pipit__init_rule init_rule(const char *name, int ndim, const void *ctx) {
+    (void)name, (void)ctx;
+    return ndim == 1 ? (pipit__init_rule){0, 1.0} : (pipit__init_rule){0.02, 0};
+}
+
+pipit_status pipit_llama_init(pipit_program *p, const pipit_llama_config *c, uint64_t seed) {
+    if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_init: %s is NULL", p ? "config" : "program");
+    return pipit__models_init(p, c->dtype, seed, init_rule, c, __func__);
+}
+
+int64_t pipit_llama_num_params(const pipit_llama_config *c) {
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
+    int64_t n = 0;
+    if (pipit_llama_check(c) != PIPIT_STATUS_OK) { /* the count needs a valid config */
+        pipit__err_prefix("%s", __func__);
+        return 0;
+    }
+    count_params(c, pipit_llama_ffn_hidden(c), &n);
+    return n;
+}
+
+double pipit_llama_flops_per_token(const pipit_llama_config *c) {
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
+    int64_t n = pipit_llama_num_params(c);
+    if (n == 0) {
+        pipit__err_prefix("%s", __func__);
+        return 0;
+    }
+    /* an untied embedding is only gathered; the tied one is also the head */
+    double matmul = (double)n - (c->tied ? 0.0 : (double)c->vocab * c->dim);
+    return 6.0 * matmul + 12.0 * c->layers * c->ctx * (double)c->dim;
+}
+
+/* ---- checkpoints, config.json, feeds ---- */
+
+/* Shape of a tensor as [d0, d1] if it is 2-D with int-sized dims; else 0. */
+static int shape2(const pipit_checkpoint *ck, const char *name, int64_t d[2]) {
+    int nd = 0;
+    int64_t s[PIPIT_MAX_DIMS];
+    if (pipit_checkpoint_tensor_shape(ck, name, &nd, s) || nd != 2 || s[0] > INT32_MAX || s[1] > INT32_MAX) return 0;
+    d[0] = s[0], d[1] = s[1];
+    return 1;
+}
+
+/* heads, kv_heads, max_ctx, norm_eps, rope_theta from the metadata pipit writes. */
+static pipit_status meta_fields(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
+    int heads = 0, kv = 0, max_ctx = 0;
+    double eps = 0, theta = 0;
+    int h = pipit__models_meta_count(ck, "heads", &heads), k = pipit__models_meta_count(ck, "kv_heads", &kv);
+    int m = pipit__models_meta_count(ck, "max_ctx", &max_ctx);
+    int e = pipit__models_meta_positive(ck, "norm_eps", &eps), t = pipit__models_meta_positive(ck, "rope_theta", &theta);
+    if (h < 0 || k < 0 || m < 0 || e < 0 || t < 0) return PIPIT_STATUS_FORMAT;
+    cfg->heads = heads;
+    cfg->kv_heads = kv;
+    if (m) cfg->max_ctx = max_ctx;
+    if (e) cfg->norm_eps = eps;
+    if (t) cfg->rope_theta = theta;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
+    if (!ck || !cfg)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_config_from_checkpoint: NULL %s", ck ? "config" : "checkpoint");
+    const char *path = pipit_checkpoint_path(ck);
+    int64_t emb[2], gate[2], kp[2];
+    if (!shape2(ck, "model.embed_tokens.weight", emb))
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': no 2-D 'model.embed_tokens.weight': not a Llama checkpoint",
+                          path);
+    int L = 0;
+    char name[96];
+    for (;; L++) {
+        snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", L);
+        if (pipit_checkpoint_tensor_shape(ck, name, NULL, NULL)) break;
+    }
+    if (L == 0)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': tensor 'model.layers.0.input_layernorm.weight' is missing: no decoder layers",
+                          path);
+    if (!shape2(ck, "model.layers.0.mlp.gate_proj.weight", gate) || gate[1] != emb[1])
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': 'model.layers.0.mlp.gate_proj.weight' is missing or not [F, %lld] (hidden size "
+                          "from 'model.embed_tokens.weight')",
+                          path, (long long)emb[1]);
+    pipit_llama_config f = *cfg;
+    if (meta_fields(ck, &f)) return PIPIT_STATUS_FORMAT;
+    if (f.heads && emb[1] % f.heads == 0 && shape2(ck, "model.layers.0.self_attn.k_proj.weight", kp)) {
+        int64_t D = emb[1] / f.heads;
+        if (kp[0] % D || kp[0] / D < 1 || (f.kv_heads && kp[0] / D != f.kv_heads))
+            return pipit__err(PIPIT_STATUS_FORMAT,
+                              "checkpoint '%s': 'model.layers.0.self_attn.k_proj.weight' has %lld rows, not kv_heads%s%.0d x "
+                              "head_dim %lld (heads %d)",
+                              path, (long long)kp[0], f.kv_heads ? " " : "", f.kv_heads, (long long)D, f.heads);
+        f.kv_heads = (int)(kp[0] / D);
+    }
+    f.vocab = (int)emb[0];
+    f.dim = (int)emb[1];
+    f.layers = L;
+    f.ffn_hidden = (int)gate[0];
+    f.tied = pipit_checkpoint_tensor_shape(ck, "lm_head.weight", NULL, NULL) != PIPIT_STATUS_OK;
+    *cfg = f;
+    return PIPIT_STATUS_OK;
+}
+
+/* config.json's fields, one JSON type each; a refusal names the key. */
+typedef struct {
+    const char *path;
+    const cJSON *root;
+    pipit_status st;
+} hf_ctx;
+
+static const cJSON *hf_get(const hf_ctx *h, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(h->root, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static void hf_fail(hf_ctx *h, pipit_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void hf_fail(hf_ctx *h, pipit_status s, const char *fmt, ...) {
+    if (h->st) return; /* the first refusal is the message */
+    va_list ap;
+    va_start(ap, fmt);
+    h->st = pipit__verr(s, fmt, ap);
+    va_end(ap);
+    pipit__err_prefix("config '%s'", h->path);
+}
+
+/* A positive integer field: 1 and *out, 0 when absent (or null). */
+static int hf_int(hf_ctx *h, const char *key, int *out) {
+    const cJSON *v = hf_get(h, key);
+    if (!v) return 0;
+    double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (!(x >= 1 && x <= INT32_MAX && x == floor(x))) {
+        hf_fail(h, PIPIT_STATUS_FORMAT, "\"%s\" must be a positive integer", key);
+        return 0;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+static int hf_positive(hf_ctx *h, const char *key, double *out) {
+    const cJSON *v = hf_get(h, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble)) {
+        hf_fail(h, PIPIT_STATUS_FORMAT, "\"%s\" must be a positive number", key);
+        return 0;
+    }
+    *out = v->valuedouble;
+    return 1;
+}
+
+/* A boolean that pipit supports only as false (attention_bias, mlp_bias). */
+static void hf_refuse_true(hf_ctx *h, const char *key, const char *why) {
+    const cJSON *v = hf_get(h, key);
+    if (v && !cJSON_IsFalse(v)) hf_fail(h, PIPIT_STATUS_INVALID, "\"%s\" is not false: %s", key, why);
+}
+
+/* A string that pipit supports only as `want` (model_type, hidden_act). */
+static void hf_refuse_other(hf_ctx *h, const char *key, const char *want, const char *why) {
+    const cJSON *v = hf_get(h, key);
+    if (v && (!cJSON_IsString(v) || strcmp(v->valuestring, want) != 0))
+        hf_fail(h, PIPIT_STATUS_INVALID, "\"%s\" is %s%s%s, not \"%s\": %s", key, cJSON_IsString(v) ? "\"" : "",
+                cJSON_IsString(v) ? v->valuestring : "not a string", cJSON_IsString(v) ? "\"" : "", want, why);
+}
+
+/* What pipit does not implement, each refused with its key. */
+static void hf_unsupported(hf_ctx *h, int hidden, int heads) {
+    hf_refuse_other(h, "model_type", "llama", "pipit builds LlamaForCausalLM only");
+    hf_refuse_other(h, "hidden_act", "silu", "pipit's MLP is SwiGLU (SiLU gate)");
+    if (hf_get(h, "rope_scaling"))
+        hf_fail(h, PIPIT_STATUS_INVALID, "\"rope_scaling\" is not null: pipit implements plain RoPE (no scaled or "
+                                         "extended positions)");
+    hf_refuse_true(h, "attention_bias", "pipit's q, k, v and o projections have no bias");
+    hf_refuse_true(h, "mlp_bias", "pipit's gate, up and down projections have no bias");
+    const cJSON *d = hf_get(h, "attention_dropout");
+    if (d && (!cJSON_IsNumber(d) || d->valuedouble != 0))
+        hf_fail(h, PIPIT_STATUS_INVALID, "\"attention_dropout\" is not 0: pipit has no dropout");
+    int hd = 0;
+    if (hf_int(h, "head_dim", &hd) && heads && (int64_t)hd * heads != hidden)
+        hf_fail(h, PIPIT_STATUS_INVALID,
+                "\"head_dim\" %d is not hidden_size %d / num_attention_heads %d: pipit derives the head size from "
+                "the width",
+                hd, hidden, heads);
+}
+
+pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present) {
+    if (!config_json || !cfg)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_config_from_hf: NULL %s", cfg ? "path" : "config");
+    char *text = NULL;
+    pipit_status s = pipit__read_text(config_json, "config", &text);
+    if (s) return s;
+    cJSON *root = cJSON_Parse(text);
+    pipit__free(text);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return pipit__err(PIPIT_STATUS_FORMAT, "config '%s': not a JSON object (Hugging Face config.json)", config_json);
+    }
+    hf_ctx h = {config_json, root, PIPIT_STATUS_OK};
+    pipit_llama_config f = *cfg;
+    int has = 0;
+    has |= hf_int(&h, "vocab_size", &f.vocab) ? PIPIT_LLAMA_HAS_VOCAB : 0;
+    has |= hf_int(&h, "hidden_size", &f.dim) ? PIPIT_LLAMA_HAS_DIM : 0;
+    has |= hf_int(&h, "intermediate_size", &f.ffn_hidden) ? PIPIT_LLAMA_HAS_FFN : 0;
+    has |= hf_int(&h, "num_hidden_layers", &f.layers) ? PIPIT_LLAMA_HAS_LAYERS : 0;
+    has |= hf_int(&h, "num_attention_heads", &f.heads) ? PIPIT_LLAMA_HAS_HEADS : 0;
+    has |= hf_int(&h, "max_position_embeddings", &f.max_ctx) ? PIPIT_LLAMA_HAS_MAX_CTX : 0;
+    has |= hf_positive(&h, "rms_norm_eps", &f.norm_eps) ? PIPIT_LLAMA_HAS_NORM_EPS : 0;
+    has |= hf_positive(&h, "rope_theta", &f.rope_theta) ? PIPIT_LLAMA_HAS_ROPE_THETA : 0;
+    if (hf_int(&h, "num_key_value_heads", &f.kv_heads)) has |= PIPIT_LLAMA_HAS_KV_HEADS;
+    else if (has & PIPIT_LLAMA_HAS_HEADS) f.kv_heads = f.heads, has |= PIPIT_LLAMA_HAS_KV_HEADS; /* LlamaConfig's default */
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (tie && !cJSON_IsBool(tie)) hf_fail(&h, PIPIT_STATUS_FORMAT, "\"tie_word_embeddings\" must be true or false");
+    f.tied = tie ? cJSON_IsTrue(tie) : 0; /* LlamaConfig's default: untied */
+    has |= PIPIT_LLAMA_HAS_TIED;
+    hf_unsupported(&h, f.dim, (has & PIPIT_LLAMA_HAS_HEADS) ? f.heads : 0);
+    cJSON_Delete(root);
+    if (h.st) return h.st;
+    *cfg = f;
+    if (present) *present = has;
+    return PIPIT_STATUS_OK;
+}
+
+/* The shortest text that reads back as v (config.json is read by people too). */
+static void shortest(char *buf, size_t n, double v) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, n, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v) return;
+    }
+}
+
+pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, FILE *f) {
+    if (!c || !f) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_write_hf_config: NULL %s", c ? "file" : "config");
+    if (pipit_llama_check(c)) {
+        pipit__err_prefix("pipit_llama_write_hf_config");
+        return PIPIT_STATUS_INVALID;
+    }
+    char eps[32], theta[32];
+    shortest(eps, sizeof eps, c->norm_eps);
+    shortest(theta, sizeof theta, c->rope_theta);
+    fprintf(f,
+            "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+            "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
+            "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+            "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n"
+            "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+            "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\",\n"
+            "  \"use_cache\": true\n}\n",
+            c->vocab, c->dim, pipit_llama_ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads,
+            c->max_ctx, eps, theta, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32");
+    if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "pipit_llama_write_hf_config: writing failed");
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_llama_feeds(const pipit_llama_config *c, const int32_t *tokens, const int32_t *targets,
+                               pipit_feed out[2]) {
+    if (!c || !tokens || !targets || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_feeds: NULL %s",
+                          !c ? "config" : !tokens ? "tokens" : !targets ? "targets" : "out");
+    int64_t n;
+    if (c->batch < 1 || c->ctx < 1 || !pipit__mul_le(c->batch, c->ctx, PIPIT_MAX_ELEMENTS, &n))
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_llama_feeds: batch %d and ctx %d must be >= 1", c->batch, c->ctx);
+    size_t nb = (size_t)n * sizeof(int32_t);
+    out[0] = (pipit_feed){PIPIT_LLAMA_TOKENS, tokens, nb};
+    out[1] = (pipit_feed){PIPIT_LLAMA_TARGETS, targets, nb};
+    return PIPIT_STATUS_OK;
+}

@@ -1,0 +1,349 @@
+/*
+ * test_llama.c — the Llama builder's own contract (pipit_llama.h): the
+ * config checks refuse what cannot be built with a message naming the
+ * value; Meta's MLP-width rule and the parameter count against published
+ * Llama sizes; the graph's parameters carry Hugging Face's names and
+ * [out, in] shapes; the init is HF's and independent of the layout;
+ * checkpoints give their config back, and a missing or mis-shaped tensor is
+ * refused by name; config.json round trips and what pipit does not
+ * implement is refused by key. (Numerics against transformers:
+ * test_llama_oracle.sh; pipelines: pipeline_equivalence_llama.)
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pipit_llama.h"
+#include "test.h"
+
+static pipit_llama_config tiny(void) {
+    return (pipit_llama_config){.vocab = 40, .max_ctx = 16, .ctx = 8, .layers = 2, .heads = 4, .kv_heads = 2,
+                                .dim = 16, .ffn_hidden = 24, .norm_eps = 1e-5, .rope_theta = 1e4, .tied = 0,
+                                .batch = 2, .stages = 1, .dtype = PIPIT_F32};
+}
+
+/* One refused config: INVALID and a message holding `needle`. */
+#define REFUSED(field_assign, needle)                                   \
+    do {                                                                \
+        pipit_llama_config c_ = tiny();                                 \
+        c_.field_assign;                                                \
+        ASSERT_STATUS(pipit_llama_check(&c_), PIPIT_STATUS_INVALID);    \
+        ASSERT_MSG_HAS(needle);                                         \
+    } while (0)
+
+PIPIT_TEST(llama_check_refuses_by_value) {
+    pipit_llama_config c = tiny();
+    ASSERT_OK(pipit_llama_check(&c));
+    REFUSED(kv_heads = 3, "heads 4 is not a multiple of kv_heads 3");
+    REFUSED(dim = 12, "head_dim 3 (dim 12 / heads 4) is odd");
+    REFUSED(dim = 18, "dim 18 is not divisible by heads 4");
+    REFUSED(ctx = 17, "ctx 17 exceeds max_ctx 16");
+    REFUSED(stages = 3, "3 pipeline stages need at least 3 layers (have 2)");
+    REFUSED(norm_eps = 0, "norm_eps 0 must be a positive number");
+    REFUSED(rope_theta = NAN, "rope_theta nan must be a positive number");
+    REFUSED(ffn_hidden = -1, "ffn_hidden -1 must be >= 1");
+    REFUSED(kv_heads = -2, "kv_heads -2");
+    REFUSED(tied = 2, "tied 2 is not 0 or 1");
+    REFUSED(dtype = PIPIT_I32, "dtype 2 is not f32 or f64");
+    REFUSED(layers = 0, "layers 0");
+    /* Meta's rule with a multiple_of it cannot use */
+    REFUSED(ffn_hidden = 0, "multiple_of >= 1 (got 0)");
+    /* sizes past 2^62 parameters: refused, never wrapped */
+    c = tiny();
+    c.vocab = c.dim = c.ffn_hidden = c.max_ctx = INT32_MAX - 1;
+    c.heads = c.kv_heads = 1;
+    c.dim = INT32_MAX - 1;
+    c.layers = 1000;
+    ASSERT_STATUS(pipit_llama_check(&c), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("exceed 2^62 parameters");
+    ASSERT_STATUS(pipit_llama_check(NULL), PIPIT_STATUS_MISUSE);
+    /* a refused config builds nothing and says why */
+    pipit_graph *g = pipit_graph_new();
+    c = tiny();
+    c.kv_heads = 3;
+    ASSERT_TRUE(pipit_llama_build(g, &c).id < 0);
+    ASSERT_MSG_HAS("pipit_llama_build: llama: heads 4 is not a multiple of kv_heads 3");
+    pipit_graph_free(g);
+}
+
+/* Published sizes: Llama 2 7B's MLP width from Meta's rule (dim 4096,
+ * multiple_of 256: 11008) and its 6,738,415,616 parameters; Llama 3 8B's
+ * (ffn_dim_multiplier 1.3, multiple_of 1024: 14336); Llama 2 70B's (1.3,
+ * 4096: 28672); TinyLlama 1.1B (GQA 32/4, 1,100,048,384 parameters). */
+PIPIT_TEST(llama_sizes_match_published_models) {
+    pipit_llama_config c = {.vocab = 32000, .max_ctx = 4096, .ctx = 4096, .layers = 32, .heads = 32, .dim = 4096,
+                            .multiple_of = 256, .norm_eps = 1e-5, .rope_theta = 1e4, .batch = 1, .stages = 1,
+                            .dtype = PIPIT_F32};
+    ASSERT_EQ_I64(pipit_llama_ffn_hidden(&c), 11008);
+    ASSERT_EQ_I64(pipit_llama_num_params(&c), 6738415616LL);
+    c.ffn_dim_multiplier = 1.3, c.multiple_of = 1024;
+    ASSERT_EQ_I64(pipit_llama_ffn_hidden(&c), 14336);
+    c.dim = 8192, c.heads = 64, c.multiple_of = 4096;
+    ASSERT_EQ_I64(pipit_llama_ffn_hidden(&c), 28672);
+    pipit_llama_config t = {.vocab = 32000, .max_ctx = 2048, .ctx = 2048, .layers = 22, .heads = 32, .kv_heads = 4,
+                            .dim = 2048, .ffn_hidden = 5632, .norm_eps = 1e-5, .rope_theta = 1e4, .batch = 1,
+                            .stages = 1, .dtype = PIPIT_F32};
+    ASSERT_EQ_I64(pipit_llama_num_params(&t), 1100048384LL);
+    /* FLOPs: 6 x the non-embedding matmul weights (+ the head) + 12 L T C */
+    double n = 1100048384.0 - 32000.0 * 2048;
+    ASSERT_NEAR_F64(pipit_llama_flops_per_token(&t), 6 * n + 12.0 * 22 * 2048 * 2048, 1);
+    t.tied = 1;
+    ASSERT_EQ_I64(pipit_llama_num_params(&t), 1100048384LL - 32000LL * 2048);
+}
+
+/* The graph's params: Hugging Face's names and nn.Linear's [out, in]
+ * shapes, counted by pipit_llama_num_params; lm_head only when untied. */
+PIPIT_TEST(llama_params_have_hf_names_and_layouts) {
+    for (int tied = 0; tied < 2; tied++) {
+        pipit_llama_config c = tiny();
+        c.tied = tied;
+        pipit_graph *g = pipit_graph_new();
+        pipit_val loss = pipit_llama_build(g, &c);
+        pipit_program *p = NULL;
+        ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.microbatches = 1}, &p));
+        const struct {
+            const char *name;
+            int64_t d0, d1;
+        } want[] = {{"model.embed_tokens.weight", 40, 16}, {"model.layers.1.self_attn.q_proj.weight", 16, 16},
+                    {"model.layers.1.self_attn.k_proj.weight", 8, 16}, {"model.layers.1.self_attn.v_proj.weight", 8, 16},
+                    {"model.layers.1.self_attn.o_proj.weight", 16, 16}, {"model.layers.0.mlp.gate_proj.weight", 24, 16},
+                    {"model.layers.0.mlp.up_proj.weight", 24, 16}, {"model.layers.0.mlp.down_proj.weight", 16, 24},
+                    {"model.layers.0.input_layernorm.weight", 16, 0},
+                    {"model.layers.0.post_attention_layernorm.weight", 16, 0}, {"model.norm.weight", 16, 0}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            int nd;
+            int64_t sh[PIPIT_MAX_DIMS];
+            ASSERT_OK(pipit_program_param_shape(p, want[i].name, &nd, sh));
+            ASSERT_EQ_I64(nd, want[i].d1 ? 2 : 1);
+            ASSERT_EQ_I64(sh[0], want[i].d0);
+            if (nd == 2) ASSERT_EQ_I64(sh[1], want[i].d1);
+        }
+        int64_t total = 0, n;
+        for (int i = 0; i < pipit_program_num_params(p); i++) {
+            ASSERT_OK(pipit_program_param_numel(p, pipit_program_param_name(p, i), &n));
+            total += n;
+        }
+        ASSERT_EQ_I64(pipit_program_num_params(p), 1 + 2 * 9 + 1 + !tied);
+        ASSERT_EQ_I64(total, pipit_llama_num_params(&c));
+        ASSERT_EQ_I64(pipit_program_param_shape(p, "lm_head.weight", &(int){0}, (int64_t[4]){0}) == PIPIT_STATUS_OK,
+                      !tied);
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+}
+
+static double stddev_of(pipit_program *p, const char *name, double *mean) {
+    int64_t n;
+    pipit_program_param_numel(p, name, &n);
+    float *w = malloc(sizeof(float) * (size_t)n);
+    pipit_program_get_param(p, name, w, sizeof(float) * (size_t)n);
+    double s = 0, s2 = 0;
+    for (int64_t k = 0; k < n; k++) s += w[k], s2 += (double)w[k] * w[k];
+    free(w);
+    *mean = s / (double)n;
+    return sqrt(s2 / (double)n - *mean * *mean);
+}
+
+/* Hugging Face's init: Linear and Embedding N(0, 0.02), RMSNorm weights 1;
+ * and the same bits whatever the stage layout (seeded per name). */
+PIPIT_TEST(llama_init_is_hfs_and_layout_free) {
+    pipit_llama_config c = tiny();
+    c.vocab = 512, c.dim = 64, c.heads = 4, c.ffn_hidden = 128, c.layers = 2;
+    pipit_program *p[2] = {0};
+    pipit_graph *g[2];
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
+    for (int k = 0; k < 2; k++) {
+        c.stages = k + 1;
+        g[k] = pipit_graph_new();
+        pipit_val loss = pipit_llama_build(g[k], &c);
+        ASSERT_OK(pipit_compile(g[k], loss, &(pipit_options){.microbatches = 2, .schedule = k ? sch : NULL}, &p[k]));
+        ASSERT_OK(pipit_llama_init(p[k], &c, 5));
+    }
+    double mean, sd = stddev_of(p[0], "model.embed_tokens.weight", &mean);
+    ASSERT_NEAR_F64(sd, 0.02, 0.001);
+    ASSERT_NEAR_F64(mean, 0, 0.001);
+    sd = stddev_of(p[0], "model.layers.1.mlp.down_proj.weight", &mean);
+    ASSERT_NEAR_F64(sd, 0.02, 0.001);
+    sd = stddev_of(p[0], "model.layers.1.post_attention_layernorm.weight", &mean);
+    ASSERT_NEAR_F64(mean, 1, 0);
+    ASSERT_NEAR_F64(sd, 0, 0);
+    for (int i = 0; i < pipit_program_num_params(p[0]); i++) {
+        const char *name = pipit_program_param_name(p[0], i);
+        int64_t n;
+        pipit_program_param_numel(p[0], name, &n);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        ASSERT_OK(pipit_program_get_param(p[0], name, a, sizeof(float) * (size_t)n));
+        ASSERT_OK(pipit_program_get_param(p[1], name, b, sizeof(float) * (size_t)n));
+        ASSERT_TRUE(memcmp(a, b, sizeof(float) * (size_t)n) == 0);
+        free(a);
+        free(b);
+    }
+    for (int k = 0; k < 2; k++) {
+        pipit_program_free(p[k]);
+        pipit_graph_free(g[k]);
+    }
+    pipit_schedule_free(sch);
+}
+
+/* A compiled, initialised tiny model of config c saved to path with meta. */
+static void save_model(pipit_llama_config c, const char *path, const char *const *meta) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_llama_build(g, &c);
+    pipit_program *p = NULL;
+    if (pipit_compile(g, loss, &(pipit_options){.microbatches = 1}, &p) || pipit_llama_init(p, &c, 3) ||
+        pipit_checkpoint_save(p, path, meta))
+        fprintf(stderr, "save_model: %s\n", pipit_errmsg());
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+/* Loads path into a fresh program of config c: the status, message set. */
+static pipit_status load_model(pipit_llama_config c, const char *path) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = pipit_llama_build(g, &c);
+    pipit_program *p = NULL;
+    pipit_status s = pipit_compile(g, loss, &(pipit_options){.microbatches = 1}, &p);
+    if (!s) s = pipit_checkpoint_load(p, path);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    return s;
+}
+
+PIPIT_TEST(llama_checkpoint_config_and_bad_tensors) {
+    pipit_llama_config c = tiny();
+    const char *meta[] = {"heads", "4", "kv_heads", "2", "max_ctx", "16", "rope_theta", "500", "norm_eps", "1e-6", NULL};
+    save_model(c, pipit_test_path("l.st"), meta);
+    pipit_checkpoint *ck = NULL;
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("l.st"), &ck));
+    pipit_llama_config f = {.norm_eps = 9, .rope_theta = 9};
+    ASSERT_OK(pipit_llama_config_from_checkpoint(ck, &f));
+    ASSERT_EQ_I64(f.vocab, 40);
+    ASSERT_EQ_I64(f.dim, 16);
+    ASSERT_EQ_I64(f.layers, 2);
+    ASSERT_EQ_I64(f.heads, 4);
+    ASSERT_EQ_I64(f.kv_heads, 2);
+    ASSERT_EQ_I64(f.ffn_hidden, 24);
+    ASSERT_EQ_I64(f.max_ctx, 16);
+    ASSERT_EQ_I64(f.tied, 0);
+    ASSERT_NEAR_F64(f.rope_theta, 500, 0);
+    ASSERT_NEAR_F64(f.norm_eps, 1e-6, 0);
+    pipit_checkpoint_free(ck);
+    /* a tied file has no lm_head; loading it into an untied model names the missing tensor */
+    pipit_llama_config t = c;
+    t.tied = 1;
+    save_model(t, pipit_test_path("t.st"), NULL);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("t.st"), &ck));
+    ASSERT_OK(pipit_llama_config_from_checkpoint(ck, &f));
+    ASSERT_EQ_I64(f.tied, 1);
+    ASSERT_EQ_I64(f.heads, 0); /* unrecorded: the caller must say */
+    pipit_checkpoint_free(ck);
+    ASSERT_STATUS(load_model(c, pipit_test_path("t.st")), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("lm_head.weight");
+    /* other kv heads: k_proj's shape differs, named with both shapes */
+    pipit_llama_config k = c;
+    k.kv_heads = 4;
+    ASSERT_STATUS(load_model(k, pipit_test_path("l.st")), PIPIT_STATUS_SHAPE);
+    ASSERT_MSG_HAS("model.layers.0.self_attn.k_proj.weight");
+    /* metadata that contradicts the shapes, and files that are not Llama's */
+    const char *bad[] = {"heads", "4", "kv_heads", "1", NULL};
+    save_model(c, pipit_test_path("b.st"), bad);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("b.st"), &ck));
+    ASSERT_STATUS(pipit_llama_config_from_checkpoint(ck, &f), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("'model.layers.0.self_attn.k_proj.weight' has 8 rows, not kv_heads 1 x head_dim 4");
+    pipit_checkpoint_free(ck);
+    const char *neg[] = {"heads", "-4", NULL};
+    save_model(c, pipit_test_path("n.st"), neg);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("n.st"), &ck));
+    ASSERT_STATUS(pipit_llama_config_from_checkpoint(ck, &f), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("metadata 'heads' is '-4', not a positive count");
+    pipit_checkpoint_free(ck);
+    ASSERT_STATUS(pipit_llama_config_from_checkpoint(NULL, &f), PIPIT_STATUS_MISUSE);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A config.json with one extra member: refused (naming needle) or not. */
+static pipit_status hf_with(const char *member, int *has) {
+    char text[1024];
+    snprintf(text, sizeof text,
+             "{\"vocab_size\": 40, \"hidden_size\": 16, \"intermediate_size\": 24, "
+             "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"rms_norm_eps\": 1e-06%s%s}",
+             *member ? ", " : "", member);
+    write_file(pipit_test_path("config.json"), text);
+    pipit_llama_config c = tiny();
+    return pipit_llama_config_from_hf(pipit_test_path("config.json"), &c, has);
+}
+
+#define HF_REFUSED(member, needle)                                          \
+    do {                                                                    \
+        ASSERT_STATUS(hf_with(member, &has), PIPIT_STATUS_INVALID);         \
+        ASSERT_MSG_HAS(needle);                                             \
+    } while (0)
+
+PIPIT_TEST(llama_hf_config_round_trip_and_refusals) {
+    pipit_llama_config c = tiny(), r = {0};
+    c.max_ctx = 2048, c.rope_theta = 500000, c.norm_eps = 1e-6, c.tied = 1;
+    FILE *w = fopen(pipit_test_path("w.json"), "w");
+    ASSERT_OK(pipit_llama_write_hf_config(&c, w));
+    fclose(w);
+    int has = 0;
+    ASSERT_OK(pipit_llama_config_from_hf(pipit_test_path("w.json"), &r, &has));
+    ASSERT_EQ_I64(has, 0x3ff);
+    ASSERT_EQ_I64(r.vocab, c.vocab);
+    ASSERT_EQ_I64(r.dim, c.dim);
+    ASSERT_EQ_I64(r.ffn_hidden, c.ffn_hidden);
+    ASSERT_EQ_I64(r.layers, c.layers);
+    ASSERT_EQ_I64(r.heads, c.heads);
+    ASSERT_EQ_I64(r.kv_heads, c.kv_heads);
+    ASSERT_EQ_I64(r.max_ctx, c.max_ctx);
+    ASSERT_EQ_I64(r.tied, 1);
+    ASSERT_TRUE(r.rope_theta == c.rope_theta && r.norm_eps == c.norm_eps);
+    /* LlamaConfig's defaults for absent keys: kv heads = heads, untied */
+    ASSERT_OK(hf_with("", &has));
+    ASSERT_TRUE(!(has & PIPIT_LLAMA_HAS_MAX_CTX) && (has & PIPIT_LLAMA_HAS_KV_HEADS));
+    ASSERT_OK(hf_with("\"rope_scaling\": null, \"attention_bias\": false, \"head_dim\": 4, \"pretraining_tp\": 1", &has));
+    HF_REFUSED("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "\"rope_scaling\" is not null");
+    HF_REFUSED("\"attention_bias\": true", "\"attention_bias\" is not false");
+    HF_REFUSED("\"mlp_bias\": true", "\"mlp_bias\" is not false");
+    HF_REFUSED("\"head_dim\": 8", "\"head_dim\" 8 is not hidden_size 16 / num_attention_heads 4");
+    HF_REFUSED("\"hidden_act\": \"gelu\"", "\"hidden_act\" is \"gelu\", not \"silu\"");
+    HF_REFUSED("\"attention_dropout\": 0.1", "\"attention_dropout\" is not 0");
+    HF_REFUSED("\"model_type\": \"mistral\"", "\"model_type\" is \"mistral\", not \"llama\"");
+    ASSERT_STATUS(hf_with("\"num_key_value_heads\": 2.5", &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("\"num_key_value_heads\" must be a positive integer");
+    ASSERT_STATUS(hf_with("\"tie_word_embeddings\": 1", &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("config.json': \"tie_word_embeddings\" must be true or false");
+    write_file(pipit_test_path("bad.json"), "[1, 2]");
+    ASSERT_STATUS(pipit_llama_config_from_hf(pipit_test_path("bad.json"), &r, NULL), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("not a JSON object");
+    ASSERT_STATUS(pipit_llama_config_from_hf(pipit_test_path("absent.json"), &r, NULL), PIPIT_STATUS_IO);
+    c.kv_heads = 3;
+    ASSERT_STATUS(pipit_llama_write_hf_config(&c, stdout), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("kv_heads 3");
+}
+
+PIPIT_TEST(llama_feeds_and_misuse) {
+    pipit_llama_config c = tiny();
+    int32_t tok[16] = {0}, tgt[16] = {0};
+    pipit_feed f[2];
+    ASSERT_OK(pipit_llama_feeds(&c, tok, tgt, f));
+    ASSERT_TRUE(strcmp(f[0].name, PIPIT_LLAMA_TOKENS) == 0 && f[0].nbytes == sizeof tok);
+    ASSERT_TRUE(strcmp(f[1].name, PIPIT_LLAMA_TARGETS) == 0 && f[1].data == tgt);
+    ASSERT_STATUS(pipit_llama_feeds(&c, NULL, tgt, f), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("NULL tokens");
+    c.batch = 0;
+    ASSERT_STATUS(pipit_llama_feeds(&c, tok, tgt, f), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_llama_init(NULL, &c, 1), PIPIT_STATUS_MISUSE);
+    ASSERT_EQ_I64(pipit_llama_num_params(NULL), 0);
+    ASSERT_EQ_I64(pipit_llama_stage_first_layer(&c, 5), -1);
+    c = tiny();
+    c.stages = 2, c.layers = 5;
+    ASSERT_EQ_I64(pipit_llama_stage_first_layer(&c, 1), 3);
+    ASSERT_TRUE(pipit_llama_build(NULL, &c).id < 0);
+    ASSERT_MSG_HAS("pipit_llama_build: graph is NULL");
+}

@@ -1,0 +1,159 @@
+/*
+ * model.c — the CLI's two model kinds (model.h): thin adapters from a
+ * cli_model to pipit_gpt2_config / pipit_llama_config and the public calls
+ * that take them, and the model's fields as metadata, JSON and a
+ * one-line description.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "model.h"
+#include "pipit_gpt2.h"
+#include "pipit_llama.h"
+
+/* ---- GPT-2 ---- */
+
+static pipit_gpt2_config gpt2_cfg(const cli_model *m) {
+    return (pipit_gpt2_config){m->vocab, m->max_ctx, m->ctx, m->layers, m->heads, m->dim, m->batch, m->stages, PIPIT_F32};
+}
+static pipit_status gpt2_check(const cli_model *m) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_check(&c);
+}
+static pipit_val gpt2_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_build_logits(g, &c, logits);
+}
+static pipit_status gpt2_init(pipit_program *p, const cli_model *m, uint64_t seed) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_init(p, &c, seed);
+}
+static int64_t gpt2_params(const cli_model *m) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_num_params(&c);
+}
+static double gpt2_flops(const cli_model *m) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_flops_per_token(&c);
+}
+static pipit_status gpt2_from_checkpoint(const pipit_checkpoint *ck, cli_model *m) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    pipit_status s = pipit_gpt2_config_from_checkpoint(ck, &c);
+    if (!s) m->vocab = c.vocab, m->dim = c.dim, m->max_ctx = c.max_ctx, m->layers = c.layers, m->heads = c.heads;
+    return s;
+}
+static pipit_status gpt2_feeds(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos,
+                               pipit_feed *out) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_feeds(&c, tok, tgt, pos, out);
+}
+
+static const cli_model_kind GPT2 = {"gpt2", "GPT-2", 3, gpt2_check, gpt2_build, gpt2_init, gpt2_params, gpt2_flops,
+                                    gpt2_from_checkpoint, gpt2_feeds};
+
+/* ---- Llama ---- */
+
+pipit_llama_config cli_model_llama(const cli_model *m) {
+    return (pipit_llama_config){.vocab = m->vocab, .max_ctx = m->max_ctx, .ctx = m->ctx, .layers = m->layers,
+                                .heads = m->heads, .kv_heads = m->kv_heads, .dim = m->dim,
+                                .ffn_hidden = m->ffn_hidden, .multiple_of = m->multiple_of,
+                                .ffn_dim_multiplier = m->ffn_dim_multiplier, .norm_eps = m->norm_eps,
+                                .rope_theta = m->rope_theta, .tied = m->tied, .batch = m->batch,
+                                .stages = m->stages, .dtype = PIPIT_F32};
+}
+static pipit_status llama_check(const cli_model *m) {
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_check(&c);
+}
+static pipit_val llama_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_build_logits(g, &c, logits);
+}
+static pipit_status llama_init(pipit_program *p, const cli_model *m, uint64_t seed) {
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_init(p, &c, seed);
+}
+static int64_t llama_params(const cli_model *m) {
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_num_params(&c);
+}
+static double llama_flops(const cli_model *m) {
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_flops_per_token(&c);
+}
+static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model *m) {
+    pipit_llama_config c = cli_model_llama(m);
+    pipit_status s = pipit_llama_config_from_checkpoint(ck, &c);
+    if (!s) {
+        m->vocab = c.vocab, m->dim = c.dim, m->layers = c.layers, m->heads = c.heads, m->kv_heads = c.kv_heads;
+        m->ffn_hidden = c.ffn_hidden, m->tied = c.tied, m->max_ctx = c.max_ctx;
+        m->norm_eps = c.norm_eps, m->rope_theta = c.rope_theta;
+    }
+    return s;
+}
+static pipit_status llama_feeds(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos,
+                                pipit_feed *out) {
+    (void)pos; /* RoPE takes positions from the row index */
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_feeds(&c, tok, tgt, out);
+}
+
+static const cli_model_kind LLAMA = {"llama", "Llama", 2, llama_check, llama_build, llama_init, llama_params,
+                                     llama_flops, llama_from_checkpoint, llama_feeds};
+
+/* ---- kinds, fields ---- */
+
+const cli_model_kind *cli_model_kind_find(const char *name) {
+    if (name && strcmp(name, GPT2.name) == 0) return &GPT2;
+    if (name && strcmp(name, LLAMA.name) == 0) return &LLAMA;
+    return NULL;
+}
+
+const cli_model_kind *cli_model_kind_of_checkpoint(const pipit_checkpoint *ck) {
+    if (pipit_checkpoint_tensor_shape(ck, "model.embed_tokens.weight", NULL, NULL) == PIPIT_STATUS_OK) return &LLAMA;
+    if (pipit_checkpoint_tensor_shape(ck, "wte.weight", NULL, NULL) == PIPIT_STATUS_OK) return &GPT2;
+    return NULL;
+}
+
+static int is_llama(const cli_model *m) { return m->kind == &LLAMA; }
+
+/* The MLP width a Llama model resolves to (its own, or Meta's rule). */
+static int ffn_of(const cli_model *m) {
+    pipit_llama_config c = cli_model_llama(m);
+    return m->ffn_hidden ? m->ffn_hidden : pipit_llama_ffn_hidden(&c);
+}
+
+void cli_model_describe(const cli_model *m, char *buf, size_t n) {
+    if (is_llama(m))
+        snprintf(buf, n, "Llama L=%d H=%d KV=%d C=%d F=%d V=%d T=%d %s head", m->layers, m->heads,
+                 m->kv_heads ? m->kv_heads : m->heads, m->dim, ffn_of(m), m->vocab, m->ctx, m->tied ? "tied" : "untied");
+    else
+        snprintf(buf, n, "GPT-2 L=%d H=%d C=%d V=%d T=%d", m->layers, m->heads, m->dim, m->vocab, m->ctx);
+}
+
+/* Pair i is kv[2i], kv[2i+1]; a number's text lives in num[i]. */
+static void meta_add(cli_model_meta *o, const char *key, const char *fmt, double v, int is_int) {
+    int k = o->n / 2;
+    if (is_int) snprintf(o->num[k], sizeof o->num[k], fmt, (int)v);
+    else snprintf(o->num[k], sizeof o->num[k], fmt, v);
+    o->kv[o->n++] = key;
+    o->kv[o->n++] = o->num[k];
+}
+
+void cli_model_meta_fill(const cli_model *m, cli_model_meta *o) {
+    memset(o, 0, sizeof *o);
+    o->kv[o->n++] = "model";
+    o->kv[o->n++] = m->kind->name;
+    const struct {
+        const char *key;
+        int v;
+    } ints[] = {{"vocab", m->vocab}, {"ctx", m->ctx}, {"max_ctx", m->max_ctx},
+                {"layers", m->layers}, {"heads", m->heads}, {"dim", m->dim}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) meta_add(o, ints[i].key, "%d", ints[i].v, 1);
+    if (!is_llama(m)) return;
+    meta_add(o, "kv_heads", "%d", m->kv_heads ? m->kv_heads : m->heads, 1);
+    meta_add(o, "ffn_hidden", "%d", ffn_of(m), 1);
+    meta_add(o, "norm_eps", "%.17g", m->norm_eps, 0);
+    meta_add(o, "rope_theta", "%.17g", m->rope_theta, 0);
+    meta_add(o, "tied", "%d", m->tied, 1);
+}

@@ -1,0 +1,69 @@
+/*
+ * model.h — the model kinds the CLI trains (GPT-2, Llama) behind one
+ * vtable over the public pipit_gpt2_* and pipit_llama_* calls, so that
+ * train, plan, eval, sample, validation and --auto-stages name no model.
+ * A cli_model holds its kind and the union of the kinds' fields; each
+ * kind reads the fields it has.
+ */
+#ifndef PIPIT_TOOLS_MODEL_H
+#define PIPIT_TOOLS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pipit.h"
+#include "pipit_io.h"
+#include "pipit_llama.h"
+
+#define CLI_MAX_FEEDS 3 /* graph inputs per microbatch, the most any kind has */
+
+typedef struct cli_model_kind cli_model_kind;
+
+typedef struct {
+    const cli_model_kind *kind;
+    int vocab, max_ctx, ctx, layers, heads, dim, batch, stages;
+    /* Llama only (pipit_llama_config) */
+    int kv_heads, ffn_hidden, multiple_of, tied;
+    double ffn_dim_multiplier, norm_eps, rope_theta;
+} cli_model;
+
+struct cli_model_kind {
+    const char *name;  /* "gpt2", "llama": the checkpoint's "model" metadata */
+    const char *title; /* "GPT-2", "Llama" */
+    int nfeeds;        /* graph inputs per microbatch (<= CLI_MAX_FEEDS) */
+    pipit_status (*check)(const cli_model *m);
+    /* The model's graph and its loss; *logits (if not NULL) the lm head's [B,T,V]. */
+    pipit_val (*build)(pipit_graph *g, const cli_model *m, pipit_val *logits);
+    pipit_status (*init)(pipit_program *p, const cli_model *m, uint64_t seed);
+    int64_t (*num_params)(const cli_model *m);
+    double (*flops_per_token)(const cli_model *m);
+    /* The sizes a checkpoint of this kind implies, into m (heads 0 when unrecorded). */
+    pipit_status (*from_checkpoint)(const pipit_checkpoint *ck, cli_model *m);
+    /* One microbatch's nfeeds feeds; pos is B*T scratch the kind may fill. */
+    pipit_status (*feeds)(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos, pipit_feed *out);
+};
+
+/* The kind called `name` ("gpt2", "llama"), or NULL. */
+const cli_model_kind *cli_model_kind_find(const char *name);
+/* The kind whose tensors a checkpoint holds ('model.embed_tokens.weight':
+ * Llama; 'wte.weight': GPT-2), or NULL. */
+const cli_model_kind *cli_model_kind_of_checkpoint(const pipit_checkpoint *ck);
+
+/* The library's config of a Llama cli_model (f32). */
+pipit_llama_config cli_model_llama(const cli_model *m);
+
+/* "GPT-2 L=4 H=4 C=128 V=256 T=64", "Llama L=4 H=4 KV=2 C=128 F=352 V=256 T=64 untied". */
+void cli_model_describe(const cli_model *m, char *buf, size_t n);
+
+/* The model's fields as checkpoint metadata ("model" = the kind's name,
+ * vocab ctx max_ctx layers heads dim, and Llama's kv_heads ffn_hidden
+ * norm_eps rope_theta tied), key/value pairs with numbers printed into the
+ * struct's own buffers. */
+typedef struct {
+    const char *kv[2 * 16];
+    int n;
+    char num[16][40];
+} cli_model_meta;
+void cli_model_meta_fill(const cli_model *m, cli_model_meta *out);
+
+#endif
