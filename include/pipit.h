@@ -153,7 +153,12 @@ PIPIT_API pipit_status pipit_probe_links(pipit_link_probe *out);
 
 /* ----------------------------------------------------------------- types */
 
-typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;
+/* Element types. PIPIT_BF16 is bfloat16, the upper 16 bits of an IEEE
+ * fp32 (8-bit exponent, 7 stored mantissa bits): a storage type. Kernels
+ * load it into fp32, compute in fp32 and round to nearest even when they
+ * store; parameters are never bf16 (they are fp32 masters: see
+ * pipit_options.dtype). */
+typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2, PIPIT_BF16 = 3 } pipit_dtype;
 
 #define PIPIT_MAX_DIMS 4
 /* Size limits (docs/ops.md "Limits"): elements of one tensor, microbatches
@@ -260,6 +265,12 @@ PIPIT_API pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double th
 PIPIT_API pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta,
                                   int64_t position_offset);
 PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
+/* x converted to float dtype dt (f32, f64 or bf16), rounded to nearest
+ * even; its gradient is converted back to x's dtype. A cast of a param is
+ * an op on params alone: it runs once per step, before the microbatch loop,
+ * and a cast to bf16 accumulates its gradient into the param's fp32
+ * gradient directly (docs/architecture.md "Precision"). */
+PIPIT_API pipit_val pipit_cast(pipit_graph *g, pipit_val x, pipit_dtype dt);
 /* a [...,M,K] @ b [K,N] (broadcast) or b [...,K,N] (batched, same batch).
  * trans_a / trans_b transpose the last two axes of a / b first. */
 PIPIT_API pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b,
@@ -478,6 +489,22 @@ typedef struct {
      * still NOMEM, but the kernel may end the process instead). */
     double mem_limit;
     int no_mem_check;
+    /* Compute precision (docs/architecture.md "Precision"). PIPIT_F32 (0,
+     * the default): every value as the graph declares it. PIPIT_BF16: mixed
+     * precision on a graph built in f32 -- the params stay fp32 masters (as
+     * do gradients, their data-parallel sums, the norm, the optimizer and
+     * checkpoints), and the program runs a bf16 copy of the graph: each param
+     * cast to bf16 once per step before the microbatch loop (on the ranks
+     * that read it), f32 inputs cast as they are read, every other f32 value
+     * bf16 (activations kept for the backward, stage-to-stage messages),
+     * computed in fp32 by the kernels and rounded once; per-row losses and
+     * the loss stay f32, and each microbatch's gradient is added into fp32
+     * accumulators. The graph is left as it was (the program owns the copy),
+     * so it may be compiled again in either precision; pipit_program_get_output
+     * returns f32 values converted from their bf16 copies. INVALID for another
+     * dtype, an f64 param the loss depends on, or a backend without bf16
+     * kernels. */
+    pipit_dtype dtype;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from

@@ -231,6 +231,13 @@ PIPIT_TEST(api_misuse_graph_builders) {
     ON_FRESH_GRAPH(pipit_mul(g, none, w), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_scale(g, none, 2.0), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_scale(g, ids, NAN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_cast(g, none, PIPIT_BF16), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_cast(g, ids, PIPIT_BF16), PIPIT_STATUS_SHAPE);   /* i32 is not float */
+    ON_FRESH_GRAPH(pipit_cast(g, w, PIPIT_I32), PIPIT_STATUS_SHAPE);      /* to a non-float dtype */
+    ASSERT_MSG_HAS("target dtype 2 is not a float dtype");
+    ON_FRESH_GRAPH(pipit_cast(g, w, (pipit_dtype)77), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param(g, "h", PIPIT_BF16, 1, SH(2)), PIPIT_STATUS_SHAPE); /* params are fp32 masters */
+    ASSERT_MSG_HAS("params are fp32 masters");
     ON_FRESH_GRAPH(pipit_matmul(g, w, w, 0, 0), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_matmul(g, w, none, INT_MIN, INT_MAX), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_matmul_nt(g, none, w), PIPIT_STATUS_INVALID);
@@ -295,6 +302,7 @@ PIPIT_TEST(api_misuse_graph_builders) {
     INVALID_VAL(pipit_add(g, w, w));
     INVALID_VAL(pipit_mul(g, w, w));
     INVALID_VAL(pipit_scale(g, w, 2));
+    INVALID_VAL(pipit_cast(g, w, PIPIT_BF16));
     INVALID_VAL(pipit_matmul(g, w, w, 0, 1));
     INVALID_VAL(pipit_matmul_nt(g, w, w));
     INVALID_VAL(pipit_bias_add(g, w, w));
@@ -689,6 +697,11 @@ PIPIT_TEST(api_misuse_io) {
     FAILS(pipit_checkpoint_save(p, ck_path, odd), PIPIT_STATUS_INVALID);
     FAILS(pipit_checkpoint_save(p, "/nonexistent-dir/ck.safetensors", NULL), PIPIT_STATUS_IO);
     ASSERT_OK(pipit_checkpoint_save(p, ck_path, NULL));
+    FAILS(pipit_checkpoint_save_as(NULL, ck_path, NULL, PIPIT_BF16), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_as(p, NULL, NULL, PIPIT_BF16), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_as(JUNK_PROGRAM, ck_path, NULL, PIPIT_BF16), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_save_as(p, ck_path, NULL, PIPIT_I32), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("dtype must be PIPIT_F32");
     FAILS(pipit_checkpoint_load(NULL, ck_path), PIPIT_STATUS_MISUSE);
     FAILS(pipit_checkpoint_load(p, NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_checkpoint_load(JUNK_PROGRAM, ck_path), PIPIT_STATUS_MISUSE);
@@ -714,6 +727,13 @@ PIPIT_TEST(api_misuse_io) {
     FAILS(pipit_checkpoint_tensor_shape(ck, NULL, &nd, shape), PIPIT_STATUS_MISUSE);
     FAILS(pipit_checkpoint_tensor_shape(ck, "nope", &nd, shape), PIPIT_STATUS_INVALID);
     ASSERT_OK(pipit_checkpoint_tensor_shape(ck, "w", NULL, NULL));
+    pipit_dtype dt = PIPIT_BF16;
+    FAILS(pipit_checkpoint_tensor_dtype(NULL, "w", &dt), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_dtype(ck, NULL, &dt), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_dtype(ck, "w", NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_checkpoint_tensor_dtype(ck, "nope", &dt), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_checkpoint_tensor_dtype(ck, "w", &dt));
+    ASSERT_EQ_I64(dt, PIPIT_F32);
     GIVES(pipit_checkpoint_meta(ck, NULL), NULL);
     ASSERT_TRUE(pipit_checkpoint_meta(ck, "absent") == NULL); /* absent: not a failure */
     uint64_t cnt = 0;

@@ -213,7 +213,7 @@ int cmd_train(int argc, char **argv) {
     }
     run_pos end = {last_step, last_step, data_pos + (last_step - first_step) * G * B};
     if (o->save && legacy) { /* collective under MPI: process 0 writes */
-        save_checkpoint(s.p, &s.cfg, o->save);
+        save_checkpoint(s.p, &s.cfg, o->save, s.po.dtype);
         if (!o->json) say_saved(o, o->save, last_step);
     } else if (o->save) save_train(o, s.p, &s.cfg, o->save, end);
     if (o->save_opt) cli_check(pipit_optimizer_save(s.p, o->save_opt, last_step), "--save-optimizer");

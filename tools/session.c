@@ -353,10 +353,25 @@ void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname) {
                 flagname, pipit_checkpoint_path(ck));
 }
 
+/* bf16 weights (--save-weights-only --dtype bf16, or another tool's)
+ * become fp32 masters, exactly, with a note. */
+void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname) {
+    int n = 0;
+    for (int i = 0; i < pipit_checkpoint_num_tensors(ck); i++) {
+        pipit_dtype dt;
+        n += !pipit_checkpoint_tensor_dtype(ck, pipit_checkpoint_tensor_name(ck, i), &dt) && dt == PIPIT_BF16;
+    }
+    if (n && pipit_process_rank() == 0)
+        fprintf(stderr, "pipit: note: --%s '%s' holds %d bf16 tensor%s: loaded into the fp32 master weights, widened "
+                        "exactly (their low 16 bits start at zero)\n",
+                flagname, pipit_checkpoint_path(ck), n, n == 1 ? "" : "s");
+}
+
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
     cli_check_device(o->device, o->tf32); /* before any file is read */
+    pipit_dtype dtype = cli_dtype(o->dtype, o->device);
     if (o->resume) {
         /* s->ckpt was opened by apply_resume; closed with the session */
         cli_note_unverified(s->ckpt, "resume");
@@ -376,6 +391,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
         if (masks && pipit_process_rank() == 0)
             fprintf(stderr, "pipit: note: --init '%s': ignoring %d attention-mask buffer%s (attn.bias, attn.masked_bias)\n",
                     o->init, masks, masks == 1 ? "" : "s");
+        cli_note_bf16(s->ckpt, "init");
     }
     check_model_flags(o, c);
     check_positive("ctx", o->ctx);
@@ -430,7 +446,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
-                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check};
+                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
+                        .dtype = dtype};
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;

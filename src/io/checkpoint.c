@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "pipit_io.h"
+#include "util/bf16.h"
 #include "util/common.h"
 
 /* Tensors are seen under their "model" names: a Hugging Face
@@ -91,11 +92,30 @@ static pipit_status bad_program(const char *fn) {
     return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
 }
 
-static pipit_status checkpoint_save_impl(const pipit_program *p, const char *path, const char *const *meta) {
-    if (!p || !path)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save: %s is NULL", p ? "path" : "program");
+/* A param read as f32 (or f64) into t, rounded to bf16 in place of it. */
+static pipit_status narrow_to_bf16(pipit__st_tensor *t) {
+    size_t n = t->nbytes / pipit__dtype_size(t->dtype);
+    pipit__bf16 *h = pipit__malloc(sizeof *h * PIPIT_MAX(n, 1));
+    if (!h) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+    for (size_t k = 0; k < n; k++)
+        h[k] = t->dtype == PIPIT_F64 ? pipit__bf16_from_f64(((const double *)t->data)[k])
+                                     : pipit__bf16_from_f32(((const float *)t->data)[k]);
+    pipit__free((void *)t->data);
+    t->data = h;
+    t->dtype = PIPIT_BF16;
+    t->nbytes = sizeof *h * n;
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status checkpoint_save_impl(const pipit_program *p, const char *path, const char *const *meta,
+                                         pipit_dtype dtype, const char *fn) {
+    if (!p || !path) return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, p ? "path" : "program");
     int n = pipit_program_num_params(p); /* a compiled program has params */
-    if (n <= 0) return bad_program("pipit_checkpoint_save");
+    if (n <= 0) return bad_program(fn);
+    if (dtype != PIPIT_F32 && dtype != PIPIT_BF16)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "%s: dtype must be PIPIT_F32 (the params as declared) or PIPIT_BF16 (rounded), got %d", fn,
+                          (int)dtype);
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -125,6 +145,7 @@ static pipit_status checkpoint_save_impl(const pipit_program *p, const char *pat
             if (!buf) s = pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
             else s = pipit_program_get_param(p, name, buf, t[i].nbytes);
         }
+        if (!s && dtype == PIPIT_BF16) s = narrow_to_bf16(&t[i]);
     }
     /* every process took part in the gathers; one writes the file */
     if (!s && pipit_process_rank() == 0) s = pipit__st_write(path, t, n, meta);
@@ -135,7 +156,13 @@ static pipit_status checkpoint_save_impl(const pipit_program *p, const char *pat
 
 pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
     unsigned long gen0 = pipit__err_gen();
-    return pipit__err_fresh(checkpoint_save_impl(p, path, meta), gen0, __func__);
+    return pipit__err_fresh(checkpoint_save_impl(p, path, meta, PIPIT_F32, __func__), gen0, __func__);
+}
+
+pipit_status pipit_checkpoint_save_as(const pipit_program *p, const char *path, const char *const *meta,
+                                      pipit_dtype dtype) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_save_impl(p, path, meta, dtype, __func__), gen0, __func__);
 }
 
 static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint *ck, const char *path,
@@ -156,7 +183,7 @@ static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint 
     }
     pipit_dtype want = PIPIT_F32;
     pipit_program_param_dtype(p, name, &want);
-    if (t->dtype != want)
+    if (t->dtype != want && !(t->dtype == PIPIT_BF16 && want == PIPIT_F32)) /* bf16 widens exactly */
         return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is %s, the param is %s", path, name,
                           pipit__dtype_name(t->dtype), pipit__dtype_name(want));
     *out = t;
@@ -174,10 +201,17 @@ static pipit_status load_params(pipit_program *p, const pipit_checkpoint *ck, co
     for (int i = 0; i < n; i++) {
         const char *name = pipit_program_param_name(p, i);
         check_tensor(p, ck, path, name, &t);
-        void *buf = pipit__malloc(t->nbytes); /* file data may be unaligned */
+        int widen = t->dtype == PIPIT_BF16; /* into an fp32 master, exactly */
+        size_t n16 = t->nbytes / 2, bytes = widen ? n16 * sizeof(float) : t->nbytes;
+        void *buf = pipit__malloc(PIPIT_MAX(bytes, 1)); /* file data may be unaligned */
         if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
-        memcpy(buf, t->data, t->nbytes);
-        pipit_status s = pipit_program_set_param(p, name, buf, t->nbytes);
+        if (!widen) memcpy(buf, t->data, t->nbytes);
+        for (size_t k = 0; widen && k < n16; k++) {
+            pipit__bf16 h;
+            memcpy(&h, (const char *)t->data + 2 * k, sizeof h);
+            ((float *)buf)[k] = pipit__bf16_to_f32(h);
+        }
+        pipit_status s = pipit_program_set_param(p, name, buf, bytes);
         pipit__free(buf);
         if (s) return s;
     }
@@ -258,6 +292,18 @@ pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const cha
                                            int64_t *shape) {
     unsigned long gen0 = pipit__err_gen();
     return pipit__err_fresh(checkpoint_tensor_shape_impl(ck, name, ndim, shape), gen0, __func__);
+}
+
+pipit_status pipit_checkpoint_tensor_dtype(const pipit_checkpoint *ck, const char *name, pipit_dtype *out) {
+    if (!ck || !name || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_dtype: %s is NULL",
+                          !ck ? "checkpoint" : !name ? "name" : "out");
+    const pipit__st_tensor *t = ck_find(ck, name);
+    if (!t)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_tensor_dtype: checkpoint '%s' has no tensor '%s'",
+                          ck->path, name);
+    *out = t->dtype;
+    return PIPIT_STATUS_OK;
 }
 
 const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key) {

@@ -45,6 +45,11 @@ static pipit_status check_options(const pipit_options *o) {
     if (o->no_mem_check != 0 && o->no_mem_check != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "options.no_mem_check must be 0 (check) or 1 (skip the memory "
                           "admission), got %d", o->no_mem_check);
+    if (o->dtype != PIPIT_F32 && o->dtype != PIPIT_BF16)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.dtype must be PIPIT_F32 (0: values as the graph declares them) or PIPIT_BF16 (%d: "
+                          "mixed precision), got %d",
+                          (int)PIPIT_BF16, (int)o->dtype);
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);
@@ -436,6 +441,11 @@ static pipit_status pick_backend(pipit_program *p, const pipit_options *opt) {
                           "options.tf32 needs options.device \"cuda\" (TF32 is a tensor-core mode of NVIDIA GPUs; "
                           "the %s backend computes fp32 GEMMs in fp32)",
                           p->be->name);
+    if (opt->dtype == PIPIT_BF16 && !p->be->bf16)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.dtype PIPIT_BF16: the %s backend has no bf16 kernels in this build (compile with "
+                          "options.dtype PIPIT_F32, or on the cpu backend)",
+                          p->be->name);
     p->tf32 = opt->tf32 != 0;
     p->be->init();
     p->ndev = p->be->devices();
@@ -517,7 +527,7 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
         pipit__err_fresh(s, gen0, "pipit_compile");
         if (!p) return s;
         /* the graph as it was, so a compile with other options works */
-        int rollback = planned && !p->plan.forward_only;
+        int rollback = planned && !p->plan.forward_only && !p->plan.own_g; /* a bf16 copy is the plan's */
         int32_t n0 = p->plan.graph_n0;
         pipit_status st0 = p->plan.graph_st0;
         pipit_program_free(p);

@@ -11,6 +11,7 @@
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
+#include "util/bf16.h"
 
 static pipit_status check_program_fn(const pipit_program *p, const char *fn) {
     if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", fn);
@@ -528,19 +529,31 @@ int pipit_program_forward_only(const pipit_program *p) { return check_program(p)
 
 /* ---- outputs ---- */
 
+/* An output the program computed as the bf16 copy of an f32 value
+ * (options.dtype bf16): fetched as bf16, returned as f32 (exact). */
+static pipit_status fetch_widened(const pipit_program *p, int w, const uint8_t *src, int64_t n, float *dst) {
+    pipit__bf16 *tmp = pipit__malloc(sizeof *tmp * (size_t)PIPIT_MAX(n, 1));
+    if (!tmp) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_program_get_output: out of memory");
+    pipit_status s = fetch(p, w, src, tmp, sizeof *tmp * (size_t)n);
+    for (int64_t i = 0; !s && i < n; i++) dst[i] = pipit__bf16_to_f32(tmp[i]);
+    pipit__free(tmp);
+    return s;
+}
+
 pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int mb, void *data, size_t nbytes) {
     pipit_status s = check_program(p);
     if (s) return s;
     const pipit__plan *pl = &p->plan;
     int k = -1;
-    for (int i = 0; v.g == pl->g && i < pl->noutputs; i++)
-        if (pl->outputs[i] == v.id) k = i;
+    for (int i = 0; v.g == pl->user_g && i < pl->noutputs; i++)
+        if (pl->user_outputs[i] == v.id) k = i;
     if (k < 0)
         return pipit__err(PIPIT_STATUS_INVALID, "%s: value %d is not one of this program's options.outputs", __func__,
                           (int)v.id);
     if (mb < 0 || mb >= pl->M * pl->D)
         return pipit__err(PIPIT_STATUS_INVALID, "%s: microbatch %d out of range [0, %d)", __func__, mb, pl->M * pl->D);
-    size_t want = pipit__node_bytes(&pl->g->nodes[v.id]);
+    const pipit__node *un = &pl->user_g->nodes[v.id], *pn = &pl->g->nodes[pl->outputs[k]];
+    size_t want = pipit__node_bytes(un);
     if (!data) return pipit__err(PIPIT_STATUS_MISUSE, "%s: data is NULL (%zu bytes expected)", __func__, want);
     if (nbytes != want)
         return pipit__err(PIPIT_STATUS_INVALID, "%s: output %d has %zu bytes, caller passed %zu", __func__, (int)v.id,
@@ -551,10 +564,11 @@ pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int m
         const pipit__rank_plan *r = &pl->ranks[q];
         for (int32_t i = r->n - 1; i >= 0 && r->ins[i].kind == INS_OUTPUT; i--) {
             const pipit__instr *in = &r->ins[i];
-            if (in->node != v.id || in->mb != lmb) continue;
+            if (in->node != pl->outputs[k] || in->mb != lmb) continue;
             int w = d * pl->nranks + q;
             const uint8_t *src = pipit__is_local(p, w) ? p->rs[w].arena + in->in[0].off : NULL;
-            return fetch(p, w, src, data, nbytes);
+            if (pn->dtype == un->dtype) return fetch(p, w, src, data, nbytes);
+            return fetch_widened(p, w, src, pipit__node_numel(pn), data);
         }
     }
     return pipit__err(PIPIT_STATUS_INTERNAL, "%s: output %d of microbatch %d was not planned", __func__, (int)v.id, mb);

@@ -138,6 +138,7 @@ const char *pipit__dtype_name(pipit_dtype dt) {
     case PIPIT_F32: return "f32";
     case PIPIT_F64: return "f64";
     case PIPIT_I32: return "i32";
+    case PIPIT_BF16: return "bf16";
     }
     return "?";
 }

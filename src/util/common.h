@@ -71,7 +71,7 @@ static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_
 }
 
 /* Bytes of one element of a dtype. */
-static inline size_t pipit__dtype_size(pipit_dtype dt) { return dt == PIPIT_F64 ? 8 : 4; }
+static inline size_t pipit__dtype_size(pipit_dtype dt) { return dt == PIPIT_F64 ? 8 : dt == PIPIT_BF16 ? 2 : 4; }
 const char *pipit__dtype_name(pipit_dtype dt);
 
 /* Formats a shape as "[2,3,4]" into buf (returns buf). */
