@@ -352,6 +352,8 @@ PIPIT_TEST(pipeline_equivalence_llama) {
     static const int Ps[] = {1, 2, 4}, P2[] = {2};
     ASSERT_EQ_I64(equivalence_matrix(&hf_llama_tied, Ps, 3, 1), 0);
     ASSERT_EQ_I64(equivalence_matrix(&hf_llama_untied, P2, 1, 1), 0);
+}
+
 /* Mixed precision keeps the guarantee: in bf16, every schedule x P in
  * {2, 4} x V x remat gives the sequential bf16 run's bits, for GPT-2, for
  * the general op set and for pipit_llama_build's Llama with its tied head
