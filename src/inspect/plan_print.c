@@ -98,6 +98,11 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
         fprintf(f, "held per world rank: parameters %zu bytes, gradients %zu, optimizer moments %zu%s\n",
                 rp->param_bytes, p->forward_only ? 0 : rp->param_bytes, mom,
                 p->T > 1 ? " (its tensor-parallel shards)" : "");
+        size_t pre = pipit__preloop_bytes(rp);
+        if (pre) /* ops on params alone: with options.dtype bf16, the params' bf16 copies */
+            fprintf(f, "   of which: values of params alone (pre-loop) %.3f MiB, the loop's own buffers at their peak "
+                       "%.3f MiB\n",
+                    pre / 1048576.0, pipit__activation_peak(rp) / 1048576.0);
         fprintf(f, "ops (stage/phase):");
         int col = 0;
         for (int32_t i = 0; i < p->g->n; i++) {
@@ -261,6 +266,8 @@ static cJSON *rank_json(const pipit_program *program, int r) {
     cJSON_AddNumberToObject(o, "param_bytes", (double)rp->param_bytes);
     cJSON_AddNumberToObject(o, "grad_bytes", p->forward_only ? 0 : (double)rp->param_bytes);
     cJSON_AddNumberToObject(o, "moment_bytes", p->forward_only ? 0 : 2.0 * (double)pipit__moment_bytes(program, r, 0, NULL));
+    cJSON_AddNumberToObject(o, "preloop_bytes", (double)pipit__preloop_bytes(rp));
+    cJSON_AddNumberToObject(o, "loop_peak_bytes", (double)pipit__activation_peak(rp));
     cJSON_AddNumberToObject(o, "instructions", rp->n);
     enum { NKINDS = INS_TP + 1 };
     int count[NKINDS] = {0};

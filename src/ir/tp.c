@@ -96,8 +96,16 @@ pipit_val pipit_tp_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets
     return loss;
 }
 
+/* The param whose shard value v is: the param itself or its cast
+ * (options.dtype bf16 reads f32 params through one); -1 otherwise. */
+static int32_t shard_source(const pipit_graph *g, int32_t v) {
+    while (g->nodes[v].op == PIPIT_OP_CAST) v = g->nodes[v].in[0];
+    return g->nodes[v].op == PIPIT_OP_PARAM ? v : -1;
+}
+
 int pipit__tp_rows_sharded(const pipit_graph *g, int32_t table) {
-    return pipit__param_shard_axis(&g->nodes[table]) == 0;
+    int32_t p = shard_source(g, table);
+    return p >= 0 && pipit__param_shard_axis(&g->nodes[p]) == 0;
 }
 
 /* Whether op `n` reading a param sharded along `axis` as input k computes
@@ -105,6 +113,7 @@ int pipit__tp_rows_sharded(const pipit_graph *g, int32_t table) {
  * column-parallel output, an embedding (vocab-parallel along rows). */
 static int has_rule(const pipit__node *n, int k, const pipit__node *param, int axis) {
     switch ((pipit__opcode)n->op) {
+    case PIPIT_OP_CAST: return 1; /* options.dtype bf16's copy: a shard of the same axis, its readers checked */
     case PIPIT_OP_MATMUL: return axis >= param->ndim - 2;
     case PIPIT_OP_BIAS_ADD: return k == 1;
     case PIPIT_OP_EMBED: return k == 0 && (axis == 1 || n->iattr[1] == 1);
@@ -126,12 +135,15 @@ pipit_status pipit__tp_check_uses(const pipit_graph *g, int32_t fwd_end) {
         const pipit__node *n = &g->nodes[j];
         for (int k = 0; k < n->nin; k++) {
             const pipit__node *in = &g->nodes[n->in[k]];
-            int32_t param = in->op == PIPIT_OP_PARAM ? n->in[k] : (in->flags & NODE_GRADOF) ? (int32_t)in->iattr[0] : -1;
+            int32_t param = shard_source(g, n->in[k]);
+            int gradof = param < 0 && (in->flags & NODE_GRADOF);
+            if (gradof) param = (int32_t)in->iattr[0];
             if (param < 0 || pipit__param_shard_axis(&g->nodes[param]) < 0) continue;
-            if (in->op == PIPIT_OP_PARAM && has_rule(n, k, in, pipit__param_shard_axis(in))) continue;
+            const pipit__node *pn = &g->nodes[param];
+            if (!gradof && has_rule(n, k, pn, pipit__param_shard_axis(pn))) continue;
             char what[64];
             snprintf(what, sizeof what, "op %s%s", pipit__ops[n->op].name,
-                     in->op == PIPIT_OP_PARAM ? "" : " of its accumulated gradient (pipit_grad_of)");
+                     gradof ? " of its accumulated gradient (pipit_grad_of)" : "");
             return no_rule(g, param, what, j);
         }
     }
