@@ -2,7 +2,7 @@
 # test_mpi_tp.sh — the local mesh P x T x D under mpirun: one world rank per
 # process (w = (d*P + p)*T + t) gives the bits of the threads run of the
 # same mesh (losses and the saved checkpoint), GPT-2 and Llama, over shared
-# memory (vader) and TCP, with ZeRO-1, and across two emulated hosts
+# memory (vader) and TCP, with ZeRO-1, in bf16, and across two emulated hosts
 # (network namespaces, tests/netns_hosts.sh: the ranks alternate between the
 # hosts, so every tensor-parallel all-reduce crosses the link); a launch
 # whose process count is not P x T x D is refused by every process.
@@ -27,7 +27,9 @@ for cfg in "1f1b 1 2 1 vader GPT2" "1f1b 2 2 1 vader GPT2" "zb-h1 2 2 2 vader GP
 done
 same_as_threads "GPT2 1f1b P=2 T=2 D=2 zero1 vader" 8 self,vader "${GPT2[@]}" --pp 2 --tp 2 --dp 2 --zero1 \
     --microbatches 4 --steps 2
-echo "$((ran + 1)) MPI meshes compared with threads"
+same_as_threads "GPT2 bf16 zb-h1 P=2 T=2 D=1 vader" 4 self,vader "${GPT2[@]}" --dtype bf16 --schedule zb-h1 --pp 2 \
+    --tp 2 --microbatches 4 --steps 2 # the all-reduces of bf16 values add in fp32
+echo "$((ran + 2)) MPI meshes compared with threads"
 
 # A launch that does not match P x T x D: refused by every process, before a step.
 mpirun -np 3 --bind-to none "$CLI" train "${GPT2[@]}" --pp 2 --tp 2 --steps 1 > b.log 2> b.err && fail "np 3 for P=2 T=2 accepted"

@@ -6,7 +6,9 @@
  *     the order of the row-parallel sums differs;
  *   - for a fixed T, every schedule kind x P in {1, 2} x D in {1, 2}, with
  *     and without remat and ZeRO-1, gives the bits of the sequential run on
- *     one pipeline rank with the same T and D;
+ *     one pipeline rank with the same T and D; in bf16 too (the
+ *     collectives on bf16 values add in fp32, in rank order), where T = 2
+ *     follows T = 1 to bf16's rounding;
  *   - finite differences (f64) of the sharded GPT-2, Llama and the
  *     vocab-parallel cross-entropy, which also equals pipit_xent_mean;
  *   - the same full initial tensors and checkpoints whatever T;
@@ -33,7 +35,7 @@ enum { TV = 64, TT = 8, TL = 4, TB = 2, STEPS = 3 };
 /* What to train: the model, its T, the pipeline (schedule NULL: one rank),
  * the replicas and the options that must not change a bit. */
 typedef struct {
-    int llama, T, stages, M, D, zero1, remat, sgd, f64, steps;
+    int llama, T, stages, M, D, zero1, remat, sgd, f64, steps, bf16;
     pipit_schedule *sch;
     int kv; /* llama: key/value heads (0: 2) */
 } tp_run;
@@ -81,7 +83,8 @@ static pipit_val build(pipit_graph *g, const tp_run *r) {
 static pipit_options options(const tp_run *r) {
     pipit_optimizer opt = r->sgd ? pipit_sgd(0.05) : pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1);
     return (pipit_options){.schedule = r->sch, .microbatches = r->M, .optimizer = opt, .clip_norm = 0.5,
-                           .data_parallel = r->D, .zero1 = r->zero1, .remat = r->remat, .tensor_parallel = r->T};
+                           .data_parallel = r->D, .zero1 = r->zero1, .remat = r->remat, .tensor_parallel = r->T,
+                           .dtype = r->bf16 ? PIPIT_BF16 : PIPIT_F32};
 }
 
 /* Builds, compiles, inits (the same full tensors whatever T) and trains. */
@@ -184,6 +187,39 @@ static void layouts_bitwise(int llama, int nkinds) {
 
 PIPIT_TEST(tp_gpt2_layouts_bitwise) { layouts_bitwise(0, PIPIT_SCHED_COUNT); }
 PIPIT_TEST(tp_llama_layouts_bitwise) { layouts_bitwise(1, 4); }
+
+/* options.dtype bf16 x T = 2: a schedule of each family on P = 2 (remat,
+ * ZeRO-1 with D = 2) gives one pipeline rank's bits; the losses follow the
+ * fp32-reduced T = 1 run to bf16's rounding (the vocab-parallel
+ * cross-entropy's row terms are bf16 values, the fused one's fp32). */
+PIPIT_TEST(tp_bf16_layouts_bitwise) {
+    static const pipit_schedule_kind kinds[] = {PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B, PIPIT_SCHED_ZB_H1,
+                                                PIPIT_SCHED_DUALPIPEV};
+    for (int llama = 0; llama <= 1; llama++)
+        for (int D = 1; D <= 2; D++) {
+            tp_run ref = {.llama = llama, .T = 2, .stages = 1, .M = 4, .D = D, .kv = 2, .bf16 = 1}, one = ref;
+            one.T = 1;
+            snapshot want = {0}, t1 = {0};
+            ASSERT_OK(train(&ref, &want));
+            ASSERT_OK(train(&one, &t1));
+            for (int i = 0; i < want.nsteps; i++) ASSERT_NEAR_F64(want.losses[i] / t1.losses[i], 1.0, 1e-2);
+            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                int V = schedule_v(kinds[k]);
+                tp_run r = ref;
+                r.stages = 2 * V, r.remat = k % 2, r.zero1 = D == 2 && k < 2;
+                ASSERT_OK(pipit_schedule_build(kinds[k], 2, V, r.M, &r.sch));
+                snapshot got = {0};
+                ASSERT_OK(train(&r, &got));
+                char what[128];
+                snprintf(what, sizeof what, "bf16 %s %s P=2 T=2 D=%d remat=%d zero1=%d", llama ? "llama" : "gpt2",
+                         pipit_schedule_kind_name(kinds[k]), D, r.remat, r.zero1);
+                ASSERT_TRUE(snap_same_bits(&want, &got, what));
+                snap_free(&got);
+                pipit_schedule_free(r.sch);
+            }
+            snap_free(&want), snap_free(&t1);
+        }
+}
 
 /* ---- finite differences (f64, T = 2 ranks as threads) ---- */
 

@@ -3,17 +3,39 @@
  * (TP_SUM, TP_MAX) and the cross-shard sum of the global norm, both on the
  * transports' in-stage all-reduce (transport.c), which combines the T
  * ranks' values in rank order: for a fixed T the bits depend neither on
- * which message arrives first nor on threads vs MPI processes.
+ * which message arrives first nor on threads vs MPI processes. bf16
+ * values (options.dtype bf16) are all-reduced in fp32: widened, combined
+ * in rank order in fp32 and rounded to bf16 once.
  */
 #include <string.h>
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
+#include "util/bf16.h"
 
 /* The T world ranks of w's stage, ascending (consecutive: t is innermost). */
 static void stage_group(const pipit_program *p, int w, int *group) {
     int base = w - p->rs[w].tp;
     for (int k = 0; k < p->plan.T; k++) group[k] = base + k;
+}
+
+/* The all-reduce of data (host memory) over group: bf16 values through an
+ * fp32 copy (twice the bytes on the wire; one rounding, after the sum). */
+static pipit_status reduce_host(pipit_program *p, int w, const int *group, const pipit__instr *in, pipit_dtype dt,
+                                pipit__reduce_op op, void *data) {
+    if (dt != PIPIT_BF16)
+        return pipit__transport_allreduce_op(p->transport, w, group, p->plan.T, in->node, dt, op, data, in->numel);
+    float *wide = pipit__malloc(sizeof *wide * (size_t)PIPIT_MAX(in->numel, 1));
+    if (!wide)
+        return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory for the fp32 copy of a %lld-element bf16 all-reduce",
+                          w, (long long)in->numel);
+    pipit__bf16 *v = data;
+    for (int64_t i = 0; i < in->numel; i++) wide[i] = pipit__bf16_to_f32(v[i]);
+    pipit_status s = pipit__transport_allreduce_op(p->transport, w, group, p->plan.T, in->node, PIPIT_F32, op, wide,
+                                                   in->numel);
+    for (int64_t i = 0; !s && i < in->numel; i++) v[i] = pipit__bf16_from_f32(wide[i]);
+    pipit__free(wide);
+    return s;
 }
 
 pipit_status pipit__tp_collective(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k) {
@@ -29,13 +51,13 @@ pipit_status pipit__tp_collective(pipit_program *p, int w, const pipit__instr *i
     stage_group(p, w, group);
     if (be->host_memory) { /* in place on the output */
         if (k->out != k->in[0]) memcpy(k->out, k->in[0], bytes);
-        return pipit__transport_allreduce_op(p->transport, w, group, T, in->node, dt, op, k->out, in->numel);
+        return reduce_host(p, w, group, in, dt, op, k->out);
     }
     /* device memory: the all-reduce works on a host copy */
     void *host = pipit__malloc(bytes ? bytes : 1);
     if (!host) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory for a %zu-byte all-reduce", w, bytes);
     be->download(host, k->in[0], bytes);
-    pipit_status s = pipit__transport_allreduce_op(p->transport, w, group, T, in->node, dt, op, host, in->numel);
+    pipit_status s = reduce_host(p, w, group, in, dt, op, host);
     if (!s) be->upload(k->out, host, bytes);
     pipit__free(host);
     return s;
