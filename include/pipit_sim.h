@@ -120,6 +120,9 @@ typedef struct {
     int microbatches, virt, stages, gpus;
     double dp_total_s;          /* the whole data-parallel exchange of the step's slowest rank */
     double dp_hidden;           /* the share of it that overlaps the backward: 1 - dp_s / dp_total_s */
+    double tp_s_all_per_mb;     /* every tensor-parallel all-reduce of one microbatch over all stages (the
+                                   layers', the embedding's, the head's, the cross-entropy's): with pp 1,
+                                   what each GPU spends in them per microbatch */
 } pipit_sim_summary;
 
 typedef struct pipit_sim_report pipit_sim_report;

@@ -212,6 +212,7 @@ PIPIT_TEST(sim_tp_allreduces_megatron_count) {
     double T = 2 * 16, ar = 2.0 * 1 / 2 * T * 64 * 4 / bw, xent = 3 * (2.0 * 1 / 2 * T * 4 / bw);
     double want = 4 /* microbatches */ * ((4 /* layers */ * 4 + 2) * ar + xent);
     ASSERT_NEAR_F64(u.step_s / want, 1.0, 1e-9);
+    ASSERT_NEAR_F64(u.tp_s_all_per_mb / ((4 * 4 + 2) * ar + xent), 1.0, 1e-9); /* pp 1: all of them, one GPU */
     c.recompute = PIPIT_RECOMPUTE_FULL; /* the recomputed forward repeats its two */
     ASSERT_TRUE(sim(&c, hw, &u));
     ASSERT_NEAR_F64(u.step_s / (4 * ((4 * 6 + 2) * ar + xent)), 1.0, 1e-9);
@@ -362,12 +363,14 @@ PIPIT_TEST(sim_hw_files_load_and_reject) {
 static void write_profile(const char *path, double t_mm, double t_attn, double t_elem) {
     FILE *f = fopen(path, "w");
     if (!f) return;
-    /* two ranks: the fit adds them */
+    /* two ranks: the fit adds them; a --tp run's all-reduces (tp_sum,
+     * tp_max: the links' time, waiting included) are left out of the fit */
     fprintf(f,
             "{\"model\":{\"layers\":4,\"dim\":128,\"heads\":4,\"ctx\":64,\"vocab\":256,\"micro_batch\":8,"
             "\"microbatches\":4,\"pp\":2},\"steps\":2,\"step_s\":0.1,\"profile\":{\"ranks\":["
             "{\"rank\":0,\"ops\":{\"matmul\":%.17g,\"attention\":%.17g,\"layernorm\":%.17g},\"instructions\":{}},"
-            "{\"rank\":1,\"ops\":{\"matmul\":%.17g,\"attn_dqkv\":%.17g,\"gelu\":%.17g},\"instructions\":{}}]}}\n",
+            "{\"rank\":1,\"ops\":{\"matmul\":%.17g,\"attn_dqkv\":%.17g,\"gelu\":%.17g,\"tp_sum\":1.5,\"tp_max\":0.5},"
+            "\"instructions\":{}}]}}\n",
             t_mm, t_attn, t_elem, t_mm, t_attn, t_elem);
     fclose(f);
 }

@@ -4,7 +4,9 @@
  * profiled model (GEMM FLOPs, attention FLOPs, elementwise bytes, found by
  * running it on machines where only one term costs anything) divided by
  * the measured seconds of the matching ops give the effective GEMM FLOP/s
- * at two sizes and the effective elementwise bandwidth. docs/sim.md,
+ * at two sizes and the effective elementwise bandwidth. A profile of a
+ * tensor-parallel run (--tp T) sums its T ranks' shares of the model (the
+ * counts are the whole model's) and leaves out the all-reduces. docs/sim.md,
  * "Calibration", says what is measured and what is assumed.
  */
 #include <cJSON.h>
@@ -63,6 +65,8 @@ static int add_rank(const cJSON *rank, profile *p, const char **why) {
         if (!seconds(e)) return *why = e->string, 0;
         double s = e->valuedouble;
         if (strcmp(e->string, "matmul") == 0) p->t_matmul += s;
+        else if (!strcmp(e->string, "tp_copy") || !strcmp(e->string, "tp_sum") || !strcmp(e->string, "tp_max"))
+            continue; /* the in-stage all-reduce (--tp): the links' time, measured apart, not an elementwise op's */
         else if (strcmp(e->string, "attention") == 0 || strcmp(e->string, "attn_dqkv") == 0) p->t_attn += s;
         else p->t_elem += s;
     }

@@ -196,6 +196,7 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     u->hfu = u->tflops_per_gpu * 1e12 / r->m.peak;
     u->mfu = pipit__sim_model_flops(c, 0) / u->step_s / u->gpus / r->m.peak;
     u->tp_s_per_mb = r->m.tp_s_per_mb;
+    u->tp_s_all_per_mb = r->m.tp_s_model_per_mb;
     u->microbatches = r->m.M, u->virt = r->m.V, u->stages = r->m.S;
     r->mem_capacity = hw->mem_cap;
 }
@@ -351,12 +352,12 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
             "\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,\"mfu\":%.6g,\"hfu\":%.6g,\"bubble\":%.6g,"
             "\"peak_bytes_per_rank\":%.9g,\"mem_capacity\":%.9g,\"fits\":%s,\"model_flops\":%.9g,\"pipeline_s\":%.9g,"
             "\"dp_s\":%.9g,\"dp_total_s\":%.9g,\"dp_hidden\":%.6g,\"optimizer_s\":%.9g,"
-            "\"tp_allreduce_s_per_microbatch\":%.9g,"
+            "\"tp_allreduce_s_per_microbatch\":%.9g,\"tp_allreduce_s_all_stages_per_microbatch\":%.9g,"
             "\"tp_allreduce_bytes_per_gpu\":%.9g,\"dp_allreduce_bytes_per_gpu\":%.9g,\"p2p_message_bytes\":%.9g,"
             "\"p2p_s\":%.9g,\"p2p_latency_s\":%.9g,\"p2p_inter_node\":%s,",
             u->step_s, u->tflops_per_gpu, u->mfu, u->hfu, u->bubble, u->peak_bytes_per_rank, r->mem_capacity,
             u->peak_bytes_per_rank <= r->mem_capacity ? "true" : "false", u->model_flops, u->pipeline_s, u->dp_s,
-            u->dp_total_s, u->dp_hidden, u->optimizer_s, u->tp_s_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
+            u->dp_total_s, u->dp_hidden, u->optimizer_s, u->tp_s_per_mb, u->tp_s_all_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
             r->m.comm, r->m.p2p_inter ? "true" : "false");
     json_stages(f, r);
     fputc(',', f);
