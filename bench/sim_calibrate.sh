@@ -18,12 +18,7 @@ PIPIT=${1:-build/pipit}
 STEPS=${2:-8}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_simcal.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-python3 - "$WORK/text.txt" <<'PYEOF'
-import random, sys
-r = random.Random(7)
-words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
-open(sys.argv[1], "w").write("".join(r.choice(words) for _ in range(60000)))
-PYEOF
+python3 "$(dirname "$0")/words.py" "$WORK/text.txt"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 
 # name | model flags for train | the same model for sim

@@ -20,12 +20,7 @@ STEPS=${2:-3}
 DIM=${DIM:-2048} LAYERS=${LAYERS:-2} HEADS=${HEADS:-16} CTX=${CTX:-64} BATCH=${BATCH:-2} M=${M:-2}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_tp.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-python3 - "$WORK/text.txt" <<'PYEOF'
-import random, sys
-r = random.Random(7)
-words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
-open(sys.argv[1], "w").write("".join(r.choice(words) for _ in range(60000)))
-PYEOF
+python3 "$(dirname "$0")/words.py" "$WORK/text.txt"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 MODEL=(--data "$WORK/text.txt" --ctx "$CTX" --layers "$LAYERS" --heads "$HEADS" --dim "$DIM" --micro-batch "$BATCH"
        --microbatches "$M" --lr 1e-4 --seed 1 --steps "$STEPS" --json)

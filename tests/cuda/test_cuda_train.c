@@ -148,12 +148,12 @@ PIPIT_TEST(cuda_prims_accumulate_and_sum_uses) {
     }
     /* accumulate: first copies, then adds (each element the CPU's add) */
     float *dacc = be->alloc(sizeof(float) * N);
-    be->accumulate(PIPIT_F32, dacc, d[0], N, 1, 0, 1);
-    be->accumulate(PIPIT_F32, dacc, d[1], N, 0, 0, 1);
-    be->accumulate(PIPIT_F32, dacc, d[2], N, 0, 0, 1);
+    be->accumulate(PIPIT_F32, PIPIT_F32, dacc, d[0], N, 1, 0, 1);
+    be->accumulate(PIPIT_F32, PIPIT_F32, dacc, d[1], N, 0, 0, 1);
+    be->accumulate(PIPIT_F32, PIPIT_F32, dacc, d[2], N, 0, 0, 1);
     memcpy(ref, h[0], sizeof(float) * N);
-    cpu->accumulate(PIPIT_F32, ref, h[1], N, 0, 0, 1);
-    cpu->accumulate(PIPIT_F32, ref, h[2], N, 0, 0, 1);
+    cpu->accumulate(PIPIT_F32, PIPIT_F32, ref, h[1], N, 0, 0, 1);
+    cpu->accumulate(PIPIT_F32, PIPIT_F32, ref, h[2], N, 0, 0, 1);
     be->download(got, dacc, sizeof(float) * N);
     ASSERT_TRUE(memcmp(ref, got, sizeof(float) * N) == 0);
     /* per-use sums: 1, 2, 8, 9 and 11 uses (past one launch's 8), a
