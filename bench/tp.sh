@@ -55,17 +55,19 @@ def prof(name):
     steps = j["steps"]
     # per rank: seconds per step in the in-stage all-reduces (tp_copy's backward is a tp_sum)
     coll = [sum(v for k, v in r["ops"].items() if k in ("tp_copy", "tp_sum", "tp_max")) / steps for r in j["profile"]["ranks"]]
-    return j["step_s"], (max(coll) if coll else 0.0)
+    return j["step_s"], (max(coll) if coll else 0.0), (min(coll) if coll else 0.0)
 s1, s2 = (json.load(open(f"{work}/sim{t}.json")) for t in (1, 2))
 rows = [("T=1, 1 thread", "t1"), ("T=1, 2 threads", "t1x2"), ("T=2 threads, 1 thread each", "t2")]
 if mpi: rows.append(("T=2 mpirun -np 2, 1 thread each", "t2mpi"))
 base = prof("t1")[0]
 out = {"model": {"dim": int(sys.argv[4]), "layers": int(sys.argv[5]), "microbatches": M}, "runs": {}}
-print(f"{'run':40} {'step s':>8} {'vs T=1':>7} {'all-reduce s':>12} {'share':>6}")
+# all-reduce s: the rank that waited longest (its share of the step), and
+# the one that waited least (the last to arrive: closest to the transfer)
+print(f"{'run':40} {'step s':>8} {'vs T=1':>7} {'all-reduce s':>12} {'share':>6} {'least s':>8}")
 for label, name in rows:
-    step, coll = prof(name)
-    out["runs"][name] = {"step_s": step, "allreduce_s": coll}
-    print(f"{label:40} {step:8.3f} {base / step:6.2f}x {coll:12.3f} {100 * coll / step:5.1f}%")
+    step, coll, least = prof(name)
+    out["runs"][name] = {"step_s": step, "allreduce_s": coll, "allreduce_least_s": least}
+    print(f"{label:40} {step:8.3f} {base / step:6.2f}x {coll:12.3f} {100 * coll / step:5.1f}% {least:8.3f}")
 p1, p2 = s1["step_s"], s2["step_s"]
 ptp = s2["tp_allreduce_s_all_stages_per_microbatch"] * M
 out["sim"] = {"t1_step_s": p1, "t2_step_s": p2, "t2_allreduce_s": ptp}
