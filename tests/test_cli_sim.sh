@@ -90,8 +90,12 @@ expect_fail "--gpus-per-node: .*link gpus-per-node '0'" "$PIPIT" plan --search -
 # ---- bad inputs: a clear message and a non-zero exit
 BASE=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 512)
 expect_fail "heads 24 is not divisible by tp 5" "$PIPIT" sim "${BASE[@]}" --tp 5 --hw a100
-expect_fail "layers 24 cannot be split into pp 5" "$PIPIT" sim "${BASE[@]}" --pp 5 --hw a100
-expect_fail "pp 4 x virtual 4" "$PIPIT" sim "${BASE[@]}" --pp 4 --schedule interleaved-1f1b --virtual 4 --hw a100
+expect_fail "layers 24 cannot be split into pp 32" "$PIPIT" sim "${BASE[@]}" --pp 32 --hw a100
+expect_fail "pp 4 x virtual 7" "$PIPIT" sim "${BASE[@]}" --pp 4 --schedule interleaved-1f1b --virtual 7 --hw a100
+expect_fail "heads 24 is not a multiple of kv heads 5" "$PIPIT" sim "${BASE[@]}" --kv-heads 5 --hw a100
+expect_fail "kv heads 2 is not divisible by tp 4" "$PIPIT" sim "${BASE[@]}" --kv-heads 2 --tp 4 --hw a100
+expect_fail "ffn hidden 5000 or as ffn multiplier 3, not both" "$PIPIT" sim "${BASE[@]}" --ffn-hidden 5000 --ffn-mult 3 --hw a100
+expect_fail "bad value 'bert' for --arch" "$PIPIT" sim "${BASE[@]}" --arch bert --hw a100
 expect_fail "global batch 512 is not divisible by micro-batch 1 x dp 3" "$PIPIT" sim "${BASE[@]}" --dp 3 --hw a100
 expect_fail "multiple of P" "$PIPIT" sim "${BASE[@]}" --pp 3 --schedule interleaved-1f1b --hw a100
 expect_fail "tp 16 spans more than one node" "$PIPIT" sim --layers 24 --hidden 4096 --heads 32 --seq 2048 --vocab 51200 \
