@@ -139,6 +139,24 @@ PYEOF
 expect_ok "$PIPIT" sim --layers 2 --hidden 32 --heads 2 --seq 16 --vocab 256 --micro-batch 2 --global-batch 4 --pp 2 \
     --hw cpu_here.json --json
 $PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["hw"] == "cpu" and j["step_s"] > 0' "$OUT" || fail "calibrated sim: $OUT"
+# a Llama profile carries the kv heads and the MLP width; calibration prices them
+expect_ok "$PIPIT" train --model llama-tiny --data t.txt --ctx 16 --layers 2 --micro-batch 2 --microbatches 2 --pp 2 \
+    --steps 3 --profile-out lprof.json
+$PY - <<'PYEOF' || fail "Llama profile JSON"
+import json
+m = json.load(open("lprof.json"))["model"]
+assert m["arch"] == "llama" and m["layers"] == 2 and 1 <= m["kv_heads"] <= m["heads"] and m["ffn_hidden"] > 0, m
+PYEOF
+expect_ok "$PIPIT" sim --calibrate lprof.json --out cpu_llama.json
+$PY -c 'import json; j = json.load(open("cpu_llama.json")); assert "of Llama (2 layers" in j["about"], j["about"]' ||
+    fail "Llama calibration: $(cat cpu_llama.json)"
+# --arch llama: SwiGLU at Meta's width rule (Llama 2 7B: h 4096 -> 11008), RoPE, flash-style attention
+expect_ok "$PIPIT" sim --arch llama --layers 32 --hidden 4096 --heads 32 --seq 4096 --vocab 32000 --global-batch 8 --hw a100 --json
+$PY - "$OUT" <<'PYEOF' || fail "sim --arch llama: $OUT"
+import json, sys
+j = json.loads(sys.argv[1])
+assert (j["ffn_hidden"], j["mlp"], j["positions"], j["attention"], j["kv_heads"]) == (11008, "swiglu", "rope", "flash", 32), j
+PYEOF
 echo '{"model": {"layers": 2}}' > badprof.json
 expect_fail "badprof.json.*lacks" "$PIPIT" sim --calibrate badprof.json
 expect_fail "--profile-out .*cannot create a file there" "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 \

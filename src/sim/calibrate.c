@@ -175,8 +175,8 @@ static char *about_text(const char *path, const profile *p) {
     snprintf(buf, sizeof buf,
              "this machine, calibrated by `pipit sim --calibrate %s` from %lld profiled steps of %s (%d layers, dim "
              "%d, %d heads, ctx %d, vocab %d, micro-batch %d, %lld microbatches; measured step %.4f s)",
-             path, (long long)p->steps, p->cfg.gated_mlp ? "Llama" : "GPT-2", p->cfg.layers, p->cfg.hidden, p->cfg.heads, p->cfg.seq, p->cfg.vocab,
-             p->cfg.micro_batch, (long long)(p->cfg.global_batch / p->cfg.micro_batch), p->step_s);
+             path, (long long)p->steps, p->cfg.gated_mlp ? "Llama" : "GPT-2", p->cfg.layers, p->cfg.hidden,
+             p->cfg.heads, p->cfg.seq, p->cfg.vocab, p->cfg.micro_batch, (long long)(p->cfg.global_batch / p->cfg.micro_batch), p->step_s);
     return pipit__strdup(buf);
 }
 

@@ -244,7 +244,9 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
         if (s == 0) embedding(hw, &x, &m->f[s], &m->w[s], &m->params[s]);
         if (s == S - 1) head(hw, &x, !head_with_first, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->work[s]);
     }
-    m->tp_s_per_mb = m->layers[0] * (full ? 3 : 2) * lc.tp_fwd; /* stage 0 has the most layers */
+    double most = 0; /* the fullest stage (not stage 0 when the embedding counts as a layer) */
+    for (int s = 0; s < S; s++) most = fmax(most, m->layers[s]);
+    m->tp_s_per_mb = most * (full ? 3 : 2) * lc.tp_fwd;
     m->tp_bytes_per_step = (double)c->layers / c->pp * (full ? 6 : 4) * x.T * x.h * x.e * (double)M;
     p2p(c, hw, &x, m);
     return PIPIT_STATUS_OK;
