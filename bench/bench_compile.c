@@ -10,7 +10,7 @@
  * Usage: bench_compile [L ...]   (default 500 1000 2000 3000)
  * Prints one line per L: seconds per phase and the growth of the total
  * against the previous L (2x the layers: ~2x for near-linear, ~4x for
- * quadratic). docs/benchmarks.md "Compile time against depth".
+ * quadratic). docs/benchmarks.md §12.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,6 +15,8 @@
  * pipit_llama_flops_per_token (the same counts as bench/torch_step.py), then cblas_sgemm GFLOP/s with
  * OpenBLAS on the same thread count at the GPT-2 MLP shape
  * (256 x 3072 x 768) and a 1024^3 square, and ours / the better of the two.
+ * PIPIT_BENCH_DTYPE=bf16 runs the step in mixed precision
+ * (pipit_options.dtype = PIPIT_BF16; bench/bf16.py sets it).
  * The last line is one JSON object with the same numbers for scripts, with
  * the thread check of the timed steps: cpu_per_wall = process CPU time / wall
  * time over them (the mean number of cores in use, at most `threads` when the
@@ -120,7 +122,9 @@ int main(int argc, char **argv) {
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = build(g, &md);
     if ((s = pipit_graph_status(g))) die("build", s);
-    pipit_options po = {.microbatches = 1, .threads = threads};
+    const char *dt = getenv("PIPIT_BENCH_DTYPE");
+    int bf16 = dt && strcmp(dt, "bf16") == 0;
+    pipit_options po = {.microbatches = 1, .threads = threads, .dtype = bf16 ? PIPIT_BF16 : PIPIT_F32};
     pipit_program *p = NULL;
     if ((s = pipit_compile(g, loss, &po, &p))) die("compile", s);
     if ((s = md.llama ? pipit_llama_init(p, &md.ll, 1) : pipit_gpt2_init(p, &cfg, 1))) die("init", s);
@@ -132,6 +136,7 @@ int main(int argc, char **argv) {
     pipit_feed feeds[3] = {{PIPIT_GPT2_TOKENS, tok, nb}, {PIPIT_GPT2_TARGETS, tgt, nb}, {PIPIT_GPT2_POSITIONS, pos, nb}};
     double *ms = calloc((size_t)steps, sizeof *ms), sum = 0, mn = 1e30;
     double last_loss = 0, wall0 = 0, cpu0 = 0;
+    size_t arena = 0; /* the planned activation arena (with bf16: the params' bf16 copies too) */
     struct rusage ru0, ru;
     for (int i = 0; i < warmup + steps; i++) {
         if (i == warmup) wall0 = now_s(), cpu0 = clock_s(CLOCK_PROCESS_CPUTIME_ID), getrusage(RUSAGE_SELF, &ru0);
@@ -145,6 +150,7 @@ int main(int argc, char **argv) {
         pipit_metrics m;
         if ((s = pipit_step(p, feeds, md.nfeeds, 1, &m))) die("step", s);
         last_loss = m.loss;
+        arena = m.peak_bytes;
         if (i >= warmup) {
             ms[i - warmup] = m.ms;
             sum += m.ms;
@@ -176,9 +182,11 @@ int main(int argc, char **argv) {
     printf("{\"vocab\":%d,\"ctx\":%d,\"layers\":%d,\"heads\":%d,\"dim\":%d,\"batch\":%d,\"threads\":%d,"
            "\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_mean\":%.3f,\"tokens_per_s\":%.1f,"
            "\"gflops\":%.3f,\"sgemm_mlp_gflops\":%.2f,\"sgemm_square_gflops\":%.2f,\"ratio_ceiling\":%.4f,"
-           "\"cpu_per_wall\":%.3f,\"cpu_ms_per_step\":%.1f,\"sys_per_wall\":%.3f,\"minor_faults_per_step\":%ld,\"peak_rss_mb\":%.1f}\n",
+           "\"cpu_per_wall\":%.3f,\"cpu_ms_per_step\":%.1f,\"sys_per_wall\":%.3f,\"minor_faults_per_step\":%ld,\"peak_rss_mb\":%.1f,"
+           "\"dtype\":\"%s\",\"arena_mb\":%.1f}\n",
            cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, steps, med, mn, mean,
-           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil, cpu_per_wall, cpu * 1e3 / steps, sys_per_wall, faults, (double)ru.ru_maxrss / 1024.0);
+           tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil, cpu_per_wall, cpu * 1e3 / steps, sys_per_wall, faults, (double)ru.ru_maxrss / 1024.0,
+           bf16 ? "bf16" : "f32", (double)arena / 1048576.0);
     free(ms), free(tok), free(tgt), free(pos);
     pipit_program_free(p);
     pipit_graph_free(g);

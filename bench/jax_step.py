@@ -18,7 +18,7 @@ in jax.numpy, with Hugging Face's init (tests/llama_init.py).
 Usage (a python with jax, e.g. a venv under /tmp):
   python bench/jax_step.py --vocab V --ctx T --layers L --heads H --dim C \\
       --micro-batch B --threads N [--steps K --warmup W]
-      [--arch llama --kv-heads K --ffn-hidden F --tied]
+      [--arch llama --kv-heads K --ffn-hidden F --tied] [--dtype bf16]
 
 Threads: XLA:CPU sizes its thread pools from the CPUs the process may run on,
 so the caller pins it with taskset (bench/peers.py does); with --threads 1
@@ -98,7 +98,7 @@ def loss_fn(P, idx, tgt, H, L):
         x = x + mlp(layer_norm(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"]), P, p)
     x = layer_norm(x, P["ln_f.weight"], P["ln_f.bias"])
     logits = x @ P["wte.weight"].T
-    logp = jax.nn.log_softmax(logits, axis=-1)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return -jnp.take_along_axis(logp, tgt[..., None], axis=-1).mean()
 
 
@@ -134,8 +134,15 @@ def llama_loss_fn(P, idx, tgt, c):
         x = x + gu @ P[p + "mlp.down_proj.weight"].T
     x = rms_norm(x, P["model.norm.weight"], c.eps)
     logits = x @ (P["model.embed_tokens.weight"] if c.tied else P["lm_head.weight"]).T
-    logp = jax.nn.log_softmax(logits, axis=-1)
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return -jnp.take_along_axis(logp, tgt[..., None], axis=-1).mean()
+
+
+def mixed(loss_of):
+    """--dtype bf16, mixed precision as pipit's: the fp32 params cast to bf16
+    for the forward (their gradients come back in fp32 through the cast, so
+    AdamW and its state stay fp32); the log-softmax and the loss in fp32."""
+    return lambda P, idx, tgt: loss_of({n: a.astype(jnp.bfloat16) for n, a in P.items()}, idx, tgt)
 
 
 def make_step(loss_of, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
@@ -158,6 +165,8 @@ def make_step(loss_of, lr=3e-4, b1=0.9, b2=0.95, eps=1e-8, wd=0.1):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     peer_meter.add_step_args(ap)
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                    help="bf16: compute in bf16 with fp32 params, gradients and AdamW (mixed precision)")
     args = ap.parse_args()
     V, T, L, H, C, B = args.vocab, args.ctx, args.layers, args.heads, args.dim, args.micro_batch
     if C % H:
@@ -167,11 +176,12 @@ def main():
         c = peer_meter.llama_cfg(args)
         host = llama_init.init_params(c, seed=args.seed)
         n_flops = llama_init.flops_params(c)
-        step = make_step(lambda P, idx, tgt: llama_loss_fn(P, idx, tgt, c))
+        loss_of = lambda P, idx, tgt: llama_loss_fn(P, idx, tgt, c)  # noqa: E731
     else:
         host = gpt2_init.init_params(V, T, C, L, seed=args.seed)
         n_flops = sum(a.size for a in host.values()) - host["wpe.weight"].size
-        step = make_step(lambda P, idx, tgt: loss_fn(P, idx, tgt, H, L))
+        loss_of = lambda P, idx, tgt: loss_fn(P, idx, tgt, H, L)  # noqa: E731
+    step = make_step(mixed(loss_of) if args.dtype == "bf16" else loss_of)
     n_all = sum(a.size for a in host.values())
     P = {n: jnp.asarray(a) for n, a in host.items()}
     del host
@@ -208,6 +218,7 @@ def main():
     import jaxlib
     print(json.dumps({
         "ms_per_step": round(sec * 1e3, 4),
+        "dtype": args.dtype,
         "tokens_per_s": round(tokens / sec, 2),
         "gflops": round(flops / sec / 1e9, 4),
         "ms_min": round(min(times) * 1e3, 4),

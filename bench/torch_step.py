@@ -11,7 +11,7 @@ Usage (Debian's python, which has torch, or a venv's torch 2.x):
   /usr/bin/python3 bench/torch_step.py --vocab V --ctx T --layers L --heads H \
       --dim C --micro-batch B --threads N [--steps K --warmup W]
       [--adamw loop|foreach|fused] [--arch llama --kv-heads K --ffn-hidden F
-      --tied --impl straight|hf]
+      --tied --impl straight|hf] [--autocast bf16]
 bench/peers.py runs it with each peer's settings (malloc tunables, OpenMP
 wait policy, taskset) next to pipit's step.
 
@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--adamw", choices=("loop", "foreach", "fused"), default="loop",
                     help="torch.optim.AdamW implementation: the per-param loop (the CPU default), "
                          "foreach=True, or fused=True (CPU since torch 2.4)")
+    ap.add_argument("--autocast", choices=("off", "bf16"), default="off",
+                    help="bf16: each forward under torch.autocast('cpu', torch.bfloat16), PyTorch's mixed precision")
     ap.add_argument("--impl", choices=("straight", "hf"), default="straight",
                     help="llama: tests/llama_torch.py's module or transformers' LlamaForCausalLM")
     args = ap.parse_args()
@@ -131,7 +133,8 @@ def main():
         idx = torch.randint(0, V, (B, T))
         tgt = torch.randint(0, V, (B, T))
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            loss = loss_fn(idx, tgt)
         loss.backward()
         opt.step()
         return loss.item()
@@ -164,6 +167,7 @@ def main():
         "torch": torch.__version__,
         "blas": blas_info(),
         "adamw": args.adamw,
+        "autocast": args.autocast,
         "torch_threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
         "pool_threads": pool_threads(),

@@ -93,6 +93,12 @@ PIPIT_API void pipit_finalize(void);
  * storage), and whether it was built with the MPI transport (1) or not (0). */
 PIPIT_API const char *pipit_version(void);
 PIPIT_API int pipit_have_mpi(void);
+/* What build this is: the version and the source tree's commit
+ * ("0.1.0+v0.1-42-g3e2bc6912345-dirty"; "+no-git" outside a git checkout),
+ * fixed when the library is built. The processes of an MPI job must run
+ * the same build (pipit_agree checks it). The environment variable
+ * PIPIT_BUILD_ID, when set, replaces it (static storage). */
+PIPIT_API const char *pipit_build_id(void);
 /* 1 if this build has the cuda backend (configured with -DPIPIT_CUDA=ON),
  * else 0; whether the machine has a GPU is another matter
  * (pipit_cuda_device_count). */
@@ -109,6 +115,18 @@ PIPIT_API int pipit_cuda_device_count(void);
  * which limit that is. INFINITY when nothing limits it. pipit_compile
  * checks its programs against it (pipit_options.mem_limit, no_mem_check). */
 PIPIT_API double pipit_mem_available(const char **which);
+
+/* Ranks agree or stop (docs/refuses.md). kv: NULL-terminated name, value,
+ * name, value, ... list of what must be the same in every process (a
+ * configuration, a data spec; values compared as text). In an MPI job
+ * every process sends its build (pipit_version, pipit_build_id) and its
+ * list to every other one, and every process returns the same result:
+ * INVALID, with a message naming `what`, the first field that differs and
+ * which processes hold which value ("--lr: processes 0, 2 have '0.001';
+ * process 1 has '0.002'"), or OK. Collective: every process calls it at
+ * the same point, with the same field names in the same order. One
+ * process: OK at once. pipit_compile does the same with its plan. */
+PIPIT_API pipit_status pipit_agree(const char *what, const char *const *kv);
 
 /* This process's rank and the number of processes: 0 and 1 without MPI. */
 PIPIT_API int pipit_process_rank(void);
@@ -135,7 +153,12 @@ PIPIT_API pipit_status pipit_probe_links(pipit_link_probe *out);
 
 /* ----------------------------------------------------------------- types */
 
-typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2 } pipit_dtype;
+/* Element types. PIPIT_BF16 is bfloat16, the upper 16 bits of an IEEE
+ * fp32 (8-bit exponent, 7 stored mantissa bits): a storage type. Kernels
+ * load it into fp32, compute in fp32 and round to nearest even when they
+ * store; parameters are never bf16 (they are fp32 masters: see
+ * pipit_options.dtype). */
+typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2, PIPIT_BF16 = 3 } pipit_dtype;
 
 #define PIPIT_MAX_DIMS 4
 /* Size limits (docs/ops.md "Limits"): elements of one tensor, microbatches
@@ -242,6 +265,12 @@ PIPIT_API pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double th
 PIPIT_API pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta,
                                   int64_t position_offset);
 PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
+/* x converted to float dtype dt (f32, f64 or bf16), rounded to nearest
+ * even; its gradient is converted back to x's dtype. A cast of a param is
+ * an op on params alone: it runs once per step, before the microbatch loop,
+ * and a cast to bf16 accumulates its gradient into the param's fp32
+ * gradient directly (docs/architecture.md "Precision"). */
+PIPIT_API pipit_val pipit_cast(pipit_graph *g, pipit_val x, pipit_dtype dt);
 /* a [...,M,K] @ b [K,N] (broadcast) or b [...,K,N] (batched, same batch).
  * trans_a / trans_b transpose the last two axes of a / b first. */
 PIPIT_API pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b,
@@ -460,6 +489,22 @@ typedef struct {
      * still NOMEM, but the kernel may end the process instead). */
     double mem_limit;
     int no_mem_check;
+    /* Compute precision (docs/architecture.md "Precision"). PIPIT_F32 (0,
+     * the default): every value as the graph declares it. PIPIT_BF16: mixed
+     * precision on a graph built in f32 -- the params stay fp32 masters (as
+     * do gradients, their data-parallel sums, the norm, the optimizer and
+     * checkpoints), and the program runs a bf16 copy of the graph: each param
+     * cast to bf16 once per step before the microbatch loop (on the ranks
+     * that read it), f32 inputs cast as they are read, every other f32 value
+     * bf16 (activations kept for the backward, stage-to-stage messages),
+     * computed in fp32 by the kernels and rounded once; per-row losses and
+     * the loss stay f32, and each microbatch's gradient is added into fp32
+     * accumulators. The graph is left as it was (the program owns the copy),
+     * so it may be compiled again in either precision; pipit_program_get_output
+     * returns f32 values converted from their bf16 copies. INVALID for another
+     * dtype, an f64 param the loss depends on, or a backend without bf16
+     * kernels. */
+    pipit_dtype dtype;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from
@@ -542,7 +587,9 @@ typedef struct {
  * inputs (M*D*nfeed entries for M microbatches and D replicas; each input
  * exactly once per microbatch, extra names are ignored; in a multi-process
  * job only this process's replica's entries are read, the others may hold
- * NULL data). The loss is the mean over all M*D microbatches. update = 0 computes loss and grads only.
+ * NULL data). The array's length is not known here: pipit_step_feeds
+ * takes it and refuses a short one. The loss is the mean over all M*D
+ * microbatches. update = 0 computes loss and grads only.
  * INVALID for a missing or repeated feed, NULL data, an nbytes other than
  * the input's size, or an index outside what its embedding or loss
  * accepts (all checked before anything runs); RUNTIME with
@@ -550,6 +597,14 @@ typedef struct {
  * partly updated: reload a checkpoint. */
 PIPIT_API pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed,
                                   int update, pipit_metrics *metrics);
+/* pipit_step told how many entries the feed array has: nfeeds_total must
+ * be exactly M x D x nfeed (INVALID before anything runs otherwise, naming
+ * both counts), so an array laid out for fewer microbatches or replicas
+ * (a D > 1 program given M microbatches' feeds) is refused instead of read
+ * past its end. Otherwise the same call as pipit_step, which stays for
+ * callers that know their array is long enough. */
+PIPIT_API pipit_status pipit_step_feeds(pipit_program *p, const pipit_feed *feeds, int64_t nfeeds_total, int nfeed,
+                                        int update, pipit_metrics *metrics);
 
 /* Profiling: on != 0 starts accumulating the time of every op and
  * instruction kind over the following steps, from zero (calling it again

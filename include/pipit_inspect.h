@@ -74,6 +74,9 @@ PIPIT_API pipit_status pipit_program_print_plan(FILE *f, const pipit_program *p,
 /* The same as one JSON object:
  *   {"stages": S, "microbatches": M, "stage_rank": [...],
  *    "ranks": [{"rank", "stages", "arena_bytes", "naive_bytes",
+ *               "preloop_bytes" (values of params alone, held through the
+ *               loop: under options.dtype bf16 the params' bf16 copies),
+ *               "loop_peak_bytes" (the loop's own buffers at their peak),
  *               "instructions", "instruction_kinds": {kind: count},
  *               "tasks": ["F0.0", ...], "program": ["SEND ...", ...]}],
  *    "params": [{"name", "dtype", "shape", "numel", "holders", "norm_rank"}]}

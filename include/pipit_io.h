@@ -29,9 +29,20 @@ typedef struct pipit_checkpoint pipit_checkpoint;
  * process, each setting the params its ranks hold. */
 PIPIT_API pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path,
                                              const char *const *meta);
+/* The same with the tensors' dtype: PIPIT_F32 is pipit_checkpoint_save (the
+ * params as declared); PIPIT_BF16 writes every param rounded to bfloat16
+ * (safetensors "BF16", to nearest even): half the bytes, for inference
+ * tools -- the fp32 masters' low bits are gone, so a run that loads it does
+ * not continue the saving run exactly (training checkpoints stay fp32).
+ * INVALID for another dtype. */
+PIPIT_API pipit_status pipit_checkpoint_save_as(const pipit_program *p, const char *path,
+                                                const char *const *meta, pipit_dtype dtype);
 /* Sets every param from the file, by name: a missing tensor, or one whose
  * dtype or shape differs, is an error naming the file, the tensor and both
- * shapes; everything is validated before the first param is written. */
+ * shapes; everything is validated before the first param is written. A
+ * BF16 tensor loads into an f32 param, widened exactly (the masters start
+ * from the bf16 values: pipit_checkpoint_tensor_dtype tells a caller to
+ * say so). */
 PIPIT_API pipit_status pipit_checkpoint_load(pipit_program *p, const char *path);
 
 /* Reads and validates a whole file (IO, FORMAT, NOMEM), checksums
@@ -51,6 +62,10 @@ PIPIT_API const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, i
 /* Shape of a tensor (shape: PIPIT_MAX_DIMS entries); INVALID if absent. */
 PIPIT_API pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name,
                                                      int *ndim, int64_t *shape);
+/* The dtype a tensor is stored in (PIPIT_F32, PIPIT_F64, PIPIT_BF16 or
+ * PIPIT_I32); INVALID if absent. */
+PIPIT_API pipit_status pipit_checkpoint_tensor_dtype(const pipit_checkpoint *ck, const char *name,
+                                                     pipit_dtype *out);
 /* A "__metadata__" value, NULL if absent. */
 PIPIT_API const char *pipit_checkpoint_meta(const pipit_checkpoint *ck, const char *key);
 /* A "__metadata__" value that must be a count (a step, a seed, a data
@@ -176,6 +191,12 @@ PIPIT_API pipit_status pipit_data_open_spec(const char *spec, pipit_data_format 
  * the boundary is the last target of d and the first input of *val).
  * INVALID unless 1 <= val_windows < W. */
 PIPIT_API pipit_status pipit_data_split(pipit_data *d, int64_t val_windows, pipit_data **val);
+/* CRC-32C of the stream's tokens, file after file (the bytes of text; the
+ * uint16 tokens of shards in this machine's byte order): the same tokens,
+ * the same value, whatever the paths. The processes of an MPI job compare
+ * it (pipit_agree) to know they read the same data. 0 and a message for
+ * NULL. */
+PIPIT_API uint32_t pipit_data_checksum(const pipit_data *d);
 /* Number of files of the stream, and file i's path (NULL outside 0 .. n-1). */
 PIPIT_API int pipit_data_files(const pipit_data *d);
 PIPIT_API const char *pipit_data_file(const pipit_data *d, int i);

@@ -13,12 +13,14 @@ Usage (run with Debian's /usr/bin/python3, which has torch):
   gpt2_torch.py --init init.safetensors --data FILE --ctx T --micro-batch B \
       --microbatches M --steps N --lr X [--weight-decay X --beta1 X --beta2 X
       --eps X --clip X --optimizer adamw|sgd --heads H --threads N]
-      [--save OUT.safetensors] [--json]
+      [--save OUT.safetensors] [--json] [--autocast bf16]
   gpt2_torch.py --selftest      # checks the model against a naive einsum
                                 # version, the optimizer and safetensors I/O
 
-The loss reported for step s is computed with the parameters before that
-step's update.  With --json one line per step: {"step": s, "loss": %.9g, ...}.
+--autocast bf16 runs each forward under torch.autocast("cpu", bfloat16),
+PyTorch's own mixed precision (tests/test_bf16_train.sh compares pipit's
+--dtype bf16 with it).  The loss reported for step s is computed with the
+parameters before that step's update.  With --json one line per step: {"step": s, "loss": %.9g, ...}.
 """
 
 import argparse
@@ -282,12 +284,16 @@ def train(P, data, args, H, L, out=None, loss=None):
     opt = make_optimizer(P, args)
     B, M = args.micro_batch, args.microbatches
     losses = []
+    autocast = getattr(args, "autocast", "off") == "bf16"
     for s in range(args.steps):
         opt.zero_grad(set_to_none=False)
         total = 0.0
         for m in range(M):
             idx, tgt = data.sequences(s * B * M + m * B, B)
-            lm = loss(idx, tgt)
+            # --autocast bf16: PyTorch's mixed precision on CPU (fp32 params,
+            # bf16 matmuls; layer_norm and cross_entropy autocast to fp32)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                lm = loss(idx, tgt)
             (lm / M).backward()
             total += float(lm.item())
         step_loss = total / M
@@ -442,6 +448,8 @@ def add_train_args(ap):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--save")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="bf16: torch.autocast on CPU around each microbatch's forward")
 
 
 def main(argv=None):

@@ -510,7 +510,7 @@ PIPIT_TEST(api_general_op_errors) {
             "do not broadcast");
     REFUSES(pipit_div(g, a, d), PIPIT_STATUS_SHAPE, "pipit_div", "f64 [2,3]", "one float dtype");
     REFUSES(pipit_mul(g, a, ids), PIPIT_STATUS_SHAPE, "pipit_mul", "i32 [2]");
-    REFUSES(pipit_exp(g, ids), PIPIT_STATUS_SHAPE, "pipit_exp", "exp(i32 [2])", "f32 or f64");
+    REFUSES(pipit_exp(g, ids), PIPIT_STATUS_SHAPE, "pipit_exp", "exp(i32 [2])", "f32, f64 or bf16");
     REFUSES(pipit_silu(g, ids), PIPIT_STATUS_SHAPE, "pipit_silu", "silu(i32 [2])");
     REFUSES(pipit_broadcast_to(g, a, 2, SH(4, 3)), PIPIT_STATUS_SHAPE, "pipit_broadcast_to", "[2,3]", "to [4,3]");
     REFUSES(pipit_broadcast_to(g, q, 2, SH(5, 8)), PIPIT_STATUS_SHAPE, "pipit_broadcast_to", "rank 3");

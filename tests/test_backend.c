@@ -45,8 +45,8 @@ PIPIT_TEST(backend_cpu_memory_and_postloop) {
     ASSERT_TRUE(memcmp(host, back, sizeof host) == 0);
     /* accumulate on two threads' slices: first copies, then adds */
     float *acc = be->alloc(100 * sizeof(float));
-    for (int t = 0; t < 2; t++) be->accumulate(PIPIT_F32, acc, a, 100, 1, t, 2);
-    for (int t = 0; t < 3; t++) be->accumulate(PIPIT_F32, acc, a, 100, 0, t, 3);
+    for (int t = 0; t < 2; t++) be->accumulate(PIPIT_F32, PIPIT_F32, acc, a, 100, 1, t, 2);
+    for (int t = 0; t < 3; t++) be->accumulate(PIPIT_F32, PIPIT_F32, acc, a, 100, 0, t, 3);
     for (int i = 0; i < 100; i++) ASSERT_TRUE(acc[i] == 2 * host[i]);
     /* sum of uses in use order, then the sum of squares by hand */
     void *srcs[2] = {a, acc};

@@ -83,9 +83,9 @@ expect_ok "$PIPIT" sim "${PIPE[@]}" --inter-node-bw 100Mbit --inter-node-lat 1ms
 [ "$(step)" = "$slow" ] || fail "--inter-node-bw/--inter-node-lat/--gpus-per-node differ from the same --link"
 $PY -c 'import sys; a, b = map(float, sys.argv[1:]); assert b > 1.5 * a, (a, b)' "$fast" "$slow" || fail "slow link: $fast -> $slow"
 expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --link inter=100Mbit,gpus-per-node=1 --json
-expect_fail "--link: .*link inter 'fast'" "$PIPIT" sim "${PIPE[@]}" --link inter=fast
-expect_fail "--inter-node-lat: .*link inter-lat '5parsecs'" "$PIPIT" sim "${PIPE[@]}" --inter-node-lat 5parsecs
-expect_fail "--gpus-per-node: .*link gpus-per-node '0'" "$PIPIT" plan --search --global-batch 16 --gpus-per-node 0
+expect_fail "--link: pipit_hw_parse_links: link inter 'fast'" "$PIPIT" sim "${PIPE[@]}" --link inter=fast
+expect_fail "--inter-node-lat: pipit_hw_parse_links: link inter-lat '5parsecs'" "$PIPIT" sim "${PIPE[@]}" --inter-node-lat 5parsecs
+expect_fail "--gpus-per-node: pipit_hw_parse_links: link gpus-per-node '0'" "$PIPIT" plan --search --global-batch 16 --gpus-per-node 0
 
 # ---- bad inputs: a clear message and a non-zero exit
 BASE=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 512)

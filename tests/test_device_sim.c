@@ -121,12 +121,13 @@ static void sim_kernel(const pipit__kctx *k, int ith, int nth) {
 
 static pipit__op_kernel sim_ops[PIPIT_OP_COUNT];
 
-static void sim_accumulate(pipit_dtype dt, void *acc, const void *x, int64_t n, int first, int ith, int nth) {
+static void sim_accumulate(pipit_dtype dt, pipit_dtype xdt, void *acc, const void *x, int64_t n, int first, int ith,
+                           int nth) {
     if (n > 0) {
         need_device(acc, (size_t)n * pipit__dtype_size(dt), "accumulate: host memory");
-        need_device(x, (size_t)n * pipit__dtype_size(dt), "accumulate: host memory");
+        need_device(x, (size_t)n * pipit__dtype_size(xdt), "accumulate: host memory");
     }
-    pipit__backend_cpu.accumulate(dt, acc, x, n, first, ith, nth);
+    pipit__backend_cpu.accumulate(dt, xdt, acc, x, n, first, ith, nth);
 }
 
 static void sim_copy(void *dst, const void *src, size_t n, int ith, int nth) {

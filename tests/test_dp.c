@@ -9,6 +9,7 @@
  *   - ZeRO-1 equals the unsharded run bit for bit (params, gradients and
  *     the AdamW moments gathered from the shards), also with a gradient
  *     transform, and its moments load back into any layout;
+ *   - the same in bf16 (mixed precision);
  *   - bad meshes are refused by name.
  */
 #include <math.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 
 #include "pipit_gpt2.h"
+#include "gpt2_feeds.h"
 #include "test.h"
 
 enum { TV = 64, TT = 8, TL = 8, TH = 2, TC = 16, TB = 2, STEPS = 3 };
@@ -32,22 +34,12 @@ typedef struct {
 typedef struct {
     pipit_schedule *sch;
     int stages, M, D, zero1, sgd, transform;
+    pipit_dtype dtype; /* options.dtype (0: f32) */
 } run_cfg;
 
 /* Microbatch j of step `step` of the global batch (M * D of them). */
 static void fill_feeds(int G, int step, int32_t *buf, pipit_feed *feeds) {
-    for (int m = 0; m < G; m++) {
-        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
-        for (int i = 0; i < TB * TT; i++) {
-            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
-            tgt[i] = (tok[i] * 3 + 1) % TV;
-            pos[i] = i % TT;
-        }
-        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
-    }
+    test_gpt2_feeds(G, step, TB, TT, TV, buf, feeds);
 }
 
 static float *copy_out(pipit_program *p, const char *name, size_t bytes, int what) {
@@ -111,7 +103,7 @@ static pipit_status train(const run_cfg *rc, snapshot *snap, pipit_program **out
     if (rc->transform) halve_wte_grad(g);
     pipit_optimizer opt = rc->sgd ? pipit_sgd(0.05) : pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1);
     pipit_options o = {.schedule = rc->sch, .microbatches = rc->M, .optimizer = opt, .clip_norm = 0.5,
-                       .data_parallel = rc->D, .zero1 = rc->zero1};
+                       .data_parallel = rc->D, .zero1 = rc->zero1, .dtype = rc->dtype};
     pipit_program *p = NULL;
     pipit_status s = pipit_compile(g, loss, &o, &p);
     if (s) {
@@ -191,13 +183,13 @@ PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
         for (int P = 2; P <= 4; P += 2) {
             int M = 2 * P;
             snapshot ref = {0};
-            ASSERT_OK(train(&(run_cfg){NULL, 1, M, D, 0, 0, 0}, &ref, NULL, NULL));
+            ASSERT_OK(train(&(run_cfg){NULL, 1, M, D, 0, 0, 0, PIPIT_F32}, &ref, NULL, NULL));
             for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
                 int V = schedule_v(kinds[k]);
                 pipit_schedule *sch = NULL;
                 ASSERT_OK(pipit_schedule_build(kinds[k], P, V, M, &sch));
                 snapshot got = {0};
-                ASSERT_OK(train(&(run_cfg){sch, P * V, M, D, 0, 0, 0}, &got, NULL, NULL));
+                ASSERT_OK(train(&(run_cfg){sch, P * V, M, D, 0, 0, 0, PIPIT_F32}, &got, NULL, NULL));
                 char what[96];
                 snprintf(what, sizeof what, "%s P=%d D=%d M=%d", pipit_schedule_kind_name(kinds[k]), P, D, M);
                 ASSERT_TRUE(same_bits(&ref, &got, what));
@@ -211,13 +203,42 @@ PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
     ASSERT_EQ_I64(ran, 4 * (int)(sizeof kinds / sizeof kinds[0]));
 }
 
+/* bf16: P x D gives P = 1's bits for the same D, over the schedule kinds
+ * of every family (plain, interleaved, B/W split, V), and ZeRO-1 the
+ * unsharded bits (the exchange, norm and update run on fp32 gradients). */
+PIPIT_TEST(dp_mesh_bf16) {
+    static const pipit_schedule_kind kinds[] = {PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B, PIPIT_SCHED_ZB_H1,
+                                                PIPIT_SCHED_DUALPIPEV};
+    for (int D = 1; D <= 2; D++) {
+        int P = 2, M = 4;
+        snapshot ref = {0};
+        ASSERT_OK(train(&(run_cfg){NULL, 1, M, D, 0, 0, 0, PIPIT_BF16}, &ref, NULL, NULL));
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+            int V = schedule_v(kinds[k]);
+            pipit_schedule *sch = NULL;
+            ASSERT_OK(pipit_schedule_build(kinds[k], P, V, M, &sch));
+            for (int zero1 = 0; zero1 <= (D > 1); zero1++) {
+                snapshot got = {0};
+                ASSERT_OK(train(&(run_cfg){sch, P * V, M, D, zero1, 0, 0, PIPIT_BF16}, &got, NULL, NULL));
+                char what[96];
+                snprintf(what, sizeof what, "bf16 %s P=%d D=%d zero1=%d", pipit_schedule_kind_name(kinds[k]), P, D,
+                         zero1);
+                ASSERT_TRUE(same_bits(&ref, &got, what));
+                snap_free(&got);
+            }
+            pipit_schedule_free(sch);
+        }
+        snap_free(&ref);
+    }
+}
+
 /* D replicas vs one rank over the same global batch: only the order of the
  * microbatch sum differs ((m0 + m1) + (m2 + m3) vs ((m0 + m1) + m2) + m3). */
 PIPIT_TEST(dp_matches_single_rank_to_rounding) {
     for (int D = 2; D <= 4; D += 2) {
         snapshot one = {0}, dp = {0};
-        ASSERT_OK(train(&(run_cfg){NULL, 1, 2 * D, 1, 0, 1, 0}, &one, NULL, NULL)); /* SGD: linear in the gradient */
-        ASSERT_OK(train(&(run_cfg){NULL, 1, 2, D, 0, 1, 0}, &dp, NULL, NULL));
+        ASSERT_OK(train(&(run_cfg){NULL, 1, 2 * D, 1, 0, 1, 0, PIPIT_F32}, &one, NULL, NULL)); /* SGD: linear in the gradient */
+        ASSERT_OK(train(&(run_cfg){NULL, 1, 2, D, 0, 1, 0, PIPIT_F32}, &dp, NULL, NULL));
         double dg = rel_diff(one.grad, dp.grad, &one), dparam = rel_diff(one.param, dp.param, &one);
         fprintf(stderr, "D=%d: gradients %.3g, params %.3g relative\n", D, dg, dparam);
         ASSERT_TRUE(dg < 1e-6);
@@ -232,15 +253,15 @@ PIPIT_TEST(dp_zero1_equals_unsharded) {
     pipit_schedule *sch = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 4, &sch));
     snapshot plain = {0}, halved = {0}; /* the transform is really there */
-    ASSERT_OK(train(&(run_cfg){sch, 2, 4, 2, 0, 0, 0}, &plain, NULL, NULL));
-    ASSERT_OK(train(&(run_cfg){sch, 2, 4, 2, 0, 0, 1}, &halved, NULL, NULL));
+    ASSERT_OK(train(&(run_cfg){sch, 2, 4, 2, 0, 0, 0, PIPIT_F32}, &plain, NULL, NULL));
+    ASSERT_OK(train(&(run_cfg){sch, 2, 4, 2, 0, 0, 1, PIPIT_F32}, &halved, NULL, NULL));
     ASSERT_TRUE(plain.losses[STEPS - 1] != halved.losses[STEPS - 1]);
     snap_free(&plain), snap_free(&halved);
     for (int transform = 0; transform < 2; transform++)
         for (int D = 2; D <= 3; D++) {
             snapshot full = {0}, z = {0};
-            ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 0, 0, transform}, &full, NULL, NULL));
-            ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 1, 0, transform}, &z, NULL, NULL));
+            ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 0, 0, transform, PIPIT_F32}, &full, NULL, NULL));
+            ASSERT_OK(train(&(run_cfg){sch, 2, 4, D, 1, 0, transform, PIPIT_F32}, &z, NULL, NULL));
             char what[64];
             snprintf(what, sizeof what, "zero1 D=%d transform=%d", D, transform);
             ASSERT_TRUE(same_bits(&full, &z, what));
@@ -256,9 +277,9 @@ PIPIT_TEST(dp_zero1_state_moves_between_layouts) {
     snapshot a = {0}, b = {0};
     pipit_program *pz = NULL, *pf = NULL;
     pipit_graph *gz = NULL, *gf = NULL;
-    ASSERT_OK(train(&(run_cfg){NULL, 1, 2, 2, 1, 0, 0}, &a, &pz, &gz));
+    ASSERT_OK(train(&(run_cfg){NULL, 1, 2, 2, 1, 0, 0, PIPIT_F32}, &a, &pz, &gz));
     /* a fresh unsharded D=2 program takes pz's params, moments and step */
-    ASSERT_OK(train(&(run_cfg){NULL, 1, 2, 2, 0, 0, 0}, &b, &pf, &gf));
+    ASSERT_OK(train(&(run_cfg){NULL, 1, 2, 2, 0, 0, 0, PIPIT_F32}, &b, &pf, &gf));
     for (int i = 0; i < a.n; i++) {
         ASSERT_OK(pipit_program_set_param(pf, a.names[i], a.param[i], a.bytes[i]));
         ASSERT_OK(pipit_program_set_opt_state(pf, a.names[i], 0, a.m[i], a.bytes[i]));

@@ -218,6 +218,6 @@ PIPIT_TEST(memplan_near_linear) {
     double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     fprintf(stderr, "memplan of %d buffers: %.3f s, peak %zu bytes\n", N, sec, peak);
     ASSERT_TRUE(peak != (size_t)-1 && peak != PIPIT__MEMPLAN_TOO_LARGE);
-    ASSERT_TRUE(sec < 5.0); /* about 0.1 s; generous for loaded machines and sanitizers */
+    ASSERT_TRUE(sec < 30.0); /* 0.2 s (Release), 3 s (ASan); the quadratic planner: hours */
     free(b);
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_mpi_train.sh — `mpirun -np P*D pipit train` equals the threads run of
 # the same P, D and M bit for bit (losses and the saved checkpoint), over
-# shared memory (vader) and TCP, and across two emulated hosts (network
-# namespaces, tests/netns_hosts.sh); ZeRO-1 under MPI; Llama models too; a checkpoint written
+# shared memory (vader) and TCP, in f32 and in bf16 (--dtype bf16), and
+# across two emulated hosts (network namespaces, tests/netns_hosts.sh);
+# ZeRO-1 under MPI; Llama models too; a checkpoint written
 # by P=4 continues under P=2 x D=2 and P=1; a killed, failing or hung rank
 # ends the job non-zero within 30 s naming the rank; a launch whose process
 # count does not match the mesh is refused by every process.
@@ -50,6 +51,13 @@ for sched in 1f1b zb-h1 dualpipev; do
     same_as_threads "$sched P=2 D=2 tcp" 4 self,tcp --schedule "$sched" --pp 2 --dp 2 --microbatches 4 --steps 2
     ran=$((ran + 1))
 done
+for sched in 1f1b zb-h1 dualpipev; do # mixed precision: bf16 activations and messages, fp32 exchange
+    same_as_threads "bf16 $sched P=2 D=2 vader" 4 self,vader --dtype bf16 --schedule "$sched" --pp 2 --dp 2 \
+        --microbatches 4 --steps 2
+    ran=$((ran + 1))
+done
+same_as_threads "bf16 1f1b P=2 D=2 zero1 tcp" 4 self,tcp --dtype bf16 --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
+ran=$((ran + 1))
 same_as_threads "1f1b P=2 D=2 zero1 vader" 4 self,vader --pp 2 --dp 2 --zero1 --microbatches 4 --steps 2
 cp t.st zero1_threads.st
 "$CLI" train "${MODEL[@]}" --pp 2 --dp 2 --microbatches 4 --steps 2 --save nozero.st > /dev/null || fail "zero1 reference"

@@ -2,8 +2,9 @@
  * test_pipeline.c — the pipelined step equals the sequential one, bit for
  * bit: for every built-in schedule x P x M (x V) x remat, a tiny GPT-2 is
  * trained 3 AdamW steps and every parameter is compared with memcmp against
- * the single-rank run of the unstaged graph. Plus rank-failure propagation
- * and the schedule/graph mismatch errors.
+ * the single-rank run of the unstaged graph; the same in bf16 (mixed
+ * precision). Plus rank-failure propagation and the schedule/graph
+ * mismatch errors.
  */
 #include <string.h>
 
@@ -12,6 +13,7 @@
 #include "pipit_partition.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
+#include "gpt2_feeds.h"
 #include "test.h"
 
 #define SH(...) (int64_t[]){__VA_ARGS__}
@@ -27,18 +29,7 @@ typedef struct {
 } snapshot;
 
 static void fill_feeds(int M, int step, int32_t *buf, pipit_feed *feeds) {
-    for (int m = 0; m < M; m++) {
-        int32_t *tok = buf + (size_t)m * 3 * TB * TT, *tgt = tok + TB * TT, *pos = tgt + TB * TT;
-        for (int i = 0; i < TB * TT; i++) {
-            tok[i] = (step * 131 + m * 17 + i * 7 + (i * i) % 5) % TV;
-            tgt[i] = (tok[i] * 3 + 1) % TV;
-            pos[i] = i % TT;
-        }
-        size_t nb = sizeof(int32_t) * (size_t)(TB * TT);
-        feeds[3 * m] = (pipit_feed){PIPIT_GPT2_TOKENS, tok, nb};
-        feeds[3 * m + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt, nb};
-        feeds[3 * m + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos, nb};
-    }
+    test_gpt2_feeds(M, step, TB, TT, TV, buf, feeds);
 }
 
 /* A model the equivalence matrix trains: its graph for S stages, its
@@ -60,13 +51,17 @@ static void gpt2_init(pipit_program *p) {
 }
 static const model gpt2_model = {gpt2_build, gpt2_init, 3, fill_feeds};
 
+/* The compute precision of the matrix's runs (pipit_options.dtype). */
+static pipit_dtype matrix_dtype = PIPIT_F32;
+
 /* Trains 3 steps; returns 0 and fills snap, or a status. */
 static pipit_status train3(const model *md, int stages, pipit_schedule *sch, int M, int remat, snapshot *snap) {
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = md->build(g, stages);
     pipit_program *p = NULL;
     pipit_options o = {.schedule = sch, .microbatches = M, .remat = remat,
-                       .optimizer = pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1), .clip_norm = 0.5};
+                       .optimizer = pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1), .clip_norm = 0.5,
+                       .dtype = matrix_dtype};
     pipit_status s = pipit_compile(g, loss, &o, &p);
     if (s) {
         pipit_graph_free(g);
@@ -357,6 +352,22 @@ PIPIT_TEST(pipeline_equivalence_llama) {
     static const int Ps[] = {1, 2, 4}, P2[] = {2};
     ASSERT_EQ_I64(equivalence_matrix(&hf_llama_tied, Ps, 3, 1), 0);
     ASSERT_EQ_I64(equivalence_matrix(&hf_llama_untied, P2, 1, 1), 0);
+}
+
+/* Mixed precision keeps the guarantee: in bf16, every schedule x P in
+ * {2, 4} x V x remat gives the sequential bf16 run's bits, for GPT-2, for
+ * the general op set and for pipit_llama_build's Llama with its tied head
+ * (bf16 activations and messages, fp32 gradients accumulated in the same
+ * order). */
+PIPIT_TEST(pipeline_equivalence_bf16) {
+    static const int Ps[] = {2, 4};
+    matrix_dtype = PIPIT_BF16;
+    int gpt2 = equivalence_matrix(&gpt2_model, Ps, 2, 1), ops = equivalence_matrix(&llama_model, Ps, 2, 1);
+    int llama = equivalence_matrix(&hf_llama_tied, Ps, 2, 1);
+    matrix_dtype = PIPIT_F32;
+    ASSERT_EQ_I64(gpt2, 0);
+    ASSERT_EQ_I64(ops, 0);
+    ASSERT_EQ_I64(llama, 0);
 }
 
 PIPIT_TEST(pipeline_rank_failure_stops_all) {

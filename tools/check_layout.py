@@ -45,6 +45,7 @@ RULES = {
 FILE_RULES = {
     "bench/bench_gemm.c": ["backend", "util"],
     "bench/bench_ops.c": ["backend", "util"],
+    "bench/bench_bf16.c": ["backend", "util"],  # the bf16 GEMM against the fp32 one and the CPU's peaks
     "bench/bench_kernel.h": ["util"],  # their shared pool and data (pipit__malloc_aligned)
     "bench/bench_transport.c": ["runtime", "util"],
 }

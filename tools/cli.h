@@ -92,12 +92,17 @@ void cli_auto_stages_apply(const cli_auto_stages *a, const cli_model *cfg, pipit
  * carried no checksums (older pipit, Hugging Face and other writers): it
  * loads without an integrity check (tools/session.c). */
 void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname);
+/* Notes (process 0, stderr) that a checkpoint's bf16 tensors load widened into fp32 masters. */
+void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname);
 
 /* --device and --tf32 (tools/device.c): dies for a device other than cpu
  * or cuda ("did you mean"), --device cuda in a build without the cuda
  * backend or on a machine without a CUDA device, and --tf32 without
  * --device cuda. NULL is cpu. */
 void cli_check_device(const char *device, int tf32);
+/* --dtype: NULL or "f32" is PIPIT_F32, "bf16" PIPIT_BF16 (mixed precision:
+ * pipit_options.dtype); dies naming the flag for anything else. */
+pipit_dtype cli_dtype(const char *dtype, const char *device);
 
 /* tools/train_save.c. */
 /* A checkpoint's metadata integer `key` in lo .. hi, strictly (digits, a

@@ -48,6 +48,7 @@ int cmd_eval(int argc, char **argv) {
         {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
         {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
         {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
+        {"dtype", FL_STR, &o.dtype, "compute precision: f32 (default) or bf16", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
         {"no-mem-check", FL_BOOL, &o.no_mem_check, "skip the memory admission (docs/refuses.md)", 0},
         {"mem-limit", FL_DBL, &o.mem_limit, "bytes the memory admission allows (default: detected)", 0},
@@ -69,7 +70,7 @@ int cmd_eval(int argc, char **argv) {
     mb_buf *bufs = mb_bufs_new(K, B, T, &feeds);
     for (int k = 0; k < K; k++) fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &bufs[k], feeds + nf * k);
     pipit_metrics met;
-    if (pipit_step(s.p, feeds, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    if (pipit_step_feeds(s.p, feeds, (int64_t)K * nf, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
     long long tokens = (long long)B * T * K;
     if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
     else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);

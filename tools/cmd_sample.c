@@ -122,6 +122,7 @@ int cmd_sample(int argc, char **argv) {
         {"threads", FL_INT, &o.threads, "compute threads (default 1; cpu only)", 0},
         {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
         {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
+        {"dtype", FL_STR, &o.dtype, "compute precision: f32 (default) or bf16", 0},
     };
     flag_cmd c = {"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--seed S]",
                   "Generates N tokens after the prompt with a forward-only program and prints them as they are "
@@ -139,12 +140,14 @@ int cmd_sample(int argc, char **argv) {
     if (o.threads < 1 || o.threads > PIPIT_MAX_THREADS)
         die("--threads must be in 1..%d (got %d)", PIPIT_MAX_THREADS, o.threads);
     cli_check_device(o.device, o.tf32);
+    pipit_dtype dt = cli_dtype(o.dtype, o.device);
     if (merges && !tok_path) die("--merges goes with --tokenizer vocab.json");
     pipit_tokenizer *tk = tok_path ? cli_tokenizer_open(tok_path, merges) : NULL;
 
     pipit_checkpoint *ck = NULL;
     if (pipit_checkpoint_open(o.init, &ck)) die("--init: %s", pipit_errmsg());
     cli_note_unverified(ck, "init");
+    cli_note_bf16(ck, "init");
     int ctx = o.ctx;
     model_from_checkpoint(ck, &o, &c);
     int V = o.vocab;
@@ -207,7 +210,7 @@ int cmd_sample(int argc, char **argv) {
     pipit_val loss = cfg.kind->build(g, &cfg, &logits);
     if (pipit_graph_status(g)) die("model: %s", pipit_errmsg());
     pipit_options po = {.threads = o.threads, .forward_only = 1, .outputs = &logits, .noutputs = 1,
-                        .device = o.device, .tf32 = o.tf32};
+                        .device = o.device, .tf32 = o.tf32, .dtype = dt};
     pipit_program *p = NULL;
     if (pipit_compile(g, loss, &po, &p)) die("compile: %s", pipit_errmsg());
     if (pipit_checkpoint_load_into(p, ck)) die("--init: %s", pipit_errmsg());
@@ -224,7 +227,7 @@ int cmd_sample(int argc, char **argv) {
     for (int k = 0; k < tokens; k++) {
         int w = n < T ? n : T, first = n - w; /* the window: seq[first .. n-1] at positions 0 .. w-1 */
         for (int i = 0; i < T; i++) tok[i] = i < w ? seq[first + i] : 0;
-        if (pipit_step(p, feeds, cfg.kind->nfeeds, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
+        if (pipit_step_feeds(p, feeds, cfg.kind->nfeeds, cfg.kind->nfeeds, 0, NULL)) die("sample: %s", pipit_program_errmsg(p));
         if (pipit_program_get_output(p, logits, 0, lg, sizeof *lg * (size_t)T * (size_t)V))
             die("sample: %s", pipit_errmsg());
         int next = pick(lg + (size_t)(w - 1) * (size_t)V, drawn, temp, top_k, &rng, idx, prob);

@@ -194,7 +194,7 @@ int cmd_train(int argc, char **argv) {
             save_train(o, s.p, &s.cfg, int_path, at);
             fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
                     (long long)step, int_path, int_path);
-            mb_bufs_free(bufs, G, feeds);
+            mb_bufs_free(bufs, G, feeds); /* nothing left allocated at exit (the sanitizer build checks) */
             free(default_save);
             close_session(&s);
             exit(128 + sig);
@@ -205,7 +205,7 @@ int cmd_train(int argc, char **argv) {
         for (int m = 0; m < G; m++)
             fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        pipit_status st = pipit_step(s.p, feeds, nf, 1, &met);
+        pipit_status st = pipit_step_feeds(s.p, feeds, (int64_t)G * nf, nf, 1, &met);
         if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
         int last = step == last_step - 1;
         cli_progress_step(&prog, &met, (double)B * T * G);
@@ -219,7 +219,7 @@ int cmd_train(int argc, char **argv) {
     }
     run_pos end = {last_step, last_step, data_pos + (last_step - first_step) * G * B};
     if (o->save && legacy) { /* collective under MPI: process 0 writes */
-        save_checkpoint(s.p, &s.cfg, o->save);
+        save_checkpoint(s.p, &s.cfg, o->save, s.po.dtype);
         if (!o->json) say_saved(o, o->save, last_step);
     } else if (o->save) save_train(o, s.p, &s.cfg, o->save, end);
     if (o->save_opt) cli_check(pipit_optimizer_save(s.p, o->save_opt, last_step), "--save-optimizer");

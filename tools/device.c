@@ -1,6 +1,6 @@
 /*
- * device.c — the CLI's --device and --tf32: checked before anything is
- * built, so a wrong choice costs no time and names the flag.
+ * device.c — the CLI's --device, --tf32 and --dtype: checked before
+ * anything is built, so a wrong choice costs no time and names the flag.
  */
 #include <string.h>
 
@@ -16,4 +16,14 @@ void cli_check_device(const char *device, int tf32) {
     if (!cuda) return;
     if (!pipit_have_cuda()) die("--device cuda: this build has no cuda backend (configure with -DPIPIT_CUDA=ON)");
     if (pipit_cuda_device_count() < 1) die("--device cuda: %s", pipit_errmsg());
+}
+
+pipit_dtype cli_dtype(const char *dtype, const char *device) {
+    static const char *const names[] = {"f32", "bf16"};
+    if (!dtype || strcmp(dtype, "f32") == 0) return PIPIT_F32;
+    if (strcmp(dtype, "bf16") != 0)
+        die("bad value '%s' for --dtype: expected f32 or bf16%s", dtype, cli_did_you_mean(dtype, names, 2, ""));
+    if (device && strcmp(device, "cuda") == 0 && !pipit_have_cuda()) /* the library names the backend otherwise */
+        die("--dtype bf16 --device cuda: this build has no cuda backend (configure with -DPIPIT_CUDA=ON)");
+    return PIPIT_BF16;
 }

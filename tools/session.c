@@ -196,7 +196,7 @@ static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph 
     for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + nf * m);
     for (int step = 0; step < 2; step++) {
         cli_check(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
-        if (pipit_step(p, feeds, nf, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
+        if (pipit_step_feeds(p, feeds, (int64_t)M * nf, nf, 0, NULL)) die("--stage-costs measured: %s", pipit_program_errmsg(p));
     }
     mb_bufs_free(bufs, M, feeds);
     return p;
@@ -247,6 +247,96 @@ static void admit_run(const session *s, const opts *o, int M, const char *mflag)
         mflag);
 }
 
+/* Ranks agree or stop (docs/refuses.md): in an MPI job every process
+ * checks, before it compiles, that all of them resolved the same command
+ * line (every flag's value, from the flags, --config, the preset or
+ * --resume) and read the same data and weights (by content: paths may
+ * differ between machines); pipit_compile then compares the plans. Flags
+ * that change nothing the processes share are left out. */
+static const char *const PER_PROCESS[] = {"threads", "device", "json", "json-summary", "trace", "profile",
+                                          "profile-out", "verbose", "peak-flops", "mem-limit", "no-mem-check",
+                                          "print-config", "config", "log-every", NULL};
+static const char *const BY_CONTENT[] = {"data", "val-data", "init", "resume", "init-optimizer", "save",
+                                         "save-optimizer", NULL};
+
+static int listed(const char *name, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(name, *list) == 0) return 1;
+    return 0;
+}
+
+/* A checkpoint's content: its header checksum (which covers every
+ * tensor's), or its path for a file without checksums. (--val-data is
+ * compared as given or not: it is opened after this.) */
+static const char *checkpoint_digest(const pipit_checkpoint *ck) {
+    const char *h = ck ? pipit_checkpoint_meta(ck, "crc32c") : NULL;
+    return h ? h : ck ? pipit_checkpoint_path(ck) : "-";
+}
+
+/* The agreement's list: name/value pairs in kv, texts in their own buffers. */
+enum { AGREE_MAX = 96 };
+typedef struct {
+    char names[AGREE_MAX][48], vals[AGREE_MAX][96];
+    const char *kv[2 * AGREE_MAX + 1];
+    int n;
+} agree_list;
+
+static char *agree_add(agree_list *a, const char *name) {
+    if (a->n == AGREE_MAX) die("internal: more than %d fields to agree on", AGREE_MAX);
+    snprintf(a->names[a->n], sizeof a->names[a->n], "%s", name);
+    a->kv[2 * a->n] = a->names[a->n], a->kv[2 * a->n + 1] = a->vals[a->n];
+    return a->vals[a->n++];
+}
+
+static void agree_flag(agree_list *a, const flag *f) {
+    char name[48];
+    snprintf(name, sizeof name, "--%s", f->name);
+    char *v = agree_add(a, name);
+    if (listed(f->name, BY_CONTENT)) snprintf(v, 96, "%s", f->seen ? "given" : "not given");
+    else if (f->type == FL_INT || f->type == FL_BOOL) snprintf(v, 96, "%d", *(const int *)f->ptr);
+    else if (f->type == FL_U64) snprintf(v, 96, "%llu", (unsigned long long)*(const uint64_t *)f->ptr);
+    else if (f->type == FL_DBL) snprintf(v, 96, "%.17g", *(const double *)f->ptr);
+    else snprintf(v, 96, "%s", *(const char *const *)f->ptr ? *(const char *const *)f->ptr : "(none)");
+}
+
+/* The model as resolved (preset, config, flags, checkpoint), as a
+ * checkpoint records it: every kind's fields, the same names in every
+ * process whatever its kind (a field the kind lacks is "-"). */
+static void agree_model(agree_list *a, const cli_model *m) {
+    static const char *const keys[] = {"vocab", "ctx", "max_ctx", "layers", "heads", "dim",
+                                       "kv_heads", "ffn_hidden", "norm_eps", "rope_theta", "tied"};
+    cli_model_meta meta;
+    cli_model_meta_fill(m, &meta);
+    for (int k = 0; k < NFLAGS(keys); k++) {
+        char name[48];
+        snprintf(name, sizeof name, "model %s", keys[k]);
+        char *v = agree_add(a, name);
+        snprintf(v, 96, "-");
+        for (int i = 0; i < meta.n; i += 2)
+            if (strcmp(meta.kv[i], keys[k]) == 0) snprintf(v, 96, "%s", meta.kv[i + 1]);
+    }
+}
+
+static void agree_run(const session *s, const opts *o, const flag_cmd *c) {
+    if (pipit_process_count() <= 1) return;
+    static agree_list a;
+    a.n = 0;
+    /* the kind first: processes given a GPT-2 and a Llama checkpoint
+     * differ in the kind's flags too, but the kind is what to tell them */
+    snprintf(agree_add(&a, "the model kind"), 96, "%s", s->cfg.kind->name);
+    for (int i = 0; i < c->n; i++)
+        if (!listed(c->flags[i].name, PER_PROCESS)) agree_flag(&a, &c->flags[i]);
+    agree_model(&a, &s->cfg);
+    snprintf(agree_add(&a, "--data (its tokens)"), 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->data),
+             pipit_data_checksum(s->data));
+    snprintf(agree_add(&a, o->resume ? "--resume (its checksum)" : "--init (its checksum)"), 96, "%s",
+             checkpoint_digest(s->ckpt));
+    a.kv[2 * a.n] = NULL;
+    char what[64];
+    snprintf(what, sizeof what, "pipit %s", c->name);
+    if (pipit_agree(what, a.kv)) die("%s", pipit_errmsg());
+}
+
 /* pipit_compile's memory admission, in the command line's words. */
 static void check_compile(pipit_status st, const char *mflag) {
     if (st == PIPIT_STATUS_NOMEM && strstr(pipit_errmsg(), " of memory but "))
@@ -263,10 +353,25 @@ void cli_note_unverified(const pipit_checkpoint *ck, const char *flagname) {
                 flagname, pipit_checkpoint_path(ck));
 }
 
+/* bf16 weights (--save-weights-only --dtype bf16, or another tool's)
+ * become fp32 masters, exactly, with a note. */
+void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname) {
+    int n = 0;
+    for (int i = 0; i < pipit_checkpoint_num_tensors(ck); i++) {
+        pipit_dtype dt;
+        n += !pipit_checkpoint_tensor_dtype(ck, pipit_checkpoint_tensor_name(ck, i), &dt) && dt == PIPIT_BF16;
+    }
+    if (n && pipit_process_rank() == 0)
+        fprintf(stderr, "pipit: note: --%s '%s' holds %d bf16 tensor%s: loaded into the fp32 master weights, widened "
+                        "exactly (their low 16 bits start at zero)\n",
+                flagname, pipit_checkpoint_path(ck), n, n == 1 ? "" : "s");
+}
+
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
     cli_check_device(o->device, o->tf32); /* before any file is read */
+    pipit_dtype dtype = cli_dtype(o->dtype, o->device);
     if (o->resume) {
         /* s->ckpt was opened by apply_resume; closed with the session */
         cli_note_unverified(s->ckpt, "resume");
@@ -286,6 +391,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
         if (masks && pipit_process_rank() == 0)
             fprintf(stderr, "pipit: note: --init '%s': ignoring %d attention-mask buffer%s (attn.bias, attn.masked_bias)\n",
                     o->init, masks, masks == 1 ? "" : "s");
+        cli_note_bf16(s->ckpt, "init");
     }
     check_model_flags(o, c);
     check_positive("ctx", o->ctx);
@@ -329,6 +435,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (pipit_data_max_token(s->data) >= o->vocab)
         die("--data '%s' holds token %d but the vocabulary has %d entries (raise --vocab)", o->data,
             pipit_data_max_token(s->data), o->vocab);
+    agree_run(s, o, c);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
     s->loss = s->cfg.kind->build(s->g, &s->cfg, NULL);
@@ -339,7 +446,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
                         .data_parallel = o->dp, .zero1 = o->zero1, .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
-                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check};
+                        .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
+                        .dtype = dtype};
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;

@@ -35,6 +35,7 @@ typedef struct {
     int json_summary;
     const char *device; /* --device cpu|cuda */
     int tf32;           /* --tf32 */
+    const char *dtype;  /* --dtype f32|bf16 (NULL: f32) */
     const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */
@@ -111,7 +112,7 @@ void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds);
 typedef struct {
     int64_t step, total, data_pos;
 } run_pos;
-void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path);
+void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path, pipit_dtype dt);
 void save_train(const opts *o, const pipit_program *p, const cli_model *c, const char *path, run_pos r);
 void say_saved(const opts *o, const char *path, int64_t step);
 void remove_stale_temps(const char *path);

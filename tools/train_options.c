@@ -94,6 +94,8 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"threads", FL_INT, &o->threads, "compute threads per rank (default 1; cpu only)", 0}},
         {3, {"device", FL_STR, &o->device, "cpu (default) or cuda: where the ranks run (rank r on GPU r mod the GPUs)", 0}},
         {3, {"tf32", FL_BOOL, &o->tf32, "with --device cuda: GEMMs on TF32 tensor cores (default: full fp32)", 0}},
+        {3, {"dtype", FL_STR, &o->dtype, "compute precision: f32 (default) or bf16 (fp32 master weights, gradients "
+                                         "and optimizer; bf16 activations and stage messages)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
@@ -376,6 +378,7 @@ void print_train_config(const train_args *a) {
     printf("%llu", (unsigned long long)o->seed);
     json_str("data-order", o->data_order, &f);
     json_str("schedule", o->schedule, &f);
+    json_str("dtype", o->dtype ? o->dtype : "f32", &f);
     if (o->virt) json_num("virtual", o->virt, &f);
     if (strcmp(mc.kind->name, "llama") == 0) { /* the preset's kind: its own fields, as flags */
         pipit_llama_config lc = {.dim = mc.dim, .ffn_hidden = mc.ffn_hidden, .multiple_of = mc.multiple_of,

@@ -20,14 +20,16 @@
 #include "progress.h"
 #include "train_cli.h"
 
-/* A weights-only checkpoint: the params and the model's fields. */
-void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path) {
+/* A weights-only checkpoint: the params and the model's fields; rounded to
+ * bf16 when the run computes in bf16 (--dtype bf16: weights for inference
+ * tools; a training checkpoint keeps the fp32 masters). */
+void save_checkpoint(const pipit_program *p, const cli_model *c, const char *path, pipit_dtype dt) {
     cli_model_meta mm;
     cli_model_meta_fill(c, &mm);
     const char *meta[2 + NFLAGS(mm.kv) + 1] = {"format", "pt"};
     memcpy(meta + 2, mm.kv, sizeof(char *) * (size_t)mm.n);
     meta[2 + mm.n] = NULL;
-    cli_check(pipit_checkpoint_save(p, path, meta), "save");
+    cli_check(pipit_checkpoint_save_as(p, path, meta, dt), "save");
 }
 
 /* The folder of path ("." when it has none) and its last component. */
@@ -192,6 +194,7 @@ void save_train(const opts *o, const pipit_program *p, const cli_model *c, const
     meta_num(&m, "seed", "%llu", (unsigned long long)o->seed);
     meta_str(&m, "data", o->data);
     meta_str(&m, "data_order", o->data_order);
+    meta_str(&m, "dtype", o->dtype ? o->dtype : "f32");
     meta_num(&m, "steps", "%lld", (long long)r.total);
     meta_num(&m, "data_pos", "%lld", (long long)r.data_pos);
     meta_num(&m, "save_every", "%d", o->save_every);
@@ -372,6 +375,7 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
         {"eps", "eps", FL_DBL, &o->eps, 0, 0, 0, NULL}, {"weight-decay", "weight_decay", FL_DBL, &o->wd, 0, 0, 0, NULL},
         {"clip", "clip", FL_DBL, &o->clip, 0, 0, 0, NULL}, {"seed", "seed", FL_U64, &o->seed, 0, 0, 0, NULL},
         {"data-order", "data_order", FL_STR, &o->data_order, 0, 0, 0, NULL},
+        {"dtype", "dtype", FL_STR, &o->dtype, 0, 0, 0, "f32"}, /* older files ran in f32 */
         {"data", "data", FL_STR, &o->data, 1, 0, 0, NULL},
         {"lr-schedule", "lr_schedule", FL_STR, &o->lr_schedule, 0, 0, 0, NULL},
         {"warmup", "warmup", FL_INT, &o->warmup, 0, 0, BIG, NULL},

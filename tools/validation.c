@@ -104,7 +104,7 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
         for (int m = 0; m < G; m++)
             fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        if (pipit_step(s->vp, feeds, nf, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
+        if (pipit_step_feeds(s->vp, feeds, (int64_t)G * nf, nf, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;

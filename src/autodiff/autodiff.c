@@ -115,7 +115,8 @@ static pipit_status validate_loss(const pipit_graph *g, int32_t loss) {
     if (loss < 0 || loss >= g->n) return pipit__err(PIPIT_STATUS_INVALID, "loss is not a value of this graph");
     const pipit__node *l = &g->nodes[loss];
     if (l->ndim != 0 || (l->dtype != PIPIT_F32 && l->dtype != PIPIT_F64))
-        return pipit__err(PIPIT_STATUS_SHAPE, "loss must be a float scalar (got rank %d)", l->ndim);
+        return pipit__err(PIPIT_STATUS_SHAPE, "loss must be an f32 or f64 scalar (got %s of rank %d)",
+                          pipit__dtype_name((pipit_dtype)l->dtype), l->ndim);
     int32_t y = loss; /* a yield anywhere in the loss's alias chain (reshape(yield(x))) */
     while (pipit__ops[g->nodes[y].op].alias && g->nodes[y].op != PIPIT_OP_YIELD) y = g->nodes[y].in[0];
     if (g->nodes[y].op == PIPIT_OP_YIELD)
@@ -181,6 +182,8 @@ static int is_target_leaf(const ad_state *a, int32_t i) {
     return a->g->nodes[i].op == PIPIT_OP_PARAM;
 }
 
+static pipit_status fold_transparent_casts(ad_state *a);
+
 /* Loop pass: per-microbatch backward, stopping at params and pre-loop values. */
 static pipit_status loop_pass(ad_state *a) {
     for (int32_t j = a->loss; j >= 0; j--) {
@@ -195,10 +198,60 @@ static pipit_status loop_pass(ad_state *a) {
         a->loop_uses[i] = a->lists[i];
         memset(&a->lists[i], 0, sizeof a->lists[i]);
     }
+    return fold_transparent_casts(a);
+}
+
+/* A pre-loop cast of a param to a dtype whose gradients accumulate in the
+ * param's own (bf16 from fp32): its loop contributions are the param's
+ * loop uses, added into fp32 accumulators as they come, so the cast needs
+ * no gradient buffer and no post-loop backward of its own. */
+static int transparent_cast(const ad_state *a, int32_t i) {
+    const pipit__node *n = &a->g->nodes[i];
+    if (n->op != PIPIT_OP_CAST || !a->pre[i]) return 0;
+    const pipit__node *x = &a->g->nodes[n->in[0]];
+    return x->op == PIPIT_OP_PARAM && x->dtype != n->dtype && pipit__acc_dtype((pipit_dtype)n->dtype) == x->dtype;
+}
+
+/* dst gets src's contributions too, both held in descending consumer order. */
+static pipit_status merge_uses(contrib_list *dst, contrib_list *src) {
+    contrib_list m = {0};
+    int i = 0, k = 0;
+    while (i < dst->n || k < src->n) {
+        int take_src = i >= dst->n || (k < src->n && src->c[k].consumer > dst->c[i].consumer);
+        contrib c = take_src ? src->c[k++] : dst->c[i++];
+        if (!list_push(&m, c.id, c.consumer)) {
+            pipit__free(m.c);
+            return oom();
+        }
+    }
+    pipit__free(dst->c);
+    pipit__free(src->c);
+    *dst = m;
+    memset(src, 0, sizeof *src);
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status fold_transparent_casts(ad_state *a) {
+    for (int32_t i = 0; i < a->fwd_end; i++)
+        if (a->loop_uses[i].n && transparent_cast(a, i)) {
+            pipit_status s = merge_uses(&a->loop_uses[a->g->nodes[i].in[0]], &a->loop_uses[i]);
+            if (s) return s;
+        }
     return PIPIT_STATUS_OK;
 }
 
 static int is_boundary(const ad_state *a, int32_t i) { return a->pre[i] && a->needs[i] && a->loop_uses[i].n > 0; }
+
+/* What the post-loop region receives for boundary value i: its
+ * accumulated gradient `leaf` (in the accumulation dtype), rounded to the
+ * value's dtype -- unless i casts a value of the leaf's dtype, whose
+ * gradient the cast passes on unrounded. */
+static int32_t gacc_contribution(pipit_graph *g, int32_t i, int32_t leaf) {
+    const pipit__node *n = &g->nodes[i];
+    if (n->dtype == g->nodes[leaf].dtype) return leaf;
+    if (n->op == PIPIT_OP_CAST && g->nodes[n->in[0]].dtype == g->nodes[leaf].dtype) return leaf;
+    return pipit__cast(g, leaf, (pipit_dtype)n->dtype);
+}
 
 /* Post-loop pass: from each boundary value's accumulated gradient (a leaf
  * the runtime fills) back through the pre-loop region to the params. */
@@ -214,11 +267,13 @@ static pipit_status post_pass(ad_state *a, int32_t *gacc) {
         snprintf(name, sizeof name, "@gacc:%d", i);
         if (leaf < 0 || !(g->nodes[leaf].name = pipit__strdup(name))) return oom();
         pipit__node *n = &g->nodes[leaf];
-        n->dtype = g->nodes[i].dtype;
+        n->dtype = (uint8_t)pipit__acc_dtype((pipit_dtype)g->nodes[i].dtype);
         n->ndim = g->nodes[i].ndim;
         memcpy(n->shape, g->nodes[i].shape, sizeof n->shape);
         gacc[i] = leaf;
-        if (!list_push(&a->lists[i], leaf, INT32_MAX)) return oom();
+        int32_t c = gacc_contribution(g, i, leaf);
+        if (c < 0) return pipit__err(g->status, "autodiff: %s", g->errmsg);
+        if (!list_push(&a->lists[i], c, INT32_MAX)) return oom();
     }
     for (int32_t j = a->fwd_end - 1; j >= 0; j--) {
         if (!a->pre[j] || !a->needs[j] || a->lists[j].n == 0) continue;

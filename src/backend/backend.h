@@ -64,8 +64,11 @@ typedef struct pipit__backend {
     void (*gemm)(pipit_dtype dt, int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                  const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB, void *C,
                  int64_t ldc, int64_t sC, int accumulate, int ith, int nth);
-    /* acc[n] = x[n] (first) or acc[n] += x[n]: one microbatch's gradient. */
-    void (*accumulate)(pipit_dtype dt, void *acc, const void *x, int64_t n, int first, int ith, int nth);
+    /* acc[n] = x[n] (first) or acc[n] += x[n]: one microbatch's gradient;
+     * acc has dtype dt, x has xdt: dt itself, or bf16 into an f32 acc
+     * (converted exactly, then added in fp32). */
+    void (*accumulate)(pipit_dtype dt, pipit_dtype xdt, void *acc, const void *x, int64_t n, int first, int ith,
+                       int nth);
     /* dst = src, n bytes (gradient transforms). */
     void (*copy)(void *dst, const void *src, size_t n, int ith, int nth);
     /* dst[a, b) = ((srcs[0] + srcs[1]) + srcs[2]) ...; zero when nsrcs = 0
@@ -87,6 +90,9 @@ typedef struct pipit__backend {
      * team is one thread (kernels launch the whole op from ith == 0 and the
      * device does the parallel work). */
     int host_memory;
+    /* 1: every kernel, GEMM and accumulate takes bf16 (options.dtype
+     * PIPIT_BF16 runs here); 0: compiling a bf16 program is refused. */
+    int bf16;
     /* Devices ranks can be placed on (cpu: 1), after init; 0 when none can
      * be used, with the reason as this thread's message. */
     int (*devices)(void);

@@ -147,11 +147,12 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
     in->out = (pipit__loc){LOC_ARENA, b, 0};
 }
 
-void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first) {
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first, pipit_dtype acc_dt) {
     if (e->status) return;
     pipit__instr *in = pipit__emit_push(e);
     if (!in) return;
     in->kind = INS_ACC;
+    in->dtype = (uint8_t)acc_dt;
     in->node = contrib;
     in->mb = mb;
     in->first = (uint8_t)first;

@@ -21,7 +21,8 @@ typedef struct {
 
 pipit_status pipit__emitter_init(pipit__emitter *e, pipit__plan *p, pipit__rank_plan *r);
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
-void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first);
+/* acc (of dtype acc_dt) = or += contrib (of its node's dtype: bf16 is added into fp32) */
+void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first, pipit_dtype acc_dt);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);
 void pipit__emit_send(pipit__emitter *e, int32_t node, int mb, int dst);
 void pipit__emit_recv(pipit__emitter *e, int32_t node, int mb, int src);

@@ -81,13 +81,16 @@ static void find_sole_acc(lowering *L) {
 
 /* First microbatch: let the kernel write the use's sum directly (no copy),
  * when nothing else reads the value; otherwise accumulate. Never through
- * a view of part of its producer's output: the producer writes all of it. */
-static void acc_or_retarget(lowering *L, pipit__emitter *e, int32_t c, int mb, pipit__loc dst) {
+ * a view of part of its producer's output: the producer writes all of it;
+ * nor when the accumulator's dtype is another (a bf16 contribution to an
+ * fp32 gradient is converted as it is added). */
+static void acc_or_retarget(lowering *L, pipit__emitter *e, int i, int32_t c, int mb, pipit__loc dst) {
     const pipit_graph *g = L->p->g;
     int32_t r = pipit__alias_root(g, c);
+    pipit_dtype dt = L->p->params[i].dtype;
     int whole = pipit__alias_offset(g, c) == 0 && pipit__node_bytes(&g->nodes[c]) == pipit__node_bytes(&g->nodes[r]);
-    if (mb == 0 && L->sole_acc[r] && whole && pipit__emit_retarget(e, r, mb, dst)) return;
-    pipit__emit_acc(e, c, mb, dst, mb == 0);
+    if (mb == 0 && L->sole_acc[r] && whole && g->nodes[c].dtype == dt && pipit__emit_retarget(e, r, mb, dst)) return;
+    pipit__emit_acc(e, c, mb, dst, mb == 0, dt);
 }
 
 static int32_t use_root(const pipit__plan *p, int i, int u) { return pipit__alias_root(p->g, p->gr.t[i].contrib[u]); }
@@ -181,7 +184,7 @@ pipit__loc pipit__lower_use_loc(const pipit__plan *p, int i, int u, int q) {
 /* Microbatch mb's contribution of use u of target i into its accumulator
  * (the same adds in the same microbatch order wherever it is emitted). */
 static void acc_use(lowering *L, pipit__emitter *e, int i, int u, int mb, int me) {
-    acc_or_retarget(L, e, L->p->gr.t[i].contrib[u], mb, pipit__lower_use_loc(L->p, i, u, me));
+    acc_or_retarget(L, e, i, L->p->gr.t[i].contrib[u], mb, pipit__lower_use_loc(L->p, i, u, me));
     pipit__dp_after_acc(L, e, i, mb, me);
 }
 
@@ -470,7 +473,7 @@ static void accumulate_post(lowering *L, pipit__emitter *e, int me) {
         const pipit__param *pp = &p->params[i];
         for (int u = 0; u < pp->nuses; u++)
             if (pp->post[u] && pipit__has_rank(pp->use_ranks[u], me))
-                acc_or_retarget(L, e, p->gr.t[i].contrib[u], 0, pipit__lower_use_loc(p, i, u, me));
+                acc_or_retarget(L, e, i, p->gr.t[i].contrib[u], 0, pipit__lower_use_loc(p, i, u, me));
     }
 }
 

@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "compile/autocast.h"
 #include "compile/plan.h"
 #include "schedule/schedule.h"
 
@@ -23,7 +24,8 @@ static pipit_status describe_params(pipit__plan *p) {
         pp->node = t->node;
         pp->boundary = t->boundary;
         pp->gacc = t->gacc;
-        pp->dtype = (pipit_dtype)n->dtype;
+        /* a pre-loop value's gradient accumulates in fp32 when it is bf16 */
+        pp->dtype = t->boundary ? pipit__acc_dtype((pipit_dtype)n->dtype) : (pipit_dtype)n->dtype;
         pp->numel = pipit__node_numel(n);
         pp->decay = n->ndim >= 2;
         pp->nuses = t->nuses;
@@ -170,30 +172,44 @@ static pipit_status copy_outputs(pipit__plan *p, const pipit_options *o) {
         return pipit__err(PIPIT_STATUS_INVALID, "options.outputs: %d outputs%s", o->noutputs,
                           o->noutputs > 0 ? " but outputs is NULL" : " (must be >= 0)");
     p->outputs = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(o->noutputs, 1));
-    if (!p->outputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
+    p->user_outputs = pipit__malloc(sizeof(int32_t) * (size_t)PIPIT_MAX(o->noutputs, 1));
+    if (!p->outputs || !p->user_outputs) return pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
     for (int i = 0; i < o->noutputs; i++) {
         if (o->outputs[i].g != p->g || o->outputs[i].id < 0 || o->outputs[i].id >= p->g->n)
             return pipit__err(PIPIT_STATUS_INVALID, "options.outputs[%d] is not a value of this graph", i);
-        p->outputs[i] = o->outputs[i].id;
+        p->outputs[i] = p->user_outputs[i] = o->outputs[i].id;
     }
     p->noutputs = o->noutputs;
     return PIPIT_STATUS_OK;
 }
 
+/* options.dtype bf16: the plan compiles its own bf16 copy of the graph
+ * (the loss and the outputs become their twins there). */
+static pipit_status use_bf16_copy(pipit__plan *p, int32_t *loss) {
+    pipit_graph *c;
+    pipit_status s = pipit__autocast(p->user_g, *loss, p->user_outputs, p->noutputs, &c, loss, p->outputs);
+    if (s) return s;
+    p->g = c;
+    p->own_g = 1;
+    p->loss = *loss;
+    return PIPIT_STATUS_OK;
+}
+
 pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options *opt, pipit__plan *p) {
     memset(p, 0, sizeof *p);
-    p->g = g;
+    p->g = p->user_g = g;
     p->loss = loss;
     apply_defaults(p, opt);
-    pipit_status s;
-    int32_t n0 = g->n;
-    pipit_status st0 = g->status;
-    int compiled = p->forward_only ? 0 : already_compiled(g, g->n);
-    s = copy_outputs(p, opt);
+    pipit_status s = copy_outputs(p, opt);
+    if (!s && opt->dtype == PIPIT_BF16) s = use_bf16_copy(p, &loss);
     if (s) {
         pipit__plan_free(p);
         return s;
     }
+    g = p->g; /* the graph this plan compiles: the user's or its bf16 copy */
+    int32_t n0 = g->n;
+    pipit_status st0 = g->status;
+    int compiled = p->forward_only ? 0 : already_compiled(g, g->n);
     if (p->forward_only)
         s = pipit__forward_targets(g, loss, &p->gr);
     else if (compiled)
@@ -208,8 +224,9 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     p->graph_n0 = n0;
     p->graph_st0 = st0;
     if (s) {
-        pipit__plan_free(p);
-        if (!compiled) rollback(g, n0, st0);
+        int own = p->own_g;
+        pipit__plan_free(p); /* frees an own graph */
+        if (!compiled && !own) rollback(g, n0, st0);
     }
     return s;
 }
@@ -240,6 +257,8 @@ void pipit__plan_free(pipit__plan *p) {
     pipit__free(p->param_of);
     pipit__free(p->inputs);
     pipit__free(p->outputs);
+    pipit__free(p->user_outputs);
     pipit__grads_free(&p->gr);
+    if (p->own_g) pipit_graph_free(p->g);
     memset(p, 0, sizeof *p);
 }

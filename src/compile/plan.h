@@ -68,6 +68,8 @@ typedef enum {
 typedef struct {
     uint8_t kind;
     uint8_t first;       /* INS_ACC: first microbatch, copy instead of add; INS_SUMSQ: my DP shard only */
+    uint8_t dtype;       /* INS_ACC: the accumulator's dtype (the contribution has its node's: a bf16
+                            contribution is converted as it is added into an fp32 accumulator) */
     int32_t node;        /* INS_RUN: node; INS_ACC: contribution node */
     int32_t mb;
     pipit__loc out, in[PIPIT_MAX_IN];
@@ -141,7 +143,10 @@ typedef struct {
 #define PIPIT_SUMSQ_CHUNK 16384 /* elements per partial sum: fixed, so the norm's bits never depend on threads */
 
 typedef struct {
-    pipit_graph *g;      /* borrowed: the graph the backward was appended to */
+    pipit_graph *g;      /* the graph the backward was appended to: the user's (borrowed), or with
+                            options.dtype bf16 the plan's own bf16 copy of it (compile/autocast.c) */
+    pipit_graph *user_g; /* the user's graph (borrowed; = g unless own_g) */
+    int own_g;           /* g is the plan's (freed with it) */
     int32_t loss;
     pipit__grads gr;
     pipit_options opt;   /* with defaults applied */
@@ -165,7 +170,9 @@ typedef struct {
     uint8_t *node_phase; /* [graph nodes] PH_* */
     int forward_only;    /* options.forward_only: F tasks only, no gradients, no post-loop */
     int noutputs;
-    int32_t *outputs;    /* [noutputs] options.outputs' node ids */
+    int32_t *outputs;    /* [noutputs] options.outputs' node ids in g */
+    int32_t *user_outputs; /* [noutputs] the same values' ids in user_g (their dtype is what
+                            pipit_program_get_output returns) */
     int32_t graph_n0;    /* the graph's node count before this compile appended to it */
     pipit_status graph_st0; /* and its status */
 } pipit__plan;
@@ -193,5 +200,11 @@ size_t pipit__live_bytes_after(const pipit__rank_plan *r, int32_t i);
 /* Per rank, the largest live bytes at any task boundary of the loop: what
  * the schedule keeps in flight (the simulator's peak_bytes model). */
 size_t pipit__task_boundary_peak(const pipit__rank_plan *r);
+/* The arena's two parts: the bytes of pre-loop values (they live into the
+ * loop: the params' bf16 copies under options.dtype bf16), and the peak of
+ * the buffers born in the loop (activations, messages, gradients per
+ * microbatch) at any instruction of it. */
+size_t pipit__preloop_bytes(const pipit__rank_plan *r);
+size_t pipit__activation_peak(const pipit__rank_plan *r);
 
 #endif

@@ -87,6 +87,11 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
             if (p->stage_rank[s] == r) fprintf(f, " %d", s);
         fprintf(f, "; planned peak activations %.3f MiB (%zu bytes; %zu without reuse); %d instructions\n",
                 rp->arena_bytes / 1048576.0, rp->arena_bytes, rp->naive_bytes, rp->n);
+        size_t pre = pipit__preloop_bytes(rp);
+        if (pre) /* ops on params alone: with options.dtype bf16, the params' bf16 copies */
+            fprintf(f, "   of which: values of params alone (pre-loop) %.3f MiB, the loop's own buffers at their peak "
+                       "%.3f MiB\n",
+                    pre / 1048576.0, pipit__activation_peak(rp) / 1048576.0);
         fprintf(f, "ops (stage/phase):");
         int col = 0;
         for (int32_t i = 0; i < p->g->n; i++) {
@@ -245,6 +250,8 @@ static cJSON *rank_json(const pipit__plan *p, int r) {
         if (p->stage_rank[s] == r) cJSON_AddItemToArray(st, cJSON_CreateNumber(s));
     cJSON_AddNumberToObject(o, "arena_bytes", (double)rp->arena_bytes);
     cJSON_AddNumberToObject(o, "naive_bytes", (double)rp->naive_bytes);
+    cJSON_AddNumberToObject(o, "preloop_bytes", (double)pipit__preloop_bytes(rp));
+    cJSON_AddNumberToObject(o, "loop_peak_bytes", (double)pipit__activation_peak(rp));
     cJSON_AddNumberToObject(o, "instructions", rp->n);
     enum { NKINDS = INS_LOSS_RECV + 1 };
     int count[NKINDS] = {0};

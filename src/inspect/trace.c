@@ -41,11 +41,11 @@ static int write_events(FILE *f, const pipit_program *p) {
     return ferror(f) ? -1 : 0;
 }
 
-pipit_status pipit_program_write_trace(const pipit_program *p, const char *path) {
-    if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", __func__);
+static pipit_status program_write_trace_impl(const pipit_program *p, const char *path) {
+    if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", "pipit_program_write_trace");
     if (p->magic != PIPIT_PROGRAM_MAGIC)
-        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", __func__);
-    if (!path) return pipit__err(PIPIT_STATUS_INVALID, "%s: path is NULL", __func__);
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", "pipit_program_write_trace");
+    if (!path) return pipit__err(PIPIT_STATUS_INVALID, "%s: path is NULL", "pipit_program_write_trace");
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
@@ -80,4 +80,9 @@ pipit_status pipit_program_write_trace(const pipit_program *p, const char *path)
         return pipit__err(PIPIT_STATUS_IO, "trace '%s': write failed", path);
     }
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_program_write_trace(const pipit_program *p, const char *path) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(program_write_trace_impl(p, path), gen0, __func__);
 }

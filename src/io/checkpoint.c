@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "pipit_io.h"
+#include "util/bf16.h"
 #include "util/common.h"
 
 /* Tensors are seen under their "model" names: a Hugging Face
@@ -91,11 +92,30 @@ static pipit_status bad_program(const char *fn) {
     return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", fn);
 }
 
-pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
-    if (!p || !path)
-        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save: %s is NULL", p ? "path" : "program");
+/* A param read as f32 (or f64) into t, rounded to bf16 in place of it. */
+static pipit_status narrow_to_bf16(pipit__st_tensor *t) {
+    size_t n = t->nbytes / pipit__dtype_size(t->dtype);
+    pipit__bf16 *h = pipit__malloc(sizeof *h * PIPIT_MAX(n, 1));
+    if (!h) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
+    for (size_t k = 0; k < n; k++)
+        h[k] = t->dtype == PIPIT_F64 ? pipit__bf16_from_f64(((const double *)t->data)[k])
+                                     : pipit__bf16_from_f32(((const float *)t->data)[k]);
+    pipit__free((void *)t->data);
+    t->data = h;
+    t->dtype = PIPIT_BF16;
+    t->nbytes = sizeof *h * n;
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status checkpoint_save_impl(const pipit_program *p, const char *path, const char *const *meta,
+                                         pipit_dtype dtype, const char *fn) {
+    if (!p || !path) return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, p ? "path" : "program");
     int n = pipit_program_num_params(p); /* a compiled program has params */
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program(fn);
+    if (dtype != PIPIT_F32 && dtype != PIPIT_BF16)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "%s: dtype must be PIPIT_F32 (the params as declared) or PIPIT_BF16 (rounded), got %d", fn,
+                          (int)dtype);
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -125,12 +145,24 @@ pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, con
             if (!buf) s = pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
             else s = pipit_program_get_param(p, name, buf, t[i].nbytes);
         }
+        if (!s && dtype == PIPIT_BF16) s = narrow_to_bf16(&t[i]);
     }
     /* every process took part in the gathers; one writes the file */
     if (!s && pipit_process_rank() == 0) s = pipit__st_write(path, t, n, meta);
     for (int i = 0; i < made && i < n; i++) pipit__free((void *)t[i].data);
     pipit__free(t);
     return s;
+}
+
+pipit_status pipit_checkpoint_save(const pipit_program *p, const char *path, const char *const *meta) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_save_impl(p, path, meta, PIPIT_F32, __func__), gen0, __func__);
+}
+
+pipit_status pipit_checkpoint_save_as(const pipit_program *p, const char *path, const char *const *meta,
+                                      pipit_dtype dtype) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_save_impl(p, path, meta, dtype, __func__), gen0, __func__);
 }
 
 static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint *ck, const char *path,
@@ -151,7 +183,7 @@ static pipit_status check_tensor(const pipit_program *p, const pipit_checkpoint 
     }
     pipit_dtype want = PIPIT_F32;
     pipit_program_param_dtype(p, name, &want);
-    if (t->dtype != want)
+    if (t->dtype != want && !(t->dtype == PIPIT_BF16 && want == PIPIT_F32)) /* bf16 widens exactly */
         return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': tensor '%s' is %s, the param is %s", path, name,
                           pipit__dtype_name(t->dtype), pipit__dtype_name(want));
     *out = t;
@@ -169,10 +201,17 @@ static pipit_status load_params(pipit_program *p, const pipit_checkpoint *ck, co
     for (int i = 0; i < n; i++) {
         const char *name = pipit_program_param_name(p, i);
         check_tensor(p, ck, path, name, &t);
-        void *buf = pipit__malloc(t->nbytes); /* file data may be unaligned */
+        int widen = t->dtype == PIPIT_BF16; /* into an fp32 master, exactly */
+        size_t n16 = t->nbytes / 2, bytes = widen ? n16 * sizeof(float) : t->nbytes;
+        void *buf = pipit__malloc(PIPIT_MAX(bytes, 1)); /* file data may be unaligned */
         if (!buf) return pipit__err(PIPIT_STATUS_NOMEM, "checkpoint: out of memory");
-        memcpy(buf, t->data, t->nbytes);
-        pipit_status s = pipit_program_set_param(p, name, buf, t->nbytes);
+        if (!widen) memcpy(buf, t->data, t->nbytes);
+        for (size_t k = 0; widen && k < n16; k++) {
+            pipit__bf16 h;
+            memcpy(&h, (const char *)t->data + 2 * k, sizeof h);
+            ((float *)buf)[k] = pipit__bf16_to_f32(h);
+        }
+        pipit_status s = pipit_program_set_param(p, name, buf, bytes);
         pipit__free(buf);
         if (s) return s;
     }
@@ -236,8 +275,8 @@ const char *pipit_checkpoint_tensor_name(const pipit_checkpoint *ck, int i) {
     return ck->names[i];
 }
 
-pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
-                                           int64_t *shape) {
+static pipit_status checkpoint_tensor_shape_impl(const pipit_checkpoint *ck, const char *name, int *ndim,
+                                                 int64_t *shape) {
     if (!ck || !name)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_shape: %s is NULL", ck ? "name" : "checkpoint");
     const pipit__st_tensor *t = ck_find(ck, name);
@@ -246,6 +285,24 @@ pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const cha
                           ck->path, name);
     if (ndim) *ndim = t->ndim;
     if (shape) memcpy(shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_checkpoint_tensor_shape(const pipit_checkpoint *ck, const char *name, int *ndim,
+                                           int64_t *shape) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_tensor_shape_impl(ck, name, ndim, shape), gen0, __func__);
+}
+
+pipit_status pipit_checkpoint_tensor_dtype(const pipit_checkpoint *ck, const char *name, pipit_dtype *out) {
+    if (!ck || !name || !out)
+        return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_tensor_dtype: %s is NULL",
+                          !ck ? "checkpoint" : !name ? "name" : "out");
+    const pipit__st_tensor *t = ck_find(ck, name);
+    if (!t)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_tensor_dtype: checkpoint '%s' has no tensor '%s'",
+                          ck->path, name);
+    *out = t->dtype;
     return PIPIT_STATUS_OK;
 }
 
@@ -275,13 +332,18 @@ int pipit_checkpoint_verified(const pipit_checkpoint *ck) {
     return pipit__st_checksummed(ck->f);
 }
 
-pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
+static pipit_status checkpoint_load_into_impl(pipit_program *p, const pipit_checkpoint *ck) {
     if (!p || !ck)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_into: %s is NULL", p ? "checkpoint" : "program");
     return load_params(p, ck, ck->path);
 }
 
-pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
+pipit_status pipit_checkpoint_load_into(pipit_program *p, const pipit_checkpoint *ck) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_load_into_impl(p, ck), gen0, __func__);
+}
+
+static pipit_status checkpoint_load_impl(pipit_program *p, const char *path) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load: %s is NULL", p ? "path" : "program");
     pipit_checkpoint *ck = NULL;
@@ -291,15 +353,20 @@ pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
     return s;
 }
 
+pipit_status pipit_checkpoint_load(pipit_program *p, const char *path) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_load_impl(p, path), gen0, __func__);
+}
+
 /* ---- optimizer state ---- */
 
 static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
 
-pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+static pipit_status optimizer_save_impl(const pipit_program *p, const char *path, int64_t next_step) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_save: %s is NULL", p ? "path" : "program");
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_optimizer_save");
     pipit__st_tensor *t = pipit__calloc((size_t)PIPIT_MAX(2 * n, 1), sizeof *t);
     if (!t) return pipit__err(PIPIT_STATUS_NOMEM, "optimizer state: out of memory");
     pipit_status s = PIPIT_STATUS_OK;
@@ -337,6 +404,11 @@ pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int6
     return s;
 }
 
+pipit_status pipit_optimizer_save(const pipit_program *p, const char *path, int64_t next_step) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(optimizer_save_impl(p, path, next_step), gen0, __func__);
+}
+
 static pipit_status meta_int(const pipit__st_file *f, const char *path, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(f, key);
     if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "optimizer state '%s': metadata '%s' is missing", path, key);
@@ -346,11 +418,11 @@ static pipit_status meta_int(const pipit__st_file *f, const char *path, const ch
     return s;
 }
 
-pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+static pipit_status optimizer_load_impl(pipit_program *p, const char *path, int64_t *next_step) {
     if (!p || !path || !next_step)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_optimizer_load: %s is NULL",
                           !p ? "program" : !path ? "path" : "next_step");
-    if (pipit_program_num_params(p) <= 0) return bad_program(__func__);
+    if (pipit_program_num_params(p) <= 0) return bad_program("pipit_optimizer_load");
     pipit__st_file *f = NULL;
     pipit_status s = pipit__st_read(path, &f);
     int64_t steps = 0;
@@ -390,6 +462,11 @@ pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *n
     return s;
 }
 
+pipit_status pipit_optimizer_load(pipit_program *p, const char *path, int64_t *next_step) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(optimizer_load_impl(p, path, next_step), gen0, __func__);
+}
+
 /* ---- one-file training checkpoints ---- */
 
 static const char *const train_prefix[2] = {"opt.m.", "opt.v."};
@@ -421,12 +498,12 @@ static pipit_status gather(const pipit_program *p, const char *name, int which, 
     return s;
 }
 
-pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *path, int64_t next_step,
-                                         const char *const *meta) {
+static pipit_status checkpoint_save_train_impl(const pipit_program *p, const char *path, int64_t next_step,
+                                               const char *const *meta) {
     if (!p || !path)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_save_train: %s is NULL", p ? "path" : "program");
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_checkpoint_save_train");
     if (next_step < 0)
         return pipit__err(PIPIT_STATUS_INVALID, "pipit_checkpoint_save_train: next_step must be >= 0 (got %lld)",
                           (long long)next_step);
@@ -443,7 +520,7 @@ pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *pat
         for (int i = 0; i < n && !s; i++) s = gather(p, pipit_program_param_name(p, i), -1, &t[i]);
         for (int i = 0; i < n && !s; i++)
             for (int w = 0; w < 2 && !s; w++) s = gather(p, pipit_program_param_name(p, i), w, &t[n + 2 * i + w]);
-        if (s) s = pipit__err_fresh(s, gen0, __func__);
+        if (s) s = pipit__err_fresh(s, gen0, "pipit_checkpoint_save_train");
     }
     char step[32], steps[32];
     snprintf(step, sizeof step, "%lld", (long long)next_step);
@@ -469,6 +546,12 @@ pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *pat
     return s;
 }
 
+pipit_status pipit_checkpoint_save_train(const pipit_program *p, const char *path, int64_t next_step,
+                                         const char *const *meta) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_save_train_impl(p, path, next_step, meta), gen0, __func__);
+}
+
 static pipit_status train_count(const pipit_checkpoint *ck, const char *key, int64_t *out) {
     const char *v = pipit__st_meta(ck->f, key);
     if (!v) return pipit__err(PIPIT_STATUS_FORMAT, "training checkpoint '%s': metadata '%s' is missing", ck->path, key);
@@ -478,12 +561,12 @@ static pipit_status train_count(const pipit_checkpoint *ck, const char *key, int
     return s;
 }
 
-pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
+static pipit_status checkpoint_load_train_impl(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
     if (!p || !ck || !next_step)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_checkpoint_load_train: %s is NULL",
                           !p ? "program" : !ck ? "checkpoint" : "next_step");
     int n = pipit_program_num_params(p);
-    if (n <= 0) return bad_program(__func__);
+    if (n <= 0) return bad_program("pipit_checkpoint_load_train");
     const char *kind = pipit__st_meta(ck->f, "pipit");
     if (!kind || strcmp(kind, "train") != 0)
         return pipit__err(PIPIT_STATUS_FORMAT,
@@ -527,4 +610,9 @@ pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoin
     if ((s = pipit_program_set_opt_steps(p, steps))) return s;
     *next_step = step;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_checkpoint_load_train(pipit_program *p, const pipit_checkpoint *ck, int64_t *next_step) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(checkpoint_load_train_impl(p, ck, next_step), gen0, __func__);
 }

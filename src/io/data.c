@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "util/common.h"
+#include "util/crc32c.h"
 #include "util/fileio.h"
 
 typedef struct {
@@ -627,6 +628,16 @@ int64_t pipit_data_windows(const pipit_data *d) { return null_data(d, __func__) 
 int pipit_data_max_token(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_max_token(d); }
 int pipit_data_vocab_hint(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_vocab_hint(d); }
 int pipit_data_files(const pipit_data *d) { return null_data(d, __func__) ? 0 : pipit__data_files(d); }
+
+uint32_t pipit_data_checksum(const pipit_data *d) {
+    if (null_data(d, __func__)) return 0;
+    size_t es = d->is_shard ? 2 : 1;
+    const char *buf = d->is_shard ? (const char *)d->toks : (const char *)d->bytes;
+    uint32_t c = 0;
+    for (int i = 0; i < d->nparts; i++)
+        c = pipit__crc32c(c, buf + (size_t)d->parts[i].start * es, (size_t)d->parts[i].n * es);
+    return c;
+}
 const char *pipit_data_file(const pipit_data *d, int i) {
     if (null_data(d, __func__)) return NULL;
     const char *s = pipit__data_file(d, i);

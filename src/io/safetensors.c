@@ -71,6 +71,7 @@ static int dtype_from_name(const char *s, pipit_dtype *dt) {
     if (strcmp(s, "F32") == 0) *dt = PIPIT_F32;
     else if (strcmp(s, "F64") == 0) *dt = PIPIT_F64;
     else if (strcmp(s, "I32") == 0) *dt = PIPIT_I32;
+    else if (strcmp(s, "BF16") == 0) *dt = PIPIT_BF16;
     else return 0;
     return 1;
 }
@@ -80,6 +81,7 @@ static const char *dtype_st_name(pipit_dtype dt) {
     case PIPIT_F32: return "F32";
     case PIPIT_F64: return "F64";
     case PIPIT_I32: return "I32";
+    case PIPIT_BF16: return "BF16";
     }
     return NULL;
 }
@@ -227,7 +229,7 @@ static pipit_status parse_tensor(const char *path, const cJSON *x, st_entry *e,
         return st_fail(PIPIT_STATUS_FORMAT, path, "tensor '%s': \"dtype\" is not a string", name);
     if (!dtype_from_name(dt->valuestring, &e->t.dtype))
         return st_fail(PIPIT_STATUS_FORMAT, path,
-                       "tensor '%s': dtype '%s' unsupported (pipit reads F32, F64, I32)", name,
+                       "tensor '%s': dtype '%s' unsupported (pipit reads F32, F64, BF16, I32)", name,
                        dt->valuestring);
 
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(x, "shape");

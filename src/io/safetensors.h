@@ -34,7 +34,7 @@ typedef struct pipit__st_file pipit__st_file;
  * PIPIT_STATUS_FORMAT (message names the file and the tensor) if malformed:
  * a bad header, tensors that do not tile the data buffer (overlaps, holes,
  * trailing bytes), or a checksum that does not match; PIPIT_STATUS_NOMEM.
- * Supported dtypes: F32, F64, I32. */
+ * Supported dtypes: F32, F64, BF16, I32. */
 pipit_status pipit__st_read(const char *path, pipit__st_file **out);
 /* 1 if the file carried checksums (pipit__st_write's) and they matched;
  * 0 for a file without them (older pipit, other writers). */

@@ -47,7 +47,8 @@ static int bad_graph(const pipit_graph *g, const char *fn) {
 
 pipit_status pipit_graph_status(const pipit_graph *g) {
     if (bad_graph(g, __func__)) return PIPIT_STATUS_MISUSE;
-    if (g->status != PIPIT_STATUS_OK) pipit__set_errmsg(g->errmsg); /* a failing call leaves its message */
+    if (g->status != PIPIT_STATUS_OK) /* a failing call leaves its message, naming the call */
+        pipit__err(g->status, "%s: the graph failed: %s", __func__, g->errmsg);
     return g->status;
 }
 
@@ -333,9 +334,16 @@ static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_
         pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s '%s': shape is NULL (ndim %d)", what, name, ndim);
         return (pipit_val){g, -1};
     }
-    if ((unsigned)dt > PIPIT_I32 || (op == PIPIT_OP_PARAM && dt == PIPIT_I32)) {
+    if ((unsigned)dt > PIPIT_BF16 || (op == PIPIT_OP_PARAM && dt == PIPIT_I32)) {
         pipit__graph_fail(g, PIPIT_STATUS_SHAPE, "%s '%s': dtype %d not allowed", what, name,
                           (int)dt);
+        return (pipit_val){g, -1};
+    }
+    if (op == PIPIT_OP_PARAM && dt == PIPIT_BF16) {
+        pipit__graph_fail(g, PIPIT_STATUS_SHAPE,
+                          "%s '%s': params are fp32 masters, never bf16: declare it PIPIT_F32 and compile with "
+                          "pipit_options.dtype = PIPIT_BF16 (or pipit_cast it to bf16 in the graph)",
+                          what, name);
         return (pipit_val){g, -1};
     }
     for (int32_t i = 0; i < g->n; i++) {
@@ -399,6 +407,12 @@ pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b) {
 }
 pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha) {
     return build(g, __func__, PIPIT_OP_SCALE, 1, &a, (double[2]){alpha, 0}, NULL);
+}
+pipit_val pipit_cast(pipit_graph *g, pipit_val x, pipit_dtype dt) {
+    const pipit__node *n = x.g == g && g && g->magic == PIPIT_GRAPH_MAGIC && x.id >= 0 && x.id < g->n ? &g->nodes[x.id]
+                                                                                                   : NULL;
+    if (n && n->dtype == (uint8_t)dt && g->status == PIPIT_STATUS_OK) return x; /* already dt: x itself */
+    return build(g, __func__, PIPIT_OP_CAST, 1, &x, NULL, (int64_t[4]){(int64_t)dt, 0, 0, 0});
 }
 pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b, int trans_a, int trans_b) {
     int64_t iattr[4] = {trans_a != 0, trans_b != 0, 0, 0};
@@ -711,6 +725,40 @@ int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *sha
     int64_t iattr[4] = {0};
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
     return pipit__node_add(g, PIPIT_OP_FILL, 1, &scalar, (double[2]){scale, (double)ndim}, iattr);
+}
+
+int32_t pipit__cast(pipit_graph *g, int32_t x, pipit_dtype dt) {
+    if (g->nodes[x].dtype == (uint8_t)dt) return x;
+    return pipit__node_add(g, PIPIT_OP_CAST, 1, &x, NULL, (int64_t[4]){(int64_t)dt, 0, 0, 0});
+}
+
+pipit_graph *pipit__graph_clone(const pipit_graph *g, int32_t n) {
+    pipit_graph *c = pipit_graph_new();
+    if (!c) return NULL;
+    int32_t ngs = 0;
+    for (int32_t i = 0; i < g->ngradset; i++) ngs += g->gradset[i][0] < n && g->gradset[i][1] < n;
+    c->nodes = pipit__malloc(sizeof *c->nodes * (size_t)PIPIT_MAX(n, 1));
+    c->gradset = ngs ? pipit__malloc(sizeof *c->gradset * (size_t)ngs) : NULL;
+    if (!c->nodes || (ngs && !c->gradset)) goto oom;
+    c->cap = PIPIT_MAX(n, 1);
+    for (int32_t i = 0; i < n; i++) {
+        c->nodes[i] = g->nodes[i];
+        c->nodes[i].name = NULL;
+        c->n = i + 1; /* pipit_graph_free frees the names copied so far */
+        if (g->nodes[i].name && !(c->nodes[i].name = pipit__strdup(g->nodes[i].name))) goto oom;
+    }
+    for (int32_t i = 0; i < g->ngradset; i++)
+        if (g->gradset[i][0] < n && g->gradset[i][1] < n) {
+            c->gradset[c->ngradset][0] = g->gradset[i][0];
+            c->gradset[c->ngradset++][1] = g->gradset[i][1];
+        }
+    c->status = g->status;
+    memcpy(c->errmsg, g->errmsg, sizeof c->errmsg);
+    return c;
+oom:
+    pipit_graph_free(c);
+    pipit__err(PIPIT_STATUS_NOMEM, "graph: out of memory copying %d nodes", (int)n);
+    return NULL;
 }
 
 /* ---- post-loop ---- */

@@ -79,6 +79,11 @@ typedef struct {
 
 extern const pipit__op_info pipit__ops[PIPIT_OP_COUNT];
 
+/* The dtype gradients of dt values accumulate in (over microbatches, uses
+ * and replicas), and the dtype of per-row losses and of sums to a scalar
+ * of dt values: fp32 for bf16, dt itself otherwise. */
+static inline pipit_dtype pipit__acc_dtype(pipit_dtype dt) { return dt == PIPIT_BF16 ? PIPIT_F32 : dt; }
+
 static inline pipit__node *pipit__node_at(const pipit_graph *g, int32_t id) {
     return &g->nodes[id];
 }
@@ -133,6 +138,12 @@ int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *sha
  * whole axis, a VIEW (no copy) when the range is contiguous in memory
  * (every axis before `axis` has size 1), else a SLICE (a copy). */
 int32_t pipit__slice(pipit_graph *g, int32_t x, int axis, int64_t start, int64_t len);
+/* x converted to float dtype dt: a CAST node, or x itself when it has dt. */
+int32_t pipit__cast(pipit_graph *g, int32_t x, pipit_dtype dt);
+/* A copy of g's nodes [0, n) (names, gradient transforms and status too),
+ * for a program to rewrite without touching the user's graph
+ * (compile/autocast.c); NULL when out of memory (message set). */
+pipit_graph *pipit__graph_clone(const pipit_graph *g, int32_t n);
 
 #ifdef __cplusplus
 }

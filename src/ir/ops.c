@@ -23,7 +23,9 @@ static pipit_status shape_err(const char *fmt, ...) {
     return PIPIT_STATUS_SHAPE;
 }
 
-static int is_float(const pipit__node *n) { return n->dtype == PIPIT_F32 || n->dtype == PIPIT_F64; }
+static int is_float(const pipit__node *n) {
+    return n->dtype == PIPIT_F32 || n->dtype == PIPIT_F64 || n->dtype == PIPIT_BF16;
+}
 
 static int same_shape(const pipit__node *a, const pipit__node *b) {
     if (a->ndim != b->ndim) return 0;
@@ -38,7 +40,7 @@ static void copy_shape(pipit__node *dst, const pipit__node *src) {
 }
 
 static pipit_status need_float(const pipit__node *n, const char *what) {
-    if (!is_float(n)) return shape_err("%s must be f32 or f64", what);
+    if (!is_float(n)) return shape_err("%s must be f32, f64 or bf16", what);
     return PIPIT_STATUS_OK;
 }
 
@@ -285,6 +287,24 @@ static pipit_status op_SCALE_shape(const pipit_graph *g, pipit__node *n) {
 static void op_SCALE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     double f[2] = {g->nodes[id].fattr[0], 0};
     din[0] = add_node(g, PIPIT_OP_SCALE, 1, &dout, f, NULL);
+}
+
+/* CAST(x) -> float dtype iattr[0], same shape, rounded to nearest even.
+ * Its gradient is dout cast back to x's dtype -- or dout itself when it
+ * has that dtype already: the fp32 accumulated gradient of a bf16 copy
+ * (autodiff's @gacc leaf) reaches an fp32 value without a round trip
+ * through bf16. */
+static pipit_status op_CAST_shape(const pipit_graph *g, pipit__node *n) {
+    if (need_float(IN(0), "input")) return PIPIT_STATUS_SHAPE;
+    int64_t dt = n->iattr[0];
+    if (dt != PIPIT_F32 && dt != PIPIT_F64 && dt != PIPIT_BF16)
+        return shape_err("target dtype %lld is not a float dtype (PIPIT_F32, PIPIT_F64 or PIPIT_BF16)", (long long)dt);
+    n->dtype = (uint8_t)dt;
+    copy_shape(n, IN(0));
+    return PIPIT_STATUS_OK;
+}
+static void op_CAST_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    din[0] = dout < 0 ? -1 : pipit__cast(g, dout, (pipit_dtype)g->nodes[g->nodes[id].in[0]].dtype);
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -617,7 +637,7 @@ static pipit_status op_XENT_ROWS_shape(const pipit_graph *g, pipit__node *n) {
     if (x->ndim != t->ndim + 1) return shape_err("targets must be logits' shape without the last axis");
     for (int i = 0; i < t->ndim; i++)
         if (t->shape[i] != x->shape[i]) return shape_err("targets must be logits' shape without the last axis");
-    n->dtype = x->dtype;
+    n->dtype = (uint8_t)pipit__acc_dtype((pipit_dtype)x->dtype); /* bf16 logits: fp32 losses */
     copy_shape(n, t);
     return PIPIT_STATUS_OK;
 }
@@ -625,8 +645,14 @@ static void op_XENT_ROWS_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *
     const pipit__node *n = &g->nodes[id];
     din[0] = add_node(g, PIPIT_OP_XENT_DLOGITS, 3, (int32_t[]){n->in[0], n->in[1], dout}, NULL, NULL);
 }
+/* XENT_DLOGITS(logits, targets, dloss): dloss has the losses' dtype (fp32
+ * for bf16 logits), the result the logits'. */
 static pipit_status op_XENT_DLOGITS_shape(const pipit_graph *g, pipit__node *n) {
-    if (need_same_float(IN(0), IN(2))) return PIPIT_STATUS_SHAPE;
+    if (need_float(IN(0), "logits")) return PIPIT_STATUS_SHAPE;
+    if (IN(2)->dtype != pipit__acc_dtype((pipit_dtype)IN(0)->dtype))
+        return shape_err("dloss must be %s for %s logits",
+                         pipit__dtype_name(pipit__acc_dtype((pipit_dtype)IN(0)->dtype)),
+                         pipit__dtype_name((pipit_dtype)IN(0)->dtype));
     n->dtype = IN(0)->dtype;
     copy_shape(n, IN(0));
     return PIPIT_STATUS_OK;
@@ -635,18 +661,19 @@ static pipit_status op_XENT_DLOGITS_shape(const pipit_graph *g, pipit__node *n) 
 
 /* ------------------------------------------------------- sum, mean, fill */
 
-/* SUM(x) -> scalar, times fattr[0] (1 for sum, 1/numel for mean). */
+/* SUM(x) -> scalar, times fattr[0] (1 for sum, 1/numel for mean); the
+ * sum of bf16 values is fp32 (a loss is never rounded to bf16). */
 static pipit_status op_SUM_shape(const pipit_graph *g, pipit__node *n) {
     if (need_float(IN(0), "input")) return PIPIT_STATUS_SHAPE;
-    n->dtype = IN(0)->dtype;
+    n->dtype = (uint8_t)pipit__acc_dtype((pipit_dtype)IN(0)->dtype);
     n->ndim = 0;
     return PIPIT_STATUS_OK;
 }
+/* The gradient fills in the sum's dtype, then rounds once to x's. */
 static void op_SUM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
-    const pipit__node *x = &g->nodes[g->nodes[id].in[0]];
-    int64_t shape[PIPIT_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof shape);
-    din[0] = pipit__fill(g, dout, x->ndim, shape, g->nodes[id].fattr[0]);
+    pipit__node x = g->nodes[g->nodes[id].in[0]];
+    int32_t f = pipit__fill(g, dout, x.ndim, x.shape, g->nodes[id].fattr[0]);
+    din[0] = f < 0 ? -1 : pipit__cast(g, f, (pipit_dtype)x.dtype);
 }
 
 /* FILL(s) -> shape iattr (rank fattr[1]), every element s * fattr[0]. */

@@ -14,7 +14,7 @@
 #include "models/models.h"
 #include "util/common.h"
 
-pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
+static pipit_status gpt2_check_impl(const pipit_gpt2_config *c) {
     if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_check: config is NULL");
     if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: vocab, ctx, layers, heads, dim and batch must be >= 1");
@@ -30,6 +30,11 @@ pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
                           "gpt2: %d pipeline stages need at least %d layers (have %d): stages hold whole blocks",
                           c->stages, c->stages, c->layers);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_gpt2_check(const pipit_gpt2_config *c) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(gpt2_check_impl(c), gen0, __func__);
 }
 
 int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s) {
@@ -136,9 +141,14 @@ static pipit__init_rule init_rule(const char *name, int ndim, const void *ctx) {
     return (pipit__init_rule){ends_with(name, "c_proj.weight") ? 0.02 / sqrt(2.0 * c->layers) : 0.02, 0};
 }
 
-pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
+static pipit_status gpt2_init_impl(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
     if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_init: %s is NULL", p ? "config" : "program");
-    return pipit__models_init(p, c->dtype, seed, init_rule, c, __func__);
+    return pipit__models_init(p, c->dtype, seed, init_rule, c, "pipit_gpt2_init");
+}
+
+pipit_status pipit_gpt2_init(pipit_program *p, const pipit_gpt2_config *c, uint64_t seed) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(gpt2_init_impl(p, c, seed), gen0, __func__);
 }
 
 int64_t pipit_gpt2_num_params(const pipit_gpt2_config *c) {
@@ -165,7 +175,7 @@ double pipit_gpt2_flops_per_token(const pipit_gpt2_config *c) {
 
 /* ---- checkpoints and feeds ---- */
 
-pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit_gpt2_config *cfg) {
+static pipit_status gpt2_config_from_checkpoint_impl(const pipit_checkpoint *ck, pipit_gpt2_config *cfg) {
     if (!ck || !cfg)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_config_from_checkpoint: NULL %s",
                           ck ? "config" : "checkpoint");
@@ -197,8 +207,13 @@ pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens, const int32_t *targets,
-                              int32_t *positions_out, pipit_feed out[3]) {
+pipit_status pipit_gpt2_config_from_checkpoint(const pipit_checkpoint *ck, pipit_gpt2_config *cfg) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(gpt2_config_from_checkpoint_impl(ck, cfg), gen0, __func__);
+}
+
+static pipit_status gpt2_feeds_impl(const pipit_gpt2_config *c, const int32_t *tokens, const int32_t *targets,
+                                    int32_t *positions_out, pipit_feed out[3]) {
     if (!c || !tokens || !targets || !positions_out || !out)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_gpt2_feeds: NULL %s",
                           !c ? "config" : !tokens ? "tokens" : !targets ? "targets" : !positions_out ? "positions" : "out");
@@ -211,4 +226,10 @@ pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens,
     out[1] = (pipit_feed){PIPIT_GPT2_TARGETS, targets, nb};
     out[2] = (pipit_feed){PIPIT_GPT2_POSITIONS, positions_out, nb};
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_gpt2_feeds(const pipit_gpt2_config *c, const int32_t *tokens, const int32_t *targets,
+                              int32_t *positions_out, pipit_feed out[3]) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(gpt2_feeds_impl(c, tokens, targets, positions_out, out), gen0, __func__);
 }

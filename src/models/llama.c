@@ -33,11 +33,8 @@ static int64_t meta_ffn(const pipit_llama_config *c) {
     return r > INT32_MAX ? -1 : r;
 }
 
-int pipit_llama_ffn_hidden(const pipit_llama_config *c) {
-    if (!c) {
-        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
-        return 0;
-    }
+/* The MLP width, 0 with a message when the config gives none. */
+static int ffn_hidden(const pipit_llama_config *c) {
     if (c->ffn_hidden < 0 || c->dim < 1) {
         pipit__err(PIPIT_STATUS_INVALID, "llama: ffn_hidden %d must be >= 1 (or 0 for Meta's rule) with dim %d >= 1",
                    c->ffn_hidden, c->dim);
@@ -54,6 +51,16 @@ int pipit_llama_ffn_hidden(const pipit_llama_config *c) {
     return (int)f;
 }
 
+int pipit_llama_ffn_hidden(const pipit_llama_config *c) {
+    if (!c) {
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: config is NULL", __func__);
+        return 0;
+    }
+    int f = ffn_hidden(c);
+    if (f < 1) pipit__err_prefix("%s", __func__);
+    return f;
+}
+
 /* N with checked arithmetic: 1 and *out, or 0 when it passes 2^62. */
 static int count_params(const pipit_llama_config *c, int64_t F, int64_t *out) {
     int64_t C = c->dim, D = c->dim / c->heads, kvd = (int64_t)kv_of(c) * D, emb, per = 0, t, all;
@@ -67,7 +74,7 @@ static int count_params(const pipit_llama_config *c, int64_t F, int64_t *out) {
     return 1;
 }
 
-pipit_status pipit_llama_check(const pipit_llama_config *c) {
+static pipit_status llama_check_impl(const pipit_llama_config *c) {
     if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_check: config is NULL");
     if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
         return pipit__err(PIPIT_STATUS_INVALID,
@@ -99,13 +106,18 @@ pipit_status pipit_llama_check(const pipit_llama_config *c) {
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return pipit__err(PIPIT_STATUS_INVALID, "llama: rope_theta %g must be a positive number", c->rope_theta);
     if (c->tied != 0 && c->tied != 1) return pipit__err(PIPIT_STATUS_INVALID, "llama: tied %d is not 0 or 1", c->tied);
-    int F = pipit_llama_ffn_hidden(c);
+    int F = ffn_hidden(c);
     if (F < 1) return PIPIT_STATUS_INVALID;
     int64_t n;
     if (!count_params(c, F, &n))
         return pipit__err(PIPIT_STATUS_INVALID, "llama: %d layers of dim %d, ffn %d and vocab %d exceed 2^62 parameters",
                           c->layers, c->dim, F, c->vocab);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_llama_check(const pipit_llama_config *c) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(llama_check_impl(c), gen0, __func__);
 }
 
 int pipit_llama_stage_first_layer(const pipit_llama_config *c, int s) {
@@ -163,11 +175,11 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
         pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, g ? "config" : "graph");
         return (pipit_val){g, -1};
     }
-    if (pipit_graph_status(g) != PIPIT_STATUS_OK || pipit_llama_check(c) != PIPIT_STATUS_OK) {
+    if (pipit_graph_status(g) != PIPIT_STATUS_OK || llama_check_impl(c) != PIPIT_STATUS_OK) {
         pipit__err_prefix("%s", fn); /* a bad handle, a poisoned graph or a refused config */
         return (pipit_val){g, -1};
     }
-    int64_t bt[2] = {c->batch, c->ctx}, F = pipit_llama_ffn_hidden(c);
+    int64_t bt[2] = {c->batch, c->ctx}, F = ffn_hidden(c);
     pipit_val tok = pipit_input(g, PIPIT_LLAMA_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_LLAMA_TARGETS, PIPIT_I32, 2, bt);
     pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
@@ -203,9 +215,14 @@ static pipit__init_rule init_rule(const char *name, int ndim, const void *ctx) {
     return ndim == 1 ? (pipit__init_rule){0, 1.0} : (pipit__init_rule){0.02, 0};
 }
 
-pipit_status pipit_llama_init(pipit_program *p, const pipit_llama_config *c, uint64_t seed) {
+static pipit_status llama_init_impl(pipit_program *p, const pipit_llama_config *c, uint64_t seed) {
     if (!p || !c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_init: %s is NULL", p ? "config" : "program");
-    return pipit__models_init(p, c->dtype, seed, init_rule, c, __func__);
+    return pipit__models_init(p, c->dtype, seed, init_rule, c, "pipit_llama_init");
+}
+
+pipit_status pipit_llama_init(pipit_program *p, const pipit_llama_config *c, uint64_t seed) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(llama_init_impl(p, c, seed), gen0, __func__);
 }
 
 int64_t pipit_llama_num_params(const pipit_llama_config *c) {
@@ -214,11 +231,11 @@ int64_t pipit_llama_num_params(const pipit_llama_config *c) {
         return 0;
     }
     int64_t n = 0;
-    if (pipit_llama_check(c) != PIPIT_STATUS_OK) { /* the count needs a valid config */
+    if (llama_check_impl(c) != PIPIT_STATUS_OK) { /* the count needs a valid config */
         pipit__err_prefix("%s", __func__);
         return 0;
     }
-    count_params(c, pipit_llama_ffn_hidden(c), &n);
+    count_params(c, ffn_hidden(c), &n);
     return n;
 }
 
@@ -264,7 +281,7 @@ static pipit_status meta_fields(const pipit_checkpoint *ck, pipit_llama_config *
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
+static pipit_status llama_config_from_checkpoint_impl(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
     if (!ck || !cfg)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_config_from_checkpoint: NULL %s", ck ? "config" : "checkpoint");
     const char *path = pipit_checkpoint_path(ck);
@@ -305,6 +322,11 @@ pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint *ck, pipi
     f.tied = pipit_checkpoint_tensor_shape(ck, "lm_head.weight", NULL, NULL) != PIPIT_STATUS_OK;
     *cfg = f;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(llama_config_from_checkpoint_impl(ck, cfg), gen0, __func__);
 }
 
 /* config.json's fields, one JSON type each; a refusal names the key. */
@@ -387,7 +409,7 @@ static void hf_unsupported(hf_ctx *h, int hidden, int heads) {
                 hd, hidden, heads);
 }
 
-pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present) {
+static pipit_status llama_config_from_hf_impl(const char *config_json, pipit_llama_config *cfg, int *present) {
     if (!config_json || !cfg)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_config_from_hf: NULL %s", cfg ? "path" : "config");
     char *text = NULL;
@@ -424,6 +446,11 @@ pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_con
     return PIPIT_STATUS_OK;
 }
 
+pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(llama_config_from_hf_impl(config_json, cfg, present), gen0, __func__);
+}
+
 /* The shortest text that reads back as v (config.json is read by people too). */
 static void shortest(char *buf, size_t n, double v) {
     for (int digits = 6; digits <= 17; digits++) {
@@ -434,7 +461,7 @@ static void shortest(char *buf, size_t n, double v) {
 
 pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, FILE *f) {
     if (!c || !f) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_write_hf_config: NULL %s", c ? "file" : "config");
-    if (pipit_llama_check(c)) {
+    if (llama_check_impl(c)) {
         pipit__err_prefix("pipit_llama_write_hf_config");
         return PIPIT_STATUS_INVALID;
     }
@@ -450,7 +477,7 @@ pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, FILE *f) {
             "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
             "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\",\n"
             "  \"use_cache\": true\n}\n",
-            c->vocab, c->dim, pipit_llama_ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads,
+            c->vocab, c->dim, ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads,
             c->max_ctx, eps, theta, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32");
     if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "pipit_llama_write_hf_config: writing failed");
     return PIPIT_STATUS_OK;

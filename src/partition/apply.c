@@ -44,7 +44,7 @@ static pipit__node yield_of(const pipit__node *v, int32_t id) {
     return y;
 }
 
-pipit_status pipit_partition_apply(const pipit_partition_result *p, pipit_graph *g, pipit_val *vals, int nvals) {
+static pipit_status partition_apply_impl(const pipit_partition_result *p, pipit_graph *g, pipit_val *vals, int nvals) {
     pipit_status s = check_apply(p, g, vals, nvals);
     if (s) return s;
     int32_t n = g->n, cap; /* at most S - 1 yields more */
@@ -90,4 +90,9 @@ pipit_status pipit_partition_apply(const pipit_partition_result *p, pipit_graph 
     pipit__free(own);
     pipit__free(cut_at);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_partition_apply(const pipit_partition_result *p, pipit_graph *g, pipit_val *vals, int nvals) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(partition_apply_impl(p, g, vals, nvals), gen0, __func__);
 }

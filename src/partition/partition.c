@@ -300,8 +300,8 @@ static pipit_status fill_result(an_ctx *c, const int *bounds, pipit_partition_re
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_partition(const pipit_graph *g, pipit_val loss, const pipit_partition_options *opt,
-                             pipit_partition_result **out) {
+static pipit_status partition_impl(const pipit_graph *g, pipit_val loss, const pipit_partition_options *opt,
+                                   pipit_partition_result **out) {
     an_ctx c = {.g = g, .opt = opt};
     pipit_status s = check_args(g, loss, opt, out, &c.S);
     if (s) return s;
@@ -337,6 +337,12 @@ pipit_status pipit_partition(const pipit_graph *g, pipit_val loss, const pipit_p
     }
     *out = p;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_partition(const pipit_graph *g, pipit_val loss, const pipit_partition_options *opt,
+                             pipit_partition_result **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(partition_impl(g, loss, opt, out), gen0, __func__);
 }
 
 void pipit_partition_free(pipit_partition_result *p) {

@@ -32,17 +32,22 @@ int pipit_partition_op_node(const pipit_partition_result *p, int i) {
     return p->op_node[i];
 }
 
-pipit_status pipit_partition_stage_ops(const pipit_partition_result *p, int s, int *first, int *end) {
-    if (bad(p, s, __func__)) return p && p->magic == PIPIT_PARTITION_MAGIC ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
-    if (!first || !end) return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", __func__, first ? "end" : "first");
+static pipit_status partition_stage_ops_impl(const pipit_partition_result *p, int s, int *first, int *end) {
+    if (bad(p, s, "pipit_partition_stage_ops")) return p && p->magic == PIPIT_PARTITION_MAGIC ? PIPIT_STATUS_INVALID : PIPIT_STATUS_MISUSE;
+    if (!first || !end) return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", "pipit_partition_stage_ops", first ? "end" : "first");
     *first = p->bounds[s];
     *end = p->bounds[s + 1];
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_partition_print(FILE *f, const pipit_partition_result *p) {
-    if (bad(p, 0, __func__)) return PIPIT_STATUS_MISUSE;
-    if (!f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: f is NULL", __func__);
+pipit_status pipit_partition_stage_ops(const pipit_partition_result *p, int s, int *first, int *end) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(partition_stage_ops_impl(p, s, first, end), gen0, __func__);
+}
+
+static pipit_status partition_print_impl(FILE *f, const pipit_partition_result *p) {
+    if (bad(p, 0, "pipit_partition_print")) return PIPIT_STATUS_MISUSE;
+    if (!f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: f is NULL", "pipit_partition_print");
     int worst = 0;
     for (int s = 0; s < p->S; s++)
         if (p->stage_cost[s] > p->stage_cost[worst]) worst = s;
@@ -54,19 +59,24 @@ pipit_status pipit_partition_print(FILE *f, const pipit_partition_result *p) {
                 p->rank_of[s], p->bounds[s], p->bounds[s + 1] - 1, p->first_param[s] ? p->first_param[s] : "-",
                 p->last_param[s] ? p->last_param[s] : "-", 1e3 * p->stage_fwd[s], 1e3 * p->stage_cost[s],
                 p->stage_bytes[s] / 1048576.0, s == worst ? "  (slowest)" : "");
-    if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "%s: writing failed", __func__);
+    if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "%s: writing failed", "pipit_partition_print");
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_partition_simulate(const pipit_partition_result *p, const pipit_schedule *sched, double *step_seconds) {
-    if (bad(p, 0, __func__)) return PIPIT_STATUS_MISUSE;
+pipit_status pipit_partition_print(FILE *f, const pipit_partition_result *p) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(partition_print_impl(f, p), gen0, __func__);
+}
+
+static pipit_status partition_simulate_impl(const pipit_partition_result *p, const pipit_schedule *sched, double *step_seconds) {
+    if (bad(p, 0, "pipit_partition_simulate")) return PIPIT_STATUS_MISUSE;
     if (!sched || !step_seconds)
-        return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", __func__, sched ? "step_seconds" : "sched");
+        return pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", "pipit_partition_simulate", sched ? "step_seconds" : "sched");
     if (pipit_schedule_stages(sched) != p->S)
-        return pipit__err(PIPIT_STATUS_SCHEDULE, "%s: the schedule has %d stages, the partition %d", __func__,
+        return pipit__err(PIPIT_STATUS_SCHEDULE, "%s: the schedule has %d stages, the partition %d", "pipit_partition_simulate",
                           pipit_schedule_stages(sched), p->S);
     double *c = pipit__calloc(3 * (size_t)p->S, sizeof *c);
-    if (!c) return pipit__err(PIPIT_STATUS_NOMEM, "%s: out of memory", __func__);
+    if (!c) return pipit__err(PIPIT_STATUS_NOMEM, "%s: out of memory", "pipit_partition_simulate");
     for (int s = 0; s < p->S; s++) {
         c[s] = p->stage_fwd[s];
         c[p->S + s] = p->stage_cost[s] - p->stage_fwd[s];
@@ -78,4 +88,9 @@ pipit_status pipit_partition_simulate(const pipit_partition_result *p, const pip
     pipit_sim_result_free(r);
     pipit__free(c);
     return st;
+}
+
+pipit_status pipit_partition_simulate(const pipit_partition_result *p, const pipit_schedule *sched, double *step_seconds) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(partition_simulate_impl(p, sched, step_seconds), gen0, __func__);
 }

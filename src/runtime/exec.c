@@ -201,7 +201,10 @@ static void run_instr(exec_ctx *x, int32_t i, int ith, int nth) {
     const pipit__kctx *k = &x->rs->kc[i];
     switch ((pipit__ins_kind)in->kind) {
     case INS_RUN: be->ops[k->node->op](k, ith, nth); break;
-    case INS_ACC: be->accumulate((pipit_dtype)k->node->dtype, k->out, k->in[0], in->numel, in->first, ith, nth); break;
+    case INS_ACC:
+        be->accumulate((pipit_dtype)in->dtype, (pipit_dtype)k->node->dtype, k->out, k->in[0], in->numel, in->first,
+                       ith, nth);
+        break;
     case INS_GRADSUM: pipit__post_gradsum(p, x->w, in, k->out, x->rs->srcs_ptr + in->srcs_at, ith, nth); break;
     case INS_SUMSQ: pipit__post_sumsq(p, x->w, in->param, in->first, k->in[0], ith, nth); break;
     case INS_COPY: be->copy(k->out, k->in[0], in->bytes, ith, nth); break;

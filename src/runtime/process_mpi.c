@@ -4,10 +4,13 @@
  * `./pipit train` never touches MPI and is one process. (process.c has the
  * build without MPI.)
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pipit.h"
+#include "runtime/agree.h"
 #include "util/common.h"
 
 #ifdef PIPIT_HAVE_MPI
@@ -72,8 +75,32 @@ out:
     return s;
 }
 
+/* The agreement exchanges' communicator (agree.c): created by the first
+ * exchange, which every process reaches at the same point. */
+static MPI_Comm agree_comm = MPI_COMM_NULL;
+
+pipit_status pipit__proc_allgather(const void *mine, size_t n, void *all) {
+    if (proc_count <= 1) {
+        memcpy(all, mine, n);
+        return PIPIT_STATUS_OK;
+    }
+    if (n > INT_MAX) return pipit__err(PIPIT_STATUS_INVALID, "agreement record of %zu bytes is too large", n);
+    int rc = agree_comm == MPI_COMM_NULL ? MPI_Comm_dup(MPI_COMM_WORLD, &agree_comm) : MPI_SUCCESS;
+    if (rc == MPI_SUCCESS) rc = MPI_Allgather(mine, (int)n, MPI_BYTE, all, (int)n, MPI_BYTE, agree_comm);
+    if (rc != MPI_SUCCESS) {
+        char text[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, text, &len);
+        return pipit__err(PIPIT_STATUS_RUNTIME, "the processes could not exchange their agreement records: %s", text);
+    }
+    return PIPIT_STATUS_OK;
+}
+
 void pipit_finalize(void) {
     pthread_mutex_lock(&init_mu);
+    int ended = 0;
+    if (agree_comm != MPI_COMM_NULL && (MPI_Finalized(&ended), !ended)) MPI_Comm_free(&agree_comm);
+    agree_comm = MPI_COMM_NULL;
     if (we_initialised) {
         int fin = 0;
         MPI_Finalized(&fin);

@@ -45,6 +45,11 @@ static pipit_status check_options(const pipit_options *o) {
     if (o->no_mem_check != 0 && o->no_mem_check != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "options.no_mem_check must be 0 (check) or 1 (skip the memory "
                           "admission), got %d", o->no_mem_check);
+    if (o->dtype != PIPIT_F32 && o->dtype != PIPIT_BF16)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.dtype must be PIPIT_F32 (0: values as the graph declares them) or PIPIT_BF16 (%d: "
+                          "mixed precision), got %d",
+                          (int)PIPIT_BF16, (int)o->dtype);
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);
@@ -436,20 +441,30 @@ static pipit_status pick_backend(pipit_program *p, const pipit_options *opt) {
                           "options.tf32 needs options.device \"cuda\" (TF32 is a tensor-core mode of NVIDIA GPUs; "
                           "the %s backend computes fp32 GEMMs in fp32)",
                           p->be->name);
+    if (opt->dtype == PIPIT_BF16 && !p->be->bf16)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.dtype PIPIT_BF16: the %s backend has no bf16 kernels in this build (compile with "
+                          "options.dtype PIPIT_F32, or on the cpu backend)",
+                          p->be->name);
     p->tf32 = opt->tf32 != 0;
     p->be->init();
     p->ndev = p->be->devices();
     return p->ndev >= 1 ? PIPIT_STATUS_OK : PIPIT_STATUS_RUNTIME; /* devices() said why */
 }
 
-/* Backend memory, thread teams and the transport for a built plan. */
-static pipit_status instantiate(pipit_program *p) {
+/* Where a built plan's ranks run and whether their memory fits: what
+ * this process decides alone, before the processes agree. */
+static pipit_status place(pipit_program *p) {
     pipit_status s = place_ranks(p);
     if (s) return s;
     p->be->init();
     p->dp_shard_bytes = max_shard_bytes(&p->plan);
-    s = admit_plan(p);
-    if (s) return s;
+    return admit_plan(p);
+}
+
+/* Backend memory, thread teams and the transport for a placed plan. */
+static pipit_status instantiate(pipit_program *p) {
+    pipit_status s = PIPIT_STATUS_OK;
     p->rs = pipit__calloc((size_t)p->W, sizeof *p->rs);
     if (!p->rs) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
     s = open_transport(p);
@@ -491,23 +506,28 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     if (!opt) opt = &defaults;
     unsigned long gen0 = pipit__err_gen();
     pipit_status s = check_options(opt);
-    if (s) return pipit__err_fresh(s, gen0, "pipit_compile");
-    pipit_program *p = pipit__calloc(1, sizeof *p);
-    if (!p) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
-    p->magic = PIPIT_PROGRAM_MAGIC;
-    p->fail_rank = p->fail_instr = p->delay_rank = -1;
-    inject_faults(p);
-    s = pick_backend(p, opt);
-    if (!s) s = admit_graph(p, g, opt);
+    pipit_program *p = s ? NULL : pipit__calloc(1, sizeof *p);
+    if (!s && !p) s = pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
     int planned = 0;
+    if (!s) {
+        p->magic = PIPIT_PROGRAM_MAGIC;
+        p->fail_rank = p->fail_instr = p->delay_rank = -1;
+        inject_faults(p);
+        s = pick_backend(p, opt);
+    }
+    if (!s) s = admit_graph(p, g, opt);
     if (!s) s = pipit__plan_build(g, loss.id, opt, &p->plan);
     if (!s) planned = 1, s = check_kernels(p);
+    if (!s) s = place(p);
+    /* every process of an MPI job takes part, failed or not, and all get the same verdict */
+    if (pipit_process_count() > 1) s = pipit__program_agree(p, s);
     if (!s) s = instantiate(p);
     if (s) {
         if (pipit__err_gen() == gen0) pipit__err(s, "%s", pipit_status_name(s)); /* a helper set no message */
-        pipit__err_prefix("pipit_compile");
+        pipit__err_fresh(s, gen0, "pipit_compile");
+        if (!p) return s;
         /* the graph as it was, so a compile with other options works */
-        int rollback = planned && !p->plan.forward_only;
+        int rollback = planned && !p->plan.forward_only && !p->plan.own_g; /* a bf16 copy is the plan's */
         int32_t n0 = p->plan.graph_n0;
         pipit_status st0 = p->plan.graph_st0;
         pipit_program_free(p);

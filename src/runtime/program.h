@@ -77,6 +77,11 @@ static inline void pipit__bind_rank(const pipit_program *p, int w) {
     p->be->bind(w, p->ndev > 0 ? w % p->ndev : 0, p->tf32);
 }
 
+/* In an MPI job, the processes compare their plans and statuses before
+ * any of them allocates or opens the transport (program_agree.c): every
+ * process returns the same verdict. One process: `local`. */
+pipit_status pipit__program_agree(const pipit_program *p, pipit_status local);
+
 /* lr(t) of a checked schedule (optim.c). */
 double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);
 

@@ -77,8 +77,13 @@ pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_ran
 }
 
 int pipit_cuda_device_count(void) {
+    unsigned long gen0 = pipit__err_gen();
     const pipit__backend *be = pipit__backend_find("cuda");
-    if (!be) return 0;
-    be->init();
-    return be->devices();
+    int n = 0;
+    if (be) {
+        be->init();
+        n = be->devices();
+    }
+    if (n <= 0) pipit__err_fresh(PIPIT_STATUS_RUNTIME, gen0, __func__); /* the message says why, naming the call */
+    return n > 0 ? n : 0;
 }

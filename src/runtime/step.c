@@ -11,6 +11,7 @@
 
 #include "runtime/program.h"
 #include "runtime/transport.h"
+#include "util/bf16.h"
 
 static pipit_status check_program_fn(const pipit_program *p, const char *fn) {
     if (!p) return pipit__err(PIPIT_STATUS_MISUSE, "%s: program is NULL", fn);
@@ -84,7 +85,7 @@ static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feed
             for (int64_t k = 0; k < in->numel; k++)
                 if (t[k] < 0 || t[k] >= in->limit)
                     return pipit__err(PIPIT_STATUS_INVALID,
-                                      "step: input '%s' of microbatch %d holds %d at index %lld, outside [0, %d) "
+                                      "pipit_step: input '%s' of microbatch %d holds %d at index %lld, outside [0, %d) "
                                       "(is the vocabulary large enough for this data?)",
                                       in->name, m, t[k], (long long)k, in->limit);
         }
@@ -175,7 +176,7 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     step_join *j = pipit__calloc(1, sizeof *j);
     if (!rr || !th || !j) {
         pipit__free(rr), pipit__free(th), pipit__free(j);
-        return pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory");
+        return pipit__err(PIPIT_STATUS_NOMEM, "pipit_step: out of memory");
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
@@ -184,7 +185,7 @@ static pipit_status run_ranks(pipit_program *p, const void **feed_ptrs) {
     for (int q = 0; q < n; q++, started++) {
         rr[q] = (rank_run){p, p->local[q], feed_ptrs, j, 0, PIPIT_STATUS_OK, ""};
         if (pthread_create(&th[q], NULL, rank_main, &rr[q]) != 0) {
-            s = pipit__err(PIPIT_STATUS_RUNTIME, "step: cannot start the thread of rank %d", p->local[q]);
+            s = pipit__err(PIPIT_STATUS_RUNTIME, "pipit_step: cannot start the thread of rank %d", p->local[q]);
             p->transport->vt->abort(p->transport, p->local[q], "thread not started");
             break;
         }
@@ -245,7 +246,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     if (s) return s;
     unsigned long gen0 = pipit__err_gen();
     if (p->broken)
-        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "step: a rank of this program hung in an earlier step; "
+        return fail(p, pipit__err(PIPIT_STATUS_RUNTIME, "pipit_step: a rank of this program hung in an earlier step; "
                                                         "it can no longer run (free it and compile again)"));
     if (nfeed < 0) return fail(p, pipit__err(PIPIT_STATUS_INVALID, "pipit_step: nfeed is %d (< 0)", nfeed));
     if (update && p->plan.forward_only)
@@ -258,7 +259,7 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
                                   "pipit_step: the optimizer step counter is at 2^63-1 and cannot advance"));
     size_t nptrs = (size_t)p->plan.M * (size_t)p->plan.D * (size_t)PIPIT_MAX(p->plan.ninputs, 1);
     const void **ptrs = pipit__calloc(nptrs, sizeof *ptrs);
-    if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "step: out of memory"));
+    if (!ptrs) return fail(p, pipit__err(PIPIT_STATUS_NOMEM, "pipit_step: out of memory"));
     s = resolve_feeds(p, feeds, nfeed, ptrs);
     if (s) {
         pipit__free(ptrs);
@@ -292,15 +293,30 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
                                                         : "; the update was skipped, the parameters are unchanged";
     if (!isfinite(loss))
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME,
-                                  "step: loss is %s (diverged: a non-finite input, parameter or learning rate; try a "
+                                  "pipit_step: loss is %s (diverged: a non-finite input, parameter or learning rate; try a "
                                   "lower learning rate)%s",
                                   nonfinite_name(loss), skipped));
     if (!isfinite(norm))
         return fail(p, pipit__err(PIPIT_STATUS_RUNTIME,
-                                  "step: gradient norm is %s (loss %g: the gradients overflowed or a value is "
+                                  "pipit_step: gradient norm is %s (loss %g: the gradients overflowed or a value is "
                                   "non-finite; try a lower learning rate or clip_norm)%s",
                                   nonfinite_name(norm), loss, skipped));
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_step_feeds(pipit_program *p, const pipit_feed *feeds, int64_t nfeeds_total, int nfeed, int update,
+                              pipit_metrics *metrics) {
+    pipit_status s = check_program(p);
+    if (s) return s;
+    unsigned long gen0 = pipit__err_gen();
+    int64_t G = (int64_t)p->plan.M * p->plan.D, want = G * (nfeed > 0 ? nfeed : 0);
+    if (nfeed >= 0 && nfeeds_total != want) /* a short array would be read past its end */
+        return fail(p, pipit__err(PIPIT_STATUS_INVALID,
+                                  "pipit_step_feeds: the feed array has %lld entries, but the step reads M x D x nfeed "
+                                  "= %d x %d x %d = %lld (microbatch m's inputs at feeds[m * nfeed ...])",
+                                  (long long)nfeeds_total, p->plan.M, p->plan.D, nfeed, (long long)want));
+    s = pipit__err_fresh(pipit_step(p, feeds, nfeed, update, metrics), gen0, __func__);
+    return s ? fail(p, s) : s;
 }
 
 /* ---- parameter access ---- */
@@ -513,22 +529,34 @@ int pipit_program_forward_only(const pipit_program *p) { return check_program(p)
 
 /* ---- outputs ---- */
 
+/* An output the program computed as the bf16 copy of an f32 value
+ * (options.dtype bf16): fetched as bf16, returned as f32 (exact). */
+static pipit_status fetch_widened(const pipit_program *p, int w, const uint8_t *src, int64_t n, float *dst) {
+    pipit__bf16 *tmp = pipit__malloc(sizeof *tmp * (size_t)PIPIT_MAX(n, 1));
+    if (!tmp) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_program_get_output: out of memory");
+    pipit_status s = fetch(p, w, src, tmp, sizeof *tmp * (size_t)n);
+    for (int64_t i = 0; !s && i < n; i++) dst[i] = pipit__bf16_to_f32(tmp[i]);
+    pipit__free(tmp);
+    return s;
+}
+
 pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int mb, void *data, size_t nbytes) {
     pipit_status s = check_program(p);
     if (s) return s;
     const pipit__plan *pl = &p->plan;
     int k = -1;
-    for (int i = 0; v.g == pl->g && i < pl->noutputs; i++)
-        if (pl->outputs[i] == v.id) k = i;
+    for (int i = 0; v.g == pl->user_g && i < pl->noutputs; i++)
+        if (pl->user_outputs[i] == v.id) k = i;
     if (k < 0)
         return pipit__err(PIPIT_STATUS_INVALID, "%s: value %d is not one of this program's options.outputs", __func__,
                           (int)v.id);
     if (mb < 0 || mb >= pl->M * pl->D)
         return pipit__err(PIPIT_STATUS_INVALID, "%s: microbatch %d out of range [0, %d)", __func__, mb, pl->M * pl->D);
-    size_t want = pipit__node_bytes(&pl->g->nodes[v.id]);
+    const pipit__node *un = &pl->user_g->nodes[v.id], *pn = &pl->g->nodes[pl->outputs[k]];
+    size_t want = pipit__node_bytes(un);
     if (!data) return pipit__err(PIPIT_STATUS_MISUSE, "%s: data is NULL (%zu bytes expected)", __func__, want);
     if (nbytes != want)
-        return pipit__err(PIPIT_STATUS_SHAPE, "%s: output %d has %zu bytes, caller passed %zu", __func__, (int)v.id,
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: output %d has %zu bytes, caller passed %zu", __func__, (int)v.id,
                           want, nbytes);
     if (p->step_wall <= 0) return pipit__err(PIPIT_STATUS_INVALID, "%s: no step has run yet", __func__);
     int lmb = mb % pl->M, d = mb / pl->M;
@@ -536,10 +564,11 @@ pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int m
         const pipit__rank_plan *r = &pl->ranks[q];
         for (int32_t i = r->n - 1; i >= 0 && r->ins[i].kind == INS_OUTPUT; i--) {
             const pipit__instr *in = &r->ins[i];
-            if (in->node != v.id || in->mb != lmb) continue;
+            if (in->node != pl->outputs[k] || in->mb != lmb) continue;
             int w = d * pl->nranks + q;
             const uint8_t *src = pipit__is_local(p, w) ? p->rs[w].arena + in->in[0].off : NULL;
-            return fetch(p, w, src, data, nbytes);
+            if (pn->dtype == un->dtype) return fetch(p, w, src, data, nbytes);
+            return fetch_widened(p, w, src, pipit__node_numel(pn), data);
         }
     }
     return pipit__err(PIPIT_STATUS_INTERNAL, "%s: output %d of microbatch %d was not planned", __func__, (int)v.id, mb);

@@ -536,9 +536,9 @@ pipit_status pipit_schedule_build(pipit_schedule_kind kind, int P, int V, int M,
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
-                                   const int *ntasks, const pipit_task *const *tasks,
-                                   pipit_schedule **out) {
+static pipit_status schedule_custom_impl(int P, int S, int M, const int *stage_rank,
+                                         const int *ntasks, const pipit_task *const *tasks,
+                                         pipit_schedule **out) {
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_custom: out is NULL");
     *out = NULL;
     if (P < 1 || S < 1 || M < 1)
@@ -571,6 +571,13 @@ pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
     pipit__schedule_infer_meta(s);
     *out = s;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_schedule_custom(int P, int S, int M, const int *stage_rank,
+                                   const int *ntasks, const pipit_task *const *tasks,
+                                   pipit_schedule **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(schedule_custom_impl(P, S, M, stage_rank, ntasks, tasks, out), gen0, __func__);
 }
 
 pipit_status pipit_schedule_check(const pipit_schedule *s) {

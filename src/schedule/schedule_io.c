@@ -236,7 +236,7 @@ pipit_status pipit__schedule_parse(const char *text, const char *origin, pipit_s
     return st;
 }
 
-pipit_status pipit_schedule_load(const char *path, pipit_schedule **out) {
+static pipit_status schedule_load_impl(const char *path, pipit_schedule **out) {
     if (!out || !path) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_schedule_load: %s is NULL", out ? "path" : "out");
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -268,6 +268,11 @@ pipit_status pipit_schedule_load(const char *path, pipit_schedule **out) {
     pipit_status st = pipit__schedule_parse(buf, path, out);
     pipit__free(buf);
     return st;
+}
+
+pipit_status pipit_schedule_load(const char *path, pipit_schedule **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(schedule_load_impl(path, out), gen0, __func__);
 }
 
 /* ----------------------------------------------------------------- write */

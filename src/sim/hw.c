@@ -8,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/sim.h"
@@ -205,7 +206,7 @@ static void parse_fields(parse_ctx *c, const cJSON *root, pipit_hw *hw) {
     else hw->gpus_per_node = (int)gpn; /* in range: the conversion is defined */
 }
 
-pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) {
+static pipit_status hw_parse_impl(const char *json, const char *what, pipit_hw **out) {
     if (!json || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_parse: NULL %s", json ? "out" : "text");
     *out = NULL;
     parse_ctx c = {what ? what : "(text)", PIPIT_STATUS_OK};
@@ -235,7 +236,12 @@ pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) 
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
+pipit_status pipit_hw_parse(const char *json, const char *what, pipit_hw **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_parse_impl(json, what, out), gen0, __func__);
+}
+
+static pipit_status hw_load_impl(const char *name_or_path, pipit_hw **out) {
     if (!name_or_path || !out)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_load: NULL %s", out ? "name" : "out");
     *out = NULL;
@@ -260,9 +266,27 @@ pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
     return st;
 }
 
+pipit_status pipit_hw_load(const char *name_or_path, pipit_hw **out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_load_impl(name_or_path, out), gen0, __func__);
+}
+
 /* ---------------------------------------------------------------- write */
 
-static int add_num(cJSON *o, const char *k, double v) { return cJSON_AddNumberToObject(o, k, v) != NULL; }
+/* A number as the shortest of %.15g / %.17g that reads back to the same
+ * double: cJSON's own printing accepts 15 digits within a relative
+ * epsilon, so a written description would come back one ulp off. */
+static cJSON *exact_num(double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.15g", v);
+    if (strtod(buf, NULL) != v) snprintf(buf, sizeof buf, "%.17g", v);
+    return cJSON_CreateRaw(buf);
+}
+
+static int add_num(cJSON *o, const char *k, double v) {
+    cJSON *n = exact_num(v);
+    return n && cJSON_AddItemToObject(o, k, n) ? 1 : (cJSON_Delete(n), 0);
+}
 
 static cJSON *link_json(double bw, double lat) {
     cJSON *o = cJSON_CreateObject();
@@ -285,9 +309,15 @@ static cJSON *hw_json(const pipit_hw *hw) {
     peaks = NULL;
     ok = ok && cJSON_AddStringToObject(o, "train_dtype", DTYPES[hw->train_dtype]);
     for (int i = 0; ok && i < hw->ncurve; i++) {
-        double pt[2] = {hw->curve_dim[i], hw->curve_eff[i]};
-        cJSON *p = cJSON_CreateDoubleArray(pt, 2);
-        ok = p && cJSON_AddItemToArray(curve, p);
+        cJSON *p = cJSON_CreateArray();
+        ok = p && cJSON_AddItemToArray(curve, p); /* curve owns p, p owns what is added to it */
+        if (!ok) cJSON_Delete(p);
+        const double pt[2] = {hw->curve_dim[i], hw->curve_eff[i]};
+        for (int k = 0; ok && k < 2; k++) {
+            cJSON *x = exact_num(pt[k]);
+            ok = x && cJSON_AddItemToArray(p, x);
+            if (!ok) cJSON_Delete(x);
+        }
     }
     ok = ok && cJSON_AddItemToObject(o, "gemm_efficiency", curve);
     if (!ok) cJSON_Delete(curve);
@@ -302,7 +332,7 @@ static cJSON *hw_json(const pipit_hw *hw) {
     return ok ? o : NULL;
 }
 
-pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
+static pipit_status hw_write_impl(FILE *f, const pipit_hw *hw) {
     if (!f || !hw) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_write: NULL %s", f ? "hardware" : "file");
     cJSON *o = hw_json(hw);
     char *text = o ? cJSON_Print(o) : NULL;
@@ -321,6 +351,11 @@ pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
     int bad_write = fprintf(f, "%s\n", text) < 0 || ferror(f);
     cJSON_free(text);
     return bad_write ? pipit__err(PIPIT_STATUS_IO, "pipit_hw_write: write failed") : PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_hw_write(FILE *f, const pipit_hw *hw) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_write_impl(f, hw), gen0, __func__);
 }
 
 /* ------------------------------------------------------------- formulas */

@@ -21,11 +21,9 @@ pipit_status pipit_hw_get_links(const pipit_hw *hw, pipit_hw_links *out) {
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_hw_set_links(pipit_hw *hw, const pipit_hw_links *l) {
+static pipit_status hw_set_links_impl(pipit_hw *hw, const pipit_hw_links *l) {
     if (!hw || !l) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_set_links: NULL %s", hw ? "links" : "hardware");
-    pipit_status s = set_links(hw, l);
-    if (s) pipit__err_prefix("pipit_hw_set_links");
-    return s;
+    return set_links(hw, l); /* its messages get the call's name in pipit_hw_set_links */
 }
 
 static pipit_status set_links(pipit_hw *hw, const pipit_hw_links *l) {
@@ -36,7 +34,7 @@ static pipit_status set_links(pipit_hw *hw, const pipit_hw_links *l) {
     } f[] = {{"intra-node bandwidth", l->intra_bw, 1}, {"intra-node latency", l->intra_lat, 0},
              {"inter-node bandwidth", l->inter_bw, 1}, {"inter-node latency", l->inter_lat, 0}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (!(f[i].v < 0) && (!isfinite(f[i].v) || (f[i].bandwidth && f[i].v == 0))) /* NaN is no "keep" */
+        if (!isfinite(f[i].v) || (f[i].bandwidth && f[i].v == 0)) /* NaN is no "keep" (< 0) */
             return pipit__err(PIPIT_STATUS_INVALID, "%s %g: must be a finite number %s", f[i].name, f[i].v,
                               f[i].bandwidth ? "> 0 (bytes/s)" : ">= 0 (seconds)");
     if (l->gpus_per_node > (1 << 20))
@@ -47,6 +45,11 @@ static pipit_status set_links(pipit_hw *hw, const pipit_hw_links *l) {
     if (l->inter_lat >= 0) hw->inter_lat = l->inter_lat;
     if (l->gpus_per_node >= 1) hw->gpus_per_node = l->gpus_per_node;
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_hw_set_links(pipit_hw *hw, const pipit_hw_links *l) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_set_links_impl(hw, l), gen0, __func__);
 }
 
 /* A number with an optional unit: bandwidth in bytes/s ("12.5e6", "5GB",
@@ -120,12 +123,10 @@ static pipit_status parse_item(const char *key, size_t klen, const char *v, size
 
 static pipit_status parse_links(const char *spec, pipit_hw_links *out);
 
-pipit_status pipit_hw_parse_links(const char *spec, pipit_hw_links *out) {
+static pipit_status hw_parse_links_impl(const char *spec, pipit_hw_links *out) {
     if (!spec || !out) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_parse_links: NULL %s", spec ? "out" : "spec");
     *out = (pipit_hw_links){-1, -1, -1, -1, 0};
-    pipit_status s = parse_links(spec, out);
-    if (s) pipit__err_prefix("pipit_hw_parse_links");
-    return s;
+    return parse_links(spec, out);
 }
 
 static pipit_status parse_links(const char *spec, pipit_hw_links *out) {
@@ -141,6 +142,11 @@ static pipit_status parse_links(const char *spec, pipit_hw_links *out) {
         p += len + (comma != NULL);
     }
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_hw_parse_links(const char *spec, pipit_hw_links *out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_parse_links_impl(spec, out), gen0, __func__);
 }
 
 /* One more string in the description's "sources" array. */
@@ -160,16 +166,13 @@ static pipit_status add_source(pipit_hw *hw, const char *text) {
     return PIPIT_STATUS_OK;
 }
 
-pipit_status pipit_hw_apply_probe(pipit_hw *hw, const pipit_link_probe *pr) {
+static pipit_status hw_apply_probe_impl(pipit_hw *hw, const pipit_link_probe *pr) {
     if (!hw || !pr) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_hw_apply_probe: NULL %s", hw ? "probe" : "hardware");
     pipit_hw_links l = {-1, -1, -1, -1, pr->processes > 1 ? pr->per_host : PIPIT_HW_THREADS_PER_NODE};
     if (pr->intra_bw > 0) l.intra_bw = pr->intra_bw, l.intra_lat = pr->intra_lat;
     if (pr->inter_bw > 0) l.inter_bw = pr->inter_bw, l.inter_lat = pr->inter_lat;
     pipit_status s = set_links(hw, &l);
-    if (s) {
-        pipit__err_prefix("pipit_hw_apply_probe");
-        return s;
-    }
+    if (s) return s;
     char text[512];
     snprintf(text, sizeof text,
              "measured by pipit_probe_links (%d process%s on %d host%s): intra_node %s; inter_node %s; "
@@ -180,4 +183,9 @@ pipit_status pipit_hw_apply_probe(pipit_hw *hw, const pipit_link_probe *pr) {
              pr->inter_bw > 0 ? "two processes on two hosts" : "not measured (one host; assumed)",
              pr->processes > 1 ? "the most processes on one host" : "unbounded (ranks are threads of one process)");
     return add_source(hw, text);
+}
+
+pipit_status pipit_hw_apply_probe(pipit_hw *hw, const pipit_link_probe *pr) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(hw_apply_probe_impl(hw, pr), gen0, __func__);
 }

@@ -13,9 +13,23 @@ static _Thread_local unsigned long error_gen;
 
 unsigned long pipit__err_gen(void) { return error_gen; }
 
+/* 1 if `msg` holds `fn` as a whole word ("pipit_checkpoint_load" is not
+ * named by "pipit_checkpoint_load_into: ..."). */
+static int names_word(const char *msg, const char *fn) {
+    size_t n = strlen(fn);
+    for (const char *at = strstr(msg, fn); at; at = strstr(at + 1, fn)) {
+        char before = at == msg ? ' ' : at[-1], after = at[n];
+        int word = (after == '_' || (after >= 'a' && after <= 'z') || (after >= '0' && after <= '9')) ||
+                   (before == '_' || (before >= 'a' && before <= 'z') || (before >= '0' && before <= '9'));
+        if (!word) return 1;
+    }
+    return 0;
+}
+
 pipit_status pipit__err_fresh(pipit_status s, unsigned long gen0, const char *fn) {
-    if (s != PIPIT_STATUS_OK && error_gen == gen0)
-        pipit__err(s, "%s: failed (%s)", fn, pipit_status_name(s));
+    if (s == PIPIT_STATUS_OK) return s;
+    if (error_gen == gen0) pipit__err(s, "%s: failed (%s)", fn, pipit_status_name(s));
+    else if (!names_word(last_error, fn)) pipit__err_prefix("%s", fn); /* the message names the call */
     return s;
 }
 
@@ -124,6 +138,7 @@ const char *pipit__dtype_name(pipit_dtype dt) {
     case PIPIT_F32: return "f32";
     case PIPIT_F64: return "f64";
     case PIPIT_I32: return "i32";
+    case PIPIT_BF16: return "bf16";
     }
     return "?";
 }

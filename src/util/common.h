@@ -29,9 +29,11 @@ void pipit__err_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Sets the thread-local message verbatim. */
 void pipit__set_errmsg(const char *msg);
 /* How many times this thread's message was set: a public entry point
- * notes it on entry and, when it fails with the count unchanged (a status
- * propagated from a helper that set no message), calls pipit__err_fresh,
- * so a failing call never leaves the previous failure's text. */
+ * notes it on entry and, when it fails, calls pipit__err_fresh: with the
+ * count unchanged (a status propagated from a helper that set no message)
+ * it sets one, so a failing call never leaves the previous failure's text;
+ * otherwise it prefixes "<fn>: " unless the message names fn already, so
+ * every failing public call's message names the call (pipit.h). */
 unsigned long pipit__err_gen(void);
 pipit_status pipit__err_fresh(pipit_status s, unsigned long gen0, const char *fn);
 
@@ -69,7 +71,7 @@ static inline void pipit__range(int64_t n, int ith, int nth, int64_t *lo, int64_
 }
 
 /* Bytes of one element of a dtype. */
-static inline size_t pipit__dtype_size(pipit_dtype dt) { return dt == PIPIT_F64 ? 8 : 4; }
+static inline size_t pipit__dtype_size(pipit_dtype dt) { return dt == PIPIT_F64 ? 8 : dt == PIPIT_BF16 ? 2 : 4; }
 const char *pipit__dtype_name(pipit_dtype dt);
 
 /* Formats a shape as "[2,3,4]" into buf (returns buf). */

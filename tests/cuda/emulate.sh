@@ -8,7 +8,8 @@
 # CPU_BUILD_DIR is a configured and built CPU tree (its libpipit.a).
 # PIPIT_EMU_SAN="-fsanitize=thread" checks the barriers for data races;
 # PIPIT_CUDA_CASE=name runs one parity case.
-# Each `kernel<<<grid, block, smem, stream>>>(args);` is rewritten to
+# Each `kernel<<<grid, block, smem, stream>>>(args);` of the .cu files and
+# the headers they share (*.cuh) is rewritten to
 # `pipit_emu_launch(grid, block, smem, stream, [&]() { kernel(args); });`.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,23 +19,31 @@ shift
 out=${PIPIT_EMU_DIR:-${TMPDIR:-/tmp}/pipit-cuda-emu}
 mkdir -p "$out"
 san=${PIPIT_EMU_SAN:-"-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"}
-inc="-I$here/emu -I$root/src -I$root/include -I$root/tests"
-objs=""
-for cu in "$root"/src/backend/cuda/*_cuda.cu; do
-    name=$(basename "$cu" .cu)
-    python3 - "$cu" "$out/$name.cpp" <<'PY'
+inc="-I$here/emu -I$out -I$root/src -I$root/include -I$root/tests"
+# Rewrites the launches of one file (a .cu, or a .cuh whose templates launch)
+# into OUT, keeping its line numbers for messages.
+rewrite() {
+    python3 - "$1" "$2" <<'PY'
 import re, sys
 src = open(sys.argv[1]).read()
 launch = re.compile(r'(\w+(?:<[^;<>]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\);', re.S)
-n = [0]
 def sub(m):
-    n[0] += 1
     return 'pipit_emu_launch(%s, [&]() { %s(%s); });' % (m.group(2), m.group(1), m.group(3))
 out = launch.sub(sub, src)
 if '<<<' in out:
     sys.exit('emulate.sh: a launch the rewrite missed in ' + sys.argv[1])
 open(sys.argv[2], 'w').write('#line 1 "%s"\n' % sys.argv[1] + out)
 PY
+}
+# The headers first: -I$out finds their rewritten copies before src/'s.
+mkdir -p "$out/backend/cuda"
+for h in "$root"/src/backend/cuda/*.cuh; do
+    rewrite "$h" "$out/backend/cuda/$(basename "$h")"
+done
+objs=""
+for cu in "$root"/src/backend/cuda/*_cuda.cu; do
+    name=$(basename "$cu" .cu)
+    rewrite "$cu" "$out/$name.cpp"
     g++ -std=c++20 -g -O1 $san -Wall -Wextra -Wno-unknown-pragmas $inc -c "$out/$name.cpp" -o "$out/$name.o"
     objs="$objs $out/$name.o"
 done

@@ -209,3 +209,65 @@ put("tokenizer", "gpt2_pair", b"\x01" + json.dumps(tok_vocab(), ensure_ascii=Fal
     b"\x00#version: 0.2\n\xc4\xa0 t\nh e\n\xc4\xa0t he\n")
 put("tokenizer", "train_mixed", b"\x0b" + "it's the cat's   mat\n\n café 123 世界 ".encode() + b"\xff\xfe")
 put("tokenizer", "train_words", b"\x0e" + b"the cat sat on the mat; the dog sat on the cat. " * 4)
+
+# ---------------------------------------------------------------------- hw
+# Hardware descriptions (fuzz_hw: pipit_hw_load): the built-in files, and
+# one change each next to what the reader checks.
+HW_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "hw")
+for name in sorted(os.listdir(HW_DIR)):
+    if name.endswith(".json"):
+        d = json.load(open(os.path.join(HW_DIR, name)))
+        d.pop("about", None), d.pop("sources", None)  # keep the seeds small
+        put("hw", "valid_" + name[:-5], json.dumps(d, separators=(",", ":")))
+HW = {"name": "t", "peak_flops": {"fp32": 1e12, "bf16": 4e12}, "train_dtype": "bf16",
+      "gemm_efficiency": [[64, 0.5], [1024, 0.9]], "mem_bandwidth": 1e11, "mem_efficiency": 0.8,
+      "mem_capacity": 1e10, "gpus_per_node": 8, "intra_node": {"bandwidth": 1e11, "latency": 1e-6},
+      "inter_node": {"bandwidth": 1e10, "latency": 1e-5}, "kernel_overhead": 2e-6}
+
+
+def hw_with(**kv):
+    d = dict(HW)
+    d.update(kv)
+    return json.dumps(d, separators=(",", ":"))
+
+
+put("hw", "valid_small", hw_with())
+put("hw", "bad_gpus_fraction", hw_with(gpus_per_node=2.5))
+put("hw", "bad_curve_order", hw_with(gemm_efficiency=[[1024, 0.9], [64, 0.5]]))
+put("hw", "bad_no_peak", hw_with(train_dtype="fp16"))
+put("hw", "bad_link", hw_with(intra_node={"latency": 1e-6}))
+
+# ----------------------------------------------------------------- profile
+# Calibration profiles (fuzz_profile: pipit_hw_calibrate), as
+# `pipit train --profile-out` writes them.
+PROFILE = {"model": {"layers": 2, "dim": 64, "heads": 4, "ctx": 32, "vocab": 128, "micro_batch": 2,
+                     "microbatches": 2, "pp": 1, "dp": 1, "threads": 1, "schedule": "1f1b", "virtual": 1},
+           "steps": 3, "step_s": 0.25,
+           "profile": {"ranks": [{"ops": {"matmul": 0.3, "attention": 0.02, "attn_dqkv": 0.03, "gelu": 0.05,
+                                          "layernorm": 0.01, "add": 0.004},
+                                  "instructions": {"optimizer update": 0.01, "recv": 0.001}}]}}
+
+
+def profile_with(**kv):
+    d = json.loads(json.dumps(PROFILE))
+    d.update(kv)
+    return json.dumps(d, separators=(",", ":"))
+
+
+put("profile", "valid", profile_with())
+put("profile", "valid_two_ranks", profile_with(profile={"ranks": PROFILE["profile"]["ranks"] * 2}))
+put("profile", "bad_no_matmul", profile_with(profile={"ranks": [{"ops": {"gelu": 0.1}}]}))
+put("profile", "bad_model", profile_with(model={"layers": 2}))
+put("profile", "bad_steps_zero", profile_with(steps=0))
+
+# ------------------------------------------------------------------ config
+# --config files (fuzz_config.c's table: layers int, seed u64, lr double,
+# schedule string, remat bool; "model" is skipped).
+put("config", "valid_all", json.dumps({"layers": 6, "seed": 7, "lr": 3e-4, "schedule": "1f1b", "remat": True,
+                                       "model": "gpt2"}))
+put("config", "valid_empty", "{}")
+put("config", "bad_type", json.dumps({"lr": "fast"}))
+put("config", "bad_range", json.dumps({"layers": 1e12}))
+put("config", "bad_unknown", json.dumps({"layer": 6}))
+put("config", "bad_not_object", "[1, 2]")
+put("config", "bad_model_type", json.dumps({"model": 5}))

@@ -12,7 +12,7 @@ BUILD=${1:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
 SECS=${2:?usage: run.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 SRC=$(cd "$(dirname "$0")" && pwd)
-TARGETS=${*:-safetensors data schedule checkpoint flags tokenizer}
+TARGETS=${*:-safetensors data schedule checkpoint flags tokenizer hw profile config}
 OUT=${FUZZ_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/pipit_fuzz.XXXXXX")}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}

@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
+#include "util/bf16.h"
 
 static void *cpu_reserve(size_t bytes) { return pipit__malloc_aligned(PIPIT_MAX(bytes, 64)); }
 
@@ -32,15 +33,29 @@ static void cpu_gemm(pipit_dtype dt, int ta, int tb, int64_t batch, int64_t M, i
                      int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
     if (dt == PIPIT_F64)
         pipit__gemm_f64(ta, tb, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate, ith, nth);
+    else if (dt == PIPIT_BF16)
+        pipit__gemm_bf16(ta, tb, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate, ith, nth);
     else
         pipit__gemm_f32(ta, tb, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate, ith, nth);
 }
 
-static void cpu_accumulate(pipit_dtype dt, void *acc, const void *x, int64_t n, int first, int ith, int nth) {
+/* acc (fp32) = or += x (bf16), exactly converted and added in fp32. */
+static void accumulate_bf16(float *restrict acc, const pipit__bf16 *restrict x, int64_t lo, int64_t hi, int first) {
+    if (first)
+        for (int64_t j = lo; j < hi; j++) acc[j] = pipit__bf16_to_f32(x[j]);
+    else
+        for (int64_t j = lo; j < hi; j++) acc[j] += pipit__bf16_to_f32(x[j]);
+}
+
+static void cpu_accumulate(pipit_dtype dt, pipit_dtype xdt, void *acc, const void *x, int64_t n, int first, int ith,
+                           int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
     size_t es = pipit__dtype_size(dt);
-    if (first) {
+    PIPIT_ASSERT(xdt == dt || (xdt == PIPIT_BF16 && dt == PIPIT_F32));
+    if (xdt != dt) {
+        accumulate_bf16(acc, x, lo, hi, first);
+    } else if (first) {
         memcpy((char *)acc + lo * es, (const char *)x + lo * es, (size_t)(hi - lo) * es);
     } else if (dt == PIPIT_F64) {
         double *a = acc;
@@ -156,11 +171,16 @@ static void cpu_sgd(pipit_dtype dt, double lr, double clip, void *w, const void 
 /* One device (the host); nothing to bind, nothing queued to wait for. */
 static int cpu_devices(void) { return 1; }
 
-static void cpu_bind(int rank, int device, int tf32) { (void)rank, (void)device, (void)tf32; }
+/* Nothing to bind but the rank a failing kernel reports to; nothing is
+ * queued, so sync only returns what a kernel of the rank recorded. */
+static void cpu_bind(int rank, int device, int tf32) {
+    (void)device, (void)tf32;
+    pipit__kernel_bind(rank);
+}
 
 static pipit_status cpu_sync(int rank) {
-    (void)rank;
-    return PIPIT_STATUS_OK;
+    const char *why = pipit__kernel_take_error(rank);
+    return why ? pipit__err(PIPIT_STATUS_RUNTIME, "rank %d: %s", rank, why) : PIPIT_STATUS_OK;
 }
 
 const pipit__backend pipit__backend_cpu = {
@@ -181,6 +201,7 @@ const pipit__backend pipit__backend_cpu = {
     .adamw = cpu_adamw,
     .sgd = cpu_sgd,
     .host_memory = 1,
+    .bf16 = 1,
     .devices = cpu_devices,
     .bind = cpu_bind,
     .sync = cpu_sync,

@@ -1,10 +1,12 @@
 /*
- * kernels.c — every non-GEMM CPU kernel, for float and double.
+ * kernels.c — every non-GEMM CPU kernel, for float, double and bfloat16.
  *
  * The bodies live in kernels_impl.h, a template included once per type
- * (T = element type, S = name suffix). Reductions use fixed lane counts and
- * fixed orders, and threads split only the non-reduced axis, so bits never
- * depend on the thread count.
+ * (T = storage type, A = arithmetic type, S = name suffix): f32 and f64
+ * compute in their own type, bf16 in fp32 with one rounding per stored
+ * element. Reductions use fixed lane counts and fixed orders, and threads
+ * split only the non-reduced axis, so bits never depend on the thread
+ * count.
  */
 
 /* GCC 12's -O2 only vectorises loops whose trip count is a multiple of the
@@ -73,28 +75,48 @@ static inline double rope_freq_f64(int64_t i, int64_t D, double theta) {
     return 1.0 / pow(theta, (double)(2 * i) / (double)D);
 }
 
-#define T float
-#define S f32
+/* The fp32 math, shared by f32 and bf16 (whose arithmetic is fp32). */
 #define EXP fast_expf
 #define LOG logf
 #define SQRT sqrtf
 #define TANH tanhf
 #define FABS fabsf
 #define ROPE_FREQ rope_freq_f32
+
+#define T float
+#define A float
+#define S f32
+#define LD(v) (v)
+#define ST(v) (v)
+#define STD(d) ((float)(d))
+#define KERNEL_NARROW 0
 #define BLAS_GEMM cblas_sgemm
+#include "backend/cpu/kernels_impl.h" /* it undefines T, A, S, LD, ST, STD, KERNEL_NARROW */
+#undef BLAS_GEMM
+
+/* bf16: loaded into fp32, computed in fp32, rounded once when stored. */
+#define T pipit__bf16
+#define A float
+#define S bf16
+#define LD(v) pipit__bf16_to_f32(v)
+#define ST(v) pipit__bf16_from_f32(v)
+#define STD(d) pipit__bf16_from_f64(d)
+#define KERNEL_NARROW 1
 #include "backend/cpu/kernels_impl.h"
-#undef T
-#undef S
 #undef EXP
 #undef LOG
 #undef SQRT
 #undef TANH
 #undef FABS
 #undef ROPE_FREQ
-#undef BLAS_GEMM
 
 #define T double
+#define A double
 #define S f64
+#define LD(v) (v)
+#define ST(v) (v)
+#define STD(d) (d)
+#define KERNEL_NARROW 0
 #define EXP exp
 #define LOG log
 #define SQRT sqrt
@@ -103,8 +125,6 @@ static inline double rope_freq_f64(int64_t i, int64_t D, double theta) {
 #define ROPE_FREQ rope_freq_f64
 #define BLAS_GEMM cblas_dgemm
 #include "backend/cpu/kernels_impl.h"
-#undef T
-#undef S
 #undef EXP
 #undef LOG
 #undef SQRT

@@ -6,7 +6,8 @@
  * of the output. Slices never overlap, there are no atomics, and every
  * reduction runs in a fixed order that does not depend on nth, so results
  * are bitwise identical for any thread count. Callers put a barrier between
- * kernels. Each kernel exists for float (_f32) and double (_f64).
+ * kernels. Each kernel exists for float (_f32), double (_f64) and bfloat16
+ * (_bf16: stored bf16, computed in fp32, rounded once per output element).
  *
  * Backward kernels OVERWRITE their output (no +=): gradient accumulation is
  * explicit in the graph, so its order is visible and fixed.
@@ -16,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "util/bf16.h"
 #include "util/common.h"
 
 /* Must be called once before any gemm or attention kernel: makes BLAS
@@ -45,7 +47,7 @@ typedef struct {
     double scale; /* rounded to the element type by the kernels */
 } pipit__attn_dims;
 
-#define PIPIT_KERNEL_DECLS(T, S)                                                       \
+#define PIPIT_KERNEL_DECLS(T, AT, S)                                                   \
     void pipit__gemm_##S(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, \
                          int64_t K, const T *A, int64_t lda, int64_t sA, const T *B,    \
                          int64_t ldb, int64_t sB, T *C, int64_t ldc, int64_t sC,        \
@@ -93,7 +95,7 @@ typedef struct {
     void pipit__silu_dx_##S(T *dx, const T *x, const T *d, int64_t n, int ith, int nth);    \
     void pipit__sigmoid_dx_##S(T *dx, const T *y, const T *d, int64_t n, int ith, int nth); \
     void pipit__tanh_dx_##S(T *dx, const T *y, const T *d, int64_t n, int ith, int nth);    \
-    void pipit__scale_##S(T *out, const T *a, T alpha, int64_t n, int ith, int nth);   \
+    void pipit__scale_##S(T *out, const T *a, AT alpha, int64_t n, int ith, int nth);   \
     /* out[r,c] = x[r,c] + bias[c]; x is [rows, C] */                                   \
     void pipit__bias_add_##S(T *out, const T *x, const T *bias, int64_t rows,          \
                              int64_t C, int ith, int nth);                              \
@@ -101,8 +103,8 @@ typedef struct {
     void pipit__sum_rows_##S(T *out, const T *x, int64_t rows, int64_t C, int ith,     \
                              int nth);                                                  \
     /* out[0] = sum of x[0..n) in index order, accumulated in double; scaled by       \
-     * `scale` at the end (1 for sum, 1/n for mean). Runs on thread 0 only. */          \
-    void pipit__sum_all_##S(T *out, const T *x, int64_t n, double scale, int ith,      \
+     * `scale` at the end (1 for sum, 1/n for mean), in AT. Thread 0 only. */            \
+    void pipit__sum_all_##S(AT *out, const T *x, int64_t n, double scale, int ith,      \
                             int nth);                                                   \
     /* out[n] = dout[0] * scale (gradient of sum/mean: broadcast a scalar) */           \
     void pipit__fill_##S(T *out, const T *scalar, double scale, int64_t n, int ith,    \
@@ -194,15 +196,41 @@ typedef struct {
     /* dqkv [B,T,3C] from qkv and dout [B,T,C] (recomputes probabilities) */            \
     void pipit__attention_dqkv_##S(T *dqkv, const T *qkv, const T *dout, int64_t B,    \
                                    int64_t Tq, int64_t C, int64_t H, int ith, int nth); \
-    /* Per-row softmax cross-entropy: loss[r] = logsumexp(x[r,:]) - x[r,t[r]] */       \
-    void pipit__xent_rows_##S(T *loss, const T *logits, const int32_t *targets,        \
+    /* Per-row softmax cross-entropy: loss[r] = logsumexp(x[r,:]) - x[r,t[r]], in AT */ \
+    void pipit__xent_rows_##S(AT *loss, const T *logits, const int32_t *targets,        \
                               int64_t rows, int64_t V, int ith, int nth);               \
     /* dlogits[r,:] = dloss[r] * (softmax(x[r,:]) - onehot(t[r])) */                    \
     void pipit__xent_dlogits_##S(T *dlogits, const T *logits, const int32_t *targets,  \
-                                 const T *dloss, int64_t rows, int64_t V, int ith,      \
+                                 const AT *dloss, int64_t rows, int64_t V, int ith,      \
                                  int nth);
 
-PIPIT_KERNEL_DECLS(float, f32)
-PIPIT_KERNEL_DECLS(double, f64)
+PIPIT_KERNEL_DECLS(float, float, f32)
+PIPIT_KERNEL_DECLS(double, double, f64)
+/* bf16 storage, fp32 arithmetic (kernels_impl.h; attention and GEMM on
+ * fp32 panels: kernels_bf16.c, gemm_bf16.c) */
+PIPIT_KERNEL_DECLS(pipit__bf16, float, bf16)
+
+/* A kernel that cannot run (its scratch memory could not be had) zeroes
+ * its output and records why for the world rank whose thread runs it
+ * (pipit__kernel_bind: the cpu backend's bind); the rank's next sync
+ * returns it as RUNTIME (pipit__kernel_take_error: NULL when none) -- the
+ * CPU's counterpart of a device backend's sticky error. `why` must be a
+ * static string. */
+void pipit__kernel_bind(int rank);
+void pipit__kernel_fail(const char *why);
+const char *pipit__kernel_take_error(int rank);
+
+/* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
+ * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */
+void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, int64_t n, int ith, int nth);
+/* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
+ * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
+ * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.
+ * Results differ in the last bits between the two, never between thread
+ * counts. */
+const char *pipit__gemm_bf16_kind(void);
+/* Tests: 1 fp32 panels, 2 avx512bf16 (only where the CPU has it), 3 the
+ * pair packing with an emulated vdpbf16ps; 0 chooses by the CPU again. */
+void pipit__gemm_bf16_set_kind(int kind);
 
 #endif

@@ -1,9 +1,17 @@
 /*
  * kernels_impl.h — template for the non-GEMM kernels; included by kernels.c
- * once per type with T (element type), S (suffix: f32/f64), BLAS_GEMM and
- * the math of that type defined: EXP, LOG, SQRT, TANH, FABS and ROPE_FREQ
- * (RoPE's inverse frequencies). Not a header to include elsewhere.
- * Layouts are row-major; [a,b] in comments are shapes.
+ * once per type with T (the storage type), A (the arithmetic type), S
+ * (suffix: f32/f64/bf16), LD(v) / ST(v) / STD(d) (T to A, A to T, double to
+ * T, each rounding to nearest even), KERNEL_NARROW (1 when T is narrower
+ * than A: bf16 stored, fp32 computed), BLAS_GEMM and the math of A defined:
+ * EXP, LOG, SQRT, TANH, FABS and ROPE_FREQ (RoPE's inverse frequencies).
+ * For f32 and f64, A is T and LD / ST are the identity, so those kernels
+ * compute exactly what they always did. For bf16 every value is loaded into
+ * fp32, every intermediate stays fp32 (nothing is rounded to bf16 on the
+ * way: where the f32 kernels keep an intermediate in the output, the
+ * narrow ones recompute it) and every output element is rounded once.
+ * Not a header to include elsewhere. Layouts are row-major; [a,b] in
+ * comments are shapes.
  */
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)
@@ -27,45 +35,24 @@ static double LOC(sum_d)(const T *restrict x, int64_t n) {
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j];
+        for (int j = 0; j < 8; j++) acc[j] += (double)LD(x[i + j]);
     double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += (double)x[i];
-    return s;
-}
-
-/* dot(a[n], b[n]) in T, same fixed 8-lane order. */
-static T LOC(dot)(const T *restrict a, const T *restrict b, int64_t n) {
-    T acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
+    for (; i < n; i++) s += (double)LD(x[i]);
     return s;
 }
 
 /* max of x[0..n), n >= 1, in 8 lanes (max is exact: the order only
  * matters for which NaN wins). */
-static T LOC(maxv)(const T *restrict x, int64_t n) {
-    T acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = x[0];
+static A LOC(maxv)(const T *restrict x, int64_t n) {
+    A acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = LD(x[0]);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-    T m = acc[0];
+        for (int j = 0; j < 8; j++) acc[j] = LD(x[i + j]) > acc[j] ? LD(x[i + j]) : acc[j];
+    A m = acc[0];
     for (int j = 1; j < 8; j++) m = acc[j] > m ? acc[j] : m;
-    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    for (; i < n; i++) m = LD(x[i]) > m ? LD(x[i]) : m;
     return m;
-}
-
-/* x[n] = exp(x[n] - m) */
-static void LOC(exp_shift)(T *restrict x, T m, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = EXP(x[i] - m);
-}
-
-/* y[n] += a * x[n] */
-static void LOC(axpy)(T *restrict y, T a, const T *restrict x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -73,19 +60,19 @@ static void LOC(axpy)(T *restrict y, T a, const T *restrict x, int64_t n) {
 void FN(add)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) out[i] = a[i] + b[i];
+    for (int64_t i = lo; i < hi; i++) out[i] = ST(LD(a[i]) + LD(b[i]));
 }
 
 void FN(mul)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) out[i] = a[i] * b[i];
+    for (int64_t i = lo; i < hi; i++) out[i] = ST(LD(a[i]) * LD(b[i]));
 }
 
-void FN(scale)(T *out, const T *a, T alpha, int64_t n, int ith, int nth) {
+void FN(scale)(T *out, const T *a, A alpha, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) out[i] = alpha * a[i];
+    for (int64_t i = lo; i < hi; i++) out[i] = ST(alpha * LD(a[i]));
 }
 
 /* out, x [rows, C]; bias [C]; threads split rows. */
@@ -96,7 +83,7 @@ void FN(bias_add)(T *out, const T *x, const T *bias, int64_t rows, int64_t C, in
     for (int64_t r = lo; r < hi; r++) {
         T *o = out + r * C;
         const T *xr = x + r * C;
-        for (int64_t c = 0; c < C; c++) o[c] = xr[c] + bias[c];
+        for (int64_t c = 0; c < C; c++) o[c] = ST(LD(xr[c]) + LD(bias[c]));
     }
 }
 
@@ -111,26 +98,27 @@ void FN(sum_rows)(T *out, const T *x, int64_t rows, int64_t C, int ith, int nth)
         for (int64_t j = 0; j < w; j++) acc[j] = 0;
         for (int64_t r = 0; r < rows; r++) {
             const T *xr = x + r * C + c0;
-            for (int64_t j = 0; j < w; j++) acc[j] += (double)xr[j];
+            for (int64_t j = 0; j < w; j++) acc[j] += (double)LD(xr[j]);
         }
-        for (int64_t j = 0; j < w; j++) out[c0 + j] = (T)acc[j];
+        for (int64_t j = 0; j < w; j++) out[c0 + j] = STD(acc[j]);
     }
 }
 
-/* out [1] = scale * sum(x [n]), sequential in double, thread 0 only. */
-void FN(sum_all)(T *out, const T *x, int64_t n, double scale, int ith, int nth) {
+/* out [1] = scale * sum(x [n]), sequential in double, thread 0 only; in
+ * the arithmetic type (a sum of bf16 values is fp32). */
+void FN(sum_all)(A *out, const T *x, int64_t n, double scale, int ith, int nth) {
     (void)nth;
     if (ith != 0) return;
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i];
-    out[0] = (T)(s * scale);
+    for (int64_t i = 0; i < n; i++) s += (double)LD(x[i]);
+    out[0] = (A)(s * scale);
 }
 
 /* out [n] = scalar[0] * scale */
 void FN(fill)(T *out, const T *scalar, double scale, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-    T v = (T)((double)scalar[0] * scale);
+    T v = STD((double)LD(scalar[0]) * scale);
     for (int64_t i = lo; i < hi; i++) out[i] = v;
 }
 
@@ -175,13 +163,13 @@ void FN(permute)(T *out, const T *x, int nd, const int64_t *dims, const int *per
 void FN(sub)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) out[i] = a[i] - b[i];
+    for (int64_t i = lo; i < hi; i++) out[i] = ST(LD(a[i]) - LD(b[i]));
 }
 
 void FN(div)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) out[i] = a[i] / b[i];
+    for (int64_t i = lo; i < hi; i++) out[i] = ST(LD(a[i]) / LD(b[i]));
 }
 
 /* y = f(v) for v = x[i]; one loop each, branch-free where the compiler can
@@ -191,19 +179,19 @@ void FN(div)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
         int64_t lo, hi;                                                    \
         pipit__range(n, ith, nth, &lo, &hi);                               \
         for (int64_t i = lo; i < hi; i++) {                                \
-            T v = x[i];                                                    \
-            out[i] = (expr);                                               \
+            A v = LD(x[i]);                                                \
+            out[i] = ST(expr);                                             \
         }                                                                  \
     }
 UNARY(neg, -v)
 UNARY(exp, EXP(v))
 UNARY(log, LOG(v))
 UNARY(sqrt, SQRT(v))
-UNARY(rsqrt, (T)1 / SQRT(v))
+UNARY(rsqrt, (A)1 / SQRT(v))
 UNARY(abs, FABS(v))
-UNARY(relu, v < 0 ? (T)0 : v) /* NaN stays NaN */
-UNARY(silu, v / ((T)1 + EXP(-v)))
-UNARY(sigmoid, (T)1 / ((T)1 + EXP(-v)))
+UNARY(relu, v < 0 ? (A)0 : v) /* NaN stays NaN */
+UNARY(silu, v / ((A)1 + EXP(-v)))
+UNARY(sigmoid, (A)1 / ((A)1 + EXP(-v)))
 UNARY(tanh, TANH(v))
 #undef UNARY
 
@@ -213,16 +201,16 @@ UNARY(tanh, TANH(v))
         int64_t lo, hi;                                                              \
         pipit__range(n, ith, nth, &lo, &hi);                                         \
         for (int64_t i = lo; i < hi; i++) {                                          \
-            T v = t[i], g = d[i];                                                    \
-            dx[i] = (expr);                                                          \
+            A v = LD(t[i]), g = LD(d[i]);                                            \
+            dx[i] = ST(expr);                                                        \
         }                                                                            \
     }
-UNARY_DX(sqrt_dx, g / ((T)2 * v))              /* y = sqrt x: 1/(2y) */
-UNARY_DX(rsqrt_dx, (T)-0.5 * g * (v * v * v))  /* y = x^-1/2: -y^3/2 */
-UNARY_DX(abs_dx, v > 0 ? g : v < 0 ? -g : (T)0)
-UNARY_DX(relu_dx, v > 0 ? g : (T)0)
-UNARY_DX(sigmoid_dx, g * (v * ((T)1 - v)))
-UNARY_DX(tanh_dx, g * ((T)1 - v * v))
+UNARY_DX(sqrt_dx, g / ((A)2 * v))              /* y = sqrt x: 1/(2y) */
+UNARY_DX(rsqrt_dx, (A)-0.5 * g * (v * v * v))  /* y = x^-1/2: -y^3/2 */
+UNARY_DX(abs_dx, v > 0 ? g : v < 0 ? -g : (A)0)
+UNARY_DX(relu_dx, v > 0 ? g : (A)0)
+UNARY_DX(sigmoid_dx, g * (v * ((A)1 - v)))
+UNARY_DX(tanh_dx, g * ((A)1 - v * v))
 #undef UNARY_DX
 
 /* silu' = s (1 + x (1 - s)), s = sigmoid(x) */
@@ -230,8 +218,8 @@ void FN(silu_dx)(T *dx, const T *x, const T *d, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        T v = x[i], sg = (T)1 / ((T)1 + EXP(-v));
-        dx[i] = d[i] * (sg * ((T)1 + v * ((T)1 - sg)));
+        A v = LD(x[i]), sg = (A)1 / ((A)1 + EXP(-v));
+        dx[i] = ST(LD(d[i]) * (sg * ((A)1 + v * ((A)1 - sg))));
     }
 }
 
@@ -257,13 +245,13 @@ static inline int64_t LOC(row_at)(const int64_t *dims, const int64_t *st, int64_
             const T *pb = b + LOC(row_at)(dims, sb, r) + c * sb[3];                             \
             T *o = out + i;                                                                     \
             if (sa[3] && sb[3])                                                                 \
-                for (int64_t j = 0; j < len; j++) o[j] = pa[j] OP pb[j];                        \
+                for (int64_t j = 0; j < len; j++) o[j] = ST(LD(pa[j]) OP LD(pb[j]));            \
             else if (sa[3])                                                                     \
-                for (int64_t j = 0; j < len; j++) o[j] = pa[j] OP pb[0];                        \
+                for (int64_t j = 0; j < len; j++) o[j] = ST(LD(pa[j]) OP LD(pb[0]));            \
             else if (sb[3])                                                                     \
-                for (int64_t j = 0; j < len; j++) o[j] = pa[0] OP pb[j];                        \
+                for (int64_t j = 0; j < len; j++) o[j] = ST(LD(pa[0]) OP LD(pb[j]));            \
             else                                                                                \
-                for (int64_t j = 0; j < len; j++) o[j] = pa[0] OP pb[0];                        \
+                for (int64_t j = 0; j < len; j++) o[j] = ST(LD(pa[0]) OP LD(pb[0]));            \
             i += len;                                                                           \
         }                                                                                       \
     }
@@ -318,11 +306,11 @@ void FN(sum_to)(T *out, const T *x, const int64_t *dims, const int64_t *so, doub
                 for (int64_t i2 = b[2]; i2 < e[2]; i2++) {
                     const T *row = x + i0 * xs[0] + i1 * xs[1] + i2 * xs[2];
                     if (keep_last)
-                        for (int64_t j = 0; j < w; j++) acc[j] += (double)row[c + j];
+                        for (int64_t j = 0; j < w; j++) acc[j] += (double)LD(row[c + j]);
                     else
                         acc[0] += LOC(sum_d)(row, dims[3]);
                 }
-        for (int64_t j = 0; j < w; j++) out[i + j] = (T)(acc[j] * scale);
+        for (int64_t j = 0; j < w; j++) out[i + j] = STD(acc[j] * scale);
         i += w;
     }
 }
@@ -341,7 +329,8 @@ void FN(max_axis)(T *out, const T *x, int64_t outer, int64_t n, int64_t inner, i
         T *m = out + i;
         memcpy(m, base, (size_t)len * sizeof(T));
         for (int64_t j = 1; j < n; j++)
-            for (int64_t t = 0; t < len; t++) m[t] = base[j * inner + t] > m[t] ? base[j * inner + t] : m[t];
+            for (int64_t t = 0; t < len; t++)
+                m[t] = LD(base[j * inner + t]) > LD(m[t]) ? base[j * inner + t] : m[t];
         i += len;
     }
 }
@@ -351,22 +340,50 @@ void FN(max_axis)(T *out, const T *x, int64_t outer, int64_t n, int64_t inner, i
  * run's column belongs to one thread. */
 void FN(max_dx)(T *dx, const T *x, const T *d, int64_t outer, int64_t n, int64_t inner, int ith, int nth) {
     int64_t lo, hi, arg[KERNEL_COL_CHUNK];
-    T m[KERNEL_COL_CHUNK];
+    A m[KERNEL_COL_CHUNK];
     pipit__range(outer * inner, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi;) {
         int64_t o = i / inner, c = i % inner, len = PIPIT_MIN(PIPIT_MIN(inner - c, hi - i), KERNEL_COL_CHUNK);
         const T *base = x + o * n * inner + c;
         T *dbase = dx + o * n * inner + c;
-        for (int64_t t = 0; t < len; t++) m[t] = base[t], arg[t] = 0;
+        for (int64_t t = 0; t < len; t++) m[t] = LD(base[t]), arg[t] = 0;
         for (int64_t j = 1; j < n; j++)
             for (int64_t t = 0; t < len; t++)
-                if (base[j * inner + t] > m[t]) m[t] = base[j * inner + t], arg[t] = j;
+                if (LD(base[j * inner + t]) > m[t]) m[t] = LD(base[j * inner + t]), arg[t] = j;
         for (int64_t j = 0; j < n; j++) memset(dbase + j * inner, 0, (size_t)len * sizeof(T));
         for (int64_t t = 0; t < len; t++) dbase[arg[t] * inner + t] = d[i + t];
         i += len;
     }
 }
 
+#if KERNEL_NARROW
+/* sum of exp(x - m) over a row [C] in double (8 lanes, as sum_d), the
+ * exponentials formed in fp32 and never stored: a narrow row has nowhere
+ * to keep them without rounding. */
+static double LOC(sum_exp)(const T *restrict x, int64_t C, A m) {
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= C; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)EXP(LD(x[i + j]) - m);
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < C; i++) s += (double)EXP(LD(x[i]) - m);
+    return s;
+}
+
+/* y [rows, C] = softmax of each row of x: exp(x - max) / sum, the sum in
+ * double over unrounded exponentials, each output rounded once. */
+void FN(softmax)(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const T *xr = x + r * C;
+        T *yr = y + r * C;
+        A m = LOC(maxv)(xr, C);
+        A inv = (A)(1.0 / LOC(sum_exp)(xr, C, m));
+        for (int64_t j = 0; j < C; j++) yr[j] = ST(EXP(LD(xr[j]) - m) * inv);
+    }
+}
+#else
 /* y [C] = exp(x - max(x)); returns sum(y) and the max. The sum is formed
  * in the same pass, in double, in sum_d's 8 lanes and order. */
 static double LOC(exp_shifted)(T *restrict y, const T *restrict x, int64_t C, T *max) {
@@ -398,15 +415,16 @@ void FN(softmax)(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth) {
         for (int64_t j = 0; j < C; j++) yr[j] *= inv;
     }
 }
+#endif
 
 /* sum of a[j] * b[j] over a row, in double, 8 fixed lanes */
 static double LOC(dot_d)(const T *restrict a, const T *restrict b, int64_t n) {
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += (double)a[i + j] * (double)b[i + j];
+        for (int j = 0; j < 8; j++) acc[j] += (double)LD(a[i + j]) * (double)LD(b[i + j]);
     double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += (double)a[i] * (double)b[i];
+    for (; i < n; i++) s += (double)LD(a[i]) * (double)LD(b[i]);
     return s;
 }
 
@@ -416,8 +434,9 @@ void FN(softmax_dx)(T *dx, const T *y, const T *d, int64_t rows, int64_t C, int 
     pipit__range(rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const T *yr = y + r * C, *dr = d + r * C;
-        T s = (T)LOC(dot_d)(yr, dr, C), *o = dx + r * C;
-        for (int64_t j = 0; j < C; j++) o[j] = yr[j] * (dr[j] - s);
+        A s = (A)LOC(dot_d)(yr, dr, C);
+        T *o = dx + r * C;
+        for (int64_t j = 0; j < C; j++) o[j] = ST(LD(yr[j]) * (LD(dr[j]) - s));
     }
 }
 
@@ -427,10 +446,16 @@ void FN(log_softmax)(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth
     pipit__range(rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const T *xr = x + r * C;
-        T *yr = y + r * C, m;
+        T *yr = y + r * C;
+#if KERNEL_NARROW
+        A m = LOC(maxv)(xr, C);
+        double sum = LOC(sum_exp)(xr, C, m);
+#else
+        T m;
         double sum = LOC(exp_shifted)(yr, xr, C, &m);
-        T lse = (T)((double)m + log(sum));
-        for (int64_t j = 0; j < C; j++) yr[j] = xr[j] - lse;
+#endif
+        A lse = (A)((double)m + log(sum));
+        for (int64_t j = 0; j < C; j++) yr[j] = ST(LD(xr[j]) - lse);
     }
 }
 
@@ -440,8 +465,9 @@ void FN(log_softmax_dx)(T *dx, const T *y, const T *d, int64_t rows, int64_t C, 
     pipit__range(rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const T *yr = y + r * C, *dr = d + r * C;
-        T s = (T)LOC(sum_d)(dr, C), *o = dx + r * C;
-        for (int64_t j = 0; j < C; j++) o[j] = dr[j] - EXP(yr[j]) * s;
+        A s = (A)LOC(sum_d)(dr, C);
+        T *o = dx + r * C;
+        for (int64_t j = 0; j < C; j++) o[j] = ST(LD(dr[j]) - EXP(LD(yr[j])) * s);
     }
 }
 
@@ -479,20 +505,20 @@ void FN(pad_cols)(T *out, int64_t ow, int64_t oc, const T *x, int64_t rows, int6
 /* ------------------------------------------------------------ layernorm */
 
 /* Mean and 1/sqrt(var + eps) of one row x [C], accumulated in double with a
- * fixed order, rounded to T (all three layernorm kernels share this). */
-static void LOC(ln_stats)(const T *restrict x, int64_t C, double eps, T *mean, T *rstd) {
+ * fixed order, rounded to A (all three layernorm kernels share this). */
+static void LOC(ln_stats)(const T *restrict x, int64_t C, double eps, A *mean, A *rstd) {
     double m = LOC(sum_d)(x, C) / (double)C;
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= C; i += 8)
         for (int j = 0; j < 8; j++) {
-            double d = (double)x[i + j] - m;
+            double d = (double)LD(x[i + j]) - m;
             acc[j] += d * d;
         }
     double v = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < C; i++) v += ((double)x[i] - m) * ((double)x[i] - m);
-    *mean = (T)m;
-    *rstd = (T)(1.0 / sqrt(v / (double)C + eps));
+    for (; i < C; i++) v += ((double)LD(x[i]) - m) * ((double)LD(x[i]) - m);
+    *mean = (A)m;
+    *rstd = (A)(1.0 / sqrt(v / (double)C + eps));
 }
 
 /* out, x [rows, C]; w, b [C]; threads split rows. */
@@ -503,9 +529,9 @@ void FN(layernorm)(T *out, const T *x, const T *w, const T *b, int64_t rows, int
     for (int64_t r = lo; r < hi; r++) {
         const T *xr = x + r * C;
         T *o = out + r * C;
-        T m, rs;
+        A m, rs;
         LOC(ln_stats)(xr, C, eps, &m, &rs);
-        for (int64_t c = 0; c < C; c++) o[c] = (xr[c] - m) * rs * w[c] + b[c];
+        for (int64_t c = 0; c < C; c++) o[c] = ST((LD(xr[c]) - m) * rs * LD(w[c]) + LD(b[c]));
     }
 }
 
@@ -518,27 +544,27 @@ void FN(layernorm_dx)(T *dx, const T *x, const T *w, const T *dout, int64_t rows
     for (int64_t r = lo; r < hi; r++) {
         const T *xr = x + r * C, *dr = dout + r * C;
         T *o = dx + r * C;
-        T m, rs;
+        A m, rs;
         LOC(ln_stats)(xr, C, eps, &m, &rs);
         double a1[8] = {0}, a2[8] = {0};
         int64_t c = 0;
         for (; c + 8 <= C; c += 8)
             for (int j = 0; j < 8; j++) {
-                T xh = (xr[c + j] - m) * rs, g = dr[c + j] * w[c + j];
+                A xh = (LD(xr[c + j]) - m) * rs, g = LD(dr[c + j]) * LD(w[c + j]);
                 a1[j] += (double)g;
                 a2[j] += (double)g * (double)xh;
             }
         double sg = ((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]));
         double sgx = ((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]));
         for (; c < C; c++) {
-            T xh = (xr[c] - m) * rs, g = dr[c] * w[c];
+            A xh = (LD(xr[c]) - m) * rs, g = LD(dr[c]) * LD(w[c]);
             sg += (double)g;
             sgx += (double)g * (double)xh;
         }
-        T mg = (T)(sg / (double)C), mgx = (T)(sgx / (double)C);
+        A mg = (A)(sg / (double)C), mgx = (A)(sgx / (double)C);
         for (c = 0; c < C; c++) {
-            T xh = (xr[c] - m) * rs, g = dr[c] * w[c];
-            o[c] = rs * (g - mg - xh * mgx);
+            A xh = (LD(xr[c]) - m) * rs, g = LD(dr[c]) * LD(w[c]);
+            o[c] = ST(rs * (g - mg - xh * mgx));
         }
     }
 }
@@ -555,12 +581,12 @@ void FN(layernorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C,
         for (int64_t j = 0; j < w; j++) acc[j] = 0;
         for (int64_t r = 0; r < rows; r++) {
             const T *xr = x + r * C, *dr = dout + r * C + c0;
-            T m, rs;
+            A m, rs;
             LOC(ln_stats)(xr, C, eps, &m, &rs);
             xr += c0;
-            for (int64_t j = 0; j < w; j++) acc[j] += (double)(dr[j] * ((xr[j] - m) * rs));
+            for (int64_t j = 0; j < w; j++) acc[j] += (double)(LD(dr[j]) * ((LD(xr[j]) - m) * rs));
         }
-        for (int64_t j = 0; j < w; j++) dw[c0 + j] = (T)acc[j];
+        for (int64_t j = 0; j < w; j++) dw[c0 + j] = STD(acc[j]);
     }
 }
 
@@ -568,16 +594,16 @@ void FN(layernorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C,
 
 /* With u = sqrt(2/pi)(x + 0.044715x^3), GPT-2's 0.5x(1 + tanh(u)) equals
  * x * sigmoid(2u) = x / (1 + exp(-2u)): one exp, which vectorises. */
-#define GELU_S2PI ((T)0.79788456080286535588) /* sqrt(2/pi) */
-#define GELU_K ((T)0.044715)
+#define GELU_S2PI ((A)0.79788456080286535588) /* sqrt(2/pi) */
+#define GELU_K ((A)0.044715)
 
 void FN(gelu)(T *out, const T *x, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        T v = x[i];
-        T u = GELU_S2PI * (v + GELU_K * v * v * v);
-        out[i] = v / ((T)1 + EXP((T)-2 * u));
+        A v = LD(x[i]);
+        A u = GELU_S2PI * (v + GELU_K * v * v * v);
+        out[i] = ST(v / ((A)1 + EXP((A)-2 * u)));
     }
 }
 
@@ -587,11 +613,11 @@ void FN(gelu_dx)(T *dx, const T *x, const T *dout, int64_t n, int ith, int nth) 
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        T v = x[i];
-        T sg = (T)1 / ((T)1 + EXP((T)-2 * GELU_S2PI * (v + GELU_K * v * v * v)));
-        T du = GELU_S2PI * ((T)1 + (T)3 * GELU_K * v * v);
-        T d = sg + (T)2 * v * sg * ((T)1 - sg) * du;
-        dx[i] = d * dout[i];
+        A v = LD(x[i]);
+        A sg = (A)1 / ((A)1 + EXP((A)-2 * GELU_S2PI * (v + GELU_K * v * v * v)));
+        A du = GELU_S2PI * ((A)1 + (A)3 * GELU_K * v * v);
+        A d = sg + (A)2 * v * sg * ((A)1 - sg) * du;
+        dx[i] = ST(d * LD(dout[i]));
     }
 }
 #undef GELU_S2PI
@@ -600,9 +626,9 @@ void FN(gelu_dx)(T *dx, const T *x, const T *dout, int64_t n, int ith, int nth) 
 /* ------------------------------------------------------------ RMSNorm */
 
 /* 1/sqrt(mean(x^2) + eps) of one row x [C]: the squares summed in double
- * in 8 fixed lanes, the root in double, rounded once to T. */
-static T LOC(rms_rstd)(const T *restrict x, int64_t C, double eps) {
-    return (T)(1.0 / sqrt(LOC(dot_d)(x, x, C) / (double)C + eps));
+ * in 8 fixed lanes, the root in double, rounded once to A. */
+static A LOC(rms_rstd)(const T *restrict x, int64_t C, double eps) {
+    return (A)(1.0 / sqrt(LOC(dot_d)(x, x, C) / (double)C + eps));
 }
 
 /* out, x [rows, C]; w [C]: out = w * (x * r) (Hugging Face's order); threads split rows. */
@@ -611,8 +637,9 @@ void FN(rmsnorm)(T *out, const T *x, const T *w, int64_t rows, int64_t C, double
     pipit__range(rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const T *xr = x + r * C;
-        T *o = out + r * C, rs = LOC(rms_rstd)(xr, C, eps);
-        for (int64_t c = 0; c < C; c++) o[c] = w[c] * (xr[c] * rs);
+        T *o = out + r * C;
+        A rs = LOC(rms_rstd)(xr, C, eps);
+        for (int64_t c = 0; c < C; c++) o[c] = ST(LD(w[c]) * (LD(xr[c]) * rs));
     }
 }
 
@@ -629,18 +656,18 @@ void FN(rmsnorm_dx)(T *dx, const T *x, const T *w, const T *dout, int64_t rows, 
         int64_t c = 0;
         for (; c + 8 <= C; c += 8)
             for (int j = 0; j < 8; j++) {
-                q[j] += (double)xr[c + j] * (double)xr[c + j];
-                a[j] += (double)(dr[c + j] * w[c + j]) * (double)xr[c + j];
+                q[j] += (double)LD(xr[c + j]) * (double)LD(xr[c + j]);
+                a[j] += (double)(LD(dr[c + j]) * LD(w[c + j])) * (double)LD(xr[c + j]);
             }
         double sgx = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
         double ss = ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
         for (; c < C; c++) {
-            ss += (double)xr[c] * (double)xr[c];
-            sgx += (double)(dr[c] * w[c]) * (double)xr[c];
+            ss += (double)LD(xr[c]) * (double)LD(xr[c]);
+            sgx += (double)(LD(dr[c]) * LD(w[c])) * (double)LD(xr[c]);
         }
-        T rs = (T)(1.0 / sqrt(ss / (double)C + eps));
-        T k = (T)((double)rs * (double)rs * sgx / (double)C);
-        for (c = 0; c < C; c++) o[c] = rs * (dr[c] * w[c] - xr[c] * k);
+        A rs = (A)(1.0 / sqrt(ss / (double)C + eps));
+        A k = (A)((double)rs * (double)rs * sgx / (double)C);
+        for (c = 0; c < C; c++) o[c] = ST(rs * (LD(dr[c]) * LD(w[c]) - LD(xr[c]) * k));
     }
 }
 
@@ -651,7 +678,7 @@ void FN(rmsnorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C, d
     int64_t lo, hi;
     pipit__range(C, ith, nth, &lo, &hi);
     if (hi <= lo) return;
-    T *rstd = malloc(sizeof(T) * (size_t)PIPIT_MAX(rows, 1));
+    A *rstd = malloc(sizeof(A) * (size_t)PIPIT_MAX(rows, 1));
     for (int64_t r = 0; rstd && r < rows; r++) rstd[r] = LOC(rms_rstd)(x + r * C, C, eps);
     double acc[KERNEL_COL_CHUNK];
     for (int64_t c0 = lo; c0 < hi; c0 += KERNEL_COL_CHUNK) {
@@ -659,10 +686,10 @@ void FN(rmsnorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C, d
         for (int64_t j = 0; j < w; j++) acc[j] = 0;
         for (int64_t r = 0; r < rows; r++) {
             const T *xr = x + r * C + c0, *dr = dout + r * C + c0;
-            T rs = rstd ? rstd[r] : LOC(rms_rstd)(x + r * C, C, eps);
-            for (int64_t j = 0; j < w; j++) acc[j] += (double)(dr[j] * (xr[j] * rs));
+            A rs = rstd ? rstd[r] : LOC(rms_rstd)(x + r * C, C, eps);
+            for (int64_t j = 0; j < w; j++) acc[j] += (double)(LD(dr[j]) * (LD(xr[j]) * rs));
         }
-        for (int64_t j = 0; j < w; j++) dw[c0 + j] = (T)acc[j];
+        for (int64_t j = 0; j < w; j++) dw[c0 + j] = STD(acc[j]);
     }
     free(rstd);
 }
@@ -670,7 +697,8 @@ void FN(rmsnorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C, d
 /* ------------------------------------------------------------ RoPE */
 
 /* out, x [B,T,H*D]: for each head, with i < D/2, a = (pos0 + t) * f_i,
- * f_i = theta^(-2i/D) (ROPE_FREQ: as transformers forms it in the type):
+ * f_i = theta^(-2i/D) (ROPE_FREQ: as transformers forms it in the type;
+ * in fp32 for bf16):
  *   out[i]       = x[i] cos a - x[i + D/2] sin a
  *   out[i + D/2] = x[i + D/2] cos a + x[i] sin a
  * (sin negated when inverse). Threads split positions t; cos and sin are
@@ -679,27 +707,27 @@ void FN(rmsnorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C, d
 void FN(rope)(T *out, const T *x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos0, double theta,
               int inverse, int ith, int nth) {
     int64_t half = D / 2, C = H * D, lo, hi;
-    T f[KERNEL_ROPE_CHUNK], cs[KERNEL_ROPE_CHUNK], sn[KERNEL_ROPE_CHUNK];
+    A f[KERNEL_ROPE_CHUNK], cs[KERNEL_ROPE_CHUNK], sn[KERNEL_ROPE_CHUNK];
     pipit__range(Tn, ith, nth, &lo, &hi);
     for (int64_t i0 = 0; i0 < half && lo < hi; i0 += KERNEL_ROPE_CHUNK) {
         int64_t w = PIPIT_MIN(KERNEL_ROPE_CHUNK, half - i0);
         for (int64_t i = 0; i < w; i++) f[i] = ROPE_FREQ(i0 + i, D, theta);
         for (int64_t t = lo; t < hi; t++) {
-            T pos = (T)(pos0 + t);
+            A pos = (A)(pos0 + t);
             for (int64_t i = 0; i < w; i++) {
                 double c, sd;
-                sincos((double)(pos * f[i]), &sd, &c); /* of the angle in T, rounded to T */
-                cs[i] = (T)c;
-                sn[i] = inverse ? -(T)sd : (T)sd;
+                sincos((double)(pos * f[i]), &sd, &c); /* of the angle in A, rounded to A */
+                cs[i] = (A)c;
+                sn[i] = inverse ? -(A)sd : (A)sd;
             }
             for (int64_t b = 0; b < B; b++)
                 for (int64_t h = 0; h < H; h++) {
                     const T *x1 = x + (b * Tn + t) * C + h * D + i0, *x2 = x1 + half;
                     T *o1 = out + (b * Tn + t) * C + h * D + i0, *o2 = o1 + half;
                     for (int64_t i = 0; i < w; i++) {
-                        T u = x1[i], v = x2[i];
-                        o1[i] = u * cs[i] - v * sn[i];
-                        o2[i] = v * cs[i] + u * sn[i];
+                        A u = LD(x1[i]), v = LD(x2[i]);
+                        o1[i] = ST(u * cs[i] - v * sn[i]);
+                        o2[i] = ST(v * cs[i] + u * sn[i]);
                     }
                 }
         }
@@ -717,6 +745,54 @@ void FN(embed)(T *out, const T *table, const int32_t *idx, int64_t n, int64_t C,
         memcpy(out + i * C, table + (int64_t)idx[i] * C, (size_t)C * sizeof(T));
 }
 
+#if KERNEL_NARROW
+/* dtable [V, C] = sum over i (ascending) of dout[i,:] into row idx[i],
+ * each row summed in fp32 and rounded once. Threads split the V rows; each
+ * sorts the positions of its own rows by row (a counting sort, stable:
+ * ascending positions per row), then sums a row's positions in order,
+ * KERNEL_COL_CHUNK columns at a time. Without memory for the sort a row's
+ * positions are found by scanning idx for each row (slow, same bits). */
+void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, int64_t V,
+                      int64_t C, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(V, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    int64_t *first = malloc(sizeof *first * (size_t)(hi - lo + 1)), *pos = malloc(sizeof *pos * (size_t)PIPIT_MAX(n, 1));
+    if (first && pos) {
+        memset(first, 0, sizeof *first * (size_t)(hi - lo + 1));
+        for (int64_t i = 0; i < n; i++)
+            if (idx[i] >= lo && idx[i] < hi) first[idx[i] - lo + 1]++;
+        for (int64_t v = lo; v < hi; v++) first[v - lo + 1] += first[v - lo];
+        for (int64_t i = 0; i < n; i++)
+            if (idx[i] >= lo && idx[i] < hi) pos[first[idx[i] - lo]++] = i; /* first[v] ends at v+1's start */
+        for (int64_t v = hi - 1; v > lo; v--) first[v - lo] = first[v - lo - 1];
+        first[0] = 0;
+    }
+    A acc[KERNEL_COL_CHUNK];
+    for (int64_t v = lo; v < hi; v++) {
+        T *row = dtable + v * C;
+        for (int64_t c0 = 0; c0 < C; c0 += KERNEL_COL_CHUNK) {
+            int64_t w = PIPIT_MIN(KERNEL_COL_CHUNK, C - c0);
+            for (int64_t j = 0; j < w; j++) acc[j] = 0;
+            if (first && pos) {
+                for (int64_t k = first[v - lo]; k < first[v - lo + 1]; k++) {
+                    const T *d = dout + pos[k] * C + c0;
+                    for (int64_t j = 0; j < w; j++) acc[j] += LD(d[j]);
+                }
+            } else {
+                for (int64_t i = 0; i < n; i++) {
+                    if (idx[i] != v) continue;
+                    const T *d = dout + i * C + c0;
+                    for (int64_t j = 0; j < w; j++) acc[j] += LD(d[j]);
+                }
+            }
+            for (int64_t j = 0; j < w; j++) row[c0 + j] = ST(acc[j]);
+        }
+    }
+    free(first);
+    free(pos);
+}
+#else
 /* dtable [V, C] = sum over i (ascending) of dout[i,:] into row idx[i].
  * Threads split the V rows; each scans all of idx and takes its own rows. */
 void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, int64_t V,
@@ -732,8 +808,32 @@ void FN(embed_dtable)(T *dtable, const int32_t *idx, const T *dout, int64_t n, i
         for (int64_t c = 0; c < C; c++) row[c] += d[c];
     }
 }
+#endif
 
 /* ------------------------------------------------------------ attention */
+
+#if !KERNEL_NARROW /* bf16 attention runs these kernels on fp32 panels (kernels_bf16.c) */
+
+/* dot(a[n], b[n]) in T, same fixed 8-lane order. */
+static T LOC(dot)(const T *restrict a, const T *restrict b, int64_t n) {
+    T acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+    T s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* x[n] = exp(x[n] - m) */
+static void LOC(exp_shift)(T *restrict x, T m, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = EXP(x[i] - m);
+}
+
+/* y[n] += a * x[n] */
+static void LOC(axpy)(T *restrict y, T a, const T *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
 
 /* One kernel family serves every layout (pipit__attn_dims): GPT-2's packed
  * qkv and separate q, k, v with grouped-query heads. Query t attends to
@@ -972,30 +1072,34 @@ void FN(attention_dqkv_stream)(T *dqkv, const T *qkv, const T *dout, int64_t B, 
     FN(attn_bwd_stream)(dqkv, dqkv + C, dqkv + 2 * C, qkv, qkv + C, qkv + 2 * C, dout, &a, ith, nth);
 }
 
+#endif /* !KERNEL_NARROW */
+
 /* ------------------------------------------------------------ cross-entropy */
 
 /* loss [rows] = logsumexp(logits[r,:]) - logits[r, targets[r]]; logits
- * [rows, V]; threads split rows; the sum of exponentials is in double. */
-void FN(xent_rows)(T *loss, const T *logits, const int32_t *targets, int64_t rows, int64_t V,
+ * [rows, V]; threads split rows; the sum of exponentials is in double; the
+ * losses in the arithmetic type (fp32 for bf16 logits). */
+void FN(xent_rows)(A *loss, const T *logits, const int32_t *targets, int64_t rows, int64_t V,
                    int ith, int nth) {
     int64_t lo, hi;
     pipit__range(rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const T *x = logits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
-        T m = LOC(maxv)(x, V);
+        A m = LOC(maxv)(x, V);
         double acc[8] = {0}; /* fixed 8 lanes, as in sum_d */
         int64_t j = 0;
         for (; j + 8 <= V; j += 8)
-            for (int k = 0; k < 8; k++) acc[k] += (double)EXP(x[j + k] - m);
+            for (int k = 0; k < 8; k++) acc[k] += (double)EXP(LD(x[j + k]) - m);
         double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-        for (; j < V; j++) sum += (double)EXP(x[j] - m);
-        loss[r] = (T)((double)m + log(sum) - (double)x[targets[r]]);
+        for (; j < V; j++) sum += (double)EXP(LD(x[j]) - m);
+        loss[r] = (A)((double)m + log(sum) - (double)LD(x[targets[r]]));
     }
 }
 
-/* dlogits [rows, V] = dloss[r] * (softmax(logits[r,:]) - onehot(targets[r])). */
-void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const T *dloss,
+/* dlogits [rows, V] = dloss[r] * (softmax(logits[r,:]) - onehot(targets[r]));
+ * dloss in the losses' type. */
+void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const A *dloss,
                       int64_t rows, int64_t V, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(rows, ith, nth, &lo, &hi);
@@ -1003,12 +1107,18 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
         const T *x = logits + r * V;
         T *g = dlogits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
-        T m = LOC(maxv)(x, V);
+        A m = LOC(maxv)(x, V);
+#if KERNEL_NARROW /* the exponentials are recomputed, never kept rounded */
+        A f = (A)((double)dloss[r] / LOC(sum_exp)(x, V, m));
+        for (int64_t j = 0; j < V; j++) g[j] = ST(EXP(LD(x[j]) - m) * f);
+        g[targets[r]] = ST(EXP(LD(x[targets[r]]) - m) * f - dloss[r]);
+#else
         for (int64_t j = 0; j < V; j++) g[j] = EXP(x[j] - m);
         double sum = LOC(sum_d)(g, V);
         T f = (T)((double)dloss[r] / sum);
         for (int64_t j = 0; j < V; j++) g[j] *= f;
         g[targets[r]] -= dloss[r];
+#endif
     }
 }
 
@@ -1016,3 +1126,11 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
 #undef LOC
 #undef KCAT
 #undef KCAT_
+/* the type parameters are used up; the math macros are the includer's */
+#undef T
+#undef A
+#undef S
+#undef LD
+#undef ST
+#undef STD
+#undef KERNEL_NARROW

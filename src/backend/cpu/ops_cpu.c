@@ -10,12 +10,16 @@
 
 #define KIN(i) (k->in_node[i])
 
-/* Calls kernel fn_f32 or fn_f64 by the output's dtype. */
-#define DISPATCH(k, fn, ...)                                                      \
+/* Calls kernel fn_f32, fn_f64 or fn_bf16 by dtype dt (i32 data, which
+ * only moves, takes the f32 kernels: elements of 4 bytes). */
+#define DISPATCH_DT(dt, fn, ...)                                                  \
     do {                                                                          \
-        if ((k)->node->dtype == PIPIT_F64) fn##_f64(__VA_ARGS__);                  \
+        if ((dt) == PIPIT_F64) fn##_f64(__VA_ARGS__);                              \
+        else if ((dt) == PIPIT_BF16) fn##_bf16(__VA_ARGS__);                       \
         else fn##_f32(__VA_ARGS__);                                               \
     } while (0)
+/* ... by the output's dtype */
+#define DISPATCH(k, fn, ...) DISPATCH_DT((k)->node->dtype, fn, __VA_ARGS__)
 
 /* Leaves are bound from outside; reshape, view and yield alias their input. */
 #define cpu_INPUT NULL
@@ -112,8 +116,15 @@ static void cpu_SCALE(const pipit__kctx *k, int ith, int nth) {
     int64_t cnt = pipit__node_numel(k->node);
     if (k->node->dtype == PIPIT_F64)
         pipit__scale_f64(k->out, k->in[0], k->node->fattr[0], cnt, ith, nth);
+    else if (k->node->dtype == PIPIT_BF16)
+        pipit__scale_bf16(k->out, k->in[0], (float)k->node->fattr[0], cnt, ith, nth);
     else
         pipit__scale_f32(k->out, k->in[0], (float)k->node->fattr[0], cnt, ith, nth);
+}
+
+static void cpu_CAST(const pipit__kctx *k, int ith, int nth) {
+    pipit__convert(k->out, (pipit_dtype)k->node->dtype, k->in[0], (pipit_dtype)KIN(0)->dtype,
+                   pipit__node_numel(k->node), ith, nth);
 }
 
 static void cpu_MATMUL(const pipit__kctx *k, int ith, int nth) {
@@ -214,6 +225,9 @@ static void cpu_ATTN_QKV_D(const pipit__kctx *k, int ith, int nth) {
     if (k->node->dtype == PIPIT_F64) {
         double *d = k->out;
         pipit__attn_bwd_f64(d, d + nq, d + nq + nk, k->in[0], k->in[1], k->in[2], k->in[3], &a, ith, nth);
+    } else if (k->node->dtype == PIPIT_BF16) {
+        pipit__bf16 *d = k->out;
+        pipit__attn_bwd_bf16(d, d + nq, d + nq + nk, k->in[0], k->in[1], k->in[2], k->in[3], &a, ith, nth);
     } else {
         float *d = k->out;
         pipit__attn_bwd_f32(d, d + nq, d + nq + nk, k->in[0], k->in[1], k->in[2], k->in[3], &a, ith, nth);
@@ -232,8 +246,9 @@ CPU_ROWS(LOG_SOFTMAX, log_softmax, k->in[0])
 CPU_ROWS(LOG_SOFTMAX_DX, log_softmax_dx, k->in[0], k->in[1])
 #undef CPU_ROWS
 
+/* By the logits' dtype: bf16 logits give fp32 losses. */
 static void cpu_XENT_ROWS(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__xent_rows, k->out, k->in[0], k->in[1], pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)),
+    DISPATCH_DT(KIN(0)->dtype, pipit__xent_rows, k->out, k->in[0], k->in[1], pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)),
              ith, nth);
 }
 
@@ -242,8 +257,9 @@ static void cpu_XENT_DLOGITS(const pipit__kctx *k, int ith, int nth) {
              pipit__node_last_dim(KIN(0)), ith, nth);
 }
 
+/* By the input's dtype: a sum of bf16 values is fp32. */
 static void cpu_SUM(const pipit__kctx *k, int ith, int nth) {
-    DISPATCH(k, pipit__sum_all, k->out, k->in[0], pipit__node_numel(KIN(0)), k->node->fattr[0],
+    DISPATCH_DT(KIN(0)->dtype, pipit__sum_all, k->out, k->in[0], pipit__node_numel(KIN(0)), k->node->fattr[0],
              ith, nth);
 }
 

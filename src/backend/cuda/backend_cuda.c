@@ -302,8 +302,10 @@ static void cuda_gemm(pipit_dtype dt, int ta, int tb, int64_t batch, int64_t M, 
     if (ith == 0) pipit__cuda_gemm(dt, ta, tb, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate);
 }
 
-static void cuda_accumulate(pipit_dtype dt, void *acc, const void *x, int64_t n, int first, int ith, int nth) {
+static void cuda_accumulate(pipit_dtype dt, pipit_dtype xdt, void *acc, const void *x, int64_t n, int first, int ith,
+                            int nth) {
     (void)nth;
+    (void)xdt; /* equal to dt: this backend has no bf16 (bf16 programs are refused on it) */
     if (ith != 0 || n <= 0) return;
     cudaStream_t s = pipit__cuda_stream();
     if (first)
@@ -393,6 +395,7 @@ const pipit__backend pipit__backend_cuda = {
     .adamw = cuda_adamw,
     .sgd = cuda_sgd,
     .host_memory = 0,
+    .bf16 = 0,
     .devices = cuda_devices,
     .bind = cuda_bind,
     .sync = cuda_sync,

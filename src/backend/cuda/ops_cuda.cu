@@ -1,18 +1,28 @@
 /*
  * ops_cuda.cu — the CUDA backend's kernel for every op of ir/ops.def, the
  * counterpart of backend/cpu/ops_cpu.c: each op reads its sizes off the node
- * exactly as the CPU op does, and launches on the rank's stream
- * (pipit__cuda_stream) from thread 0 of the rank's team only (the other
- * threads return: one launch covers the whole op). The math follows
- * backend/cpu/kernels_impl.h expression by expression, in f32 and f64, with
- * the same accumulation types (double where the CPU sums in double).
+ * exactly as the CPU op does and, from thread 0 of the rank's team only
+ * (the other threads return: one launch covers the whole op), calls the
+ * launchers of the kernel files (ops_cuda.cuh), which launch on the rank's
+ * stream (pipit__cuda_stream):
+ *   elementwise_cuda.cu  add/sub/mul/div (broadcasting), broadcast_to, scale,
+ *                        bias_add, fill, unary functions and their gradients
+ *   reduce_cuda.cu       sum_rows, sum, sum_to, max, softmax, cross-entropy
+ *   norms_cuda.cu        layernorm, rmsnorm and their gradients
+ *   rope_cuda.cu         rotary position embedding
+ *   attention_cuda.cu    attention (packed GPT-2 and separate q, k, v)
+ * This file keeps GEMM (through pipit__cuda_gemm), permute, the embedding and
+ * gather (forward and backward), slices and concatenation, and the table.
+ * The math follows backend/cpu/kernels_impl.h expression by expression, in
+ * f32 and f64, with the same accumulation types (double where the CPU sums
+ * in double).
  *
  * Determinism: no floating-point atomics. Every reduction has an order fixed
  * by the shapes: a thread or warp owns each output and loops in order, and
  * wider reductions are fixed-shape trees (partials per row chunk, summed in
  * chunk order). The embedding backward sorts (index, position) pairs with a
  * stable radix sort and sums each index's rows in position order, which is
- * the CPU's order, so its bits equal the CPU's. Attention: attention_cuda.cu.
+ * the CPU's order, so its bits equal the CPU's.
  */
 #include <cub/device/device_radix_sort.cuh>
 
@@ -23,14 +33,8 @@
 #include "ir/graph.h"
 
 #define KIN(i) (k->in_node[i])
-#define F64(k) ((k)->node->dtype == PIPIT_F64)
-
-/* Runs launcher fn<double> or fn<float> by the output's dtype. */
-#define BY_DTYPE(k, fn, ...)                 \
-    do {                                     \
-        if (F64(k)) fn<double>(__VA_ARGS__); \
-        else fn<float>(__VA_ARGS__);         \
-    } while (0)
+#define DT(k) ((pipit_dtype)(k)->node->dtype)
+#define NTH PIPIT_CUDA_THREADS
 
 /* One launch per op, from thread 0 of the rank's team. */
 #define ONLY_THREAD0(ith, nth) \
@@ -38,18 +42,6 @@
         (void)(nth);           \
         if ((ith) != 0) return; \
     } while (0)
-
-static const int kThreads = 256;
-
-/* Blocks for a grid-stride loop over n items (the loop covers any rest). */
-static unsigned grid_for(int64_t n, int per_block) {
-    int64_t b = (n + per_block - 1) / per_block;
-    return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
-}
-
-#define GRID_STRIDE(i, n)                                                         \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
 
 /* ------------------------------------------------------------ scratch */
 
@@ -85,91 +77,89 @@ void pipit__cuda_scratch_free(void *p, const char *what) {
 
 /* ------------------------------------------------------------ elementwise */
 
-template <class T>
-__global__ void add_kernel(T *out, const T *a, const T *b, int64_t n) {
-    GRID_STRIDE(i, n) out[i] = a[i] + b[i];
-}
-template <class T>
-__global__ void mul_kernel(T *out, const T *a, const T *b, int64_t n) {
-    GRID_STRIDE(i, n) out[i] = a[i] * b[i];
-}
-template <class T>
-__global__ void scale_kernel(T *out, const T *a, T alpha, int64_t n) {
-    GRID_STRIDE(i, n) out[i] = alpha * a[i];
-}
-/* out, x [rows, C]; bias [C] */
-template <class T>
-__global__ void bias_add_kernel(T *out, const T *x, const T *bias, int64_t n, int64_t C) {
-    GRID_STRIDE(i, n) out[i] = x[i] + bias[i % C];
-}
-/* out [n] = scalar[0] * scale, rounded once as on the CPU */
-template <class T>
-__global__ void fill_kernel(T *out, const T *scalar, double scale, int64_t n) {
-    T v = (T)((double)scalar[0] * scale);
-    GRID_STRIDE(i, n) out[i] = v;
-}
-
-template <class T>
-static void launch_binary(int op, void *out, const void *a, const void *b, int64_t n) {
-    if (n <= 0) return;
-    unsigned g = grid_for(n, kThreads);
-    if (op == PIPIT_OP_ADD)
-        add_kernel<T><<<g, kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)a, (const T *)b, n);
-    else
-        mul_kernel<T><<<g, kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)a, (const T *)b, n);
-}
-
-static void cuda_ADD(const pipit__kctx *k, int ith, int nth) {
-    ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_binary, PIPIT_OP_ADD, k->out, k->in[0], k->in[1], pipit__node_numel(k->node));
-    PIPIT_CUDA_LAUNCHED("add");
-}
-
-static void cuda_MUL(const pipit__kctx *k, int ith, int nth) {
-    ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_binary, PIPIT_OP_MUL, k->out, k->in[0], k->in[1], pipit__node_numel(k->node));
-    PIPIT_CUDA_LAUNCHED("mul");
-}
-
-/* alpha is fattr[0] rounded to T first, as the CPU's cpu_SCALE does. */
-static void cuda_SCALE(const pipit__kctx *k, int ith, int nth) {
+/* Binary ops: inputs laid out as the output (same shape, or leading 1s)
+ * take the flat kernel, others broadcast by the CPU's plan. */
+static void binary(const pipit__kctx *k, int ith, int nth, int op) {
     ONLY_THREAD0(ith, nth);
     int64_t n = pipit__node_numel(k->node);
-    if (n <= 0) return;
-    unsigned g = grid_for(n, kThreads);
-    cudaStream_t s = pipit__cuda_stream();
-    if (F64(k))
-        scale_kernel<double><<<g, kThreads, 0, s>>>((double *)k->out, (const double *)k->in[0], k->node->fattr[0], n);
-    else
-        scale_kernel<float><<<g, kThreads, 0, s>>>((float *)k->out, (const float *)k->in[0], (float)k->node->fattr[0], n);
-    PIPIT_CUDA_LAUNCHED("scale");
+    if (pipit__node_numel(KIN(0)) == n && pipit__node_numel(KIN(1)) == n) {
+        pipit__cuda_binary(DT(k), op, k->out, k->in[0], k->in[1], n);
+        return;
+    }
+    int64_t dims[4], st[2][4];
+    const pipit__node *const in[2] = {KIN(0), KIN(1)};
+    pipit__bcast_plan(k->node, 2, in, dims, st);
+    pipit__cuda_binary_bcast(DT(k), op, k->out, k->in[0], k->in[1], dims, st[0], st[1]);
+}
+static void cuda_ADD(const pipit__kctx *k, int ith, int nth) { binary(k, ith, nth, PIPIT_OP_ADD); }
+static void cuda_SUB(const pipit__kctx *k, int ith, int nth) { binary(k, ith, nth, PIPIT_OP_SUB); }
+static void cuda_MUL(const pipit__kctx *k, int ith, int nth) { binary(k, ith, nth, PIPIT_OP_MUL); }
+static void cuda_DIV(const pipit__kctx *k, int ith, int nth) { binary(k, ith, nth, PIPIT_OP_DIV); }
+
+/* x reduced to the output's shape: the plan walks x, with the output's
+ * strides (0 along the summed axes). */
+static void cuda_SUM_TO(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t dims[4], so[1][4];
+    pipit__bcast_plan(KIN(0), 1, &k->node, dims, so);
+    pipit__cuda_sum_to(DT(k), k->out, k->in[0], dims, so[0], k->node->fattr[1]);
 }
 
-template <class T>
-static void launch_bias_add(void *out, const void *x, const void *bias, int64_t rows, int64_t C) {
-    int64_t n = rows * C;
-    if (n <= 0) return;
-    bias_add_kernel<T><<<grid_for(n, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)x,
-                                                                                    (const T *)bias, n, C);
+static void cuda_BROADCAST_TO(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t dims[4], sx[1][4];
+    pipit__bcast_plan(k->node, 1, &KIN(0), dims, sx);
+    pipit__cuda_broadcast(DT(k), k->out, k->in[0], dims, sx[0]);
+}
+
+/* Elementwise y = f(x), and fused gradients dx = f'(x or y) * d. */
+#define CUDA_UNARY(NAME)                                                                   \
+    static void cuda_##NAME(const pipit__kctx *k, int ith, int nth) {                      \
+        ONLY_THREAD0(ith, nth);                                                            \
+        pipit__cuda_unary(DT(k), PIPIT_OP_##NAME, k->out, k->in[0], pipit__node_numel(k->node)); \
+    }
+#define CUDA_UNARY_DX(NAME)                                                                \
+    static void cuda_##NAME(const pipit__kctx *k, int ith, int nth) {                      \
+        ONLY_THREAD0(ith, nth);                                                            \
+        pipit__cuda_unary_dx(DT(k), PIPIT_OP_##NAME, k->out, k->in[0], k->in[1],           \
+                             pipit__node_numel(k->node));                                  \
+    }
+CUDA_UNARY(NEG)
+CUDA_UNARY(EXP)
+CUDA_UNARY(LOG)
+CUDA_UNARY(SQRT)
+CUDA_UNARY(RSQRT)
+CUDA_UNARY(ABS)
+CUDA_UNARY(RELU)
+CUDA_UNARY(SILU)
+CUDA_UNARY(SIGMOID)
+CUDA_UNARY(TANH)
+CUDA_UNARY(GELU)
+CUDA_UNARY_DX(SQRT_DX)
+CUDA_UNARY_DX(RSQRT_DX)
+CUDA_UNARY_DX(ABS_DX)
+CUDA_UNARY_DX(RELU_DX)
+CUDA_UNARY_DX(SILU_DX)
+CUDA_UNARY_DX(SIGMOID_DX)
+CUDA_UNARY_DX(TANH_DX)
+CUDA_UNARY_DX(GELU_DX)
+#undef CUDA_UNARY
+#undef CUDA_UNARY_DX
+
+/* alpha is fattr[0] rounded to the dtype first, as the CPU's cpu_SCALE does. */
+static void cuda_SCALE(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    pipit__cuda_scale(DT(k), k->out, k->in[0], k->node->fattr[0], pipit__node_numel(k->node));
 }
 
 static void cuda_BIAS_ADD(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_bias_add, k->out, k->in[0], k->in[1], pipit__node_rows(k->node), pipit__node_last_dim(k->node));
-    PIPIT_CUDA_LAUNCHED("bias_add");
-}
-
-template <class T>
-static void launch_fill(void *out, const void *scalar, double scale, int64_t n) {
-    if (n <= 0) return;
-    fill_kernel<T><<<grid_for(n, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)scalar,
-                                                                                scale, n);
+    pipit__cuda_bias_add(DT(k), k->out, k->in[0], k->in[1], pipit__node_rows(k->node), pipit__node_last_dim(k->node));
 }
 
 static void cuda_FILL(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_fill, k->out, k->in[0], k->node->fattr[0], pipit__node_numel(k->node));
-    PIPIT_CUDA_LAUNCHED("fill");
+    pipit__cuda_fill(DT(k), k->out, k->in[0], k->node->fattr[0], pipit__node_numel(k->node));
 }
 
 /* ------------------------------------------------------------ matmul */
@@ -184,8 +174,8 @@ static void cuda_MATMUL(const pipit__kctx *k, int ith, int nth) {
     if (d.broadcast) { M *= batch; batch = 1; } /* rows of a flatten into M */
     int64_t sA = a->shape[a->ndim - 1] * a->shape[a->ndim - 2];
     int64_t sB = b->ndim == 2 ? 0 : b->shape[b->ndim - 1] * b->shape[b->ndim - 2];
-    pipit__cuda_gemm((pipit_dtype)k->node->dtype, d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb,
-                     sB, k->out, d.N, d.M * d.N, 0);
+    pipit__cuda_gemm(DT(k), d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb, sB, k->out, d.N,
+                     d.M * d.N, 0);
 }
 
 /* ------------------------------------------------------------ permute */
@@ -198,7 +188,7 @@ typedef struct {
 
 template <class T>
 __global__ void permute_kernel(T *out, const T *x, permute_geom g, int64_t n) {
-    GRID_STRIDE(e, n) {
+    PIPIT_GRID_STRIDE(e, n) {
         int64_t i3 = e % g.od[3], r = e / g.od[3];
         int64_t i2 = r % g.od[2], i1 = r / g.od[2] % g.od[1], i0 = r / g.od[2] / g.od[1];
         out[e] = x[i0 * g.os[0] + i1 * g.os[1] + i2 * g.os[2] + i3 * g.os[3]];
@@ -208,7 +198,7 @@ __global__ void permute_kernel(T *out, const T *x, permute_geom g, int64_t n) {
 template <class T>
 static void launch_permute(void *out, const void *x, permute_geom g, int64_t n) {
     if (n <= 0) return;
-    permute_kernel<T><<<grid_for(n, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)x, g, n);
+    permute_kernel<T><<<pipit_grid_for(n, NTH), NTH, 0, pipit__cuda_stream()>>>((T *)out, (const T *)x, g, n);
 }
 
 static void cuda_PERMUTE(const pipit__kctx *k, int ith, int nth) {
@@ -227,7 +217,7 @@ static void cuda_PERMUTE(const pipit__kctx *k, int ith, int nth) {
         g.od[4 - nd + i] = x->shape[p];
         g.os[4 - nd + i] = xstride[p];
     }
-    BY_DTYPE(k, launch_permute, k->out, k->in[0], g, pipit__node_numel(x));
+    PIPIT_BY_DTYPE(DT(k), launch_permute, k->out, k->in[0], g, pipit__node_numel(x));
     PIPIT_CUDA_LAUNCHED("permute");
 }
 
@@ -237,7 +227,7 @@ static void cuda_PERMUTE(const pipit__kctx *k, int ith, int nth) {
  * the host; one out of range anyway gives a NaN row, not a fault. */
 template <class T>
 __global__ void embed_kernel(T *out, const T *table, const int32_t *idx, int64_t n, int64_t V, int64_t C) {
-    GRID_STRIDE(e, n * C) {
+    PIPIT_GRID_STRIDE(e, n * C) {
         int64_t i = e / C, c = e % C, v = idx[i];
         out[e] = v >= 0 && v < V ? table[v * C + c] : (T)NAN;
     }
@@ -246,19 +236,19 @@ __global__ void embed_kernel(T *out, const T *table, const int32_t *idx, int64_t
 template <class T>
 static void launch_embed(void *out, const void *table, const int32_t *idx, int64_t n, int64_t V, int64_t C) {
     if (n * C <= 0) return;
-    embed_kernel<T><<<grid_for(n * C, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)table,
-                                                                                     idx, n, V, C);
+    embed_kernel<T><<<pipit_grid_for(n * C, NTH), NTH, 0, pipit__cuda_stream()>>>((T *)out, (const T *)table, idx,
+                                                                                  n, V, C);
 }
 
 static void cuda_EMBED(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
     int64_t cnt = pipit__node_numel(KIN(1)), C = KIN(0)->shape[1];
-    BY_DTYPE(k, launch_embed, k->out, k->in[0], (const int32_t *)k->in[1], cnt, KIN(0)->shape[0], C);
+    PIPIT_BY_DTYPE(DT(k), launch_embed, k->out, k->in[0], (const int32_t *)k->in[1], cnt, KIN(0)->shape[0], C);
     PIPIT_CUDA_LAUNCHED("embed");
 }
 
 __global__ void iota_kernel(int32_t *v, int64_t n) {
-    GRID_STRIDE(i, n) v[i] = (int32_t)i;
+    PIPIT_GRID_STRIDE(i, n) v[i] = (int32_t)i;
 }
 
 /* Block (p, column chunk): if sorted position p starts the run of its
@@ -299,7 +289,7 @@ static void launch_embed_dtable(void *dtable, const int32_t *idx, const void *do
     char *buf = (char *)pipit__cuda_scratch(off + tmp_bytes, "embed_dtable: scratch");
     if (!buf) return;
     int32_t *keys = (int32_t *)buf, *pos_in = (int32_t *)(buf + ints), *pos = (int32_t *)(buf + 2 * ints);
-    iota_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(pos_in, n);
+    iota_kernel<<<pipit_grid_for(n, NTH), NTH, 0, s>>>(pos_in, n);
     if (!PIPIT_CUDA_LAUNCHED("embed_dtable: iota") &&
         !pipit__cuda_check(cub::DeviceRadixSort::SortPairs(buf + off, tmp_bytes, idx, keys, pos_in, pos, (int)n, 0,
                                                            32, s),
@@ -313,463 +303,247 @@ static void launch_embed_dtable(void *dtable, const int32_t *idx, const void *do
 
 static void cuda_EMBED_DTABLE(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)),
-             k->node->shape[0], k->node->shape[1]);
+    PIPIT_BY_DTYPE(DT(k), launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)),
+                   k->node->shape[0], k->node->shape[1]);
 }
 
-/* ------------------------------------------------------------ column sums */
-
-/* Column sums over rows with a fixed two-level tree (sum_rows, layernorm
- * dw): block (x, y) covers 32 columns and the row chunk y; its 8 row lanes
- * each sum every 8th row of the chunk in order (double), then lane 0 adds
- * the 8 lanes in order. The chunk partials are summed in chunk order by
- * colsum_final. The tree depends only on (rows, C). */
-#define COLSUM_LANES 8
-#define COLSUM_MAX_CHUNKS 1024
-
-static int64_t colsum_chunk(int64_t rows) {
-    int64_t chunk = (rows + COLSUM_MAX_CHUNKS - 1) / COLSUM_MAX_CHUNKS;
-    return chunk < 256 ? 256 : chunk;
+/* The embedding generalised: rows of numel(table) / N elements. */
+static void cuda_GATHER(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t V = KIN(0)->shape[0], C = pipit__node_numel(KIN(0)) / V;
+    PIPIT_BY_DTYPE(DT(k), launch_embed, k->out, k->in[0], (const int32_t *)k->in[1], pipit__node_numel(KIN(1)), V, C);
+    PIPIT_CUDA_LAUNCHED("gather");
 }
 
-template <class T, class F>
-__global__ void colsum_partial(F f, int64_t rows, int64_t C, int64_t chunk, double *part, T *out) {
-    __shared__ double sh[COLSUM_LANES][33];
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x;
-    int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
-    double acc = 0;
-    if (c < C)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += COLSUM_LANES) acc += f(r, c);
-    sh[threadIdx.y][threadIdx.x] = acc;
-    __syncthreads();
-    if (threadIdx.y != 0 || c >= C) return;
-    double s = sh[0][threadIdx.x];
-    for (int y = 1; y < COLSUM_LANES; y++) s += sh[y][threadIdx.x];
-    if (out) out[c] = (T)s; /* a single chunk: no second level */
-    else part[blockIdx.y * C + c] = s;
+static void cuda_GATHER_DTABLE(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t V = k->node->shape[0];
+    PIPIT_BY_DTYPE(DT(k), launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)),
+                   V, pipit__node_numel(k->node) / V);
 }
 
-template <class T>
-__global__ void colsum_final(const double *part, int64_t nchunk, int64_t C, T *out) {
-    GRID_STRIDE(c, C) {
-        double s = part[c];
-        for (int64_t y = 1; y < nchunk; y++) s += part[y * C + c];
-        out[c] = (T)s;
-    }
-}
-
-/* out [C] = sum over r < rows of f(r, c) (a double), by the tree above. */
-template <class T, class F>
-static void colsum(T *out, F f, int64_t rows, int64_t C, const char *what) {
-    cudaStream_t s = pipit__cuda_stream();
-    if (C <= 0) return;
-    if (rows <= 0) {
-        pipit__cuda_check(cudaMemsetAsync(out, 0, (size_t)C * sizeof(T), s), what);
-        return;
-    }
-    int64_t chunk = colsum_chunk(rows), nchunk = (rows + chunk - 1) / chunk;
-    if ((C + 31) / 32 > INT32_MAX) {
-        pipit__cuda_check(cudaErrorInvalidValue, what);
-        return;
-    }
-    dim3 grid((unsigned)((C + 31) / 32), (unsigned)nchunk), block(32, COLSUM_LANES);
-    if (nchunk == 1) {
-        colsum_partial<T, F><<<grid, block, 0, s>>>(f, rows, C, chunk, NULL, out);
-        PIPIT_CUDA_LAUNCHED(what);
-        return;
-    }
-    double *part = (double *)pipit__cuda_scratch((size_t)(nchunk * C) * sizeof(double), what);
-    if (!part) return;
-    colsum_partial<T, F><<<grid, block, 0, s>>>(f, rows, C, chunk, part, (T *)NULL);
-    if (!PIPIT_CUDA_LAUNCHED(what)) {
-        colsum_final<T><<<grid_for(C, kThreads), kThreads, 0, s>>>(part, nchunk, C, out);
-        PIPIT_CUDA_LAUNCHED(what);
-    }
-    pipit__cuda_scratch_free(part, what);
-}
-
-template <class T>
-struct col_of_x { /* sum_rows: x[r, c] */
-    const T *x;
-    int64_t C;
-    __device__ double operator()(int64_t r, int64_t c) const { return (double)x[r * C + c]; }
-};
-
-template <class T>
-static void launch_sum_rows(void *out, const void *x, int64_t rows, int64_t C) {
-    colsum<T>((T *)out, col_of_x<T>{(const T *)x, C}, rows, C, "sum_rows");
-}
+/* ------------------------------------------------------------ reductions */
 
 static void cuda_SUM_ROWS(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_sum_rows, k->out, k->in[0], pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)));
-}
-
-/* ------------------------------------------------------------ sum */
-
-#define SUM_THREADS 1024
-
-/* out [1] = (T)(scale * sum of x [n]) in double: one block, thread t sums
- * x[t], x[t+1024], ... in order, then a fixed halving tree. */
-template <class T>
-__global__ void sum_all_kernel(T *out, const T *x, int64_t n, double scale) {
-    __shared__ double sh[SUM_THREADS];
-    double s = 0;
-    for (int64_t i = threadIdx.x; i < n; i += SUM_THREADS) s += (double)x[i];
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = SUM_THREADS / 2; w > 0; w >>= 1) {
-        if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[0] = (T)(sh[0] * scale);
-}
-
-template <class T>
-static void launch_sum_all(void *out, const void *x, int64_t n, double scale) {
-    sum_all_kernel<T><<<1, SUM_THREADS, 0, pipit__cuda_stream()>>>((T *)out, (const T *)x, n, scale);
+    pipit__cuda_sum_rows(DT(k), k->out, k->in[0], pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)));
 }
 
 static void cuda_SUM(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_sum_all, k->out, k->in[0], pipit__node_numel(KIN(0)), k->node->fattr[0]);
-    PIPIT_CUDA_LAUNCHED("sum");
+    pipit__cuda_sum_all(DT(k), k->out, k->in[0], pipit__node_numel(KIN(0)), k->node->fattr[0]);
 }
 
-/* ------------------------------------------------------------ layernorm */
-
-/* One warp per row of [rows, C]; 8 rows per block. */
-#define LN_ROWS_PER_BLOCK 8
-
-/* Mean and 1/sqrt(var + eps) of row x [C] in double, two passes (the
- * CPU's ln_stats), lane-strided partials and a fixed butterfly; rounded
- * to T. Every lane returns the same bits. */
-template <class T>
-__device__ void ln_stats(const T *x, int64_t C, double eps, int lane, T *mean, T *rstd) {
-    double s = 0;
-    for (int64_t c = lane; c < C; c += 32) s += (double)x[c];
-    double m = pipit_group_sum(s, 32) / (double)C;
-    double v = 0;
-    for (int64_t c = lane; c < C; c += 32) {
-        double d = (double)x[c] - m;
-        v += d * d;
-    }
-    v = pipit_group_sum(v, 32);
-    *mean = (T)m;
-    *rstd = (T)(1.0 / sqrt(v / (double)C + eps));
-}
-
-template <class T>
-__global__ void layernorm_kernel(T *out, const T *x, const T *w, const T *b, int64_t rows, int64_t C, double eps) {
-    int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= rows) return; /* whole warps leave together */
-    const T *xr = x + r * C;
-    T *o = out + r * C;
-    T m, rs;
-    ln_stats(xr, C, eps, lane, &m, &rs);
-    for (int64_t c = lane; c < C; c += 32) o[c] = (xr[c] - m) * rs * w[c] + b[c];
-}
-
-/* dx = rstd * (g - mean(g) - xhat * mean(g*xhat)), g = dout*w (the CPU's
- * pipit__layernorm_dx; both means from double sums). */
-template <class T>
-__global__ void layernorm_dx_kernel(T *dx, const T *x, const T *w, const T *dout, int64_t rows, int64_t C,
-                                    double eps) {
-    int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= rows) return;
-    const T *xr = x + r * C, *dr = dout + r * C;
-    T *o = dx + r * C;
-    T m, rs;
-    ln_stats(xr, C, eps, lane, &m, &rs);
-    double sg = 0, sgx = 0;
-    for (int64_t c = lane; c < C; c += 32) {
-        T xh = (xr[c] - m) * rs, g = dr[c] * w[c];
-        sg += (double)g;
-        sgx += (double)g * (double)xh;
-    }
-    sg = pipit_group_sum(sg, 32);
-    sgx = pipit_group_sum(sgx, 32);
-    T mg = (T)(sg / (double)C), mgx = (T)(sgx / (double)C);
-    for (int64_t c = lane; c < C; c += 32) {
-        T xh = (xr[c] - m) * rs, g = dr[c] * w[c];
-        o[c] = rs * (g - mg - xh * mgx);
-    }
-}
-
-/* Row statistics alone (for layernorm dw): mean[r], rstd[r]. */
-template <class T>
-__global__ void ln_stats_kernel(T *mean, T *rstd, const T *x, int64_t rows, int64_t C, double eps) {
-    int64_t r = (int64_t)blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= rows) return;
-    T m, rs;
-    ln_stats(x + r * C, C, eps, lane, &m, &rs);
-    if (lane == 0) {
-        mean[r] = m;
-        rstd[r] = rs;
-    }
-}
-
-static unsigned ln_grid(int64_t rows) { return (unsigned)((rows + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK); }
-
-template <class T>
-static void launch_layernorm(void *out, const void *x, const void *w, const void *b, int64_t rows, int64_t C,
-                             double eps) {
-    if (rows <= 0 || C <= 0) return;
-    layernorm_kernel<T><<<ln_grid(rows), 32 * LN_ROWS_PER_BLOCK, 0, pipit__cuda_stream()>>>(
-        (T *)out, (const T *)x, (const T *)w, (const T *)b, rows, C, eps);
-}
-
-static void cuda_LAYERNORM(const pipit__kctx *k, int ith, int nth) {
+/* x [outer, n, inner] around the axis; the max keeps it as 1. */
+static void cuda_MAX(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_layernorm, k->out, k->in[0], k->in[1], k->in[2], pipit__node_rows(k->node),
-             pipit__node_last_dim(k->node), k->node->fattr[0]);
-    PIPIT_CUDA_LAUNCHED("layernorm");
+    int64_t outer, n, inner;
+    pipit__axis_split(KIN(0), (int)k->node->iattr[0], &outer, &n, &inner);
+    pipit__cuda_max_axis(DT(k), k->out, k->in[0], outer, n, inner);
 }
 
-template <class T>
-static void launch_layernorm_dx(void *dx, const void *x, const void *w, const void *dout, int64_t rows, int64_t C,
-                                double eps) {
-    if (rows <= 0 || C <= 0) return;
-    layernorm_dx_kernel<T><<<ln_grid(rows), 32 * LN_ROWS_PER_BLOCK, 0, pipit__cuda_stream()>>>(
-        (T *)dx, (const T *)x, (const T *)w, (const T *)dout, rows, C, eps);
-}
-
-static void cuda_LN_DX(const pipit__kctx *k, int ith, int nth) {
+static void cuda_MAX_DX(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_layernorm_dx, k->out, k->in[0], k->in[1], k->in[2], pipit__node_rows(k->node),
-             pipit__node_last_dim(k->node), k->node->fattr[0]);
-    PIPIT_CUDA_LAUNCHED("ln_dx");
+    int64_t outer, n, inner;
+    pipit__axis_split(k->node, (int)k->node->iattr[0], &outer, &n, &inner);
+    pipit__cuda_max_dx(DT(k), k->out, k->in[0], k->in[1], outer, n, inner);
 }
 
-template <class T>
-struct col_of_dw { /* layernorm dw: dout[r,c] * xhat[r,c], formed in T as the CPU does */
-    const T *x, *dout, *mean, *rstd;
-    int64_t C;
-    __device__ double operator()(int64_t r, int64_t c) const {
-        int64_t i = r * C + c;
-        return (double)(dout[i] * ((x[i] - mean[r]) * rstd[r]));
-    }
-};
-
-template <class T>
-static void launch_layernorm_dw(void *dw, const void *x, const void *dout, int64_t rows, int64_t C, double eps) {
-    if (C <= 0) return;
-    if (rows <= 0) {
-        colsum<T>((T *)dw, col_of_x<T>{(const T *)x, C}, 0, C, "ln_dw"); /* zeros */
-        return;
-    }
-    T *stats = (T *)pipit__cuda_scratch((size_t)(2 * rows) * sizeof(T), "ln_dw: scratch");
-    if (!stats) return;
-    ln_stats_kernel<T><<<ln_grid(rows), 32 * LN_ROWS_PER_BLOCK, 0, pipit__cuda_stream()>>>(
-        stats, stats + rows, (const T *)x, rows, C, eps);
-    if (!PIPIT_CUDA_LAUNCHED("ln_dw: stats"))
-        colsum<T>((T *)dw, col_of_dw<T>{(const T *)x, (const T *)dout, stats, stats + rows, C}, rows, C, "ln_dw");
-    pipit__cuda_scratch_free(stats, "ln_dw: scratch");
+/* Row-wise along the last axis: y from x, or dx from y and d. */
+static void softmax(const pipit__kctx *k, int ith, int nth, int op) {
+    ONLY_THREAD0(ith, nth);
+    pipit__cuda_softmax(DT(k), op, k->out, k->in[0], k->node->nin > 1 ? k->in[1] : NULL, pipit__node_rows(k->node),
+                        pipit__node_last_dim(k->node));
+}
+static void cuda_SOFTMAX(const pipit__kctx *k, int ith, int nth) { softmax(k, ith, nth, PIPIT_OP_SOFTMAX); }
+static void cuda_SOFTMAX_DX(const pipit__kctx *k, int ith, int nth) { softmax(k, ith, nth, PIPIT_OP_SOFTMAX_DX); }
+static void cuda_LOG_SOFTMAX(const pipit__kctx *k, int ith, int nth) { softmax(k, ith, nth, PIPIT_OP_LOG_SOFTMAX); }
+static void cuda_LOG_SOFTMAX_DX(const pipit__kctx *k, int ith, int nth) {
+    softmax(k, ith, nth, PIPIT_OP_LOG_SOFTMAX_DX);
 }
 
+static void cuda_XENT_ROWS(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    pipit__cuda_xent_rows(DT(k), k->out, k->in[0], (const int32_t *)k->in[1], pipit__node_rows(KIN(0)),
+                          pipit__node_last_dim(KIN(0)));
+}
+
+static void cuda_XENT_DLOGITS(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    pipit__cuda_xent_dlogits(DT(k), k->out, k->in[0], (const int32_t *)k->in[1], k->in[2], pipit__node_rows(KIN(0)),
+                             pipit__node_last_dim(KIN(0)));
+}
+
+/* ------------------------------------------------------------ norms */
+
+#define CUDA_NORM(NAME, fn, ...)                                                                      \
+    static void cuda_##NAME(const pipit__kctx *k, int ith, int nth) {                                 \
+        ONLY_THREAD0(ith, nth);                                                                       \
+        fn(DT(k), k->out, __VA_ARGS__, pipit__node_rows(k->node), pipit__node_last_dim(k->node),      \
+           k->node->fattr[0]);                                                                        \
+    }
+CUDA_NORM(LAYERNORM, pipit__cuda_layernorm, k->in[0], k->in[1], k->in[2])
+CUDA_NORM(LN_DX, pipit__cuda_layernorm_dx, k->in[0], k->in[1], k->in[2])
+CUDA_NORM(RMSNORM, pipit__cuda_rmsnorm, k->in[0], k->in[1])
+CUDA_NORM(RMS_DX, pipit__cuda_rmsnorm_dx, k->in[0], k->in[1], k->in[2])
+#undef CUDA_NORM
+
+/* dw [C]: the rows are x's (the output is one row). */
 static void cuda_LN_DW(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_layernorm_dw, k->out, k->in[0], k->in[1], pipit__node_rows(KIN(0)),
-             pipit__node_last_dim(KIN(0)), k->node->fattr[0]);
+    pipit__cuda_layernorm_dw(DT(k), k->out, k->in[0], k->in[1], pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)),
+                             k->node->fattr[0]);
 }
 
-/* ------------------------------------------------------------ GELU */
-
-/* GPT-2's tanh GELU in the CPU's form: 0.5x(1 + tanh(u)) = x / (1 + exp(-2u)),
- * u = sqrt(2/pi)(x + 0.044715x^3), the same expressions in T. */
-#define GELU_S2PI ((T)0.79788456080286535588) /* sqrt(2/pi) */
-#define GELU_K ((T)0.044715)
-
-template <class T>
-__global__ void gelu_kernel(T *out, const T *x, int64_t n) {
-    GRID_STRIDE(i, n) {
-        T v = x[i];
-        T u = GELU_S2PI * (v + GELU_K * v * v * v);
-        out[i] = v / ((T)1 + pipit_dexp((T)-2 * u));
-    }
-}
-
-/* dx = dout * (sg + 2x sg(1 - sg) du/dx), sg = sigmoid(2u) */
-template <class T>
-__global__ void gelu_dx_kernel(T *dx, const T *x, const T *dout, int64_t n) {
-    GRID_STRIDE(i, n) {
-        T v = x[i];
-        T sg = (T)1 / ((T)1 + pipit_dexp((T)-2 * GELU_S2PI * (v + GELU_K * v * v * v)));
-        T du = GELU_S2PI * ((T)1 + (T)3 * GELU_K * v * v);
-        T d = sg + (T)2 * v * sg * ((T)1 - sg) * du;
-        dx[i] = d * dout[i];
-    }
-}
-#undef GELU_S2PI
-#undef GELU_K
-
-template <class T>
-static void launch_gelu(void *out, const void *x, int64_t n) {
-    if (n <= 0) return;
-    gelu_kernel<T><<<grid_for(n, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)out, (const T *)x, n);
-}
-
-template <class T>
-static void launch_gelu_dx(void *dx, const void *x, const void *dout, int64_t n) {
-    if (n <= 0) return;
-    gelu_dx_kernel<T><<<grid_for(n, kThreads), kThreads, 0, pipit__cuda_stream()>>>((T *)dx, (const T *)x,
-                                                                                  (const T *)dout, n);
-}
-
-static void cuda_GELU(const pipit__kctx *k, int ith, int nth) {
+static void cuda_RMS_DW(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_gelu, k->out, k->in[0], pipit__node_numel(k->node));
-    PIPIT_CUDA_LAUNCHED("gelu");
+    pipit__cuda_rmsnorm_dw(DT(k), k->out, k->in[0], k->in[1], pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)),
+                           k->node->fattr[0]);
 }
 
-static void cuda_GELU_DX(const pipit__kctx *k, int ith, int nth) {
+/* ------------------------------------------------------------ rope */
+
+/* x [B,T,H*D] or [B,T,H,D]: the same memory. */
+static void cuda_ROPE(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_gelu_dx, k->out, k->in[0], k->in[1], pipit__node_numel(k->node));
-    PIPIT_CUDA_LAUNCHED("gelu_dx");
+    const pipit__node *n = k->node;
+    int64_t B = n->shape[0], T = n->shape[1], H = n->iattr[0], D = pipit__node_numel(n) / (B * T) / H;
+    pipit__cuda_rope(DT(k), k->out, k->in[0], B, T, H, D, n->iattr[1], n->fattr[0], (int)n->iattr[2]);
 }
 
 /* ------------------------------------------------------------ attention */
 
+/* GPT-2's packed layout: qkv [B,T,3C] = q | k | v, H heads of C/H, causal,
+ * scale 1/sqrt(C/H) (the CPU's packed attn dims). */
+static pipit_cuda_attn packed_dims(int64_t B, int64_t T, int64_t C, int64_t H) {
+    int64_t D = C / H;
+    return pipit_cuda_attn{B, T, T, H, H, D, 3 * C, 3 * C, 3 * C, C, 1, 1.0 / sqrt((double)D)};
+}
+
 static void cuda_ATTENTION(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
     const pipit__node *n = k->node;
-    pipit__cuda_attention((pipit_dtype)n->dtype, k->out, k->in[0], n->shape[0], n->shape[1], n->shape[2],
-                          n->iattr[0]);
+    int64_t C = n->shape[2];
+    pipit_cuda_attn a = packed_dims(n->shape[0], n->shape[1], C, n->iattr[0]);
+    size_t es = pipit__dtype_size(DT(k));
+    const char *qkv = (const char *)k->in[0];
+    pipit__cuda_attn_fwd(DT(k), k->out, qkv, qkv + C * es, qkv + 2 * C * es, &a);
 }
 
 static void cuda_ATTN_DQKV(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
     const pipit__node *d = KIN(1);
-    pipit__cuda_attention_dqkv((pipit_dtype)k->node->dtype, k->out, k->in[0], k->in[1], d->shape[0], d->shape[1],
-                               d->shape[2], k->node->iattr[0]);
+    int64_t C = d->shape[2];
+    pipit_cuda_attn a = packed_dims(d->shape[0], d->shape[1], C, k->node->iattr[0]);
+    size_t es = pipit__dtype_size(DT(k));
+    const char *qkv = (const char *)k->in[0];
+    char *dqkv = (char *)k->out;
+    pipit__cuda_attn_bwd(DT(k), dqkv, dqkv + C * es, dqkv + 2 * C * es, qkv, qkv + C * es, qkv + 2 * C * es,
+                         k->in[1], &a);
 }
 
-/* ------------------------------------------------------------ cross-entropy */
-
-#define XENT_THREADS 256
-
-/* Block-wide max and double sum with a fixed tree: warp butterflies, then
- * the warps' values in warp order (every thread gets the result). */
-template <class V>
-__device__ V block_max(V v, V *sh) {
-    v = pipit_group_max(v, 32);
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-    __syncthreads();
-    V m = sh[0];
-    for (int w = 1; w < XENT_THREADS / 32; w++) m = sh[w] > m ? sh[w] : m;
-    __syncthreads(); /* sh is reused by the caller's next reduction */
-    return m;
+/* The problem of an attention_qkv node (or of its backward, which reads
+ * the same q, k, v as inputs 0..2): the CPU's qkv_dims. */
+static pipit_cuda_attn qkv_dims(const pipit__kctx *k) {
+    const pipit__node *q = KIN(0), *kv = KIN(1);
+    int64_t Hq = k->node->iattr[0], Hkv = k->node->iattr[1], D = q->shape[2] / Hq;
+    return pipit_cuda_attn{q->shape[0], q->shape[1], kv->shape[1], Hq,     Hkv, D, Hq * D, Hkv * D, Hkv * D,
+                           Hq * D,      (int)k->node->iattr[2], k->node->fattr[0]};
 }
 
-__device__ double block_sum(double v, double *sh) {
-    v = pipit_group_sum(v, 32);
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-    __syncthreads();
-    double s = sh[0];
-    for (int w = 1; w < XENT_THREADS / 32; w++) s += sh[w];
-    __syncthreads();
-    return s;
-}
-
-/* Max of row x [V] (V >= 1) over the block. */
-template <class T>
-__device__ T row_max(const T *x, int64_t V, T *sh) {
-    T m = x[0];
-    for (int64_t j = threadIdx.x; j < V; j += XENT_THREADS) m = x[j] > m ? x[j] : m;
-    return block_max(m, sh);
-}
-
-/* loss[r] = logsumexp(logits[r,:]) - logits[r, t]: max subtracted, the sum
- * of exponentials in double (the CPU's pipit__xent_rows); one block a row. */
-template <class T>
-__global__ void xent_rows_kernel(T *loss, const T *logits, const int32_t *targets, int64_t V) {
-    __shared__ T shm[XENT_THREADS / 32];
-    __shared__ double shs[XENT_THREADS / 32];
-    int64_t r = blockIdx.x;
-    const T *x = logits + r * V;
-    T m = row_max(x, V, shm);
-    double s = 0;
-    for (int64_t j = threadIdx.x; j < V; j += XENT_THREADS) s += (double)pipit_dexp(x[j] - m);
-    s = block_sum(s, shs);
-    if (threadIdx.x != 0) return;
-    int32_t t = targets[r];
-    loss[r] = t >= 0 && t < V ? (T)((double)m + log(s) - (double)x[t]) : (T)NAN;
-}
-
-/* dlogits[r,:] = dloss[r] * (softmax(x[r,:]) - onehot(t)): g = exp(x - m)
- * rounded to T, its double sum, f = dloss/sum, g*f, minus dloss at t (the
- * CPU's pipit__xent_dlogits). Each thread rescales the elements it wrote. */
-template <class T>
-__global__ void xent_dlogits_kernel(T *dlogits, const T *logits, const int32_t *targets, const T *dloss, int64_t V) {
-    __shared__ T shm[XENT_THREADS / 32];
-    __shared__ double shs[XENT_THREADS / 32];
-    int64_t r = blockIdx.x;
-    const T *x = logits + r * V;
-    T *g = dlogits + r * V;
-    T m = row_max(x, V, shm);
-    double s = 0;
-    for (int64_t j = threadIdx.x; j < V; j += XENT_THREADS) {
-        T e = pipit_dexp(x[j] - m);
-        g[j] = e;
-        s += (double)e;
-    }
-    s = block_sum(s, shs);
-    int32_t t = targets[r];
-    T dl = dloss[r], f = (T)((double)dl / s);
-    int ok = t >= 0 && t < V;
-    for (int64_t j = threadIdx.x; j < V; j += XENT_THREADS) {
-        T v = g[j] * f;
-        if (j == t) v -= dl;
-        g[j] = ok ? v : (T)NAN;
-    }
-}
-
-template <class T>
-static void launch_xent_rows(void *loss, const void *logits, const int32_t *targets, int64_t rows, int64_t V) {
-    if (rows <= 0) return;
-    if (V <= 0 || rows > INT32_MAX) {
-        pipit__cuda_check(cudaErrorInvalidValue, "xent_rows: empty rows or more than 2^31 rows");
-        return;
-    }
-    xent_rows_kernel<T><<<(unsigned)rows, XENT_THREADS, 0, pipit__cuda_stream()>>>((T *)loss, (const T *)logits,
-                                                                                  targets, V);
-}
-
-template <class T>
-static void launch_xent_dlogits(void *dlogits, const void *logits, const int32_t *targets, const void *dloss,
-                                int64_t rows, int64_t V) {
-    if (rows <= 0 || V <= 0) return;
-    if (rows > INT32_MAX) {
-        pipit__cuda_check(cudaErrorInvalidValue, "xent_dlogits: more than 2^31 rows");
-        return;
-    }
-    xent_dlogits_kernel<T><<<(unsigned)rows, XENT_THREADS, 0, pipit__cuda_stream()>>>(
-        (T *)dlogits, (const T *)logits, targets, (const T *)dloss, V);
-}
-
-static void cuda_XENT_ROWS(const pipit__kctx *k, int ith, int nth) {
+static void cuda_ATTENTION_QKV(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_xent_rows, k->out, k->in[0], (const int32_t *)k->in[1], pipit__node_rows(KIN(0)),
-             pipit__node_last_dim(KIN(0)));
-    PIPIT_CUDA_LAUNCHED("xent_rows");
+    pipit_cuda_attn a = qkv_dims(k);
+    pipit__cuda_attn_fwd(DT(k), k->out, k->in[0], k->in[1], k->in[2], &a);
 }
 
-static void cuda_XENT_DLOGITS(const pipit__kctx *k, int ith, int nth) {
+/* The output is [dq | dk | dv], flat. */
+static void cuda_ATTN_QKV_D(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    BY_DTYPE(k, launch_xent_dlogits, k->out, k->in[0], (const int32_t *)k->in[1], k->in[2],
-             pipit__node_rows(KIN(0)), pipit__node_last_dim(KIN(0)));
-    PIPIT_CUDA_LAUNCHED("xent_dlogits");
+    pipit_cuda_attn a = qkv_dims(k);
+    size_t es = pipit__dtype_size(DT(k));
+    int64_t nq = pipit__node_numel(KIN(0)), nk = pipit__node_numel(KIN(1));
+    char *d = (char *)k->out;
+    pipit__cuda_attn_bwd(DT(k), d, d + nq * es, d + (nq + nk) * es, k->in[0], k->in[1], k->in[2], k->in[3], &a);
+}
+
+/* ------------------------------------------------------------ slices, concat */
+
+/* out [rows, ow] columns [oc, oc+w) = x [rows, xw] columns [xc, xc+w) */
+template <class T>
+__global__ void copy_cols_kernel(T *out, int64_t ow, int64_t oc, const T *x, int64_t xw, int64_t xc, int64_t rows,
+                                 int64_t w) {
+    PIPIT_GRID_STRIDE(e, rows * w) {
+        int64_t r = e / w, c = e % w;
+        out[r * ow + oc + c] = x[r * xw + xc + c];
+    }
+}
+
+/* out [rows, ow]: x [rows, w] at columns [oc, oc+w), zeros elsewhere */
+template <class T>
+__global__ void pad_cols_kernel(T *out, int64_t ow, int64_t oc, const T *x, int64_t rows, int64_t w) {
+    PIPIT_GRID_STRIDE(e, rows * ow) {
+        int64_t r = e / ow, c = e % ow;
+        out[e] = c >= oc && c < oc + w ? x[r * w + c - oc] : (T)0;
+    }
+}
+
+template <class T>
+static void launch_copy_cols(void *out, int64_t ow, int64_t oc, const void *x, int64_t xw, int64_t xc, int64_t rows,
+                             int64_t w) {
+    if (rows * w <= 0) return;
+    copy_cols_kernel<T><<<pipit_grid_for(rows * w, NTH), NTH, 0, pipit__cuda_stream()>>>((T *)out, ow, oc,
+                                                                                        (const T *)x, xw, xc, rows, w);
+}
+
+template <class T>
+static void launch_pad_cols(void *out, int64_t ow, int64_t oc, const void *x, int64_t rows, int64_t w) {
+    if (rows * ow <= 0) return;
+    pad_cols_kernel<T><<<pipit_grid_for(rows * ow, NTH), NTH, 0, pipit__cuda_stream()>>>((T *)out, ow, oc,
+                                                                                        (const T *)x, rows, w);
+}
+
+/* Around the axis every tensor is [outer, axis * inner]: slices, padding
+ * and concatenation copy column ranges of those rows (the CPU's calls). */
+static void cuda_SLICE(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t outer, n, inner, len = k->node->iattr[2];
+    pipit__axis_split(KIN(0), (int)k->node->iattr[0], &outer, &n, &inner);
+    PIPIT_BY_DTYPE(DT(k), launch_copy_cols, k->out, len * inner, 0, k->in[0], n * inner, k->node->iattr[1] * inner,
+                   outer, len * inner);
+    PIPIT_CUDA_LAUNCHED("slice");
+}
+
+static void cuda_SLICE_DX(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int64_t outer, full, inner, len = KIN(0)->shape[k->node->iattr[0]];
+    pipit__axis_split(k->node, (int)k->node->iattr[0], &outer, &full, &inner);
+    PIPIT_BY_DTYPE(DT(k), launch_pad_cols, k->out, full * inner, k->node->iattr[1] * inner, k->in[0], outer,
+                   len * inner);
+    PIPIT_CUDA_LAUNCHED("slice_dx");
+}
+
+static void cuda_CONCAT(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    int ax = (int)k->node->iattr[0];
+    int64_t outer, all, inner, at = 0;
+    pipit__axis_split(k->node, ax, &outer, &all, &inner);
+    for (int j = 0; j < k->node->nin; j++) {
+        int64_t n = KIN(j)->shape[ax];
+        PIPIT_BY_DTYPE(DT(k), launch_copy_cols, k->out, all * inner, at * inner, k->in[j], n * inner, 0, outer,
+                       n * inner);
+        at += n;
+    }
+    PIPIT_CUDA_LAUNCHED("concat");
 }
 
 /* ------------------------------------------------------------ the table */
 
-/* Leaves are bound from outside; reshape and yield alias their input. */
+/* Leaves are bound from outside; reshape, view and yield alias their input. */
 #define cuda_INPUT nullptr
 #define cuda_PARAM nullptr
 #define cuda_RESHAPE nullptr
+#define cuda_VIEW nullptr
 #define cuda_YIELD nullptr
 
 /* Generated from ops.def in its order (C++ has no designated array

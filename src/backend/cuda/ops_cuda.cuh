@@ -1,8 +1,12 @@
 /*
  * ops_cuda.cuh — what the CUDA kernel files share (C++ only, never included
- * from C): stream-ordered scratch memory, the attention launchers of
- * attention_cuda.cu, and small device helpers (precise exp, fixed-order
- * warp reductions). The op kernels themselves are in ops_cuda.cu.
+ * from C): stream-ordered scratch memory, launch helpers, small device
+ * helpers (precise libm, fixed-order warp reductions), and the launchers of
+ * the kernel files. ops_cuda.cu reads each op's sizes off its node (as
+ * ops_cpu.c does) and calls these; each launcher takes plain pointers and
+ * explicit sizes (as the CPU's kernels.h does), picks f32 or f64 by `dt`,
+ * launches on the rank's stream and reports a failed launch under the op's
+ * name. Launchers return at once for an empty output.
  */
 #ifndef PIPIT_OPS_CUDA_CUH
 #define PIPIT_OPS_CUDA_CUH
@@ -21,17 +25,69 @@
 void *pipit__cuda_scratch(size_t bytes, const char *what);
 void pipit__cuda_scratch_free(void *p, const char *what);
 
-/* Causal self-attention (kernels.h's pipit__attention_*): qkv [B,T,3C],
- * out [B,T,C], dout [B,T,C], dqkv [B,T,3C], H heads of D = C/H. */
-void pipit__cuda_attention(pipit_dtype dt, void *out, const void *qkv, int64_t B, int64_t T, int64_t C,
-                           int64_t H);
-void pipit__cuda_attention_dqkv(pipit_dtype dt, void *dqkv, const void *qkv, const void *dout, int64_t B,
-                                int64_t T, int64_t C, int64_t H);
+/* ------------------------------------------------------------ launch helpers */
+
+/* Threads per block of the elementwise kernels. */
+#define PIPIT_CUDA_THREADS 256
+
+/* Blocks for a grid-stride loop over n items (the loop covers any rest). */
+static inline unsigned pipit_grid_for(int64_t n, int per_block) {
+    int64_t b = (n + per_block - 1) / per_block;
+    return (unsigned)(b < 1 ? 1 : b > (1 << 20) ? (1 << 20) : b);
+}
+
+#define PIPIT_GRID_STRIDE(i, n)                                                   \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* Rows of [rows, C] handled a warp each, PIPIT_WARP_ROWS warps a block, in
+ * a grid-stride loop over rows (whole warps move together, so their
+ * shuffles stay in step). */
+#define PIPIT_WARP_ROWS 8
+#define PIPIT_WARP_ROW_LOOP(r, rows)                                                               \
+    for (int64_t r = (int64_t)blockIdx.x * PIPIT_WARP_ROWS + threadIdx.x / 32; r < (rows); \
+         r += (int64_t)gridDim.x * PIPIT_WARP_ROWS)
+#define PIPIT_WARP_ROWS_THREADS (32 * PIPIT_WARP_ROWS)
+static inline unsigned pipit_warp_rows_grid(int64_t rows) { return pipit_grid_for(rows, PIPIT_WARP_ROWS); }
+
+/* Runs launcher fn<double> or fn<float> by dtype dt. */
+#define PIPIT_BY_DTYPE(dt, fn, ...)                     \
+    do {                                                \
+        if ((dt) == PIPIT_F64) fn<double>(__VA_ARGS__); \
+        else fn<float>(__VA_ARGS__);                    \
+    } while (0)
+
+/* Launches kernel K<T> on the rank's stream, T the element type of dtype
+ * dt (double for f64, else float); the arguments may name T, as in
+ * (const T *)x, so one line serves both types. */
+#define PIPIT_LAUNCH_T(dt, K, grid, block, ...)                              \
+    do {                                                                     \
+        if ((dt) == PIPIT_F64) {                                             \
+            typedef double T;                                                \
+            K<T><<<(grid), (block), 0, pipit__cuda_stream()>>>(__VA_ARGS__); \
+        } else {                                                             \
+            typedef float T;                                                 \
+            K<T><<<(grid), (block), 0, pipit__cuda_stream()>>>(__VA_ARGS__); \
+        }                                                                    \
+    } while (0)
+
+/* Reports a failed launch (the sticky error of cuda_backend.h). */
+#define PIPIT_CUDA_LAUNCHED(what) pipit__cuda_check(cudaGetLastError(), what)
+
+/* ------------------------------------------------------------ device helpers */
 
 /* The precise libdevice functions (never the __expf intrinsics: no fast
  * math anywhere), overloaded so templates pick float or double. */
 __device__ __forceinline__ float pipit_dexp(float x) { return expf(x); }
 __device__ __forceinline__ double pipit_dexp(double x) { return exp(x); }
+__device__ __forceinline__ float pipit_dlog(float x) { return logf(x); }
+__device__ __forceinline__ double pipit_dlog(double x) { return log(x); }
+__device__ __forceinline__ float pipit_dsqrt(float x) { return sqrtf(x); } /* IEEE: no fast math */
+__device__ __forceinline__ double pipit_dsqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float pipit_dtanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double pipit_dtanh(double x) { return tanh(x); }
+__device__ __forceinline__ float pipit_dabs(float x) { return fabsf(x); }
+__device__ __forceinline__ double pipit_dabs(double x) { return fabs(x); }
 
 /* Sum / max over the `width` lanes of an aligned group of a warp by an xor
  * butterfly: the order is fixed by the lane layout and every lane ends with
@@ -50,7 +106,100 @@ __device__ __forceinline__ V pipit_group_max(V v, int width) {
     return v;
 }
 
-/* Reports a failed launch (the sticky error of cuda_backend.h). */
-#define PIPIT_CUDA_LAUNCHED(what) pipit__cuda_check(cudaGetLastError(), what)
+/* A loop nest of up to 4 axes (ir/graph.h's pipit__bcast_plan): the offset
+ * of flat index e of dims d in an operand walked with strides s (0 along an
+ * axis it is broadcast along). */
+__device__ __forceinline__ int64_t pipit_nest_at(const int64_t *d, const int64_t *s, int64_t e) {
+    int64_t i3 = e % d[3], r = e / d[3];
+    int64_t i2 = r % d[2], i1 = r / d[2] % d[1], i0 = r / d[2] / d[1];
+    return i0 * s[0] + i1 * s[1] + i2 * s[2] + i3 * s[3];
+}
+
+/* ------------------------------------------------------------ elementwise_cuda.cu */
+
+/* out[n] = a OP b for op PIPIT_OP_ADD, SUB, MUL or DIV: flat (both inputs
+ * laid out as the output), or broadcast over dims with strides sa, sb. */
+void pipit__cuda_binary(pipit_dtype dt, int op, void *out, const void *a, const void *b, int64_t n);
+void pipit__cuda_binary_bcast(pipit_dtype dt, int op, void *out, const void *a, const void *b,
+                              const int64_t dims[4], const int64_t sa[4], const int64_t sb[4]);
+/* out [dims] = x walked with strides sx (broadcast_to). */
+void pipit__cuda_broadcast(pipit_dtype dt, void *out, const void *x, const int64_t dims[4], const int64_t sx[4]);
+/* y[n] = f(x[n]) for op NEG, EXP, LOG, SQRT, RSQRT, ABS, RELU, SILU, SIGMOID,
+ * TANH or GELU; dx[n] = d * f'(.) from t = x or y (as the CPU's) for op
+ * SQRT_DX, RSQRT_DX, ABS_DX, RELU_DX, SILU_DX, SIGMOID_DX, TANH_DX or GELU_DX. */
+void pipit__cuda_unary(pipit_dtype dt, int op, void *out, const void *x, int64_t n);
+void pipit__cuda_unary_dx(pipit_dtype dt, int op, void *dx, const void *t, const void *d, int64_t n);
+/* out[n] = alpha * x (alpha rounded to the dtype first, as cpu_SCALE). */
+void pipit__cuda_scale(pipit_dtype dt, void *out, const void *x, double alpha, int64_t n);
+/* out, x [rows, C]; bias [C] */
+void pipit__cuda_bias_add(pipit_dtype dt, void *out, const void *x, const void *bias, int64_t rows, int64_t C);
+/* out[n] = scalar[0] * scale */
+void pipit__cuda_fill(pipit_dtype dt, void *out, const void *scalar, double scale, int64_t n);
+
+/* ------------------------------------------------------------ reduce_cuda.cu */
+
+/* out [C] = column sums of x [rows, C] (bias gradients). */
+void pipit__cuda_sum_rows(pipit_dtype dt, void *out, const void *x, int64_t rows, int64_t C);
+/* out [1] = scale * sum of x [n]. */
+void pipit__cuda_sum_all(pipit_dtype dt, void *out, const void *x, int64_t n, double scale);
+/* out = scale * x [dims] summed over the axes where so (out's strides) is 0. */
+void pipit__cuda_sum_to(pipit_dtype dt, void *out, const void *x, const int64_t dims[4], const int64_t so[4],
+                        double scale);
+/* out [outer, inner] = max over n of x [outer, n, inner]; max_dx puts d at
+ * the first maximal element of each run and zeros elsewhere. */
+void pipit__cuda_max_axis(pipit_dtype dt, void *out, const void *x, int64_t outer, int64_t n, int64_t inner);
+void pipit__cuda_max_dx(pipit_dtype dt, void *dx, const void *x, const void *d, int64_t outer, int64_t n,
+                        int64_t inner);
+/* Along the last axis of [rows, C], op SOFTMAX / LOG_SOFTMAX: y from x (d
+ * unused); SOFTMAX_DX / LOG_SOFTMAX_DX: dx from y = x and d. */
+void pipit__cuda_softmax(pipit_dtype dt, int op, void *out, const void *x, const void *d, int64_t rows, int64_t C);
+/* Cross-entropy rows: loss [rows]; dlogits [rows, V]. */
+void pipit__cuda_xent_rows(pipit_dtype dt, void *loss, const void *logits, const int32_t *targets, int64_t rows,
+                           int64_t V);
+void pipit__cuda_xent_dlogits(pipit_dtype dt, void *dlogits, const void *logits, const int32_t *targets,
+                              const void *dloss, int64_t rows, int64_t V);
+
+/* ------------------------------------------------------------ norms_cuda.cu */
+
+/* LayerNorm over the last axis of [rows, C] (w, b [C]) and its dx, dw. */
+void pipit__cuda_layernorm(pipit_dtype dt, void *out, const void *x, const void *w, const void *b, int64_t rows,
+                           int64_t C, double eps);
+void pipit__cuda_layernorm_dx(pipit_dtype dt, void *dx, const void *x, const void *w, const void *dout,
+                              int64_t rows, int64_t C, double eps);
+void pipit__cuda_layernorm_dw(pipit_dtype dt, void *dw, const void *x, const void *dout, int64_t rows, int64_t C,
+                              double eps);
+/* RMSNorm over the last axis of [rows, C] (w [C]) and its dx, dw. */
+void pipit__cuda_rmsnorm(pipit_dtype dt, void *out, const void *x, const void *w, int64_t rows, int64_t C,
+                         double eps);
+void pipit__cuda_rmsnorm_dx(pipit_dtype dt, void *dx, const void *x, const void *w, const void *dout, int64_t rows,
+                            int64_t C, double eps);
+void pipit__cuda_rmsnorm_dw(pipit_dtype dt, void *dw, const void *x, const void *dout, int64_t rows, int64_t C,
+                            double eps);
+
+/* ------------------------------------------------------------ rope_cuda.cu */
+
+/* RoPE, rotate-half (the CPU's pipit__rope): x, out [B,T,H*D], positions
+ * pos0 + t; inverse != 0 rotates back. */
+void pipit__cuda_rope(pipit_dtype dt, void *out, const void *x, int64_t B, int64_t T, int64_t H, int64_t D,
+                      int64_t pos0, double theta, int inverse);
+
+/* ------------------------------------------------------------ attention_cuda.cu */
+
+/* One attention problem (the CPU's pipit__attn_dims): q [B,Tq,*] with query
+ * head h at column h*D, k and v [B,Tk,*] with kv head g at g*D; q head h
+ * reads kv head h / (Hq/Hkv); causal masks key j > t (then Tk == Tq);
+ * ldq/ldk/ldv/ldo are the row strides of q, k, v and the output (GPT-2's
+ * packed qkv [B,T,3C]: q = qkv, k = qkv + C, v = qkv + 2C, each of stride
+ * 3C). Gradients have the strides of their inputs. */
+struct pipit_cuda_attn {
+    int64_t B, Tq, Tk, Hq, Hkv, D;
+    int64_t ldq, ldk, ldv, ldo;
+    int causal;
+    double scale; /* rounded to the element type by the kernels */
+};
+void pipit__cuda_attn_fwd(pipit_dtype dt, void *out, const void *q, const void *k, const void *v,
+                          const pipit_cuda_attn *a);
+void pipit__cuda_attn_bwd(pipit_dtype dt, void *dq, void *dk, void *dv, const void *q, const void *k, const void *v,
+                          const void *dout, const pipit_cuda_attn *a);
 
 #endif

@@ -1,0 +1,244 @@
+/*
+ * gemm_bf16.c — GEMM on bf16 operands, accumulated in fp32 and rounded
+ * once per element of C. C is cut into tiles by gemm.c's shape-only rule
+ * and tiles are dealt to threads, as for f32; a tile is formed in one of
+ * two ways, chosen once per process:
+ *   fp32 panels (any CPU): the tile's rows of op(A) and columns of op(B)
+ *     are converted to fp32 (exactly) and one single-threaded cblas_sgemm
+ *     forms it: bf16 at the fp32 BLAS's speed, less the conversions;
+ *   avx512bf16 (chosen at run time on CPUs that have AVX512-BF16): the
+ *     panels are packed as bf16 pairs along K and a micro-kernel of
+ *     vdpbf16ps (two bf16 products added into an fp32 lane) forms 4 x 32
+ *     blocks of it.
+ * The two differ in the last bits (their sums run in other orders);
+ * neither depends on the thread count. PIPIT_BF16_GEMM=panels forces the
+ * first. The avx512bf16 kernel is compiled with target attributes, so the
+ * build needs no -mavx512* flag; the pair packing around it is tested on
+ * every machine through an emulated micro-kernel (tests/test_bf16.c).
+ */
+#include <cblas.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+enum { KIND_UNSET = 0, KIND_PANELS, KIND_AVX512, KIND_EMULATED };
+
+static _Atomic int gemm_kind;
+
+static int kind_of_cpu(void) {
+    const char *e = getenv("PIPIT_BF16_GEMM");
+    if (e && strcmp(e, "panels") == 0) return KIND_PANELS;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) return KIND_AVX512;
+#endif
+    return KIND_PANELS;
+}
+
+static int current_kind(void) {
+    int k = atomic_load(&gemm_kind);
+    if (k == KIND_UNSET) {
+        k = kind_of_cpu();
+        atomic_store(&gemm_kind, k);
+    }
+    return k;
+}
+
+const char *pipit__gemm_bf16_kind(void) {
+    switch (current_kind()) {
+    case KIND_AVX512: return "avx512bf16";
+    case KIND_EMULATED: return "bf16 pairs (emulated vdpbf16ps, tests only)";
+    default: return "fp32 panels";
+    }
+}
+
+void pipit__gemm_bf16_set_kind(int kind) { atomic_store(&gemm_kind, kind); }
+
+/* ------------------------------------------------------------ fp32 panels */
+
+/* dst [r, c] (row stride c) = src [r, c] of row stride ld, widened */
+static void widen(float *dst, const pipit__bf16 *src, int64_t r, int64_t c, int64_t ld) {
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) dst[i * c + j] = pipit__bf16_to_f32(src[i * ld + j]);
+}
+
+/* dst [r, c] of row stride ld = src [r, c0] (row stride c0, first c columns), rounded */
+static void narrow(pipit__bf16 *dst, int64_t ld, const float *src, int64_t r, int64_t c, int64_t c0) {
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) dst[i * ld + j] = pipit__bf16_from_f32(src[i * c0 + j]);
+}
+
+/* One tile [m, n] of C: a is op(A)'s rows, b op(B)'s columns (stored as in
+ * A and B); s holds m*K + K*n + m*n floats. */
+static void tile_panels(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
+                        const pipit__bf16 *b, int64_t ldb, pipit__bf16 *c, int64_t ldc, int accumulate, float *s) {
+    float *af = s, *bf = af + m * K, *cf = bf + K * n;
+    if (ta) widen(af, a, K, m, lda);
+    else widen(af, a, m, K, lda);
+    if (tb) widen(bf, b, n, K, ldb);
+    else widen(bf, b, K, n, ldb);
+    if (accumulate) widen(cf, c, m, n, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
+                (blasint)K, 1.0f, af, (blasint)(ta ? m : K), bf, (blasint)(tb ? K : n), accumulate ? 1.0f : 0.0f, cf,
+                (blasint)n);
+    narrow(c, ldc, cf, m, n, n);
+}
+
+/* ------------------------------------------------------------ bf16 pairs */
+
+#define PAIR_ROWS 4
+#define PAIR_COLS 32
+
+/* A pair of bf16 values as one 32-bit lane: lo in the low half. */
+static uint32_t pair(pipit__bf16 lo, pipit__bf16 hi) { return (uint32_t)lo.bits | (uint32_t)hi.bits << 16; }
+
+/* op(X)[i][k] of a stored X (trans: X is [K, rows]) */
+static pipit__bf16 at(const pipit__bf16 *x, int64_t ld, int trans, int64_t i, int64_t k) {
+    return trans ? x[k * ld + i] : x[i * ld + k];
+}
+
+static const pipit__bf16 zero_bf16 = {0};
+
+/* ap [m][K2]: op(A) row i's elements 2k, 2k+1; bp [K2][n32]: op(B)'s rows
+ * 2k, 2k+1 of column j; zero past K and past n. */
+static void pack_pairs(int ta, int tb, int64_t m, int64_t n, int64_t n32, int64_t K, const pipit__bf16 *a, int64_t lda,
+                       const pipit__bf16 *b, int64_t ldb, uint32_t *ap, uint32_t *bp) {
+    int64_t K2 = (K + 1) / 2;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t k = 0; k < K2; k++)
+            ap[i * K2 + k] = pair(at(a, lda, ta, i, 2 * k), 2 * k + 1 < K ? at(a, lda, ta, i, 2 * k + 1) : zero_bf16);
+    for (int64_t k = 0; k < K2; k++)
+        for (int64_t j = 0; j < n32; j++) {
+            int in = j < n;
+            pipit__bf16 lo = in ? at(b, ldb, !tb, j, 2 * k) : zero_bf16;
+            pipit__bf16 hi = in && 2 * k + 1 < K ? at(b, ldb, !tb, j, 2 * k + 1) : zero_bf16;
+            bp[k * n32 + j] = pair(lo, hi);
+        }
+}
+
+/* c [rows][PAIR_COLS] (row stride ldc) = the rows' ap pairs dotted with
+ * bp's PAIR_COLS columns (row stride ldb), summed in fp32 over k. */
+typedef void (*pair_kernel)(const uint32_t *ap, int64_t K2, const uint32_t *bp, int64_t ldb, float *c, int64_t ldc,
+                            int rows);
+
+/* vdpbf16ps as the instruction set reference states it, lane by lane
+ * (the odd product first): tests run the packing through it. */
+static void kernel_emulated(const uint32_t *ap, int64_t K2, const uint32_t *bp, int64_t ldb, float *c, int64_t ldc,
+                            int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < PAIR_COLS; j++) {
+            float acc = 0;
+            for (int64_t k = 0; k < K2; k++) {
+                uint32_t x = ap[r * K2 + k], y = bp[k * ldb + j];
+                acc += pipit__bf16_to_f32((pipit__bf16){(uint16_t)(x >> 16)}) *
+                       pipit__bf16_to_f32((pipit__bf16){(uint16_t)(y >> 16)});
+                acc += pipit__bf16_to_f32((pipit__bf16){(uint16_t)x}) * pipit__bf16_to_f32((pipit__bf16){(uint16_t)y});
+            }
+            c[r * ldc + j] = acc;
+        }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* PAIR_ROWS rows: 8 accumulators, 2 loads and 4 broadcasts per pair of k. */
+__attribute__((target("avx512f,avx512bf16"))) static void kernel4_avx512(const uint32_t *ap, int64_t K2,
+                                                                         const uint32_t *bp, int64_t ldb, float *c,
+                                                                         int64_t ldc) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
+    for (int64_t k = 0; k < K2; k++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + k * ldb);
+        __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + k * ldb + 16);
+        __m512bh a0 = (__m512bh)_mm512_set1_epi32((int)ap[k]), a1 = (__m512bh)_mm512_set1_epi32((int)ap[K2 + k]);
+        __m512bh a2 = (__m512bh)_mm512_set1_epi32((int)ap[2 * K2 + k]);
+        __m512bh a3 = (__m512bh)_mm512_set1_epi32((int)ap[3 * K2 + k]);
+        c00 = _mm512_dpbf16_ps(c00, a0, b0), c01 = _mm512_dpbf16_ps(c01, a0, b1);
+        c10 = _mm512_dpbf16_ps(c10, a1, b0), c11 = _mm512_dpbf16_ps(c11, a1, b1);
+        c20 = _mm512_dpbf16_ps(c20, a2, b0), c21 = _mm512_dpbf16_ps(c21, a2, b1);
+        c30 = _mm512_dpbf16_ps(c30, a3, b0), c31 = _mm512_dpbf16_ps(c31, a3, b1);
+    }
+    _mm512_storeu_ps(c, c00), _mm512_storeu_ps(c + 16, c01);
+    _mm512_storeu_ps(c + ldc, c10), _mm512_storeu_ps(c + ldc + 16, c11);
+    _mm512_storeu_ps(c + 2 * ldc, c20), _mm512_storeu_ps(c + 2 * ldc + 16, c21);
+    _mm512_storeu_ps(c + 3 * ldc, c30), _mm512_storeu_ps(c + 3 * ldc + 16, c31);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void kernel1_avx512(const uint32_t *ap, int64_t K2,
+                                                                         const uint32_t *bp, int64_t ldb, float *c) {
+    __m512 c0 = _mm512_setzero_ps(), c1 = c0;
+    for (int64_t k = 0; k < K2; k++) {
+        __m512bh a = (__m512bh)_mm512_set1_epi32((int)ap[k]);
+        c0 = _mm512_dpbf16_ps(c0, a, (__m512bh)_mm512_loadu_si512(bp + k * ldb));
+        c1 = _mm512_dpbf16_ps(c1, a, (__m512bh)_mm512_loadu_si512(bp + k * ldb + 16));
+    }
+    _mm512_storeu_ps(c, c0), _mm512_storeu_ps(c + 16, c1);
+}
+
+static void kernel_avx512(const uint32_t *ap, int64_t K2, const uint32_t *bp, int64_t ldb, float *c, int64_t ldc,
+                          int rows) {
+    if (rows == PAIR_ROWS) {
+        kernel4_avx512(ap, K2, bp, ldb, c, ldc);
+        return;
+    }
+    for (int r = 0; r < rows; r++) kernel1_avx512(ap + r * K2, K2, bp, ldb, c + r * ldc);
+}
+#else
+#define kernel_avx512 kernel_emulated /* never chosen off x86-64 */
+#endif
+
+/* One tile [m, n] of C by pairs; s holds the packed panels and an fp32
+ * tile: m*K2 + K2*n32 lanes, m*n32 floats. */
+static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
+                       const pipit__bf16 *b, int64_t ldb, pipit__bf16 *c, int64_t ldc, int accumulate, uint32_t *s,
+                       pair_kernel kern) {
+    int64_t K2 = (K + 1) / 2, n32 = (n + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS;
+    uint32_t *ap = s, *bp = ap + m * K2;
+    float *cf = (float *)(bp + K2 * n32);
+    pack_pairs(ta, tb, m, n, n32, K, a, lda, b, ldb, ap, bp);
+    for (int64_t i = 0; i < m; i += PAIR_ROWS)
+        for (int64_t j = 0; j < n32; j += PAIR_COLS)
+            kern(ap + i * K2, K2, bp + j, n32, cf + i * n32 + j, n32, (int)PIPIT_MIN(PAIR_ROWS, m - i));
+    if (accumulate)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) cf[i * n32 + j] += pipit__bf16_to_f32(c[i * ldc + j]);
+    narrow(c, ldc, cf, m, n, n32);
+}
+
+/* ------------------------------------------------------------ the GEMM */
+
+static int64_t cdiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
+                      int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, pipit__bf16 *C,
+                      int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    PIPIT_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX);
+    int64_t mt, nt;
+    pipit__gemm_tiles(M, N, K, &mt, &nt);
+    int64_t tn = cdiv(N, nt), tiles = cdiv(M, mt) * tn;
+    int kind = current_kind();
+    int64_t Kp = PIPIT_MAX(K, 1), K2 = (Kp + 1) / 2, n32 = cdiv(nt, PAIR_COLS) * PAIR_COLS;
+    size_t words = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) : (size_t)(mt * K2 + K2 * n32 + mt * n32);
+    void *s = ith < batch * tiles ? malloc(4 * words) : NULL;
+    for (int64_t u = ith; u < batch * tiles; u += nth) {
+        int64_t b = u / tiles, t = u % tiles;
+        int64_t i0 = t / tn * mt, j0 = t % tn * nt;
+        int64_t m = PIPIT_MIN(mt, M - i0), n = PIPIT_MIN(nt, N - j0);
+        pipit__bf16 *c = C + b * sC + i0 * ldc + j0; /* tile [m,n] of C[b] */
+        if (K <= 0 || !s) {
+            for (int64_t i = 0; !accumulate && i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof *c);
+            continue;
+        }
+        const pipit__bf16 *a = A + b * sA + (trans_a ? i0 : i0 * lda);
+        const pipit__bf16 *bb = B + b * sB + (trans_b ? j0 * ldb : j0);
+        if (kind == KIND_PANELS)
+            tile_panels(trans_a, trans_b, m, n, K, a, lda, bb, ldb, c, ldc, accumulate, s);
+        else
+            tile_pairs(trans_a, trans_b, m, n, K, a, lda, bb, ldb, c, ldc, accumulate, s,
+                       kind == KIND_AVX512 ? kernel_avx512 : kernel_emulated);
+    }
+    if (!s && K > 0 && ith < batch * tiles) pipit__kernel_fail("matmul (bf16): out of memory for its fp32 tiles");
+    free(s);
+}

@@ -1,0 +1,545 @@
+/*
+ * test_bf16.c — mixed precision (pipit_options.dtype = PIPIT_BF16):
+ *   - the conversions round to nearest even, by hand-computed cases;
+ *   - every op of the table, in every case of op_cases.c, per microbatch
+ *     and on params alone: the bf16 program's output and every parameter
+ *     gradient against the f32 program's on the same (bf16-exact) values,
+ *     within a bound stated per op below, the same bits at 1 and 3
+ *     threads, and every kernel-running op of the table seen in bf16;
+ *   - the bf16 GEMM in each of its ways (fp32 panels, the bf16-pair
+ *     packing through an emulated vdpbf16ps, AVX512-BF16 where the CPU has
+ *     it) against a double reference of the same bf16 inputs, for every
+ *     transpose, batching, accumulation and odd shapes, and bitwise
+ *     independent of the thread count;
+ *   - what the program holds: fp32 params, gradients and moments, bf16
+ *     activations and messages (half the bytes), the planner's activation
+ *     peak at most 55% of fp32's, the user's graph untouched, outputs
+ *     returned in f32, a forward-only program with the training loss bits;
+ *   - checkpoints: bf16 weights hold the masters rounded to nearest even
+ *     and load back widened exactly; a training checkpoint stays fp32;
+ *   - refusals by name: another options.dtype, f64 params, a backend
+ *     without bf16 (bf16 params and casts to non-float dtypes: in
+ *     test_api_misuse.c).
+ * Training curves against fp32 and PyTorch autocast: test_bf16_train.sh.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/kernels.h"
+#include "ir/graph.h"
+#include "kernel_check.h"
+#include "op_cases.h"
+#include "pipit_gpt2.h"
+#include "pipit_io.h"
+#include "runtime/program.h"
+#include "gpt2_feeds.h"
+#include "test.h"
+
+#define SH(...) (int64_t[]){__VA_ARGS__}
+
+/* ------------------------------------------------------------ conversion */
+
+static uint16_t bits_of(float f) { return pipit__bf16_from_f32(f).bits; }
+
+PIPIT_TEST(bf16_round_to_nearest_even) {
+    ASSERT_EQ_I64(bits_of(1.0f), 0x3f80);
+    ASSERT_EQ_I64(bits_of(-2.0f), 0xc000);
+    ASSERT_EQ_I64(bits_of(-0.0f), 0x8000);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: to the even (1) */
+    ASSERT_EQ_I64(bits_of(1.0f + 0x1p-8f), 0x3f80);
+    /* 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: to the even (up) */
+    ASSERT_EQ_I64(bits_of(1.0f + 0x3p-8f), 0x3f82);
+    /* just above halfway: up */
+    ASSERT_EQ_I64(bits_of(1.0f + 0x1p-8f + 0x1p-20f), 0x3f81);
+    ASSERT_EQ_I64(bits_of(3.4028235e38f), 0x7f80);  /* FLT_MAX rounds up to infinity */
+    ASSERT_EQ_I64(bits_of(INFINITY), 0x7f80);
+    ASSERT_EQ_I64(bits_of(0x1p-133f), 0x0001);      /* the smallest bf16 subnormal */
+    uint16_t nan = bits_of(NAN);
+    ASSERT_TRUE((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0); /* still a NaN */
+    float back = pipit__bf16_to_f32((pipit__bf16){0x3f81});
+    ASSERT_TRUE(back == 1.0f + 0x1p-7f);
+    /* from double, one rounding: 1 + 2^-8 + 2^-30 is above the tie, but
+     * rounding to fp32 first would land on the tie and then round down */
+    ASSERT_EQ_I64(pipit__bf16_from_f64(1.0 + 0x1p-8 + 0x1p-30).bits, 0x3f81);
+    ASSERT_EQ_I64(pipit__bf16_from_f64(1.0 + 0x1p-8).bits, 0x3f80);
+    ASSERT_EQ_I64(pipit__bf16_from_f64(-(1.0 + 0x3p-8)).bits, 0xbf82);
+    ASSERT_EQ_I64(pipit__bf16_from_f64(1e300).bits, 0x7f80);
+}
+
+/* ------------------------------------------------------------ per op */
+
+/* max |got - want| / max |want| over a tensor: an error relative to the
+ * tensor's scale (a rounding of one element is 2^-9 of its own size). */
+static double scaled_err(const float *got, const float *want, int64_t n) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (!(e <= d)) d = e; /* NaN wins */
+        m = fmax(m, fabs((double)want[i]));
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* u = 2^-8, bf16's unit roundoff (8 significant bits: one rounding to
+ * nearest is within u of the value, half an ulp). An output is one
+ * rounding of an fp32 result; a gradient adds the rounding of each bf16
+ * value on its way (the output gradient, a saved activation, the op's
+ * own): 2u bounds both, relative to the tensor's largest element (most
+ * elements sit below it). Ops whose gradient cubes or divides by a bf16
+ * value (rsqrt: y^3; log, div: 1/x, 1/b^2) triple a relative error on
+ * its way: 4u. (Largest seen on this machine: 0.96u, and 2.84u for rsqrt;
+ * PIPIT_BF16_VERBOSE=1 prints every case's.) */
+static double bound_of(const char *name) {
+    static const char *const amplified[] = {"rsqrt", "log", "div"};
+    for (size_t i = 0; i < sizeof amplified / sizeof amplified[0]; i++)
+        if (strncmp(name, amplified[i], strlen(amplified[i])) == 0 && strncmp(name, "log_softmax", 11) != 0)
+            return 4 * 0x1p-8;
+    return 2 * 0x1p-8;
+}
+
+/* One program of a case: y's values of microbatch 0 (per microbatch
+ * only: a value of params alone is no output), and every param's
+ * gradient, after setting every param to the same bf16-exact values. */
+typedef struct {
+    int n;
+    float *y, **grad;
+    int64_t ny, *ngrad;
+    pipit_program *p;
+    pipit_graph *g;
+} case_run;
+
+static void set_bf16_params(pipit_program *p, uint64_t seed) {
+    for (int i = 0; i < pipit_program_num_params(p); i++) {
+        const char *name = pipit_program_param_name(p, i);
+        int64_t n = 0;
+        pipit_program_param_numel(p, name, &n);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++) v[k] = pipit__bf16_to_f32(pipit__bf16_from_f64(gc_rand(&seed)));
+        pipit_program_set_param(p, name, v, sizeof(float) * (size_t)n);
+        free(v);
+    }
+}
+
+static pipit_status run_one(const op_case *c, pipit_dtype dt, int threads, case_run *r) {
+    memset(r, 0, sizeof *r);
+    pipit_graph *g = r->g = pipit_graph_new();
+    pipit_val y = c->build(g);
+    int nd = pipit_val_ndim(y);
+    int64_t shape[PIPIT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) shape[i] = pipit_val_dim(y, i);
+    pipit_val loss = pipit_sum(g, pipit_mul(g, y, pipit_input(g, "R", PIPIT_F32, nd, shape)));
+    int32_t n0 = g->n;
+    int out = op_cases_loop_mode; /* a value of params alone is no per-microbatch output: then y is the loss */
+    pipit_status s = pipit_compile(
+        g, loss, &(pipit_options){.microbatches = 1, .threads = threads, .dtype = dt, .outputs = &y, .noutputs = out},
+        &r->p);
+    if (s) return s;
+    if (dt == PIPIT_BF16 && g->n != n0) { /* the user's graph is left as it was */
+        fprintf(stderr, "%s: the bf16 compile appended %d nodes to the user's graph\n", c->name, (int)(g->n - n0));
+        s = PIPIT_STATUS_INTERNAL;
+    }
+    pipit_feed feeds[16];
+    void *bufs[16];
+    int nfeed;
+    op_cases_fill_feeds(g, 91, 1, feeds, &nfeed, bufs);
+    set_bf16_params(r->p, 1234);
+    pipit_metrics m;
+    if (!s) s = pipit_step(r->p, feeds, nfeed, 0, &m);
+    r->ny = 0; /* the loss of a value of params alone is a sum that cancels: compared through the gradients */
+    for (int i = 0; out && i < nd; i++) r->ny = (r->ny ? r->ny : 1) * shape[i];
+    if (out && !nd) r->ny = 1;
+    r->y = malloc(sizeof(float) * (size_t)PIPIT_MAX(r->ny, 1));
+    if (!s && out) s = pipit_program_get_output(r->p, y, 0, r->y, sizeof(float) * (size_t)r->ny);
+    r->n = pipit_program_num_params(r->p);
+    r->grad = calloc((size_t)r->n, sizeof *r->grad);
+    r->ngrad = calloc((size_t)r->n, sizeof *r->ngrad);
+    for (int i = 0; !s && i < r->n; i++) {
+        const char *name = pipit_program_param_name(r->p, i);
+        pipit_program_param_numel(r->p, name, &r->ngrad[i]);
+        r->grad[i] = malloc(sizeof(float) * (size_t)r->ngrad[i]);
+        s = pipit_program_get_grad(r->p, name, r->grad[i], sizeof(float) * (size_t)r->ngrad[i]);
+    }
+    for (int i = 0; i < nfeed; i++) free(bufs[i]);
+    return s;
+}
+
+static void run_free(case_run *r) {
+    for (int i = 0; i < r->n; i++) free(r->grad[i]);
+    free(r->grad), free(r->ngrad), free(r->y);
+    pipit_program_free(r->p);
+    pipit_graph_free(r->g);
+    memset(r, 0, sizeof *r);
+}
+
+/* Marks the ops the bf16 program runs on bf16 values (a bf16 output or a
+ * bf16 input: per-row losses and sums are fp32 from bf16). */
+static void mark_bf16_ops(const pipit_program *p, int *seen) {
+    const pipit_graph *g = p->plan.g;
+    for (int32_t i = 0; i < g->n; i++) {
+        const pipit__node *n = &g->nodes[i];
+        int bf = n->dtype == PIPIT_BF16;
+        for (int k = 0; k < n->nin; k++) bf |= g->nodes[n->in[k]].dtype == PIPIT_BF16;
+        if (bf) seen[n->op] = 1;
+    }
+}
+
+static int same_bits(const case_run *a, const case_run *b) {
+    int same = a->n == b->n && memcmp(a->y, b->y, sizeof(float) * (size_t)a->ny) == 0;
+    for (int i = 0; same && i < a->n; i++) same = memcmp(a->grad[i], b->grad[i], sizeof(float) * (size_t)a->ngrad[i]) == 0;
+    return same;
+}
+
+/* Compares one case's bf16 program with its f32 program; returns 1 if it
+ * fails (and says why). */
+static int check_case(const op_case *c, int *seen, double *worst) {
+    case_run f = {0}, b = {0}, b3 = {0};
+    pipit_status s = run_one(c, PIPIT_F32, 1, &f);
+    if (!s) s = run_one(c, PIPIT_BF16, 1, &b);
+    if (!s) s = run_one(c, PIPIT_BF16, 3, &b3);
+    int bad = 0;
+    const char *mode = op_cases_loop_mode ? "per microbatch" : "params alone";
+    if (s) {
+        fprintf(stderr, "%s (%s): %s\n", c->name, mode, pipit_errmsg());
+        bad = 1;
+    } else {
+        mark_bf16_ops(b.p, seen);
+        double e = f.ny ? scaled_err(b.y, f.y, f.ny) : 0, bound = bound_of(c->name);
+        for (int i = 0; i < f.n; i++) e = fmax(e, scaled_err(b.grad[i], f.grad[i], f.ngrad[i]));
+        *worst = fmax(*worst, e);
+        if (getenv("PIPIT_BF16_VERBOSE")) fprintf(stderr, "  %-24s %-13s %.3g u\n", c->name, mode, e / 0x1p-8);
+        if (!(e <= bound)) {
+            fprintf(stderr, "%s (%s): bf16 vs f32 error %.3g > bound %.3g\n", c->name, mode, e, bound);
+            bad = 1;
+        }
+        if (!same_bits(&b, &b3)) {
+            fprintf(stderr, "%s (%s): bf16 results differ between 1 and 3 threads\n", c->name, mode);
+            bad = 1;
+        }
+    }
+    run_free(&f), run_free(&b), run_free(&b3);
+    return bad;
+}
+
+PIPIT_TEST(bf16_ops_match_f32) {
+    int seen[PIPIT_OP_COUNT] = {0}, bad = 0;
+    double worst = 0;
+    op_cases_dtype = PIPIT_F32;
+    for (op_cases_loop_mode = 0; op_cases_loop_mode < 2; op_cases_loop_mode++)
+        for (int i = 0; i < op_ncases; i++) bad += check_case(&op_cases[i], seen, &worst);
+    op_cases_loop_mode = 0;
+    op_cases_dtype = PIPIT_F64;
+    fprintf(stderr, "%d cases x 2 modes: largest bf16-vs-f32 error %.3g (u = 2^-8 = %.3g)\n", op_ncases, worst, 0x1p-8);
+    ASSERT_EQ_I64(bad, 0);
+    ASSERT_TRUE(worst > 0); /* the bf16 programs really rounded */
+    /* every op with a kernel, but fill: it broadcasts the gradient of a sum,
+     * which is fp32 (a bf16 copy of it is a cast afterwards) */
+    for (int op = 0; op < PIPIT_OP_COUNT; op++)
+        if (pipit__cpu_ops[op] && !seen[op] && op != PIPIT_OP_FILL)
+            PIPIT_FAIL_("op %s never ran on bf16 values", pipit__ops[op].name);
+}
+
+/* ------------------------------------------------------------ GEMM */
+
+typedef struct {
+    int ta, tb, acc;
+    int64_t batch, M, N, K, sB; /* sB = 0: B broadcast over the batch */
+} gemm_case;
+
+static float bf16_rand(void) { return pipit__bf16_to_f32(pipit__bf16_from_f64(urand())); }
+
+/* C = op(A) op(B) (+ C) of bf16 data in the current way, against the
+ * double product of the same bf16 values: each element within one
+ * rounding (u = 2^-8 of itself) plus fp32 accumulation (K 2^-24 of the
+ * sum of the absolute products); and the same bits for every thread
+ * count. */
+static int check_gemm(const gemm_case *c) {
+    int64_t rowsA = c->ta ? c->K : c->M, colsA = c->ta ? c->M : c->K;
+    int64_t rowsB = c->tb ? c->N : c->K, colsB = c->tb ? c->K : c->N;
+    int64_t sA = rowsA * colsA, sB = c->sB ? rowsB * colsB : 0, sC = c->M * c->N;
+    int64_t nA = c->batch * sA, nB = c->sB ? c->batch * sB : rowsB * colsB, nC = c->batch * sC;
+    pipit__bf16 *A = malloc(sizeof *A * (size_t)nA), *B = malloc(sizeof *B * (size_t)nB);
+    pipit__bf16 *C = malloc(sizeof *C * (size_t)nC), *C0 = malloc(sizeof *C0 * (size_t)nC);
+    pipit__bf16 *C2 = malloc(sizeof *C2 * (size_t)nC);
+    for (int64_t i = 0; i < nA; i++) A[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < nB; i++) B[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < nC; i++) C0[i] = pipit__bf16_from_f32(bf16_rand());
+    memcpy(C, C0, sizeof *C * (size_t)nC);
+    pipit__gemm_bf16(c->ta, c->tb, c->batch, c->M, c->N, c->K, A, colsA, sA, B, colsB, sB, C, c->N, sC, c->acc, 0, 1);
+    int bad = 0;
+    for (int64_t b = 0; b < c->batch && !bad; b++)
+        for (int64_t i = 0; i < c->M && !bad; i++)
+            for (int64_t j = 0; j < c->N && !bad; j++) {
+                double ref = c->acc ? pipit__bf16_to_f32(C0[b * sC + i * c->N + j]) : 0, mag = fabs(ref);
+                for (int64_t k = 0; k < c->K; k++) {
+                    double a = pipit__bf16_to_f32(A[b * sA + (c->ta ? k * colsA + i : i * colsA + k)]);
+                    double x = pipit__bf16_to_f32(B[b * sB + (c->tb ? j * colsB + k : k * colsB + j)]);
+                    ref += a * x, mag += fabs(a * x);
+                }
+                double got = pipit__bf16_to_f32(C[b * sC + i * c->N + j]);
+                if (!(fabs(got - ref) <= 0x1p-8 * fabs(ref) + (c->K + 2) * 0x1p-24 * mag + 1e-30)) {
+                    fprintf(stderr, "gemm %s ta=%d tb=%d acc=%d %lldx%lldx%lld: C[%lld][%lld][%lld] = %.9g, expected %.9g\n",
+                            pipit__gemm_bf16_kind(), c->ta, c->tb, c->acc, (long long)c->M, (long long)c->N,
+                            (long long)c->K, (long long)b, (long long)i, (long long)j, got, ref);
+                    bad = 1;
+                }
+            }
+    for (int nth = 2; nth <= 5 && !bad; nth += 3) { /* 2 and 5 threads: the same bits */
+        memcpy(C2, C0, sizeof *C2 * (size_t)nC);
+        for (int t = 0; t < nth; t++)
+            pipit__gemm_bf16(c->ta, c->tb, c->batch, c->M, c->N, c->K, A, colsA, sA, B, colsB, sB, C2, c->N, sC,
+                             c->acc, t, nth);
+        if (memcmp(C, C2, sizeof *C * (size_t)nC)) {
+            fprintf(stderr, "gemm %s: %d threads differ from one\n", pipit__gemm_bf16_kind(), nth);
+            bad = 1;
+        }
+    }
+    free(A), free(B), free(C), free(C0), free(C2);
+    return bad;
+}
+
+static int gemm_cases(void) {
+    static const gemm_case cases[] = {
+        {0, 0, 0, 1, 5, 7, 3, 1},     {1, 0, 0, 1, 17, 33, 9, 1},  {0, 1, 1, 1, 64, 40, 31, 1},
+        {1, 1, 0, 1, 33, 65, 2, 1},   {0, 0, 1, 3, 7, 9, 5, 1},    {0, 1, 0, 2, 9, 70, 12, 0},
+        {0, 0, 0, 1, 300, 260, 130, 1}, /* several tiles (gemm.c's rule) */
+        {0, 1, 0, 1, 1, 1, 1, 1},     {0, 0, 0, 1, 4, 3, 0, 1}, /* K = 0: C = 0 */
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += check_gemm(&cases[i]);
+    return bad;
+}
+
+/* kinds of pipit__gemm_bf16_set_kind: 1 fp32 panels, 2 avx512bf16, 3 emulated pairs */
+PIPIT_TEST(bf16_gemm_every_way) {
+    pipit__gemm_init();
+    int avx512 = strcmp(pipit__gemm_bf16_kind(), "avx512bf16") == 0;
+    pipit__gemm_bf16_set_kind(1);
+    ASSERT_EQ_I64(gemm_cases(), 0);
+    pipit__gemm_bf16_set_kind(3); /* the pair packing of the AVX512-BF16 way, its instruction emulated */
+    ASSERT_EQ_I64(gemm_cases(), 0);
+    if (avx512) {
+        pipit__gemm_bf16_set_kind(2);
+        ASSERT_EQ_I64(gemm_cases(), 0);
+    } else {
+        printf("this CPU has no AVX512-BF16: its kernel was not run (the packing was, emulated)\n");
+    }
+    pipit__gemm_bf16_set_kind(0);
+}
+
+/* ------------------------------------------------------------ a model */
+
+enum { TV = 64, TT = 8, TL = 4, TH = 2, TC = 16, TB = 2 };
+
+
+/* A tiny GPT-2 in S stages, compiled with o (o->dtype, schedule, ...). */
+static pipit_status gpt2_program(int stages, pipit_options o, pipit_graph **g, pipit_program **p) {
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, stages, PIPIT_F32};
+    *g = pipit_graph_new();
+    pipit_val loss = pipit_gpt2_build(*g, &c);
+    pipit_status s = pipit_compile(*g, loss, &o, p);
+    if (!s) s = pipit_gpt2_init(*p, &c, 7);
+    return s;
+}
+
+/* Bytes of every SEND of rank r's program, and how many. */
+static size_t send_bytes(const pipit_program *p, int r, int *count) {
+    size_t b = 0;
+    *count = 0;
+    for (int32_t i = 0; i < p->plan.ranks[r].n; i++)
+        if (p->plan.ranks[r].ins[i].kind == INS_SEND) b += p->plan.ranks[r].ins[i].bytes, (*count)++;
+    return b;
+}
+
+/* The planner's report: the same run in bf16 keeps at most 55% of fp32's
+ * activation bytes per rank (the loop's own buffers; the params' bf16
+ * copies are counted apart), and its stage-to-stage messages are the same
+ * messages with half the bytes. */
+PIPIT_TEST(bf16_memory_and_messages_halve) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 4, &sch));
+    pipit_graph *g[2];
+    pipit_program *p[2];
+    for (int k = 0; k < 2; k++)
+        ASSERT_OK(gpt2_program(2, (pipit_options){.schedule = sch, .microbatches = 4, .dtype = k ? PIPIT_BF16 : PIPIT_F32},
+                               &g[k], &p[k]));
+    for (int r = 0; r < 2; r++) {
+        const pipit__rank_plan *f = &p[0]->plan.ranks[r], *b = &p[1]->plan.ranks[r];
+        ASSERT_EQ_I64(pipit__preloop_bytes(f), 0); /* fp32: nothing before the loop */
+        size_t act = pipit__activation_peak(b), act32 = pipit__activation_peak(f), copies = pipit__preloop_bytes(b);
+        fprintf(stderr, "rank %d: fp32 activations %zu bytes, bf16 %zu (%.1f%%) + bf16 param copies %zu\n", r, act32,
+                act, 100.0 * (double)act / (double)act32, copies);
+        ASSERT_TRUE(act32 > 0 && act <= 0.55 * (double)act32);
+        ASSERT_TRUE(copies > 0); /* the bf16 copies of the rank's params, made before the loop */
+        int nf, nb;
+        size_t sf = send_bytes(p[0], r, &nf), sb = send_bytes(p[1], r, &nb);
+        ASSERT_EQ_I64(nb, nf);
+        ASSERT_TRUE(nf > 0);
+        ASSERT_EQ_I64(2 * sb, sf);
+    }
+    for (int k = 0; k < 2; k++) pipit_program_free(p[k]), pipit_graph_free(g[k]);
+    pipit_schedule_free(sch);
+}
+
+/* What stays fp32: params, gradients, moments (their dtype and bytes); a
+ * step gives a loss near fp32's; a forward-only bf16 program on the same
+ * graph gives the training step's loss bits; threads change no bit. */
+PIPIT_TEST(bf16_program_keeps_fp32_state) {
+    double loss[3];
+    float *w[3];
+    int64_t n = 0;
+    for (int k = 0; k < 3; k++) { /* fp32; bf16 on 1 thread; bf16 on 3 threads */
+        pipit_graph *g;
+        pipit_program *p;
+        ASSERT_OK(gpt2_program(1, (pipit_options){.microbatches = 2, .threads = k == 2 ? 3 : 1,
+                                                  .dtype = k ? PIPIT_BF16 : PIPIT_F32},
+                               &g, &p));
+        pipit_dtype dt = PIPIT_BF16;
+        ASSERT_OK(pipit_program_param_dtype(p, "h.0.mlp.c_fc.weight", &dt));
+        ASSERT_EQ_I64(dt, PIPIT_F32);
+        int32_t buf[6 * TB * TT];
+        pipit_feed feeds[6];
+        test_gpt2_feeds(2, 0, TB, TT, TV, buf, feeds);
+        pipit_metrics m;
+        ASSERT_OK(pipit_step(p, feeds, 3, 1, &m));
+        loss[k] = m.loss;
+        ASSERT_OK(pipit_program_param_numel(p, "wte.weight", &n));
+        w[k] = malloc(sizeof(float) * (size_t)n);
+        float *mom = malloc(sizeof(float) * (size_t)n);
+        ASSERT_OK(pipit_program_get_param(p, "wte.weight", w[k], sizeof(float) * (size_t)n));
+        ASSERT_OK(pipit_program_get_opt_state(p, "wte.weight", 1, mom, sizeof(float) * (size_t)n));
+        ASSERT_TRUE(mom[0] > 0); /* an fp32 second moment of an fp32 gradient */
+        free(mom);
+        if (k == 1) { /* forward only, on the same (untouched) graph: the same loss bits before the update */
+            pipit_graph *g2;
+            pipit_program *f;
+            ASSERT_OK(gpt2_program(1, (pipit_options){.microbatches = 2, .dtype = PIPIT_BF16, .forward_only = 1}, &g2, &f));
+            pipit_metrics fm;
+            ASSERT_OK(pipit_step(f, feeds, 3, 0, &fm));
+            ASSERT_TRUE(memcmp(&fm.loss, &loss[1], sizeof fm.loss) == 0);
+            pipit_program_free(f), pipit_graph_free(g2);
+        }
+        pipit_program_free(p), pipit_graph_free(g);
+    }
+    fprintf(stderr, "first step loss: fp32 %.9g, bf16 %.9g\n", loss[0], loss[1]);
+    ASSERT_NEAR_F64(loss[1], loss[0], 0x1p-6 * loss[0]);
+    ASSERT_TRUE(loss[1] != loss[0]); /* it did compute in bf16 */
+    ASSERT_TRUE(memcmp(&loss[1], &loss[2], sizeof loss[1]) == 0 && memcmp(w[1], w[2], sizeof(float) * (size_t)n) == 0);
+    for (int k = 0; k < 3; k++) free(w[k]);
+}
+
+/* Every refusal names what to change. */
+PIPIT_TEST(bf16_refusals) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val w = pipit_param(g, "w", PIPIT_F64, 1, SH(3));
+    pipit_val loss = pipit_sum(g, pipit_mul(g, w, w));
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.dtype = PIPIT_F64}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.dtype must be PIPIT_F32");
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.dtype = (pipit_dtype)9}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.dtype = PIPIT_BF16}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("param 'w' is f64");
+    ASSERT_TRUE(p == NULL);
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){0}, &p)); /* the refusals left the graph usable */
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    /* a backend without bf16 kernels */
+    static pipit__backend nobf16;
+    nobf16 = pipit__backend_cpu;
+    nobf16.name = "nobf16";
+    nobf16.bf16 = 0;
+    pipit__backend_register(&nobf16);
+    g = pipit_graph_new();
+    w = pipit_param(g, "w", PIPIT_F32, 1, SH(3));
+    loss = pipit_sum(g, pipit_mul(g, w, w));
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.device = "nobf16", .dtype = PIPIT_BF16}, &p),
+                  PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("the nobf16 backend has no bf16 kernels");
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.device = "nobf16"}, &p));
+    pipit_program_free(p);
+    pipit__backend_register(NULL);
+    pipit_graph_free(g);
+}
+
+/* Weights exported as bf16 hold each fp32 master rounded to nearest even;
+ * loaded into a program they widen exactly (fp32 masters of those values);
+ * a training checkpoint of a bf16 program stays fp32. */
+PIPIT_TEST(bf16_checkpoints) {
+    pipit_graph *g;
+    pipit_program *p, *q;
+    ASSERT_OK(gpt2_program(1, (pipit_options){.dtype = PIPIT_BF16}, &g, &p));
+    char path[512], tpath[512];
+    snprintf(path, sizeof path, "%s/w16.safetensors", pipit_test_tmpdir());
+    snprintf(tpath, sizeof tpath, "%s/train.safetensors", pipit_test_tmpdir());
+    ASSERT_OK(pipit_checkpoint_save_as(p, path, NULL, PIPIT_BF16));
+    ASSERT_OK(pipit_checkpoint_save_train(p, tpath, 0, NULL));
+    pipit_checkpoint *ck = NULL, *tk = NULL;
+    ASSERT_OK(pipit_checkpoint_open(path, &ck));
+    ASSERT_OK(pipit_checkpoint_open(tpath, &tk));
+    pipit_graph *g2;
+    ASSERT_OK(gpt2_program(1, (pipit_options){0}, &g2, &q));
+    ASSERT_OK(pipit_checkpoint_load_into(q, ck));
+    for (int i = 0; i < pipit_program_num_params(p); i++) {
+        const char *name = pipit_program_param_name(p, i);
+        pipit_dtype dt = PIPIT_F32, tdt = PIPIT_BF16;
+        ASSERT_OK(pipit_checkpoint_tensor_dtype(ck, name, &dt));
+        ASSERT_OK(pipit_checkpoint_tensor_dtype(tk, name, &tdt));
+        ASSERT_EQ_I64(dt, PIPIT_BF16);
+        ASSERT_EQ_I64(tdt, PIPIT_F32);
+        int64_t n = 0;
+        pipit_program_param_numel(p, name, &n);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        pipit_program_get_param(p, name, a, sizeof(float) * (size_t)n);
+        pipit_program_get_param(q, name, b, sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++)
+            if (b[k] != pipit__bf16_to_f32(pipit__bf16_from_f32(a[k])))
+                PIPIT_FAIL_("%s[%lld]: loaded %.9g, the master %.9g rounds to %.9g", name, (long long)k, b[k], a[k],
+                            pipit__bf16_to_f32(pipit__bf16_from_f32(a[k])));
+        free(a), free(b);
+    }
+    pipit_checkpoint_free(ck), pipit_checkpoint_free(tk);
+    pipit_program_free(p), pipit_program_free(q);
+    pipit_graph_free(g), pipit_graph_free(g2);
+}
+
+/* A gradient transform (pipit_set_grad) reads the fp32 accumulated
+ * gradient of an fp32 master: halving wte's gives exactly half the bf16
+ * program's untransformed gradient, pipelined too (the tied wte's uses on
+ * both ranks summed first). */
+PIPIT_TEST(bf16_gradient_transform) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
+    float *grad[2];
+    int64_t n = 0;
+    for (int halve = 0; halve < 2; halve++) {
+        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32};
+        pipit_graph *g = pipit_graph_new();
+        pipit_val loss = pipit_gpt2_build(g, &c);
+        if (halve) {
+            pipit_val wte = {g, -1};
+            for (int32_t i = 0; i < g->n && wte.id < 0; i++)
+                if (g->nodes[i].op == PIPIT_OP_PARAM && strcmp(g->nodes[i].name, "wte.weight") == 0) wte.id = i;
+            ASSERT_OK(pipit_set_grad(g, wte, pipit_scale(g, pipit_grad_of(g, wte), 0.5)));
+        }
+        pipit_program *p;
+        ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.schedule = sch, .microbatches = 2, .dtype = PIPIT_BF16}, &p));
+        ASSERT_OK(pipit_gpt2_init(p, &c, 7));
+        int32_t buf[6 * TB * TT];
+        pipit_feed feeds[6];
+        test_gpt2_feeds(2, 0, TB, TT, TV, buf, feeds);
+        ASSERT_OK(pipit_step(p, feeds, 3, 0, NULL));
+        ASSERT_OK(pipit_program_param_numel(p, "wte.weight", &n));
+        grad[halve] = malloc(sizeof(float) * (size_t)n);
+        ASSERT_OK(pipit_program_get_grad(p, "wte.weight", grad[halve], sizeof(float) * (size_t)n));
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+    int64_t nonzero = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (grad[1][k] != 0.5f * grad[0][k]) PIPIT_FAIL_("wte grad[%lld]: %.9g, half of %.9g", (long long)k, grad[1][k], grad[0][k]);
+        nonzero += grad[0][k] != 0;
+    }
+    ASSERT_TRUE(nonzero > 0);
+    free(grad[0]), free(grad[1]);
+    pipit_schedule_free(sch);
+}

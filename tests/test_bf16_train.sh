@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# test_bf16_train.sh — mixed precision end to end through `pipit train`.
+#
+# Usage: bash tests/test_bf16_train.sh <pipit binary> <source dir>
+#
+#   1. A tiny GPT-2 trained 200 steps in f32 and in bf16 from the same
+#      init on the same data: both curves fall, and the final loss of the
+#      bf16 run is within BF16_TRAIN_RTOL (2%) of the f32 run's (the mean of
+#      the last 10 steps too).
+#   2. Against PyTorch's own mixed precision: 5 AdamW steps of pipit
+#      --dtype bf16 and of tests/gpt2_torch.py --autocast bf16 (torch.autocast
+#      on CPU) from the same weights: every step's loss within
+#      BF16_TORCH_RTOL (1e-3) of each other. The two round in different
+#      places (pipit keeps every activation bf16 and computes inside each
+#      kernel in fp32; autocast rounds matmul outputs and runs layer norm
+#      and the loss in fp32), so each is about as far from the other as
+#      from fp32 (~1e-4 here). Skipped without torch.
+#   3. The CLI: --save-weights-only --dtype bf16 writes BF16 tensors at
+#      half the bytes and --init takes them back with a note; a training
+#      checkpoint of a bf16 run stays F32 and --resume continues it in bf16
+#      (a contradicting --dtype is refused); pipit plan reports the bf16
+#      copies apart; bad values name the flag.
+set -u
+SRC=$(realpath -- "${2:?usage: test_bf16_train.sh PIPIT SOURCE_DIR}") || exit 1
+. "$SRC/tests/cli_lib.sh"
+cli_setup bf16_train "$1"
+ORACLE="$SRC/tests/gpt2_torch.py"
+
+# The repository's own docs as bytes: deterministic, ~60 KB.
+cat "$SRC/README.md" "$SRC/docs/architecture.md" > data.txt
+
+loss_of() { # loss_of LOG: every step's loss, one per line
+    "$PY" -c 'import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith("{") and "\"loss\"" in l:
+        r = json.loads(l)
+        if "step" in r: print(r["loss"])' "$1"
+}
+
+# ---- 1. 200 steps, f32 and bf16
+TINY=(--ctx 32 --layers 2 --heads 2 --dim 64 --micro-batch 4 --microbatches 2 --lr 3e-3 --seed 1)
+for dt in f32 bf16; do
+    "$PIPIT" train --data data.txt "${TINY[@]}" --steps 200 --json --dtype "$dt" > "curve_$dt.log" 2>&1 \
+        || { cat "curve_$dt.log"; fail "train --dtype $dt"; }
+    loss_of "curve_$dt.log" > "curve_$dt.txt"
+done
+"$PY" - curve_f32.txt curve_bf16.txt "${BF16_TRAIN_RTOL:-0.02}" <<'EOF' || fail "bf16 curve is not within tolerance of f32's"
+import sys
+f = [float(x) for x in open(sys.argv[1])]
+b = [float(x) for x in open(sys.argv[2])]
+tol = float(sys.argv[3])
+assert len(f) == len(b) == 200, (len(f), len(b))
+fin = abs(b[-1] - f[-1]) / f[-1]
+last = abs(sum(b[-10:]) - sum(f[-10:])) / sum(f[-10:])
+worst = max(abs(x - y) / y for x, y in zip(b, f))
+print(f"200 steps: f32 {f[0]:.4f} -> {f[-1]:.4f}, bf16 {b[0]:.4f} -> {b[-1]:.4f}: final {fin:.2%}, "
+      f"last 10 {last:.2%}, worst step {worst:.2%} apart (tolerance {tol:.0%})")
+ok = f[-1] < f[0] - 1 and b[-1] < b[0] - 1 and fin <= tol and last <= tol
+sys.exit(0 if ok else 1)
+EOF
+
+# ---- 2. PyTorch autocast bf16, 5 steps
+MODEL=(--ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2)
+"$PIPIT" train --data data.txt "${MODEL[@]}" --steps 0 --save-weights-only --save init.st --seed 1 \
+    --data-order sequential > init.log 2>&1 || { cat init.log; fail "initial weights"; }
+if "$PY" -c 'import torch, numpy' > /dev/null 2>&1; then
+    OPT=(--steps 5 --lr 1e-3 --weight-decay 0.1 --clip 1.0)
+    "$PIPIT" train --init init.st --data data.txt "${MODEL[@]}" "${OPT[@]}" --data-order sequential --json \
+        --dtype bf16 > pipit_bf16.log 2>&1 || { cat pipit_bf16.log; fail "pipit train --dtype bf16"; }
+    for ac in off bf16; do
+        "$PY" "$ORACLE" --init init.st --data data.txt --ctx 16 --heads 2 --micro-batch 2 --microbatches 2 \
+            "${OPT[@]}" --json --autocast "$ac" > "torch_$ac.log" 2>&1 || { cat "torch_$ac.log"; fail "torch ($ac)"; }
+    done
+    "$PY" - <(loss_of pipit_bf16.log) <(loss_of torch_bf16.log) <(loss_of torch_off.log) "${BF16_TORCH_RTOL:-1e-3}" <<'EOF' \
+        || fail "pipit bf16 differs from PyTorch autocast bf16"
+import sys
+p, t, f = ([float(x) for x in open(a)] for a in sys.argv[1:4])
+tol = float(sys.argv[4])
+assert len(p) == len(t) == len(f) == 5, (len(p), len(t), len(f))
+bad = 0
+for s, (a, b, c) in enumerate(zip(p, t, f)):
+    rel = abs(a - b) / b
+    print(f"step {s}: pipit bf16 {a:.7f}  torch autocast bf16 {b:.7f}  (torch fp32 {c:.7f}): "
+          f"{rel:.1e} apart {'ok' if rel <= tol else 'MISMATCH'}")
+    bad += rel > tol
+sys.exit(1 if bad else 0)
+EOF
+else
+    echo "note: $PY cannot import torch: the autocast comparison did not run"
+fi
+
+# ---- 3. the CLI
+"$PIPIT" train --init init.st --data data.txt "${MODEL[@]}" --steps 2 --dtype bf16 --save-weights-only \
+    --save w16.st > w16.log 2>&1 || { cat w16.log; fail "--save-weights-only --dtype bf16"; }
+"$PIPIT" train --init init.st --data data.txt "${MODEL[@]}" --steps 2 --dtype bf16 --save t.st > t.log 2>&1 \
+    || { cat t.log; fail "--save (training checkpoint) --dtype bf16"; }
+"$PY" - w16.st t.st init.st <<'EOF' || fail "checkpoint dtypes"
+import json, os, struct, sys
+def header(p):
+    b = open(p, "rb").read(8)
+    n = struct.unpack("<Q", b)[0]
+    with open(p, "rb") as f:
+        f.seek(8)
+        return json.loads(f.read(n))
+w, t = header(sys.argv[1]), header(sys.argv[2])
+wd = {v["dtype"] for k, v in w.items() if k != "__metadata__"}
+td = {v["dtype"] for k, v in t.items() if k != "__metadata__"}
+print("weights-only bf16:", wd, os.path.getsize(sys.argv[1]), "bytes; fp32 weights:", os.path.getsize(sys.argv[3]),
+      "bytes; training checkpoint:", td, t["__metadata__"].get("dtype"))
+assert wd == {"BF16"} and td == {"F32"} and t["__metadata__"]["dtype"] == "bf16"
+assert os.path.getsize(sys.argv[1]) < 0.6 * os.path.getsize(sys.argv[3])
+EOF
+expect_ok "$PIPIT" eval --init w16.st --data data.txt --batches 2
+grep -q "holds .* bf16 tensors: loaded into the fp32 master weights" <<< "$OUT" || fail "no note for bf16 --init: $OUT"
+expect_ok "$PIPIT" train --resume t.st --steps 4
+expect_fail "--dtype f32 contradicts checkpoint" "$PIPIT" train --resume t.st --steps 4 --dtype f32
+expect_fail "bad value 'fp16' for --dtype: expected f32 or bf16" "$PIPIT" train --data data.txt --dtype fp16
+expect_fail "bad value 'bf61' for --dtype.*did you mean" "$PIPIT" eval --init w16.st --data data.txt --dtype bf61
+expect_ok "$PIPIT" plan --data data.txt "${MODEL[@]}" --pp 2 --dtype bf16
+grep -q "of which: values of params alone (pre-loop)" <<< "$OUT" || fail "plan does not report the bf16 copies"
+expect_ok "$PIPIT" train --data data.txt --dtype bf16 --print-config
+grep -q '"dtype":"bf16"' <<< "$OUT" || fail "--print-config lacks the dtype: $OUT"
+
+[ "$failures" = 0 ] && echo "PASS: bf16 training" || echo "FAIL: $failures failure(s)"
+[ "$failures" = 0 ]
