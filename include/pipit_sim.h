@@ -83,10 +83,20 @@ PIPIT_API pipit_status pipit_hw_calibrate(const char *profile_path, pipit_hw **o
 typedef enum { PIPIT_RECOMPUTE_NONE = 0, PIPIT_RECOMPUTE_FULL = 1 } pipit_recompute;
 
 typedef struct {
-    /* the model: a decoder-only transformer */
+    /* the model: a decoder-only transformer. layers need not divide into
+     * the pp x virtual stages: as pipit's model builders cut them, the first
+     * (layers mod stages) stages get one layer more */
     int layers, hidden, heads, seq, vocab;
+    int ends_as_layers;     /* 1: cut as if the embedding and the head were a layer each (Llama 3's
+                               pipeline: the first and the last stage hold one layer fewer) */
     double ffn_mult;        /* MLP width / hidden (0: 4, GPT) */
     int gated_mlp;          /* 1: SwiGLU (Llama: three MLP matrices), 0: GELU (GPT) */
+    int kv_heads;           /* key/value heads of grouped-query attention, dividing heads (0: = heads) */
+    int ffn_hidden;         /* the MLP width F itself (0: ffn_mult x hidden); not with ffn_mult */
+    int rope;               /* 1: rotary positions, no position table (Llama); 0: learned positions (GPT) */
+    int unfused_attention;  /* 1: the [s,s] scores through memory and the whole square computed (Megatron-LM
+                               2021's softmax kernels); 0: flash-style as pipit's kernels: no s^2 traffic or
+                               storage, only the causal half, the backward recomputing the scores */
     int micro_batch;        /* sequences per microbatch b */
     int64_t global_batch;   /* sequences per step B = b * M * dp */
     pipit_recompute recompute;

@@ -607,3 +607,42 @@ PIPIT_TEST(api_feed_duplicates_and_unnamed) {
     pipit_program_free(p);
     pipit_graph_free(g);
 }
+
+/* Param and input names are unique however the graph grew: among 5000
+ * names (the name index's growth) and after a failed compile rolled back
+ * the nodes it had appended; the refusal names the call and the name. */
+PIPIT_TEST(api_names_unique_at_scale) {
+    pipit_graph *g = pipit_graph_new();
+    int64_t s1[1] = {1};
+    char name[32];
+    pipit_val acc = pipit_input(g, "x", PIPIT_F32, 1, s1);
+    for (int i = 0; i < 5000; i++) {
+        snprintf(name, sizeof name, "w%d", i);
+        acc = pipit_add(g, acc, pipit_param(g, name, PIPIT_F32, 1, s1));
+    }
+    ASSERT_OK(pipit_graph_status(g));
+    pipit_val loss = pipit_sum(g, pipit_yield(g, acc));
+    pipit_schedule *s4 = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 4, &s4));
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.schedule = s4, .microbatches = 2}, &p),
+                  PIPIT_STATUS_SCHEDULE); /* rolls back what it appended */
+    pipit_schedule_free(s4);
+    ASSERT_OK(pipit_graph_status(g));
+    pipit_param(g, "fresh", PIPIT_F32, 1, s1);
+    ASSERT_OK(pipit_graph_status(g));
+    pipit_param(g, "w4999", PIPIT_F32, 1, s1);
+    ASSERT_STATUS(pipit_graph_status(g), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(strstr(pipit_graph_errmsg(g), "pipit_param: name 'w4999' is already used") != NULL);
+    pipit_graph_free(g);
+
+    g = pipit_graph_new();
+    for (int i = 0; i < 3000; i++) {
+        snprintf(name, sizeof name, "p%d", i);
+        pipit_param(g, name, PIPIT_F32, 1, s1);
+    }
+    pipit_input(g, "p0", PIPIT_F32, 1, s1); /* the first name, after every growth of the index */
+    ASSERT_STATUS(pipit_graph_status(g), PIPIT_STATUS_INVALID);
+    ASSERT_TRUE(strstr(pipit_graph_errmsg(g), "pipit_input: name 'p0' is already used") != NULL);
+    pipit_graph_free(g);
+}

@@ -92,8 +92,12 @@ expect_fail "--gpus-per-node: pipit_hw_parse_links: link gpus-per-node '0'" "$PI
 # ---- bad inputs: a clear message and a non-zero exit
 BASE=(--layers 24 --hidden 2304 --heads 24 --seq 2048 --vocab 51200 --global-batch 512)
 expect_fail "heads 24 is not divisible by tp 5" "$PIPIT" sim "${BASE[@]}" --tp 5 --hw a100
-expect_fail "layers 24 cannot be split into pp 5" "$PIPIT" sim "${BASE[@]}" --pp 5 --hw a100
-expect_fail "pp 4 x virtual 4" "$PIPIT" sim "${BASE[@]}" --pp 4 --schedule interleaved-1f1b --virtual 4 --hw a100
+expect_fail "layers 24 cannot be split into pp 32" "$PIPIT" sim "${BASE[@]}" --pp 32 --hw a100
+expect_fail "pp 4 x virtual 7" "$PIPIT" sim "${BASE[@]}" --pp 4 --schedule interleaved-1f1b --virtual 7 --hw a100
+expect_fail "heads 24 is not a multiple of kv heads 5" "$PIPIT" sim "${BASE[@]}" --kv-heads 5 --hw a100
+expect_fail "kv heads 2 is not divisible by tp 4" "$PIPIT" sim "${BASE[@]}" --kv-heads 2 --tp 4 --hw a100
+expect_fail "ffn hidden 5000 or as ffn multiplier 3, not both" "$PIPIT" sim "${BASE[@]}" --ffn-hidden 5000 --ffn-mult 3 --hw a100
+expect_fail "bad value 'bert' for --arch" "$PIPIT" sim "${BASE[@]}" --arch bert --hw a100
 expect_fail "global batch 512 is not divisible by micro-batch 1 x dp 3" "$PIPIT" sim "${BASE[@]}" --dp 3 --hw a100
 expect_fail "multiple of P" "$PIPIT" sim "${BASE[@]}" --pp 3 --schedule interleaved-1f1b --hw a100
 expect_fail "tp 16 spans more than one node" "$PIPIT" sim --layers 24 --hidden 4096 --heads 32 --seq 2048 --vocab 51200 \
@@ -137,6 +141,24 @@ PYEOF
 expect_ok "$PIPIT" sim --layers 2 --hidden 32 --heads 2 --seq 16 --vocab 256 --micro-batch 2 --global-batch 4 --pp 2 \
     --hw cpu_here.json --json
 $PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["hw"] == "cpu" and j["step_s"] > 0' "$OUT" || fail "calibrated sim: $OUT"
+# a Llama profile carries the kv heads and the MLP width; calibration prices them
+expect_ok "$PIPIT" train --model llama-tiny --data t.txt --ctx 16 --layers 2 --micro-batch 2 --microbatches 2 --pp 2 \
+    --steps 3 --profile-out lprof.json
+$PY - <<'PYEOF' || fail "Llama profile JSON"
+import json
+m = json.load(open("lprof.json"))["model"]
+assert m["arch"] == "llama" and m["layers"] == 2 and 1 <= m["kv_heads"] <= m["heads"] and m["ffn_hidden"] > 0, m
+PYEOF
+expect_ok "$PIPIT" sim --calibrate lprof.json --out cpu_llama.json
+$PY -c 'import json; j = json.load(open("cpu_llama.json")); assert "of Llama (2 layers" in j["about"], j["about"]' ||
+    fail "Llama calibration: $(cat cpu_llama.json)"
+# --arch llama: SwiGLU at Meta's width rule (Llama 2 7B: h 4096 -> 11008), RoPE, flash-style attention
+expect_ok "$PIPIT" sim --arch llama --layers 32 --hidden 4096 --heads 32 --seq 4096 --vocab 32000 --global-batch 8 --hw a100 --json
+$PY - "$OUT" <<'PYEOF' || fail "sim --arch llama: $OUT"
+import json, sys
+j = json.loads(sys.argv[1])
+assert (j["ffn_hidden"], j["mlp"], j["positions"], j["attention"], j["kv_heads"]) == (11008, "swiglu", "rope", "flash", 32), j
+PYEOF
 echo '{"model": {"layers": 2}}' > badprof.json
 expect_fail "badprof.json.*lacks" "$PIPIT" sim --calibrate badprof.json
 expect_fail "--profile-out .*cannot create a file there" "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 \

@@ -21,7 +21,7 @@ pipit_recompute pipit_cli_recompute(const char *s);
 
 enum { R_LAYERS, R_TP, R_SCHEDULE, R_MEMORY, R_OTHER, R_COUNT };
 static const char *const REASON[R_COUNT] = {
-    "layers not divisible by pp x V", "heads, hidden or vocab not divisible by tp",
+    "more stages (pp x V) than layers", "heads, kv heads, hidden or vocab not divisible by tp",
     "the schedule does not accept this P, V, M", "over the memory limit", "other"};
 
 typedef struct {
@@ -51,8 +51,9 @@ static void reject(search *s, const pipit_sim_config *c, int why, const char *de
 
 static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
     s->ncand++;
-    if (c->layers % (c->pp * c->virt)) return reject(s, c, R_LAYERS, NULL);
-    if (c->heads % c->tp || c->vocab % c->tp || c->hidden % c->tp) return reject(s, c, R_TP, NULL);
+    if (c->pp * c->virt > c->layers) return reject(s, c, R_LAYERS, NULL);
+    if (c->heads % c->tp || c->vocab % c->tp || c->hidden % c->tp || (c->kv_heads ? c->kv_heads : c->heads) % c->tp)
+        return reject(s, c, R_TP, NULL);
     pipit_sim_report *r = NULL;
     pipit_status st = pipit_sim_run(c, hw, &r);
     if (st) return reject(s, c, st == PIPIT_STATUS_SCHEDULE ? R_SCHEDULE : R_OTHER, pipit_errmsg());
@@ -175,11 +176,13 @@ int cmd_plan_search(int argc, char **argv) {
     search s = {.verbose = verbose, .mem_limit = mem_limit};
     if (flags_seen(&c, "mem-limit") && !(mem_limit > 0))
         die("--mem-limit must be a positive number of bytes (got %g)", mem_limit);
+    int llama = strcmp(pr->arch, "llama") == 0;
     pipit_sim_config base = {.layers = layers ? layers : pr->layers, .hidden = dim ? dim : pr->dim,
                              .heads = heads ? heads : pr->heads, .seq = ctx ? ctx : pr->ctx,
                              .vocab = vocab ? vocab : pr->vocab, .global_batch = (int64_t)global,
-                             /* a Llama preset: SwiGLU at its width (the cost model has no GQA yet) */
-                             .gated_mlp = pr->ffn_hidden > 0, .ffn_mult = pr->ffn_hidden ? (double)pr->ffn_hidden / pr->dim : 0,
+                             /* a Llama preset: SwiGLU at its width, grouped-query heads, RoPE */
+                             .gated_mlp = llama, .ffn_hidden = llama ? pr->ffn_hidden : 0,
+                             .kv_heads = llama ? pr->kv_heads : 0, .rope = llama,
                              .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
     if (gpus) {

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "flags.h"
 #include "pipit.h"
+#include "pipit_llama.h"
 #include "pipit_sim.h"
 
 #include "commands.h"
@@ -80,6 +81,16 @@ static int calibrate(const char *profile, const char *out) {
     if (st) die("--calibrate: %s", pipit_errmsg());
     if (out) fprintf(stderr, "pipit: wrote the calibrated description to %s (use it with --hw %s)\n", out, out);
     return 0;
+}
+
+/* --arch: llama is SwiGLU (at Meta's width unless one is given) and RoPE. */
+static void cli_sim_arch(const flag_cmd *cmd, const char *arch, pipit_sim_config *c) {
+    if (strcmp(arch, "gpt") == 0) return;
+    if (strcmp(arch, "llama")) die("bad value '%s' for --arch: expected gpt or llama", arch);
+    c->gated_mlp = c->rope = 1;
+    if (flags_seen(cmd, "ffn-hidden") || flags_seen(cmd, "ffn-mult") || c->hidden < 1) return;
+    pipit_llama_config lc = {.dim = c->hidden, .multiple_of = 256};
+    c->ffn_hidden = pipit_llama_ffn_hidden(&lc);
 }
 
 static pipit_sim_summary run_summary(const pipit_sim_config *c, const pipit_hw *hw, const char *what) {
@@ -154,7 +165,7 @@ static void vs_gpipe(const pipit_sim_config *c0, const pipit_hw *hw, const pipit
 
 int cmd_sim(int argc, char **argv) {
     pipit_sim_config c = {.micro_batch = 1, .tp = 1, .pp = 1, .dp = 1, .ffn_mult = 0};
-    const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL;
+    const char *hw_name = NULL, *schedule = "1f1b", *recompute = "none", *cal = NULL, *out = NULL, *arch = "gpt";
     int json = 0, gpipe = 0;
     const char *scaling = NULL;
     cli_links links = {0};
@@ -165,8 +176,17 @@ int cmd_sim(int argc, char **argv) {
         {"heads", FL_INT, &c.heads, "attention heads a", 0},
         {"seq", FL_INT, &c.seq, "sequence length s", 0},
         {"vocab", FL_INT, &c.vocab, "vocabulary size V", 0},
+        {"arch", FL_STR, &arch, "gpt (default: GELU MLP of 4 x hidden, learned positions) or llama (SwiGLU of "
+                                "--ffn-hidden, default Meta's rule 256 x ceil(int(8h/3) / 256); RoPE)", 0},
         {"ffn-mult", FL_DBL, &c.ffn_mult, "MLP width / hidden (default 4)", 0},
+        {"ffn-hidden", FL_INT, &c.ffn_hidden, "MLP width F (instead of --ffn-mult)", 0},
         {"swiglu", FL_BOOL, &c.gated_mlp, "gated MLP (Llama: three matrices) instead of GELU (GPT)", 0},
+        {"ends-as-layers", FL_BOOL, &c.ends_as_layers, "cut the stages as if the embedding and the head were a "
+                                                        "layer each (Llama 3: the first and last stage one layer fewer)", 0},
+        {"kv-heads", FL_INT, &c.kv_heads, "key/value heads of grouped-query attention, dividing --heads (default: --heads)", 0},
+        {"unfused-attention", FL_BOOL, &c.unfused_attention, "the [s,s] scores through memory, the whole square "
+                                                              "computed (Megatron-LM 2021) instead of flash-style "
+                                                              "kernels as pipit's", 0},
         {"micro-batch", FL_INT, &c.micro_batch, "sequences per microbatch b (default 1)", 0},
         {"global-batch", FL_U64, &global, "sequences per step B = b x M x dp", 0},
         {"tp", FL_INT, &c.tp, "tensor-parallel GPUs per stage t (default 1)", 0},
@@ -194,7 +214,8 @@ int cmd_sim(int argc, char **argv) {
         {"out", FL_STR, &out, "with --calibrate: write the description to FILE", 0},
     };
     flag_cmd cmd = {"sim",
-                    "--layers L --hidden H --heads A --seq S --vocab V --micro-batch b --global-batch B\n"
+                    "--layers L --hidden H --heads A [--kv-heads K] --seq S --vocab V [--arch gpt|llama]\n"
+                    "       --micro-batch b --global-batch B\n"
                     "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|full] --hw NAME|FILE [--json]\n"
                     "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]\n"
                     "   or: pipit sim --calibrate PROFILE [--out FILE]",
@@ -212,6 +233,7 @@ int cmd_sim(int argc, char **argv) {
     flags_require(&cmd, (const char *const[]){"layers", "hidden", "heads", "seq", "vocab", "global-batch", "hw", NULL});
     if (global > (uint64_t)INT64_MAX) die("--global-batch %llu is too large", (unsigned long long)global);
     c.global_batch = (int64_t)global;
+    cli_sim_arch(&cmd, arch, &c);
     c.schedule = pipit_cli_schedule_kind("schedule", schedule);
     c.recompute = pipit_cli_recompute(recompute);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);

@@ -66,10 +66,16 @@ static void write_profile(const opts *o, const session *s, int M, int64_t steps,
     int virt = s->sched ? pipit_schedule_virtual(s->sched) : 1;
     fprintf(f,
             "{\"model\":{\"arch\":\"%s\",\"layers\":%d,\"dim\":%d,\"heads\":%d,\"ctx\":%d,\"vocab\":%d,\"micro_batch\":%d,"
-            "\"microbatches\":%d,\"pp\":%d,\"tp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d},"
-            "\"steps\":%lld,\"step_s\":%.9g,\"profile\":",
+            "\"microbatches\":%d,\"pp\":%d,\"tp\":%d,\"dp\":%d,\"threads\":%d,\"schedule\":\"%s\",\"virtual\":%d",
             c->kind->name, c->layers, c->dim, c->heads, c->ctx, c->vocab, c->batch, M, o->pp, o->tp, o->dp, o->threads,
-            sched, virt, (long long)steps, steps ? seconds / (double)steps : 0.0);
+            sched, virt);
+    if (strcmp(c->kind->name, "llama") == 0) { /* what the cost model needs of a Llama: the kv heads, the MLP width */
+        pipit_llama_config lc = cli_model_llama(c);
+        fprintf(f, ",\"kv_heads\":%d,\"ffn_hidden\":%d", lc.kv_heads ? lc.kv_heads : lc.heads,
+                pipit_llama_ffn_hidden(&lc));
+    }
+    fprintf(f, "},\"steps\":%lld,\"step_s\":%.9g,\"profile\":", (long long)steps,
+            steps ? seconds / (double)steps : 0.0);
     pipit_status st = pipit_program_write_profile_json(f, s->p);
     fprintf(f, "}\n");
     if (fclose(f) || st) die("--profile-out: writing '%s' failed%s%s", o->profile_out, st ? ": " : "", st ? pipit_errmsg() : "");

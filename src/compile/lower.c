@@ -264,9 +264,12 @@ static pipit_status place_uses(lowering *L) {
             int32_t r = pipit__alias_root(p->g, p->gr.t[i].contrib[u]);
             if (pp->post[u]) pp->use_ranks[u] = p->node_ranks[r];
             else pp->use_ranks[u] = 1ull << (r == p->gr.seed ? L->stage_rank[p->S - 1] : rank_of_node(L, r));
-            /* a param's only use, accumulated per microbatch, needs no buffer
-             * of its own: its sum is the gradient */
-            int direct = !pp->boundary && pp->nuses == 1 && !pp->post[u];
+            /* a param's first use, accumulated per microbatch, needs no
+             * buffer of its own: the gradient block holds its sum, and the
+             * use-order sum (a left fold from use 0: GRADSUM) adds the
+             * others to it in place, the same bits. A holder that sends
+             * the sum on is fenced before GRADSUM writes it (fences.c). */
+            int direct = !pp->boundary && u == 0 && !pp->post[u];
             for (int q = 0; q < p->nranks; q++) {
                 *acc_slot(p, pp, u, q) = SIZE_MAX;
                 if (!(pp->use_ranks[u] >> q & 1)) continue;

@@ -190,8 +190,7 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
  * or the schedule and compiling again works instead of reporting "already
  * compiled". */
 static void rollback(pipit_graph *g, int32_t n0, pipit_status st0) {
-    for (int32_t i = n0; i < g->n; i++) pipit__free(g->nodes[i].name);
-    g->n = n0;
+    pipit__graph_truncate(g, n0);
     g->cur_flags = 0;
     g->cur_origin = -1;
     if (st0 == PIPIT_STATUS_OK && g->status != PIPIT_STATUS_OK) {

@@ -27,6 +27,7 @@ void pipit_graph_free(pipit_graph *g) {
     for (int32_t i = 0; i < g->n; i++) pipit__free(g->nodes[i].name);
     pipit__free(g->nodes);
     pipit__free(g->gradset);
+    pipit__free(g->name_index);
     g->magic = 0;
     pipit__free(g);
 }
@@ -319,6 +320,71 @@ pipit_dtype pipit_val_dtype(pipit_val v) {
     return n ? (pipit_dtype)n->dtype : PIPIT_F32;
 }
 
+/* ---- names ---- */
+
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static void name_index_put(int32_t *index, int32_t cap, const pipit__node *nodes, int32_t id) {
+    size_t mask = (size_t)cap - 1, k = (size_t)name_hash(nodes[id].name) & mask;
+    while (index[k] >= 0) k = (k + 1) & mask;
+    index[k] = id;
+}
+
+/* Room for one more name: the table at most half full (doubling). 0 on OOM. */
+static int name_index_reserve(pipit_graph *g) {
+    if (2 * ((int64_t)g->name_count + 1) <= g->name_cap) return 1;
+    int32_t cap = g->name_cap ? 2 * g->name_cap : 64;
+    if (cap <= 0 || cap > (1 << 30)) return 0;
+    int32_t *index = pipit__malloc(sizeof *index * (size_t)cap);
+    if (!index) return 0;
+    for (int32_t k = 0; k < cap; k++) index[k] = -1;
+    for (int32_t k = 0; k < g->name_cap; k++)
+        if (g->name_index[k] >= 0) name_index_put(index, cap, g->nodes, g->name_index[k]);
+    pipit__free(g->name_index);
+    g->name_index = index;
+    g->name_cap = cap;
+    return 1;
+}
+
+static int32_t name_scan(const pipit_graph *g, const char *name) {
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
+    return -1;
+}
+
+int32_t pipit__graph_find_name(pipit_graph *g, const char *name) {
+    for (; g->name_upto < g->n; g->name_upto++) { /* index the nodes added since the last lookup */
+        if (!g->nodes[g->name_upto].name) continue;
+        if (!name_index_reserve(g)) return name_scan(g, name); /* out of memory: slow but right */
+        name_index_put(g->name_index, g->name_cap, g->nodes, g->name_upto);
+        g->name_count++;
+    }
+    if (!g->name_cap) return -1;
+    size_t mask = (size_t)g->name_cap - 1, k = (size_t)name_hash(name) & mask;
+    for (; g->name_index[k] >= 0; k = (k + 1) & mask)
+        if (strcmp(g->nodes[g->name_index[k]].name, name) == 0) return g->name_index[k];
+    return -1;
+}
+
+void pipit__graph_truncate(pipit_graph *g, int32_t n) {
+    for (int32_t i = n; i < g->n; i++) {
+        pipit__free(g->nodes[i].name);
+        g->nodes[i].name = NULL;
+    }
+    g->n = n;
+    pipit__graph_names_moved(g); /* the index may hold ids >= n */
+}
+
+void pipit__graph_names_moved(pipit_graph *g) {
+    pipit__free(g->name_index);
+    g->name_index = NULL;
+    g->name_cap = g->name_count = g->name_upto = 0;
+}
+
 /* ---- leaves ---- */
 
 static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_dtype dt,
@@ -351,12 +417,9 @@ static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_
                           what, name);
         return (pipit_val){g, -1};
     }
-    for (int32_t i = 0; i < g->n; i++) {
-        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) {
-            pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: name '%s' is already used", what,
-                              name);
-            return (pipit_val){g, -1};
-        }
+    if (pipit__graph_find_name(g, name) >= 0) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: name '%s' is already used", what, name);
+        return (pipit_val){g, -1};
     }
     for (int i = 0; i < ndim; i++) {
         if (shape[i] <= 0) {

@@ -61,6 +61,10 @@ struct pipit_graph {
     int32_t (*gradset)[2];
     uint8_t cur_flags;
     int32_t tp;                /* tensor-parallel ranks per stage the graph describes one of (0: 1) */
+    /* Named nodes by name (open addressing, ids, -1 empty), kept lazily:
+     * nodes [0, name_upto) are in it; see pipit__graph_find_name. */
+    int32_t *name_index;
+    int32_t name_cap, name_count, name_upto;
 };
 
 /* Op table entry: what an op is, generated from ops.def + the functions in
@@ -172,6 +176,17 @@ int32_t pipit__cast(pipit_graph *g, int32_t x, pipit_dtype dt);
  * for a program to rewrite without touching the user's graph
  * (compile/autocast.c); NULL when out of memory (message set). */
 pipit_graph *pipit__graph_clone(const pipit_graph *g, int32_t n);
+
+/* The node named `name` (params, inputs, gradient leaves), -1 if none:
+ * a hash lookup, so declaring N params costs O(N), not O(N^2). */
+int32_t pipit__graph_find_name(pipit_graph *g, const char *name);
+
+/* Drops nodes [n, g->n) and their names (a failed compile's rollback). */
+void pipit__graph_truncate(pipit_graph *g, int32_t n);
+
+/* Node ids changed (a pass renumbered g->nodes): the name index is rebuilt
+ * at the next lookup. */
+void pipit__graph_names_moved(pipit_graph *g);
 
 #ifdef __cplusplus
 }

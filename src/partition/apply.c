@@ -86,6 +86,7 @@ static pipit_status partition_apply_impl(const pipit_partition_result *p, pipit_
     g->nodes = nodes;
     g->n = m;
     g->cap = cap;
+    pipit__graph_names_moved(g);
     pipit__free(map);
     pipit__free(own);
     pipit__free(cut_at);

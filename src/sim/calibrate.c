@@ -47,6 +47,12 @@ static int read_model(const cJSON *root, profile *p) {
         !get_int(m, "micro_batch", &c->micro_batch) || !get_int(m, "microbatches", &mb))
         return 0;
     c->global_batch = (int64_t)c->micro_batch * mb;
+    /* a Llama profile: SwiGLU at its width, grouped-query heads, RoPE */
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(m, "arch");
+    if (cJSON_IsString(arch) && strcmp(arch->valuestring, "llama") == 0) {
+        c->gated_mlp = c->rope = 1;
+        if (!get_int(m, "kv_heads", &c->kv_heads) || !get_int(m, "ffn_hidden", &c->ffn_hidden)) return 0;
+    }
     c->tp = c->pp = c->dp = 1;
     c->schedule = PIPIT_SCHED_GPIPE;
     c->dtype = "fp32";
@@ -67,7 +73,9 @@ static int add_rank(const cJSON *rank, profile *p, const char **why) {
         if (strcmp(e->string, "matmul") == 0) p->t_matmul += s;
         else if (!strcmp(e->string, "tp_copy") || !strcmp(e->string, "tp_sum") || !strcmp(e->string, "tp_max"))
             continue; /* the in-stage all-reduce (--tp): the links' time, measured apart, not an elementwise op's */
-        else if (strcmp(e->string, "attention") == 0 || strcmp(e->string, "attn_dqkv") == 0) p->t_attn += s;
+        else if (strcmp(e->string, "attention") == 0 || strcmp(e->string, "attn_dqkv") == 0 ||
+                 strcmp(e->string, "attention_qkv") == 0 || strcmp(e->string, "attn_qkv_d") == 0)
+            p->t_attn += s;
         else p->t_elem += s;
     }
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(rank, "instructions");
@@ -89,7 +97,9 @@ static pipit_status parse_profile(const char *path, const char *text, profile *p
     if (!cJSON_IsObject(root)) st = bad(path, "not a JSON object (or text follows it)");
     else if (pipit__json_dup_key(root, dup, sizeof dup))
         st = (snprintf(msg, sizeof msg, "key \"%s\" appears twice (which one was meant?)", dup), bad(path, msg));
-    else if (!read_model(root, p)) st = bad(path, "\"model\" lacks layers, dim, heads, ctx, vocab, micro_batch or microbatches");
+    else if (!read_model(root, p))
+        st = bad(path, "\"model\" lacks layers, dim, heads, ctx, vocab, micro_batch or microbatches (or, for arch "
+                       "llama, kv_heads or ffn_hidden)");
     else if (!cJSON_IsNumber(steps) || !(steps->valuedouble >= 1 && steps->valuedouble <= 9007199254740992.0) ||
              steps->valuedouble != floor(steps->valuedouble))
         st = bad(path, "\"steps\" must be a whole number in 1 .. 2^53"); /* before any conversion to an integer */
@@ -167,10 +177,10 @@ static void fill_hw(pipit_hw *hw, const profile *p, double r_mm, double dim_mm, 
 static char *about_text(const char *path, const profile *p) {
     char buf[512];
     snprintf(buf, sizeof buf,
-             "this machine, calibrated by `pipit sim --calibrate %s` from %lld profiled steps of GPT-2 (%d layers, dim "
+             "this machine, calibrated by `pipit sim --calibrate %s` from %lld profiled steps of %s (%d layers, dim "
              "%d, %d heads, ctx %d, vocab %d, micro-batch %d, %lld microbatches; measured step %.4f s)",
-             path, (long long)p->steps, p->cfg.layers, p->cfg.hidden, p->cfg.heads, p->cfg.seq, p->cfg.vocab,
-             p->cfg.micro_batch, (long long)(p->cfg.global_batch / p->cfg.micro_batch), p->step_s);
+             path, (long long)p->steps, p->cfg.gated_mlp ? "Llama" : "GPT-2", p->cfg.layers, p->cfg.hidden,
+             p->cfg.heads, p->cfg.seq, p->cfg.vocab, p->cfg.micro_batch, (long long)(p->cfg.global_batch / p->cfg.micro_batch), p->step_s);
     return pipit__strdup(buf);
 }
 
@@ -180,9 +190,7 @@ static pipit_status fit(const char *path, const profile *p, pipit_hw **out) {
     if (!st) st = count(&p->cfg, 0, &bytes);
     if (st) return st;
     const pipit_sim_config *c = &p->cfg;
-    double M = (double)(c->global_batch / c->micro_batch);
-    /* scores and context, forward and both backward GEMMs: 12 b s^2 h a layer */
-    double f_attn = 12.0 * c->micro_batch * (double)c->seq * c->seq * c->hidden * c->layers * M;
+    double f_attn = pipit__sim_attn_flops(c); /* scores and context, as the kernels compute them */
     double f_mm = flops - f_attn;
     double r_attn = p->t_attn > 0 ? f_attn / p->t_attn : 0;
     if (!(f_mm > 0)) return bad(path, "the model has no GEMM work outside attention");

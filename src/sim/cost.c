@@ -12,10 +12,14 @@
 #include "util/checked.h"
 #include "util/common.h"
 
-/* The sizes every formula below reads, in doubles (all exact integers). */
+/* The sizes every formula below reads, in doubles (all exact integers):
+ * b, s, h, a, t, V as in Megatron's papers, T = b s tokens, fh the MLP
+ * width, kvw the width of k (and of v): kv heads x head size. */
 typedef struct {
-    double b, s, h, a, t, V, T, fh, gates, e;
-    int d; /* dtype index */
+    double b, s, h, a, t, V, T, fh, gates, e, kvw;
+    int d;       /* dtype index */
+    int flash;   /* attention as pipit's kernels run it (0: Megatron 2021's unfused softmax) */
+    int rope;    /* rotary positions instead of a position table */
 } dims;
 
 /* One transformer layer, one microbatch, one GPU of the TP group. */
@@ -35,35 +39,48 @@ static double tp_allreduce(const pipit_hw *hw, const dims *x, double bytes) {
                                     intra ? hw->intra_lat : hw->inter_lat);
 }
 
+/* Score and context products of the attention (one [s,s] x [s,hd] product
+ * per head and sequence), `n` of them. Flash-style kernels skip the key
+ * tiles the causal mask hides: (s+1)/2s of the square. */
+static double attn_gemms(const pipit_hw *hw, const dims *x, double n) {
+    double part = x->flash ? (x->s + 1) / (2 * x->s) : 1;
+    return n * pipit__hw_gemm_time(hw, x->d, x->b * x->a / x->t * part, x->s, x->s, x->h / x->a);
+}
+
 static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute) {
     layer_cost c = {0};
-    double T = x->T, h = x->h, t = x->t, bat = x->b * x->a / t, hd = x->h / x->a;
-    /* the six GEMMs of Megatron's layer (QKV, scores, context, projection, MLP in/out) */
-    double qkv = pipit__hw_gemm_time(hw, x->d, 1, T, 3 * h / t, h);
-    double score = pipit__hw_gemm_time(hw, x->d, bat, x->s, x->s, hd);
-    double ctx = pipit__hw_gemm_time(hw, x->d, bat, x->s, hd, x->s);
+    double T = x->T, h = x->h, t = x->t, kv = x->kvw;
+    /* the GEMMs of the layer: QKV (k and v kv wide: grouped-query), the
+     * attention's, projection, MLP in (gated: two) and out */
+    double qkv = pipit__hw_gemm_time(hw, x->d, 1, T, (h + 2 * kv) / t, h);
     double proj = pipit__hw_gemm_time(hw, x->d, 1, T, h, h / t);
     double fc1 = x->gates * pipit__hw_gemm_time(hw, x->d, 1, T, x->fh / t, h);
     double fc2 = pipit__hw_gemm_time(hw, x->d, 1, T, h, x->fh / t);
-    double gemm_f = qkv + score + ctx + proj + fc1 + fc2;
-    /* elementwise traffic: LayerNorms and bias-dropout-adds on the full
-     * hidden state (not split by TP), softmax + dropout on the scores and
-     * the activation on the MLP's width (split) */
+    double dense = qkv + proj + fc1 + fc2;
+    /* elementwise traffic: norms and (bias-dropout-)adds on the full hidden
+     * state (not split by TP), the activation on the MLP's width (split),
+     * RoPE on q and k (split); unfused, softmax + dropout on the scores */
     double e = x->e, sq = x->b * (x->a / t) * x->s * x->s;
     double act_fn = x->gates > 1 ? 3 * e : 2 * e;
-    double mem_f = T * h * (10 * e + 2) + sq * (4 * e + 1) + T * (x->fh / t) * act_fn;
+    double mem_f = T * h * (10 * e + 2) + T * (x->fh / t) * act_fn + (x->rope ? 2 * e * T * (h + kv) / t : 0) +
+                   (x->flash ? 0 : sq * (4 * e + 1));
     double ar = tp_allreduce(hw, x, T * h * e);
     c.tp_fwd = 2 * ar;
-    c.f = gemm_f + pipit__hw_mem_time(hw, mem_f) + 8 * hw->kernel_overhead + c.tp_fwd;
-    /* backward: every GEMM again for the input gradients (the two attention
-     * GEMMs twice: both operands are activations), twice the elementwise
-     * traffic, the same two all-reduces; full recompute adds a forward */
-    c.b = gemm_f + score + ctx + pipit__hw_mem_time(hw, 2 * mem_f) + 16 * hw->kernel_overhead + 2 * ar;
+    c.f = dense + attn_gemms(hw, x, 2) + pipit__hw_mem_time(hw, mem_f) + 8 * hw->kernel_overhead + c.tp_fwd;
+    /* backward: every dense GEMM again for the input gradients; the
+     * attention's four (both operands are activations), five flash-style
+     * (the scores recomputed from q and k); twice the elementwise traffic,
+     * the same two all-reduces; full recompute adds a forward */
+    c.b = dense + attn_gemms(hw, x, x->flash ? 5 : 4) + pipit__hw_mem_time(hw, 2 * mem_f) + 16 * hw->kernel_overhead +
+          2 * ar;
     if (recompute) c.b += c.f;
-    c.w = qkv + proj + fc1 + fc2;
-    /* Korthikanti et al. 2022, eq. 2 (generalised to any element size and MLP width) */
-    c.act_full = T * h * (4 * e + 2 + (4 * e + x->gates * e * x->fh / h + e * x->fh / h) / t) + sq * (2 * e + 1);
-    c.params = (4 * h * h + (x->gates + 1) * x->fh * h + 3 * h + x->gates * x->fh) / t + 6 * h;
+    c.w = dense;
+    /* Korthikanti et al. 2022, eq. 2, generalised to any element size, MLP
+     * width and kv width (q, k, v and the projection's input are kept);
+     * flash-style attention keeps nothing of size s^2 */
+    c.act_full = T * h * (4 * e + 2 + ((2 + 2 * kv / h) * e + x->gates * e * x->fh / h + e * x->fh / h) / t) +
+                 (x->flash ? 0 : sq * (2 * e + 1));
+    c.params = (2 * h * h + 2 * h * kv + (x->gates + 1) * x->fh * h + h + 2 * kv + x->gates * x->fh) / t + 6 * h;
     return c;
 }
 
@@ -72,7 +89,7 @@ static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute) {
 static void embedding(const pipit_hw *hw, const dims *x, double *f, double *w, double *params) {
     *f += pipit__hw_mem_time(hw, 3 * x->e * x->T * x->h) + tp_allreduce(hw, x, x->T * x->h * x->e);
     *w += pipit__hw_mem_time(hw, 3 * x->e * x->T * x->h);
-    *params += x->V * x->h / x->t + x->s * x->h;
+    *params += x->V * x->h / x->t + (x->rope ? 0 : x->s * x->h);
 }
 
 /* The vocabulary-parallel cross-entropy's three all-reduces of one number
@@ -94,6 +111,12 @@ static void head(const pipit_hw *hw, const dims *x, int own_copy, double *f, dou
     *params += (own_copy ? Vt * x->h : 0) + 2 * x->h;
     *work += T * Vt * (x->e + 4); /* logits and their fp32 softmax, while the loss runs */
 }
+
+/* The MLP width F and the kv heads a config means (its zeros resolved). */
+static double ffn_width(const pipit_sim_config *c) {
+    return c->ffn_hidden > 0 ? (double)c->ffn_hidden : (c->ffn_mult > 0 ? c->ffn_mult : 4.0) * c->hidden;
+}
+static int kv_heads(const pipit_sim_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
 
 pipit_status pipit__sim_microbatches(const pipit_sim_config *c, int64_t *M) {
     if (c->micro_batch < 1 || c->dp < 1 || c->global_batch < 1)
@@ -120,6 +143,12 @@ static pipit_status check_config(const pipit_sim_config *c, const pipit_hw *hw, 
         if (pos[i].v < 1) return pipit__err(PIPIT_STATUS_INVALID, "%s must be >= 1 (got %lld)", pos[i].name, (long long)pos[i].v);
     if (!(c->ffn_mult >= 0) || !isfinite(c->ffn_mult))
         return pipit__err(PIPIT_STATUS_INVALID, "ffn multiplier must be > 0 (got %g)", c->ffn_mult);
+    if (c->ffn_hidden < 0 || c->kv_heads < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s must be >= 1, or 0 for the default (got %d)",
+                          c->ffn_hidden < 0 ? "ffn hidden" : "kv heads", c->ffn_hidden < 0 ? c->ffn_hidden : c->kv_heads);
+    if (c->ffn_hidden > 0 && c->ffn_mult > 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "give the MLP width as ffn hidden %d or as ffn multiplier %g, not both",
+                          c->ffn_hidden, c->ffn_mult);
     if (c->recompute != PIPIT_RECOMPUTE_NONE && c->recompute != PIPIT_RECOMPUTE_FULL)
         return pipit__err(PIPIT_STATUS_INVALID, "recompute must be none or full");
     if (c->hidden % c->heads)
@@ -127,21 +156,27 @@ static pipit_status check_config(const pipit_sim_config *c, const pipit_hw *hw, 
     if (c->heads % c->tp)
         return pipit__err(PIPIT_STATUS_INVALID, "heads %d is not divisible by tp %d (each TP rank holds whole heads)",
                           c->heads, c->tp);
-    double fh = (c->ffn_mult > 0 ? c->ffn_mult : 4.0) * c->hidden;
+    if (c->kv_heads > c->heads || c->heads % kv_heads(c))
+        return pipit__err(PIPIT_STATUS_INVALID, "heads %d is not a multiple of kv heads %d (grouped-query attention)",
+                          c->heads, c->kv_heads);
+    if (kv_heads(c) % c->tp)
+        return pipit__err(PIPIT_STATUS_INVALID, "kv heads %d is not divisible by tp %d (each TP rank holds whole kv heads)",
+                          kv_heads(c), c->tp);
+    double fh = ffn_width(c);
     if (!(fh <= 2147483647.0)) /* a width like the others: beyond it the FLOP counts leave double's range */
         return pipit__err(PIPIT_STATUS_INVALID, "the MLP width %g (ffn multiplier %g x hidden %d) must be at most 2^31-1",
                           fh, c->ffn_mult, c->hidden);
     if (fmod(fh, c->tp) != 0 || fh != floor(fh))
-        return pipit__err(PIPIT_STATUS_INVALID, "the MLP width %g (ffn multiplier x hidden) is not a whole multiple of tp %d",
-                          fh, c->tp);
+        return pipit__err(PIPIT_STATUS_INVALID, "the MLP width %g is not a whole multiple of tp %d", fh, c->tp);
     if (c->vocab % c->tp)
         return pipit__err(PIPIT_STATUS_INVALID, "vocab %d is not divisible by tp %d (vocabulary-parallel embedding)",
                           c->vocab, c->tp);
-    int64_t S = (int64_t)c->pp * V;
-    if (S > c->layers || c->layers % S)
+    int64_t S = (int64_t)c->pp * V, slots = (int64_t)c->layers + (c->ends_as_layers ? 2 : 0);
+    if (S > slots)
         return pipit__err(PIPIT_STATUS_INVALID,
-                          "layers %d cannot be split into pp %d x virtual %d = %lld stages of whole layers",
-                          c->layers, c->pp, V, (long long)S);
+                          "layers %d cannot be split into pp %d x virtual %d = %lld stages of at least one layer%s",
+                          c->layers, c->pp, V, (long long)S, c->ends_as_layers ? " (the embedding and the head "
+                          "counted as a layer each)" : "");
     pipit_status st = pipit__sim_microbatches(c, M);
     if (st) return st;
     int64_t g;
@@ -165,9 +200,10 @@ void pipit__sim_model_free(pipit__sim_model *m) {
 
 static pipit_status model_alloc(pipit__sim_model *m, int S) {
     memset(m, 0, sizeof *m);
-    m->f = pipit__calloc((size_t)S * 6, sizeof(double));
+    m->f = pipit__calloc((size_t)S * 7, sizeof(double));
     if (!m->f) return pipit__err(PIPIT_STATUS_NOMEM, "sim: out of memory");
     m->b = m->f + S, m->w = m->f + 2 * S, m->act = m->f + 3 * S, m->work = m->f + 4 * S, m->params = m->f + 5 * S;
+    m->layers = m->f + 6 * S;
     m->S = S;
     return PIPIT_STATUS_OK;
 }
@@ -198,12 +234,17 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
     if ((st = model_alloc(m, S))) return st;
     int d = c->dtype ? pipit__hw_dtype(c->dtype) : hw->train_dtype;
     dims x = {c->micro_batch, c->seq, c->hidden, c->heads, c->tp, c->vocab, (double)c->micro_batch * c->seq,
-              (c->ffn_mult > 0 ? c->ffn_mult : 4.0) * c->hidden, c->gated_mlp ? 2 : 1, esize_of(d), d};
-    m->P = c->pp, m->V = V, m->M = (int)M, m->dtype = d, m->esize = (int)x.e, m->peak = hw->peak[d];
+              ffn_width(c), c->gated_mlp ? 2 : 1, esize_of(d), (double)kv_heads(c) * (c->hidden / c->heads), d,
+              !c->unfused_attention, c->rope != 0};
+    m->P = c->pp, m->V = V, m->M = (int)M, m->dtype = d, m->esize = (int)x.e, m->peak = hw->peak[d], m->ffn = x.fh;
     int full = c->recompute == PIPIT_RECOMPUTE_FULL;
     layer_cost lc = layer(hw, &x, full);
-    double Ls = (double)c->layers / S;
+    int slots = c->layers + (c->ends_as_layers ? 2 : 0);
     for (int s = 0; s < S; s++) {
+        /* pipit's builders' cut: the first (slots mod S) stages one layer
+         * more; the ends' slots, if counted, are the embedding and the head */
+        double Ls = slots / S + (s < slots % S) - (c->ends_as_layers ? (s == 0) + (s == S - 1) : 0);
+        m->layers[s] = Ls;
         m->f[s] = Ls * lc.f, m->b[s] = Ls * lc.b, m->w[s] = Ls * lc.w, m->params[s] = Ls * lc.params;
         /* full recompute keeps each layer's input; its backward rebuilds one layer at a time */
         m->act[s] = full ? Ls * x.T * x.h * x.e : Ls * lc.act_full;
@@ -211,7 +252,9 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
         if (s == 0) embedding(hw, &x, &m->f[s], &m->w[s], &m->params[s]);
         if (s == S - 1) head(hw, &x, !head_with_first, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->work[s]);
     }
-    m->tp_s_per_mb = Ls * (full ? 3 : 2) * lc.tp_fwd;
+    double most = 0; /* the fullest stage (not stage 0 when the embedding counts as a layer) */
+    for (int s = 0; s < S; s++) most = fmax(most, m->layers[s]);
+    m->tp_s_per_mb = most * (full ? 3 : 2) * lc.tp_fwd;
     m->tp_bytes_per_step = (double)c->layers / c->pp * (full ? 6 : 4) * x.T * x.h * x.e * (double)M;
     /* every all-reduce of a microbatch over all stages: the layers', the
      * embedding's, the head's input gradient and the cross-entropy's */
@@ -221,13 +264,26 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
     return PIPIT_STATUS_OK;
 }
 
-/* Megatron's count (Narayanan et al. 2021, section 5.1), any MLP width:
- * per layer forward 2T(4h^2 + (gates+1) f h^2) + 4 b s^2 h, logits 2 T h V;
+/* Megatron's count (Narayanan et al. 2021, section 5.1), any MLP and kv
+ * width as Megatron-LM's num_floating_point_operations counts them: per
+ * layer forward 2T(2h^2 + 2h kvw + (gates+1) F h) + 4 b s^2 h (the whole
+ * square of scores: model FLOPs, whatever the kernels skip), logits 2 T h V;
  * backward twice the forward; full recompute one more layer forward. */
 double pipit__sim_model_flops(const pipit_sim_config *c, int count_recompute) {
-    double h = c->hidden, s = c->seq, fh = (c->ffn_mult > 0 ? c->ffn_mult : 4.0) * h;
+    double h = c->hidden, s = c->seq, fh = ffn_width(c), kvw = (double)kv_heads(c) * (c->hidden / c->heads);
     double gates = c->gated_mlp ? 2 : 1, tokens = (double)c->global_batch * s;
-    double layer_f = 2 * tokens * (4 * h * h + (gates + 1) * fh * h) + 4 * (double)c->global_batch * s * s * h;
+    double layer_f = 2 * tokens * (2 * h * h + 2 * h * kvw + (gates + 1) * fh * h) + 4 * (double)c->global_batch * s * s * h;
     double passes = count_recompute && c->recompute == PIPIT_RECOMPUTE_FULL ? 4 : 3;
     return passes * layer_f * c->layers + 3 * 2 * tokens * h * c->vocab;
+}
+
+/* The attention's score and context FLOPs of a step as the cost model
+ * prices them (attn_gemms): 2 b a s^2 hd per product, two forward, four
+ * backward or five flash-style (+ two with full recompute), flash-style
+ * the causal (s+1)/2s of the square. */
+double pipit__sim_attn_flops(const pipit_sim_config *c) {
+    double s = c->seq, M = (double)c->global_batch / c->micro_batch / c->dp;
+    double n = (c->unfused_attention ? 6 : 7) + (c->recompute == PIPIT_RECOMPUTE_FULL ? 2 : 0);
+    double part = c->unfused_attention ? 1 : (s + 1) / (2 * s);
+    return n * 2 * c->micro_batch * s * s * c->hidden * part * c->layers * M;
 }

@@ -86,7 +86,7 @@ static int by_ready(const void *a, const void *b) {
 static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, const pipit_sim_result *res, int q,
                           const pipit_hw *hw, double *total) {
     const pipit_sim_config *c = &r->cfg;
-    int per = PIPIT_MAX(1, c->layers / r->m.S), n = 0;
+    int n = 0;
     *total = 0;
     if (c->dp <= 1) return 0;
     if (c->dp_after_flush) { /* one exchange of all the rank's gradients after its last task */
@@ -98,7 +98,7 @@ static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, co
         *total = dp_time(c, hw, params * r->m.esize);
         return t1 + *total;
     }
-    dp_chunk *ch = pipit__malloc(sizeof *ch * (size_t)r->m.S * (size_t)per);
+    dp_chunk *ch = pipit__malloc(sizeof *ch * ((size_t)c->layers + (size_t)r->m.S)); /* >= sum of the shares */
     if (!ch) return 0; /* out of memory: the exchange counts as hidden, the report says dp 0 */
     for (int i = 0; i < pipit_schedule_num_tasks(s, q); i++) {
         pipit_task t;
@@ -106,6 +106,7 @@ static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, co
         pipit_schedule_task(s, q, i, &t);
         if (t.mb != r->m.M - 1 || (t.kind != PIPIT_TASK_W && t.kind != PIPIT_TASK_BW)) continue;
         pipit_sim_result_task(res, q, i, &t0, &t1);
+        int per = PIPIT_MAX(1, (int)r->m.layers[t.stage]); /* a stage of the embedding alone: one share */
         for (int j = 0; j < per; j++)
             ch[n++] = (dp_chunk){t0 + (t1 - t0) * (j + 1) / per, r->m.params[t.stage] * r->m.esize / per};
     }
@@ -342,12 +343,14 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
     const pipit_sim_summary *u = &r->sum;
     const pipit_sim_config *c = &r->cfg;
     fprintf(f,
-            "{\"hw\":\"%s\",\"schedule\":\"%s\",\"dtype\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,\"seq\":%d,"
+            "{\"hw\":\"%s\",\"schedule\":\"%s\",\"dtype\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,"
+            "\"kv_heads\":%d,\"ffn_hidden\":%.9g,\"mlp\":\"%s\",\"positions\":\"%s\",\"attention\":\"%s\",\"seq\":%d,"
             "\"vocab\":%d,\"micro_batch\":%d,\"global_batch\":%lld,\"recompute\":\"%s\",\"tp\":%d,\"pp\":%d,\"dp\":%d,"
             "\"virtual\":%d,\"microbatches\":%d,\"gpus\":%d,",
-            r->hw_name, r->sched_name, pipit__hw_dtype_name(r->m.dtype), c->layers, c->hidden, c->heads, c->seq,
-            c->vocab, c->micro_batch, (long long)c->global_batch, c->recompute ? "full" : "none", c->tp, c->pp, c->dp,
-            u->virt, u->microbatches, u->gpus);
+            r->hw_name, r->sched_name, pipit__hw_dtype_name(r->m.dtype), c->layers, c->hidden, c->heads,
+            c->kv_heads ? c->kv_heads : c->heads, r->m.ffn, c->gated_mlp ? "swiglu" : "gelu", c->rope ? "rope" : "learned",
+            c->unfused_attention ? "unfused" : "flash", c->seq, c->vocab, c->micro_batch, (long long)c->global_batch,
+            c->recompute ? "full" : "none", c->tp, c->pp, c->dp, u->virt, u->microbatches, u->gpus);
     fprintf(f,
             "\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,\"mfu\":%.6g,\"hfu\":%.6g,\"bubble\":%.6g,"
             "\"peak_bytes_per_rank\":%.9g,\"mem_capacity\":%.9g,\"fits\":%s,\"model_flops\":%.9g,\"pipeline_s\":%.9g,"
@@ -386,8 +389,11 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
     if (!f || !r) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_sim_report_print: NULL %s", f ? "report" : "file");
     const pipit_sim_summary *u = &r->sum;
     const pipit_sim_config *c = &r->cfg;
-    fprintf(f, "model   %d layers, hidden %d, %d heads, seq %d, vocab %d, recompute %s, %s\n", c->layers, c->hidden,
-            c->heads, c->seq, c->vocab, c->recompute ? "full" : "none", pipit__hw_dtype_name(r->m.dtype));
+    fprintf(f, "model   %d layers, hidden %d, %d heads (%d kv), MLP %.0f %s, %s positions, seq %d, vocab %d, %s attention, "
+               "recompute %s, %s\n",
+            c->layers, c->hidden, c->heads, c->kv_heads ? c->kv_heads : c->heads, r->m.ffn, c->gated_mlp ? "SwiGLU" : "GELU",
+            c->rope ? "rotary" : "learned", c->seq, c->vocab, c->unfused_attention ? "unfused" : "flash-style",
+            c->recompute ? "full" : "none", pipit__hw_dtype_name(r->m.dtype));
     fprintf(f, "mesh    tp %d x pp %d x dp %d = %d GPUs of %s; %s, V=%d, M=%d microbatches of %d (global batch %lld)\n",
             c->tp, c->pp, c->dp, u->gpus, r->hw_name, r->sched_name, u->virt, u->microbatches, c->micro_batch,
             (long long)c->global_batch);

@@ -52,6 +52,7 @@ typedef struct {
     double *act;                 /* [S] bytes a (stage, mb) keeps from F to its backward */
     double *work;                /* [S] transient bytes while one task of the stage runs */
     double *params;              /* [S] parameters of stage s on one GPU of its TP group */
+    double *layers;              /* [S] transformer layers of stage s */
     double comm;                 /* latency of one stage-to-stage message (the simulator's edge cost) */
     double p2p_xfer;             /* seconds the sender spends moving one message */
     double p2p_bytes;            /* bytes of one stage-to-stage message per GPU */
@@ -61,6 +62,7 @@ typedef struct {
     double tp_s_model_per_mb;    /* every TP all-reduce of one microbatch, all stages (what one rank of a P = 1
                                     run spends in them: calibration) */
     double peak;                 /* dense FLOP/s of the dtype */
+    double ffn;                  /* the MLP width F */
 } pipit__sim_model;
 
 /* M = global batch / (micro-batch x dp), or INVALID naming the numbers. */
@@ -74,5 +76,9 @@ void pipit__sim_model_free(pipit__sim_model *m);
 /* Megatron's model FLOPs per step: 72 or 96 B s l h^2 (1 + s/6h + V/(12|16) l h),
  * generalised to any MLP width (docs/sim.md). recompute counts the extra forward. */
 double pipit__sim_model_flops(const pipit_sim_config *cfg, int count_recompute);
+/* The score and context GEMM FLOPs of one pipeline replica's step as the
+ * cost model prices them (flash-style: the causal half, the backward's
+ * recomputed scores), what calibration divides the attention time into. */
+double pipit__sim_attn_flops(const pipit_sim_config *cfg);
 
 #endif
