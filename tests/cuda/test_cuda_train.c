@@ -4,7 +4,8 @@
  *   - memory and copies: zeroed allocations, upload/download round trips,
  *     device-to-device copies, out of memory as NULL, and CUDA errors that
  *     come back as a status naming the op (never an abort), once;
- *   - the primitives against the cpu backend: accumulate, per-use sums and
+ *   - the primitives against the cpu backend: accumulate (bf16 into fp32
+ *     too), per-use sums and
  *     SGD bit for bit (the same roundings), AdamW to 1e-6, sums of squares
  *     to 1e-12 and deterministic (also chunk by chunk);
  *   - GEMM against the cpu backend's for every transpose, padded leading
@@ -148,14 +149,32 @@ PIPIT_TEST(cuda_prims_accumulate_and_sum_uses) {
     }
     /* accumulate: first copies, then adds (each element the CPU's add) */
     float *dacc = be->alloc(sizeof(float) * N);
-    be->accumulate(PIPIT_F32, dacc, d[0], N, 1, 0, 1);
-    be->accumulate(PIPIT_F32, dacc, d[1], N, 0, 0, 1);
-    be->accumulate(PIPIT_F32, dacc, d[2], N, 0, 0, 1);
+    be->accumulate(PIPIT_F32, PIPIT_F32, dacc, d[0], N, 1, 0, 1);
+    be->accumulate(PIPIT_F32, PIPIT_F32, dacc, d[1], N, 0, 0, 1);
+    be->accumulate(PIPIT_F32, PIPIT_F32, dacc, d[2], N, 0, 0, 1);
     memcpy(ref, h[0], sizeof(float) * N);
-    cpu->accumulate(PIPIT_F32, ref, h[1], N, 0, 0, 1);
-    cpu->accumulate(PIPIT_F32, ref, h[2], N, 0, 0, 1);
+    cpu->accumulate(PIPIT_F32, PIPIT_F32, ref, h[1], N, 0, 0, 1);
+    cpu->accumulate(PIPIT_F32, PIPIT_F32, ref, h[2], N, 0, 0, 1);
     be->download(got, dacc, sizeof(float) * N);
     ASSERT_TRUE(memcmp(ref, got, sizeof(float) * N) == 0);
+    /* bf16 contributions into an fp32 accumulator: widened, added in fp32
+     * (the upper halves of h[4], h[5] and h[6] as bf16 values) */
+    uint16_t *hb = malloc(sizeof(uint16_t) * 3 * N);
+    for (int u = 0; u < 3; u++)
+        for (int i = 0; i < N; i++) {
+            uint32_t bits;
+            memcpy(&bits, &h[4 + u][i], 4);
+            hb[u * N + i] = (uint16_t)(bits >> 16);
+        }
+    void *db = dup_to_device(be, hb, sizeof(uint16_t) * 3 * N);
+    for (int u = 0; u < 3; u++) {
+        be->accumulate(PIPIT_F32, PIPIT_BF16, dacc, (char *)db + sizeof(uint16_t) * N * u, N, u == 0, 0, 1);
+        cpu->accumulate(PIPIT_F32, PIPIT_BF16, ref, hb + N * u, N, u == 0, 0, 1);
+    }
+    be->download(got, dacc, sizeof(float) * N);
+    ASSERT_TRUE(memcmp(ref, got, sizeof(float) * N) == 0);
+    be->free(db);
+    free(hb);
     /* per-use sums: 1, 2, 8, 9 and 11 uses (past one launch's 8), a
      * sub-range, srcs[0] == dst, and none (zeros) */
     int counts[] = {1, 2, 8, 9, 11};
