@@ -386,7 +386,7 @@ static void add_vjps(pipit_graph *g) {
     int32_t nfwd = g->n;
     for (int32_t i = 0; i < nfwd; i++) {
         const pipit__op_info *info = &pipit__ops[g->nodes[i].op];
-        if (!info->vjp || (info->flags & OPF_LEAF)) continue;
+        if (!info->vjp || (info->flags & OPF_LEAF) || g->nodes[i].dtype == PIPIT_I32) continue; /* ids: no gradient */
         char name[32];
         snprintf(name, sizeof name, "dout%d", (int)i);
         int64_t shape[PIPIT_MAX_DIMS];
