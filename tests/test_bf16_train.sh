@@ -3,10 +3,11 @@
 #
 # Usage: bash tests/test_bf16_train.sh <pipit binary> <source dir>
 #
-#   1. A tiny GPT-2 trained 200 steps in f32 and in bf16 from the same
-#      init on the same data: both curves fall, and the final loss of the
-#      bf16 run is within BF16_TRAIN_RTOL (2%) of the f32 run's (the mean of
-#      the last 10 steps too).
+#   1. A tiny GPT-2 and the llama-tiny preset, each trained 200 steps in
+#      f32 and in bf16 from the same init on the same data: both curves
+#      fall, and the bf16 run's loss
+#      averaged over the last 50 steps, and over the last 10, is within
+#      BF16_TRAIN_RTOL (2%) of the f32 run's.
 #   2. Against PyTorch's own mixed precision: 5 AdamW steps of pipit
 #      --dtype bf16 and of tests/gpt2_torch.py --autocast bf16 (torch.autocast
 #      on CPU) from the same weights: every step's loss within
@@ -26,12 +27,16 @@ SRC=$(realpath -- "${2:?usage: test_bf16_train.sh PIPIT SOURCE_DIR}") || exit 1
 cli_setup bf16_train "$1"
 ORACLE="$SRC/tests/gpt2_torch.py"
 
-# The repository's README and architecture notes as bytes, frozen in
-# tests/data (taken when this test was written): deterministic, ~90 KB. Not
-# the live docs: an edit of them moved the bf16-vs-f32 gap of the last ten
-# steps from 0.7% to 2.05%, across the 2% line (on a corpus of a few
-# dozen words it is ~20%: the gap depends on the data).
-cp "$SRC/tests/data/bf16_train.txt" data.txt
+# Text that never changes with the project: the license texts every Debian
+# ships (base-files), 64 KB of English; the repository's docs elsewhere.
+# (Part 1's verdict is about one trajectory against another, so its data
+# must not move with every edit of the docs.)
+LICENSES=/usr/share/common-licenses
+if [ -r "$LICENSES/GPL-3" ] && [ -r "$LICENSES/GPL-2" ] && [ -r "$LICENSES/Apache-2.0" ]; then
+    cat "$LICENSES/GPL-3" "$LICENSES/GPL-2" "$LICENSES/Apache-2.0" > data.txt
+else
+    cat "$SRC/README.md" "$SRC/docs/architecture.md" > data.txt
+fi
 
 loss_of() { # loss_of LOG: every step's loss, one per line
     "$PY" -c 'import json, sys
@@ -41,27 +46,41 @@ for l in open(sys.argv[1]):
         if "step" in r: print(r["loss"])' "$1"
 }
 
-# ---- 1. 200 steps, f32 and bf16
-TINY=(--ctx 32 --layers 2 --heads 2 --dim 64 --micro-batch 4 --microbatches 2 --lr 3e-3 --seed 1)
-for dt in f32 bf16; do
-    "$PIPIT" train --data data.txt "${TINY[@]}" --steps 200 --json --dtype "$dt" > "curve_$dt.log" 2>&1 \
-        || { cat "curve_$dt.log"; fail "train --dtype $dt"; }
-    loss_of "curve_$dt.log" > "curve_$dt.txt"
-done
-"$PY" - curve_f32.txt curve_bf16.txt "${BF16_TRAIN_RTOL:-0.02}" <<'EOF' || fail "bf16 curve is not within tolerance of f32's"
+# ---- 1. 200 steps, f32 and bf16, GPT-2 tiny and Llama tiny
+# (batches of 2 x 8 x 32 bytes at lr 1e-3: at lr 3e-3 and a quarter of the
+# batch, runs that differ in the last bit already wander +-3 % apart)
+judge() { # judge NAME: curve_NAME_f32.txt against curve_NAME_bf16.txt
+"$PY" - "curve_$1_f32.txt" "curve_$1_bf16.txt" "${BF16_TRAIN_RTOL:-0.02}" "$1" <<'EOF2'
 import sys
 f = [float(x) for x in open(sys.argv[1])]
 b = [float(x) for x in open(sys.argv[2])]
 tol = float(sys.argv[3])
 assert len(f) == len(b) == 200, (len(f), len(b))
+# A step's loss is one batch: it moves from batch to batch, and two
+# trajectories that round differently meet that noise differently, so the
+# verdict is on the loss averaged over the last 50 and the last 10 steps
+# (the final step's gap is printed, not judged).
+def gap(n):
+    return abs(sum(b[-n:]) - sum(f[-n:])) / sum(f[-n:])
 fin = abs(b[-1] - f[-1]) / f[-1]
-last = abs(sum(b[-10:]) - sum(f[-10:])) / sum(f[-10:])
 worst = max(abs(x - y) / y for x, y in zip(b, f))
-print(f"200 steps: f32 {f[0]:.4f} -> {f[-1]:.4f}, bf16 {b[0]:.4f} -> {b[-1]:.4f}: final {fin:.2%}, "
-      f"last 10 {last:.2%}, worst step {worst:.2%} apart (tolerance {tol:.0%})")
-ok = f[-1] < f[0] - 1 and b[-1] < b[0] - 1 and fin <= tol and last <= tol
+print(f"{sys.argv[4]}, 200 steps: f32 {f[0]:.4f} -> {f[-1]:.4f}, bf16 {b[0]:.4f} -> {b[-1]:.4f}: "
+      f"last 50 {gap(50):.2%}, last 10 {gap(10):.2%} apart (tolerance {tol:.0%}); final step {fin:.2%}, "
+      f"worst step {worst:.2%}")
+ok = f[-1] < f[0] - 1 and b[-1] < b[0] - 1 and gap(50) <= tol and gap(10) <= tol
 sys.exit(0 if ok else 1)
-EOF
+EOF2
+}
+RUN=(--ctx 32 --micro-batch 8 --microbatches 2 --lr 1e-3 --seed 1 --steps 200 --json)
+for model in gpt2 llama; do
+    if [ "$model" = gpt2 ]; then SHAPE=(--layers 2 --heads 2 --dim 64); else SHAPE=(--model llama-tiny); fi
+    for dt in f32 bf16; do
+        "$PIPIT" train --data data.txt "${SHAPE[@]}" "${RUN[@]}" --dtype "$dt" > "curve_${model}_$dt.log" 2>&1 \
+            || { cat "curve_${model}_$dt.log"; fail "$model train --dtype $dt"; }
+        loss_of "curve_${model}_$dt.log" > "curve_${model}_$dt.txt"
+    done
+    judge "$model" || fail "$model: the bf16 curve is not within tolerance of f32's"
+done
 
 # ---- 2. PyTorch autocast bf16, 5 steps
 MODEL=(--ctx 16 --layers 2 --heads 2 --dim 32 --micro-batch 2 --microbatches 2)

@@ -3,8 +3,8 @@
  * every op of the op table runs on the CUDA backend and on the CPU backend
  * from the same random inputs, and the results must agree.
  *
- * Each case builds a small graph of inputs and one or a few ops, in f32 and
- * f64, at several shapes (odd sizes, sizes that are not multiples of any
+ * Each case builds a small graph of inputs and one or a few ops, in f32,
+ * f64 and bf16, at several shapes (odd sizes, sizes that are not multiples of any
  * tile or of a warp, T and S not multiples of the attention tiles, head
  * sizes on every attention path, every broadcast and reduction path). The
  * harness then emits the VJP of every forward node (each with its own
@@ -16,6 +16,15 @@
  *   - relative error max|cuda - cpu| / max|cpu| <= 1e-5 in f32 and 1e-11
  *     in f64 (GEMMs are fp32 unless TF32 is turned on; a TF32 GEMM is held
  *     to TOL_TF32 = 5e-3: 10 mantissa bits, unit roundoff 2^-11);
+ *   - bf16 (the CPU backend's bf16 kernels as the reference; bf16 outputs,
+ *     and the fp32 losses and sums of bf16 values): the CPU's bits exactly
+ *     where both compute the same formula in the same order with one
+ *     rounding (bf16_bitwise: copies, cast, max, + - * /, scale, bias,
+ *     neg, abs, relu, sqrt); elsewhere every element within one bf16 ulp
+ *     of the CPU's (at the larger of the two magnitudes) plus the fp32
+ *     bound 1e-5 * max|cpu|: both compute in fp32 (or double), agree to
+ *     that, and round once -- a difference of fp32 rounding can move the
+ *     bf16 result by one ulp, no more;
  *   - thread ith = 1 of a 2-thread team launches nothing (the output keeps
  *     its 0xff fill), thread 0 writes every element (no NaN left);
  *   - a second run gives bitwise-identical output (determinism).
@@ -34,6 +43,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "ir/graph.h"
 #include "test.h"
+#include "util/bf16.h"
 
 #define SH(...) (int64_t[]){__VA_ARGS__}
 
@@ -276,6 +286,14 @@ static void c_gather(pipit_graph *g, pipit_dtype dt) {
     pipit_gather(g, in_f(g, dt, "t", 3, SH(11, 3, 5)), in_idx(g, 11, "a", 2, SH(2, 7)));
     pipit_gather(g, in_f(g, dt, "u", 1, SH(6)), in_idx(g, 6, "b", 1, SH(9)));
 }
+/* The case's dtype into each float dtype and back (the VJPs cast back);
+ * values of up to 2^20 and down to 2^-20, so rounding and ties occur. */
+static void c_cast(pipit_graph *g, pipit_dtype dt) {
+    pipit_val x = pipit_exp(g, pipit_scale(g, in_f(g, dt, "x", 2, SH(33, 17)), 14.0));
+    const pipit_dtype to[] = {PIPIT_F32, PIPIT_F64, PIPIT_BF16};
+    for (int i = 0; i < 3; i++)
+        if (to[i] != dt) pipit_cast(g, x, to[i]);
+}
 
 static const parity_case cases[] = {
     {"embed", c_embed},
@@ -299,6 +317,7 @@ static const parity_case cases[] = {
     {"slice_concat", c_slice_concat},
     {"gather", c_gather},
     {"tensor_parallel", c_tensor_parallel},
+    {"cast", c_cast},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -311,7 +330,49 @@ static double urand(void) { /* [-1, 1) */
 }
 
 static double elem(const void *p, pipit_dtype dt, int64_t i) {
+    if (dt == PIPIT_BF16) return pipit__bf16_to_f32(((const pipit__bf16 *)p)[i]);
     return dt == PIPIT_F64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
+}
+
+/* One bf16 ulp at magnitude |x| (8 significant bits; subnormals 2^-133). */
+static double bf16_ulp(double x) {
+    int e;
+    frexp(fabs(x), &e);
+    return ldexp(1.0, (e - 8 < -133 ? -133 : e - 8));
+}
+
+/* bf16 ops whose CUDA and CPU kernels compute the same formula in the
+ * same order with one rounding: bit for bit. */
+static int bf16_bitwise(int op) {
+    static const int ops[] = {PIPIT_OP_EMBED,   PIPIT_OP_GATHER, PIPIT_OP_ADD,      PIPIT_OP_SUB,
+                              PIPIT_OP_MUL,     PIPIT_OP_DIV,    PIPIT_OP_BROADCAST_TO, PIPIT_OP_NEG,
+                              PIPIT_OP_SQRT,    PIPIT_OP_ABS,    PIPIT_OP_ABS_DX,   PIPIT_OP_RELU,
+                              PIPIT_OP_RELU_DX, PIPIT_OP_SCALE,  PIPIT_OP_CAST,     PIPIT_OP_BIAS_ADD,
+                              PIPIT_OP_FILL,    PIPIT_OP_MAX,    PIPIT_OP_MAX_DX,   PIPIT_OP_PERMUTE,
+                              PIPIT_OP_SLICE,   PIPIT_OP_SLICE_DX, PIPIT_OP_CONCAT};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (ops[i] == op) return 1;
+    return 0;
+}
+
+/* The worst element of a bf16-mode node (bf16 output, or an fp32 loss or
+ * sum of bf16 values) against the bound of the file comment: its excess
+ * |cuda - cpu| / bound (<= 1 passes; any difference fails a bitwise op). */
+static double bf16_excess(const void *a, const void *ref, pipit_dtype dt, int64_t n, int bitwise, int64_t *at) {
+    double rmax = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) rmax = fmax(rmax, fabs(elem(ref, dt, i)));
+    *at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double x = elem(a, dt, i), r = elem(ref, dt, i), d = fabs(x - r);
+        if (d == 0 || (isnan(x) && isnan(r))) continue;
+        double bound = bitwise ? 0 : bf16_ulp(fmax(fabs(x), fabs(r))) + TOL_F32 * rmax;
+        double ex = bound > 0 ? d / bound : (double)INFINITY;
+        if (!(ex <= worst)) { /* NaN wins */
+            worst = ex;
+            *at = i;
+        }
+    }
+    return worst;
 }
 
 /* Random contents for an input leaf. */
@@ -326,6 +387,7 @@ static void fill_input(const pipit__node *n, void *buf) {
     } else {
         for (int64_t i = 0; i < cnt; i++) {
             if (n->dtype == PIPIT_F64) ((double *)buf)[i] = urand();
+            else if (n->dtype == PIPIT_BF16) ((pipit__bf16 *)buf)[i] = pipit__bf16_from_f64(urand());
             else ((float *)buf)[i] = (float)urand();
         }
     }
@@ -337,7 +399,7 @@ static void add_vjps(pipit_graph *g) {
     int32_t nfwd = g->n;
     for (int32_t i = 0; i < nfwd; i++) {
         const pipit__op_info *info = &pipit__ops[g->nodes[i].op];
-        if (!info->vjp || (info->flags & OPF_LEAF)) continue;
+        if (!info->vjp || (info->flags & OPF_LEAF) || g->nodes[i].dtype == PIPIT_I32) continue; /* ids: no gradient */
         char name[32];
         snprintf(name, sizeof name, "dout%d", (int)i);
         int64_t shape[PIPIT_MAX_DIMS];
@@ -388,6 +450,7 @@ static double rel_err(const void *a, const void *ref, pipit_dtype dt, int64_t n,
 
 typedef struct {
     int *seen;   /* [PIPIT_OP_COUNT]: ops that ran and matched */
+    int *seen_bf16; /* [PIPIT_OP_COUNT]: ... with a bf16 input or output */
     int nbad;
     const char *cname;
     pipit_dtype dt;
@@ -397,6 +460,12 @@ static void report(run_ctx *rc, const pipit__node *n, int32_t id, const char *wh
     fprintf(stderr, "cuda parity %s (%s) node %d %s: %s\n", rc->cname, pipit__dtype_name(rc->dt), (int)id,
             pipit__ops[n->op].name, what);
     rc->nbad++;
+}
+
+static int node_has_bf16(const pipit_graph *g, const pipit__node *n) {
+    int any = n->dtype == PIPIT_BF16;
+    for (int j = 0; j < n->nin; j++) any |= g->nodes[n->in[j]].dtype == PIPIT_BF16;
+    return any;
 }
 
 /* Runs node id on the CUDA backend from the CPU values of its inputs and
@@ -440,6 +509,19 @@ static void check_node(run_ctx *rc, const pipit_graph *g, int32_t id, void *cons
     if (n->dtype == PIPIT_I32) { /* a copy (slice, concat of token ids): the CPU's bytes */
         if (memcmp(got, ref, bytes) != 0) report(rc, n, id, "i32 output differs from the cpu's");
         else rc->seen[n->op] = 1;
+        goto done;
+    }
+    if (rc->dt == PIPIT_BF16) {
+        err = bf16_excess(got, ref, (pipit_dtype)n->dtype, cnt, bf16_bitwise(n->op), &at);
+        if (!(err <= 1)) {
+            snprintf(msg, sizeof msg, "%s (element %lld: cuda %.9g, cpu %.9g, %.3g x the bound)",
+                     bf16_bitwise(n->op) ? "bits differ from the cpu's bf16" : "beyond 1 bf16 ulp + 1e-5 max|cpu|",
+                     (long long)at, elem(got, (pipit_dtype)n->dtype, at), elem(ref, (pipit_dtype)n->dtype, at), err);
+            report(rc, n, id, msg);
+            goto done;
+        }
+        rc->seen[n->op] = 1;
+        if (node_has_bf16(g, n)) rc->seen_bf16[n->op] = 1;
         goto done;
     }
     err = rel_err(got, ref, (pipit_dtype)n->dtype, cnt, &at);
@@ -530,14 +612,15 @@ PIPIT_TEST(cuda_ops_parity) {
     if (!have_gpu(why, sizeof why)) PIPIT_SKIP("%s", why);
     pipit__backend_cpu.init();
     pipit__backend_cuda.init();
-    int seen[PIPIT_OP_COUNT] = {0};
-    run_ctx rc = {seen, 0, "", PIPIT_F32};
+    int seen[PIPIT_OP_COUNT] = {0}, seen_bf16[PIPIT_OP_COUNT] = {0};
+    run_ctx rc = {seen, seen_bf16, 0, "", PIPIT_F32};
     /* PIPIT_CUDA_CASE=name runs one case (debugging; no coverage check) */
     const char *only = getenv("PIPIT_CUDA_CASE");
     for (int i = 0; i < NCASES; i++) {
         if (only && *only && strcmp(only, cases[i].name) != 0) continue;
         run_case(&rc, &cases[i], PIPIT_F32);
         run_case(&rc, &cases[i], PIPIT_F64);
+        run_case(&rc, &cases[i], PIPIT_BF16);
     }
     ASSERT_EQ_I64(rc.nbad, 0);
     if (only && *only) return;
@@ -546,5 +629,7 @@ PIPIT_TEST(cuda_ops_parity) {
         pipit__node n = {0};
         n.op = (uint16_t)op;
         if (pipit__node_has_kernel(&n) && !seen[op]) PIPIT_FAIL_("op %s is in no CUDA parity case", pipit__ops[op].name);
+        if (pipit__node_has_kernel(&n) && !seen_bf16[op])
+            PIPIT_FAIL_("op %s never ran on bf16 values in the CUDA parity cases", pipit__ops[op].name);
     }
 }

@@ -4,7 +4,8 @@
  *   - memory and copies: zeroed allocations, upload/download round trips,
  *     device-to-device copies, out of memory as NULL, and CUDA errors that
  *     come back as a status naming the op (never an abort), once;
- *   - the primitives against the cpu backend: accumulate, per-use sums and
+ *   - the primitives against the cpu backend: accumulate (bf16 into fp32
+ *     too), per-use sums and
  *     SGD bit for bit (the same roundings), AdamW to 1e-6, sums of squares
  *     to 1e-12 and deterministic (also chunk by chunk);
  *   - GEMM against the cpu backend's for every transpose, padded leading
@@ -156,6 +157,24 @@ PIPIT_TEST(cuda_prims_accumulate_and_sum_uses) {
     cpu->accumulate(PIPIT_F32, PIPIT_F32, ref, h[2], N, 0, 0, 1);
     be->download(got, dacc, sizeof(float) * N);
     ASSERT_TRUE(memcmp(ref, got, sizeof(float) * N) == 0);
+    /* bf16 contributions into an fp32 accumulator: widened, added in fp32
+     * (the upper halves of h[4], h[5] and h[6] as bf16 values) */
+    uint16_t *hb = malloc(sizeof(uint16_t) * 3 * N);
+    for (int u = 0; u < 3; u++)
+        for (int i = 0; i < N; i++) {
+            uint32_t bits;
+            memcpy(&bits, &h[4 + u][i], 4);
+            hb[u * N + i] = (uint16_t)(bits >> 16);
+        }
+    void *db = dup_to_device(be, hb, sizeof(uint16_t) * 3 * N);
+    for (int u = 0; u < 3; u++) {
+        be->accumulate(PIPIT_F32, PIPIT_BF16, dacc, (char *)db + sizeof(uint16_t) * N * u, N, u == 0, 0, 1);
+        cpu->accumulate(PIPIT_F32, PIPIT_BF16, ref, hb + N * u, N, u == 0, 0, 1);
+    }
+    be->download(got, dacc, sizeof(float) * N);
+    ASSERT_TRUE(memcmp(ref, got, sizeof(float) * N) == 0);
+    be->free(db);
+    free(hb);
     /* per-use sums: 1, 2, 8, 9 and 11 uses (past one launch's 8), a
      * sub-range, srcs[0] == dst, and none (zeros) */
     int counts[] = {1, 2, 8, 9, 11};
@@ -446,6 +465,7 @@ typedef struct {
     pipit_schedule *sched;
     int M, D, zero1, steps;
     double lr;
+    pipit_dtype dtype; /* options.dtype: 0 (f32) or PIPIT_BF16 */
 } run_opts;
 
 /* Trains `steps` AdamW steps from seed-7 weights; fills snap. */
@@ -455,7 +475,8 @@ static pipit_status train(const pipit_gpt2_config *c, const run_opts *r, snapsho
     pipit_program *p = NULL;
     pipit_options o = {.schedule = r->sched, .microbatches = r->M, .threads = r->threads,
                        .optimizer = pipit_adamw(r->lr, 0.9, 0.95, 1e-8, 0.1), .clip_norm = 1.0,
-                       .data_parallel = r->D, .zero1 = r->zero1, .device = r->device, .tf32 = r->tf32};
+                       .data_parallel = r->D, .zero1 = r->zero1, .device = r->device, .tf32 = r->tf32,
+                       .dtype = r->dtype};
     pipit_status s = pipit_compile(g, loss, &o, &p);
     if (s) {
         pipit_graph_free(g);
@@ -527,14 +548,15 @@ static int close_to(const snapshot *ref, const snapshot *got, double rel, const 
     return bad;
 }
 
-static void cuda_vs_cpu(const pipit_gpt2_config *c, int threads, double lr, const char *what) {
+static void cuda_vs_cpu(const pipit_gpt2_config *c, int threads, double lr, pipit_dtype dt, double rel,
+                        const char *what) {
     snapshot ref = {0}, got = {0};
-    run_opts rc = {.device = "cpu", .threads = threads, .M = 2, .steps = 5, .lr = lr};
+    run_opts rc = {.device = "cpu", .threads = threads, .M = 2, .steps = 5, .lr = lr, .dtype = dt};
     run_opts rg = rc;
     rg.device = "cuda";
     ASSERT_OK(train(c, &rc, &ref));
     ASSERT_OK(train(c, &rg, &got));
-    ASSERT_EQ_I64(close_to(&ref, &got, 1e-5, what), 0);
+    ASSERT_EQ_I64(close_to(&ref, &got, rel, what), 0);
     snap_free(&ref);
     snap_free(&got);
 }
@@ -542,7 +564,18 @@ static void cuda_vs_cpu(const pipit_gpt2_config *c, int threads, double lr, cons
 PIPIT_TEST(cuda_gpt2_tiny_vs_cpu) {
     pipit_gpt2_config c = {.vocab = 97, .max_ctx = 32, .ctx = 32, .layers = 2, .heads = 4, .dim = 64, .batch = 2,
                            .stages = 1, .dtype = PIPIT_F32};
-    cuda_vs_cpu(&c, 1, 1e-3, "gpt2 tiny");
+    cuda_vs_cpu(&c, 1, 1e-3, PIPIT_F32, 1e-5, "gpt2 tiny");
+}
+
+/* bf16 (fp32 masters) on cuda against the cpu's bf16: every op agrees to
+ * one bf16 ulp (test_cuda_ops.c), GEMMs sum in other orders; over 5 AdamW
+ * steps the losses and params stay within 2e-3 relative (bf16's unit
+ * roundoff is 2^-8 = 3.9e-3; the cpu's bf16 against PyTorch autocast holds
+ * 1e-3 per step, tests/test_bf16_train.sh). */
+PIPIT_TEST(cuda_gpt2_tiny_bf16_vs_cpu_bf16) {
+    pipit_gpt2_config c = {.vocab = 97, .max_ctx = 32, .ctx = 32, .layers = 2, .heads = 4, .dim = 64, .batch = 2,
+                           .stages = 1, .dtype = PIPIT_F32};
+    cuda_vs_cpu(&c, 1, 1e-3, PIPIT_BF16, 2e-3, "gpt2 tiny bf16");
 }
 
 PIPIT_TEST(cuda_gpt2_124m_shapes_vs_cpu) {
@@ -550,10 +583,12 @@ PIPIT_TEST(cuda_gpt2_124m_shapes_vs_cpu) {
      * 12 layers and T = 128, so the cpu reference stays quick */
     pipit_gpt2_config c = {.vocab = 50257, .max_ctx = 1024, .ctx = 128, .layers = 2, .heads = 12, .dim = 768,
                            .batch = 2, .stages = 1, .dtype = PIPIT_F32};
-    cuda_vs_cpu(&c, 8, 3e-4, "gpt2 124M shapes");
+    cuda_vs_cpu(&c, 8, 3e-4, PIPIT_F32, 1e-5, "gpt2 124M shapes");
 }
 
-PIPIT_TEST(cuda_pipeline_bitwise) {
+/* Every schedule at P = 2 and 4 against the single-rank GPU run, bit for
+ * bit, in dtype dt. */
+static void pipeline_bitwise(pipit_dtype dt) {
     pipit_gpt2_config c = {.vocab = 64, .max_ctx = 16, .ctx = 16, .layers = 8, .heads = 2, .dim = 32, .batch = 2,
                            .stages = 1, .dtype = PIPIT_F32};
     const struct {
@@ -565,7 +600,7 @@ PIPIT_TEST(cuda_pipeline_bitwise) {
     for (int P = 2; P <= 4; P += 2) {
         int M = 2 * P;
         snapshot ref = {0};
-        run_opts r = {.device = "cuda", .M = M, .steps = 3, .lr = 1e-2};
+        run_opts r = {.device = "cuda", .M = M, .steps = 3, .lr = 1e-2, .dtype = dt};
         ASSERT_OK(train(&c, &r, &ref));
         for (int k = 0; k < 4; k++) {
             pipit_schedule *sch = NULL;
@@ -576,7 +611,8 @@ PIPIT_TEST(cuda_pipeline_bitwise) {
             rp.sched = sch;
             snapshot got = {0};
             char what[96];
-            snprintf(what, sizeof what, "cuda %s P=%d M=%d", pipit_schedule_kind_name(kinds[k].kind), P, M);
+            snprintf(what, sizeof what, "cuda %s %s P=%d M=%d", dt == PIPIT_BF16 ? "bf16" : "f32",
+                     pipit_schedule_kind_name(kinds[k].kind), P, M);
             pipit_status s = train(&cs, &rp, &got);
             if (s) fprintf(stderr, "%s: %s\n", what, pipit_errmsg());
             failures += s != PIPIT_STATUS_OK || same_bits(&ref, &got, what);
@@ -589,6 +625,13 @@ PIPIT_TEST(cuda_pipeline_bitwise) {
     fprintf(stderr, "%d pipelined GPU runs compared with the single-rank GPU run\n", ran);
     ASSERT_EQ_I64(failures, 0);
 }
+
+PIPIT_TEST(cuda_pipeline_bitwise) { pipeline_bitwise(PIPIT_F32); }
+
+/* bf16 compute, fp32 masters: bf16 activations and messages between
+ * stages, bf16 weight gradients into fp32 accumulators; the same bits as
+ * the single-rank bf16 GPU run. */
+PIPIT_TEST(cuda_pipeline_bitwise_bf16) { pipeline_bitwise(PIPIT_BF16); }
 
 PIPIT_TEST(cuda_data_parallel_bitwise) {
     pipit_gpt2_config c = {.vocab = 64, .max_ctx = 16, .ctx = 16, .layers = 4, .heads = 2, .dim = 32, .batch = 2,

@@ -632,12 +632,12 @@ static int attn_check(const pipit_cuda_attn *a, const char *what) {
 void pipit__cuda_attn_fwd(pipit_dtype dt, void *out, const void *q, const void *k, const void *v,
                           const pipit_cuda_attn *a) {
     if (attn_check(a, "attention: bad heads, head size or causal S != T")) return;
-    PIPIT_BY_DTYPE(dt, attn_fwd, out, q, k, v, *a);
+    PIPIT_BY_WIDE(dt, attn_fwd, out, q, k, v, *a);
     PIPIT_CUDA_LAUNCHED("attention");
 }
 
 void pipit__cuda_attn_bwd(pipit_dtype dt, void *dq, void *dk, void *dv, const void *q, const void *k, const void *v,
                           const void *dout, const pipit_cuda_attn *a) {
     if (attn_check(a, "attention backward: bad heads, head size or causal S != T")) return;
-    PIPIT_BY_DTYPE(dt, attn_bwd, dq, dk, dv, q, k, v, dout, *a);
+    PIPIT_BY_WIDE(dt, attn_bwd, dq, dk, dv, q, k, v, dout, *a);
 }

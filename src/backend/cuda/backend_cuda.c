@@ -305,10 +305,11 @@ static void cuda_gemm(pipit_dtype dt, int ta, int tb, int64_t batch, int64_t M, 
 static void cuda_accumulate(pipit_dtype dt, pipit_dtype xdt, void *acc, const void *x, int64_t n, int first, int ith,
                             int nth) {
     (void)nth;
-    (void)xdt; /* equal to dt: this backend has no bf16 (bf16 programs are refused on it) */
     if (ith != 0 || n <= 0) return;
     cudaStream_t s = pipit__cuda_stream();
-    if (first)
+    if (xdt == PIPIT_BF16 && dt == PIPIT_F32) /* a bf16 contribution into its fp32 accumulator */
+        pipit__cuda_check(pipit__cuda_launch_add_bf16(acc, x, n, first, s), "accumulate (bf16)");
+    else if (first)
         pipit__cuda_check(cudaMemcpyAsync(acc, x, (size_t)n * pipit__dtype_size(dt), cudaMemcpyDefault, s),
                           "accumulate (first)");
     else
@@ -395,7 +396,7 @@ const pipit__backend pipit__backend_cuda = {
     .adamw = cuda_adamw,
     .sgd = cuda_sgd,
     .host_memory = 0,
-    .bf16 = 0,
+    .bf16 = 1,
     .devices = cuda_devices,
     .bind = cuda_bind,
     .sync = cuda_sync,

@@ -32,6 +32,10 @@ extern "C" {
 /* acc[0, n) += x[0, n). */
 cudaError_t pipit__cuda_launch_add(int f64, void *acc, const void *x, int64_t n, cudaStream_t s);
 
+/* acc[0, n) (fp32) = x[0, n) (bf16) widened (first), or += it in fp32: a
+ * bf16 gradient contribution into its fp32 accumulator. */
+cudaError_t pipit__cuda_launch_add_bf16(float *acc, const void *x, int64_t n, int first, cudaStream_t s);
+
 /* dst[a, b) = ((srcs[0] + srcs[1]) + srcs[2]) ... for nsrcs >= 1 (srcs is
  * a host array of device pointers; srcs[0] may be dst). */
 cudaError_t pipit__cuda_launch_sum_uses(int f64, void *dst, void *const *srcs, int nsrcs, int64_t a, int64_t b,

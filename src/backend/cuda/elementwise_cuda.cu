@@ -3,8 +3,9 @@
  * and NumPy-broadcast), broadcast_to, scale, bias_add, fill, the unary
  * functions (neg ... tanh, GELU) and their fused gradients. Each output
  * element is one thread's, computed by the CPU's expression
- * (backend/cpu/kernels_impl.h) in the element type with the precise libm
- * functions; a grid-stride loop covers any size. Which thread computes an
+ * (backend/cpu/kernels_impl.h) in the arithmetic type (the element type;
+ * fp32 for bf16, loaded exactly and rounded once on store) with the
+ * precise libm functions; a grid-stride loop covers any size. Which thread computes an
  * element never changes its bits, so every kernel here is deterministic.
  */
 #include <cmath>
@@ -28,7 +29,7 @@ __device__ __forceinline__ T binop(T a, T b) {
 
 template <class T, int OP>
 __global__ void binary_kernel(T *out, const T *a, const T *b, int64_t n) {
-    PIPIT_GRID_STRIDE(i, n) out[i] = binop<T, OP>(a[i], b[i]);
+    PIPIT_GRID_STRIDE(i, n) out[i] = binop<pipit_arith<T>, OP>(a[i], b[i]);
 }
 
 /* The loop nest of a broadcast: out's dims, the strides of a and b. */
@@ -38,7 +39,9 @@ struct bcast_args {
 
 template <class T, int OP>
 __global__ void binary_bcast_kernel(T *out, const T *a, const T *b, bcast_args g, int64_t n) {
-    PIPIT_GRID_STRIDE(i, n) out[i] = binop<T, OP>(a[pipit_nest_at(g.d, g.sa, i)], b[pipit_nest_at(g.d, g.sb, i)]);
+    PIPIT_GRID_STRIDE(i, n) {
+        out[i] = binop<pipit_arith<T>, OP>(a[pipit_nest_at(g.d, g.sa, i)], b[pipit_nest_at(g.d, g.sb, i)]);
+    }
 }
 
 /* out [d] = x walked with strides sa (sb unused) */
@@ -116,24 +119,25 @@ void pipit__cuda_broadcast(pipit_dtype dt, void *out, const void *x, const int64
 /* ------------------------------------------------------------ scale, bias, fill */
 
 template <class T>
-__global__ void scale_kernel(T *out, const T *a, T alpha, int64_t n) {
-    PIPIT_GRID_STRIDE(i, n) out[i] = alpha * a[i];
+__global__ void scale_kernel(T *out, const T *a, pipit_arith<T> alpha, int64_t n) {
+    PIPIT_GRID_STRIDE(i, n) out[i] = alpha * (pipit_arith<T>)a[i];
 }
 /* out, x [rows, C]; bias [C] */
 template <class T>
 __global__ void bias_add_kernel(T *out, const T *x, const T *bias, int64_t n, int64_t C) {
-    PIPIT_GRID_STRIDE(i, n) out[i] = x[i] + bias[i % C];
+    PIPIT_GRID_STRIDE(i, n) out[i] = (pipit_arith<T>)x[i] + (pipit_arith<T>)bias[i % C];
 }
-/* out [n] = scalar[0] * scale, rounded once as on the CPU */
+/* out [n] = scalar[0] * scale, rounded once as on the CPU (bf16: from
+ * double, correctly) */
 template <class T>
 __global__ void fill_kernel(T *out, const T *scalar, double scale, int64_t n) {
-    T v = (T)((double)scalar[0] * scale);
+    T v = (T)((double)(pipit_arith<T>)scalar[0] * scale);
     PIPIT_GRID_STRIDE(i, n) out[i] = v;
 }
 
 void pipit__cuda_scale(pipit_dtype dt, void *out, const void *x, double alpha, int64_t n) {
     if (n <= 0) return;
-    PIPIT_LAUNCH_T(dt, scale_kernel, pipit_grid_for(n, NTH), NTH, (T *)out, (const T *)x, (T)alpha, n);
+    PIPIT_LAUNCH_T(dt, scale_kernel, pipit_grid_for(n, NTH), NTH, (T *)out, (const T *)x, (A)alpha, n);
     PIPIT_CUDA_LAUNCHED("scale");
 }
 
@@ -205,11 +209,11 @@ __device__ __forceinline__ T unary_dx(T v, T g) {
 
 template <class T, int OP>
 __global__ void unary_kernel(T *out, const T *x, int64_t n) {
-    PIPIT_GRID_STRIDE(i, n) out[i] = unary_f<T, OP>(x[i]);
+    PIPIT_GRID_STRIDE(i, n) out[i] = unary_f<pipit_arith<T>, OP>(x[i]);
 }
 template <class T, int OP>
 __global__ void unary_dx_kernel(T *dx, const T *t, const T *d, int64_t n) {
-    PIPIT_GRID_STRIDE(i, n) dx[i] = unary_dx<T, OP>(t[i], d[i]);
+    PIPIT_GRID_STRIDE(i, n) dx[i] = unary_dx<pipit_arith<T>, OP>(t[i], d[i]);
 }
 
 template <class T, int OP>

@@ -23,7 +23,12 @@
  * Compute types: fp32 (CUBLAS_COMPUTE_32F, and no tensor-core
  * implementation: CUBLASLT_MATMUL_PREF_IMPL_MASK) unless the program asked
  * for TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32); f64:
- * CUBLAS_COMPUTE_64F.
+ * CUBLAS_COMPUTE_64F; bf16 (A, B, C and D all bf16, the CPU's
+ * pipit__gemm_bf16 contract): CUBLAS_COMPUTE_32F with fp32 alpha and beta,
+ * tensor cores allowed (a product of two bf16 values is exact in fp32), so
+ * each element is summed in fp32 (C read into it when accumulating) and
+ * rounded once to bf16 on store. The same key, cache, workspace and
+ * no-split-K rules hold.
  */
 #include <pthread.h>
 #include <string.h>
@@ -131,9 +136,10 @@ static int layout(cublasLtMatrixLayout_t *l, cudaDataType_t type, int64_t rows, 
 static int desc_make(const gemm_key *k, gemm_desc *d) {
     memset(d, 0, sizeof *d);
     int f64 = k->dt == PIPIT_F64;
-    cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+    cudaDataType_t type = f64 ? CUDA_R_64F : k->dt == PIPIT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t scale = f64 ? CUDA_R_64F : CUDA_R_32F; /* alpha, beta: fp32 for bf16 too */
     cublasComputeType_t compute = f64 ? CUBLAS_COMPUTE_64F : k->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    if (lt_check(cublasLtMatmulDescCreate(&d->op, compute, type), "matmul descriptor")) return -1;
+    if (lt_check(cublasLtMatmulDescCreate(&d->op, compute, scale), "matmul descriptor")) return -1;
     cublasOperation_t opa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), "transa") ||
         lt_check(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), "transb"))
@@ -192,7 +198,7 @@ static int query_algo_impl(pipit__cuda_ctx *c, const gemm_key *k, const gemm_des
 }
 
 static int query_algo(pipit__cuda_ctx *c, const gemm_key *k, const gemm_desc *d, cublasLtMatmulAlgo_t *algo) {
-    int strict = k->dt != PIPIT_F64 && !k->tf32;
+    int strict = k->dt == PIPIT_F32 && !k->tf32;
     int found = query_algo_impl(c, k, d, strict, algo);
     return found == 0 && strict ? query_algo_impl(c, k, d, 0, algo) : found;
 }
@@ -274,10 +280,10 @@ void pipit__cuda_gemm(pipit_dtype dt, int trans_a, int trans_b, int64_t batch, i
         gemm_key k;
         memset(&k, 0, sizeof k);
         k.device = c->device;
-        k.dt = dt == PIPIT_F64 ? PIPIT_F64 : PIPIT_F32;
+        k.dt = dt == PIPIT_F64 || dt == PIPIT_BF16 ? dt : PIPIT_F32;
         k.ta = trans_a != 0;
         k.tb = trans_b != 0;
-        k.tf32 = dt != PIPIT_F64 && pipit__cuda_tf32();
+        k.tf32 = k.dt == PIPIT_F32 && pipit__cuda_tf32();
         k.batch = nb;
         k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
         k.sA = nb > 1 ? sA : 0, k.sB = nb > 1 ? sB : 0, k.sC = nb > 1 ? sC : 0;
@@ -295,7 +301,7 @@ void pipit__cuda_gemm(pipit_dtype dt, int trans_a, int trans_b, int64_t batch, i
         } else if (rc == 0) {
             pipit__cuda_fail("gemm: cuBLASLt has no algorithm for %s%s [%lld,%lld] x [%lld,%lld] (trans %d%d, ld "
                              "%lld %lld %lld)",
-                             dt == PIPIT_F64 ? "f64" : "f32", k.tf32 ? " (tf32)" : "", (long long)M, (long long)K,
+                             pipit__dtype_name((pipit_dtype)k.dt), k.tf32 ? " (tf32)" : "", (long long)M, (long long)K,
                              (long long)K, (long long)N, trans_a, trans_b, (long long)lda, (long long)ldb,
                              (long long)ldc);
             return;

@@ -90,7 +90,7 @@ __global__ void ln_stats_kernel(T *mean, T *rstd, const T *x, int64_t rows, int6
 void pipit__cuda_layernorm(pipit_dtype dt, void *out, const void *x, const void *w, const void *b, int64_t rows,
                            int64_t C, double eps) {
     if (rows <= 0 || C <= 0) return;
-    PIPIT_LAUNCH_T(dt, layernorm_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)out, (const T *)x,
+    PIPIT_LAUNCH_WIDE(dt, layernorm_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)out, (const T *)x,
                    (const T *)w, (const T *)b, rows, C, eps);
     PIPIT_CUDA_LAUNCHED("layernorm");
 }
@@ -98,7 +98,7 @@ void pipit__cuda_layernorm(pipit_dtype dt, void *out, const void *x, const void 
 void pipit__cuda_layernorm_dx(pipit_dtype dt, void *dx, const void *x, const void *w, const void *dout,
                               int64_t rows, int64_t C, double eps) {
     if (rows <= 0 || C <= 0) return;
-    PIPIT_LAUNCH_T(dt, layernorm_dx_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)dx,
+    PIPIT_LAUNCH_WIDE(dt, layernorm_dx_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)dx,
                    (const T *)x, (const T *)w, (const T *)dout, rows, C, eps);
     PIPIT_CUDA_LAUNCHED("ln_dx");
 }
@@ -131,7 +131,7 @@ static void layernorm_dw(void *dw, const void *x, const void *dout, int64_t rows
 void pipit__cuda_layernorm_dw(pipit_dtype dt, void *dw, const void *x, const void *dout, int64_t rows, int64_t C,
                               double eps) {
     if (C <= 0) return;
-    PIPIT_BY_DTYPE(dt, layernorm_dw, dw, x, dout, rows, C, eps);
+    PIPIT_BY_WIDE(dt, layernorm_dw, dw, x, dout, rows, C, eps);
 }
 
 /* ------------------------------------------------------------ RMSNorm */
@@ -198,7 +198,7 @@ struct col_of_rms_dw { /* dout[r,c] * (x[r,c] * r_r), formed in T as the CPU doe
 void pipit__cuda_rmsnorm(pipit_dtype dt, void *out, const void *x, const void *w, int64_t rows, int64_t C,
                          double eps) {
     if (rows <= 0 || C <= 0) return;
-    PIPIT_LAUNCH_T(dt, rmsnorm_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)out, (const T *)x,
+    PIPIT_LAUNCH_WIDE(dt, rmsnorm_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)out, (const T *)x,
                    (const T *)w, rows, C, eps);
     PIPIT_CUDA_LAUNCHED("rmsnorm");
 }
@@ -206,7 +206,7 @@ void pipit__cuda_rmsnorm(pipit_dtype dt, void *out, const void *x, const void *w
 void pipit__cuda_rmsnorm_dx(pipit_dtype dt, void *dx, const void *x, const void *w, const void *dout, int64_t rows,
                             int64_t C, double eps) {
     if (rows <= 0 || C <= 0) return;
-    PIPIT_LAUNCH_T(dt, rmsnorm_dx_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)dx, (const T *)x,
+    PIPIT_LAUNCH_WIDE(dt, rmsnorm_dx_kernel, pipit_warp_rows_grid(rows), PIPIT_WARP_ROWS_THREADS, (T *)dx, (const T *)x,
                    (const T *)w, (const T *)dout, rows, C, eps);
     PIPIT_CUDA_LAUNCHED("rms_dx");
 }
@@ -228,5 +228,5 @@ static void rmsnorm_dw(void *dw, const void *x, const void *dout, int64_t rows, 
 void pipit__cuda_rmsnorm_dw(pipit_dtype dt, void *dw, const void *x, const void *dout, int64_t rows, int64_t C,
                             double eps) {
     if (C <= 0) return;
-    PIPIT_BY_DTYPE(dt, rmsnorm_dw, dw, x, dout, rows, C, eps);
+    PIPIT_BY_WIDE(dt, rmsnorm_dw, dw, x, dout, rows, C, eps);
 }

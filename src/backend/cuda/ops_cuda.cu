@@ -17,6 +17,15 @@
  * f32 and f64, with the same accumulation types (double where the CPU sums
  * in double).
  *
+ * bf16 (mixed precision, compile/autocast.c): the elementwise kernels, the
+ * copies (permute, slices, concat, embed, gather, broadcast), cast and GEMM
+ * take bf16 directly (pipit_cuda_bf16 loaded into fp32, rounded once on
+ * store, as the CPU's bf16 kernels). The kernels that reduce (sums, max,
+ * softmax, cross-entropy, norms, RoPE, attention, the embedding's backward)
+ * run on fp32 copies of their bf16 inputs ("widened", below): the CPU's bf16
+ * kernels compute in fp32 too, so this is the same math, at the cost of one
+ * conversion pass each way through stream-ordered scratch.
+ *
  * Determinism: no floating-point atomics. Every reduction has an order fixed
  * by the shapes: a thread or warp owns each output and loops in order, and
  * wider reductions are fixed-shape trees (partials per row chunk, summed in
@@ -233,7 +242,7 @@ __global__ void embed_kernel(T *out, const T *table, const int32_t *idx, int64_t
                              int vp) {
     PIPIT_GRID_STRIDE(e, n * C) {
         int64_t i = e / C, c = e % C, v = (int64_t)idx[i] - off;
-        out[e] = v >= 0 && v < V ? table[v * C + c] : vp ? (T)0 : (T)NAN;
+        out[e] = v >= 0 && v < V ? table[v * C + c] : vp ? (T)0.0f : (T)NAN;
     }
 }
 
@@ -313,8 +322,8 @@ static void launch_embed_dtable(void *dtable, const int32_t *idx, const void *do
 static void cuda_EMBED_DTABLE(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
     int64_t V = k->node->shape[0];
-    PIPIT_BY_DTYPE(DT(k), launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)), V,
-             k->node->shape[1], k->node->iattr[1] ? k->shard * V : 0);
+    PIPIT_BY_WIDE(DT(k), launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)), V,
+                  k->node->shape[1], k->node->iattr[1] ? k->shard * V : 0);
 }
 
 /* ------------------------------------------------- tensor parallelism */
@@ -327,7 +336,7 @@ template <class T>
 __global__ void tp_pick_kernel(T *out, const T *z, const int32_t *y, int64_t rows, int64_t V, int64_t off) {
     PIPIT_GRID_STRIDE(r, rows) {
         int64_t v = (int64_t)y[r] - off;
-        out[r] = v >= 0 && v < V ? z[r * V + v] : (T)0;
+        out[r] = v >= 0 && v < V ? z[r * V + v] : (T)0.0f;
     }
 }
 
@@ -335,7 +344,7 @@ template <class T>
 __global__ void tp_pick_dx_kernel(T *dz, const int32_t *y, const T *d, int64_t rows, int64_t V, int64_t off) {
     PIPIT_GRID_STRIDE(e, rows * V) {
         int64_t r = e / V;
-        dz[e] = (int64_t)y[r] - off == e % V ? d[r] : (T)0;
+        dz[e] = (int64_t)y[r] - off == e % V ? d[r] : (T)0.0f;
     }
 }
 
@@ -381,8 +390,8 @@ static void cuda_GATHER(const pipit__kctx *k, int ith, int nth) {
 static void cuda_GATHER_DTABLE(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
     int64_t V = k->node->shape[0];
-    PIPIT_BY_DTYPE(DT(k), launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)),
-                   V, pipit__node_numel(k->node) / V, 0);
+    PIPIT_BY_WIDE(DT(k), launch_embed_dtable, k->out, (const int32_t *)k->in[0], k->in[1], pipit__node_numel(KIN(0)),
+                  V, pipit__node_numel(k->node) / V, 0);
 }
 
 /* ------------------------------------------------------------ reductions */
@@ -600,6 +609,139 @@ static void cuda_CONCAT(const pipit__kctx *k, int ith, int nth) {
     PIPIT_CUDA_LAUNCHED("concat");
 }
 
+/* ------------------------------------------------------------ cast, bf16 */
+
+/* out[i] = x[i] converted: exact when widening, else rounded once to
+ * nearest even (bf16 from f64 correctly, as util/bf16.h). */
+template <class O, class X>
+__global__ void convert_kernel(O *out, const X *x, int64_t n) {
+    PIPIT_GRID_STRIDE(i, n) out[i] = (O)(pipit_arith<X>)x[i];
+}
+
+template <class O, class X>
+static void launch_convert_as(void *out, const void *x, int64_t n) {
+    convert_kernel<O, X><<<pipit_grid_for(n, NTH), NTH, 0, pipit__cuda_stream()>>>((O *)out, (const X *)x, n);
+}
+
+template <class O>
+static void launch_convert(void *out, pipit_dtype xdt, const void *x, int64_t n) {
+    if (xdt == PIPIT_F64) launch_convert_as<O, double>(out, x, n);
+    else if (xdt == PIPIT_BF16) launch_convert_as<O, pipit_cuda_bf16>(out, x, n);
+    else launch_convert_as<O, float>(out, x, n);
+}
+
+/* out [n] (odt) = x [n] (xdt); the same dtype copies the bits (the CPU's
+ * pipit__convert). */
+static void convert(pipit_dtype odt, void *out, pipit_dtype xdt, const void *x, int64_t n) {
+    if (n <= 0 || (odt == xdt && out == x)) return;
+    if (odt == xdt) PIPIT_BY_DTYPE(odt, launch_copy_cols, out, n, 0, x, n, 0, 1, n);
+    else PIPIT_BY_DTYPE(odt, launch_convert, out, xdt, x, n);
+    PIPIT_CUDA_LAUNCHED("cast");
+}
+
+static void cuda_CAST(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    convert(DT(k), k->out, (pipit_dtype)KIN(0)->dtype, k->in[0], pipit__node_numel(k->node));
+}
+
+static int has_bf16(const pipit__kctx *k) {
+    int any = k->node->dtype == PIPIT_BF16;
+    for (int j = 0; j < k->node->nin; j++) any |= k->in_node[j]->dtype == PIPIT_BF16;
+    return any;
+}
+
+/* Runs fp32 kernel `f32` for bf16 op k: each bf16 input widened exactly
+ * into an fp32 copy, the kernel run on copies of the nodes with dtype f32,
+ * a bf16 output rounded once from its fp32 result (an fp32 output, as
+ * xent_rows' and sum's of bf16 values, is written in place). Scratch comes
+ * from the stream-ordered pool and goes back after the last reader. */
+static void run_widened(const pipit__kctx *k, pipit__op_kernel f32) {
+    pipit__node node = *k->node, in[PIPIT_MAX_IN];
+    pipit__kctx w = *k;
+    void *tmp[PIPIT_MAX_IN + 1] = {NULL};
+    const char *what = pipit__ops[node.op].name;
+    int ok = 1;
+    w.node = &node;
+    for (int j = 0; j < node.nin; j++) {
+        in[j] = *k->in_node[j];
+        w.in_node[j] = &in[j];
+        if (in[j].dtype != PIPIT_BF16) continue;
+        int64_t n = pipit__node_numel(&in[j]);
+        in[j].dtype = PIPIT_F32;
+        w.in[j] = tmp[j] = pipit__cuda_scratch((size_t)n * sizeof(float), what);
+        if (tmp[j]) convert(PIPIT_F32, tmp[j], PIPIT_BF16, k->in[j], n);
+        ok = ok && tmp[j];
+    }
+    int64_t n = pipit__node_numel(&node);
+    if (node.dtype == PIPIT_BF16) {
+        node.dtype = PIPIT_F32;
+        w.out = tmp[node.nin] = pipit__cuda_scratch((size_t)n * sizeof(float), what);
+        ok = ok && tmp[node.nin];
+    }
+    if (ok) {
+        f32(&w, 0, 1);
+        if (w.out != k->out) convert(PIPIT_BF16, k->out, PIPIT_F32, w.out, n);
+    }
+    for (int j = 0; j <= node.nin; j++) pipit__cuda_scratch_free(tmp[j], what);
+}
+
+/* The table entry of an op whose kernels take f32 / f64 only: bf16 runs
+ * widened. The #define after it points the table (below) at the wrapper. */
+#define WIDENED(NAME)                                                    \
+    static void wide_##NAME(const pipit__kctx *k, int ith, int nth) {    \
+        if (!has_bf16(k)) cuda_##NAME(k, ith, nth);                      \
+        else if (ith == 0) run_widened(k, cuda_##NAME);                  \
+    }
+WIDENED(EMBED_DTABLE)
+WIDENED(GATHER_DTABLE)
+WIDENED(SUM_TO)
+WIDENED(SUM_ROWS)
+WIDENED(SUM)
+WIDENED(MAX)
+WIDENED(MAX_DX)
+WIDENED(SOFTMAX)
+WIDENED(SOFTMAX_DX)
+WIDENED(LOG_SOFTMAX)
+WIDENED(LOG_SOFTMAX_DX)
+WIDENED(XENT_ROWS)
+WIDENED(XENT_DLOGITS)
+WIDENED(LAYERNORM)
+WIDENED(LN_DX)
+WIDENED(LN_DW)
+WIDENED(RMSNORM)
+WIDENED(RMS_DX)
+WIDENED(RMS_DW)
+WIDENED(ROPE)
+WIDENED(ATTENTION)
+WIDENED(ATTN_DQKV)
+WIDENED(ATTENTION_QKV)
+WIDENED(ATTN_QKV_D)
+#undef WIDENED
+#define cuda_EMBED_DTABLE wide_EMBED_DTABLE
+#define cuda_GATHER_DTABLE wide_GATHER_DTABLE
+#define cuda_SUM_TO wide_SUM_TO
+#define cuda_SUM_ROWS wide_SUM_ROWS
+#define cuda_SUM wide_SUM
+#define cuda_MAX wide_MAX
+#define cuda_MAX_DX wide_MAX_DX
+#define cuda_SOFTMAX wide_SOFTMAX
+#define cuda_SOFTMAX_DX wide_SOFTMAX_DX
+#define cuda_LOG_SOFTMAX wide_LOG_SOFTMAX
+#define cuda_LOG_SOFTMAX_DX wide_LOG_SOFTMAX_DX
+#define cuda_XENT_ROWS wide_XENT_ROWS
+#define cuda_XENT_DLOGITS wide_XENT_DLOGITS
+#define cuda_LAYERNORM wide_LAYERNORM
+#define cuda_LN_DX wide_LN_DX
+#define cuda_LN_DW wide_LN_DW
+#define cuda_RMSNORM wide_RMSNORM
+#define cuda_RMS_DX wide_RMS_DX
+#define cuda_RMS_DW wide_RMS_DW
+#define cuda_ROPE wide_ROPE
+#define cuda_ATTENTION wide_ATTENTION
+#define cuda_ATTN_DQKV wide_ATTN_DQKV
+#define cuda_ATTENTION_QKV wide_ATTENTION_QKV
+#define cuda_ATTN_QKV_D wide_ATTN_QKV_D
+
 /* ------------------------------------------------------------ the table */
 
 /* Leaves are bound from outside; reshape, view and yield alias their input. */
@@ -612,10 +754,6 @@ static void cuda_CONCAT(const pipit__kctx *k, int ith, int nth) {
 #define cuda_TP_COPY nullptr
 #define cuda_TP_SUM nullptr
 #define cuda_TP_MAX nullptr
-/* No CUDA cast kernel yet (the bf16 CUDA kernels bring it): the build
- * compiles, and a program with a cast is refused at compile ("the cuda
- * backend has no kernel for op 'cast'"). */
-#define cuda_CAST nullptr
 
 /* Generated from ops.def in its order (C++ has no designated array
  * initialisers), so an op without a CUDA kernel is a compile error here. */

@@ -11,8 +11,10 @@
 #ifndef PIPIT_OPS_CUDA_CUH
 #define PIPIT_OPS_CUDA_CUH
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_backend.h"
 
@@ -50,25 +52,109 @@ static inline unsigned pipit_grid_for(int64_t n, int per_block) {
 #define PIPIT_WARP_ROWS_THREADS (32 * PIPIT_WARP_ROWS)
 static inline unsigned pipit_warp_rows_grid(int64_t rows) { return pipit_grid_for(rows, PIPIT_WARP_ROWS); }
 
-/* Runs launcher fn<double> or fn<float> by dtype dt. */
-#define PIPIT_BY_DTYPE(dt, fn, ...)                     \
-    do {                                                \
-        if ((dt) == PIPIT_F64) fn<double>(__VA_ARGS__); \
-        else fn<float>(__VA_ARGS__);                    \
+/* ------------------------------------------------------------ bf16 */
+
+/* bfloat16 in device memory, with the CPU's conversions (util/bf16.h, bit
+ * for bit): to float exact; from float round to nearest even, NaN kept
+ * (quieted), overflow to infinity; from double correctly rounded (through
+ * fp32 rounded to odd). A storage type only: it converts implicitly to
+ * float and from float, double and int, so a kernel templated on its
+ * element type T loads bf16 into fp32 and rounds once where it stores,
+ * provided its intermediates are pipit_arith<T> (fp32), never T. */
+struct pipit_cuda_bf16 {
+    uint16_t bits;
+    pipit_cuda_bf16() = default;
+    __host__ __device__ pipit_cuda_bf16(float f) : bits(from_f32(f)) {}
+    __host__ __device__ pipit_cuda_bf16(double d) : bits(from_f64(d)) {}
+    __host__ __device__ pipit_cuda_bf16(int i) : bits(from_f32((float)i)) {}
+    __host__ __device__ operator float() const {
+        uint32_t u = (uint32_t)bits << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    static __host__ __device__ uint16_t from_f32(float f) {
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+        return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+    }
+    static __host__ __device__ uint16_t from_f64(double d) {
+        float f = (float)d;
+        if ((double)f != d && isfinite(f)) { /* inexact: toward zero, lowest bit set */
+            uint32_t u;
+            memcpy(&u, &f, sizeof u);
+            if (fabs((double)f) > fabs(d)) u -= 1; /* one step toward zero (|f| > 0 here) */
+            u |= 1u;
+            memcpy(&f, &u, sizeof f);
+        }
+        return from_f32(f);
+    }
+};
+
+/* The arithmetic type of element type T: fp32 for bf16, T itself else. */
+template <class T>
+struct pipit_arith_of {
+    typedef T type;
+};
+template <>
+struct pipit_arith_of<pipit_cuda_bf16> {
+    typedef float type;
+};
+template <class T>
+using pipit_arith = typename pipit_arith_of<T>::type;
+
+/* Runs launcher fn<double>, fn<pipit_cuda_bf16> or fn<float> by dtype dt. */
+#define PIPIT_BY_DTYPE(dt, fn, ...)                                       \
+    do {                                                                  \
+        if ((dt) == PIPIT_F64) fn<double>(__VA_ARGS__);                   \
+        else if ((dt) == PIPIT_BF16) fn<pipit_cuda_bf16>(__VA_ARGS__);    \
+        else fn<float>(__VA_ARGS__);                                      \
     } while (0)
 
 /* Launches kernel K<T> on the rank's stream, T the element type of dtype
- * dt (double for f64, else float); the arguments may name T, as in
- * (const T *)x, so one line serves both types. */
-#define PIPIT_LAUNCH_T(dt, K, grid, block, ...)                              \
+ * dt (double for f64, pipit_cuda_bf16 for bf16, else float); the arguments
+ * may name T, as in (const T *)x, and A (pipit_arith<T>), so one line
+ * serves every type. */
+#define PIPIT_LAUNCH_T(dt, K, grid, block, ...)                                  \
+    do {                                                                         \
+        if ((dt) == PIPIT_F64) {                                                 \
+            PIPIT_LAUNCH_AS(double, K, grid, block, __VA_ARGS__);                \
+        } else if ((dt) == PIPIT_BF16) {                                         \
+            PIPIT_LAUNCH_AS(pipit_cuda_bf16, K, grid, block, __VA_ARGS__);       \
+        } else {                                                                 \
+            PIPIT_LAUNCH_AS(float, K, grid, block, __VA_ARGS__);                 \
+        }                                                                        \
+    } while (0)
+#define PIPIT_LAUNCH_AS(type, K, grid, block, ...)                           \
     do {                                                                     \
-        if ((dt) == PIPIT_F64) {                                             \
-            typedef double T;                                                \
-            K<T><<<(grid), (block), 0, pipit__cuda_stream()>>>(__VA_ARGS__); \
-        } else {                                                             \
-            typedef float T;                                                 \
-            K<T><<<(grid), (block), 0, pipit__cuda_stream()>>>(__VA_ARGS__); \
-        }                                                                    \
+        typedef type T;                                                      \
+        typedef pipit_arith<T> A;                                            \
+        (void)sizeof(A);                                                     \
+        K<T><<<(grid), (block), 0, pipit__cuda_stream()>>>(__VA_ARGS__);     \
+    } while (0)
+
+/* The same for the kernels that take f32 and f64 only (reductions, norms,
+ * softmax, cross-entropy, RoPE, attention, the embedding's backward): their
+ * bf16 ops run them on fp32 copies (ops_cuda.cu's run_widened), so bf16
+ * never reaches them; if it did, the launch is refused, not run on memory
+ * of another type. */
+#define PIPIT_WIDE_ONLY(dt, what) \
+    ((dt) == PIPIT_BF16 ? (pipit__cuda_check(cudaErrorInvalidValue, what ": bf16 reached an fp32-only kernel"), 1) : 0)
+#define PIPIT_BY_WIDE(dt, fn, ...)                              \
+    do {                                                        \
+        if (PIPIT_WIDE_ONLY(dt, #fn)) break;                    \
+        if ((dt) == PIPIT_F64) fn<double>(__VA_ARGS__);         \
+        else fn<float>(__VA_ARGS__);                            \
+    } while (0)
+#define PIPIT_LAUNCH_WIDE(dt, K, grid, block, ...)                   \
+    do {                                                             \
+        if (PIPIT_WIDE_ONLY(dt, #K)) break;                          \
+        if ((dt) == PIPIT_F64) {                                     \
+            PIPIT_LAUNCH_AS(double, K, grid, block, __VA_ARGS__);    \
+        } else {                                                     \
+            PIPIT_LAUNCH_AS(float, K, grid, block, __VA_ARGS__);     \
+        }                                                            \
     } while (0)
 
 /* Reports a failed launch (the sticky error of cuda_backend.h). */

@@ -7,6 +7,8 @@
  * bits depend on the element count and values only, never on timing, the
  * grid or the device. No atomics anywhere.
  */
+#include <string.h>
+
 #include "backend/cuda/cuda_prims.h"
 
 namespace {
@@ -37,6 +39,17 @@ template <typename T>
 __global__ void add_kernel(T *__restrict__ acc, const T *__restrict__ x, int64_t n) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         acc[i] = add_rn(acc[i], x[i]);
+}
+
+/* acc (fp32) = or += x (bf16, the upper half of an fp32: widened exactly by
+ * a shift), added in fp32: the CPU's accumulate_bf16. */
+__global__ void add_bf16_kernel(float *__restrict__ acc, const uint16_t *__restrict__ x, int64_t n, int first) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t u = (uint32_t)x[i] << 16;
+        float v;
+        memcpy(&v, &u, sizeof v);
+        acc[i] = first ? v : add_rn(acc[i], v);
+    }
 }
 
 /* Up to kSrcs sources per launch; longer lists continue from dst, which
@@ -152,6 +165,12 @@ cudaError_t pipit__cuda_launch_add(int f64, void *acc, const void *x, int64_t n,
     if (n <= 0) return cudaSuccess;
     if (f64) add_kernel<double><<<blocks_for(n), kThreads, 0, s>>>((double *)acc, (const double *)x, n);
     else add_kernel<float><<<blocks_for(n), kThreads, 0, s>>>((float *)acc, (const float *)x, n);
+    return cudaGetLastError();
+}
+
+cudaError_t pipit__cuda_launch_add_bf16(float *acc, const void *x, int64_t n, int first, cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
+    add_bf16_kernel<<<blocks_for(n), kThreads, 0, s>>>(acc, (const uint16_t *)x, n, first);
     return cudaGetLastError();
 }
 

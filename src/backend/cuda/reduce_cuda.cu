@@ -35,7 +35,7 @@ static void sum_rows(void *out, const void *x, int64_t rows, int64_t C) {
 }
 
 void pipit__cuda_sum_rows(pipit_dtype dt, void *out, const void *x, int64_t rows, int64_t C) {
-    PIPIT_BY_DTYPE(dt, sum_rows, out, x, rows, C);
+    PIPIT_BY_WIDE(dt, sum_rows, out, x, rows, C);
 }
 
 /* ------------------------------------------------------------ sum of everything */
@@ -59,7 +59,7 @@ __global__ void sum_all_kernel(T *out, const T *x, int64_t n, double scale) {
 }
 
 void pipit__cuda_sum_all(pipit_dtype dt, void *out, const void *x, int64_t n, double scale) {
-    PIPIT_LAUNCH_T(dt, sum_all_kernel, 1, SUM_THREADS, (T *)out, (const T *)x, n, scale);
+    PIPIT_LAUNCH_WIDE(dt, sum_all_kernel, 1, SUM_THREADS, (T *)out, (const T *)x, n, scale);
     PIPIT_CUDA_LAUNCHED("sum");
 }
 
@@ -131,7 +131,7 @@ void pipit__cuda_sum_to(pipit_dtype dt, void *out, const void *x, const int64_t 
         nin *= g.sd[a];
     }
     if (nout <= 0) return;
-    PIPIT_BY_DTYPE(dt, sum_to, out, x, g, nout, nin, scale);
+    PIPIT_BY_WIDE(dt, sum_to, out, x, g, nout, nin, scale);
 }
 
 /* ------------------------------------------------------------ max along an axis */
@@ -163,7 +163,7 @@ __global__ void max_dx_kernel(T *dx, const T *x, const T *d, int64_t outer, int6
 
 void pipit__cuda_max_axis(pipit_dtype dt, void *out, const void *x, int64_t outer, int64_t n, int64_t inner) {
     if (outer * inner <= 0 || n <= 0) return;
-    PIPIT_LAUNCH_T(dt, max_axis_kernel, pipit_grid_for(outer * inner, NTH), NTH, (T *)out, (const T *)x, outer, n,
+    PIPIT_LAUNCH_WIDE(dt, max_axis_kernel, pipit_grid_for(outer * inner, NTH), NTH, (T *)out, (const T *)x, outer, n,
                    inner);
     PIPIT_CUDA_LAUNCHED("max");
 }
@@ -171,7 +171,7 @@ void pipit__cuda_max_axis(pipit_dtype dt, void *out, const void *x, int64_t oute
 void pipit__cuda_max_dx(pipit_dtype dt, void *dx, const void *x, const void *d, int64_t outer, int64_t n,
                         int64_t inner) {
     if (outer * inner <= 0 || n <= 0) return;
-    PIPIT_LAUNCH_T(dt, max_dx_kernel, pipit_grid_for(outer * inner, NTH), NTH, (T *)dx, (const T *)x, (const T *)d,
+    PIPIT_LAUNCH_WIDE(dt, max_dx_kernel, pipit_grid_for(outer * inner, NTH), NTH, (T *)dx, (const T *)x, (const T *)d,
                    outer, n, inner);
     PIPIT_CUDA_LAUNCHED("max_dx");
 }
@@ -246,15 +246,15 @@ void pipit__cuda_softmax(pipit_dtype dt, int op, void *out, const void *x, const
     if (rows <= 0 || C <= 0) return;
     const unsigned grid = pipit_warp_rows_grid(rows), block = PIPIT_WARP_ROWS_THREADS;
     switch (op) {
-    case PIPIT_OP_SOFTMAX: PIPIT_LAUNCH_T(dt, softmax_kernel, grid, block, (T *)out, (const T *)x, rows, C); break;
+    case PIPIT_OP_SOFTMAX: PIPIT_LAUNCH_WIDE(dt, softmax_kernel, grid, block, (T *)out, (const T *)x, rows, C); break;
     case PIPIT_OP_LOG_SOFTMAX:
-        PIPIT_LAUNCH_T(dt, log_softmax_kernel, grid, block, (T *)out, (const T *)x, rows, C);
+        PIPIT_LAUNCH_WIDE(dt, log_softmax_kernel, grid, block, (T *)out, (const T *)x, rows, C);
         break;
     case PIPIT_OP_SOFTMAX_DX:
-        PIPIT_LAUNCH_T(dt, softmax_dx_kernel, grid, block, (T *)out, (const T *)x, (const T *)d, rows, C);
+        PIPIT_LAUNCH_WIDE(dt, softmax_dx_kernel, grid, block, (T *)out, (const T *)x, (const T *)d, rows, C);
         break;
     case PIPIT_OP_LOG_SOFTMAX_DX:
-        PIPIT_LAUNCH_T(dt, log_softmax_dx_kernel, grid, block, (T *)out, (const T *)x, (const T *)d, rows, C);
+        PIPIT_LAUNCH_WIDE(dt, log_softmax_dx_kernel, grid, block, (T *)out, (const T *)x, (const T *)d, rows, C);
         break;
     default: pipit__cuda_check(cudaErrorInvalidValue, "softmax: not a softmax op"); return;
     }
@@ -348,7 +348,7 @@ void pipit__cuda_xent_rows(pipit_dtype dt, void *loss, const void *logits, const
         pipit__cuda_check(cudaErrorInvalidValue, "xent_rows: empty rows or more than 2^31 rows");
         return;
     }
-    PIPIT_LAUNCH_T(dt, xent_rows_kernel, (unsigned)rows, XENT_THREADS, (T *)loss, (const T *)logits, targets, V);
+    PIPIT_LAUNCH_WIDE(dt, xent_rows_kernel, (unsigned)rows, XENT_THREADS, (T *)loss, (const T *)logits, targets, V);
     PIPIT_CUDA_LAUNCHED("xent_rows");
 }
 
@@ -359,7 +359,7 @@ void pipit__cuda_xent_dlogits(pipit_dtype dt, void *dlogits, const void *logits,
         pipit__cuda_check(cudaErrorInvalidValue, "xent_dlogits: more than 2^31 rows");
         return;
     }
-    PIPIT_LAUNCH_T(dt, xent_dlogits_kernel, (unsigned)rows, XENT_THREADS, (T *)dlogits, (const T *)logits, targets,
+    PIPIT_LAUNCH_WIDE(dt, xent_dlogits_kernel, (unsigned)rows, XENT_THREADS, (T *)dlogits, (const T *)logits, targets,
                    (const T *)dloss, V);
     PIPIT_CUDA_LAUNCHED("xent_dlogits");
 }

@@ -73,5 +73,5 @@ static void rope(void *out, const void *x, int64_t B, int64_t Tn, int64_t H, int
 void pipit__cuda_rope(pipit_dtype dt, void *out, const void *x, int64_t B, int64_t T, int64_t H, int64_t D,
                       int64_t pos0, double theta, int inverse) {
     if (B <= 0 || T <= 0 || H <= 0 || D < 2) return;
-    PIPIT_BY_DTYPE(dt, rope, out, x, B, T, H, D, pos0, theta, inverse);
+    PIPIT_BY_WIDE(dt, rope, out, x, B, T, H, D, pos0, theta, inverse);
 }

@@ -186,6 +186,9 @@ void pipit__cuda_gemm(pipit_dtype dt, int trans_a, int trans_b, int64_t batch, i
     if (dt == PIPIT_F64)
         pipit__gemm_f64(trans_a, trans_b, batch, M, N, K, (const double *)A, lda, sA, (const double *)B, ldb, sB,
                         (double *)C, ldc, sC, accumulate, 0, 1);
+    else if (dt == PIPIT_BF16) /* the same bf16 contract as cuBLASLt's: fp32 sums, rounded once */
+        pipit__gemm_bf16(trans_a, trans_b, batch, M, N, K, (const pipit__bf16 *)A, lda, sA, (const pipit__bf16 *)B,
+                         ldb, sB, (pipit__bf16 *)C, ldc, sC, accumulate, 0, 1);
     else
         pipit__gemm_f32(trans_a, trans_b, batch, M, N, K, (const float *)A, lda, sA, (const float *)B, ldb, sB,
                         (float *)C, ldc, sC, accumulate, 0, 1);
@@ -200,6 +203,6 @@ static void emu_download(void *host, const void *src, size_t n) { memcpy(host, s
 const pipit__backend pipit__backend_cuda = {
     "cuda", emu_init, emu_alloc, emu_alloc, NULL, emu_free, emu_upload, emu_download, pipit__cuda_ops,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    0, NULL, NULL, NULL, NULL, /* host_memory, devices, bind, sync, sumsq_chunks: unused by the parity test */
+    0, 1, NULL, NULL, NULL, NULL, /* host_memory, bf16, devices, bind, sync, sumsq_chunks: unused by the parity test */
 };
 }
