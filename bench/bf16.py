@@ -37,9 +37,9 @@ import peers  # noqa: E402
 
 
 def pipit_run(build, model, threads, steps, warmup, dtype):
-    _, V, T, L, H, C, B = model
+    _, V, T, L, H, C, B, llama = model
     cmd = ["taskset", "-c", peers.cpus_for(threads), os.path.join(build, "bench_train"),
-           *(str(x) for x in (V, T, L, H, C, B, threads, steps, warmup))]
+           *(str(x) for x in (V, T, L, H, C, B, threads, steps, warmup) + (llama or ()))]
     r = peers.run_json(cmd, {"PIPIT_BENCH_DTYPE": dtype}, 1800)
     if "ms_median" in r:
         r["ms_per_step"] = r["ms_median"]
@@ -58,23 +58,8 @@ def fmt(r, key="ms_per_step", w=10, prec=1):
     return f"{r[key]:{w}.{prec}f}" if key in r else f"{'failed':>{w}}"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build-bench", help="folder with bench_train and bench_bf16")
-    ap.add_argument("--quick", action="store_true", help="the small GPT-2 instead of 124M")
-    ap.add_argument("--steps", type=int, default=0, help="timed steps (default 5 for 124M, 10 small)")
-    ap.add_argument("--warmup", type=int, default=0, help="warm-up steps (default 2)")
-    args = ap.parse_args()
-
-    print("== the bf16 GEMM and the CPU's peaks (bench_bf16)", flush=True)
-    r = subprocess.run([os.path.join(args.build, "bench_bf16")], text=True)
-    if r.returncode:
-        print(f"bench_bf16 failed (exit {r.returncode})")
-
-    found, skipped = bf16_peers()
-    for s in skipped:
-        print(f"  skipped {s}")
-    model = peers.SMALL if args.quick else peers.GPT2
+def bench_model(args, model, found):
+    """pipit f32 and bf16 and the bf16 peers on one model, 1 and 2 threads: a table."""
     steps = args.steps or (10 if args.quick else 5)
     warmup = args.warmup or 2
     rows = []
@@ -116,6 +101,29 @@ def main():
             else:
                 print(f"    thr={threads} {n:12} cpu/wall {peers.check_mark(r, threads)}, cpu ms/step "
                       f"{r.get('cpu_ms_per_step', '?')}, loss {r.get('loss', '?')}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build-bench", help="folder with bench_train and bench_bf16")
+    ap.add_argument("--quick", action="store_true", help="the small GPT-2 instead of 124M")
+    ap.add_argument("--models", default="gpt2-124M,llama-100m",
+                    help="comma-separated, from bench/peers.py's models (--quick: small)")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps (default 5 for 124M, 10 small)")
+    ap.add_argument("--warmup", type=int, default=0, help="warm-up steps (default 2)")
+    args = ap.parse_args()
+
+    print("== the bf16 GEMM and the CPU's peaks (bench_bf16)", flush=True)
+    r = subprocess.run([os.path.join(args.build, "bench_bf16")], text=True)
+    if r.returncode:
+        print(f"bench_bf16 failed (exit {r.returncode})")
+
+    found, skipped = bf16_peers()
+    for s in skipped:
+        print(f"  skipped {s}")
+    models = [peers.SMALL] if args.quick else [peers.MODELS[m] for m in args.models.split(",")]
+    for model in models:
+        bench_model(args, model, found)
     print("\n  peers (version; settings):")
     for p in found:
         print(f"    {p.name:12} {p.version}; {p.describe()}")
