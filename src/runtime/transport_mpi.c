@@ -53,6 +53,7 @@
  */
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -124,6 +125,10 @@ typedef struct {
     int aborted; /* failing rank + 1, 0 if none */
     char abort_msg[MSG_MAX];
 
+    /* the rank thread inside wait_req (polling or blocked: either way its
+     * MPI calls move every request of the process, so the monitor leaves
+     * the sends alone instead of contending for MPI's locks and a core) */
+    atomic_int in_wait;
     /* the rank thread blocked in MPI, and how to wake it */
     int waiting;
     double wait_deadline;
@@ -259,7 +264,19 @@ typedef enum { WAIT_OK = 0, WAIT_ABORTED, WAIT_TIMEOUT, WAIT_ERROR } wait_result
  * the wait began). *rc: MPI's code when WAIT_ERROR (or an error in the
  * completed request's status). On anything but WAIT_OK the request is
  * still active: the caller cancels or abandons it. */
+static wait_result wait_req_in(mpi_transport *t, MPI_Request *req, MPI_Status *st, double timeout, int *rc);
+
 static wait_result wait_req(mpi_transport *t, MPI_Request *req, MPI_Status *st, double timeout, int *rc) {
+    atomic_store_explicit(&t->in_wait, 1, memory_order_relaxed);
+    wait_result w = wait_req_in(t, req, st, timeout, rc);
+    atomic_store_explicit(&t->in_wait, 0, memory_order_relaxed);
+    pthread_mutex_lock(&t->mu); /* sends still moving: the monitor takes them over while the rank computes */
+    if (t->nsends > 0 || t->nzs > 0) pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return w;
+}
+
+static wait_result wait_req_in(mpi_transport *t, MPI_Request *req, MPI_Status *st, double timeout, int *rc) {
     double t0 = now_s();
     *rc = MPI_SUCCESS;
     for (unsigned iter = 1;; iter++) {
@@ -766,7 +783,7 @@ static void *monitor_main(void *arg) {
         check_peers_locked(t, now);
         wake_waiter_locked(t, now);
         /* sends move while the rank computes; while it waits in MPI, it moves them */
-        if (!t->waiting && test_sends_locked(t) > 0) {
+        if (!t->waiting && !atomic_load_explicit(&t->in_wait, memory_order_relaxed) && test_sends_locked(t) > 0) {
             pthread_mutex_unlock(&t->mu);
             backoff_wait(&b);
             pthread_mutex_lock(&t->mu);
