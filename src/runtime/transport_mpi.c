@@ -24,8 +24,10 @@
  *    MPI. While the rank computes with sends outstanding, the monitor calls
  *    MPI_Testsome, spinning for PROGRESS_SPIN_NS and then sleeping with a
  *    doubling back-off up to BACKOFF_MAX_NS (on 2 cores a busy poller would
- *    take a core from compute); while the rank itself waits in MPI it leaves
- *    the progress to it. The same thread receives the control messages
+ *    take a core from compute); from the moment the rank enters a wait
+ *    (polling or blocked: its MPI calls move every request of the process)
+ *    it leaves the progress to it, and the rank signals it on the way out
+ *    if sends are still moving. The same thread receives the control messages
  *    (aborts, heartbeats) and sends this process's heartbeats.
  *  - Fail fast: every process sends a heartbeat to each peer it watches
  *    (every peer up to 64 processes, else its ring neighbours) every
