@@ -121,6 +121,9 @@ def main():
     found, skipped = bf16_peers()
     for s in skipped:
         print(f"  skipped {s}")
+    unknown = [m for m in args.models.split(",") if m not in peers.MODELS]
+    if unknown:
+        sys.exit(f"bf16.py: unknown model(s) {', '.join(unknown)} in --models; known: {', '.join(peers.MODELS)}")
     models = [peers.SMALL] if args.quick else [peers.MODELS[m] for m in args.models.split(",")]
     for model in models:
         bench_model(args, model, found)
