@@ -112,6 +112,9 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default 5 for 124M, 10 small)")
     ap.add_argument("--warmup", type=int, default=0, help="warm-up steps (default 2)")
     args = ap.parse_args()
+    unknown = [m for m in args.models.split(",") if m not in peers.MODELS]
+    if unknown:
+        sys.exit(f"bf16.py: unknown model(s) {', '.join(unknown)} in --models; known: {', '.join(peers.MODELS)}")
 
     print("== the bf16 GEMM and the CPU's peaks (bench_bf16)", flush=True)
     r = subprocess.run([os.path.join(args.build, "bench_bf16")], text=True)
@@ -121,9 +124,6 @@ def main():
     found, skipped = bf16_peers()
     for s in skipped:
         print(f"  skipped {s}")
-    unknown = [m for m in args.models.split(",") if m not in peers.MODELS]
-    if unknown:
-        sys.exit(f"bf16.py: unknown model(s) {', '.join(unknown)} in --models; known: {', '.join(peers.MODELS)}")
     models = [peers.SMALL] if args.quick else [peers.MODELS[m] for m in args.models.split(",")]
     for model in models:
         bench_model(args, model, found)
