@@ -160,6 +160,54 @@ PIPIT_TEST(mpi_transport_progress) {
     t->vt->free(t);
 }
 
+/* The monitor completes several isends in one MPI_Testsome: each
+ * completion marks the send MPI finished, not a later one. Sixteen small
+ * (eager) isends are queued before one large (rendezvous) isend the
+ * receiver takes only 0.3 s later; while the sender computes, the monitor
+ * finds the small ones done. Its fence of the large one must wait for that
+ * receive: once it returns the sender overwrites the buffer, and what
+ * arrives must still be what was sent. */
+PIPIT_TEST(mpi_transport_fence_after_testsome) {
+    enum { K = 16 };
+    uint64_t tags[K + 1];
+    for (int i = 0; i <= K; i++) tags[i] = pipit__tag(PIPIT_TAG_VALUE, 7, i); /* ascending */
+    pipit__transport *t = mpi_two(tags, K + 1);
+    NEED_MPI(t);
+    int me = pipit_process_rank();
+    size_t n = 1 << 20;
+    unsigned char *big = malloc(n), small[K][8];
+    ASSERT_TRUE(big);
+    unsigned char sync = 0;
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    if (me == 0) {
+        for (int i = 0; i < K; i++) {
+            fill(small[i], 8, 60 + i);
+            ASSERT_OK(t->vt->isend(t, 0, 1, tags[i], small[i], 8));
+        }
+        fill(big, n, 77);
+        ASSERT_OK(t->vt->isend(t, 0, 1, tags[K], big, n));
+        double t0 = now();
+        volatile double x = 0; /* compute, no MPI calls: the monitor tests the sends */
+        while (now() - t0 < 0.1) x += 1.0;
+        ASSERT_OK(t->vt->fence(t, 0, 1, tags[K]));
+        double dt = now() - t0;
+        memset(big, 0xee, n); /* the buffer is the caller's again */
+        for (int i = 0; i < K; i++) ASSERT_OK(t->vt->fence(t, 0, 1, tags[i]));
+        printf("the large isend's fence returned after %.3f s (the receive was posted after 0.3 s)\n", dt);
+    } else {
+        sleep_s(0.3);
+        ASSERT_OK(t->vt->recv(t, 1, 0, tags[K], big, n));
+        ASSERT_TRUE(check_pattern(big, n, 77));
+        for (int i = 0; i < K; i++) {
+            ASSERT_OK(t->vt->recv(t, 1, 0, tags[i], small[i], 8));
+            ASSERT_TRUE(check_pattern(small[i], 8, 60 + i));
+        }
+    }
+    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+    free(big);
+    t->vt->free(t);
+}
+
 PIPIT_TEST(mpi_transport_bcast) {
     uint64_t tag = pipit__tag(PIPIT_TAG_LOSS, 0, 0);
     pipit__transport *t = mpi_two(&tag, 1);

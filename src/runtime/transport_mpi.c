@@ -116,7 +116,7 @@ typedef struct {
     zsend *zs;
     int nzs, nzs_cap;
     MPI_Request *reqs; /* scratch for Testsome */
-    int *idx, nreqs_cap;
+    int *idx, *at, nreqs_cap; /* Testsome's indices; what each scratch entry is */
     cached cache[CACHE_MAX_COUNT];
     int ncache;
     size_t cache_bytes;
@@ -389,7 +389,10 @@ static void *grow(void *v, int n, int *cap, size_t size) {
 }
 
 /* Tests the outstanding copying sends and isends once (those not taken by
- * a fence); returns how many remain. t->mu held. */
+ * a fence); returns how many remain. t->mu held. Scratch entry k of
+ * t->reqs is copying send k (k < nsends), else the isend t->zs[at[k]]:
+ * the map is made before any entry changes, so each completion marks the
+ * very send MPI completed. */
 static int test_sends_locked(mpi_transport *t) {
     int n = 0;
     for (int i = 0; i < t->nzs; i++) n += !t->zs[i].done;
@@ -401,13 +404,15 @@ static int test_sends_locked(mpi_transport *t) {
         if (r) t->reqs = r;
         int *x = r ? pipit__realloc(t->idx, (size_t)c * sizeof *x) : NULL;
         if (x) t->idx = x;
-        if (!x) return n; /* no scratch: try again later */
+        int *a = x ? pipit__realloc(t->at, (size_t)c * sizeof *a) : NULL;
+        if (a) t->at = a;
+        if (!a) return n; /* no scratch: try again later */
         t->nreqs_cap = c;
     }
     int k = 0;
-    for (int i = 0; i < t->nsends; i++) t->reqs[k++] = t->sends[i].req;
+    for (int i = 0; i < t->nsends; i++) t->at[k] = -1, t->reqs[k++] = t->sends[i].req;
     for (int i = 0; i < t->nzs; i++)
-        if (!t->zs[i].done) t->reqs[k++] = t->zs[i].req;
+        if (!t->zs[i].done) t->at[k] = i, t->reqs[k++] = t->zs[i].req;
     int outcount = 0;
     if (MPI_Testsome(k, t->reqs, &outcount, t->idx, MPI_STATUSES_IGNORE) != MPI_SUCCESS || outcount == MPI_UNDEFINED)
         return n;
@@ -416,15 +421,10 @@ static int test_sends_locked(mpi_transport *t) {
         if (j < t->nsends) {
             give_buffer_locked(t, t->sends[j].buf, t->sends[j].cap);
             t->sends[j].buf = NULL;
-            continue;
+        } else {
+            t->zs[t->at[j]].done = 1;
+            t->zs[t->at[j]].req = MPI_REQUEST_NULL;
         }
-        j -= t->nsends;
-        for (int i = 0; i < t->nzs; i++) /* the j-th isend not yet done */
-            if (!t->zs[i].done && j-- == 0) {
-                t->zs[i].done = 1;
-                t->zs[i].req = MPI_REQUEST_NULL;
-                break;
-            }
     }
     int j = 0;
     for (int i = 0; i < t->nsends; i++)
@@ -906,6 +906,7 @@ static void mpi_free(pipit__transport *tt) {
     pipit__free(t->zs);
     pipit__free(t->reqs);
     pipit__free(t->idx);
+    pipit__free(t->at);
     pipit__free(t->tags);
     pipit__free(t->watch);
     pipit__free(t->beats);
