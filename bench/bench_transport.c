@@ -9,8 +9,10 @@
  * that hands the send buffer back). Process 0 sends from one buffer and
  * receives into another, process 1 answers from the buffer it received
  * into, in both. Latency = half a round trip at 8 B; bandwidth = bytes /
- * half a round trip at 64 KiB, 1 MiB and 64 MiB. Each figure is the best of
- * REPS repetitions. Both run under MPI_THREAD_MULTIPLE (what pipit_init
+ * half a round trip at 64 KiB, 1 MiB and 64 MiB. Each figure is the median
+ * of REPS repetitions (at most 64), raw and pipit alternating, so a noisy
+ * machine slows both alike and one lucky repetition decides nothing
+ * (BENCH_VERBOSE=1 prints each). Both run under MPI_THREAD_MULTIPLE (what pipit_init
  * asks for), so the difference is the transport's own cost. The last line,
  * "summary lat8 D 64K R 1M R 64M R", gives pipit - raw latency in µs and
  * the pipit / raw bandwidth ratios (bench/mpi.sh reads it).
@@ -59,6 +61,17 @@ static double raw_pingpong(MPI_Comm c, int me, void *buf, void *back, size_t n, 
         if (dt < best) best = dt;
     }
     return best;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of n values (sorted in place). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Process 0's fence follows the answer (it cannot wait: the answer came
@@ -128,8 +141,16 @@ int main(int argc, char **argv) {
         /* warm both paths (connections, registration, buffer cache) */
         raw_pingpong(c, me, buf, back, n, it / 4 + 1, 1);
         pipit_pingpong(t, c, me, buf, back, n, it / 4 + 1, 1, tags);
-        double raw = raw_pingpong(c, me, buf, back, n, it, reps);
-        double pip = pipit_pingpong(t, c, me, buf, back, n, it, reps, tags);
+        /* alternated, one repetition each, so both see the same machine */
+        double raws[64], pips[64];
+        int nr = reps < 64 ? reps : 64;
+        for (int r = 0; r < nr; r++) {
+            raws[r] = raw_pingpong(c, me, buf, back, n, it, 1);
+            pips[r] = pipit_pingpong(t, c, me, buf, back, n, it, 1, tags);
+            if (getenv("BENCH_VERBOSE") && me == 0)
+                fprintf(stderr, "%zu B: raw %.2f us, pipit %.2f us\n", n, raws[r] * 1e6, pips[r] * 1e6);
+        }
+        double raw = median(raws, nr), pip = median(pips, nr);
         if (me != 0) continue;
         if (k == 0) lat = (pip - raw) * 1e6;
         ratio[k] = raw / pip;

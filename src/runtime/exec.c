@@ -19,6 +19,7 @@ typedef struct {
     const void **feed_ptrs; /* [M * D * ninputs]: this replica's start at d * M */
     pipit_status status;    /* first failure on this rank (thread 0 writes) */
     char msg[1024];
+    int kick_due; /* sends went out since the rank last computed (thread 0) */
 } exec_ctx;
 
 static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
@@ -242,6 +243,24 @@ static void profile_wait(exec_ctx *x) {
     if (s) fail_rank(x, s);
 }
 
+/* Whether an instruction sends or receives (the transport's), or is mere
+ * bookkeeping (a task mark): neither leaves the transport alone. */
+static int sends(pipit__ins_kind k) {
+    return k == INS_SEND || k == INS_ACC_SEND || k == INS_DP_RS_SEND || k == INS_DP_AG_SEND || k == INS_DP_PARAM_SEND;
+}
+static int computes(pipit__ins_kind k) {
+    return !(sends(k) || k == INS_RECV || k == INS_ACC_RECV || k == INS_NORM_SEND || k == INS_NORM_RECV ||
+             k == INS_TP || k == INS_MARK || pipit__is_dp_instr(k));
+}
+
+/* Before the rank computes after sending, the transport takes over the
+ * sends still moving (a rank that waits moves them itself). */
+static void kick_sends(exec_ctx *x, const pipit__instr *in) {
+    pipit__transport *t = x->p->transport;
+    if (sends((pipit__ins_kind)in->kind)) x->kick_due = 1;
+    else if (x->kick_due && computes((pipit__ins_kind)in->kind) && t && t->vt->kick) t->vt->kick(t, x->w), x->kick_due = 0;
+}
+
 static void exec_worker(void *arg, int ith, int nth) {
     exec_ctx *x = arg;
     const pipit__rank_plan *r = x->r;
@@ -253,6 +272,7 @@ static void exec_worker(void *arg, int ith, int nth) {
         if (ith == 0 && !post_start && i == r->post_at) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
         double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
+        if (ith == 0) kick_sends(x, in);
         if (i == x->p->fail_instr && x->w == x->p->fail_rank) { /* test hooks */
             while (x->p->hang) pause_forever();
             if (ith == 0) fail_rank(x, pipit__err(PIPIT_STATUS_RUNTIME, "injected failure at instruction %d", i));
@@ -275,7 +295,7 @@ static void exec_worker(void *arg, int ith, int nth) {
 }
 
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
-    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, ""};
+    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0};
     pipit__bind_rank(p, w);
     upload_feeds(&x);
     resolve(&x);

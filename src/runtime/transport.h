@@ -74,6 +74,12 @@ typedef struct {
      * process. Local: nothing to do (one process). */
     pipit_status (*bcast)(pipit__transport *t, int root, void *data, size_t n);
     void (*free)(pipit__transport *t);
+    /* World rank `src` (of this process) turns from messages to compute:
+     * its isends still moving must move without it (mpi: the monitor
+     * thread takes them over; NULL where sends need no one, as local).
+     * Sends do not wake anyone themselves: a rank that waits next moves
+     * them in its own wait, so a ping-pong pays no thread wake-up. */
+    void (*kick)(pipit__transport *t, int src);
 } pipit__transport_i;
 
 /* Copies n bytes between a buffer of backend memory and host memory. */

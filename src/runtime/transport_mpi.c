@@ -26,9 +26,13 @@
  *    doubling back-off up to BACKOFF_MAX_NS (on 2 cores a busy poller would
  *    take a core from compute); from the moment the rank enters a wait
  *    (polling or blocked: its MPI calls move every request of the process)
- *    it leaves the progress to it, and the rank signals it on the way out
- *    if sends are still moving. The same thread receives the control messages
- *    (aborts, heartbeats) and sends this process's heartbeats.
+ *    it leaves the progress to it. An isend wakes no one (a small one is
+ *    tested at once and is usually done): the rank's kick, when it turns
+ *    to compute, and the end of a wait with sends still moving signal the
+ *    monitor. Waking it on every send cost TCP a third of its bandwidth at
+ *    1 MiB and 8 µs a message (docs/benchmarks.md). The same thread
+ *    receives the control messages (aborts, heartbeats) and sends this
+ *    process's heartbeats.
  *  - Fail fast: every process sends a heartbeat to each peer it watches
  *    (every peer up to 64 processes, else its ring neighbours) every
  *    second; a peer silent for PIPIT_HEARTBEAT seconds (default 10) while
@@ -267,13 +271,17 @@ typedef enum { WAIT_OK = 0, WAIT_ABORTED, WAIT_TIMEOUT, WAIT_ERROR } wait_result
  * completed request's status). On anything but WAIT_OK the request is
  * still active: the caller cancels or abandons it. */
 static wait_result wait_req_in(mpi_transport *t, MPI_Request *req, MPI_Status *st, double timeout, int *rc);
+static int test_sends_locked(mpi_transport *t);
 
 static wait_result wait_req(mpi_transport *t, MPI_Request *req, MPI_Status *st, double timeout, int *rc) {
     atomic_store_explicit(&t->in_wait, 1, memory_order_relaxed);
     wait_result w = wait_req_in(t, req, st, timeout, rc);
     atomic_store_explicit(&t->in_wait, 0, memory_order_relaxed);
-    pthread_mutex_lock(&t->mu); /* sends still moving: the monitor takes them over while the rank computes */
-    if (t->nsends > 0 || t->nzs > 0) pthread_cond_signal(&t->cv);
+    /* Sends still moving: the monitor takes them over while the rank
+     * computes. One test here first, so a send that is already done (the
+     * common case after a wait) wakes no thread. */
+    pthread_mutex_lock(&t->mu);
+    if (test_sends_locked(t) > 0) pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     return w;
 }
@@ -533,6 +541,9 @@ static pipit_status mpi_isend(pipit__transport *tt, int src, int dst, uint64_t t
     } else {
         int rc = MPI_Isend(data, (int)n, MPI_BYTE, dst, mt, t->data_comm, &z.req);
         if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Isend", dst);
+        /* a small (eager) message is usually complete already: then the
+         * monitor need not wake for it */
+        MPI_Test(&z.req, &z.done, MPI_STATUS_IGNORE);
         if (tt->debug_sends) s = send_sum(t, dst, mt, data, n);
     }
     if (s) {
@@ -540,10 +551,18 @@ static pipit_status mpi_isend(pipit__transport *tt, int src, int dst, uint64_t t
         return s;
     }
     pthread_mutex_lock(&t->mu);
-    t->zs[t->nzs++] = z;
-    if (!z.done) pthread_cond_signal(&t->cv);
+    t->zs[t->nzs++] = z; /* moved by the rank's next wait, or by the monitor once kicked */
     pthread_mutex_unlock(&t->mu);
     return PIPIT_STATUS_OK;
+}
+
+/* The rank goes computing: sends still moving are the monitor's to move. */
+static void mpi_kick(pipit__transport *tt, int src) {
+    mpi_transport *t = (mpi_transport *)tt;
+    (void)src;
+    pthread_mutex_lock(&t->mu);
+    if (test_sends_locked(t) > 0) pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
 }
 
 static pipit_status mpi_fence(pipit__transport *tt, int src, int dst, uint64_t tag) {
@@ -918,7 +937,8 @@ static void mpi_free(pipit__transport *tt) {
 }
 
 static const pipit__transport_i mpi_vt = {mpi_send,  mpi_isend, mpi_fence, mpi_recv,
-                                          mpi_abort, mpi_reset, mpi_bcast, mpi_free};
+                                          mpi_abort, mpi_reset, mpi_bcast, mpi_free,
+                                          mpi_kick};
 
 static pipit_status dup_comm(mpi_transport *t, MPI_Comm *c) {
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, c);
