@@ -20,7 +20,10 @@
 # Env: PIPIT_NETNS_NET (default 10.213.7: the /24 used), PIPIT_NETNS_KEEP=1
 # leaves the namespaces for a look (delete them with `ip netns del`);
 # PIPIT_NETNS_RATE=100mbit shapes the link to that rate both ways (tc tbf;
-# this kernel has no netem, so no added delay); PIPIT_NETNS_INFO=FILE
+# this kernel has no netem, so no added delay), with a token bucket of
+# PIPIT_NETNS_BURST (default 256kb: a bucket that refills between spaced
+# messages lets each through at full speed; a link model wants it small);
+# PIPIT_NETNS_INFO=FILE
 # writes "NSA VETH_A NSB VETH_B" there once the hosts are up (to cut the
 # link: ip -n NSB link set VETH_B down).
 set -u
@@ -79,7 +82,7 @@ ip -n "$NSB" link set "$VB" up || exit 1
 if [ -n "${PIPIT_NETNS_RATE:-}" ]; then
     for end in "$NSA $VA" "$NSB $VB"; do
         read -r ns dev <<< "$end"
-        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$PIPIT_NETNS_RATE" burst 256kb latency 100ms ||
+        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$PIPIT_NETNS_RATE" burst "${PIPIT_NETNS_BURST:-256kb}" latency 100ms ||
             die_skip "tc tbf is not available here (PIPIT_NETNS_RATE)"
     done
 fi
