@@ -14,7 +14,9 @@
 #   predicted  `pipit sim` on a CPU description fitted to a one-rank profile
 #              of the same model (`pipit train --profile-out`), whose links
 #              `pipit sim --calibrate` measured across the same shaped link
-#              (a ping-pong between the two hosts' processes).
+#              (a ping-pong between the two hosts' processes): against the
+#              defaults with --eager-limit 65536 (each message a rendezvous
+#              that waits for its receiver), against eager without.
 # Usage (root): bench/links.sh [PIPIT] [STEPS]   (default build/pipit, 12 steps)
 # env RATES="100mbit 1gbit" (tc rates). Prints one line per case and writes
 # links.json in the current directory.
@@ -65,17 +67,19 @@ for rate in $RATES; do
             bash "$HOSTS" run -np 2 -- "$PIPIT" train "${TRAIN[@]}" --pp 2 --schedule "$sched" \
             > "$WORK/e.log" 2> "$WORK/e.err" || { tail -3 "$WORK/e.err"; exit 1; }
         eager=$(median_ms "$WORK/e.log")
-        predicted=$("$PIPIT" sim "${SIM[@]}" --schedule "$sched" --hw "$WORK/hw.json" --json |
-                    python3 -c 'import json,sys; print(1e3 * json.load(sys.stdin)["step_s"])')
+        sim_ms() { "$PIPIT" sim "${SIM[@]}" --schedule "$sched" --hw "$WORK/hw.json" --json "$@" |
+                   python3 -c 'import json,sys; print(1e3 * json.load(sys.stdin)["step_s"])'; }
+        predicted=$(sim_ms --eager-limit 65536) # Open MPI's TCP default: a rendezvous above 64 KiB
+        predicted_e=$(sim_ms)                   # every message eager
         err=$(python3 -c "print('%+.1f' % (100 * ($predicted / $measured - 1)))")
-        err_e=$(python3 -c "print('%+.1f' % (100 * ($predicted / $eager - 1)))")
-        printf "%-8s link %7.2f MB/s %4.0f us  %-17s measured %7.1f ms, eager %7.1f ms  predicted %7.1f ms (%s%%, %s%%)\n" \
+        err_e=$(python3 -c "print('%+.1f' % (100 * ($predicted_e / $eager - 1)))")
+        printf "%-8s link %7.2f MB/s %4.0f us  %-17s defaults: measured %7.1f predicted %7.1f ms (%s%%)   eager: measured %7.1f predicted %7.1f ms (%s%%)\n" \
             "$rate" "$(python3 -c "print($bw / 1e6)")" "$(python3 -c "print($lat * 1e6)")" "$sched" "$measured" \
-            "$eager" "$predicted" "$err" "$err_e"
+            "$predicted" "$err" "$eager" "$predicted_e" "$err_e"
         [ $first = 1 ] || echo "," >> links.json
         first=0
-        printf '{"rate":"%s","link_bw":%s,"link_lat":%s,"schedule":"%s","measured_ms":%s,"eager_ms":%s,"predicted_ms":%s,"error_pct":%s,"error_eager_pct":%s}' \
-            "$rate" "$bw" "$lat" "$sched" "$measured" "$eager" "$predicted" "$err" "$err_e" >> links.json
+        printf '{"rate":"%s","link_bw":%s,"link_lat":%s,"schedule":"%s","measured_ms":%s,"predicted_ms":%s,"error_pct":%s,"eager_ms":%s,"predicted_eager_ms":%s,"error_eager_pct":%s}' \
+            "$rate" "$bw" "$lat" "$sched" "$measured" "$predicted" "$err" "$eager" "$predicted_e" "$err_e" >> links.json
     done
 done
 echo "]" >> links.json

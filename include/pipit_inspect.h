@@ -33,6 +33,13 @@ typedef struct {
     double xfer;                  /* seconds a cross-rank message occupies its link: the messages
                                      of one directed link go one at a time, in the order sent,
                                      then arrive comm later; the sender is not held up */
+    int pulled;                   /* 1: a cross-rank message is a rendezvous (MPI above its eager
+                                     limit): its notice arrives comm after the send; once the
+                                     receiver has reached the task that needs it, a reply goes
+                                     back when the reverse link is free (it queues behind the data
+                                     going that way) and takes comm; then the data takes its turn
+                                     on the link, xfer, and arrives comm later. The receiver waits
+                                     through all of it. 0: the data leaves when sent. */
 } pipit_sim_costs;
 
 typedef struct pipit_sim_result pipit_sim_result;

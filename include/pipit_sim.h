@@ -114,6 +114,10 @@ typedef struct {
     int scatter_gather_p2p; /* tp > 1: 1: a stage message is cut into tp parts, one per GPU, all-gathered
                                after (Megatron's scatter/gather); 0: each GPU sends its counterpart the
                                whole activation (pipit's tensor-parallel stages) */
+    double eager_limit;     /* bytes: a stage message larger than this is a rendezvous (MPI's protocol
+                               above its eager limit; Open MPI over TCP: 65536): it moves once its
+                               receiver waits for it and a reply has crossed back (pipit_sim_costs,
+                               pulled); 0: every message leaves when sent */
 } pipit_sim_config;
 
 typedef struct {

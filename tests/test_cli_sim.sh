@@ -85,6 +85,14 @@ expect_ok "$PIPIT" sim "${PIPE[@]}" --inter-node-bw 100Mbit --inter-node-lat 1ms
 [ "$(step)" = "$slow" ] || fail "--inter-node-bw/--inter-node-lat/--gpus-per-node differ from the same --link"
 $PY -c 'import sys; a, b = map(float, sys.argv[1:]); assert b > 1.5 * a, (a, b)' "$fast" "$slow" || fail "slow link: $fast -> $slow"
 expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --link inter=100Mbit,gpus-per-node=1 --json
+# MPI's rendezvous above an eager limit: each stage message waits for its receiver, which waits it out
+expect_ok "$PIPIT" sim "${PIPE[@]}" --link inter=100Mbit:1ms,gpus-per-node=1 --eager-limit 65536
+pulled=$(step)
+$PY -c 'import sys; a, b = map(float, sys.argv[1:]); assert b > a, (a, b)' "$slow" "$pulled" || fail "rendezvous: $slow -> $pulled"
+expect_ok "$PIPIT" sim "${PIPE[@]}" --link inter=100Mbit:1ms,gpus-per-node=1 --eager-limit 1e12
+[ "$(step)" = "$slow" ] || fail "an eager limit above the message size changed the step: $slow -> $(step)"
+expect_fail "eager limit must be >= 0 bytes" "$PIPIT" sim "${PIPE[@]}" --eager-limit -1
+expect_fail "bad value 'nan' for --eager-limit" "$PIPIT" sim "${PIPE[@]}" --eager-limit nan
 expect_fail "--link: pipit_hw_parse_links: link inter 'fast'" "$PIPIT" sim "${PIPE[@]}" --link inter=fast
 expect_fail "--inter-node-lat: pipit_hw_parse_links: link inter-lat '5parsecs'" "$PIPIT" sim "${PIPE[@]}" --inter-node-lat 5parsecs
 expect_fail "--gpus-per-node: pipit_hw_parse_links: link gpus-per-node '0'" "$PIPIT" plan --search --global-batch 16 --gpus-per-node 0

@@ -407,6 +407,60 @@ PIPIT_TEST(sched_simulate_link_queue) {
     pipit_schedule_free(s);
 }
 
+/* A rendezvous waits for its receiver: GPipe P = 2, M = 2, F = 1, BW = 2,
+ * xfer = 2, comm = 0.5, pulled. F0.0 ends at 1, its notice arrives at 1.5
+ * while rank 1 is idle: the reply is back at 2, the data on the link 2..4,
+ * there at 4.5; F1.0 runs 4.5..5.5. F0.1's notice came at 2.5, but rank 1
+ * reaches F1.1 only at 5.5: data 6..8, F1.1 at 8.5..9.5, then BW1.0
+ * 9.5..11.5, BW1.1 ..13.5. Rank 0 waits at BW0.0 from 3: BW1.0's notice at
+ * 12, data 12.5..14.5, BW0.0 15..17; BW1.1's notice at 14, rank 0 there at
+ * 17: data 17.5..19.5, BW0.1 20..22. Sent when ready (not pulled) the same
+ * costs give 15 (sched_simulate_link_queue's rule). */
+PIPIT_TEST(sched_simulate_rendezvous) {
+    pipit_schedule *s = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_GPIPE, 2, 1, 2, &s));
+    pipit__sim_costs c = {.xfer = 2, .comm = 0.5, .pulled = 1};
+    pipit__sim_result r;
+    ASSERT_OK(pipit__schedule_simulate(s, &c, &r));
+    ASSERT_NEAR_F64(r.start[1][0], 4.5, 1e-12);
+    ASSERT_NEAR_F64(r.start[1][1], 8.5, 1e-12);
+    ASSERT_NEAR_F64(r.start[0][2], 15, 1e-12);
+    ASSERT_NEAR_F64(r.start[0][3], 20, 1e-12);
+    ASSERT_NEAR_F64(r.step_time, 22, 1e-12);
+    pipit__sim_result_free(&r);
+    c.pulled = 0;
+    ASSERT_OK(pipit__schedule_simulate(s, &c, &r));
+    ASSERT_NEAR_F64(r.step_time, 15, 1e-12);
+    pipit__sim_result_free(&r);
+    pipit_schedule_free(s);
+}
+
+/* Rendezvous bounds, over built-in schedules at P = 2, M = 8: pulled is
+ * never faster than sent when ready, and with no transfer time and no
+ * latency the two are the same schedule. */
+PIPIT_TEST(sched_simulate_rendezvous_bounds) {
+    static const int kinds[] = {PIPIT_SCHED_GPIPE, PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B, PIPIT_SCHED_ZB_H1};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        pipit_schedule *s = NULL;
+        int V = kinds[i] == PIPIT_SCHED_INTERLEAVED_1F1B ? 2 : 1;
+        ASSERT_OK(pipit_schedule_build(kinds[i], 2, V, 8, &s));
+        pipit__sim_costs c = {.xfer = 1.5, .comm = 0.25}, z = {.pulled = 1}, u = {0};
+        pipit__sim_result a, b;
+        ASSERT_OK(pipit__schedule_simulate(s, &c, &a));
+        c.pulled = 1;
+        ASSERT_OK(pipit__schedule_simulate(s, &c, &b));
+        ASSERT_TRUE(b.step_time >= a.step_time - 1e-12);
+        pipit__sim_result_free(&a);
+        pipit__sim_result_free(&b);
+        ASSERT_OK(pipit__schedule_simulate(s, &z, &a));
+        ASSERT_OK(pipit__schedule_simulate(s, &u, &b));
+        ASSERT_NEAR_F64(a.step_time, b.step_time, 1e-12);
+        pipit__sim_result_free(&a);
+        pipit__sim_result_free(&b);
+        pipit_schedule_free(s);
+    }
+}
+
 /* Eager 1F1B exists to hide transfer latency: with comm > 0 it must win. */
 PIPIT_TEST(sched_eager_1f1b_hides_latency) {
     pipit_schedule *a = NULL, *e = NULL;

@@ -200,6 +200,9 @@ int cmd_sim(int argc, char **argv) {
                                                         "instead of during the backward", 0},
         {"blocking-p2p", FL_BOOL, &c.blocking_p2p, "stage messages occupy their sender (Megatron's blocking P2P) "
                                                     "instead of their link", 0},
+        {"eager-limit", FL_DBL, &c.eager_limit, "bytes: a stage message larger than this moves only once its "
+                                                 "receiver waits for it (MPI rendezvous; Open MPI over TCP: 65536); "
+                                                 "default 0: every message leaves when sent", 0},
         {"scatter-gather-p2p", FL_BOOL, &c.scatter_gather_p2p, "with --tp: each GPU sends 1/t of a stage message and the "
                                                                 "next stage all-gathers it (Megatron) instead of the whole", 0},
         {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},

@@ -45,7 +45,7 @@ pipit_status pipit_schedule_simulate(const pipit_schedule *s, const pipit_sim_co
     if (costs) {
         c.f = costs->f, c.b = costs->b, c.w = costs->w;
         c.act_bytes = costs->act_bytes, c.comm = costs->comm, c.b_delta_bytes = costs->b_delta_bytes;
-        c.xfer = costs->xfer;
+        c.xfer = costs->xfer, c.pulled = costs->pulled;
     }
     pipit_sim_result *r = pipit__calloc(1, sizeof *r);
     if (!r) return pipit__err(PIPIT_STATUS_NOMEM, "simulate: out of memory");

@@ -40,6 +40,8 @@ typedef struct {
     double comm;               /* latency added to each cross-rank edge (0 default) */
     double xfer;               /* seconds a cross-rank message occupies its link (one at a time per
                                   directed link, in the order sent; 0 default) */
+    int pulled;                /* 1: a cross-rank message moves only once its receiver waits for it
+                                  (MPI's rendezvous): see pipit_sim_costs */
     /* [S] or NULL: for split schedules, the signed change of bytes (s, m)
      * holds when its B finishes (gradients W still needs, minus what only
      * B needed); released with the activations when W finishes. */

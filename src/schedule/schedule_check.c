@@ -8,6 +8,8 @@
  * messages of one directed link go one at a time, xfer seconds each, and
  * arrive comm seconds later. The walk takes each rank's tasks in list order,
  * so a link's messages (all from its sending rank) are issued in time order.
+ * A pulled message (a rendezvous) instead leaves once its receiver waits
+ * for it and a reply has crossed back (pull).
  */
 #include "schedule/schedule.h"
 
@@ -28,6 +30,11 @@ typedef struct {
     double *arr[4];      /* when its output reaches the consumer's rank (simulation only) */
     double *link_free;   /* [P * P] when link a -> b has sent its last message (simulation only) */
     int *pos;            /* [P] next task to run on each rank */
+    /* pulled messages: each link's transfers, in time order, as a list in
+     * one pool (at most one message per F, B or BW task: 2 S M) */
+    double *bk_start, *bk_end;
+    int32_t *bk_next, nbk;
+    int32_t *bk_tail, *bk_cursor; /* [P * P]: the last transfer; the first one a reply may still wait for */
 } walk_ctx;
 
 static size_t slot(const walk_ctx *c, int stage, int mb) {
@@ -54,6 +61,11 @@ static void ctx_free(walk_ctx *c) {
     }
     pipit__free(c->link_free);
     pipit__free(c->pos);
+    pipit__free(c->bk_start);
+    pipit__free(c->bk_end);
+    pipit__free(c->bk_next);
+    pipit__free(c->bk_tail);
+    pipit__free(c->bk_cursor);
 }
 
 static pipit_status ctx_init(walk_ctx *c, const pipit_schedule *s, int with_times) {
@@ -61,7 +73,17 @@ static pipit_status ctx_init(walk_ctx *c, const pipit_schedule *s, int with_time
     c->s = s;
     c->slots = (size_t)s->S * (size_t)s->M;
     int ok = (c->pos = pipit__calloc((size_t)s->P, sizeof *c->pos)) != NULL;
-    if (ok && with_times) ok = (c->link_free = pipit__calloc((size_t)s->P * (size_t)s->P, sizeof(double))) != NULL;
+    size_t links = (size_t)s->P * (size_t)s->P, nbk = 2 * c->slots;
+    if (ok && with_times) ok = (c->link_free = pipit__calloc(links, sizeof(double))) != NULL;
+    if (ok && with_times) {
+        c->bk_start = pipit__malloc(PIPIT_MAX(nbk, 1) * sizeof(double));
+        c->bk_end = pipit__malloc(PIPIT_MAX(nbk, 1) * sizeof(double));
+        c->bk_next = pipit__malloc(PIPIT_MAX(nbk, 1) * sizeof(int32_t));
+        c->bk_tail = pipit__malloc(links * sizeof(int32_t));
+        c->bk_cursor = pipit__malloc(links * sizeof(int32_t));
+        ok = c->bk_start && c->bk_end && c->bk_next && c->bk_tail && c->bk_cursor;
+        for (size_t i = 0; ok && i < links; i++) c->bk_tail[i] = c->bk_cursor[i] = -1;
+    }
     for (int k = 0; k < 4 && ok; k++) {
         c->loc[k] = pipit__malloc(c->slots * sizeof(task_loc));
         c->done[k] = pipit__calloc(c->slots, 1);
@@ -222,15 +244,57 @@ static int first_unmet(const walk_ctx *c, pipit_task t, pipit_task *dep) {
     return -1;
 }
 
+/* A transfer [start, end) on link l, after the link's others. */
+static void book(walk_ctx *c, size_t l, double start, double end) {
+    int32_t i = c->nbk++;
+    c->bk_start[i] = start, c->bk_end[i] = end, c->bk_next[i] = -1;
+    if (c->bk_tail[l] >= 0) c->bk_next[c->bk_tail[l]] = i;
+    if (c->bk_cursor[l] < 0) c->bk_cursor[l] = i;
+    c->bk_tail[l] = i;
+}
+
+/* When a small message queued on link l at time t leaves: after the
+ * transfers under way or queued back to back at t. `since` is a time no
+ * later query on l goes below (transfers ended by then are passed for
+ * good). */
+static double queue_behind(walk_ctx *c, size_t l, double t, double since) {
+    int32_t i = c->bk_cursor[l];
+    while (i >= 0 && c->bk_end[i] <= since) i = c->bk_next[i];
+    c->bk_cursor[l] = i;
+    for (; i >= 0 && c->bk_start[i] <= t; i = c->bk_next[i]) t = PIPIT_MAX(t, c->bk_end[i]);
+    return t;
+}
+
+/* A rendezvous (costs->pulled): the message of task d (on rank q) for rank
+ * r, which reaches the task needing it at rank_free. Its notice arrives
+ * comm after the send; the receiver, once there, replies, and the reply
+ * queues behind the data going that way and takes comm; then the data
+ * takes its turn on the link. Returns its arrival, booking the link. The
+ * walk takes rank r's tasks in order, so its pulls on a link come in time
+ * order and rank_free only grows. */
+static double pull(walk_ctx *c, int q, int r, pipit_task d, double rank_free, const pipit__sim_costs *costs) {
+    size_t k = slot(c, d.stage, d.mb), P = (size_t)c->s->P;
+    size_t fwd = (size_t)q * P + (size_t)r, back = (size_t)r * P + (size_t)q;
+    double reply = queue_behind(c, back, PIPIT_MAX(c->fin[d.kind][k] + costs->comm, rank_free), rank_free);
+    double leave = PIPIT_MAX(reply + costs->comm, c->link_free[fwd]);
+    c->link_free[fwd] = leave + costs->xfer;
+    book(c, fwd, leave, c->link_free[fwd]);
+    return c->arr[d.kind][k] = c->link_free[fwd] + costs->comm;
+}
+
 /* Start time of a ready task: its rank is free and every input has arrived
- * (a cross-rank input when its message has, see send_output). */
-static double ready_time(const walk_ctx *c, int r, pipit_task t, double rank_free) {
+ * (a cross-rank input when its message has: send_output, or pull). */
+static double ready_time(walk_ctx *c, int r, pipit_task t, double rank_free, const pipit__sim_costs *costs) {
     pipit_task d[2];
     int n = task_deps(c, t, d);
     double start = rank_free;
     for (int i = 0; i < n; i++) {
         size_t k = slot(c, d[i].stage, d[i].mb);
-        start = PIPIT_MAX(start, c->loc[d[i].kind][k].rank != r ? c->arr[d[i].kind][k] : c->fin[d[i].kind][k]);
+        int q = c->loc[d[i].kind][k].rank;
+        double at = q == r                    ? c->fin[d[i].kind][k]
+                    : costs && costs->pulled ? pull(c, q, r, d[i], rank_free, costs)
+                                             : c->arr[d[i].kind][k];
+        start = PIPIT_MAX(start, at);
     }
     return start;
 }
@@ -241,7 +305,7 @@ static double ready_time(const walk_ctx *c, int r, pipit_task t, double rank_fre
 static void send_output(walk_ctx *c, int r, pipit_task t, const pipit__sim_costs *costs) {
     const pipit_schedule *s = c->s;
     int to = t.kind == PIPIT_TASK_F ? t.stage + 1 : t.kind == PIPIT_TASK_W ? -1 : t.stage - 1;
-    if (to < 0 || to >= s->S || s->stage_rank[to] == r) return;
+    if (to < 0 || to >= s->S || s->stage_rank[to] == r || (costs && costs->pulled)) return; /* pulled: pull */
     size_t k = slot(c, t.stage, t.mb);
     double *link = &c->link_free[(size_t)r * (size_t)s->P + (size_t)s->stage_rank[to]];
     double leave = PIPIT_MAX(c->fin[t.kind][k], *link);
@@ -260,7 +324,7 @@ static int run_next(walk_ctx *c, int r, const pipit__sim_costs *costs, pipit__si
     c->pos[r]++;
     if (res) {
         double free_at = i ? res->end[r][i - 1] : 0.0;
-        res->start[r][i] = ready_time(c, r, t, free_at);
+        res->start[r][i] = ready_time(c, r, t, free_at, costs);
         res->end[r][i] = res->start[r][i] + pipit__task_cost(costs, t);
         c->fin[t.kind][k] = res->end[r][i];
         send_output(c, r, t, costs);

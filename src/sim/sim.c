@@ -217,7 +217,8 @@ static pipit_status simulate(pipit_sim_report *r, const pipit_schedule *s, const
     int blocking = r->cfg.blocking_p2p;
     if (blocking) book_transfers(&r->m, s);
     pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm,
-                             .xfer = blocking ? 0 : r->m.p2p_xfer};
+                             .xfer = blocking ? 0 : r->m.p2p_xfer,
+                             .pulled = !blocking && r->cfg.eager_limit > 0 && r->m.p2p_bytes > r->cfg.eager_limit};
     pipit_sim_result *res = NULL;
     pipit_status st = pipit_schedule_simulate(s, &costs, &res);
     if (st) return st;
