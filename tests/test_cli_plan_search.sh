@@ -88,6 +88,7 @@ grep -q "^rejected .*the schedule does not accept" <<<"$OUT" || fail "--verbose:
 # ---- bad inputs
 expect_fail "--global-batch is required" "$PIPIT" plan --search
 expect_fail "--mem-limit must be a positive" "$PIPIT" plan --search --global-batch 8 --mem-limit 0
+expect_fail "--eager-limit must be >= 0 bytes" "$PIPIT" plan --search --global-batch 8 --eager-limit -5
 expect_fail "not a multiple of --pp" "$PIPIT" plan --search --global-batch 8 --pp 3 --gpus 8 --hw a100
 expect_fail "unknown hardware" "$PIPIT" plan --search --global-batch 8 --hw nope
 expect_fail "unknown --model" "$PIPIT" plan --search --global-batch 8 --model gpt5

@@ -130,7 +130,7 @@ int cmd_plan_search(int argc, char **argv) {
     int layers = 0, heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0, on = 0;
     int verbose = 0, zero1 = 0;
     uint64_t global = 0;
-    double mem_limit = 0;
+    double mem_limit = 0, eager_limit = 0;
     cli_links links = {0};
     flag fl[] = {
         {"search", FL_BOOL, &on, "rank schedule x V x microbatch size (x tp x dp with --gpus) by simulated step time", 0},
@@ -138,6 +138,7 @@ int cmd_plan_search(int argc, char **argv) {
         {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the hardware's memory capacity)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu (default) or a hardware JSON file", 0},
         CLI_LINK_FLAGS(links),
+        {"eager-limit", FL_DBL, &eager_limit, "bytes: stage messages above it are MPI rendezvous (as pipit sim)", 0},
         {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, llama-100m", 0},
         {"layers", FL_INT, &layers, "transformer blocks L (default: the preset's)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: the preset's)", 0},
@@ -155,7 +156,7 @@ int cmd_plan_search(int argc, char **argv) {
     };
     flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
                           "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]\n"
-                          "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]",
+                          "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...] [--eager-limit BYTES]",
                   "Searches schedule x V x microbatch size (x tp x dp with --gpus) with the cost model of `pipit sim`,\n"
                   "ranks what fits by simulated step time and says why the rest were rejected; nothing runs.",
                   fl, NFLAGS(fl)};
@@ -165,6 +166,7 @@ int cmd_plan_search(int argc, char **argv) {
     if (!pr) die("unknown --model '%s': expected %s", model, cli_preset_names());
     if (global < 1 || global > (1u << 30)) die("--global-batch must be in [1, 2^30] (got %llu)", (unsigned long long)global);
     if (top < 1) die("--top must be >= 1 (got %d)", top);
+    if (!(eager_limit >= 0)) die("--eager-limit must be >= 0 bytes (got %g)", eager_limit);
     const struct { const char *flag; int v; } pos[] = {{"pp", pp}, {"dp", dp}, {"layers", layers}, {"heads", heads},
                                                       {"dim", dim}, {"ctx", ctx}, {"vocab", vocab}, {"gpus", gpus}};
     for (int i = 0; i < NFLAGS(pos); i++) /* given flags only: 0 means "the preset's" for the model's */
@@ -183,7 +185,8 @@ int cmd_plan_search(int argc, char **argv) {
                              /* a Llama preset: SwiGLU at its width, grouped-query heads, RoPE */
                              .gated_mlp = llama, .ffn_hidden = llama ? pr->ffn_hidden : 0,
                              .kv_heads = llama ? pr->kv_heads : 0, .rope = llama,
-                             .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1};
+                             .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1,
+                             .eager_limit = eager_limit};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
     if (gpus) {
         for (int t = 1; t <= gpus / pp; t++)
