@@ -21,16 +21,20 @@ void PIPIT_FLAGS_EXIT(int status) __attribute__((noreturn));
 #define exit PIPIT_FLAGS_EXIT
 #endif
 
+/* The whole line goes out in one write: under mpirun, stderr is unbuffered
+ * and mpirun's own notices (another process has exited) would otherwise
+ * land between the prefix and the message. */
 void die(const char *fmt, ...) {
+    char line[4096];
+    int n = pipit_process_count() > 1 /* say which process of an MPI job speaks */
+                ? snprintf(line, sizeof line, "pipit (process %d of %d): ", pipit_process_rank(),
+                           pipit_process_count())
+                : snprintf(line, sizeof line, "pipit: ");
     va_list ap;
     va_start(ap, fmt);
-    if (pipit_process_count() > 1) /* say which process of an MPI job speaks */
-        fprintf(stderr, "pipit (process %d of %d): ", pipit_process_rank(), pipit_process_count());
-    else
-        fprintf(stderr, "pipit: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    if (n >= 0 && (size_t)n < sizeof line) vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "%s\n", line);
     exit(1);
 }
 

@@ -243,8 +243,9 @@ static void profile_wait(exec_ctx *x) {
     if (s) fail_rank(x, s);
 }
 
-/* Whether an instruction sends or receives (the transport's), or is mere
- * bookkeeping (a task mark): neither leaves the transport alone. */
+/* sends: the instruction hands the transport a send. computes: the rank
+ * works without calling the transport (not a send, a receive, a collective
+ * or a task mark), so sends still moving need someone else to move them. */
 static int sends(pipit__ins_kind k) {
     return k == INS_SEND || k == INS_ACC_SEND || k == INS_DP_RS_SEND || k == INS_DP_AG_SEND || k == INS_DP_PARAM_SEND;
 }
@@ -257,8 +258,13 @@ static int computes(pipit__ins_kind k) {
  * sends still moving (a rank that waits moves them itself). */
 static void kick_sends(exec_ctx *x, const pipit__instr *in) {
     pipit__transport *t = x->p->transport;
-    if (sends((pipit__ins_kind)in->kind)) x->kick_due = 1;
-    else if (x->kick_due && computes((pipit__ins_kind)in->kind) && t && t->vt->kick) t->vt->kick(t, x->w), x->kick_due = 0;
+    pipit__ins_kind k = (pipit__ins_kind)in->kind;
+    if (sends(k)) {
+        x->kick_due = 1;
+    } else if (x->kick_due && computes(k)) {
+        if (t && t->vt->kick) t->vt->kick(t, x->w);
+        x->kick_due = 0;
+    }
 }
 
 static void exec_worker(void *arg, int ith, int nth) {
