@@ -91,7 +91,8 @@ pulled=$(step)
 $PY -c 'import sys; a, b = map(float, sys.argv[1:]); assert b > a, (a, b)' "$slow" "$pulled" || fail "rendezvous: $slow -> $pulled"
 expect_ok "$PIPIT" sim "${PIPE[@]}" --link inter=100Mbit:1ms,gpus-per-node=1 --eager-limit 1e12
 [ "$(step)" = "$slow" ] || fail "an eager limit above the message size changed the step: $slow -> $(step)"
-expect_fail "eager limit must be >= 0 bytes" "$PIPIT" sim "${PIPE[@]}" --eager-limit -1
+expect_fail "eager limit must be a finite number >= 0 bytes" "$PIPIT" sim "${PIPE[@]}" --eager-limit -1
+expect_fail "bad value 'inf' for --eager-limit" "$PIPIT" sim "${PIPE[@]}" --eager-limit inf
 expect_fail "bad value 'nan' for --eager-limit" "$PIPIT" sim "${PIPE[@]}" --eager-limit nan
 expect_fail "--link: pipit_hw_parse_links: link inter 'fast'" "$PIPIT" sim "${PIPE[@]}" --link inter=fast
 expect_fail "--inter-node-lat: pipit_hw_parse_links: link inter-lat '5parsecs'" "$PIPIT" sim "${PIPE[@]}" --inter-node-lat 5parsecs

@@ -5,6 +5,7 @@
  * Table 4), Megatron's closed-form FLOP count, hand-computed step times on
  * machines where only one term costs anything, and every bad input.
  */
+#include <math.h>
 #include "pipit.h"
 #include "pipit_sim.h"
 #include "test.h"
@@ -413,6 +414,13 @@ PIPIT_TEST(sim_rejects_bad_configs) {
     c = gpt(24, 2304, 24, 1, 4, 1, 6); /* M = 6 is not a multiple of P = 4 */
     c.schedule = PIPIT_SCHED_INTERLEAVED_1F1B;
     ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_SCHEDULE);
+    c = gpt(24, 2304, 24, 1, 2, 1, 8);
+    const double bad_limits[] = {-1, NAN, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        c.eager_limit = bad_limits[i];
+        ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);
+        ASSERT_MSG_HAS("eager limit must be a finite number >= 0 bytes");
+    }
     c = gpt(24, 2304, 24, 1, 1, 1, 8);
     c.dtype = "int8";
     ASSERT_STATUS(pipit_sim_run(&c, hw, &r), PIPIT_STATUS_INVALID);

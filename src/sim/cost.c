@@ -144,7 +144,8 @@ static pipit_status check_config(const pipit_sim_config *c, const pipit_hw *hw, 
     if (!(c->ffn_mult >= 0) || !isfinite(c->ffn_mult))
         return pipit__err(PIPIT_STATUS_INVALID, "ffn multiplier must be > 0 (got %g)", c->ffn_mult);
     if (!(c->eager_limit >= 0) || !isfinite(c->eager_limit))
-        return pipit__err(PIPIT_STATUS_INVALID, "eager limit must be >= 0 bytes (0: every message eager; got %g)",
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "eager limit must be a finite number >= 0 bytes (0: every message eager; got %g)",
                           c->eager_limit);
     if (c->ffn_hidden < 0 || c->kv_heads < 0)
         return pipit__err(PIPIT_STATUS_INVALID, "%s must be >= 1, or 0 for the default (got %d)",
