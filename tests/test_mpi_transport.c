@@ -170,44 +170,63 @@ PIPIT_TEST(mpi_transport_progress) {
     t->vt->free(t);
 }
 
+/* Several isends completing in one MPI_Testsome: each completion marks
+ * the send MPI finished, not a later one. Sixteen medium isends (above
+ * the eager limit: each completes only once its receive has matched; 32
+ * KiB for shared memory, 96 KiB for TCP) are queued before one 1 MiB
+ * isend. The receiver takes the sixteen, then says so; the sender's wait
+ * for that word moves MPI (the sixteen complete inside MPI), and the test
+ * of the sends as the wait ends finds them together. The receiver takes
+ * the large one 0.3 s later; the sender's fence of it must wait for that:
+ * once it returns the sender overwrites the buffer, and what arrives must
+ * still be what was sent. (A completion mapped to the wrong send marked
+ * the large one done: a fence that returned at once, bytes overwritten in
+ * flight, and MPI writing a freed request.) */
 PIPIT_TEST(mpi_transport_fence_after_testsome) {
-    enum { K = 16 };
-    uint64_t tags[K + 1];
-    for (int i = 0; i <= K; i++) tags[i] = pipit__tag(PIPIT_TAG_VALUE, 7, i); /* ascending */
-    pipit__transport *t = mpi_two(tags, K + 1);
+    enum { K = 16, MEDIUM_MAX = 96 << 10 };
+    static const size_t mediums[2] = {32 << 10, MEDIUM_MAX};
+    uint64_t tags[K + 2]; /* the sixteen, the large one, the receiver's word */
+    for (int i = 0; i < K + 2; i++) tags[i] = pipit__tag(PIPIT_TAG_VALUE, 7, i); /* ascending */
+    pipit__transport *t = mpi_two(tags, K + 2);
     NEED_MPI(t);
     int me = pipit_process_rank();
     size_t n = 1 << 20;
-    unsigned char *big = malloc(n), small[K][8];
-    ASSERT_TRUE(big);
-    unsigned char sync = 0;
-    ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
-    if (me == 0) {
-        for (int i = 0; i < K; i++) {
-            fill(small[i], 8, 60 + i);
-            ASSERT_OK(t->vt->isend(t, 0, 1, tags[i], small[i], 8));
-        }
-        fill(big, n, 77);
-        ASSERT_OK(t->vt->isend(t, 0, 1, tags[K], big, n));
-        double t0 = now();
-        volatile double x = 0; /* compute, no MPI calls: the monitor tests the sends */
-        while (now() - t0 < 0.1) x += 1.0;
-        ASSERT_OK(t->vt->fence(t, 0, 1, tags[K]));
-        double dt = now() - t0;
-        memset(big, 0xee, n); /* the buffer is the caller's again */
-        for (int i = 0; i < K; i++) ASSERT_OK(t->vt->fence(t, 0, 1, tags[i]));
-        printf("the large isend's fence returned after %.3f s (the receive was posted after 0.3 s)\n", dt);
-    } else {
-        sleep_s(0.3);
-        ASSERT_OK(t->vt->recv(t, 1, 0, tags[K], big, n));
-        ASSERT_TRUE(check_pattern(big, n, 77));
-        for (int i = 0; i < K; i++) {
-            ASSERT_OK(t->vt->recv(t, 1, 0, tags[i], small[i], 8));
-            ASSERT_TRUE(check_pattern(small[i], 8, 60 + i));
+    unsigned char *big = malloc(n), *med = malloc((size_t)K * MEDIUM_MAX), word = 1;
+    ASSERT_TRUE(big && med);
+    for (int round = 0; round < 2; round++) {
+        size_t m = mediums[round];
+        unsigned char sync = 0;
+        ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
+        if (me == 0) {
+            for (int i = 0; i < K; i++) {
+                fill(med + (size_t)i * m, m, 60 + i + round);
+                ASSERT_OK(t->vt->isend(t, 0, 1, tags[i], med + (size_t)i * m, m));
+            }
+            fill(big, n, 77 + round);
+            ASSERT_OK(t->vt->isend(t, 0, 1, tags[K], big, n));
+            ASSERT_OK(t->vt->recv(t, 0, 1, tags[K + 1], &word, 1));
+            double t0 = now();
+            ASSERT_OK(t->vt->fence(t, 0, 1, tags[K]));
+            double dt = now() - t0;
+            memset(big, 0xee, n); /* the buffer is the caller's again */
+            for (int i = 0; i < K; i++) ASSERT_OK(t->vt->fence(t, 0, 1, tags[i]));
+            printf("%zu KiB: the large isend's fence returned after %.3f s (its receive came 0.3 s after the word)\n",
+                   m >> 10, dt);
+        } else {
+            for (int i = 0; i < K; i++) {
+                ASSERT_OK(t->vt->recv(t, 1, 0, tags[i], med + (size_t)i * m, m));
+                ASSERT_TRUE(check_pattern(med + (size_t)i * m, m, 60 + i + round));
+            }
+            ASSERT_OK(t->vt->send(t, 1, 0, tags[K + 1], &word, 1));
+            sleep_s(0.3);
+            ASSERT_OK(t->vt->recv(t, 1, 0, tags[K], big, n));
+            ASSERT_TRUE(check_pattern(big, n, 77 + round));
         }
     }
+    unsigned char sync = 0;
     ASSERT_OK(t->vt->bcast(t, 0, &sync, 1));
     free(big);
+    free(med);
     t->vt->free(t);
 }
 
