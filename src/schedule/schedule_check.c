@@ -68,14 +68,16 @@ static void ctx_free(walk_ctx *c) {
     pipit__free(c->bk_cursor);
 }
 
-static pipit_status ctx_init(walk_ctx *c, const pipit_schedule *s, int with_times) {
+/* with_times: the simulator's timeline; pulled: and its rendezvous
+ * bookkeeping (pull), only when the costs ask for it. */
+static pipit_status ctx_init(walk_ctx *c, const pipit_schedule *s, int with_times, int pulled) {
     memset(c, 0, sizeof *c);
     c->s = s;
     c->slots = (size_t)s->S * (size_t)s->M;
     int ok = (c->pos = pipit__calloc((size_t)s->P, sizeof *c->pos)) != NULL;
     size_t links = (size_t)s->P * (size_t)s->P, nbk = 2 * c->slots;
     if (ok && with_times) ok = (c->link_free = pipit__calloc(links, sizeof(double))) != NULL;
-    if (ok && with_times) {
+    if (ok && with_times && pulled) {
         c->bk_start = pipit__malloc(PIPIT_MAX(nbk, 1) * sizeof(double));
         c->bk_end = pipit__malloc(PIPIT_MAX(nbk, 1) * sizeof(double));
         c->bk_next = pipit__malloc(PIPIT_MAX(nbk, 1) * sizeof(int32_t));
@@ -464,7 +466,7 @@ pipit_status pipit__schedule_check(const pipit_schedule *s) {
     int done;
     if ((st = check_sparse(s, &done)) || done) return st;
     walk_ctx c;
-    if ((st = ctx_init(&c, s, 0))) return st;
+    if ((st = ctx_init(&c, s, 0, 0))) return st;
     st = check_static(&c);
     if (!st && walk(&c, NULL, NULL) < total_tasks(s)) st = report_deadlock(&c);
     ctx_free(&c);
@@ -589,7 +591,7 @@ pipit_status pipit__schedule_simulate(const pipit_schedule *s, const pipit__sim_
     pipit_status st = pipit__schedule_check(s);
     if (st || (st = check_costs(c, s->S))) return st;
     walk_ctx w;
-    if ((st = ctx_init(&w, s, 1))) return st;
+    if ((st = ctx_init(&w, s, 1, c && c->pulled))) return st;
     if ((st = check_static(&w)) || (st = result_alloc(r, s))) {
         ctx_free(&w);
         return st;
