@@ -30,6 +30,7 @@
 #include "pipit.h"
 #include "pipit_gpt2.h"
 #include "pipit_partition.h"
+#include "bench_stats.h"
 
 enum { NPROG = 3, MAXSTEPS = 256 };
 
@@ -59,16 +60,6 @@ static pipit_program *compile(pipit_graph *g, pipit_val loss, pipit_schedule *sc
     if (pipit_compile(g, loss, &o, &p)) die("compile");
     if (pipit_gpt2_init(p, &cfg, 1)) die("init");
     return p;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* One sequential profiled step of the yield-free model. */
@@ -150,7 +141,7 @@ static void bench_p(int P, int steps, int warmup, int32_t *buf, pipit_feed *f) {
         }
     }
     double med[NPROG], bmed[NPROG];
-    for (int k = 0; k < NPROG; k++) med[k] = median(ms[k], steps), bmed[k] = median(busy[k], steps);
+    for (int k = 0; k < NPROG; k++) med[k] = bench_median(ms[k], steps), bmed[k] = bench_median(busy[k], steps);
     printf("P=%d  even %7.1f ms | auto-model %7.1f ms  gain %.3fx (pred %.3fx) | auto-measured %7.1f ms  gain %.3fx "
            "(pred %.3fx) | losses %s\n",
            P, med[0], med[1], med[0] / med[1], pred[1], med[2], med[0] / med[2], pred[2],

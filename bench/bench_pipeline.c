@@ -42,21 +42,12 @@
 #include "pipit.h"
 #include "pipit_gpt2.h"
 #include "pipit_inspect.h"
+#include "bench_stats.h"
 
 enum { P = 2 };
 
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    if (n <= 0) return 0;
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 typedef struct {
     int32_t *tok, *tgt, *pos;
@@ -112,7 +103,7 @@ static double seq_ms(int M, int steps, int warmup) {
         if (pipit_step(p, f.feeds, 3, 1, NULL)) fail("seq step");
         if (i >= warmup) w[i - warmup] = pipit_program_step_wall(p) * 1e3;
     }
-    double r = median(w, steps);
+    double r = bench_median(w, steps);
     free(w);
     free_feeds(&f);
     pipit_program_free(p);
@@ -191,14 +182,14 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
     pipit_sim_result *rm = NULL;
     if (pipit_schedule_simulate(sch, &cm, &rm)) fail("simulate");
     double sim_bubble = pipit_sim_result_bubble(rm);
-    double wmed = median(wall, steps);
+    double wmed = bench_median(wall, steps);
     double sim_ms = pipit_sim_result_step_time(rm) * 1e3;
-    double lmed = median(loopw, steps);
+    double lmed = bench_median(loopw, steps);
     printf("%-17s %2d %3d %2d | %8.2f %6.2f %8.2f %5.2fx | %7.1f%% %7.1f%% %+6.1f | %6.1f%% %6.2f%% | %8.2f "
            "%+6.1f%%\n",
-           pipit_schedule_kind_name(kind), V, M, S, wmed, median(post, steps), seq, seq / wmed,
-           100 * median(bcomp, steps), 100 * sim_bubble, 100 * (median(bcomp, steps) - sim_bubble),
-           100 * median(ovh, steps), 100 * median(ovrt, steps), sim_ms, 100 * (lmed - sim_ms) / lmed);
+           pipit_schedule_kind_name(kind), V, M, S, wmed, bench_median(post, steps), seq, seq / wmed,
+           100 * bench_median(bcomp, steps), 100 * sim_bubble, 100 * (bench_median(bcomp, steps) - sim_bubble),
+           100 * bench_median(ovh, steps), 100 * bench_median(ovrt, steps), sim_ms, 100 * (lmed - sim_ms) / lmed);
     fflush(stdout);
     pipit_sim_result_free(rm);
     free(fc), free(bc), free(wc);

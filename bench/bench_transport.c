@@ -26,6 +26,7 @@
 
 #include "pipit.h"
 #include "runtime/transport.h"
+#include "bench_stats.h"
 
 typedef struct {
     size_t bytes;
@@ -61,17 +62,6 @@ static double raw_pingpong(MPI_Comm c, int me, void *buf, void *back, size_t n, 
         if (dt < best) best = dt;
     }
     return best;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of n values (sorted in place). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Process 0's fence follows the answer (it cannot wait: the answer came
@@ -150,7 +140,7 @@ int main(int argc, char **argv) {
             if (getenv("BENCH_VERBOSE") && me == 0)
                 fprintf(stderr, "%zu B: raw %.2f us, pipit %.2f us\n", n, raws[r] * 1e6, pips[r] * 1e6);
         }
-        double raw = median(raws, nr), pip = median(pips, nr);
+        double raw = bench_median(raws, nr), pip = bench_median(pips, nr);
         if (me != 0) continue;
         if (k == 0) lat = (pip - raw) * 1e6;
         ratio[k] = raw / pip;
