@@ -57,7 +57,9 @@ if __name__ == "__main__":
                     d = json.loads(l)
                     print(d["step"], repr(d.get("loss")), repr(d.get("val_loss")))
     elif cmd == "set":  # set FILE OUT KEY VALUE: a copy with one metadata value changed
-        t, meta = load(sys.argv[2]); meta[sys.argv[4]] = sys.argv[5]
+        t, meta = load(sys.argv[2])
+        if len(sys.argv) > 5: meta[sys.argv[4]] = sys.argv[5]
+        else: meta.pop(sys.argv[4])  # set FILE OUT KEY: a copy without that key (an older file)
         hdr, off, blobs = {"__metadata__": meta}, 0, []
         for k, (dt, sh, b) in t.items():
             hdr[k] = {"dtype": dt, "shape": sh, "data_offsets": [off, off + len(b)]}; blobs.append(b); off += len(b)
@@ -304,6 +306,35 @@ grep -q -- "--dp 1 x --microbatches 4 keeps its global batch of 4 microbatches (
 expect_fail "--dp 3 x --microbatches 4 is not the global batch of checkpoint 'd3.st' (--dp 1 x --microbatches 4 = 4 microbatches of --micro-batch 2): pick a --dp that divides it" \
     "$PIPIT" train --resume d3.st --dp 3
 expect_fail "--dp 2 x --microbatches 4 is not the global batch" "$PIPIT" train --resume d3.st --dp 2 --microbatches 4
+
+# ---- T is in the checkpoint (issue 25 item 9): a --tp 2 run resumed with
+# --resume alone continues at T = 2, bit for bit; another --tp is a layout
+# change the resume line names; a file without the key (written before
+# pipit recorded T) resumes at --tp as given, as it did then
+run tfull.log "$PIPIT" train "${M[@]}" --tp 2 --steps 6 --save tfull.st --json
+run ta.log "$PIPIT" train "${M[@]}" --tp 2 --steps 6 --save ta.st --save-every 3 --keep 2 --json
+[ "$(meta ta.st.step3 tp)" = 2 ] || fail "--tp 2 checkpoint: tp metadata is '$(meta ta.st.step3 tp)', not 2"
+head -3 ta.log >ta_first.log
+cp ta.st.step3 tb.st
+run tb.log "$PIPIT" train --resume tb.st --json
+same_tensors tfull.st tb.st "--tp 2 resumed without --tp"
+[ "$(losses ta_first.log tb.log)" = "$(losses tfull.log)" ] ||
+    fail "--tp 2 resumed without --tp: losses $(losses ta_first.log tb.log) != $(losses tfull.log)"
+grep -q "layout changed" tb.log.err && fail "--tp 2 resumed as it ran: the resume line says the layout changed: $(cat tb.log.err)"
+cp ta.st.step3 tc.st
+run tc.log "$PIPIT" train --resume tc.st --tp 1 --json
+grep -q "resuming 'tc.st' at step 3 of 6; the layout changed: --tp 1 (it ran --tp 2)" tc.log.err ||
+    fail "--tp 1 on a --tp 2 checkpoint: the resume line does not name the layout change: $(cat tc.log.err)"
+[ "$(meta tc.st tp)" = 1 ] || fail "resumed under --tp 1: saved with tp '$(meta tc.st tp)'"
+$PY st.py set ta.st.step3 told.st tp # an older file: no 'tp' key
+run told.log "$PIPIT" train --resume told.st --json
+[ "$(meta told.st tp)" = 1 ] || fail "a file without 'tp' resumed alone: ran at tp '$(meta told.st tp)', not 1"
+grep -q "layout changed" told.log.err && fail "a file without 'tp': the resume line claims a layout change: $(cat told.log.err)"
+$PY st.py set ta.st.step3 told2.st tp
+run told2.log "$PIPIT" train --resume told2.st --tp 2 --json
+same_tensors tfull.st told2.st "a file without 'tp' resumed with --tp 2"
+$PY st.py set ta.st.step3 tbad.st tp 0
+expect_fail "metadata 'tp' is '0'" "$PIPIT" train --resume tbad.st
 
 if [ "$failures" -ne 0 ]; then
     echo "test_resume: $failures failure(s)" >&2

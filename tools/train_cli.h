@@ -46,6 +46,7 @@ typedef struct {
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */
+    int resume_tp;                      /* --resume: the checkpoint's --tp (0: a file older than the 'tp' key) */
 } opts;
 
 enum { CMD_TRAIN = 1, CMD_PLAN = 2, IGN = 4 };

@@ -191,6 +191,7 @@ void save_train(const opts *o, const pipit_program *p, const cli_model *c, const
     meta_num(&m, "micro_batch", "%d", o->micro_batch);
     meta_num(&m, "microbatches", "%d", o->microbatches);
     meta_num(&m, "dp", "%d", o->dp);
+    meta_num(&m, "tp", "%d", o->tp);
     meta_num(&m, "seed", "%llu", (unsigned long long)o->seed);
     meta_str(&m, "data", o->data);
     meta_str(&m, "data_order", o->data_order);
@@ -340,7 +341,7 @@ static void keep_global_batch(opts *o, const flag_cmd *c) {
 }
 
 /* --resume FILE: the model and training config come from the file; a flag
- * given as well must agree with it, except the layout flags (--pp,
+ * given as well must agree with it, except the layout flags (--pp, --tp,
  * --virtual, --schedule, --dp with --microbatches keeping the global
  * batch, --zero1, --threads, --remat, --device, --tf32), --data and
  * --val-data (the same data may have moved), --steps (the new total),
@@ -381,7 +382,9 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
         {"warmup", "warmup", FL_INT, &o->warmup, 0, 0, BIG, NULL},
         {"decay-steps", "decay_steps", FL_INT, &o->decay_steps, 0, -1, BIG, NULL}, /* -1: constant lr */
         {"min-lr", "min_lr", FL_DBL, &o->min_lr, 0, 0, 0, NULL},
-        {"dp", "dp", FL_INT, &o->dp, 1, 1, BIG, NULL}, {"steps", "steps", FL_INT, &o->steps, 1, 0, INT32_MAX, NULL},
+        {"dp", "dp", FL_INT, &o->dp, 1, 1, BIG, NULL},
+        {"tp", "tp", FL_INT, &o->tp, 1, 1, BIG, ""}, /* older files lack it: --tp as given (default 1) */
+        {"steps", "steps", FL_INT, &o->steps, 1, 0, INT32_MAX, NULL},
         {"save-every", "save_every", FL_INT, &o->save_every, 1, 0, INT32_MAX, NULL},
         {"keep", "keep", FL_INT, &o->keep, 1, 0, INT32_MAX, NULL},
         {"data-format", "data_format", FL_STR, &o->data_format, 0, 0, 0, "auto"},
@@ -410,6 +413,10 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
     o->resume_dp = (int)meta_i64(file, "resume", "dp", 1, BIG, INT64_MIN);
     o->resume_microbatches = (int)meta_i64(file, "resume", "microbatches", 1, PIPIT_MAX_MICROBATCHES, INT64_MIN);
     keep_global_batch(o, c);
+    /* T: the file's unless --tp was given (a layout flag: the resume line
+     * says when it changes); a file written before pipit recorded T has no
+     * 'tp' key and runs at --tp as given (default 1), as it did then */
+    o->resume_tp = (int)meta_i64(file, "resume", "tp", 1, BIG, 0);
     int64_t step = meta_i64(file, "resume", "step", 0, INT64_MAX, INT64_MIN);
     if (o->steps < step)
         die("--steps %d: checkpoint '%s' is at step %lld already (--steps is the total with --resume)", o->steps, path,
@@ -426,6 +433,10 @@ void say_resumed(const opts *o, int64_t step) {
         fprintf(f, "; --dp %d x --microbatches %d keeps its global batch of %lld microbatches (it ran --dp %d x "
                    "--microbatches %d)",
                 o->dp, o->microbatches, (long long)o->dp * o->microbatches, o->resume_dp, o->resume_microbatches);
+    if (o->resume_tp && o->tp != o->resume_tp)
+        fprintf(f, "; the layout changed: --tp %d (it ran --tp %d), so the losses follow the uninterrupted run "
+                   "within rounding, not bit for bit",
+                o->tp, o->resume_tp);
     fputc('\n', f);
     fflush(f);
 }
