@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "pipit.h"
+#include "pipit_decode.h"
 #include "pipit_io.h"
 
 #ifdef __cplusplus
@@ -52,6 +53,16 @@ PIPIT_API pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c)
  * this rank's classes [B,T,V/T]; an invalid value on failure):
  * pass it in pipit_options.outputs to read it with pipit_program_get_output. */
 PIPIT_API pipit_val pipit_gpt2_build_logits(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits);
+/* The decoding graph (pipit_decode.h): the same model on ONE new position
+ * per sequence, its attention over a KV cache of S = c->ctx slots, for
+ * B = c->batch sequences (c->stages 1, a graph of one rank per stage).
+ * Inputs PIPIT_DECODE_TOKENS, _POSITIONS, _CACHE (KVD = dim), _SLOT,
+ * _MASK; its params are build's (the same names and shapes, so the same
+ * checkpoint loads). *out gets the loss to compile it with and the logits
+ * and kv outputs to request. A NULL argument: MISUSE; a refused config, a
+ * poisoned graph or stages / tensor parallelism other than 1: INVALID (or
+ * the graph's status), *out invalid values. */
+PIPIT_API pipit_status pipit_gpt2_build_decode(pipit_graph *g, const pipit_gpt2_config *c, pipit_decode_graph *out);
 /* First layer of stage s (stage s holds layers [first(s), first(s+1))),
  * 0 <= s <= S (s = S gives L); -1 and a message otherwise or for NULL. */
 PIPIT_API int pipit_gpt2_stage_first_layer(const pipit_gpt2_config *c, int s);

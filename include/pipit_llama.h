@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "pipit.h"
+#include "pipit_decode.h"
 #include "pipit_io.h"
 
 #ifdef __cplusplus
@@ -73,6 +74,15 @@ PIPIT_API pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *
  * logits [B,T,V] (with T > 1 ranks per stage: this rank's classes
  * [B,T,V/T]; an invalid value on failure), for pipit_options.outputs. */
 PIPIT_API pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits);
+/* The decoding graph (pipit_decode.h), as pipit_gpt2_build_decode's: the
+ * same model on ONE new position per sequence, RoPE at that position, its
+ * grouped-query attention over a KV cache of S = c->ctx slots (KVD =
+ * kv_heads * head_dim: keys after RoPE), B = c->batch sequences, c->stages
+ * 1 and one rank per stage. Inputs PIPIT_DECODE_TOKENS, _CACHE, _SLOT,
+ * _MASK (no positions: the slot gives RoPE its position); build's params.
+ * MISUSE for NULL; INVALID (or the graph's status) otherwise on failure. */
+PIPIT_API pipit_status pipit_llama_build_decode(pipit_graph *g, const pipit_llama_config *c,
+                                                pipit_decode_graph *out);
 /* First layer of stage s: the same even split as GPT-2's (the first L mod S
  * stages get one layer more), 0 <= s <= S; -1 and a message otherwise. */
 PIPIT_API int pipit_llama_stage_first_layer(const pipit_llama_config *c, int s);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "models/decode.h"
 #include "models/models.h"
 #include "util/common.h"
 
@@ -82,17 +83,29 @@ static pipit_val layernorm(pipit_graph *g, const pipit_gpt2_config *c, pipit_val
     return pipit_layernorm(g, x, w, b, 1e-5);
 }
 
+/* A decoding graph's attention of the new position (decode.h), from its
+ * q | k | v [B,1,3C]. */
+static pipit_val decode_attention(pipit__decode *d, const pipit_gpt2_config *c, pipit_val qkv, int l) {
+    pipit_val x[3];
+    int64_t C = c->dim;
+    pipit_split(d->g, qkv, 2, 3, (int64_t[]){C, C, C}, x); /* on failure x[] is invalid: the graph is poisoned */
+    return pipit__decode_attend(d, l, x[0], x[1], pipit__decode_place(d, x[1]), x[2], pipit__decode_place(d, x[2]),
+                                c->heads, c->heads);
+}
+
 /* With T > 1 ranks per stage each holds H/T heads and 4C/T MLP columns:
  * the block's input enters the sharded regions through tp_copy, and the
- * row-parallel projections leave them through tp_sum. */
-static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l) {
+ * row-parallel projections leave them through tp_sum. dec: a decoding
+ * graph's (NULL in the training graph). */
+static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l, pipit__decode *dec) {
     char pre[64];
     int64_t C = c->dim;
     int T = pipit_graph_tensor_parallel(g), tp = T > 1;
     snprintf(pre, sizeof pre, "h.%d.ln_1", l);
     pipit_val h = pipit__models_tp_copy(g, T, layernorm(g, c, x, pre));
     snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
-    h = pipit_attention(g, linear_split(g, c, h, pre, C, 3 * C, tp ? SPLIT_COLUMNS : SPLIT_NONE, 3), c->heads / T);
+    pipit_val qkv = linear_split(g, c, h, pre, C, 3 * C, tp ? SPLIT_COLUMNS : SPLIT_NONE, 3);
+    h = dec ? decode_attention(dec, c, qkv, l) : pipit_attention(g, qkv, c->heads / T);
     snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
     x = pipit_add(g, x, linear_split(g, c, h, pre, C, C, tp ? SPLIT_ROWS : SPLIT_NONE, 1));
     snprintf(pre, sizeof pre, "h.%d.ln_2", l);
@@ -144,13 +157,42 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
             x = pipit_yield(g, x);
             stage++;
         }
-        x = block(g, c, x, l);
+        x = block(g, c, x, l, NULL);
     }
     x = pipit__models_tp_copy(g, T, layernorm(g, c, x, "ln_f"));
     pipit_val logits = pipit_matmul_nt(g, x, wte); /* tied lm head: this rank's classes with T > 1 */
     pipit_val loss = T > 1 ? pipit_tp_xent_mean(g, logits, tgt) : pipit_xent_mean(g, logits, tgt);
     if (logits_out && loss.id >= 0) *logits_out = logits;
     return loss;
+}
+
+/* The decoding graph: build()'s ops on one new position per sequence, the
+ * attention over the cache (decode.h). */
+static pipit_status build_decode(pipit_graph *g, const pipit_gpt2_config *c, pipit_decode_graph *out) {
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "out is NULL");
+    *out = (pipit_decode_graph){{g, -1}, {g, -1}, {g, -1}, {g, -1}};
+    if (!g || !c) return pipit__err(PIPIT_STATUS_MISUSE, "%s is NULL", g ? "config" : "graph");
+    pipit_status s = pipit_graph_status(g);
+    if (!s) s = gpt2_check_impl(c);
+    pipit__decode d;
+    if (!s)
+        s = pipit__decode_begin(g, &d, c->layers, c->stages, c->batch, c->ctx, c->dim, c->dtype,
+                                "pipit_gpt2_build_decode");
+    if (s) return s;
+    int64_t b1[2] = {c->batch, 1};
+    pipit_val tok = pipit_input(g, PIPIT_DECODE_TOKENS, PIPIT_I32, 2, b1);
+    pipit_val pos = pipit_input(g, PIPIT_DECODE_POSITIONS, PIPIT_I32, 2, b1);
+    pipit_val wte = param(g, c, "wte.weight", 2, c->vocab, c->dim);
+    pipit_val wpe = param(g, c, "wpe.weight", 2, c->max_ctx, c->dim);
+    pipit_val x = pipit_add(g, pipit_embed(g, wte, tok), pipit_embed(g, wpe, pos));
+    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, &d);
+    pipit_val logits = pipit_matmul_nt(g, layernorm(g, c, x, "ln_f"), wte);
+    return pipit__decode_end(&d, logits, out, "pipit_gpt2_build_decode");
+}
+
+pipit_status pipit_gpt2_build_decode(pipit_graph *g, const pipit_gpt2_config *c, pipit_decode_graph *out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(build_decode(g, c, out), gen0, __func__);
 }
 
 /* ---- init ---- */

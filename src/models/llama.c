@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "models/decode.h"
 #include "models/models.h"
 #include "util/checked.h"
 #include "util/common.h"
@@ -156,18 +157,41 @@ static pipit_val rmsnorm(pipit_graph *g, const pipit_llama_config *c, pipit_val 
     return pipit_rmsnorm(g, x, param(g, c, name, 1, c->dim, 0), c->norm_eps);
 }
 
+/* RoPE of the model on x [B,T,heads*D] (row t at position t): the one
+ * call the training and the decoding graph share. */
+static pipit_val rope(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int heads) {
+    return pipit_rope(g, x, heads, c->rope_theta);
+}
+
+/* A decoding graph's attention of the new position (decode.h): its q, k
+ * and v [B,1,*] are placed in its slot, so RoPE rotates them by its
+ * position's angles. */
+static pipit_val decode_attention(pipit__decode *d, const pipit_llama_config *c, pipit_val q, pipit_val k,
+                                  pipit_val v, int l) {
+    pipit_val kp = rope(d->g, c, pipit__decode_place(d, k), kv_of(c));
+    q = pipit__decode_row(d, rope(d->g, c, pipit__decode_place(d, q), c->heads));
+    return pipit__decode_attend(d, l, q, pipit__decode_row(d, kp), kp, v, pipit__decode_place(d, v), c->heads,
+                                kv_of(c));
+}
+
 /* With T > 1 ranks per stage each holds H/T query and KV/T key/value heads
- * (query head h still reads kv head h / (H/KV): both are split in order). */
-static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l) {
+ * (query head h still reads kv head h / (H/KV): both are split in order).
+ * dec: a decoding graph's (NULL in the training graph). */
+static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, pipit__decode *dec) {
     int64_t C = c->dim, kvd = (int64_t)kv_of(c) * (C / c->heads);
     int T = pipit_graph_tensor_parallel(g), col = T > 1 ? 0 : -1, row = T > 1 ? 1 : -1;
     x = pipit__models_tp_copy(g, T, x);
     pipit_val q = linear(g, c, x, l, "self_attn.q_proj", C, C, col);
     pipit_val k = linear(g, c, x, l, "self_attn.k_proj", C, kvd, col);
     pipit_val v = linear(g, c, x, l, "self_attn.v_proj", C, kvd, col);
-    q = pipit_rope(g, q, c->heads / T, c->rope_theta);
-    k = pipit_rope(g, k, kv_of(c) / T, c->rope_theta);
-    pipit_val a = pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){c->heads / T, kv_of(c) / T, 1, 0});
+    pipit_val a;
+    if (dec) {
+        a = decode_attention(dec, c, q, k, v, l);
+    } else {
+        q = rope(g, c, q, c->heads / T);
+        k = rope(g, c, k, kv_of(c) / T);
+        a = pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){c->heads / T, kv_of(c) / T, 1, 0});
+    }
     return linear(g, c, a, l, "self_attn.o_proj", C, C, row);
 }
 
@@ -180,10 +204,11 @@ static pipit_val mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, i
     return linear(g, c, pipit_mul(g, gate, up), l, "mlp.down_proj", F, c->dim, row);
 }
 
-static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F) {
+static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
+                       pipit__decode *dec) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-    x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l));
+    x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l, dec));
     snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
     return pipit_add(g, x, mlp(g, c, rmsnorm(g, c, x, name), l, F));
 }
@@ -215,7 +240,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
             x = pipit_yield(g, x);
             stage++;
         }
-        x = block(g, c, x, l, F);
+        x = block(g, c, x, l, F, NULL);
     }
     x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
     pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
@@ -229,6 +254,34 @@ pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { retur
 
 pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits) {
     return build(g, c, logits, __func__);
+}
+
+/* The decoding graph: build()'s ops on one new position per sequence, the
+ * attention over the cache (decode.h). */
+static pipit_status build_decode(pipit_graph *g, const pipit_llama_config *c, pipit_decode_graph *out) {
+    if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "out is NULL");
+    *out = (pipit_decode_graph){{g, -1}, {g, -1}, {g, -1}, {g, -1}};
+    if (!g || !c) return pipit__err(PIPIT_STATUS_MISUSE, "%s is NULL", g ? "config" : "graph");
+    pipit_status s = pipit_graph_status(g);
+    if (!s) s = llama_check_impl(c);
+    pipit__decode d;
+    int64_t kvd = (int64_t)kv_of(c) * (c->dim / c->heads), F = s ? 0 : ffn_hidden(c);
+    if (!s)
+        s = pipit__decode_begin(g, &d, c->layers, c->stages, c->batch, c->ctx, kvd, c->dtype,
+                                "pipit_llama_build_decode");
+    if (s) return s;
+    pipit_val tok = pipit_input(g, PIPIT_DECODE_TOKENS, PIPIT_I32, 2, (int64_t[]){c->batch, 1});
+    pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
+    pipit_val x = pipit_embed(g, emb, tok);
+    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d);
+    x = rmsnorm(g, c, x, "model.norm.weight");
+    pipit_val head = c->tied ? emb : param(g, c, "lm_head.weight", 2, c->vocab, c->dim);
+    return pipit__decode_end(&d, pipit_matmul_nt(g, x, head), out, "pipit_llama_build_decode");
+}
+
+pipit_status pipit_llama_build_decode(pipit_graph *g, const pipit_llama_config *c, pipit_decode_graph *out) {
+    unsigned long gen0 = pipit__err_gen();
+    return pipit__err_fresh(build_decode(g, c, out), gen0, __func__);
 }
 
 /* ---- init, sizes ---- */
