@@ -6,7 +6,9 @@
 # (the kind; a Llama field), or two builds (PIPIT_BUILD_ID set
 # differently) is refused by every process within seconds, each naming the
 # field and what each process has; none exits 0 and no step runs. The same
-# data at two paths agrees and trains.
+# data at two paths agrees and trains, and so does a process that spells
+# out a default the other relies on (the values compared are the resolved
+# ones).
 # Usage: test_mpi_refuse.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped)
 set -u
 CLI=$(realpath -- "$1") # the test runs in a temp dir
@@ -66,7 +68,7 @@ refused data-order "disagree on --data-order" \
     -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --data-order sequential -- -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2
 refused layers "disagree on --layers: process 0 has '2'; process 1 has '4'" \
     -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 4
-refused schedule "disagree on --schedule" \
+refused schedule "disagree on --schedule: process 0 has 'gpipe, 2 ranks x 1 stages each'; process 1 has '1f1b, 2 ranks x 1 stages each'" \
     -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --schedule gpipe -- -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2
 refused data "disagree on --data (its tokens)" \
     -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- -np 1 "$CLI" train --data b.txt "${BASE[@]}" --layers 2
@@ -86,6 +88,31 @@ refused kind "disagree on the model kind: process 0 has 'gpt2'; process 1 has 'l
     -np 1 "$CLI" train --data a.txt --init gpt2.st "${BASE[@]}" -- -np 1 "$CLI" train --data a.txt --init llama_kv2.st "${BASE[@]}"
 refused llama-field "disagree on model kv_heads: process 0 has '1'; process 1 has '2'" \
     -np 1 "$CLI" eval --data a.txt --init llama_kv1.st --json -- -np 1 "$CLI" eval --data a.txt --init llama_kv2.st --json
+# resolved values, not spellings (issue 25 item 10): a process that spells
+# out what the other relies on (the defaults --dtype f32, --schedule 1f1b
+# at --pp 2, --virtual 1, the preset, --data-format, a cosine schedule's
+# --decay-steps and --min-lr, --eval-batches and the val data's format)
+# agrees and trains; a real difference in any of them is refused naming it
+SPELLED=(--dtype f32 --schedule 1f1b --virtual 1 --model tiny --data-format text --max-ctx 16 --decay-steps 2
+         --min-lr 1e-4 --eval-batches 4 --eval-every 2)
+mpmd -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --lr-schedule cosine --val-split 0.1 "${SPELLED[@]}" -- \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --lr-schedule cosine --val-split 0.1
+[ "$rc" -eq 0 ] || fail "spelled-out defaults: exit $rc:"$'\n'"$(grep pipit out.log | head -3)"
+[ "$(grep -c '"step":' out.log)" -eq 3 ] || fail "spelled-out defaults: expected 2 step lines and a validation: $(cat out.log)"
+refused dtype "disagree on --dtype: process 0 has 'bf16'; process 1 has 'f32'" \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --dtype bf16 -- -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2
+refused virtual "disagree on --virtual: process 0 has '2'; process 1 has '1'" \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 4 --microbatches 2 --virtual 2 -- \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 4 --microbatches 2
+refused min-lr "disagree on --min-lr: process 0 has '5.0000000000000002e-05'; process 1 has '0.0001'" \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --lr-schedule cosine --min-lr 5e-5 -- \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --lr-schedule cosine
+refused eval-batches "disagree on --eval-batches: process 0 has '3'; process 1 has '4'" \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --val-split 0.1 --eval-batches 3 -- \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --val-split 0.1
+refused val-data "disagree on --val-data (its tokens)" \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --val-data a.txt -- \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --val-data b.txt
 # the same data at another path agrees, and trains
 mpmd -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- -np 1 "$CLI" train --data a_copy.txt "${BASE[@]}" --layers 2
 [ "$rc" -eq 0 ] || fail "the same data at two paths: exit $rc:"$'\n'"$(tail -5 out.log)"

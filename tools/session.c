@@ -277,8 +277,7 @@ static void admit_run(const session *s, const opts *o, int M, const char *mflag)
 static const char *const PER_PROCESS[] = {"threads", "device", "json", "json-summary", "trace", "profile",
                                           "profile-out", "verbose", "peak-flops", "mem-limit", "no-mem-check",
                                           "print-config", "config", "log-every", NULL};
-static const char *const BY_CONTENT[] = {"data", "val-data", "init", "resume", "init-optimizer", "save",
-                                         "save-optimizer", NULL};
+static const char *const BY_CONTENT[] = {"data", "init", "resume", "init-optimizer", "save", "save-optimizer", NULL};
 
 static int listed(const char *name, const char *const *list) {
     for (; *list; list++)
@@ -288,7 +287,7 @@ static int listed(const char *name, const char *const *list) {
 
 /* A checkpoint's content: its header checksum (which covers every
  * tensor's), or its path for a file without checksums. (--val-data is
- * compared as given or not: it is opened after this.) */
+ * opened after this: agree_validation compares it.) */
 static const char *checkpoint_digest(const pipit_checkpoint *ck) {
     const char *h = ck ? pipit_checkpoint_meta(ck, "crc32c") : NULL;
     return h ? h : ck ? pipit_checkpoint_path(ck) : "-";
@@ -309,32 +308,86 @@ static char *agree_add(agree_list *a, const char *name) {
     return a->vals[a->n++];
 }
 
-static void agree_flag(agree_list *a, const flag *f) {
-    char name[48];
-    snprintf(name, sizeof name, "--%s", f->name);
-    char *v = agree_add(a, name);
-    if (listed(f->name, BY_CONTENT)) snprintf(v, 96, "%s", f->seen ? "given" : "not given");
-    else if (f->type == FL_INT || f->type == FL_BOOL) snprintf(v, 96, "%d", *(const int *)f->ptr);
-    else if (f->type == FL_U64) snprintf(v, 96, "%llu", (unsigned long long)*(const uint64_t *)f->ptr);
-    else if (f->type == FL_DBL) snprintf(v, 96, "%.17g", *(const double *)f->ptr);
-    else snprintf(v, 96, "%s", *(const char *const *)f->ptr ? *(const char *const *)f->ptr : "(none)");
-}
+/* The model's fields as a checkpoint records them and the flag that sets
+ * each (train and plan have them all, eval only --ctx and --heads). */
+static const struct {
+    const char *flag, *key;
+} MODEL_FIELDS[] = {{"vocab", "vocab"},       {"ctx", "ctx"},           {"max-ctx", "max_ctx"},
+                    {"layers", "layers"},     {"heads", "heads"},       {"dim", "dim"},
+                    {"kv-heads", "kv_heads"}, {"ffn-hidden", "ffn_hidden"}, {"norm-eps", "norm_eps"},
+                    {"rope-theta", "rope_theta"}, {"tied", "tied"}};
 
-/* The model as resolved (preset, config, flags, checkpoint), as a
- * checkpoint records it: every kind's fields, the same names in every
- * process whatever its kind (a field the kind lacks is "-"). */
-static void agree_model(agree_list *a, const cli_model *m) {
-    static const char *const keys[] = {"vocab", "ctx", "max_ctx", "layers", "heads", "dim",
-                                       "kv_heads", "ffn_hidden", "norm_eps", "rope_theta", "tied"};
+/* Flags whose value is compared as another field's: the preset (the kind
+ * and the model's fields), --untied (--tied), Meta's width rule
+ * (--ffn-hidden), --data-format (the data's tokens) and the validation
+ * settings (compared with the validation data, once it is open:
+ * agree_validation). */
+static const char *const FOLDED[] = {"model", "untied", "multiple-of", "ffn-dim-multiplier", "data-format",
+                                     "val-data", "eval-every", "eval-batches", NULL};
+
+/* The model's field key as resolved (preset, config, flags, checkpoint;
+ * "-" where the kind has none) into v[96]. */
+static void model_field(const cli_model *m, const char *key, char *v) {
     cli_model_meta meta;
     cli_model_meta_fill(m, &meta);
-    for (int k = 0; k < NFLAGS(keys); k++) {
-        char name[48];
-        snprintf(name, sizeof name, "model %s", keys[k]);
-        char *v = agree_add(a, name);
-        snprintf(v, 96, "-");
-        for (int i = 0; i < meta.n; i += 2)
-            if (strcmp(meta.kv[i], keys[k]) == 0) snprintf(v, 96, "%s", meta.kv[i + 1]);
+    snprintf(v, 96, "-");
+    for (int i = 0; i < meta.n; i += 2)
+        if (strcmp(meta.kv[i], key) == 0) snprintf(v, 96, "%s", meta.kv[i + 1]);
+}
+
+/* The schedule the run follows: a built-in one by name, with its ranks
+ * and stages per rank (the plans' task lists are compared by
+ * pipit_compile). */
+static void schedule_value(const pipit_schedule *sch, char *v) {
+    if (!sch) {
+        snprintf(v, 96, "none (one rank, sequential)");
+        return;
+    }
+    int kind = pipit_schedule_get_kind(sch);
+    snprintf(v, 96, "%s, %d ranks x %d stages each", kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : "a file",
+             pipit_schedule_ranks(sch), pipit_schedule_virtual(sch));
+}
+
+/* The value flag f resolved to, as the run uses it (issue 25: one process
+ * spelling out a default, --dtype f32 or --schedule 1f1b, agrees with one
+ * relying on it): the defaults that stand for "unset" (NULL, 0, -1) are
+ * replaced by what they mean. */
+static void resolved_value(const session *s, const opts *o, const flag *f, char *v) {
+    const char *n = f->name;
+    for (int k = 0; k < NFLAGS(MODEL_FIELDS); k++)
+        if (strcmp(n, MODEL_FIELDS[k].flag) == 0) {
+            model_field(&s->cfg, MODEL_FIELDS[k].key, v);
+            return;
+        }
+    if (listed(n, BY_CONTENT)) { /* the contents are compared below */
+        snprintf(v, 96, "%s", *(const char *const *)f->ptr ? "given" : "not given");
+    } else if (strcmp(n, "dtype") == 0) {
+        snprintf(v, 96, "%s", cli_dtype(o->dtype, o->device) == PIPIT_BF16 ? "bf16" : "f32");
+    } else if (strcmp(n, "schedule") == 0) {
+        schedule_value(s->sched, v);
+    } else if (strcmp(n, "pp") == 0) { /* a schedule file brings its own P */
+        snprintf(v, 96, "%d", s->sched ? pipit_schedule_ranks(s->sched) : 1);
+    } else if (strcmp(n, "virtual") == 0) { /* 0: the schedule's own */
+        snprintf(v, 96, "%d", s->sched ? pipit_schedule_virtual(s->sched) : 1);
+    } else if (strcmp(n, "stage-costs") == 0) {
+        snprintf(v, 96, "%s", o->stage_costs ? o->stage_costs : "model");
+    } else if (!strcmp(n, "lr-schedule") || !strcmp(n, "warmup") || !strcmp(n, "decay-steps") || !strcmp(n, "min-lr")) {
+        pipit_lr_schedule ls = make_lr_schedule(o); /* -1: --steps, --lr / 10 */
+        static const char *const kinds[] = {"constant", "cosine", "linear"};
+        int constant = ls.kind == PIPIT_LR_CONSTANT;
+        if (n[0] == 'l') snprintf(v, 96, "%s", kinds[ls.kind]);
+        else if (n[0] == 'w') snprintf(v, 96, "%lld", (long long)ls.warmup);
+        else if (constant) snprintf(v, 96, "-"); /* a constant schedule has neither */
+        else if (n[0] == 'd') snprintf(v, 96, "%lld", (long long)ls.decay_steps);
+        else snprintf(v, 96, "%.17g", ls.min_lr);
+    } else if (f->type == FL_INT || f->type == FL_BOOL) {
+        snprintf(v, 96, "%d", *(const int *)f->ptr);
+    } else if (f->type == FL_U64) {
+        snprintf(v, 96, "%llu", (unsigned long long)*(const uint64_t *)f->ptr);
+    } else if (f->type == FL_DBL) {
+        snprintf(v, 96, "%.17g", *(const double *)f->ptr);
+    } else {
+        snprintf(v, 96, "%s", *(const char *const *)f->ptr ? *(const char *const *)f->ptr : "(none)");
     }
 }
 
@@ -345,9 +398,23 @@ static void agree_run(const session *s, const opts *o, const flag_cmd *c) {
     /* the kind first: processes given a GPT-2 and a Llama checkpoint
      * differ in the kind's flags too, but the kind is what to tell them */
     snprintf(agree_add(&a, "the model kind"), 96, "%s", s->cfg.kind->name);
-    for (int i = 0; i < c->n; i++)
-        if (!listed(c->flags[i].name, PER_PROCESS)) agree_flag(&a, &c->flags[i]);
-    agree_model(&a, &s->cfg);
+    for (int i = 0; i < c->n; i++) {
+        const flag *f = &c->flags[i];
+        if (listed(f->name, PER_PROCESS) || listed(f->name, FOLDED)) continue;
+        char name[48];
+        snprintf(name, sizeof name, "--%s", f->name);
+        resolved_value(s, o, f, agree_add(&a, name));
+    }
+    /* the model's fields no flag of this command sets (eval's few flags
+     * leave them to the checkpoint) */
+    for (int k = 0; k < NFLAGS(MODEL_FIELDS); k++) {
+        int has = 0;
+        for (int i = 0; i < c->n && !has; i++) has = strcmp(c->flags[i].name, MODEL_FIELDS[k].flag) == 0;
+        if (has) continue;
+        char name[48];
+        snprintf(name, sizeof name, "model %s", MODEL_FIELDS[k].key);
+        model_field(&s->cfg, MODEL_FIELDS[k].key, agree_add(&a, name));
+    }
     snprintf(agree_add(&a, "--data (its tokens)"), 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->data),
              pipit_data_checksum(s->data));
     snprintf(agree_add(&a, o->resume ? "--resume (its checksum)" : "--init (its checksum)"), 96, "%s",
@@ -356,6 +423,24 @@ static void agree_run(const session *s, const opts *o, const flag_cmd *c) {
     char what[64];
     snprintf(what, sizeof what, "pipit %s", c->name);
     if (pipit_agree(what, a.kv)) die("%s", pipit_errmsg());
+}
+
+void agree_validation(const session *s, const opts *o, int K) {
+    if (pipit_process_count() <= 1) return;
+    static agree_list a;
+    a.n = 0;
+    char *v = agree_add(&a, "--val-data (its tokens)");
+    if (o->val_data)
+        snprintf(v, 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->val), pipit_data_checksum(s->val));
+    else
+        snprintf(v, 96, "not given");
+    snprintf(agree_add(&a, "--eval-batches"), 96, "%d", K);
+    v = agree_add(&a, "--eval-every");
+    if (!K) snprintf(v, 96, "-"); /* no validation */
+    else if (o->eval_every && o->eval_every < o->steps) snprintf(v, 96, "%d", o->eval_every);
+    else snprintf(v, 96, "at the end"); /* 0, or every --steps or more steps: the last step's only */
+    a.kv[2 * a.n] = NULL;
+    if (pipit_agree("pipit train (validation)", a.kv)) die("%s", pipit_errmsg());
 }
 
 /* pipit_compile's memory admission, in the command line's words. */

@@ -97,6 +97,9 @@ void check_model_flags(const opts *o, const flag_cmd *c);
 void open_schedule(session *s, const opts *o);
 void open_model(session *s, opts *o, const flag_cmd *c, int M);
 void close_session(session *s);
+/* In an MPI job: the processes resolved the same validation (--val-data's
+ * tokens, the batches K, --eval-every), or every one stops naming the field. */
+void agree_validation(const session *s, const opts *o, int K);
 
 /* Microbatch feeds for sequences first .. first+B-1. */
 typedef struct {

@@ -28,7 +28,7 @@ void check_distinct(const pipit_data *d, const char *what, const char *spec, int
 
 /* --val-data / --val-split: opens (or splits off) the validation stream and
  * fixes the number of validation batches; 0 when there is no validation. */
-int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
+static int open_validation_data(session *s, opts *o, const flag_cmd *c, int G) {
     int has_split = flags_seen(c, "val-split");
     if (o->val_data && has_split) die("--val-data and --val-split are alternatives: pass one");
     if (!o->val_data && !has_split) {
@@ -64,6 +64,12 @@ int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
     snprintf(ask, sizeof ask, "--eval-batches %d x %d microbatches x --micro-batch %d", K ? K : 1, G, o->micro_batch);
     check_distinct(s->val, o->val_data ? "--val-data" : "--val-split of --data", name, (int64_t)(K ? K : 1) * per,
                    ask, per, "--eval-batches", o->ctx);
+    return K;
+}
+
+int open_validation(session *s, opts *o, const flag_cmd *c, int G) {
+    int K = open_validation_data(s, o, c, G);
+    agree_validation(s, o, K); /* in an MPI job: the processes validate alike, or stop */
     return K;
 }
 
