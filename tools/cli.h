@@ -12,10 +12,15 @@
 #include "pipit_io.h"
 #include "pipit_text.h"
 
-/* The candidate closest to `word` by edit distance (optimal string
- * alignment: insertions, deletions, substitutions, swaps of neighbours),
- * if it is close enough to be a typo (distance 1 for words of up to 4
- * characters, else 2); NULL otherwise. */
+/* A candidate `word` may have meant (compared lower-case, '_' as '-'):
+ * the one another trainer's name for it stands for (--batch-size ->
+ * micro-batch, n_layer -> layers, learning_rate -> lr: nanoGPT, llm.c,
+ * Hugging Face, Megatron names), else the closest by edit distance
+ * (optimal string alignment: insertions, deletions, substitutions, swaps
+ * of neighbours) if close enough to be a typo (distance 1 for words of up
+ * to 4 characters, else 2), else the one candidate sharing a '-'-separated
+ * word of 3+ letters with it (or the candidate that is such a word);
+ * NULL otherwise. */
 const char *cli_suggest(const char *word, const char *const *cands, int n);
 /* "; did you mean 'x'?" for a close candidate, else "" (static storage). */
 const char *cli_did_you_mean(const char *word, const char *const *cands, int n, const char *prefix);

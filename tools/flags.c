@@ -6,6 +6,7 @@
 #include "pipit.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,7 +66,16 @@ static void parse_value(const flag *f, const char *v) {
     }
     case FL_DBL: {
         double x = strtod(v, &end);
-        if (errno || !*v || *end || !isfinite(x)) die("bad value '%s' for --%s: expected a number", v, f->name);
+        if (!*v || *end || isnan(x) || (!errno && !isfinite(x)))
+            die("bad value '%s' for --%s: expected a number", v, f->name);
+        /* a number all the same: say which numbers a double holds (a
+         * subnormal one, ERANGE with x != 0, is read as it is; the flag's
+         * own range is checked where it is used) */
+        if (errno == ERANGE && !isfinite(x))
+            die("bad value '%s' for --%s: out of range for a double (magnitudes up to %.1e)", v, f->name, DBL_MAX);
+        if (errno == ERANGE && x == 0)
+            die("bad value '%s' for --%s: too close to 0 for a double (the smallest nonzero magnitude is %.1e)", v,
+                f->name, DBL_TRUE_MIN);
         *(double *)f->ptr = x;
         break;
     }

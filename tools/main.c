@@ -16,7 +16,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: pipit <command> [flags]\n\n"
             "commands:\n"
-            "  train     train GPT-2 on a text file or token shard\n"
+            "  train     train a model (GPT-2 or Llama: a preset, your sizes or a checkpoint) on text or token shards\n"
             "  eval      mean loss of a checkpoint on sequential windows of a file (forward only)\n"
             "  sample    generate tokens from a checkpoint (byte-level models print bytes)\n"
             "  schedule  print a pipeline schedule's grid, bubble and peak activations\n"

@@ -54,15 +54,60 @@ static void hf_agrees(const char *json, int has, const pipit_llama_config *j, co
                 tab[i].json, path, tab[i].file);
 }
 
+static int same_scaling(const pipit_rope_scaling *a, const pipit_rope_scaling *b) {
+    return a->factor == b->factor && a->low_freq_factor == b->low_freq_factor &&
+           a->high_freq_factor == b->high_freq_factor &&
+           a->original_max_position_embeddings == b->original_max_position_embeddings;
+}
+
+static const char *scaling_str(const pipit_rope_scaling *r, char *buf, size_t n) {
+    if (!(r->factor > 0)) return "rope_type default";
+    snprintf(buf, n, "rope_type llama3, factor %g, low_freq_factor %g, high_freq_factor %g, "
+             "original_max_position_embeddings %lld", r->factor, r->low_freq_factor, r->high_freq_factor,
+             (long long)r->original_max_position_embeddings);
+    return buf;
+}
+
+/* What config.json states must be what pipit recorded in the checkpoint's
+ * metadata (f: 0 where it records nothing): heads, max positions (and at
+ * least the ctx it was trained at), eps, theta, the RoPE scaling. */
+static void hf_agrees_meta(const char *json, int has, const pipit_llama_config *j, const pipit_checkpoint *ck,
+                           const cli_model *f) {
+    const char *path = pipit_checkpoint_path(ck);
+    if ((has & PIPIT_LLAMA_HAS_HEADS) && f->heads && j->heads != f->heads)
+        die("config '%s': num_attention_heads %d disagrees with checkpoint '%s' (heads %d in its metadata)", json,
+            j->heads, path, f->heads);
+    if ((has & PIPIT_LLAMA_HAS_MAX_CTX) && f->max_ctx && j->max_ctx != f->max_ctx)
+        die("config '%s': max_position_embeddings %d disagrees with checkpoint '%s' (max_ctx %d in its metadata)", json,
+            j->max_ctx, path, f->max_ctx);
+    const char *trained = pipit_checkpoint_meta(ck, "ctx");
+    int ctx = trained ? atoi(trained) : 0;
+    if ((has & PIPIT_LLAMA_HAS_MAX_CTX) && ctx > j->max_ctx)
+        die("config '%s': max_position_embeddings %d is less than the ctx %d checkpoint '%s' was trained at", json,
+            j->max_ctx, ctx, path);
+    if ((has & PIPIT_LLAMA_HAS_NORM_EPS) && f->norm_eps > 0 && j->norm_eps != f->norm_eps)
+        die("config '%s': rms_norm_eps %.17g disagrees with checkpoint '%s' (norm_eps %.17g in its metadata)", json,
+            j->norm_eps, path, f->norm_eps);
+    if ((has & PIPIT_LLAMA_HAS_ROPE_THETA) && f->rope_theta > 0 && j->rope_theta != f->rope_theta)
+        die("config '%s': rope_theta %.17g disagrees with checkpoint '%s' (rope_theta %.17g in its metadata)", json,
+            j->rope_theta, path, f->rope_theta);
+    char a[200], b[200];
+    if (has && pipit_checkpoint_meta(ck, "rope_type") && !same_scaling(&j->rope_scaling, &f->rope_scaling))
+        die("config '%s': RoPE (%s) disagrees with checkpoint '%s' (%s in its metadata)", json,
+            scaling_str(&j->rope_scaling, a, sizeof a), path, scaling_str(&f->rope_scaling, b, sizeof b));
+}
+
 /* Llama's settings from the metadata pipit writes, else config.json, else
  * the defaults LlamaConfig has; heads and kv heads checked against the
- * projections' shapes. */
+ * projections' shapes, what config.json says against the tensors and the
+ * metadata. */
 static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c, const cli_model *f) {
     const char *path = pipit_checkpoint_path(ck);
     pipit_llama_config j = {0};
     char json[4200];
     int has = hf_config_beside(path, &j, json, sizeof json);
     hf_agrees(json, has, &j, f, path);
+    hf_agrees_meta(json, has, &j, ck, f);
     take(c, "ffn-hidden", &o->ffn_hidden, f->ffn_hidden, 1, path);
     int tied = o->untied ? 0 : o->tied;
     if ((flags_seen(c, "tied") || flags_seen(c, "untied")) && tied != f->tied)
@@ -89,6 +134,10 @@ static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const fla
     take_dbl(c, "norm-eps", &o->norm_eps, f->norm_eps);
     take_dbl(c, "rope-theta", &o->rope_theta, (has & PIPIT_LLAMA_HAS_ROPE_THETA) ? j.rope_theta : 0);
     take_dbl(c, "rope-theta", &o->rope_theta, f->rope_theta);
+    /* the scaling (no flag sets it): the metadata's, else config.json's
+     * (none there is rope_type default, as in transformers) */
+    if (pipit_checkpoint_meta(ck, "rope_type")) o->rope_scaling = f->rope_scaling;
+    else if (has) o->rope_scaling = j.rope_scaling;
 }
 
 void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c) {
@@ -156,13 +205,38 @@ void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds) {
     free(feeds);
 }
 
+/* The Llama numbers given as flags (or --config keys), each against its
+ * own range, before the model's check sees them under its field names. */
+static void check_llama_numbers(const opts *o, const flag_cmd *c) {
+    if (flags_seen(c, "kv-heads") && o->kv_heads < 1)
+        die("--kv-heads must be a positive integer (the key/value heads, a divisor of --heads %d; got %d)", o->heads,
+            o->kv_heads);
+    if (flags_seen(c, "ffn-hidden") && o->ffn_hidden < 0)
+        die("--ffn-hidden must be a positive integer, or 0 for Meta's rule from --multiple-of (got %d)", o->ffn_hidden);
+    if (flags_seen(c, "multiple-of") && o->multiple_of < 1)
+        die("--multiple-of must be a positive integer (got %d)", o->multiple_of);
+    if (flags_seen(c, "ffn-dim-multiplier") && !(o->ffn_dim_multiplier >= 0))
+        die("--ffn-dim-multiplier must be a number > 0, or 0 for none (got %g)", o->ffn_dim_multiplier);
+    if (flags_seen(c, "norm-eps") && !(o->norm_eps > 0))
+        die("--norm-eps must be a number > 0 (RMSNorm's epsilon, e.g. 1e-5; got %g)", o->norm_eps);
+    /* below 1 every channel turns faster than one radian per position, and
+     * in f32 (the frequencies are f32, as in transformers) a base under
+     * 1.2e-38 is 0 and gives NaN */
+    if (flags_seen(c, "rope-theta") && !(o->rope_theta >= 1))
+        die("--rope-theta must be a number >= 1 (RoPE's base: 10000 in Llama 2, 500000 in Llama 3; got %g)",
+            o->rope_theta);
+}
+
 /* The Llama flags apply to Llama models only, --tied and --untied to one
  * run at most one of them. */
 void check_model_flags(const opts *o, const flag_cmd *c) {
     static const char *const llama_only[] = {"kv-heads", "ffn-hidden", "multiple-of", "ffn-dim-multiplier",
                                              "norm-eps", "rope-theta", "tied", "untied"};
     if (flags_seen(c, "tied") && flags_seen(c, "untied")) die("--tied and --untied contradict each other: pass one");
-    if (strcmp(o->arch, "llama") == 0) return;
+    if (strcmp(o->arch, "llama") == 0) {
+        check_llama_numbers(o, c);
+        return;
+    }
     for (int i = 0; i < NFLAGS(llama_only); i++)
         if (flags_seen(c, llama_only[i]))
             die("--%s applies to Llama models (--model llama-tiny or llama-100m, or --init a Llama checkpoint); this "
