@@ -12,6 +12,16 @@ include its own headers, and no include may climb with "../". A violation
 prints `file:line: FOLDER may not include Y/...` and the script exits 1 (2 for
 a folder the table does not know: add it to the table).
 
+Calls are checked too, since the public header hides where a function lives:
+every function `pipit_*` / `pipit__*` defined in a file under src/ belongs to
+that file's folder, and a call from another folder must follow the table
+for an internal function (`pipit__*`, as its header would) and must not run
+back up the layers for a public one (`pipit_*`): a folder may call the public
+API of any folder except one that may itself reach it through the table
+(compile calling the runtime's pipit_adamw closes compile -> runtime ->
+compile). A violation prints `file:line: FOLDER may not call NAME (defined in
+src/Y/...): ...`.
+
 The table is the architecture: lower layers first; an arrow points from a
 folder to the folders it may use. docs/architecture.md describes the layers.
 """
@@ -69,6 +79,8 @@ def print_table(out):
     for f, allowed in FILE_RULES.items():
         print(f"  {f + ':':14} {', '.join(allowed)}", file=out)
     print('  everywhere:    no "../" in an include path', file=out)
+    print("  calls:         pipit__* as the includes; pipit_* never into a folder that may reach the caller",
+          file=out)
 
 
 def group_of(rel):
@@ -125,12 +137,128 @@ def check(root):
     return violations, unknown
 
 
+# ------------------------------------------------------------- calls
+CALL = re.compile(r"\b(pipit_\w+)\s*\(")
+
+
+def strip_c(text):
+    """C text with comments and string/char literals blanked (newlines kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text[i] in "\"'":
+            q, j = text[i], i + 1
+            while j < n and text[j] != q and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(q + q)
+            i = j + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def scan_calls(text):
+    """(definitions, calls) of pipit_ names: a name followed by "(" at brace
+    depth 0 whose parameter list is followed by "{" is a definition; one inside
+    a body (or a #define) is a call. Each: (name, line)."""
+    depth, depths = 0, []
+    for ch in text:
+        depths.append(depth)
+        depth += (ch == "{") - (ch == "}")
+    defs, calls = [], []
+    for m in CALL.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        start = text.rfind("\n", 0, m.start()) + 1
+        if text[start:m.start()].lstrip().startswith("#"):
+            if not text[start:m.start()].lstrip().startswith(("#define", "#  define", "# define")):
+                continue
+            calls.append((m.group(1), line))
+            continue
+        if depths[m.start()] > 0:
+            calls.append((m.group(1), line))
+            continue
+        k, par = m.end(), 1
+        while k < len(text) and par:
+            par += (text[k] == "(") - (text[k] == ")")
+            k += 1
+        rest = text[k:k + 200].lstrip()
+        if rest.startswith("{"):
+            defs.append((m.group(1), line))
+    return defs, calls
+
+
+def reaches(start, goal):
+    """Whether src folder `start` may reach `goal` through RULES (transitively)."""
+    seen, todo = set(), [start]
+    while todo:
+        f = todo.pop()
+        if f == goal:
+            return True
+        if f in seen:
+            continue
+        seen.add(f)
+        todo.extend(RULES.get("src/" + f, []))
+    return False
+
+
+def check_calls(root):
+    files = []  # (rel, group, allowed, own, text)
+    for top in CHECKED:
+        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if not name.endswith(EXTENSIONS):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+                group = group_of(rel)
+                allowed = FILE_RULES.get(rel, RULES.get(group))
+                if allowed is None:
+                    continue  # reported by check()
+                with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
+                    text = strip_c(fh.read())
+                own = group[len("src/"):] if group.startswith("src/") else None
+                files.append((rel, group, allowed, own, text))
+    home = {}  # name -> src folder defining it
+    scanned = []
+    for rel, group, allowed, own, text in files:
+        defs, calls = scan_calls(text)
+        if own:
+            for name, _ in defs:
+                home.setdefault(name, own)
+        scanned.append((rel, group, allowed, own, calls))
+    violations = []
+    for rel, group, allowed, own, calls in scanned:
+        for name, line in calls:
+            target = home.get(name)
+            if target is None or target == own:
+                continue
+            where = f"{rel}:{line}"
+            if name.startswith("pipit__"):
+                if target not in allowed:
+                    violations.append(f"{where}: {group} may not call {name} (internal, defined in src/{target}/): "
+                                      f"{group} may not include {target}/...")
+            elif own and reaches(target, own):
+                violations.append(f"{where}: {group} may not call {name} (defined in src/{target}/): {target} sits "
+                                  f"above {own} ({target} may reach {own}), so the call closes a circle; pass "
+                                  f"what {own} needs down to it instead")
+    return violations
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not os.path.isdir(os.path.join(root, "src")):
         print(f"check_layout: no src/ under {root}", file=sys.stderr)
         return 2
     violations, unknown = check(root)
+    violations += check_calls(root)
     for v in violations:
         print(v)
     for g in sorted(unknown):
@@ -139,7 +267,7 @@ def main():
         print(f"\n{len(violations)} include-layout violation(s).\n", file=sys.stderr)
         print_table(sys.stderr)
         return 1 if not unknown else 2
-    print("include layout ok")
+    print("include layout ok (includes and calls)")
     return 0
 
 

@@ -180,9 +180,9 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
     p->forward_only = o->forward_only != 0;
     p->opt.outputs = NULL; /* borrowed for the call only: copied into p->outputs */
     p->opt.device = NULL;  /* borrowed for the call only: the runtime keeps the backend it names */
-    pipit_optimizer *op = &p->opt.optimizer;
-    if (op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0)
-        *op = pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);
+    /* opt.optimizer arrives resolved (pipit_compile: a zero one is the
+     * default AdamW); the plan carries it for the runtime's UPDATE and
+     * plans nothing by it */
 }
 
 /* A failed compile leaves the graph as it was: drops the backward nodes

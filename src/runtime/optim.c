@@ -19,6 +19,12 @@ pipit_optimizer pipit_adamw(double lr, double beta1, double beta2, double eps,
 
 pipit_optimizer pipit_sgd(double lr) { return (pipit_optimizer){PIPIT_OPT_SGD, lr, 0, 0, 0, 0}; }
 
+pipit_optimizer pipit__optimizer_resolved(const pipit_optimizer *o) {
+    if (o->kind == PIPIT_OPT_ADAMW && o->lr == 0 && o->beta1 == 0 && o->beta2 == 0)
+        return pipit_adamw(3e-4, 0.9, 0.95, 1e-8, 0.0);
+    return *o;
+}
+
 double pipit_lr_at(const pipit_lr_schedule *s, double lr, int64_t step) {
     if (!s) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_lr_at: s is NULL"), 0.0;
     if (step < 1) return pipit__err(PIPIT_STATUS_INVALID, "pipit_lr_at: step must be >= 1 (1-based), got %lld", (long long)step), 0.0;

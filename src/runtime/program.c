@@ -101,8 +101,7 @@ static pipit_status check_options(const pipit_options *o) {
             return pipit__err(PIPIT_STATUS_INVALID, "options.lr_schedule.min_lr must be a finite number >= 0, got %g",
                               ls->min_lr);
         /* the "decay" would raise the rate (a zero optimizer is the default AdamW, lr 3e-4) */
-        int dflt = op->kind == PIPIT_OPT_ADAMW && op->lr == 0 && op->beta1 == 0 && op->beta2 == 0;
-        double lr = dflt ? 3e-4 : op->lr;
+        double lr = pipit__optimizer_resolved(op).lr;
         if (ls->min_lr > lr)
             return pipit__err(PIPIT_STATUS_INVALID,
                               "options.lr_schedule.min_lr %g is above the optimizer's lr %g: a decaying schedule goes "
@@ -526,7 +525,10 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
         s = pick_backend(p, opt);
     }
     if (!s) s = admit_graph(p, g, opt);
-    if (!s) s = pipit__plan_build(g, loss.id, opt, &p->plan);
+    /* the planner carries the optimizer, resolved here where optimizers live */
+    pipit_options resolved = *opt;
+    resolved.optimizer = pipit__optimizer_resolved(&opt->optimizer);
+    if (!s) s = pipit__plan_build(g, loss.id, &resolved, &p->plan);
     if (!s) planned = 1, s = check_kernels(p);
     if (!s) s = place(p);
     /* every process of an MPI job takes part, failed or not, and all get the same verdict */

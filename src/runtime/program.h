@@ -90,6 +90,11 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local);
 
 /* lr(t) of a checked schedule (optim.c). */
 double pipit__lr_at(const pipit_lr_schedule *s, double lr, int64_t t);
+/* The optimizer a program runs: o itself, or for the zero value (kind
+ * ADAMW, lr, beta1 and beta2 0) the default AdamW (lr 3e-4, betas 0.9 and
+ * 0.95, eps 1e-8, no weight decay). pipit_compile resolves it before the
+ * planner sees the options: the planner only carries it. */
+pipit_optimizer pipit__optimizer_resolved(const pipit_optimizer *o);
 
 /* Runs world rank w's instruction list; feed_ptrs[m * ninputs + i] is
  * input i of the step's microbatch m (of M * D; resolved and checked once
