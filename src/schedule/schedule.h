@@ -55,7 +55,8 @@ typedef struct {
     double *busy;           /* [P] */
     double *rank_bubble;    /* [P] 1 - busy/step_time */
     int *peak_live;         /* [P] peak number of (stage, mb) with live activations */
-    double *peak_bytes;     /* [P] */
+    double *peak_bytes;     /* [P] (peak_live when the costs give no bytes) */
+    int has_bytes;          /* the costs gave act_bytes or b_delta_bytes: peak_bytes are bytes */
     double **start, **end;  /* [P][ntasks[r]] timeline, in each rank's order */
 } pipit__sim_result;
 

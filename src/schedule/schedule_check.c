@@ -597,6 +597,7 @@ pipit_status pipit__schedule_simulate(const pipit_schedule *s, const pipit__sim_
         return st;
     }
     r->ntotal = (int)total_tasks(s);
+    r->has_bytes = c && (c->act_bytes || c->b_delta_bytes);
     long ran = walk(&w, c, r);
     ctx_free(&w);
     PIPIT_ASSERT(ran == r->ntotal); /* the check above proved it deadlock-free */

@@ -347,10 +347,15 @@ static void print_row(FILE *f, const pipit_schedule *s, const pipit__sim_result 
 
 static void print_stats(FILE *f, const pipit_schedule *s, const pipit__sim_result *res) {
     fprintf(f, "step time %g, bubble %.1f%%\n", res->step_time, 100.0 * res->bubble);
-    for (int r = 0; r < s->P; r++)
-        fprintf(f, "rank %d: busy %g, bubble %.1f%%, peak live %d (%g bytes)\n", r,
-                res->busy[r], 100.0 * res->rank_bubble[r], res->peak_live[r],
-                res->peak_bytes[r]);
+    /* peak live: the most (stage, microbatch) activations a rank holds at
+     * once; their bytes only when the costs priced them (under unit costs
+     * the "bytes" would be the same count again) */
+    for (int r = 0; r < s->P; r++) {
+        fprintf(f, "rank %d: busy %g, bubble %.1f%%, peak live %d (stage, microbatch) activation%s", r, res->busy[r],
+                100.0 * res->rank_bubble[r], res->peak_live[r], res->peak_live[r] == 1 ? "" : "s");
+        if (res->has_bytes) fprintf(f, ", %g bytes", res->peak_bytes[r]);
+        fputc('\n', f);
+    }
 }
 
 void pipit__schedule_print_grid(FILE *f, const pipit_schedule *s, const pipit__sim_result *res) {
