@@ -113,6 +113,16 @@ refused eval-batches "disagree on --eval-batches: process 0 has '3'; process 1 h
 refused val-data "disagree on --val-data (its tokens)" \
     -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --val-data a.txt -- \
     -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 --val-data b.txt
+# PIPIT_HEARTBEAT (issue 25 item 10): a value that would end a healthy job
+# (0.001) or is no number is refused by every process naming the variable,
+# before step 0 (every bad value: test_transport.c), and so is a process
+# without heartbeats beside one with
+refused "heartbeat 0.001" "process 0 of 2 failed: PIPIT_HEARTBEAT='0.001': shorter than .*it must be 0 (no heartbeats) or seconds from 1 to 86400" \
+    -np 1 -x PIPIT_HEARTBEAT=0.001 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- \
+    -np 1 -x PIPIT_HEARTBEAT=0.001 "$CLI" train --data a.txt "${BASE[@]}" --layers 2
+refused "heartbeat off beside on" "disagree on PIPIT_HEARTBEAT (seconds): process 0 has '0 (off)'; process 1 has '10'" \
+    -np 1 -x PIPIT_HEARTBEAT=0 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- \
+    -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2
 # the same data at another path agrees, and trains
 mpmd -np 1 "$CLI" train --data a.txt "${BASE[@]}" --layers 2 -- -np 1 "$CLI" train --data a_copy.txt "${BASE[@]}" --layers 2
 [ "$rc" -eq 0 ] || fail "the same data at two paths: exit $rc:"$'\n'"$(tail -5 out.log)"

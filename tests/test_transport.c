@@ -204,3 +204,44 @@ PIPIT_TEST(transport_local_device_staging) {
     ASSERT_EQ_I64(to_host_calls + from_host_calls, 2);
     t->vt->free(t);
 }
+
+/* PIPIT_HEARTBEAT (issue 25 item 10): 0.001 used to end healthy jobs
+ * before step 0 and garbage silently meant 10 s; now unset / empty is the
+ * default, 0 is off, 1 .. 86400 s are taken, anything else is INVALID
+ * naming the variable and its value. */
+PIPIT_TEST(transport_heartbeat_limit) {
+    double v = -1;
+    unsetenv("PIPIT_HEARTBEAT");
+    ASSERT_OK(pipit__heartbeat_limit(&v));
+    ASSERT_NEAR_F64(v, 10.0, 0);
+    const struct {
+        const char *text;
+        double want;
+    } good[] = {{"", 10}, {"0", 0}, {"1", 1}, {"2.5", 2.5}, {"30", 30}, {"86400", 86400}, {"1e1", 10}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        setenv("PIPIT_HEARTBEAT", good[i].text, 1);
+        v = -1;
+        ASSERT_OK(pipit__heartbeat_limit(&v));
+        ASSERT_NEAR_F64(v, good[i].want, 0);
+    }
+    const struct {
+        const char *text, *why;
+    } bad[] = {{"0.001", "shorter than the heartbeats' own period"}, {"0.999", "shorter than"},
+               {"-1", "negative"},               {"-0.5", "negative"},
+               {"1e-400", "shorter than"},
+               {"abc", "not a number"},          {"10s", "not a number"},
+               {" 5", "not a number"},           {"5 ", "not a number"},
+               {"inf", "not a finite number"},   {"nan", "not a finite number"},
+               {"1e999", "not a finite number"}, {"86401", "longer than a day"},
+               {"1e300", "longer than a day"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PIPIT_HEARTBEAT", bad[i].text, 1);
+        v = -1;
+        ASSERT_STATUS(pipit__heartbeat_limit(&v), PIPIT_STATUS_INVALID);
+        ASSERT_MSG_HAS("PIPIT_HEARTBEAT='");
+        ASSERT_MSG_HAS(bad[i].text);
+        ASSERT_MSG_HAS(bad[i].why);
+        ASSERT_MSG_HAS("it must be 0 (no heartbeats) or seconds from 1 to 86400");
+    }
+    unsetenv("PIPIT_HEARTBEAT");
+}

@@ -4,7 +4,8 @@
  * or opens the transport they compare what the plan is made of: the
  * options that change numbers (optimizer, clipping, lr schedule,
  * microbatches, replicas, ZeRO-1, remat, TF32), the schedule's task lists,
- * the stage cuts, the params, the inputs and the graph itself. A field is
+ * the stage cuts, the params, the inputs and the graph itself, and the
+ * heartbeat limit (PIPIT_HEARTBEAT) the transports will keep. A field is
  * its text (hashes of the long ones), so the message can say which one
  * differs first and what each process has.
  */
@@ -13,8 +14,9 @@
 
 #include "runtime/agree.h"
 #include "runtime/program.h"
+#include "runtime/transport.h"
 
-enum { NFIELDS = 20, VAL_LEN = 160 };
+enum { NFIELDS = 21, VAL_LEN = 160 };
 
 static uint64_t mix(uint64_t h, const void *data, size_t n) {
     const unsigned char *b = data;
@@ -87,9 +89,12 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local) {
         "options.optimizer.kind", "options.optimizer.lr", "options.optimizer.beta1", "options.optimizer.beta2",
         "options.optimizer.eps", "options.optimizer.weight_decay", "options.clip_norm", "options.lr_schedule",
         "options.microbatches", "options.data_parallel", "options.zero1", "options.remat", "options.forward_only",
-        "options.tf32", "options.outputs", "the schedule", "the stage cuts", "the params", "the inputs", "the graph"};
+        "options.tf32", "options.outputs", "the schedule", "the stage cuts", "the params", "the inputs", "the graph",
+        "PIPIT_HEARTBEAT (seconds)"};
     char val[NFIELDS][VAL_LEN];
     const char *kv[2 * NFIELDS + 1];
+    double beat = 0; /* a bad PIPIT_HEARTBEAT is this process's failure: every process learns it */
+    if (!local) local = pipit__heartbeat_limit(&beat);
     for (int i = 0; i < NFIELDS; i++) snprintf(val[i], VAL_LEN, "-"); /* a process that failed: none */
     if (!local && p) {
         const pipit__plan *pl = &p->plan;
@@ -110,6 +115,8 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local) {
         describe_params(pl, val[17], VAL_LEN);
         describe_inputs(pl, val[18], VAL_LEN);
         snprintf(val[19], VAL_LEN, "%d nodes (%016llx)", pl->g->n, (unsigned long long)hash_graph(pl->g, pl->g->n));
+        /* a process without heartbeats would be taken for lost by peers that expect them */
+        snprintf(val[20], VAL_LEN, beat > 0 ? "%g" : "0 (off)", beat);
     }
     for (int i = 0; i < NFIELDS; i++) kv[2 * i] = names[i], kv[2 * i + 1] = val[i];
     kv[2 * NFIELDS] = NULL;

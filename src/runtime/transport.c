@@ -1,10 +1,14 @@
 /*
- * transport.c — what every transport shares: the hang timeout, the debug
+ * transport.c — what every transport shares: the hang timeout, the
+ * heartbeat limit of MPI processes (PIPIT_HEARTBEAT), the debug
  * checksum of PIPIT_DEBUG_SENDS, and the in-stage all-reduce, which is
  * built on the vtable's isend / recv / fence and so runs on any transport.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <ifaddrs.h>
+#include <math.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -36,6 +40,30 @@ double pipit__transport_timeout(void) {
         if (*end == 0 && v > 0 && v < 1e9) return v;
     }
     return 300.0;
+}
+
+pipit_status pipit__heartbeat_limit(double *seconds) {
+    *seconds = PIPIT_HEARTBEAT_DEFAULT_S;
+    const char *s = getenv("PIPIT_HEARTBEAT");
+    if (!s || !*s) return PIPIT_STATUS_OK;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    const char *why = NULL;
+    if (end == s || *end || isspace((unsigned char)*s)) why = "not a number of seconds";
+    else if (!isfinite(v)) why = "not a finite number of seconds";
+    else if (v < 0) why = "negative";
+    else if ((v != 0 || errno == ERANGE) && v < PIPIT_HEARTBEAT_MIN_S) /* ERANGE at 0: "1e-400" */
+        why = "shorter than the heartbeats' own period: every process sends one each second, so a healthy job would "
+              "be taken for lost";
+    else if (v > PIPIT_HEARTBEAT_MAX_S) why = "longer than a day";
+    if (why)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "PIPIT_HEARTBEAT='%.40s': %s; it must be 0 (no heartbeats) or seconds from %g to %g "
+                          "(unset: %g)",
+                          s, why, PIPIT_HEARTBEAT_MIN_S, PIPIT_HEARTBEAT_MAX_S, PIPIT_HEARTBEAT_DEFAULT_S);
+    *seconds = v;
+    return PIPIT_STATUS_OK;
 }
 
 int pipit__debug_sends(void) {

@@ -107,6 +107,16 @@ pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t n
  * environment variable PIPIT_TIMEOUT (seconds, > 0), else 300. */
 double pipit__transport_timeout(void);
 
+/* PIPIT_HEARTBEAT (docs/mpi.md): the seconds of silence after which an MPI
+ * process takes a peer for lost, into *seconds: unset or empty 10, "0"
+ * turns the heartbeats off, else a finite number from 1 to 86400 (the
+ * heartbeats leave every second: a shorter limit ends healthy jobs).
+ * INVALID naming the variable and its value for anything else. */
+#define PIPIT_HEARTBEAT_DEFAULT_S 10.0
+#define PIPIT_HEARTBEAT_MIN_S 1.0
+#define PIPIT_HEARTBEAT_MAX_S 86400.0
+pipit_status pipit__heartbeat_limit(double *seconds);
+
 /* This host as messages name it: its name and its first IPv4 address that
  * is up and not loopback, "node7 (10.0.0.7)" (emulated hosts share a name). */
 void pipit__host_label(char *out, size_t n);

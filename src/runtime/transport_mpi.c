@@ -35,7 +35,8 @@
  *    process's heartbeats.
  *  - Fail fast: every process sends a heartbeat to each peer it watches
  *    (every peer up to 64 processes, else its ring neighbours) every
- *    second; a peer silent for PIPIT_HEARTBEAT seconds (default 10) while
+ *    second; a peer silent for PIPIT_HEARTBEAT seconds (default 10; 0 off, else
+ *    1 to 86400: pipit__heartbeat_limit) while
  *    its transport is open (it says goodbye when it closes) is lost — a cut
  *    link, a dead host, a frozen process. The monitor then prints which
  *    rank on which host was lost and ends this process (exit status 69):
@@ -79,7 +80,6 @@
 #define CACHE_MAX_COUNT 16
 #define FREE_WAIT_S 5.0  /* free: how long outstanding sends may take */
 #define ABORT_WAIT_S 2.0 /* abort: how long the notices may take to leave */
-#define HEARTBEAT_DEFAULT_S 10.0
 #define WATCH_ALL_MAX 64 /* up to this many processes every one watches every other */
 #define EXIT_LOST_PEER 69
 #define MSG_MAX 1024
@@ -819,15 +819,64 @@ static void *monitor_main(void *arg) {
     return NULL;
 }
 
-/* PIPIT_HEARTBEAT: seconds of silence before a peer is lost (0: off). */
-static double heartbeat_limit(void) {
-    const char *s = getenv("PIPIT_HEARTBEAT");
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (*end == 0 && v >= 0 && v < 1e9) return v;
+/* An integer control variable of the MPI library (MPI_T), by name: 1 and
+ * *v if this MPI has it. */
+static int mpi_int_cvar(const char *name, int *v) {
+    int provided, idx, count, ok = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return 0;
+    MPI_T_cvar_handle h;
+    if (MPI_T_cvar_get_index(name, &idx) == MPI_SUCCESS) {
+        char nm[128], desc[8];
+        int nl = sizeof nm, dl = sizeof desc, verb, bind, scope;
+        MPI_Datatype dt;
+        MPI_T_enum en;
+        if (MPI_T_cvar_get_info(idx, nm, &nl, &verb, &dt, &en, desc, &dl, &bind, &scope) == MPI_SUCCESS &&
+            dt == MPI_INT && bind == MPI_T_BIND_NO_OBJECT &&
+            MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) == MPI_SUCCESS) {
+            ok = count == 1 && MPI_T_cvar_read(h, v) == MPI_SUCCESS;
+            MPI_T_cvar_handle_free(&h);
+        }
     }
-    return HEARTBEAT_DEFAULT_S;
+    MPI_T_finalize();
+    return ok;
+}
+
+/* The heartbeats must outlast the keepalive of Open MPI's daemons
+ * (docs/mpi.md, "When a host is lost"): on a cut link the daemons must
+ * give up first, or the processes' last words to mpirun fill the dead
+ * connection and mpirun outlives its job. Only across hosts (one host has
+ * no daemon connection to lose); said once, by process 0, when the
+ * library's oob_tcp_keepalive_* variables say the heartbeat is shorter or
+ * the keepalives are off. */
+static void warn_keepalive(const mpi_transport *t) {
+    int hosts = 0;
+    for (int r = 0; r < t->W && hosts < 2; r++) hosts += r == 0 || strcmp(t->base.hosts[r], t->base.hosts[0]) != 0;
+    int time_s, intvl_s = 0, probes = 0;
+    if (t->rank != 0 || t->lost_s <= 0 || hosts < 2 || !mpi_int_cvar("oob_tcp_keepalive_time", &time_s)) return;
+    char text[768];
+    int len;
+    if (time_s <= 0) {
+        len = snprintf(text, sizeof text,
+                       "pipit: warning: PIPIT_HEARTBEAT=%g s, but the keepalives of Open MPI's daemons are off "
+                       "(oob_tcp_keepalive_time %d): on a cut link mpirun may outlive its job; pass mpirun --mca "
+                       "oob_tcp_keepalive_time 2 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 "
+                       "(docs/mpi.md, \"When a host is lost\")\n",
+                       t->lost_s, time_s);
+    } else {
+        if (!mpi_int_cvar("oob_tcp_keepalive_intvl", &intvl_s) || !mpi_int_cvar("oob_tcp_keepalive_probes", &probes))
+            return;
+        double keepalive = (double)time_s + (double)intvl_s * (double)probes;
+        if (t->lost_s > keepalive) return;
+        len = snprintf(text, sizeof text,
+                       "pipit: warning: PIPIT_HEARTBEAT=%g s is not longer than the keepalive of Open MPI's daemons "
+                       "(oob_tcp_keepalive_time %d + oob_tcp_keepalive_probes %d x oob_tcp_keepalive_intvl %d = %g "
+                       "s), which it must outlast: on a cut link the processes end before the daemons notice and "
+                       "mpirun may outlive its job; raise PIPIT_HEARTBEAT above %g s or shorten the keepalives "
+                       "(docs/mpi.md, \"When a host is lost\": mpirun --mca oob_tcp_keepalive_time 2 --mca "
+                       "oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 gives 5 s)\n",
+                       t->lost_s, time_s, probes, intvl_s, keepalive, keepalive);
+    }
+    if (len > 0 && write(2, text, (size_t)PIPIT_MIN(len, (int)sizeof text - 1)) < 0) len = 0;
 }
 
 /* Every other process up to WATCH_ALL_MAX of them, else the ring
@@ -997,6 +1046,7 @@ static pipit_status open_comms(mpi_transport *t) {
     MPI_Comm *comms[] = {&t->data_comm, &t->ctrl_comm, &t->wake_comm, &t->bcast_comm};
     for (size_t i = 0; !s && i < sizeof comms / sizeof comms[0]; i++) s = dup_comm(t, comms[i]);
     if (!s) s = gather_hosts(t);
+    if (!s) warn_keepalive(t);
     if (!s) s = pick_watch(t);
     if (!s && (MPI_Irecv(&t->wake_buf, 1, MPI_CHAR, t->rank, WAKE_TAG, t->wake_comm, &t->wake_req) != MPI_SUCCESS ||
                MPI_Irecv(t->ctrl_buf, MSG_MAX, MPI_CHAR, MPI_ANY_SOURCE, MPI_ANY_TAG, t->ctrl_comm, &t->ctrl_req) !=
@@ -1006,7 +1056,8 @@ static pipit_status open_comms(mpi_transport *t) {
 }
 
 pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t ntags) {
-    if (check_mpi(W, tags, ntags)) return NULL;
+    double lost_s;
+    if (check_mpi(W, tags, ntags) || pipit__heartbeat_limit(&lost_s)) return NULL; /* the message names PIPIT_HEARTBEAT */
     mpi_transport *t = pipit__calloc(1, sizeof *t);
     if (!t) {
         pipit__err(PIPIT_STATUS_NOMEM, "mpi transport: out of memory");
@@ -1017,7 +1068,7 @@ pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t n
     t->W = W;
     MPI_Comm_rank(MPI_COMM_WORLD, &t->rank);
     t->timeout = pipit__transport_timeout();
-    t->lost_s = heartbeat_limit();
+    t->lost_s = lost_s;
     t->beat_s = t->lost_s > 0 ? PIPIT_MIN(1.0, t->lost_s / 4) : 0;
     t->data_comm = t->ctrl_comm = t->wake_comm = t->bcast_comm = MPI_COMM_NULL;
     t->wake_req = t->ctrl_req = MPI_REQUEST_NULL;
