@@ -519,11 +519,12 @@ static pipit_status op_ROPE_shape(const pipit_graph *g, pipit__node *n) {
     copy_shape(n, x);
     return PIPIT_STATUS_OK;
 }
-/* The gradient of a rotation is the inverse rotation. */
+/* The gradient of a rotation is the inverse rotation. The attributes are
+ * copied first: adding a node may move g->nodes. */
 static void op_ROPE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
-    const pipit__node *n = &g->nodes[id];
-    int64_t iattr[4] = {n->iattr[0], n->iattr[1], !n->iattr[2], 0};
-    din[0] = add_node(g, PIPIT_OP_ROPE, 1, &dout, n->fattr, iattr);
+    pipit__node n = g->nodes[id];
+    n.iattr[2] = !n.iattr[2];
+    din[0] = add_node(g, PIPIT_OP_ROPE, 1, &dout, n.fattr, n.iattr);
 }
 
 /* ------------------------------------------------------------------ gelu */
@@ -767,8 +768,8 @@ static pipit_status op_MAX_shape(const pipit_graph *g, pipit__node *n) {
     return PIPIT_STATUS_OK;
 }
 static void op_MAX_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
-    const pipit__node *n = &g->nodes[id];
-    din[0] = add_node(g, PIPIT_OP_MAX_DX, 2, (int32_t[]){n->in[0], dout}, NULL, n->iattr);
+    pipit__node n = g->nodes[id]; /* a copy: adding the node may move g->nodes */
+    din[0] = add_node(g, PIPIT_OP_MAX_DX, 2, (int32_t[]){n.in[0], dout}, NULL, n.iattr);
 }
 static pipit_status op_MAX_DX_shape(const pipit_graph *g, pipit__node *n) {
     const pipit__node *x = IN(0), *d = IN(1);
