@@ -272,7 +272,9 @@ PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
  * gradient directly (docs/architecture.md "Precision"). */
 PIPIT_API pipit_val pipit_cast(pipit_graph *g, pipit_val x, pipit_dtype dt);
 /* a [...,M,K] @ b [K,N] (broadcast) or b [...,K,N] (batched, same batch).
- * trans_a / trans_b transpose the last two axes of a / b first. */
+ * trans_a / trans_b transpose the last two axes of a / b first (trans_a
+ * with a broadcast b and a of rank > 2 copies a transposed, then
+ * multiplies: docs/ops.md). */
 PIPIT_API pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b,
                                  int trans_a, int trans_b);
 /* a @ b^T: the tied language-model head, logits = h @ wte^T. */
@@ -470,11 +472,16 @@ PIPIT_API pipit_optimizer pipit_adamw(double lr, double beta1, double beta2, dou
                                       double weight_decay);
 PIPIT_API pipit_optimizer pipit_sgd(double lr);
 
-/* Learning-rate schedule (nanoGPT's get_lr). The update of optimizer step
- * t (1-based: the t-th update since the start, pipit_program_opt_steps()
+/* Learning-rate schedule: a linear warm-up, then constant, cosine or
+ * linear decay (the shape of nanoGPT's get_lr). The update of optimizer
+ * step t (1-based: the t-th update since the start, pipit_program_opt_steps()
  * after it, so a resumed run continues the schedule) uses lr(t), with
  * lr = optimizer.lr, K = warmup, N = decay_steps, it = t - 1:
- *   t <= K (warmup, any kind):  lr * t / K        (nanoGPT: lr*(it+1)/K)
+ *   t <= K (warmup, any kind):  lr * t / K = lr*(it+1)/K, so update K runs
+ *                               at lr (llm.c's and build-nanogpt's warm-up;
+ *                               nanoGPT's train.py divides by K + 1,
+ *                               lr*(it+1)/(K+1) for it < K, and reaches lr
+ *                               one update later, at it = K)
  *   CONSTANT, t > K:            lr                (exactly: the bits of a
  *                                                  run without a schedule)
  *   COSINE / LINEAR, t > K:     r = (it - K) / (N - K);

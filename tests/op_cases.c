@@ -50,6 +50,12 @@ static pipit_val b_mm_bcast(pipit_graph *g) {
 static pipit_val b_mm_bcast_nt(pipit_graph *g) {
     return pipit_matmul(g, P(g, "a", 3, SH(2, 3, 4)), P(g, "b", 2, SH(5, 4)), 0, 1);
 }
+static pipit_val b_mm_bcast_tn(pipit_graph *g) { /* trans_a with a broadcast b: a is transposed first */
+    return pipit_matmul(g, P(g, "a", 3, SH(2, 4, 3)), P(g, "b", 2, SH(4, 5)), 1, 0);
+}
+static pipit_val b_mm_bcast_tt(pipit_graph *g) {
+    return pipit_matmul(g, P(g, "a", 3, SH(2, 4, 3)), P(g, "b", 2, SH(5, 4)), 1, 1);
+}
 static pipit_val b_mm_batched(pipit_graph *g) {
     return pipit_matmul(g, P(g, "a", 3, SH(2, 4, 3)), P(g, "b", 3, SH(2, 5, 4)), 1, 1);
 }
@@ -202,6 +208,7 @@ const op_case op_cases[] = {
     {"mul_same", b_mul_same},   {"scale", b_scale},       {"matmul_nn", b_mm_nn},
     {"matmul_tn", b_mm_tn},     {"matmul_nt", b_mm_nt},   {"matmul_tt", b_mm_tt},
     {"matmul_bcast", b_mm_bcast}, {"matmul_bcast_nt", b_mm_bcast_nt},
+    {"matmul_bcast_tn", b_mm_bcast_tn}, {"matmul_bcast_tt", b_mm_bcast_tt},
     {"matmul_batched", b_mm_batched}, {"matmul_batched_nn", b_mm_batched_nn},
     {"bias_add", b_bias},       {"layernorm", b_ln},      {"gelu", b_gelu},
     {"attention", b_attn},      {"xent_mean", b_xent},    {"sum", b_sum},

@@ -69,3 +69,45 @@ PIPIT_TEST(ops_gradcheck_all) {
     for (int op = 0; op < PIPIT_OP_COUNT; op++)
         if (!seen[op]) PIPIT_FAIL_("op %s is not covered by any gradcheck case", pipit__ops[op].name);
 }
+
+/* trans_a with a broadcast 2-D b (docs/ops.md): a [B,K,M], y[b] = a[b]^T @ b
+ * (or @ b^T with trans_b), against the sum written out: loss = sum(y * R)
+ * for set params and R. Before, pipit_matmul refused the combination. */
+PIPIT_TEST(ops_matmul_trans_a_broadcast_b) {
+    enum { NB = 2, K = 3, M = 2, N = 4 };
+    for (int tb = 0; tb < 2; tb++) {
+        pipit_graph *g = pipit_graph_new();
+        pipit_val a = pipit_param(g, "a", PIPIT_F64, 3, (int64_t[]){NB, K, M});
+        pipit_val b = tb ? pipit_param(g, "b", PIPIT_F64, 2, (int64_t[]){N, K})
+                         : pipit_param(g, "b", PIPIT_F64, 2, (int64_t[]){K, N});
+        pipit_val y = pipit_matmul(g, a, b, 1, tb);
+        ASSERT_OK(pipit_graph_status(g));
+        ASSERT_EQ_I64(pipit_val_ndim(y), 3);
+        ASSERT_EQ_I64(pipit_val_dim(y, 0), NB);
+        ASSERT_EQ_I64(pipit_val_dim(y, 1), M);
+        ASSERT_EQ_I64(pipit_val_dim(y, 2), N);
+        pipit_val r = pipit_input(g, "R", PIPIT_F64, 3, (int64_t[]){NB, M, N});
+        pipit_val loss = pipit_sum(g, pipit_mul(g, y, r));
+        pipit_program *p = NULL;
+        ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.microbatches = 1}, &p));
+        double av[NB * K * M], bv[K * N], rv[NB * M * N];
+        for (int i = 0; i < NB * K * M; i++) av[i] = 0.25 * (i % 7) - 0.5;
+        for (int i = 0; i < K * N; i++) bv[i] = 0.125 * (i % 5) + 0.1 * tb;
+        for (int i = 0; i < NB * M * N; i++) rv[i] = (i % 3) - 1.0 + 0.01 * i;
+        ASSERT_OK(pipit_program_set_param(p, "a", av, sizeof av));
+        ASSERT_OK(pipit_program_set_param(p, "b", bv, sizeof bv));
+        double want = 0;
+        for (int q = 0; q < NB; q++)
+            for (int m = 0; m < M; m++)
+                for (int n = 0; n < N; n++) {
+                    double yv = 0;
+                    for (int k = 0; k < K; k++) yv += av[(q * K + k) * M + m] * (tb ? bv[n * K + k] : bv[k * N + n]);
+                    want += yv * rv[(q * M + m) * N + n];
+                }
+        pipit_metrics met;
+        ASSERT_OK(pipit_step(p, (pipit_feed[]){{"R", rv, sizeof rv}}, 1, 0, &met));
+        ASSERT_NEAR_F64(met.loss, want, 1e-12 * (1 + fabs(want)));
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+}

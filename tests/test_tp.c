@@ -519,9 +519,9 @@ PIPIT_TEST(tp_refuses_bad_graphs_and_options) {
     pipit_val loss = pipit_mean(g, pipit_layernorm(g, pipit_slice(g, x, 1, 0, 2), w, b, 1e-5));
     pipit_program *p = NULL;
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.tensor_parallel = 2}, &p), PIPIT_STATUS_INVALID);
-    ASSERT_MSG_HAS("parameter 'norm.weight' is sharded along axis 0 over the stage's 2 tensor-parallel ranks, but op "
-                   "layernorm");
-    ASSERT_MSG_HAS("sharded params may feed matmul, bias_add and embed only");
+    ASSERT_MSG_HAS("parameter 'norm.weight' is sharded along axis 0 over the stage's 2 tensor-parallel ranks, but "
+                   "pipit_layernorm (node 4, op layernorm)");
+    ASSERT_MSG_HAS("a sharded param may feed pipit_matmul, pipit_bias_add and pipit_embed only");
     /* options.tensor_parallel must be the graph's T */
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.tensor_parallel = 4}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("options.tensor_parallel is 4 but the graph describes one of 2 tensor-parallel ranks");
@@ -548,8 +548,53 @@ PIPIT_TEST(tp_refuses_bad_graphs_and_options) {
     ASSERT_OK(pipit_set_grad(g, w, pipit_scale(g, pipit_grad_of(g, w), 0.5)));
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.tensor_parallel = 2}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("parameter 'w' is sharded along axis 1");
-    ASSERT_MSG_HAS("op scale of its accumulated gradient (pipit_grad_of)");
+    ASSERT_MSG_HAS("pipit_scale (node 6, op scale) of its accumulated gradient (pipit_grad_of)");
     pipit_graph_free(g);
+}
+
+/* The refusals name the public call the user made: pipit_param_sharded's
+ * own (not pipit_param, which it is built on), and a sharded param read by
+ * pipit_slice or pipit_transpose (not their internal ops view and
+ * permute). */
+PIPIT_TEST(tp_refusals_name_the_public_call) {
+    pipit_graph *g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_tensor_parallel(g, 2));
+    ASSERT_TRUE(pipit_param_sharded(g, NULL, PIPIT_F32, 1, SH(4), 0, 1).id < 0);
+    ASSERT_MSG_HAS("pipit_param_sharded: name is NULL");
+    ASSERT_TRUE(strstr(pipit_errmsg(), "pipit_param:") == NULL);
+    pipit_graph_free(g);
+    g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_tensor_parallel(g, 2));
+    ASSERT_TRUE(pipit_param_sharded(g, "w", PIPIT_BF16, 1, SH(4), 0, 1).id < 0);
+    ASSERT_MSG_HAS("pipit_param_sharded 'w': params are fp32 masters");
+    /* the graph has failed: a later call names itself and the first error */
+    ASSERT_TRUE(pipit_param_sharded(g, "v", PIPIT_F32, 1, SH(4), 0, 1).id < 0);
+    ASSERT_MSG_HAS("pipit_param_sharded: the graph already failed: pipit_param_sharded 'w'");
+    pipit_graph_free(g);
+    g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_tensor_parallel(g, 2));
+    ASSERT_TRUE(pipit_param_sharded(g, "w", PIPIT_F32, 1, SH(4), 0, 1).id >= 0);
+    ASSERT_TRUE(pipit_param_sharded(g, "w", PIPIT_F32, 1, SH(4), 0, 1).id < 0);
+    ASSERT_MSG_HAS("pipit_param_sharded: name 'w' is already used");
+    pipit_graph_free(g);
+
+    const char *const calls[] = {"pipit_slice (node 2, op view)", "pipit_transpose (node 2, op permute)"};
+    for (int k = 0; k < 2; k++) {
+        g = pipit_graph_new();
+        ASSERT_OK(pipit_graph_set_tensor_parallel(g, 2));
+        pipit_val x = pipit_input(g, "x", PIPIT_F32, 2, SH(3, 4));
+        pipit_val w = pipit_param_sharded(g, "w", PIPIT_F32, 2, SH(4, 4), 1, 1); /* local [4, 2] */
+        pipit_val r = k == 0 ? pipit_slice(g, w, 0, 0, 2) : pipit_transpose(g, w, 0, 1);
+        pipit_val loss = pipit_mean(g, pipit_matmul(g, pipit_tp_copy(g, k == 0 ? pipit_slice(g, x, 1, 0, 2) : x),
+                                                    k == 0 ? pipit_transpose(g, r, 0, 1) : r, 0, 1));
+        ASSERT_OK(pipit_graph_status(g));
+        pipit_program *p = NULL;
+        ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.tensor_parallel = 2}, &p), PIPIT_STATUS_INVALID);
+        ASSERT_MSG_HAS("parameter 'w' is sharded along axis 1 over the stage's 2 tensor-parallel ranks, but");
+        ASSERT_MSG_HAS(calls[k]);
+        ASSERT_TRUE(strstr(pipit_errmsg(), "but op ") == NULL);
+        pipit_graph_free(g);
+    }
 }
 
 /* Token ids are checked against the whole vocabulary (the T shards

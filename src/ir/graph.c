@@ -256,6 +256,8 @@ static pipit_val named(pipit_graph *g, int32_t id, const char *fn) {
     if (id < 0) {
         pipit__err_prefix("%s", fn);
         snprintf(g->errmsg, sizeof g->errmsg, "%s", pipit_errmsg());
+    } else if (!g->nodes[id].api) { /* a new node (pipit_slice of a whole axis returns its input) */
+        g->nodes[id].api = fn;
     }
     return (pipit_val){g, id};
 }
@@ -387,9 +389,9 @@ void pipit__graph_names_moved(pipit_graph *g) {
 
 /* ---- leaves ---- */
 
-static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_dtype dt,
+/* A leaf node; `what` is the public call that adds it, for its messages. */
+static pipit_val leaf(pipit_graph *g, const char *what, pipit__opcode op, const char *name, pipit_dtype dt,
                       int ndim, const int64_t *shape) {
-    const char *what = op == PIPIT_OP_PARAM ? "pipit_param" : "pipit_input";
     if (!graph_ok_fn(g, what)) return (pipit_val){g, -1};
     if (!name || !*name) {
         pipit__graph_fail(g, PIPIT_STATUS_INVALID, "%s: name is %s (a name is required)", what,
@@ -444,6 +446,7 @@ static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_
     n->ndim = (uint8_t)ndim;
     for (int i = 0; i < ndim; i++) n->shape[i] = shape[i];
     n->name = pipit__strdup(name);
+    n->api = what;
     if (!n->name) {
         g->n--;
         pipit__graph_fail(g, PIPIT_STATUS_NOMEM, "%s: out of memory", what);
@@ -454,12 +457,17 @@ static pipit_val leaf(pipit_graph *g, pipit__opcode op, const char *name, pipit_
 
 pipit_val pipit_input(pipit_graph *g, const char *name, pipit_dtype dt, int ndim,
                       const int64_t *shape) {
-    return leaf(g, PIPIT_OP_INPUT, name, dt, ndim, shape);
+    return leaf(g, __func__, PIPIT_OP_INPUT, name, dt, ndim, shape);
 }
 
 pipit_val pipit_param(pipit_graph *g, const char *name, pipit_dtype dt, int ndim,
                       const int64_t *shape) {
-    return leaf(g, PIPIT_OP_PARAM, name, dt, ndim, shape);
+    return leaf(g, __func__, PIPIT_OP_PARAM, name, dt, ndim, shape);
+}
+
+pipit_val pipit__param_as(pipit_graph *g, const char *fn, const char *name, pipit_dtype dt, int ndim,
+                          const int64_t *shape) {
+    return leaf(g, fn, PIPIT_OP_PARAM, name, dt, ndim, shape);
 }
 
 /* ---- ops ---- */
@@ -487,6 +495,17 @@ pipit_val pipit_cast(pipit_graph *g, pipit_val x, pipit_dtype dt) {
     return build(g, __func__, PIPIT_OP_CAST, 1, &x, NULL, (int64_t[4]){(int64_t)dt, 0, 0, 0});
 }
 pipit_val pipit_matmul(pipit_graph *g, pipit_val a, pipit_val b, int trans_a, int trans_b) {
+    const pipit__node *na = val_node(a), *nb = val_node(b);
+    if (trans_a && graph_ok(g) && a.g == g && b.g == g && na && nb && na->ndim > 2 && nb->ndim == 2) {
+        /* a [...,K,M] against a broadcast 2-D b: the kernel takes a's rows as
+         * one [R, K] matrix, which a's transposed layout is not; so a is
+         * transposed first (a copy: its gradient is the inverse permute) */
+        int64_t perm[4] = {0, 1, 2, 3};
+        perm[na->ndim - 2] = na->ndim - 1;
+        perm[na->ndim - 1] = na->ndim - 2;
+        a = build(g, __func__, PIPIT_OP_PERMUTE, 1, &a, NULL, perm);
+        trans_a = 0;
+    }
     int64_t iattr[4] = {trans_a != 0, trans_b != 0, 0, 0};
     return build(g, __func__, PIPIT_OP_MATMUL, 2, (pipit_val[]){a, b}, NULL, iattr);
 }
@@ -856,7 +875,8 @@ pipit_val pipit_grad_of(pipit_graph *g, pipit_val param) {
     snprintf(name, sizeof name, "@grad:%s", g->nodes[pid].name);
     int64_t shape[PIPIT_MAX_DIMS]; /* a copy: adding the leaf may move the node array */
     memcpy(shape, g->nodes[pid].shape, sizeof shape);
-    pipit_val v = leaf(g, PIPIT_OP_INPUT, name, (pipit_dtype)g->nodes[pid].dtype, g->nodes[pid].ndim, shape);
+    pipit_val v = leaf(g, "pipit_grad_of", PIPIT_OP_INPUT, name, (pipit_dtype)g->nodes[pid].dtype,
+                       g->nodes[pid].ndim, shape);
     if (v.id >= 0) {
         g->nodes[v.id].flags |= NODE_GRADOF;
         g->nodes[v.id].iattr[0] = pid;

@@ -46,6 +46,8 @@ typedef struct {
     char *name;                /* INPUT / PARAM name (owned) */
     int32_t stage;             /* pipeline stage, -1 until inferred */
     int32_t origin;            /* forward node whose VJP created this node (-1) */
+    const char *api;           /* the public call that added it ("pipit_slice"; static text), or NULL
+                                  (autodiff's and other internal nodes): messages name it */
 } pipit__node;
 
 #define PIPIT_GRAPH_MAGIC 0x70697067u
@@ -147,6 +149,11 @@ const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *b
  * a message naming fn), adds the node, names fn in its error. */
 pipit_val pipit__build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
                        const double *fattr, const int64_t *iattr);
+
+/* pipit_param, its messages naming fn (pipit_param_sharded's refusals
+ * name pipit_param_sharded). */
+pipit_val pipit__param_as(pipit_graph *g, const char *fn, const char *name, pipit_dtype dt, int ndim,
+                          const int64_t *shape);
 
 /* Tensor parallelism (ir/tp.c). A sharded PARAM keeps its local shape;
  * iattr[0] = axis + 1 (0: replicated), iattr[1] = parts (the axis is

@@ -49,7 +49,7 @@ pipit_val pipit_param_sharded(pipit_graph *g, const char *name, pipit_dtype dt, 
                               int parts) {
     const char *fn = __func__;
     if (bad_handle(g, fn)) return (pipit_val){g, -1};
-    if (g->status != PIPIT_STATUS_OK) return pipit_param(g, name, dt, ndim, shape); /* names the first error */
+    if (g->status != PIPIT_STATUS_OK) return pipit__param_as(g, fn, name, dt, ndim, shape); /* names the first error */
     int T = pipit__graph_tp(g);
     const char *nm = name ? name : "(null)";
     if (ndim < 1 || ndim > PIPIT_MAX_DIMS || !shape || axis < -ndim || axis >= ndim) {
@@ -68,7 +68,7 @@ pipit_val pipit_param_sharded(pipit_graph *g, const char *name, pipit_dtype dt, 
     int64_t local[PIPIT_MAX_DIMS];
     memcpy(local, shape, sizeof(int64_t) * (size_t)ndim);
     local[axis] /= T;
-    pipit_val v = pipit_param(g, name, dt, ndim, local);
+    pipit_val v = pipit__param_as(g, fn, name, dt, ndim, local);
     if (v.id >= 0) {
         g->nodes[v.id].iattr[0] = axis + 1;
         g->nodes[v.id].iattr[1] = parts;
@@ -121,13 +121,14 @@ static int has_rule(const pipit__node *n, int k, const pipit__node *param, int a
     }
 }
 
-static pipit_status no_rule(const pipit_graph *g, int32_t param, const char *what, int32_t j) {
+/* `what` reads the param: named by the public call that added it. */
+static pipit_status no_rule(const pipit_graph *g, int32_t param, const char *what) {
     const pipit__node *p = &g->nodes[param];
     return pipit__err(PIPIT_STATUS_INVALID,
                       "parameter '%s' is sharded along axis %d over the stage's %d tensor-parallel ranks, but %s "
-                      "(node %d) has no sharded rule for it: sharded params may feed matmul, bias_add and embed "
-                      "only (declare it with pipit_param to replicate it)",
-                      p->name, pipit__param_shard_axis(p), pipit__graph_tp(g), what, (int)j);
+                      "has no sharded rule for it: a sharded param may feed pipit_matmul, pipit_bias_add and "
+                      "pipit_embed only (declare it with pipit_param to replicate it)",
+                      p->name, pipit__param_shard_axis(p), pipit__graph_tp(g), what);
 }
 
 pipit_status pipit__tp_check_uses(const pipit_graph *g, int32_t fwd_end) {
@@ -141,14 +142,17 @@ pipit_status pipit__tp_check_uses(const pipit_graph *g, int32_t fwd_end) {
             if (param < 0 || pipit__param_shard_axis(&g->nodes[param]) < 0) continue;
             const pipit__node *pn = &g->nodes[param];
             if (!gradof && has_rule(n, k, pn, pipit__param_shard_axis(pn))) continue;
-            char what[64];
-            snprintf(what, sizeof what, "op %s%s", pipit__ops[n->op].name,
-                     gradof ? " of its accumulated gradient (pipit_grad_of)" : "");
-            return no_rule(g, param, what, j);
+            char what[160]; /* the public call that added the reader (internal nodes: the op) */
+            snprintf(what, sizeof what, "%s (node %d, op %s)%s", n->api ? n->api : "an internal node", (int)j,
+                     pipit__ops[n->op].name, gradof ? " of its accumulated gradient (pipit_grad_of)" : "");
+            return no_rule(g, param, what);
         }
     }
-    for (int32_t k = 0; k < g->ngradset; k++)
-        if (pipit__param_shard_axis(&g->nodes[g->gradset[k][0]]) >= 0)
-            return no_rule(g, g->gradset[k][0], "a gradient transform (pipit_set_grad)", g->gradset[k][1]);
+    for (int32_t k = 0; k < g->ngradset; k++) {
+        if (pipit__param_shard_axis(&g->nodes[g->gradset[k][0]]) < 0) continue;
+        char what[96];
+        snprintf(what, sizeof what, "a gradient transform (pipit_set_grad, node %d)", (int)g->gradset[k][1]);
+        return no_rule(g, g->gradset[k][0], what);
+    }
     return PIPIT_STATUS_OK;
 }
