@@ -5,25 +5,36 @@
  * (params and pre-loop values), whose per-use contributions it records. The
  * post-loop pass starts from each pre-loop value's accumulated gradient and
  * walks the pre-loop region back to the params. Every gradient's shape is
- * checked against its primal; summation order is consumer order, always.
+ * checked against its primal; summation order is consumer order, always,
+ * and a yield does not change it (pass_yield, sum_terms).
  */
 #include "autodiff/autodiff.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-/* A contribution and the node whose VJP produced it (its consumer). */
+/* A contribution, its place in the sum, and the yields it came through.
+ * key = consumer * PIPIT_MAX_IN + input slot, where the consumer is the node
+ * whose VJP produced it: a contribution passed on through a yield keeps its
+ * key, so a value's contributions are added in the order of their real
+ * consumers whether or not yields stand between (the graph without yields,
+ * a one-rank run, sums exactly these in exactly this order). via: the
+ * yield it reached this value through (a hop, nearest first), -1 if none. */
 typedef struct {
-    int32_t id, consumer;
+    int32_t id, via;
+    int64_t key;
 } contrib;
 
-/* Per-value list, appended in descending consumer order (the walk is
- * reverse topological) and summed in ascending order. */
+static int64_t contrib_key(int32_t consumer, int slot) { return (int64_t)consumer * PIPIT_MAX_IN + slot; }
+
+/* Per-value list, appended in descending key order by the walk (reverse
+ * topological), plus what yields pass on; summed in ascending key order. */
 typedef struct {
     contrib *c;
     int n, cap;
 } contrib_list;
 
-static int list_push(contrib_list *l, int32_t id, int32_t consumer) {
+static int list_push(contrib_list *l, int32_t id, int64_t key, int32_t via) {
     if (l->n == l->cap) {
         int cap = l->cap ? l->cap * 2 : 4;
         contrib *c = pipit__realloc(l->c, (size_t)cap * sizeof *c);
@@ -31,8 +42,18 @@ static int list_push(contrib_list *l, int32_t id, int32_t consumer) {
         l->c = c;
         l->cap = cap;
     }
-    l->c[l->n++] = (contrib){id, consumer};
+    l->c[l->n++] = (contrib){id, via, key};
     return 1;
+}
+
+static int key_desc(const void *a, const void *b) {
+    int64_t x = ((const contrib *)a)->key, y = ((const contrib *)b)->key;
+    return (x < y) - (x > y);
+}
+
+/* Descending key order (keys are unique: one per consumer input slot). */
+static void list_sort(contrib_list *l) {
+    if (l->n > 1) qsort(l->c, (size_t)l->n, sizeof *l->c, key_desc);
 }
 
 static int diff_input(const pipit__node *n, int k) { return !(pipit__ops[n->op].nondiff >> k & 1); }
@@ -84,14 +105,49 @@ static uint8_t *mark_preloop(const pipit_graph *g, int32_t fwd_end, int32_t loss
     return pre;
 }
 
-/* Sums a value's contributions in ascending consumer order: the list holds
- * them descending, so walk it backwards: ((c0 + c1) + c2) + ... */
-static int32_t sum_contribs(pipit_graph *g, const contrib_list *l, int32_t origin) {
-    int32_t acc = l->c[l->n - 1].id;
+/* A yield a contribution passed through (hops[h][0]) and the hop before
+ * it (hops[h][1], -1 if none). */
+typedef struct {
+    int32_t (*hops)[2];
+    int32_t nhops, caphops;
+} hop_table;
+
+/* The left fold ((t0 + t1) + t2) + ... of n contributions in ascending key
+ * order, the sum of value `origin`. Where the fold starts with a run of
+ * contributions that came through one yield, that run is summed on the
+ * yield's side (in its stage, recursively through further yields) and
+ * moved back by the yield's transpose: one message for the run, the same
+ * bits. The rest, wherever it came from, is added here one by one: a
+ * partial sum of a later run would change the grouping, hence the bits. */
+static int32_t sum_terms(pipit_graph *g, const hop_table *h, contrib *t, int n, int32_t origin) {
+    int32_t acc = t[0].id;
+    int i = 1;
+    if (t[0].via >= 0) {
+        int32_t y = h->hops[t[0].via][0];
+        int r = 0;
+        for (; r < n && t[r].via >= 0 && h->hops[t[r].via][0] == y; r++) t[r].via = h->hops[t[r].via][1];
+        int32_t s = sum_terms(g, h, t, r, y);
+        int32_t din[PIPIT_MAX_IN] = {-1, -1, -1, -1};
+        g->cur_origin = y;
+        if (s >= 0) pipit__ops[PIPIT_OP_YIELD].vjp(g, y, s, din);
+        acc = din[0];
+        i = r;
+    }
     g->cur_origin = origin;
-    for (int i = l->n - 2; i >= 0 && acc >= 0; i--)
-        acc = pipit__node_add(g, PIPIT_OP_ADD, 2, (int32_t[]){acc, l->c[i].id}, NULL, NULL);
+    for (; i < n && acc >= 0; i++) acc = pipit__node_add(g, PIPIT_OP_ADD, 2, (int32_t[]){acc, t[i].id}, NULL, NULL);
     return acc;
+}
+
+/* Sums a value's contributions in ascending key order: sorted descending,
+ * reversed, folded. */
+static int32_t sum_contribs(pipit_graph *g, const hop_table *h, contrib_list *l, int32_t origin) {
+    list_sort(l);
+    for (int i = 0, k = l->n - 1; i < k; i++, k--) {
+        contrib c = l->c[i];
+        l->c[i] = l->c[k];
+        l->c[k] = c;
+    }
+    return sum_terms(g, h, l->c, l->n, origin);
 }
 
 static pipit_status check_grad_shape(const pipit_graph *g, int32_t primal, int32_t grad,
@@ -150,6 +206,7 @@ typedef struct {
     uint8_t *needs, *pre;
     contrib_list *lists;   /* [fwd_end] contributions per forward value */
     contrib_list *loop_uses; /* [fwd_end] targets' uses recorded by the loop pass */
+    hop_table hops;        /* the yields contributions passed through */
 } ad_state;
 
 static pipit_status oom(void) { return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory"); }
@@ -172,7 +229,7 @@ static pipit_status backprop_node(ad_state *a, int32_t j, int32_t dj) {
         if (!(info->nondiff >> k & 1) && a->needs[in[k]] && din[k] >= 0) {
             pipit_status s = check_grad_shape(g, in[k], din[k], j);
             if (s) return s;
-            if (!list_push(&a->lists[in[k]], din[k], j)) return oom();
+            if (!list_push(&a->lists[in[k]], din[k], contrib_key(j, k), -1)) return oom();
         }
     }
     return PIPIT_STATUS_OK;
@@ -183,22 +240,60 @@ static int is_target_leaf(const ad_state *a, int32_t i) {
 }
 
 static pipit_status fold_transparent_casts(ad_state *a);
+static pipit_status fold_pre_yields(ad_state *a);
+
+/* A yield is an identity that only moves a value to the next stage: its
+ * contributions are not summed here but passed on to its input, each with
+ * its key and (in the loop, hop = 1) this yield noted, so the input adds
+ * them in its consumers' order (sum_terms sums on the yield's side what
+ * that order allows). A pre-loop yield's loop uses are its input's
+ * (fold_pre_yields); its post-loop contributions pass on without a hop
+ * (the post-loop region has no stages). */
+static pipit_status pass_yield(ad_state *a, int32_t j, int hop) {
+    contrib_list *from = &a->lists[j], *to = &a->lists[a->g->nodes[j].in[0]];
+    hop_table *h = &a->hops;
+    for (int i = 0; i < from->n; i++) {
+        if (!hop) {
+            if (!list_push(to, from->c[i].id, from->c[i].key, -1)) return oom();
+            continue;
+        }
+        if (h->nhops == h->caphops) {
+            int32_t cap = h->caphops ? h->caphops * 2 : 16;
+            int32_t(*hops)[2] = pipit__realloc(h->hops, sizeof *hops * (size_t)cap);
+            if (!hops) return oom();
+            h->hops = hops;
+            h->caphops = cap;
+        }
+        h->hops[h->nhops][0] = j;
+        h->hops[h->nhops][1] = from->c[i].via;
+        if (!list_push(to, from->c[i].id, from->c[i].key, h->nhops++)) return oom();
+    }
+    from->n = 0;
+    return PIPIT_STATUS_OK;
+}
 
 /* Loop pass: per-microbatch backward, stopping at params and pre-loop values. */
 static pipit_status loop_pass(ad_state *a) {
     for (int32_t j = a->loss; j >= 0; j--) {
         if (!a->needs[j] || a->lists[j].n == 0 || is_target_leaf(a, j) || a->pre[j]) continue;
-        int32_t dj = sum_contribs(a->g, &a->lists[j], j);
+        if (a->g->nodes[j].op == PIPIT_OP_YIELD) {
+            pipit_status s = pass_yield(a, j, 1);
+            if (s) return s;
+            continue;
+        }
+        int32_t dj = sum_contribs(a->g, &a->hops, &a->lists[j], j);
         if (dj < 0) return pipit__err(a->g->status, "autodiff: %s", a->g->errmsg);
         pipit_status s = backprop_node(a, j, dj);
         if (s) return s;
     }
     /* What reached params and pre-loop values are their loop uses. */
     for (int32_t i = 0; i < a->fwd_end; i++) {
+        list_sort(&a->lists[i]);
         a->loop_uses[i] = a->lists[i];
         memset(&a->lists[i], 0, sizeof a->lists[i]);
     }
-    return fold_transparent_casts(a);
+    pipit_status s = fold_pre_yields(a);
+    return s ? s : fold_transparent_casts(a);
 }
 
 /* A pre-loop cast of a param to a dtype whose gradients accumulate in the
@@ -212,14 +307,14 @@ static int transparent_cast(const ad_state *a, int32_t i) {
     return x->op == PIPIT_OP_PARAM && x->dtype != n->dtype && pipit__acc_dtype((pipit_dtype)n->dtype) == x->dtype;
 }
 
-/* dst gets src's contributions too, both held in descending consumer order. */
+/* dst gets src's contributions too, both held in descending key order. */
 static pipit_status merge_uses(contrib_list *dst, contrib_list *src) {
     contrib_list m = {0};
     int i = 0, k = 0;
     while (i < dst->n || k < src->n) {
-        int take_src = i >= dst->n || (k < src->n && src->c[k].consumer > dst->c[i].consumer);
+        int take_src = i >= dst->n || (k < src->n && src->c[k].key > dst->c[i].key);
         contrib c = take_src ? src->c[k++] : dst->c[i++];
-        if (!list_push(&m, c.id, c.consumer)) {
+        if (!list_push(&m, c.id, c.key, c.via)) {
             pipit__free(m.c);
             return oom();
         }
@@ -228,6 +323,18 @@ static pipit_status merge_uses(contrib_list *dst, contrib_list *src) {
     pipit__free(src->c);
     *dst = m;
     memset(src, 0, sizeof *src);
+    return PIPIT_STATUS_OK;
+}
+
+/* A yield of a param or pre-loop value: its loop uses are its input's, in
+ * their consumers' order, as without the yield (outermost first, so a chain
+ * of yields folds into the value it starts from). */
+static pipit_status fold_pre_yields(ad_state *a) {
+    for (int32_t i = a->fwd_end - 1; i >= 0; i--)
+        if (a->loop_uses[i].n && a->pre[i] && a->g->nodes[i].op == PIPIT_OP_YIELD) {
+            pipit_status s = merge_uses(&a->loop_uses[a->g->nodes[i].in[0]], &a->loop_uses[i]);
+            if (s) return s;
+        }
     return PIPIT_STATUS_OK;
 }
 
@@ -273,11 +380,16 @@ static pipit_status post_pass(ad_state *a, int32_t *gacc) {
         gacc[i] = leaf;
         int32_t c = gacc_contribution(g, i, leaf);
         if (c < 0) return pipit__err(g->status, "autodiff: %s", g->errmsg);
-        if (!list_push(&a->lists[i], c, INT32_MAX)) return oom();
+        if (!list_push(&a->lists[i], c, contrib_key(INT32_MAX, 0), -1)) return oom();
     }
     for (int32_t j = a->fwd_end - 1; j >= 0; j--) {
         if (!a->pre[j] || !a->needs[j] || a->lists[j].n == 0) continue;
-        int32_t dj = sum_contribs(g, &a->lists[j], j);
+        if (g->nodes[j].op == PIPIT_OP_YIELD) {
+            pipit_status s = pass_yield(a, j, 0);
+            if (s) return s;
+            continue;
+        }
+        int32_t dj = sum_contribs(g, &a->hops, &a->lists[j], j);
         if (dj < 0) return pipit__err(g->status, "autodiff: %s", g->errmsg);
         pipit_status s = backprop_node(a, j, dj);
         if (s) return s;
@@ -285,7 +397,7 @@ static pipit_status post_pass(ad_state *a, int32_t *gacc) {
     return PIPIT_STATUS_OK;
 }
 
-/* A target's uses: loop uses and post-loop uses merged by consumer (the two
+/* A target's uses: loop uses and post-loop uses merged by key (the two
  * sets of consumers are disjoint); each list is held in descending order. */
 static pipit_status make_target(pipit__grad_target *t, int32_t node, const contrib_list *loop,
                                 const contrib_list *post) {
@@ -296,7 +408,7 @@ static pipit_status make_target(pipit__grad_target *t, int32_t node, const contr
     if (!t->contrib || !t->post) return oom();
     int i = loop->n - 1, k = post->n - 1;
     for (int u = 0; u < t->nuses; u++) {
-        int take_post = i < 0 || (k >= 0 && post->c[k].consumer < loop->c[i].consumer);
+        int take_post = i < 0 || (k >= 0 && post->c[k].key < loop->c[i].key);
         t->contrib[u] = take_post ? post->c[k--].id : loop->c[i--].id;
         t->post[u] = (uint8_t)take_post;
     }
@@ -340,14 +452,14 @@ static pipit_status add_seed(ad_state *a, pipit__grads *out) {
     if (out->seed < 0 || !(g->nodes[out->seed].name = pipit__strdup("@dloss"))) return oom();
     g->nodes[out->seed].dtype = g->nodes[a->loss].dtype;
     g->nodes[out->seed].ndim = 0;
-    return list_push(&a->lists[a->loss], out->seed, INT32_MAX) ? PIPIT_STATUS_OK : oom();
+    return list_push(&a->lists[a->loss], out->seed, contrib_key(INT32_MAX, 0), -1) ? PIPIT_STATUS_OK : oom();
 }
 
 pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     memset(out, 0, sizeof *out);
     pipit_status s = validate_loss(g, loss);
     if (s) return s;
-    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL};
+    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL, {NULL, 0, 0}};
     out->fwd_end = a.fwd_end;
     a.needs = mark_needed(g, loss, a.fwd_end);
     a.pre = mark_preloop(g, a.fwd_end, loss);
@@ -367,6 +479,7 @@ pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     pipit__free(a.loop_uses);
     pipit__free(a.needs);
     pipit__free(gacc);
+    pipit__free(a.hops.hops);
     out->preloop = a.pre;
     if (s) pipit__grads_free(out);
     return s;
