@@ -71,9 +71,9 @@ grep -q "rope" <<<"$OUT" && grep -q "attention_qkv" <<<"$OUT" || fail "plan lack
 # ---- eval and sample on its checkpoint
 expect_ok "$PIPIT" eval --init run.st --data text.txt --ctx 32 --micro-batch 4 --batches 2 --json
 $PY -c 'import json,sys; l=json.loads(sys.argv[1])["loss"]; sys.exit(not 0 < l < 5)' "$OUT" || fail "eval: $OUT"
-expect_ok "$PIPIT" sample --init run.st --prompt "the " --tokens 20 --seed 4
+expect_ok "$PIPIT" sample --init run.st --prompt "the " --tokens 20 --seed 4 --no-echo
 s1=$OUT
-expect_ok "$PIPIT" sample --init run.st --prompt "the " --tokens 20 --seed 4
+expect_ok "$PIPIT" sample --init run.st --prompt "the " --tokens 20 --seed 4 --no-echo
 [ "$OUT" = "$s1" ] && [ ${#s1} -eq 20 ] || fail "sample: '$s1' then '$OUT'"
 
 # ---- bad input, each named

@@ -54,8 +54,13 @@ static pipit_status gpt2_feeds(const cli_model *m, const int32_t *tok, const int
     return pipit_gpt2_feeds(&c, tok, tgt, pos, out);
 }
 
+static pipit_status gpt2_build_decode(pipit_graph *g, const cli_model *m, pipit_decode_graph *out) {
+    pipit_gpt2_config c = gpt2_cfg(m);
+    return pipit_gpt2_build_decode(g, &c, out);
+}
+
 static const cli_model_kind GPT2 = {"gpt2", "GPT-2", 3, gpt2_check, gpt2_build, gpt2_init, gpt2_params, gpt2_flops,
-                                    gpt2_from_checkpoint, gpt2_feeds};
+                                    gpt2_from_checkpoint, gpt2_feeds, gpt2_build_decode};
 
 /* ---- Llama ---- */
 
@@ -105,8 +110,13 @@ static pipit_status llama_feeds(const cli_model *m, const int32_t *tok, const in
     return pipit_llama_feeds(&c, tok, tgt, out);
 }
 
+static pipit_status llama_build_decode(pipit_graph *g, const cli_model *m, pipit_decode_graph *out) {
+    pipit_llama_config c = cli_model_llama(m);
+    return pipit_llama_build_decode(g, &c, out);
+}
+
 static const cli_model_kind LLAMA = {"llama", "Llama", 2, llama_check, llama_build, llama_init, llama_params,
-                                     llama_flops, llama_from_checkpoint, llama_feeds};
+                                     llama_flops, llama_from_checkpoint, llama_feeds, llama_build_decode};
 
 /* ---- kinds, fields ---- */
 

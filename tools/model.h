@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "pipit.h"
+#include "pipit_decode.h"
 #include "pipit_io.h"
 #include "pipit_llama.h"
 
@@ -43,6 +44,9 @@ struct cli_model_kind {
     pipit_status (*from_checkpoint)(const pipit_checkpoint *ck, cli_model *m);
     /* One microbatch's nfeeds feeds; pos is B*T scratch the kind may fill. */
     pipit_status (*feeds)(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos, pipit_feed *out);
+    /* The decoding graph (pipit_decode.h): one new position of m->batch
+     * sequences over a KV cache of m->ctx slots. */
+    pipit_status (*build_decode)(pipit_graph *g, const cli_model *m, pipit_decode_graph *out);
 };
 
 /* The kind called `name` ("gpt2", "llama"), or NULL. */

@@ -46,6 +46,34 @@ pipit_val pipit__decode_place(const pipit__decode *d, pipit_val x) { return pipi
 
 pipit_val pipit__decode_row(const pipit__decode *d, pipit_val placed) { return pipit_reduce_sum(d->g, placed, 1, 1); }
 
+pipit_val pipit__decode_rope_basis(const pipit__decode *d, int64_t D) {
+    pipit_graph *g = d->g;
+    pipit_val one = pipit_reduce_sum(g, d->slot, 1, 1); /* [B,1,1]: the slot's one 1 */
+    pipit_val ones = pipit_broadcast_to(g, one, 3, (int64_t[]){d->B, 1, D / 2});
+    pipit_val halves[2] = {ones, pipit_sub(g, ones, ones)};
+    return pipit_concat(g, 2, halves, 2);
+}
+
+void pipit__decode_set_rope(pipit__decode *d, pipit_val cos_sin) {
+    pipit_graph *g = d->g;
+    int64_t D = pipit_val_dim(cos_sin, 2);
+    pipit_val cs[2];
+    pipit_split(g, cos_sin, 2, 2, (int64_t[]){D / 2, D / 2}, cs); /* on failure: invalid, the graph poisoned */
+    pipit_val c2[2] = {cs[0], cs[0]}, s2[2] = {cs[1], cs[1]};
+    d->cos = pipit_reshape(g, pipit_concat(g, 2, c2, 2), 4, (int64_t[]){d->B, 1, 1, D});
+    d->sin = pipit_reshape(g, pipit_concat(g, 2, s2, 2), 4, (int64_t[]){d->B, 1, 1, D});
+}
+
+pipit_val pipit__decode_rotate(const pipit__decode *d, pipit_val x, int heads) {
+    pipit_graph *g = d->g;
+    int64_t D = pipit_val_dim(d->cos, 3);
+    pipit_val xh = pipit_reshape(g, x, 4, (int64_t[]){d->B, 1, heads, D}), h[2];
+    pipit_split(g, xh, 3, 2, (int64_t[]){D / 2, D / 2}, h);
+    pipit_val rot[2] = {pipit_neg(g, h[1]), h[0]}; /* rotate_half: (-x2, x1) */
+    pipit_val y = pipit_add(g, pipit_mul(g, xh, d->cos), pipit_mul(g, pipit_concat(g, 2, rot, 3), d->sin));
+    return pipit_reshape(g, y, 3, (int64_t[]){d->B, 1, (int64_t)heads * D});
+}
+
 /* Entry i (2l: layer l's keys, 2l+1: its values) of the cache: [B,S,KVD],
  * a view of the input (the leading axis is sliced). */
 static pipit_val cached(const pipit__decode *d, int i) {

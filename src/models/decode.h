@@ -24,6 +24,7 @@ typedef struct {
     int64_t B, S, kvd;
     pipit_val cache, slot, mask; /* the inputs PIPIT_DECODE_CACHE, _SLOT, _MASK */
     pipit_val *rows;             /* [2L]: layer l's new key row at 2l, value row at 2l+1 */
+    pipit_val cos, sin;          /* RoPE at the new position, [B,1,1,D] (pipit__decode_set_rope) */
 } pipit__decode;
 
 /* Checks what a decoding graph needs of the graph (one rank per stage, one
@@ -36,6 +37,16 @@ pipit_status pipit__decode_begin(pipit_graph *g, pipit__decode *d, int layers, i
 pipit_val pipit__decode_place(const pipit__decode *d, pipit_val x);
 /* The row in the new position's slot of a placed [B,S,W]: [B,1,W]. */
 pipit_val pipit__decode_row(const pipit__decode *d, pipit_val placed);
+/* RoPE at the new position without running RoPE over all S slots for
+ * every layer: the model's RoPE (heads 1) of the placed basis row
+ * [B,1,D] = (1 .. 1 | 0 .. 0) gives in the new position's slot exactly
+ * (cos | sin) of its angles (x1 cos - x2 sin = cos, x2 cos + x1 sin = sin
+ * for x1 = 1, x2 = 0); pipit__decode_set_rope takes that row [B,1,D] and
+ * pipit__decode_rotate applies it to x [B,1,heads*D] as the kernel does,
+ * x cos + rotate_half(x) sin, the same products and sums: the same bits. */
+pipit_val pipit__decode_rope_basis(const pipit__decode *d, int64_t D);
+void pipit__decode_set_rope(pipit__decode *d, pipit_val cos_sin);
+pipit_val pipit__decode_rotate(const pipit__decode *d, pipit_val x, int heads);
 /* Layer l's attention of the new position: q [B,1,heads*D] its query (after
  * RoPE), k_row / v_row [B,1,KVD] its key and value and k_placed / v_placed
  * the same placed ([B,S,KVD]); query head h reads key/value head

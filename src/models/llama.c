@@ -163,14 +163,18 @@ static pipit_val rope(pipit_graph *g, const pipit_llama_config *c, pipit_val x, 
     return pipit_rope(g, x, heads, c->rope_theta);
 }
 
-/* A decoding graph's attention of the new position (decode.h): its q, k
- * and v [B,1,*] are placed in its slot, so RoPE rotates them by its
- * position's angles. */
+/* A decoding graph's attention of the new position (decode.h): q and k
+ * [B,1,*] rotated by RoPE at its position (the model's rope() of the basis
+ * row in its slot: pipit__decode_rope_basis, made once per graph). */
 static pipit_val decode_attention(pipit__decode *d, const pipit_llama_config *c, pipit_val q, pipit_val k,
                                   pipit_val v, int l) {
-    pipit_val kp = rope(d->g, c, pipit__decode_place(d, k), kv_of(c));
-    q = pipit__decode_row(d, rope(d->g, c, pipit__decode_place(d, q), c->heads));
-    return pipit__decode_attend(d, l, q, pipit__decode_row(d, kp), kp, v, pipit__decode_place(d, v), c->heads,
+    if (d->cos.g == NULL) {
+        pipit_val basis = pipit__decode_place(d, pipit__decode_rope_basis(d, c->dim / c->heads));
+        pipit__decode_set_rope(d, pipit__decode_row(d, rope(d->g, c, basis, 1)));
+    }
+    q = pipit__decode_rotate(d, q, c->heads);
+    k = pipit__decode_rotate(d, k, kv_of(c));
+    return pipit__decode_attend(d, l, q, k, pipit__decode_place(d, k), v, pipit__decode_place(d, v), c->heads,
                                 kv_of(c));
 }
 
