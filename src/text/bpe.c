@@ -91,34 +91,129 @@ void pipit_tokenizer_free(pipit_tokenizer *t) {
 
 /* ---------------------------------------------------------------- merging */
 
+/* The candidate merges of a piece, popped lowest (rank, pos) first, as a
+ * heap of them would pop them (a heap it was: O(n log n) with a cache miss
+ * per level, 2.5 s for a MiB of spaces). Entries of one rank mostly come
+ * in increasing pos: every pair at the start, left to right, then the
+ * pairs that merges form, left to right while a rank is merged. So the
+ * queue keeps runs, lists of entries of one rank in increasing pos: an
+ * entry joins its rank's latest run when it does not come before the
+ * run's tail, else it starts a run; a heap orders the runs by their first
+ * entry. A step costs O(log runs): a run of spaces (a few ranks, a run
+ * each) merges in linear time. Each run is sorted and holds one rank, so
+ * the first entry of the heap's top run is the lowest of all. */
 typedef struct {
-    int32_t rank, pos, result;
-} cand;
+    int32_t pos, next; /* next: the following entry of its run, or -1 */
+} qentry;
 
-static int cand_before(cand a, cand b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; }
+typedef struct {
+    int32_t rank, head, tail; /* head -1: empty (out of the heap) */
+} qrun;
 
-static void heap_push(cand *h, size_t *n, cand c) {
-    size_t i = (*n)++;
-    while (i > 0 && cand_before(c, h[(i - 1) / 2])) {
-        h[i] = h[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h[i] = c;
+typedef struct {
+    qentry *ent;
+    int32_t nent, entcap;
+    qrun *run;
+    int32_t *heap; /* runs by (rank, pos of their head) */
+    int32_t nrun, runcap, nheap;
+    int32_t *latest; /* rank (hashed) -> its latest run, or -1; a clash only starts more runs */
+    uint32_t mask;
+    int own; /* run and heap are allocated (not the caller's stack) */
+    uint64_t work;
+} queue;
+
+static int run_before(const queue *q, int32_t a, int32_t b) {
+    const qrun *x = &q->run[a], *y = &q->run[b];
+    if (x->rank != y->rank) return x->rank < y->rank;
+    return q->ent[x->head].pos < q->ent[y->head].pos;
 }
 
-static cand heap_pop(cand *h, size_t *n) {
-    cand top = h[0], last = h[--*n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && cand_before(h[c + 1], h[c])) c++;
-        if (!cand_before(h[c], last)) break;
-        h[i] = h[c];
-        i = c;
+static void heap_up(queue *q, int32_t i) {
+    int32_t r = q->heap[i];
+    while (i > 0 && run_before(q, r, q->heap[(i - 1) / 2])) {
+        q->heap[i] = q->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+        q->work++;
     }
-    if (*n) h[i] = last;
-    return top;
+    q->heap[i] = r;
+}
+
+static void heap_down(queue *q, int32_t i) {
+    int32_t r = q->heap[i], n = q->nheap;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && run_before(q, q->heap[c + 1], q->heap[c])) c++;
+        if (!run_before(q, q->heap[c], r)) break;
+        q->heap[i] = q->heap[c];
+        i = c;
+        q->work++;
+    }
+    q->heap[i] = r;
+}
+
+static pipit_status q_push(queue *q, int32_t rank, int32_t pos) {
+    PIPIT_ASSERT(q->nent < q->entcap);
+    int32_t e = q->nent++;
+    q->ent[e] = (qentry){pos, -1};
+    q->work++;
+    uint32_t slot = ((uint32_t)rank * 2654435761u >> 7) & q->mask;
+    int32_t r = q->latest[slot];
+    if (r >= 0 && q->run[r].rank == rank) {
+        qrun *ru = &q->run[r];
+        if (ru->head < 0) { /* emptied: it starts again here */
+            ru->head = ru->tail = e;
+            q->heap[q->nheap++] = r;
+            heap_up(q, q->nheap - 1);
+            return PIPIT_STATUS_OK;
+        }
+        if (q->ent[ru->tail].pos <= pos) { /* the head stays: the heap is unchanged */
+            q->ent[ru->tail].next = e;
+            ru->tail = e;
+            return PIPIT_STATUS_OK;
+        }
+    }
+    if (q->nrun == q->runcap) { /* runs <= entries <= entcap < INT32_MAX */
+        int32_t cap = (int64_t)q->runcap * 2 < q->entcap ? q->runcap * 2 : q->entcap;
+        qrun *run = pipit__malloc((size_t)cap * sizeof *run);
+        int32_t *heap = pipit__malloc((size_t)cap * sizeof *heap);
+        if (!run || !heap) {
+            pipit__free(run);
+            pipit__free(heap);
+            return pipit__err(PIPIT_STATUS_NOMEM, "out of memory merging a piece");
+        }
+        memcpy(run, q->run, (size_t)q->nrun * sizeof *run);
+        memcpy(heap, q->heap, (size_t)q->nheap * sizeof *heap);
+        if (q->own) {
+            pipit__free(q->run);
+            pipit__free(q->heap);
+        }
+        q->run = run;
+        q->heap = heap;
+        q->own = 1;
+        q->runcap = cap;
+    }
+    r = q->nrun++;
+    q->run[r] = (qrun){rank, e, e};
+    q->latest[slot] = r;
+    q->heap[q->nheap++] = r;
+    heap_up(q, q->nheap - 1);
+    return PIPIT_STATUS_OK;
+}
+
+/* The lowest entry: 0 when the queue is empty. */
+static int q_pop(queue *q, int32_t *rank, int32_t *pos) {
+    if (!q->nheap) return 0;
+    int32_t r = q->heap[0];
+    qrun *ru = &q->run[r];
+    int32_t e = ru->head;
+    *rank = ru->rank;
+    *pos = q->ent[e].pos;
+    ru->head = q->ent[e].next;
+    q->work++;
+    if (ru->head < 0 && --q->nheap) q->heap[0] = q->heap[q->nheap];
+    if (q->nheap) heap_down(q, 0);
+    return 1;
 }
 
 /* The rank of merging (left, right), or -1. */
@@ -127,58 +222,91 @@ static int32_t rank_of(const pipit_tokenizer *t, int32_t left, int32_t right) {
     return pipit__u64map_get(&t->pair_rank, (uint64_t)(uint32_t)left << 32 | (uint32_t)right, &r) ? (int32_t)r : -1;
 }
 
-/* Pushes the pair starting at symbol pos (whose right neighbour is nx). */
-static void push_pair(const pipit_tokenizer *t, const int32_t *ids, int32_t pos, int32_t nx, cand *h, size_t *nh) {
+/* Queues the pair starting at symbol pos (whose right neighbour is nx). */
+static pipit_status push_pair(const pipit_tokenizer *t, const int32_t *ids, int32_t pos, int32_t nx, queue *q) {
     int32_t r = rank_of(t, ids[pos], ids[nx]);
-    if (r >= 0) heap_push(h, nh, (cand){r, pos, t->merges[r][2]});
+    return r >= 0 ? q_push(q, r, pos) : PIPIT_STATUS_OK;
 }
 
-pipit_status pipit__bpe_merge(const pipit_tokenizer *t, int32_t *ids, size_t *n_io) {
+/* Merging with links between the symbols left (prev[i] = links[2i],
+ * next[i] = links[2i+1]): an entry is still valid only if its pair still
+ * merges into the same token (as in `tokenizers`). */
+static pipit_status merge_queued(const pipit_tokenizer *t, int32_t *ids, size_t *n_io, int32_t *links, queue *q) {
     size_t n = *n_io;
-    if (n < 2 || !t->nmerges) return PIPIT_STATUS_OK;
-    enum { SMALL = 64 };
-    int32_t small_links[2 * SMALL];
-    cand small_heap[3 * SMALL];
-    int32_t *links = small_links; /* prev[i] = links[2i], next[i] = links[2i+1] */
-    cand *h = small_heap;
-    if (n > SMALL) {
-        size_t nl, nc;
-        if (n > INT32_MAX / 4 || !pipit__mul_size(n, 2 * sizeof *links, &nl) || !pipit__mul_size(n, 3 * sizeof *h, &nc))
-            return pipit__err(PIPIT_STATUS_INVALID, "a piece of %zu bytes is too long to merge", n);
-        links = pipit__malloc(nl);
-        h = pipit__malloc(nc);
-        if (!links || !h) {
-            pipit__free(links);
-            pipit__free(h);
-            return pipit__err(PIPIT_STATUS_NOMEM, "out of memory merging a piece of %zu bytes", n);
-        }
-    }
-    size_t nh = 0;
     for (size_t i = 0; i < n; i++) {
         links[2 * i] = (int32_t)i - 1;
         links[2 * i + 1] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    for (size_t i = 0; i + 1 < n; i++) push_pair(t, ids, (int32_t)i, (int32_t)i + 1, h, &nh);
-    while (nh) {
-        cand c = heap_pop(h, &nh);
-        int32_t pos = c.pos, nx = links[2 * pos + 1];
+    pipit_status s = PIPIT_STATUS_OK;
+    for (size_t i = 0; i + 1 < n && !s; i++) s = push_pair(t, ids, (int32_t)i, (int32_t)i + 1, q);
+    int32_t rank, pos;
+    while (!s && q_pop(q, &rank, &pos)) {
+        int32_t nx = links[2 * pos + 1], result = t->merges[rank][2];
         if (ids[pos] < 0 || nx < 0) continue; /* merged away, or the last symbol now */
         int32_t r = rank_of(t, ids[pos], ids[nx]);
-        if (r < 0 || t->merges[r][2] != c.result) continue; /* an expired entry */
-        ids[pos] = c.result;
+        if (r < 0 || t->merges[r][2] != result) continue; /* an expired entry */
+        ids[pos] = result;
         ids[nx] = -1;
         int32_t after = links[2 * nx + 1];
         links[2 * pos + 1] = after;
         if (after >= 0) links[2 * after] = pos;
-        if (links[2 * pos] >= 0) push_pair(t, ids, links[2 * pos], pos, h, &nh);
-        if (after >= 0) push_pair(t, ids, pos, after, h, &nh);
+        if (links[2 * pos] >= 0) s = push_pair(t, ids, links[2 * pos], pos, q);
+        if (after >= 0 && !s) s = push_pair(t, ids, pos, after, q);
     }
+    if (s) return s;
     size_t k = 0;
     for (int32_t i = 0; i >= 0; i = links[2 * i + 1]) ids[k++] = ids[i];
     *n_io = k;
-    if (links != small_links) pipit__free(links);
-    if (h != small_heap) pipit__free(h);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit__bpe_merge_work(const pipit_tokenizer *t, int32_t *ids, size_t *n_io, uint64_t *work) {
+    size_t n = *n_io;
+    if (n < 2 || !t->nmerges) return PIPIT_STATUS_OK;
+    /* entries: n - 1 pairs at the start, at most two more per merge */
+    enum { SMALL = 64, SMALL_ENT = 3 * SMALL, SMALL_RUN = 32 }; /* more runs move to the heap */
+    int32_t small_links[2 * SMALL], small_latest[SMALL], small_heap[SMALL_RUN];
+    qentry small_ent[SMALL_ENT];
+    qrun small_run[SMALL_RUN];
+    int32_t *links = small_links;
+    queue q = {.ent = small_ent, .entcap = SMALL_ENT, .run = small_run, .heap = small_heap, .runcap = SMALL_RUN,
+               .latest = small_latest};
+    uint32_t tab = 8; /* the rank table: a slot per symbol, up to 2^16 */
+    while (tab < n && tab < 1u << 16) tab <<= 1;
+    q.mask = tab - 1;
+    if (n > SMALL) {
+        size_t nl, ne;
+        if (n > INT32_MAX / 4 || !pipit__mul_size(n, 2 * sizeof *links, &nl) ||
+            !pipit__mul_size(n, 3 * sizeof *q.ent, &ne))
+            return pipit__err(PIPIT_STATUS_INVALID, "a piece of %zu bytes is too long to merge", n);
+        links = pipit__malloc(nl);
+        q.ent = pipit__malloc(ne);
+        q.latest = pipit__malloc(tab * sizeof *q.latest);
+        if (!links || !q.ent || !q.latest) {
+            pipit__free(links);
+            pipit__free(q.ent);
+            pipit__free(q.latest);
+            return pipit__err(PIPIT_STATUS_NOMEM, "out of memory merging a piece of %zu bytes", n);
+        }
+        q.entcap = (int32_t)(3 * n);
+    }
+    for (uint32_t i = 0; i <= q.mask; i++) q.latest[i] = -1;
+    pipit_status s = merge_queued(t, ids, n_io, links, &q);
+    if (work) *work += q.work;
+    if (q.own) {
+        pipit__free(q.run);
+        pipit__free(q.heap);
+    }
+    if (links != small_links) {
+        pipit__free(links);
+        pipit__free(q.ent);
+        pipit__free(q.latest);
+    }
+    return s;
+}
+
+pipit_status pipit__bpe_merge(const pipit_tokenizer *t, int32_t *ids, size_t *n_io) {
+    return pipit__bpe_merge_work(t, ids, n_io, NULL);
 }
 
 /* --------------------------------------------------------------- encoding */

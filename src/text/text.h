@@ -104,5 +104,9 @@ pipit_status pipit__text_named(pipit_status s, unsigned long gen0, const char *f
  * say (lowest rank first, leftmost among equals); *n shrinks. Scratch of
  * 3 * n int32 and n heap entries is allocated here: NOMEM. */
 pipit_status pipit__bpe_merge(const pipit_tokenizer *t, int32_t *ids, size_t *n);
+/* pipit__bpe_merge, adding to *work the steps its queue of candidate pairs
+ * took (entries in and out, levels sifted): tests check that the work
+ * grows linearly with the piece. */
+pipit_status pipit__bpe_merge_work(const pipit_tokenizer *t, int32_t *ids, size_t *n, uint64_t *work);
 
 #endif
