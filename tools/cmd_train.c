@@ -183,7 +183,7 @@ int cmd_train(int argc, char **argv) {
     prog.first = first_step;
     prog.last = last_step;
     prog.t_start = cli_now();
-    cli_bar_enable(speaker && !o->json);
+    cli_bar_enable(speaker, o->json);
     double profiled_s = 0; /* wall time of the profiled steps (all but the first) */
     int64_t profiled_steps = 0;
     for (int64_t step = first_step;; step++) {

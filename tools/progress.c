@@ -89,20 +89,27 @@ static void put_json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static int bar_on, bar_shown;
+static FILE *bar; /* where the bar is drawn (NULL: nowhere) */
+static int bar_shown;
 
-void cli_bar_enable(int on) { bar_on = on && isatty(STDOUT_FILENO); }
+void cli_bar_enable(int on, int json) {
+    bar = NULL;
+    if (!on) return;
+    if (!json && isatty(STDOUT_FILENO)) bar = stdout; /* between the step lines */
+    else if (isatty(STDERR_FILENO)) bar = stderr;    /* stdout is a file or a pipe (train --json > run.jsonl) */
+}
 
 void cli_bar_clear(void) {
     if (!bar_shown) return;
-    fputs("\r\033[K", stdout);
+    fputs("\r\033[K", bar);
+    fflush(bar);
     bar_shown = 0;
 }
 
 void cli_bar_draw(const cli_progress *p, int64_t step, double loss) {
-    if (!bar_on) return;
+    if (!bar) return;
     struct winsize ws;
-    int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
+    int cols = ioctl(fileno(bar), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0 ? ws.ws_col : 80;
     double elapsed = cli_now() - p->t_start;
     int64_t done = step + 1 - p->first, total = p->last - p->first;
     char tail[128];
@@ -119,12 +126,12 @@ void cli_bar_draw(const cli_progress *p, int64_t step, double loss) {
     cli_bar_clear();
     if (width >= 5) {
         int full = total > 0 ? (int)((double)done / (double)total * width) : width;
-        putchar('[');
-        for (int i = 0; i < width; i++) putchar(i < full ? '#' : '.');
-        putchar(']');
+        fputc('[', bar);
+        for (int i = 0; i < width; i++) fputc(i < full ? '#' : '.', bar);
+        fputc(']', bar);
     }
-    fputs(tail, stdout);
-    fflush(stdout);
+    fputs(tail, bar);
+    fflush(bar);
     bar_shown = 1;
 }
 

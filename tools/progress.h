@@ -38,12 +38,15 @@ void cli_progress_val(cli_progress *p, int64_t step, double loss);
 /* Appends to a text step line: "  [i/N 0:03 eta 0:10]  MFU 12.3%  bubble 25.0%
  * peak 1.2 MiB/rank" (MFU without a peak and bubble for one rank left out). */
 void cli_progress_fields(FILE *f, const cli_progress *p, int64_t step, const pipit_metrics *m, double flops_per_s);
-/* The progress bar: on a terminal (stdout a tty, text output), a last line
- * "[#####.....] i/N elapsed eta ETA  loss X" redrawn after every step,
- * whether or not the step printed its line; logs and pipes get only the
- * step lines. cli_bar_clear erases it before anything else is printed
- * (every printer of the train loop calls it; a no-op when none is shown). */
-void cli_bar_enable(int on);
+/* The progress bar: on a terminal, a last line "[#####.....] i/N elapsed
+ * eta ETA  loss X" redrawn after every step, whether or not the step
+ * printed its line: on stdout when it is a terminal and the output is text
+ * (between the step lines), else on stderr when that is a terminal (`train
+ * --json > run.jsonl`, `train > log`: the file gets only the lines); no
+ * terminal, no bar. cli_bar_clear erases it before anything else is
+ * printed (every printer of the train loop calls it; a no-op when none is
+ * shown). */
+void cli_bar_enable(int on, int json);
 void cli_bar_draw(const cli_progress *p, int64_t step, double loss);
 void cli_bar_clear(void);
 /* The end-of-run summary: a text line, or one {"summary":{...}} JSON line.
