@@ -87,8 +87,10 @@ static void make_step(int step, float (*img)[B * IMG * IMG], int32_t (*lab)[B]) 
 }
 
 /* x [..., in] @ name.weight [in, out] + name.bias [out] */
+/* names are < 64 characters (block() writes them into 64 bytes): room for
+ * the suffix, so that no compiler sees a cut (-Wformat-truncation at -O3) */
 static pipit_val dense(pipit_graph *g, pipit_val x, const char *name, int in, int out) {
-    char wn[64], bn[64];
+    char wn[64 + 8], bn[64 + 8];
     snprintf(wn, sizeof wn, "%s.weight", name);
     snprintf(bn, sizeof bn, "%s.bias", name);
     pipit_val w = pipit_param(g, wn, PIPIT_F32, 2, (int64_t[]){in, out});
@@ -97,7 +99,7 @@ static pipit_val dense(pipit_graph *g, pipit_val x, const char *name, int in, in
 }
 
 static pipit_val norm(pipit_graph *g, pipit_val x, const char *name) {
-    char wn[64], bn[64];
+    char wn[64 + 8], bn[64 + 8];
     snprintf(wn, sizeof wn, "%s.weight", name);
     snprintf(bn, sizeof bn, "%s.bias", name);
     pipit_val w = pipit_param(g, wn, PIPIT_F32, 1, (int64_t[]){DIM});
