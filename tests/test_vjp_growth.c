@@ -70,7 +70,7 @@ static int check_graph(const pipit_graph *g, const char *what, int *tested) {
         const pipit__op_info *info = &pipit__ops[g->nodes[j].op];
         if (!info->vjp) continue;
         for (int room = 0; room < MAX_ADDS; room++) {
-            int32_t d1, d2;
+            int32_t d1 = -1, d2 = -1;
             pipit_graph *full = prepare(g, j, room, 0, &d1), *roomy = prepare(g, j, room, 4 * MAX_ADDS, &d2);
             if (!full || !roomy || d1 < 0 || d1 != d2) {
                 fprintf(stderr, "%s: could not copy the graph\n", what);
