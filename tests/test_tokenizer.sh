@@ -10,6 +10,8 @@
 #   - a tokenizer.json the package wrote (with an added token, with and
 #     without add_prefix_space) and its vocab.json + merges.txt encode
 #     every file exactly as the package does;
+#   - runs of spaces up to 20000 long (one piece each) encode as the
+#     package encodes them, with a tokenizer trained on them;
 #   - --val-split puts the stream's tail in val_000000.bin;
 #   - sample --tokenizer prints the decoding of what --prompt-ids prints.
 # The package comes from $PIPIT_HF_PYTHON (default /tmp/venv-hf/bin/python:
@@ -17,7 +19,8 @@
 #   /tmp/venv-hf/bin/pip install tokenizers
 # ), else the system python3 if it has it; without it those checks are
 # skipped with a note and the rest (shard layout, decoding the shards with
-# an independent Python decoder back to the text, errors) still runs.
+# an independent Python decoder back to the text, errors: among them an
+# empty text and vocab.json without --merges) still runs.
 # Usage: test_tokenizer.sh PIPIT SRCDIR
 set -u
 
@@ -39,6 +42,9 @@ def text(n):
     return "".join(r.choice(words) if r.random() < 0.5 else r.choice(pool) for _ in range(n))
 open("a.txt", "w", encoding="utf-8", newline="").write(text(30000))
 open("b.txt", "w", encoding="utf-8", newline="").write(text(10000) + "<|endoftext|>" + text(2000))
+# runs of spaces, up to 20000 long (one piece each; merging them was O(n log n)), between words and at the end
+runs = [" " * r.choice([1, 2, 3, 4, 7, 8, 9, 15, 16, 17, 100, 1000, 20000]) for _ in range(300)]
+open("c.txt", "w", encoding="utf-8", newline="").write("".join(w + s for w, s in zip((r.choice(words) for _ in runs), runs)))
 EOF
 
 # shards.py: the tokens of shards (llm.c header checked), and decoding with
@@ -103,6 +109,10 @@ $PY shards.py decode t1/tokenizer.json a.txt -- t2/train_*.bin || fail "shards o
 expect_ok "$PIPIT" tokenize --tokenizer t1 --data b.txt --out t3
 cmp -s t1/tokenizer.json t3/tokenizer.json || fail "tokenizer.json written back differs from the one read"
 
+# runs of spaces, with a tokenizer that merges them (trained on them), decode back to the text
+expect_ok "$PIPIT" tokenize --train 400 --data c.txt --out t5
+$PY shards.py decode t5/tokenizer.json c.txt -- t5/train_000000.bin || fail "the shard of c.txt does not decode to it"
+
 # ---- errors
 expect_fail "give --train VOCAB_SIZE or --tokenizer" "$PIPIT" tokenize --data a.txt --out e
 expect_fail "give --train VOCAB_SIZE or --tokenizer" "$PIPIT" tokenize --train 300 --tokenizer t1 --data a.txt --out e
@@ -116,6 +126,20 @@ echo '{"model": {"type": "Unigram"}, "pre_tokenizer": {"type": "ByteLevel"}}' >u
 expect_fail "model type \"Unigram\" is not implemented" "$PIPIT" tokenize --tokenizer uni.json --data a.txt --out e
 echo "x" >a.json
 expect_fail "'a.json': not JSON" "$PIPIT" tokenize --tokenizer a.json --data a.txt --out e
+# GPT-2's vocab.json alone: it asks for its merges.txt
+$PY -c "import json; json.dump(json.load(open('t1/tokenizer.json'))['model']['vocab'], open('v.json', 'w'))"
+expect_fail "'v.json' is GPT-2's vocab.json (token -> id): give its merges.txt with --merges" \
+    "$PIPIT" tokenize --tokenizer v.json --data a.txt --out e
+# an empty text has no tokens: refused (it wrote a folder without shards and exited 0), no folder made
+: >blank.txt
+: >blank2.txt
+expect_fail "'blank.txt' is empty: nothing to tokenize" "$PIPIT" tokenize --train 300 --data blank.txt --out e3
+expect_fail "'blank.txt' is empty: nothing to tokenize" "$PIPIT" tokenize --tokenizer t1 --data blank.txt --out e3
+expect_fail "the 2 files ('blank.txt', ...) are empty: nothing to tokenize" \
+    "$PIPIT" tokenize --tokenizer t1 --data blank.txt,blank2.txt --out e3
+[ ! -e e3 ] || fail "an empty text made the folder e3"
+expect_ok "$PIPIT" tokenize --tokenizer t1 --data blank.txt,a.txt --out t6 # an empty file among others adds nothing
+$PY shards.py decode t1/tokenizer.json a.txt -- t6/train_000000.bin || fail "blank.txt + a.txt does not decode to a.txt"
 
 # ---- sample --tokenizer: the text of the ids --prompt-ids gives
 head -c 20000 a.txt >small.txt
@@ -140,11 +164,11 @@ if [ -z "$HFPY" ]; then
     echo "SKIP part: no Python with the 'tokenizers' package (set PIPIT_HF_PYTHON); checked the rest"
 else
     cat >ref.py <<'EOF'
-import json, sys
+import json, os, sys
 sys.path.insert(0, ".")
 import shards
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders, AddedToken
-texts = [open(p, encoding="utf-8", newline="").read() for p in ("a.txt", "b.txt")]
+texts = [open(p, encoding="utf-8", newline="").read() for p in os.environ.get("TEXTS", "a.txt,b.txt").split(",")]
 def ids_of(tok, kind):
     return [i for t in texts for i in tok.encode(t).ids]
 def check(name, got_shards, tok):
@@ -193,6 +217,8 @@ EOF
     "$HFPY" ref.py check "add_prefix_space" ref_prefix.json h3/train_000000.bin || fail "ref_prefix.json encodes differently"
     expect_ok "$PIPIT" tokenize --tokenizer ref-vocab.json --merges ref-merges.txt --data a.txt,b.txt --out h4
     "$HFPY" ref.py check "vocab.json + merges.txt" ref-vocab.json h4/train_000000.bin || fail "vocab + merges encode differently"
+    TEXTS=c.txt "$HFPY" ref.py check "runs of spaces" t5/tokenizer.json t5/train_000000.bin ||
+        fail "runs of spaces encode differently"
     echo "compared with tokenizers $("$HFPY" -c 'import tokenizers; print(tokenizers.__version__)')"
 fi
 

@@ -120,6 +120,10 @@ int cmd_tokenize(int argc, char **argv) {
         texts[i] = cli_read_file("data", files.path[i], &lens[i]);
         bytes += lens[i];
     }
+    if (!bytes) { /* no tokens: no shard a train run could read */
+        if (files.n == 1) die("--data: '%s' is empty: nothing to tokenize", files.path[0]);
+        die("--data: the %d files ('%s', ...) are empty: nothing to tokenize", files.n, files.path[0]);
+    }
     make_dir(out);
     double t0 = cli_now();
     pipit_tokenizer *t = NULL;

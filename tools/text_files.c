@@ -4,6 +4,7 @@
  * patterns in the order given, and opening a tokenizer from
  * --tokenizer FILE|DIR [--merges FILE].
  */
+#include <cJSON.h>
 #include <errno.h>
 #include <glob.h>
 #include <stdio.h>
@@ -80,6 +81,20 @@ void cli_paths_free(cli_paths *p) {
     memset(p, 0, sizeof *p);
 }
 
+/* A JSON object of numbers without "model": GPT-2's vocab.json, which
+ * needs its merges.txt (a tokenizer.json holds both). */
+static int looks_like_vocab(const char *path) {
+    if (!is_file(path)) return 0;
+    size_t n = 0;
+    char *text = cli_read_file("tokenizer", path, &n);
+    cJSON *j = cJSON_ParseWithLength(text, n);
+    int yes = cJSON_IsObject(j) && j->child && cJSON_IsNumber(j->child) &&
+              !cJSON_GetObjectItemCaseSensitive(j, "model");
+    cJSON_Delete(j);
+    free(text);
+    return yes;
+}
+
 pipit_tokenizer *cli_tokenizer_open(const char *path, const char *merges) {
     pipit_tokenizer *t = NULL;
     struct stat st;
@@ -96,6 +111,8 @@ pipit_tokenizer *cli_tokenizer_open(const char *path, const char *merges) {
         path = a;
     }
     pipit_status s = merges ? pipit_tokenizer_load_gpt2(path, merges, &t) : pipit_tokenizer_load(path, &t);
+    if (s && !merges && looks_like_vocab(path))
+        die("--tokenizer '%s' is GPT-2's vocab.json (token -> id): give its merges.txt with --merges FILE", path);
     if (s) die("--tokenizer: %s", pipit_errmsg());
     return t;
 }
