@@ -21,7 +21,7 @@ command -v dpkg >/dev/null && command -v apt-cache >/dev/null || { echo "SKIP: n
 
 # Commands the main job runs, and those CI and the test scripts run.
 MAIN_CMDS="cmake ninja cc"
-CI_CMDS="cmake ctest ninja cc gcc g++ clang python3 mpirun mpiexec ip nm objdump pkg-config script"
+CI_CMDS="cmake ctest ninja cc gcc g++ clang python3 mpirun mpiexec ip unshare nsenter nm objdump pkg-config script"
 CI_PY_MODULES="torch numpy"
 
 failures=0

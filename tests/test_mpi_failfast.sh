@@ -53,7 +53,7 @@ run_cut() {
     grep -q "warning: PIPIT_HEARTBEAT" cut.err && fail "link cut: a keepalive warning, though the keepalives (5 s) are shorter than PIPIT_HEARTBEAT (10 s): $(grep warning cut.err)"
     local nsa va nsb vb
     read -r nsa va nsb vb < info
-    ip -n "$nsb" link set "$vb" down || { fail "link cut: cannot take $vb down"; kill "$job"; return; }
+    nsenter --net="$nsb" ip link set "$vb" down || { fail "link cut: cannot take $vb down"; kill "$job"; return; }
     local took
     took=$(wait_gone "$job" 30)
     if [ "$took" = timeout ]; then
