@@ -41,6 +41,8 @@ typedef struct {
     double temperature, top_p;
     uint64_t seed;
     opts o; /* the checkpoint, window, heads and device, as train's options hold them */
+    flag fl[20];
+    flag_cmd c;
 } sample_args;
 
 /* What generating needs, and the sequence so far. */
@@ -73,7 +75,7 @@ static void check_args(const sample_args *a) {
     if (a->merges && !a->tokenizer) die("--merges goes with --tokenizer vocab.json");
 }
 
-static void parse_args(sample_args *a, flag_cmd *c, flag *fl, int nfl, int argc, char **argv) {
+static void parse_args(sample_args *a, int argc, char **argv) {
     flag table[] = {
         {"init", FL_STR, &a->o.init, "safetensors checkpoint (GPT-2 or Llama, pipit's or a Hugging Face one)", 0},
         {"prompt", FL_STR, &a->prompt, "prompt text (encoded with --tokenizer; else its bytes are its tokens)", 0},
@@ -97,24 +99,25 @@ static void parse_args(sample_args *a, flag_cmd *c, flag *fl, int nfl, int argc,
         {"tf32", FL_BOOL, &a->o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
         {"dtype", FL_STR, &a->o.dtype, "compute precision: f32 (default) or bf16", 0},
     };
-    if (NFLAGS(table) > nfl) die("sample: internal error: flag table too small");
-    memcpy(fl, table, sizeof table);
-    *c = (flag_cmd){"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--top-p P] [--seed S]",
+    _Static_assert(sizeof table <= sizeof a->fl, "sample_args.fl holds the flags");
+    memcpy(a->fl, table, sizeof table);
+    a->c = (flag_cmd){"sample", "--init FILE --prompt TEXT --tokens N [--temperature X] [--top-k K] [--top-p P] [--seed S]",
                     "Prints the prompt and N tokens generated after it, each as soon as it is produced: text with "
                     "--tokenizer, bytes for models of at most 256 tokens, else token ids. Each token is one step of "
                     "a KV cache (the keys and values of the tokens before it are kept) while the sequence fits the "
                     "window T; past T, or with --no-kv-cache, one forward over its last T tokens, left-aligned at "
                     "positions 0..n-1 with padding after it, which causal attention never sees.",
-                    fl, NFLAGS(table)};
-    flags_parse(c, argc, argv);
-    flags_require(c, (const char *const[]){"init", NULL});
+                    a->fl, NFLAGS(table)};
+    flags_parse(&a->c, argc, argv);
+    flags_require(&a->c, (const char *const[]){"init", NULL});
     check_args(a);
 }
 
 /* ---- the model, the tokenizer, the prompt ---- */
 
-static void open_checkpoint(sampler *s, sample_args *a, flag_cmd *c) {
+static void open_checkpoint(sampler *s, sample_args *a) {
     opts *o = &a->o;
+    const flag_cmd *c = &a->c;
     cli_check_device(o->device, o->tf32);
     s->po = (pipit_options){.threads = o->threads, .forward_only = 1, .device = o->device, .tf32 = o->tf32,
                             .dtype = cli_dtype(o->dtype, o->device)};
@@ -359,11 +362,9 @@ static void close_sampler(sampler *s) {
 int cmd_sample(int argc, char **argv) {
     sample_args a = {.tokens = 64, .temperature = 1.0, .top_p = 1.0};
     default_opts(&a.o);
-    flag fl[24];
-    flag_cmd c;
     sampler s = {0};
-    parse_args(&a, &c, fl, NFLAGS(fl), argc, argv);
-    open_checkpoint(&s, &a, &c);
+    parse_args(&a, argc, argv);
+    open_checkpoint(&s, &a);
     open_tokenizer(&s, &a);
     read_prompt(&s, &a);
     s.how = (pipit_sampling){a.temperature, a.top_k, a.top_p};
