@@ -221,7 +221,7 @@ expect_fail "unknown" "$PIPIT" schedule --schedule 1f1b --pp 2 --microbatches 2 
 expect_fail "needs M" "$PIPIT" schedule --schedule dualpipev --pp 2 --microbatches 2
 # the zero-bubble family by name: grids with the papers' peaks, constraints, a real step
 expect_ok "$PIPIT" schedule --schedule zb-h2 --pp 4 --microbatches 8
-grep -q "rank 0: busy 24, bubble 11.1%, peak live 7 (7 bytes)" <<<"$OUT" || fail "zb-h2 P=4 M=8: rank 0 should hold 2P-1 = 7: $OUT"
+grep -q "rank 0: busy 24, bubble 11.1%, peak live 7 (stage, microbatch) activations$" <<<"$OUT" || fail "zb-h2 P=4 M=8: rank 0 should hold 2P-1 = 7: $OUT"
 expect_ok "$PIPIT" schedule --schedule zb-v --pp 4 --microbatches 8
 grep -q "step time 51, bubble 5.9%" <<<"$OUT" || fail "zb-v P=4 M=8: step (P-1) + 6M = 51: $OUT"
 expect_fail "zb-v needs V=2" "$PIPIT" schedule --schedule zb-v --pp 2 --virtual 3 --microbatches 4

@@ -81,155 +81,227 @@ static void write_profile(const opts *o, const session *s, int M, int64_t steps,
     if (fclose(f) || st) die("--profile-out: writing '%s' failed%s%s", o->profile_out, st ? ": " : "", st ? pipit_errmsg() : "");
 }
 
-int cmd_train(int argc, char **argv) {
+/* ------------------------------------------------------------ the run */
+
+/* What the step loop works with, opened once. */
+typedef struct {
     train_args args;
-    session s = {0};
-    train_args_parse(&args, &s, argc, argv, 0);
-    opts *o = &args.o;
-    flag_cmd *c = &args.c;
-    int legacy = args.legacy;
-    if (o->print_config) {
-        print_train_config(&args);
-        close_session(&s);
-        return 0;
-    }
-    open_schedule(&s, o);
-    open_model(&s, o, c, o->microbatches);
-    /* a step's global batch: G = M * D microbatches of B sequences, replica d
-     * taking microbatches d*M .. d*M+M-1 */
-    int B = o->micro_batch, T = o->ctx, M = o->microbatches;
-    /* M <= 2^24 and D <= 64 (checked at compile): G fits an int; B * T * G tokens per step must fit int64 */
-    int G = M * o->dp;
-    if ((int64_t)B * T > INT64_MAX / G / 4) die("--micro-batch %d x --ctx %d x %d microbatches is too large", B, T, G);
-    int speaker = pipit_process_rank() == 0; /* one process prints */
-    int val_batches = open_validation(&s, o, c, G);
-    if (val_batches) open_validation_program(&s);
+    session s;
+    int B, T, G;          /* micro-batch, ctx, microbatches per step of all replicas (M * D) */
+    int speaker;          /* process 0 prints */
+    int val_batches;      /* validation batches (0: none) */
+    int profiling;        /* --profile or --profile-out */
+    mb_buf *bufs;         /* G microbatch buffers and their feeds */
     pipit_feed *feeds;
-    mb_buf *bufs = mb_bufs_new(G, B, T, &feeds);
-    int profiling = o->profile || o->profile_out;
-    if (profiling) cli_check(pipit_program_set_profile(s.p, 1), "--profile");
-    cli_progress prog = {0};
-    prog.ranks = s.sched ? pipit_schedule_ranks(s.sched) : 1;
-    int on_gpu = o->device && strcmp(o->device, "cuda") == 0;
-    if (!o->json && speaker) { /* MFU against the whole run's peak: one rank's x P x T x D */
-        /* on a GPU only a stated peak: the CPU's sgemm says nothing about it */
-        double rank_peak = o->peak_flops > 0 ? o->peak_flops : on_gpu ? 0 : cli_sgemm_flops() * o->threads;
-        prog.peak = rank_peak * prog.ranks * o->tp * o->dp;
-    }
-    if (!o->json && speaker) {
-        char what[160];
-        cli_model_describe(&s.cfg, what, sizeof what);
-        printf("pipit: %s, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; %d thread(s) per rank", what,
-               (long long)s.cfg.kind->num_params(&s.cfg), B, M,
-               s.stages, s.sched ? pipit_schedule_ranks(s.sched) : 1, s.sched ? ", schedule " : "",
-               s.sched ? (pipit_schedule_get_kind(s.sched) >= 0
-                              ? pipit_schedule_kind_name((pipit_schedule_kind)pipit_schedule_get_kind(s.sched))
-                              : o->schedule)
-                       : "",
-               o->threads);
-        if (o->tp > 1) printf("; x %d tensor-parallel ranks per stage", o->tp);
-        if (o->dp > 1) printf("; x %d data-parallel replicas%s", o->dp, o->zero1 ? " (ZeRO-1)" : "");
-        if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
-        if (on_gpu) printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(),
-                           pipit_cuda_device_count() == 1 ? "" : "s", o->tf32 ? ", TF32 GEMMs" : ", fp32 GEMMs");
-        if (o->peak_flops > 0)
-            printf("; MFU vs stated peak %.1f GFLOP/s per rank", prog.peak / (prog.ranks * o->tp * o->dp) / 1e9);
-        else if (on_gpu)
-            printf("; MFU: pass --peak-flops (the GPU's dense peak for this precision)");
-        else
-            printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
-                   prog.peak / (prog.ranks * o->tp * o->dp) / 1e9, o->threads);
-        if (prog.ranks * o->tp * o->dp > 1 && prog.peak > 0) printf(" x %d ranks", prog.ranks * o->tp * o->dp);
-        printf("\n");
-    }
-    double flops = s.cfg.kind->flops_per_token(&s.cfg);
-    int nf = s.cfg.kind->nfeeds;
-    int64_t first_step = 0, last_step, data_pos; /* a resumed run continues the data stream where it stopped */
+    cli_progress prog;
+    int64_t first_step, last_step, data_pos; /* steps first .. last-1; the data stream's position at the first */
+    char *default_save;   /* where an interrupted run without --save saves (NULL with --save) */
+    double profiled_s;    /* wall time of the profiled steps (all but the first) */
+    int64_t profiled_steps;
+} train_run;
+
+/* The schedule, model, validation and feed buffers; a step's global batch
+ * is G = M * D microbatches of B sequences, replica d taking microbatches
+ * d*M .. d*M+M-1. */
+static void open_run(train_run *r) {
+    opts *o = &r->args.o;
+    open_schedule(&r->s, o);
+    open_model(&r->s, o, &r->args.c, o->microbatches);
+    r->B = o->micro_batch, r->T = o->ctx;
+    /* M <= 2^24 and D <= 64 (checked at compile): G fits an int; B * T * G tokens per step must fit int64 */
+    r->G = o->microbatches * o->dp;
+    if ((int64_t)r->B * r->T > INT64_MAX / r->G / 4)
+        die("--micro-batch %d x --ctx %d x %d microbatches is too large", r->B, r->T, r->G);
+    r->speaker = pipit_process_rank() == 0;
+    r->val_batches = open_validation(&r->s, o, &r->args.c, r->G);
+    if (r->val_batches) open_validation_program(&r->s);
+    r->bufs = mb_bufs_new(r->G, r->B, r->T, &r->feeds);
+    r->profiling = o->profile || o->profile_out;
+    if (r->profiling) cli_check(pipit_program_set_profile(r->s.p, 1), "--profile");
+    r->prog.ranks = r->s.sched ? pipit_schedule_ranks(r->s.sched) : 1;
+}
+
+/* The MFU's peak: one rank's (--peak-flops, else the measured sgemm x
+ * threads; on a GPU only a stated one) x P x T x D. */
+static void set_peak(train_run *r, int on_gpu) {
+    const opts *o = &r->args.o;
+    double rank_peak = o->peak_flops > 0 ? o->peak_flops : on_gpu ? 0 : cli_sgemm_flops() * o->threads;
+    r->prog.peak = rank_peak * r->prog.ranks * o->tp * o->dp;
+}
+
+/* The header line: the model, the batch, the mesh and the MFU's peak. */
+static void print_header(train_run *r) {
+    const opts *o = &r->args.o;
+    const session *s = &r->s;
+    int on_gpu = o->device && strcmp(o->device, "cuda") == 0, ranks = r->prog.ranks * o->tp * o->dp;
+    set_peak(r, on_gpu);
+    char what[160];
+    cli_model_describe(&s->cfg, what, sizeof what);
+    int kind = s->sched ? pipit_schedule_get_kind(s->sched) : -1;
+    printf("pipit: %s, %lld params; B=%d M=%d; %d stage(s) on %d rank(s)%s%s; %d thread(s) per rank", what,
+           (long long)s->cfg.kind->num_params(&s->cfg), r->B, o->microbatches, s->stages, r->prog.ranks,
+           s->sched ? ", schedule " : "",
+           !s->sched ? "" : kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : o->schedule, o->threads);
+    if (o->tp > 1) printf("; x %d tensor-parallel ranks per stage", o->tp);
+    if (o->dp > 1) printf("; x %d data-parallel replicas%s", o->dp, o->zero1 ? " (ZeRO-1)" : "");
+    if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
+    if (on_gpu)
+        printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(), pipit_cuda_device_count() == 1 ? "" : "s",
+               o->tf32 ? ", TF32 GEMMs" : ", fp32 GEMMs");
+    if (o->peak_flops > 0) printf("; MFU vs stated peak %.1f GFLOP/s per rank", r->prog.peak / ranks / 1e9);
+    else if (on_gpu) printf("; MFU: pass --peak-flops (the GPU's dense peak for this precision)");
+    else
+        printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
+               r->prog.peak / ranks / 1e9, o->threads);
+    if (ranks > 1 && r->prog.peak > 0) printf(" x %d ranks", ranks);
+    printf("\n");
+}
+
+/* Where the run starts: --resume continues the checkpoint's step and data
+ * position (--steps is the total), --init-optimizer its optimizer's step
+ * (--steps more), else step 0. The data offset (step * G + m) * B of every
+ * step to run must fit int64. */
+static void start_position(train_run *r) {
+    const opts *o = &r->args.o;
+    int64_t per_step = (int64_t)r->G * r->B;
+    r->first_step = 0;
     if (o->resume) {
-        cli_check(pipit_checkpoint_load_train(s.p, s.ckpt, &first_step), "--resume");
-        data_pos = meta_i64(s.ckpt, "resume", "data_pos", 0, INT64_MAX, INT64_MIN);
-        last_step = o->steps; /* the total */
-        if (speaker) say_resumed(o, first_step);
-        if (last_step - first_step > (INT64_MAX - data_pos) / ((int64_t)G * B))
-            die("--resume: data position %lld is too large to continue", (long long)data_pos);
-    } else {
-        if (o->init_opt) {
-            if (!o->init) die("--init-optimizer needs --init (the weights it belongs to)");
-            cli_check(pipit_optimizer_load(s.p, o->init_opt, &first_step), "--init-optimizer");
-        }
-        /* 64-bit step counter; the data offset (step * G + m) * B must fit too */
-        if (first_step > INT64_MAX / ((int64_t)G * B) - o->steps)
-            die("--init-optimizer: step %lld is too large to continue %d more steps of %d x %d sequences",
-                (long long)first_step, o->steps, G, B);
-        last_step = first_step + o->steps;
-        data_pos = first_step * G * B;
+        cli_check(pipit_checkpoint_load_train(r->s.p, r->s.ckpt, &r->first_step), "--resume");
+        r->data_pos = meta_i64(r->s.ckpt, "resume", "data_pos", 0, INT64_MAX, INT64_MIN);
+        r->last_step = o->steps;
+        if (r->speaker) say_resumed(o, r->first_step);
+        if (r->last_step - r->first_step > (INT64_MAX - r->data_pos) / per_step)
+            die("--resume: data position %lld is too large to continue", (long long)r->data_pos);
+        return;
     }
-    /* the save path is checked now, not after the last step; a killed
-     * run's temp files there are removed */
+    if (o->init_opt) {
+        if (!o->init) die("--init-optimizer needs --init (the weights it belongs to)");
+        cli_check(pipit_optimizer_load(r->s.p, o->init_opt, &r->first_step), "--init-optimizer");
+    }
+    if (r->first_step > INT64_MAX / per_step - o->steps)
+        die("--init-optimizer: step %lld is too large to continue %d more steps of %d x %d sequences",
+            (long long)r->first_step, o->steps, r->G, r->B);
+    r->last_step = r->first_step + o->steps;
+    r->data_pos = r->first_step * per_step;
+}
+
+/* The save paths are checked now, not after the last step (a killed run's
+ * temp files there are removed); an interrupted run without --save saves
+ * beside --data. SIGINT / SIGTERM are caught in a one-process run. */
+static void prepare_saves(train_run *r) {
+    const opts *o = &r->args.o;
     if (o->save) {
         if (pipit_process_rank() == 0) remove_stale_temps(o->save);
         check_writable("save", o->save);
     }
     if (o->save_opt) check_writable("save-optimizer", o->save_opt);
-    if (o->profile_out && speaker) check_writable("profile-out", o->profile_out);
-    char *default_save = NULL; /* where an interrupted run without --save saves */
+    if (o->profile_out && r->speaker) check_writable("profile-out", o->profile_out);
     if (!o->save) {
-        default_save = malloc(strlen(o->data) + 32);
-        if (!default_save) die("out of memory");
-        sprintf(default_save, "%s.pipit.safetensors", o->data);
+        r->default_save = malloc(strlen(o->data) + 32);
+        if (!r->default_save) die("out of memory");
+        sprintf(r->default_save, "%s.pipit.safetensors", o->data);
     }
-    const char *int_path = o->save ? o->save : default_save;
     if (pipit_process_count() == 1) install_signals();
-    prog.first = first_step;
-    prog.last = last_step;
-    prog.t_start = cli_now();
-    cli_bar_enable(speaker, o->json);
-    double profiled_s = 0; /* wall time of the profiled steps (all but the first) */
-    int64_t profiled_steps = 0;
-    for (int64_t step = first_step;; step++) {
-        run_pos at = {step, last_step, data_pos + (step - first_step) * G * B};
-        if (g_signal) { /* between steps: the checkpoint holds whole steps */
-            int sig = g_signal;
-            cli_bar_clear();
-            if (!o->save && speaker) fprintf(stderr, "pipit: no --save given: saving to %s\n", int_path);
-            save_train(o, s.p, &s.cfg, int_path, at);
-            fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
-                    (long long)step, int_path, int_path);
-            mb_bufs_free(bufs, G, feeds); /* nothing left allocated at exit (the sanitizer build checks) */
-            free(default_save);
-            close_session(&s);
-            exit(128 + sig);
-        }
-        if (step > first_step && o->save_every && step % o->save_every == 0 && step < last_step)
-            save_train(o, s.p, &s.cfg, o->save, at);
-        if (step >= last_step) break;
-        for (int m = 0; m < G; m++)
-            fill_microbatch(s.data, &s.cfg, at.data_pos + (int64_t)m * B, &bufs[m], feeds + nf * m);
-        pipit_metrics met;
-        pipit_status st = pipit_step_feeds(s.p, feeds, (int64_t)G * nf, nf, 1, &met);
-        if (st) die("step %lld: %s", (long long)step, pipit_program_errmsg(s.p));
-        int last = step == last_step - 1;
-        cli_progress_step(&prog, &met, (double)B * T * G);
-        if (speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, (double)B * T * G, flops, &prog);
-        if (val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == last_step))
-            cli_progress_val(&prog, step, run_validation(&s, o, val_batches, G, bufs, feeds, step, speaker));
-        if (speaker && !last) cli_bar_draw(&prog, step, met.loss);
-        if (step > first_step || last_step - first_step == 1) profiled_s += met.ms / 1e3, profiled_steps++;
-        if (profiling && step == first_step && last_step - first_step > 1) /* the first step pays page faults: leave it out */
-            cli_check(pipit_program_set_profile(s.p, 1), "--profile"); /* resets the counters */
+}
+
+/* Where step `step` stands (the data position of its first sequence). */
+static run_pos position(const train_run *r, int64_t step) {
+    return (run_pos){step, r->last_step, r->data_pos + (step - r->first_step) * r->G * r->B};
+}
+
+/* Nothing left allocated at exit (the sanitizer build checks). */
+static void close_run(train_run *r) {
+    mb_bufs_free(r->bufs, r->G, r->feeds);
+    free(r->default_save);
+    close_session(&r->s);
+}
+
+/* A signal arrived: between steps, so the checkpoint holds whole steps;
+ * saves and exits 128 + the signal. */
+static void save_interrupted(train_run *r, int64_t step) {
+    const opts *o = &r->args.o;
+    int sig = g_signal;
+    const char *path = o->save ? o->save : r->default_save;
+    cli_bar_clear();
+    if (!o->save && r->speaker) fprintf(stderr, "pipit: no --save given: saving to %s\n", path);
+    save_train(o, r->s.p, &r->s.cfg, path, position(r, step));
+    fprintf(stderr, "pipit: interrupted at step %lld; saved %s; resume with: pipit train --resume %s\n",
+            (long long)step, path, path);
+    close_run(r);
+    exit(128 + sig);
+}
+
+/* One step: its G microbatches, the update, the step line, validation when
+ * due, the bar; the profile's counters leave out the first step. */
+static void run_step(train_run *r, int64_t step, double flops) {
+    const opts *o = &r->args.o;
+    int nf = r->s.cfg.kind->nfeeds, last = step == r->last_step - 1;
+    double tokens = (double)r->B * r->T * r->G;
+    run_pos at = position(r, step);
+    for (int m = 0; m < r->G; m++)
+        fill_microbatch(r->s.data, &r->s.cfg, at.data_pos + (int64_t)m * r->B, &r->bufs[m], r->feeds + nf * m);
+    pipit_metrics met;
+    if (pipit_step_feeds(r->s.p, r->feeds, (int64_t)r->G * nf, nf, 1, &met))
+        die("step %lld: %s", (long long)step, pipit_program_errmsg(r->s.p));
+    cli_progress_step(&r->prog, &met, tokens);
+    if (r->speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, tokens, flops, &r->prog);
+    if (r->val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == r->last_step))
+        cli_progress_val(&r->prog, step,
+                         run_validation(&r->s, o, r->val_batches, r->G, r->bufs, r->feeds, step, r->speaker));
+    if (r->speaker && !last) cli_bar_draw(&r->prog, step, met.loss);
+    if (step > r->first_step || r->last_step - r->first_step == 1) r->profiled_s += met.ms / 1e3, r->profiled_steps++;
+    if (r->profiling && step == r->first_step && r->last_step - r->first_step > 1) /* the first step pays page faults */
+        cli_check(pipit_program_set_profile(r->s.p, 1), "--profile");                /* resets the counters */
+}
+
+/* The steps, with --save-every's saves between them and a signal's save. */
+static void train_loop(train_run *r) {
+    const opts *o = &r->args.o;
+    double flops = r->s.cfg.kind->flops_per_token(&r->s.cfg);
+    r->prog.first = r->first_step;
+    r->prog.last = r->last_step;
+    r->prog.t_start = cli_now();
+    cli_bar_enable(r->speaker, o->json);
+    for (int64_t step = r->first_step;; step++) {
+        if (g_signal) save_interrupted(r, step);
+        if (step > r->first_step && o->save_every && step % o->save_every == 0 && step < r->last_step)
+            save_train(o, r->s.p, &r->s.cfg, o->save, position(r, step));
+        if (step >= r->last_step) break;
+        run_step(r, step, flops);
     }
-    run_pos end = {last_step, last_step, data_pos + (last_step - first_step) * G * B};
-    if (o->save && legacy) { /* collective under MPI: process 0 writes */
-        save_checkpoint(s.p, &s.cfg, o->save, s.po.dtype);
-        if (!o->json) say_saved(o, o->save, last_step);
-    } else if (o->save) save_train(o, s.p, &s.cfg, o->save, end);
-    if (o->save_opt) cli_check(pipit_optimizer_save(s.p, o->save_opt, last_step), "--save-optimizer");
-    free(default_save);
-    if (o->trace && speaker) cli_check(pipit_program_write_trace(s.p, o->trace), "--trace");
-    if (o->profile && speaker) cli_check(pipit_program_print_profile(stderr, s.p), "--profile");
-    if (o->profile_out && speaker) write_profile(o, &s, G / o->dp, profiled_steps, profiled_s);
-    if (speaker && (!o->json || o->json_summary)) cli_progress_summary(stdout, &prog, o->json, o->save);
-    mb_bufs_free(bufs, G, feeds);
-    close_session(&s);
+}
+
+/* After the last step: the checkpoint (collective under MPI: process 0
+ * writes), the optimizer state, the trace and profiles, the summary. */
+static void finish_run(train_run *r) {
+    const opts *o = &r->args.o;
+    if (o->save && r->args.legacy) {
+        save_checkpoint(r->s.p, &r->s.cfg, o->save, r->s.po.dtype);
+        if (!o->json) say_saved(o, o->save, r->last_step);
+    } else if (o->save) {
+        save_train(o, r->s.p, &r->s.cfg, o->save, position(r, r->last_step));
+    }
+    if (o->save_opt) cli_check(pipit_optimizer_save(r->s.p, o->save_opt, r->last_step), "--save-optimizer");
+    if (o->trace && r->speaker) cli_check(pipit_program_write_trace(r->s.p, o->trace), "--trace");
+    if (o->profile && r->speaker) cli_check(pipit_program_print_profile(stderr, r->s.p), "--profile");
+    if (o->profile_out && r->speaker) write_profile(o, &r->s, o->microbatches, r->profiled_steps, r->profiled_s);
+    if (r->speaker && (!o->json || o->json_summary)) cli_progress_summary(stdout, &r->prog, o->json, o->save);
+}
+
+int cmd_train(int argc, char **argv) {
+    train_run r = {0};
+    train_args_parse(&r.args, &r.s, argc, argv, 0);
+    if (r.args.o.print_config) {
+        print_train_config(&r.args);
+        close_session(&r.s);
+        return 0;
+    }
+    open_run(&r);
+    if (!r.args.o.json && r.speaker) print_header(&r);
+    start_position(&r);
+    prepare_saves(&r);
+    train_loop(&r);
+    finish_run(&r);
+    close_run(&r);
     return 0;
 }
