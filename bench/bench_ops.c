@@ -42,7 +42,7 @@ static void k_rms_dw(const kjob *j, int i, int n) {
     pipit__rmsnorm_dw_f32(j->out, j->in[0], j->in[2], R, C, 1e-5, i, n);
 }
 static void k_rope(const kjob *j, int i, int n) {
-    pipit__rope_f32(j->out, j->in[0], R / T, T, Hq, D, 0, 10000.0, 0, i, n);
+    pipit__rope_f32(j->out, j->in[0], R / T, T, Hq, D, 0, (pipit__rope_freqs){10000.0, 0, 0, 0, 0}, 0, i, n);
 }
 static void k_silu(const kjob *j, int i, int n) { pipit__silu_f32(j->out, j->in[0], R * F, i, n); }
 static void k_silu_dx(const kjob *j, int i, int n) { pipit__silu_dx_f32(j->out, j->in[0], j->in[1], R * F, i, n); }

@@ -264,6 +264,26 @@ PIPIT_API pipit_val pipit_rmsnorm(pipit_graph *g, pipit_val x, pipit_val w, doub
 PIPIT_API pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double theta);
 PIPIT_API pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta,
                                   int64_t position_offset);
+/* RoPE with its inverse frequencies f_i = theta^(-2i/D) rescaled as
+ * Hugging Face's rope_type "llama3" (Llama 3.1 and later;
+ * transformers' _compute_llama3_parameters), with wavelength w_i = 2 pi / f_i,
+ * L = original_max_position_embeddings, lo = low_freq_factor, hi =
+ * high_freq_factor:
+ *   w_i < L / hi:   f_i unchanged (high frequencies)
+ *   w_i > L / lo:   f_i / factor  (low frequencies)
+ *   otherwise:      (1 - s) f_i / factor + s f_i,  s = (L / w_i - lo) / (hi - lo)
+ * formed in float32 for f32 and bf16 graphs as transformers forms them (in
+ * double for f64). A NULL `scaling`, or one of all zeros, is pipit_rope_ex;
+ * otherwise factor > 0, 0 < lo < hi and 1 <= L <= 2^31-1 (SHAPE naming the
+ * value). */
+typedef struct {
+    double factor;           /* "factor": divides the low frequencies (8 for Llama 3.1, 32 for 3.2) */
+    double low_freq_factor;  /* "low_freq_factor" (1 in Llama 3.1) */
+    double high_freq_factor; /* "high_freq_factor" (4 in Llama 3.1), > low_freq_factor */
+    int64_t original_max_position_embeddings; /* L (8192 in Llama 3.1) */
+} pipit_rope_scaling;
+PIPIT_API pipit_val pipit_rope_scaled(pipit_graph *g, pipit_val x, int heads, double theta,
+                                      int64_t position_offset, const pipit_rope_scaling *scaling);
 PIPIT_API pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha);
 /* x converted to float dtype dt (f32, f64 or bf16), rounded to nearest
  * even; its gradient is converted back to x's dtype. A cast of a param is
@@ -588,6 +608,19 @@ typedef struct {
      * dtype, an f64 param the loss depends on, or a backend without bf16
      * kernels. */
     pipit_dtype dtype;
+    /* 1: plan only (`pipit plan`: planning a job bigger than this machine).
+     * pipit_compile builds and checks the plan as for a run (stages,
+     * schedule, memory plan, every rank's program) but allocates no rank
+     * memory, opens no transport and needs no MPI launch of P x T x D
+     * processes. The program can be inspected (pipit_program_print_plan,
+     * pipit_program_write_plan_json, the param queries, num_ranks), not
+     * run: pipit_step, the get/set calls of params, gradients, optimizer
+     * state and outputs, profiles and traces return INVALID. The memory
+     * admission then checks this process for the plan alone and, with
+     * mem_limit > 0, every world rank against mem_limit (what each would
+     * hold: its blocks and its process's feeds). 0 (default): a program
+     * that runs. */
+    int plan_only;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from

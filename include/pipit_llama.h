@@ -40,6 +40,9 @@ typedef struct {
     int batch;        /* B: sequences per microbatch */
     int stages;       /* S: pipeline stages (1 = no yield) */
     pipit_dtype dtype; /* PIPIT_F32 or PIPIT_F64 */
+    /* RoPE frequency scaling, rope_type "llama3" (Llama 3.1 and later;
+     * pipit_rope_scaled in pipit.h); all zeros (the default): plain RoPE */
+    pipit_rope_scaling rope_scaling;
 } pipit_llama_config;
 
 /* Graph inputs the builder declares; feed them per microbatch. Positions
@@ -50,7 +53,8 @@ typedef struct {
 /* Checks the config: positive sizes, dim % heads == 0, an even head_dim
  * (RoPE rotates pairs), heads % kv_heads == 0, ctx <= max_ctx, 1 <= S <= L,
  * norm_eps and rope_theta positive and finite, F >= 1 (given, or from
- * Meta's rule), dtype f32 or f64. INVALID with a message naming the value. */
+ * Meta's rule), dtype f32 or f64, rope_scaling all zeros or valid
+ * (pipit_rope_scaled). INVALID with a message naming the value. */
 PIPIT_API pipit_status pipit_llama_check(const pipit_llama_config *c);
 /* The MLP width F: c->ffn_hidden if set, else Meta's rule
  * (llama/model.py): h = int(2 * 4 * dim / 3); with ffn_dim_multiplier m > 0
@@ -102,23 +106,38 @@ PIPIT_API double pipit_llama_flops_per_token(const pipit_llama_config *c);
  * 'model.layers.<i>.input_layernorm.weight' present, ffn_hidden from
  * layer 0's 'mlp.gate_proj.weight' [F,C], tied from whether
  * 'lm_head.weight' is absent; from the metadata (what pipit writes) heads,
- * kv_heads, max_ctx, norm_eps and rope_theta when present (heads and
+ * kv_heads, max_ctx, norm_eps, rope_theta and the RoPE scaling (rope_type
+ * "llama3" with rope_factor, rope_low_freq_factor, rope_high_freq_factor,
+ * rope_original_max_position_embeddings) when present (heads and
  * kv_heads 0 when absent; the other fields are then left as they were).
  * With heads known, kv_heads also follows from 'k_proj.weight' [kv*D, C] and
  * must agree. FORMAT with a message naming the file and the tensor or key if
- * it is not a Llama checkpoint. */
+ * it is not a Llama checkpoint, or if it holds a tensor the builder would
+ * not use (a Qwen2's 'model.layers.0.self_attn.q_proj.bias', a layer past a
+ * gap, 'lm_head.weight' beside ...): every tensor must be one of the
+ * model's params, or pipit's optimizer state ('opt.m.*', 'opt.v.*'), or a
+ * 'rotary_emb.inv_freq' buffer (older transformers saved it; RoPE keeps no
+ * table). */
 PIPIT_API pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint *ck, pipit_llama_config *cfg);
 /* Reads a Hugging Face config.json (LlamaConfig) into cfg: vocab_size,
  * hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
  * num_key_value_heads (absent: = heads), max_position_embeddings,
- * rms_norm_eps, rope_theta, tie_word_embeddings (absent: false, as
- * LlamaConfig). *present (if not NULL) gets a PIPIT_LLAMA_HAS_* bit per
- * field the file gave. What pipit does not implement is refused (INVALID,
- * naming the key): a model_type other than "llama", rope_scaling other than
- * null, attention_bias or mlp_bias true, a head_dim other than
- * hidden_size / num_attention_heads, a hidden_act other than "silu", a
- * nonzero attention_dropout. IO / FORMAT for an unreadable file or bad
- * JSON. The config's other fields are untouched. */
+ * rms_norm_eps, tie_word_embeddings (absent: false, as LlamaConfig), and
+ * RoPE in both spellings: transformers < 5's top-level "rope_theta" with
+ * "rope_scaling" (null or an object), and transformers >= 5's
+ * "rope_parameters" {"rope_theta", "rope_type", ...}; a value given in
+ * both places must be the same (INVALID naming both). rope_type (or the
+ * older "type") "default" is plain RoPE, "llama3" sets cfg->rope_scaling
+ * from "factor", "low_freq_factor", "high_freq_factor" and
+ * "original_max_position_embeddings" (all required); any other rope_type
+ * is refused by name. *present (if not NULL) gets a PIPIT_LLAMA_HAS_* bit
+ * per field the file gave. What pipit does not implement is refused
+ * (INVALID, naming the key): a model_type other than "llama",
+ * attention_bias or mlp_bias true, a head_dim other than hidden_size /
+ * num_attention_heads, a hidden_act other than "silu", a nonzero
+ * attention_dropout. IO / FORMAT for an unreadable file, bad JSON, text
+ * after the object or a key that appears twice in one object. The
+ * config's other fields are untouched. */
 enum {
     PIPIT_LLAMA_HAS_VOCAB = 1 << 0,
     PIPIT_LLAMA_HAS_DIM = 1 << 1,
@@ -129,15 +148,24 @@ enum {
     PIPIT_LLAMA_HAS_MAX_CTX = 1 << 6,
     PIPIT_LLAMA_HAS_NORM_EPS = 1 << 7,
     PIPIT_LLAMA_HAS_ROPE_THETA = 1 << 8,
-    PIPIT_LLAMA_HAS_TIED = 1 << 9
+    PIPIT_LLAMA_HAS_TIED = 1 << 9,
+    PIPIT_LLAMA_HAS_ROPE_SCALING = 1 << 10 /* a rope_type was given ("default" included) */
 };
 PIPIT_API pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present);
 /* Writes cfg as a Hugging Face config.json (LlamaConfig, the dtype as
  * torch_dtype) to f, so that transformers' from_pretrained opens a folder
  * holding it beside the weights (model.safetensors); `pipit export --hf`
- * writes one. INVALID for a NULL argument or a config pipit_llama_check
- * refuses, IO if writing fails. */
+ * writes one. RoPE as "rope_theta" and "rope_scaling" (null, or the llama3
+ * object), which transformers reads before and after 5; bos_token_id and
+ * eos_token_id both the vocabulary's last id (vocab - 1: byte 255 of a
+ * byte-level model, which UTF-8 text never holds; GPT-2's <|endoftext|>).
+ * INVALID for a NULL argument or a config pipit_llama_check refuses, IO if
+ * writing fails. */
 PIPIT_API pipit_status pipit_llama_write_hf_config(const pipit_llama_config *cfg, FILE *f);
+/* The same with the given bos_token_id and eos_token_id (a tokenizer's),
+ * each an id of the vocabulary (INVALID otherwise). */
+PIPIT_API pipit_status pipit_llama_write_hf_config_ex(const pipit_llama_config *cfg, int bos_token_id,
+                                                      int eos_token_id, FILE *f);
 
 /* One microbatch's feeds: out[0..1] = tokens, targets (borrowed buffers,
  * each i32 [B,T] with B = c->batch, T = c->ctx). */

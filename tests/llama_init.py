@@ -17,6 +17,7 @@ class Cfg:
         self.V, self.C, self.L, self.H, self.KV, self.F = V, C, L, H, KV, Fh
         self.theta, self.eps, self.tied, self.max_ctx = theta, eps, tied, max_ctx
         self.D = C // H
+        self.scaling = None  # rope_type "llama3": (factor, low_freq_factor, high_freq_factor, original max positions)
 
 
 def param_shapes(c):

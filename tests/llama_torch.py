@@ -64,10 +64,30 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def rope_cos_sin(T, D, theta, dtype):
+def llama3_inv_freq(inv, factor, lo, hi, L):
+    """RoPE frequency scaling of Llama 3.1 and later (rope_type "llama3"), from
+    the published rule (Meta's apply_scaling; transformers'
+    _compute_llama3_parameters): a frequency of wavelength w = 2 pi / f keeps
+    f when w < L / hi, becomes f / factor when w > L / lo, and in between
+    blends the two with s = (L / w - lo) / (hi - lo): (1 - s) f / factor + s f.
+    Each step is a tensor op in inv's dtype (float32 for a float32 model, the
+    Python numbers meeting the tensor as scalars), so the values are the ones
+    transformers forms."""
+    wave = (2 * math.pi) / inv
+    low_band, high_band = wave > L / lo, wave < L / hi
+    kept = torch.where(low_band, inv / factor, inv)
+    s = (L / wave - lo) / (hi - lo)
+    blend = (1 - s) * kept / factor + s * kept
+    return torch.where(~low_band & ~high_band, blend, kept)
+
+
+def rope_cos_sin(T, D, theta, dtype, scaling=None):
     # as LlamaRotaryEmbedding: inv_freq and the angles in float32 for a float32
-    # model (in float64 for the float64 self-test)
+    # model (in float64 for the float64 self-test); scaling = (factor, lo, hi,
+    # L) of rope_type "llama3", or None
     inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).to(dtype) / D))
+    if scaling:
+        inv_freq = llama3_inv_freq(inv_freq, *scaling)
     freqs = torch.arange(T, dtype=dtype)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
@@ -83,7 +103,7 @@ def attention(x, P, p, c):
     q = (x @ P[p + "self_attn.q_proj.weight"].t()).view(B, T, c.H, c.D).transpose(1, 2)
     k = (x @ P[p + "self_attn.k_proj.weight"].t()).view(B, T, c.KV, c.D).transpose(1, 2)
     v = (x @ P[p + "self_attn.v_proj.weight"].t()).view(B, T, c.KV, c.D).transpose(1, 2)
-    cos, sin = rope_cos_sin(T, c.D, c.theta, x.dtype)
+    cos, sin = rope_cos_sin(T, c.D, c.theta, x.dtype, c.scaling)
     q = q * cos + rotate_half(q) * sin
     k = k * cos + rotate_half(k) * sin
     rep = c.H // c.KV  # repeat_kv: kv head j serves query heads j*rep .. j*rep+rep-1
@@ -127,7 +147,17 @@ def naive_loss(P, idx, tgt, c):
     E = P["model.embed_tokens.weight"]
     x = torch.einsum("btv,vc->btc", F.one_hot(idx, c.V).to(E.dtype), E)
     half = c.D // 2
-    ang = torch.tensor([[t * c.theta ** (-2.0 * i / c.D) for i in range(half)] for t in range(T)], dtype=E.dtype)
+    freq = [c.theta ** (-2.0 * i / c.D) for i in range(half)]
+    if c.scaling:  # Meta's apply_scaling, one Python float at a time
+        factor, lo, hi, L = c.scaling
+        for i, f in enumerate(freq):
+            w = 2 * math.pi / f
+            if L / hi <= w <= L / lo:
+                s = (L / w - lo) / (hi - lo)
+                freq[i] = (1 - s) * f / factor + s * f
+            elif w > L / lo:
+                freq[i] = f / factor
+    ang = torch.tensor([[t * freq[i] for i in range(half)] for t in range(T)], dtype=E.dtype)
     kv_of = torch.tensor([h * c.KV // c.H for h in range(c.H)])
 
     def nrm(z, w):
@@ -165,10 +195,14 @@ def naive_loss(P, idx, tgt, c):
 
 def hf_config(c):
     from transformers import LlamaConfig
+    scaling = None
+    if c.scaling:
+        scaling = dict(zip(("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+                           c.scaling), rope_type="llama3")
     return LlamaConfig(vocab_size=c.V, hidden_size=c.C, intermediate_size=c.F, num_hidden_layers=c.L,
                        num_attention_heads=c.H, num_key_value_heads=c.KV, max_position_embeddings=c.max_ctx,
                        rms_norm_eps=c.eps, rope_theta=c.theta, tie_word_embeddings=c.tied, attention_bias=False,
-                       mlp_bias=False, rope_scaling=None, hidden_act="silu")
+                       mlp_bias=False, rope_scaling=scaling, hidden_act="silu")
 
 
 def hf_model(c, arrays, dtype=torch.float32):
@@ -211,9 +245,12 @@ def selftest():
         failures += 0 if ok else 1
 
     hf = have_transformers()
-    for tied in (False, True):
-        c = Cfg(V=37, C=16, L=2, H=4, KV=2, Fh=24, theta=500.0, eps=1e-5, tied=tied, max_ctx=32)
-        tag = "tied" if tied else "untied"
+    for tied, scaled in ((False, False), (True, False), (False, True)):
+        c = Cfg(V=37, C=24 if scaled else 16, L=2, H=4, KV=2, Fh=24, theta=500.0, eps=1e-5, tied=tied, max_ctx=32)
+        # llama3 scaling: head size 6 has wavelengths 6.3, 50 and 395, one in each band of L = 128
+        # (kept below L / 4 = 32, blended up to L, divided by the factor above)
+        c.scaling = (8.0, 1.0, 4.0, 128) if scaled else None
+        tag = ("tied" if tied else "untied") + (", llama3 RoPE" if scaled else "")
         P = random_params(c, 3, torch.float64)
         g = torch.Generator().manual_seed(4)
         idx = torch.randint(0, c.V, (3, 9), generator=g)
@@ -275,6 +312,12 @@ def config_of(arrays, meta, args):
     theta = args.rope_theta or float(meta.get("rope_theta", 10000.0))
     eps = args.norm_eps or float(meta.get("norm_eps", 1e-6))
     c = Cfg(V, C, L, H, KV, Fh, theta, eps, "lm_head.weight" not in arrays, int(meta.get("max_ctx", 0)) or 4096)
+    c.scaling = None
+    if meta.get("rope_type", "default") == "llama3":  # pipit's metadata for rope_type "llama3"
+        c.scaling = (float(meta["rope_factor"]), float(meta["rope_low_freq_factor"]),
+                     float(meta["rope_high_freq_factor"]), int(meta["rope_original_max_position_embeddings"]))
+    elif meta.get("rope_type", "default") != "default":
+        raise ValueError(f"rope_type {meta['rope_type']!r}: the oracle implements default and llama3")
     want = param_shapes(c)
     if set(want) != {n for n in arrays if "rotary_emb" not in n}:
         raise ValueError(f"tensor names differ from Llama's: missing {sorted(set(want) - set(arrays))[:5]}, "

@@ -162,6 +162,9 @@ static pipit_val b_rope(pipit_graph *g) { return pipit_rope(g, P(g, "x", 3, SH(2
 static pipit_val b_rope_ex(pipit_graph *g) { /* [B,T,H,D], D = 6, positions from 5 */
     return pipit_rope_ex(g, P(g, "x", 4, SH(1, 5, 2, 6)), 2, 500000.0, 5);
 }
+static pipit_val b_rope_llama3(pipit_graph *g) { /* D = 8, theta 500: one frequency in each llama3 band */
+    return pipit_rope_scaled(g, P(g, "x", 3, SH(2, 6, 16)), 2, 500.0, 3, &(pipit_rope_scaling){8, 1, 4, 64});
+}
 /* A cast to x's own dtype (a copy: f64 differences cannot see a cast that
  * rounds); casts to bf16 are checked against the f32 program in
  * tests/test_bf16.c. */
@@ -226,7 +229,7 @@ const op_case op_cases[] = {
     {"slice_lead_view", b_slice_lead}, {"slice_neg_axis", b_slice_neg}, {"concat_mid", b_concat_mid},
     {"concat_lead", b_concat_lead}, {"concat_many", b_concat_many}, {"split", b_split},
     {"gather", b_gather},       {"gather_1d", b_gather_1d}, {"rmsnorm", b_rmsnorm},
-    {"rope", b_rope},           {"rope_ex_4d", b_rope_ex}, {"attention_mha", b_attn_mha},
+    {"rope", b_rope},           {"rope_ex_4d", b_rope_ex}, {"rope_llama3", b_rope_llama3}, {"attention_mha", b_attn_mha},
     {"attention_gqa2", b_attn_gqa2}, {"attention_mqa_full", b_attn_mqa}, {"attention_cross", b_attn_cross},
     {"attention_k_only", b_attn_k_only}, {"cast", b_cast}, {"tp_copy_sum", b_tp_copy_sum},
     {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp},

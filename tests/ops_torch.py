@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import torch
 
+from llama_torch import llama3_inv_freq
+
 TOL = 2e-6
 
 
@@ -34,8 +36,10 @@ def load(d, case):
 
 # ---- Hugging Face Llama, written out (modeling_llama.py) ----
 
-def rope_cos_sin(dim, base, positions):
+def rope_cos_sin(dim, base, positions, scaling=None):
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if scaling:  # rope_type "llama3": (factor, low_freq_factor, high_freq_factor, original max positions)
+        inv_freq = llama3_inv_freq(inv_freq, *scaling)
     freqs = (inv_freq[None, :, None].float() @ positions[None, None, :].float()).transpose(1, 2)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos()[0], emb.sin()[0]  # [T, D]
@@ -47,10 +51,10 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
-def rope(x, heads, base, pos0):
+def rope(x, heads, base, pos0, scaling=None):
     B, T = x.shape[0], x.shape[1]
     xh = x.reshape(B, T, heads, -1)  # [B, T, H, D]
-    cos, sin = rope_cos_sin(xh.shape[-1], base, torch.arange(pos0, pos0 + T))
+    cos, sin = rope_cos_sin(xh.shape[-1], base, torch.arange(pos0, pos0 + T), scaling)
     cos, sin = cos[None, :, None, :], sin[None, :, None, :]
     return ((xh * cos) + (rotate_half(xh) * sin)).reshape(x.shape)
 
@@ -80,6 +84,9 @@ CASES = {
     "rope": lambda t: rope(t["x"], 3, 10000.0, 0),
     "rope_ex": lambda t: rope(t["x"], 2, 500000.0, 3),
     "rope_long": lambda t: rope(t["x"], 1, 10000.0, 0),
+    # Llama 3.1's scaling at positions past its original 8192: head size 128
+    # has frequencies in each of the three bands
+    "rope_llama3": lambda t: rope(t["x"], 2, 500000.0, 9000, (8.0, 1.0, 4.0, 8192)),
     "rmsnorm": lambda t: rmsnorm(t["x"], t["w"], 1e-6),
     "attn_gqa": lambda t: attention(t["q"], t["k"], t["v"], 4, 2, True, 8 ** -0.5),
     "attn_cross": lambda t: attention(t["q"], t["k"], t["v"], 2, 1, False, 0.3),
@@ -103,7 +110,28 @@ def check(case, what, got, ref):
     return ok
 
 
+def check_freqs(path):
+    """--freqs FILE: lines "theta D factor lo hi L bits..." of pipit's float32
+    inverse frequencies (factor 0: no scaling), each equal to torch's bit for bit."""
+    ok = True
+    for line in open(path):
+        f = line.split()
+        theta, D, factor, lo, hi, L = float(f[0]), int(f[1]), float(f[2]), float(f[3]), float(f[4]), int(f[5])
+        got = np.array([int(b, 16) for b in f[6:]], dtype=np.uint32).view(np.float32)
+        scaling = (factor, lo, hi, L) if factor > 0 else None
+        inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))
+        ref = (llama3_inv_freq(inv, *scaling) if scaling else inv).numpy()
+        bad = np.nonzero(got.view(np.uint32) != ref.view(np.uint32))[0]
+        print(f"{'ok  ' if not len(bad) else 'FAIL'} inv_freq theta {theta:g} D {D} scaling {scaling}: "
+              f"{len(got) - len(bad)}/{len(got)} bitwise" + (f", first differs at {bad[0]}: {got[bad[0]]!r} vs "
+                                                            f"{ref[bad[0]]!r}" if len(bad) else ""))
+        ok &= not len(bad) and len(got) == D // 2
+    return ok
+
+
 def main():
+    if sys.argv[1] == "--freqs":
+        sys.exit(0 if check_freqs(sys.argv[2]) else 1)
     d, cases = sys.argv[1], sys.argv[2:]
     ok = True
     for case in cases:

@@ -422,6 +422,12 @@ PIPIT_TEST(api_misuse_general_builders) {
     ON_FRESH_GRAPH(pipit_rope(g, x3, 1, -INFINITY), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_rope_ex(g, x3, 1, 1e4, INT64_MIN), PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_rope_ex(g, none, 1, 1e4, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_rope_scaled(g, x3, 1, 1e4, 0, (&(pipit_rope_scaling){NAN, 1, 4, 8})), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_scaled(g, x3, 1, 1e4, 0, (&(pipit_rope_scaling){8, 4, 1, 8})), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_scaled(g, x3, 1, 1e4, 0, (&(pipit_rope_scaling){8, 1, INFINITY, 8})), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_scaled(g, x3, 1, 1e4, 0, (&(pipit_rope_scaling){8, 1, 4, INT64_MIN})), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_scaled(g, x3, 1, 1e4, 0, (&(pipit_rope_scaling){0, 1, 0, 0})), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_rope_scaled(g, none, 1, 1e4, 0, NULL), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, NULL), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, none, x3, &ao), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, (&(pipit_attention_opts){INT_MAX, INT_MIN, 1, 0})),
@@ -494,6 +500,7 @@ PIPIT_TEST(api_misuse_general_builders) {
     INVALID_VAL(pipit_rmsnorm(g, w, w, 1e-5));
     INVALID_VAL(pipit_rope(g, w, 1, 1e4));
     INVALID_VAL(pipit_rope_ex(g, w, 1, 1e4, 3));
+    INVALID_VAL(pipit_rope_scaled(g, w, 1, 1e4, 3, NULL));
     INVALID_VAL(pipit_attention_qkv(g, w, w, w, &ao));
     FAILS(pipit_split(g, w, 0, 1, SH(1), out), PIPIT_STATUS_SHAPE);
     ASSERT_TRUE(strcmp(pipit_graph_errmsg(g), first) == 0);
@@ -1392,6 +1399,10 @@ PIPIT_TEST(api_misuse_llama) {
     FAILS(pipit_llama_write_hf_config(NULL, stdout), PIPIT_STATUS_MISUSE);
     FAILS(pipit_llama_write_hf_config(&c, NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_llama_write_hf_config(&bad, stdout), PIPIT_STATUS_INVALID);
+    FAILS(pipit_llama_write_hf_config_ex(NULL, 0, 0, stdout), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_write_hf_config_ex(&c, 0, 0, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_write_hf_config_ex(&c, -1, 0, stdout), PIPIT_STATUS_INVALID);
+    FAILS(pipit_llama_write_hf_config_ex(&c, 0, INT_MAX, stdout), PIPIT_STATUS_INVALID);
     int32_t tok[4] = {0}, tgt[4] = {0};
     pipit_feed fd[2];
     FAILS(pipit_llama_feeds(NULL, tok, tgt, fd), PIPIT_STATUS_MISUSE);

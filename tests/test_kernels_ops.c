@@ -419,7 +419,8 @@ PIPIT_TEST(kernel_rmsnorm) {
 
 static void run_rope(const kargs *a, int ith, int nth) {
     const int64_t *d = a->d; /* B T H D pos0 inverse */
-    CALL(a->dt, rope, a->out, a->in[0], d[0], d[1], d[2], d[3], d[4], a->x, (int)d[5], ith, nth);
+    pipit__rope_freqs rf = {a->x, 0, 0, 0, 0}; /* theta alone */
+    CALL(a->dt, rope, a->out, a->in[0], d[0], d[1], d[2], d[3], d[4], rf, (int)d[5], ith, nth);
 }
 
 /* Hugging Face's formula in double: out = x cos + rotate_half(x) sin. */

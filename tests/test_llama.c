@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "io/safetensors.h"
 #include "pipit_llama.h"
 #include "test.h"
 
@@ -307,7 +308,6 @@ PIPIT_TEST(llama_hf_config_round_trip_and_refusals) {
     ASSERT_OK(hf_with("", &has));
     ASSERT_TRUE(!(has & PIPIT_LLAMA_HAS_MAX_CTX) && (has & PIPIT_LLAMA_HAS_KV_HEADS));
     ASSERT_OK(hf_with("\"rope_scaling\": null, \"attention_bias\": false, \"head_dim\": 4, \"pretraining_tp\": 1", &has));
-    HF_REFUSED("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", "\"rope_scaling\" is not null");
     HF_REFUSED("\"attention_bias\": true", "\"attention_bias\" is not false");
     HF_REFUSED("\"mlp_bias\": true", "\"mlp_bias\" is not false");
     HF_REFUSED("\"head_dim\": 8", "\"head_dim\" 8 is not hidden_size 16 / num_attention_heads 4");
@@ -325,6 +325,157 @@ PIPIT_TEST(llama_hf_config_round_trip_and_refusals) {
     c.kv_heads = 3;
     ASSERT_STATUS(pipit_llama_write_hf_config(&c, stdout), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("kv_heads 3");
+}
+
+/* transformers < 5 and >= 5 spell RoPE differently; both are read, and
+ * two spellings that disagree, a rope_type pipit does not implement, a
+ * llama3 without its numbers and keys twice are refused. */
+PIPIT_TEST(llama_hf_config_rope_forms) {
+    int has = 0;
+    pipit_llama_config r = tiny();
+    /* transformers >= 5: rope_parameters only (before the fix: 10000 and exit 0) */
+    write_file(pipit_test_path("config.json"),
+               "{\"hidden_size\": 16, \"rope_parameters\": {\"rope_theta\": 500000.0, \"rope_type\": \"default\"}}");
+    ASSERT_OK(pipit_llama_config_from_hf(pipit_test_path("config.json"), &r, &has));
+    ASSERT_TRUE(r.rope_theta == 500000.0 && (has & PIPIT_LLAMA_HAS_ROPE_THETA) && (has & PIPIT_LLAMA_HAS_ROPE_SCALING));
+    ASSERT_TRUE(r.rope_scaling.factor == 0);
+    /* both spellings, agreeing; then disagreeing */
+    ASSERT_OK(hf_with("\"rope_theta\": 500000, \"rope_parameters\": {\"rope_theta\": 500000.0}", &has));
+    HF_REFUSED("\"rope_theta\": 10000, \"rope_parameters\": {\"rope_theta\": 500000.0}",
+               "\"rope_theta\" and \"rope_parameters.rope_theta\" disagree");
+    HF_REFUSED("\"rope_scaling\": {\"type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+               "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192}, "
+               "\"rope_parameters\": {\"rope_type\": \"default\"}",
+               "\"rope_scaling.type\" and \"rope_parameters.rope_type\" disagree");
+    /* llama3, in the older rope_scaling with "type" and in rope_parameters */
+    const char *l3 = "\"rope_type\": \"llama3\", \"factor\": 32.0, \"low_freq_factor\": 1.0, "
+                     "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192";
+    for (int form = 0; form < 3; form++) {
+        char m[512];
+        if (form == 0) snprintf(m, sizeof m, "\"rope_theta\": 500000.0, \"rope_scaling\": {%s}", l3);
+        else if (form == 1) snprintf(m, sizeof m, "\"rope_parameters\": {\"rope_theta\": 500000.0, %s}", l3);
+        else snprintf(m, sizeof m, "\"rope_theta\": 500000.0, \"rope_scaling\": {%s}, \"rope_parameters\": {%s}", l3, l3);
+        char text[1024];
+        snprintf(text, sizeof text, "{\"vocab_size\": 40, \"num_attention_heads\": 4, %s}", m);
+        write_file(pipit_test_path("config.json"), text);
+        r = tiny();
+        ASSERT_OK(pipit_llama_config_from_hf(pipit_test_path("config.json"), &r, &has));
+        ASSERT_TRUE(r.rope_theta == 500000.0 && r.rope_scaling.factor == 32.0 && r.rope_scaling.low_freq_factor == 1.0);
+        ASSERT_TRUE(r.rope_scaling.high_freq_factor == 4.0 && r.rope_scaling.original_max_position_embeddings == 8192);
+    }
+    /* written back as rope_scaling (with floats: transformers warns on an int factor), read back the same */
+    r.max_ctx = 16;
+    r.dim = 16, r.ffn_hidden = 24, r.layers = 2, r.kv_heads = 2;
+    FILE *w = fopen(pipit_test_path("w.json"), "w");
+    ASSERT_OK(pipit_llama_write_hf_config_ex(&r, 3, 39, w));
+    fclose(w);
+    pipit_llama_config b = tiny();
+    ASSERT_OK(pipit_llama_config_from_hf(pipit_test_path("w.json"), &b, &has));
+    ASSERT_TRUE(b.rope_scaling.factor == 32.0 && b.rope_scaling.high_freq_factor == 4.0 &&
+                b.rope_scaling.original_max_position_embeddings == 8192);
+    char text[2048] = "";
+    FILE *rf = fopen(pipit_test_path("w.json"), "r");
+    size_t got = fread(text, 1, sizeof text - 1, rf);
+    fclose(rf);
+    text[got] = 0;
+    ASSERT_TRUE(strstr(text, "\"factor\": 32.0,") && strstr(text, "\"low_freq_factor\": 1.0,"));
+    ASSERT_TRUE(strstr(text, "\"bos_token_id\": 3,") && strstr(text, "\"eos_token_id\": 39,"));
+    w = fopen(pipit_test_path("w.json"), "w");
+    ASSERT_STATUS(pipit_llama_write_hf_config_ex(&r, 0, 40, w), PIPIT_STATUS_INVALID); /* 40 is not an id of 40 */
+    fclose(w);
+    ASSERT_MSG_HAS("eos_token_id 40");
+    /* what pipit does not implement, by name */
+    HF_REFUSED("\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}", "\"rope_scaling.rope_type\" is \"yarn\"");
+    HF_REFUSED("\"rope_parameters\": {\"rope_type\": \"dynamic\"}", "\"dynamic\": pipit implements");
+    HF_REFUSED("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}", "\"linear\"");
+    HF_REFUSED("\"rope_parameters\": {\"rope_type\": \"default\", \"factor\": 2.0}",
+               "\"rope_parameters.factor\" is given but the rope_type is \"default\"");
+    HF_REFUSED("\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0, "
+               "\"high_freq_factor\": 1.0, \"original_max_position_embeddings\": 8192}",
+               "\"rope_parameters.high_freq_factor\" 1 must exceed \"rope_parameters.low_freq_factor\" 4");
+    HF_REFUSED("\"rope_parameters\": {\"rope_type\": \"llama3\", \"attention_factor\": 1.0}",
+               "\"rope_parameters.attention_factor\": pipit does not implement it");
+    ASSERT_STATUS(hf_with("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}", &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("rope_type \"llama3\" needs \"low_freq_factor\"");
+    ASSERT_STATUS(hf_with("\"rope_parameters\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, "
+                          "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192.5}",
+                          &has),
+                  PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("\"rope_parameters.original_max_position_embeddings\" must be a positive integer");
+    ASSERT_STATUS(hf_with("\"rope_scaling\": 8", &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("\"rope_scaling\" must be an object or null");
+    /* keys twice (cJSON would read the first) and text after the object */
+    ASSERT_STATUS(hf_with("\"rope_theta\": 10000, \"rope_theta\": 500000", &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("key \"rope_theta\" appears twice");
+    ASSERT_STATUS(hf_with("\"rope_parameters\": {\"rope_theta\": 1.0, \"rope_theta\": 2.0}", &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("key \"rope_parameters.rope_theta\" appears twice");
+    write_file(pipit_test_path("config.json"), "{\"hidden_size\": 16} {\"hidden_size\": 32}");
+    ASSERT_STATUS(pipit_llama_config_from_hf(pipit_test_path("config.json"), &r, &has), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("text follows the JSON value (at byte 20 of 39)");
+    write_file(pipit_test_path("config.json"), "{\"hidden_size\": 16}\n\n");
+    ASSERT_OK(pipit_llama_config_from_hf(pipit_test_path("config.json"), &r, &has)); /* whitespace may follow */
+}
+
+/* pipit's metadata records the scaling; a checkpoint's tensors that the
+ * builder would not read (another model's) are refused by name. */
+PIPIT_TEST(llama_checkpoint_scaling_and_unused_tensors) {
+    pipit_llama_config c = tiny();
+    c.rope_scaling = (pipit_rope_scaling){8, 1, 4, 8};
+    const char *meta[] = {"heads", "4", "rope_type", "llama3", "rope_factor", "8", "rope_low_freq_factor", "1",
+                          "rope_high_freq_factor", "4", "rope_original_max_position_embeddings", "8", NULL};
+    save_model(c, pipit_test_path("s.st"), meta);
+    pipit_checkpoint *ck = NULL;
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("s.st"), &ck));
+    pipit_llama_config f = {0};
+    ASSERT_OK(pipit_llama_config_from_checkpoint(ck, &f));
+    ASSERT_TRUE(f.rope_scaling.factor == 8 && f.rope_scaling.low_freq_factor == 1 && f.rope_scaling.high_freq_factor == 4 &&
+                f.rope_scaling.original_max_position_embeddings == 8);
+    pipit_checkpoint_free(ck);
+    const char *yarn[] = {"heads", "4", "rope_type", "yarn", NULL};
+    save_model(c, pipit_test_path("y.st"), yarn);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("y.st"), &ck));
+    ASSERT_STATUS(pipit_llama_config_from_checkpoint(ck, &f), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("metadata 'rope_type' is 'yarn'");
+    pipit_checkpoint_free(ck);
+    const char *half[] = {"heads", "4", "rope_type", "llama3", "rope_factor", "8", NULL};
+    save_model(c, pipit_test_path("h.st"), half);
+    ASSERT_OK(pipit_checkpoint_open(pipit_test_path("h.st"), &ck));
+    ASSERT_STATUS(pipit_llama_config_from_checkpoint(ck, &f), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("'rope_low_freq_factor' is missing");
+    pipit_checkpoint_free(ck);
+    /* the file's tensors plus one more: refused or not, by name */
+    pipit__st_file *src = NULL;
+    ASSERT_OK(pipit__st_read(pipit_test_path("s.st"), &src));
+    int n = pipit__st_count(src);
+    pipit__st_tensor t[64];
+    ASSERT_TRUE(n < 63);
+    for (int i = 0; i < n; i++) t[i] = *pipit__st_get(src, i);
+    static const float bias[16];
+    const struct {
+        const char *name;
+        int refused;
+    } extra[] = {{"model.layers.0.self_attn.q_proj.bias", 1},    /* a Qwen2 */
+                 {"model.layers.2.mlp.up_proj.weight", 1},        /* a layer past the last */
+                 {"model.layers.01.mlp.up_proj.weight", 1},       /* not a name the builder forms */
+                 {"lm_head.bias", 1},
+                 {"opt.m.model.norm.weight", 0},                  /* pipit's optimizer state */
+                 {"opt.v.model.layers.9.mlp.up_proj.weight", 1},  /* ... of no param */
+                 {"model.layers.1.self_attn.rotary_emb.inv_freq", 0}}; /* older transformers' buffer */
+    for (size_t k = 0; k < sizeof extra / sizeof extra[0]; k++) {
+        t[n] = (pipit__st_tensor){(char *)extra[k].name, PIPIT_F32, 1, {16}, sizeof bias, bias};
+        ASSERT_OK(pipit__st_write(pipit_test_path("x.st"), t, n + 1, NULL));
+        ASSERT_OK(pipit_checkpoint_open(pipit_test_path("x.st"), &ck));
+        pipit_status s = pipit_llama_config_from_checkpoint(ck, &f);
+        pipit_checkpoint_free(ck);
+        if (!extra[k].refused) {
+            ASSERT_OK(s);
+            continue;
+        }
+        ASSERT_STATUS(s, PIPIT_STATUS_FORMAT);
+        ASSERT_MSG_HAS(extra[k].name);
+        ASSERT_MSG_HAS("is not used by the llama builder");
+    }
+    pipit__st_free(src);
 }
 
 PIPIT_TEST(llama_feeds_and_misuse) {

@@ -9,8 +9,9 @@
  */
 #include <sys/wait.h>
 
-#include "test.h"
+#include "backend/rope_freq.h"
 #include "pipit.h"
+#include "test.h"
 
 #define F32 PIPIT_F32
 #define SH(...) (int64_t[]){__VA_ARGS__}
@@ -34,6 +35,10 @@ static pipit_val c_rope_ex(pipit_graph *g) {
     return pipit_rope_ex(g, prm(g, "x", 4, SH(1, 5, 2, 16)), 2, 500000.0, 3);
 }
 static pipit_val c_rope_long(pipit_graph *g) { return pipit_rope(g, prm(g, "x", 3, SH(1, 1000, 64)), 1, 10000.0); }
+static pipit_val c_rope_llama3(pipit_graph *g) {
+    return pipit_rope_scaled(g, prm(g, "x", 3, SH(2, 9, 2 * 128)), 2, 500000.0, 9000,
+                             &(pipit_rope_scaling){8.0, 1.0, 4.0, 8192});
+}
 static pipit_val c_rmsnorm(pipit_graph *g) { return pipit_rmsnorm(g, prm(g, "x", 3, SH(3, 5, 64)), prm(g, "w", 1, SH(64)), 1e-6); }
 static pipit_val attn(pipit_graph *g, int64_t T, int64_t S, int hq, int hkv, int causal, double scale) {
     pipit_val q = prm(g, "q", 3, SH(2, T, hq * 8)), k = prm(g, "k", 3, SH(2, S, hkv * 8)), v = prm(g, "v", 3, SH(2, S, hkv * 8));
@@ -64,7 +69,8 @@ typedef struct {
     pipit_val (*build)(pipit_graph *g);
 } tcase;
 static const tcase tcases[] = {
-    {"rope", c_rope},       {"rope_ex", c_rope_ex},   {"rope_long", c_rope_long},     {"rmsnorm", c_rmsnorm},
+    {"rope", c_rope},       {"rope_ex", c_rope_ex},   {"rope_long", c_rope_long},     {"rope_llama3", c_rope_llama3},
+    {"rmsnorm", c_rmsnorm},
     {"attn_gqa", c_attn_gqa}, {"attn_cross", c_attn_cross}, {"silu", c_silu},         {"sigmoid", c_sigmoid},
     {"tanh", c_tanh},       {"softmax", c_softmax},   {"log_softmax", c_log_softmax}, {"swiglu", c_swiglu},
     {"bcast", c_bcast},     {"reduce", c_reduce},
@@ -170,6 +176,48 @@ PIPIT_TEST(ops_torch_oracle) {
         size_t len = strlen(cmd);
         snprintf(cmd + len, sizeof cmd - len, " %s", tcases[i].name);
     }
+    int st = system(cmd);
+    ASSERT_TRUE(st != -1 && WIFEXITED(st));
+    ASSERT_EQ_I64(WEXITSTATUS(st), 0);
+}
+
+/* RoPE's inverse frequencies as every backend forms them
+ * (backend/rope_freq.h) are transformers' float32 values bit for bit:
+ * plain, and rope_type "llama3" at Llama 3.1's and 3.2's settings and at a
+ * head of 6 with a frequency in each band (ops_torch.py --freqs forms them
+ * with torch from the published rule). */
+PIPIT_TEST(rope_freqs_torch_bitwise) {
+    const char *py = getenv("ORACLE_PYTHON") ? getenv("ORACLE_PYTHON") : "/usr/bin/python3";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch, numpy' >/dev/null 2>&1", py);
+    if (system(cmd) != 0) PIPIT_SKIP("%s cannot import torch and numpy", py);
+    static const struct {
+        double theta;
+        int64_t D;
+        pipit_rope_scaling s;
+    } cases[] = {{10000, 128, {0, 0, 0, 0}},
+                 {500000, 128, {8, 1, 4, 8192}},
+                 {500000, 64, {32, 1, 4, 8192}},
+                 {500, 6, {8, 1, 4, 128}},
+                 {1e6, 96, {16, 0.5, 3, 4096}}};
+    const char *path = pipit_test_path("freqs.txt");
+    FILE *f = fopen(path, "w");
+    ASSERT_TRUE(f != NULL);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        pipit__rope_freqs r = {cases[k].theta, cases[k].s.factor, cases[k].s.low_freq_factor, cases[k].s.high_freq_factor,
+                               cases[k].s.original_max_position_embeddings};
+        fprintf(f, "%.17g %lld %.17g %.17g %.17g %lld", r.theta, (long long)cases[k].D, r.factor, r.low_freq_factor,
+                r.high_freq_factor, (long long)r.original_max_ctx);
+        for (int64_t i = 0; i < cases[k].D / 2; i++) {
+            float v = pipit__rope_freq_f32(i, cases[k].D, r);
+            uint32_t bits;
+            memcpy(&bits, &v, sizeof bits);
+            fprintf(f, " %08x", bits);
+        }
+        fprintf(f, "\n");
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s %s/ops_torch.py --freqs %s", py, pipit_test_srcdir(), path);
     int st = system(cmd);
     ASSERT_TRUE(st != -1 && WIFEXITED(st));
     ASSERT_EQ_I64(WEXITSTATUS(st), 0);

@@ -272,6 +272,8 @@ PIPIT_TEST(safetensors_bad_files) {
                "\"__metadata__\" entry 'step' is not a string");
     EXPECT_BAD("metadup.st", "{\"__metadata__\":{\"a\":\"1\",\"a\":\"2\"}}", 0,
                "duplicate \"__metadata__\" key 'a'");
+    /* a key twice inside an entry: cJSON would read the first dtype and never the second */
+    EXPECT_BAD("keydup.st", "{\"w\":{" W_GOOD ",\"dtype\":\"F64\"}}", 8, "tensor 'w': key \"dtype\" appears twice");
 
     /* The tensors must tile the data buffer, as the reference reader
      * demands: no hole between tensors, nothing after the last. */

@@ -282,6 +282,12 @@ PIPIT_TEST(text_bad_files) {
          "not in GPT-2's byte-level characters"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
          "has no id"},
+        /* what cJSON alone accepts: a key twice (it reads the first), text after the object */
+        {"{\"model\": {\"type\": \"BPE\"}, \"model\": {\"type\": \"WordPiece\"}}", "key \"model\" appears twice"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\": 1}}}", "key \"model.vocab.a\" appears twice"},
+        {"{\"added_tokens\": [{\"id\": 0, \"id\": 1}], \"model\": {\"type\": \"BPE\"}}",
+         "key \"added_tokens[0].id\" appears twice"},
+        {"{\"model\": {\"type\": \"WordPiece\"}} {\"model\": {\"type\": \"BPE\"}}", "text follows the JSON value"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_text(path, cases[i].json);
@@ -291,6 +297,16 @@ PIPIT_TEST(text_bad_files) {
             PIPIT_FAIL_("case %zu: status %d, message \"%s\" lacks \"%s\"", i, (int)s, pipit_errmsg(), cases[i].words);
         ASSERT_TRUE(t == NULL);
     }
+    /* vocab.json is read the same way */
+    char merges[1024];
+    snprintf(merges, sizeof merges, "%s/merges.txt", pipit_test_tmpdir());
+    write_text(merges, "#version: 0.2\n");
+    write_text(path, "{\"a\": 0, \"b\": 1, \"a\": 2}");
+    ASSERT_STATUS(pipit_tokenizer_load_gpt2(path, merges, &t), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("key \"a\" appears twice");
+    write_text(path, "{\"a\": 0}\n,");
+    ASSERT_STATUS(pipit_tokenizer_load_gpt2(path, merges, &t), PIPIT_STATUS_FORMAT);
+    ASSERT_MSG_HAS("text follows the JSON value (at byte 9 of 10)");
     ASSERT_STATUS(pipit_tokenizer_load("/no/such/tokenizer.json", &t), PIPIT_STATUS_IO);
     ASSERT_STATUS(pipit_tokenizer_train(NULL, NULL, 0, 255, &t), PIPIT_STATUS_INVALID);
     ASSERT_TRUE(strstr(pipit_errmsg(), "vocab_size 255") != NULL);

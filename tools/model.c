@@ -70,7 +70,7 @@ pipit_llama_config cli_model_llama(const cli_model *m) {
                                 .ffn_hidden = m->ffn_hidden, .multiple_of = m->multiple_of,
                                 .ffn_dim_multiplier = m->ffn_dim_multiplier, .norm_eps = m->norm_eps,
                                 .rope_theta = m->rope_theta, .tied = m->tied, .batch = m->batch,
-                                .stages = m->stages, .dtype = PIPIT_F32};
+                                .stages = m->stages, .dtype = PIPIT_F32, .rope_scaling = m->rope_scaling};
 }
 static pipit_status llama_check(const cli_model *m) {
     pipit_llama_config c = cli_model_llama(m);
@@ -99,7 +99,7 @@ static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model 
     if (!s) {
         m->vocab = c.vocab, m->dim = c.dim, m->layers = c.layers, m->heads = c.heads, m->kv_heads = c.kv_heads;
         m->ffn_hidden = c.ffn_hidden, m->tied = c.tied, m->max_ctx = c.max_ctx;
-        m->norm_eps = c.norm_eps, m->rope_theta = c.rope_theta;
+        m->norm_eps = c.norm_eps, m->rope_theta = c.rope_theta, m->rope_scaling = c.rope_scaling;
     }
     return s;
 }
@@ -173,4 +173,12 @@ void cli_model_meta_fill(const cli_model *m, cli_model_meta *o) {
     meta_add(o, "norm_eps", "%.17g", m->norm_eps, 0);
     meta_add(o, "rope_theta", "%.17g", m->rope_theta, 0);
     meta_add(o, "tied", "%d", m->tied, 1);
+    const pipit_rope_scaling *r = &m->rope_scaling; /* "default" recorded too: a config.json cannot add scaling */
+    o->kv[o->n++] = "rope_type";
+    o->kv[o->n++] = r->factor > 0 ? "llama3" : "default";
+    if (!(r->factor > 0)) return;
+    meta_add(o, "rope_factor", "%.17g", r->factor, 0);
+    meta_add(o, "rope_low_freq_factor", "%.17g", r->low_freq_factor, 0);
+    meta_add(o, "rope_high_freq_factor", "%.17g", r->high_freq_factor, 0);
+    meta_add(o, "rope_original_max_position_embeddings", "%d", (double)r->original_max_position_embeddings, 1);
 }

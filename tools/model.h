@@ -27,6 +27,7 @@ typedef struct {
     /* Llama only (pipit_llama_config) */
     int kv_heads, ffn_hidden, multiple_of, tied;
     double ffn_dim_multiplier, norm_eps, rope_theta;
+    pipit_rope_scaling rope_scaling; /* llama3 RoPE scaling (all zeros: none), from the checkpoint or config.json */
 } cli_model;
 
 struct cli_model_kind {
@@ -63,12 +64,14 @@ void cli_model_describe(const cli_model *m, char *buf, size_t n);
 
 /* The model's fields as checkpoint metadata ("model" = the kind's name,
  * vocab ctx max_ctx layers heads dim, and Llama's kv_heads ffn_hidden
- * norm_eps rope_theta tied), key/value pairs with numbers printed into the
- * struct's own buffers. */
+ * norm_eps rope_theta tied, with RoPE scaling rope_type "llama3",
+ * rope_factor, rope_low_freq_factor, rope_high_freq_factor and
+ * rope_original_max_position_embeddings), key/value pairs with numbers
+ * printed into the struct's own buffers. */
 typedef struct {
-    const char *kv[2 * 16];
+    const char *kv[2 * 20];
     int n;
-    char num[16][40];
+    char num[20][40];
 } cli_model_meta;
 void cli_model_meta_fill(const cli_model *m, cli_model_meta *out);
 

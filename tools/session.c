@@ -80,11 +80,11 @@ static void hf_agrees_meta(const char *json, int has, const pipit_llama_config *
     if ((has & PIPIT_LLAMA_HAS_MAX_CTX) && f->max_ctx && j->max_ctx != f->max_ctx)
         die("config '%s': max_position_embeddings %d disagrees with checkpoint '%s' (max_ctx %d in its metadata)", json,
             j->max_ctx, path, f->max_ctx);
-    const char *trained = pipit_checkpoint_meta(ck, "ctx");
-    int ctx = trained ? atoi(trained) : 0;
-    if ((has & PIPIT_LLAMA_HAS_MAX_CTX) && ctx > j->max_ctx)
+    uint64_t ctx = 0; /* what pipit trained it at; absent or unreadable: 0 */
+    if (pipit_checkpoint_meta_count(ck, "ctx", INT32_MAX, &ctx) != PIPIT_STATUS_OK) ctx = 0;
+    if ((has & PIPIT_LLAMA_HAS_MAX_CTX) && ctx > (uint64_t)j->max_ctx)
         die("config '%s': max_position_embeddings %d is less than the ctx %d checkpoint '%s' was trained at", json,
-            j->max_ctx, ctx, path);
+            j->max_ctx, (int)ctx, path);
     if ((has & PIPIT_LLAMA_HAS_NORM_EPS) && f->norm_eps > 0 && j->norm_eps != f->norm_eps)
         die("config '%s': rms_norm_eps %.17g disagrees with checkpoint '%s' (norm_eps %.17g in its metadata)", json,
             j->norm_eps, path, f->norm_eps);
@@ -172,7 +172,7 @@ void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *
 cli_model model_config(const opts *o, int stages) {
     return (cli_model){cli_model_kind_find(o->arch), o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers,
                        o->heads, o->dim, o->micro_batch, stages, o->tp, o->kv_heads, o->ffn_hidden, o->multiple_of,
-                       o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta};
+                       o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta, o->rope_scaling};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
@@ -489,6 +489,9 @@ static void agree_run(const session *s, const opts *o, const flag_cmd *c) {
         snprintf(name, sizeof name, "model %s", MODEL_FIELDS[k].key);
         model_field(&s->cfg, MODEL_FIELDS[k].key, agree_add(&a, name));
     }
+    const pipit_rope_scaling *r = &s->cfg.rope_scaling; /* from the checkpoint or its config.json: no flag */
+    snprintf(agree_add(&a, "model RoPE scaling (factor low high L)"), 96, "%.17g %.17g %.17g %lld",
+             r->factor, r->low_freq_factor, r->high_freq_factor, (long long)r->original_max_position_embeddings);
     snprintf(agree_add(&a, "--data (its tokens)"), 96, "%lld tokens, crc32c %08x", (long long)pipit_data_tokens(s->data),
              pipit_data_checksum(s->data));
     snprintf(agree_add(&a, o->resume ? "--resume (its checksum)" : "--init (its checksum)"), 96, "%s",

@@ -43,6 +43,7 @@ typedef struct {
     const char *arch;         /* the model kind (tools/model.h): the preset's, or the checkpoint's */
     int kv_heads, ffn_hidden, multiple_of, tied, untied; /* Llama: --kv-heads ... --tied / --untied */
     double ffn_dim_multiplier, norm_eps, rope_theta;
+    pipit_rope_scaling rope_scaling; /* Llama: llama3 RoPE scaling from the checkpoint or its config.json (no flag) */
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */

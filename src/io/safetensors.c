@@ -21,6 +21,7 @@
 #include "util/common.h"
 #include "util/crc32c.h"
 #include "util/fileio.h"
+#include "util/json.h"
 
 /* JSON integers are doubles in cJSON: accept only exact ones up to 2^53. */
 #define ST_MAX_INT 9007199254740992.0
@@ -328,6 +329,13 @@ static pipit_status parse_header(const char *path, pipit__st_file *f, const char
             }
             if ((st = parse_metadata(path, x, f)) != PIPIT_STATUS_OK) goto done;
             continue;
+        }
+        char dup[256]; /* in an entry: cJSON would read the first "dtype" and ignore the second */
+        int nomem = 0;
+        if (pipit__json_dup_key_path(x, dup, sizeof dup, &nomem) || nomem) {
+            st = nomem ? pipit__err(PIPIT_STATUS_NOMEM, "out of memory reading '%s'", path)
+                       : st_fail(PIPIT_STATUS_FORMAT, path, "tensor '%s': key \"%s\" appears twice", x->string, dup);
+            goto done;
         }
         st_entry *e = &f->e[f->n];
         e->t.name = pipit__strdup(x->string);

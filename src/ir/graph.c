@@ -198,7 +198,7 @@ static int graph_reserve(pipit_graph *g) {
 }
 
 int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t *in,
-                        const double *fattr, const int64_t *iattr) {
+                        const double fattr[4], const int64_t iattr[4]) {
     if (!graph_ok(g)) return -1;
     const pipit__op_info *info = &pipit__ops[op];
     for (int i = 0; i < nin; i++) {
@@ -263,7 +263,7 @@ static pipit_val named(pipit_graph *g, int32_t id, const char *fn) {
 }
 
 static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
-                       const double *fattr, const int64_t *iattr) {
+                       const double fattr[4], const int64_t iattr[4]) {
     int32_t in[PIPIT_MAX_IN];
     if (!graph_ok_fn(g, fn)) return (pipit_val){g, -1};
     for (int i = 0; i < nin; i++) {
@@ -279,7 +279,7 @@ static pipit_val build(pipit_graph *g, const char *fn, pipit__opcode op, int nin
 }
 
 pipit_val pipit__build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
-                       const double *fattr, const int64_t *iattr) {
+                       const double fattr[4], const int64_t iattr[4]) {
     return build(g, fn, op, nin, vin, fattr, iattr);
 }
 
@@ -486,7 +486,7 @@ pipit_val pipit_mul(pipit_graph *g, pipit_val a, pipit_val b) {
     return build(g, __func__, PIPIT_OP_MUL, 2, (pipit_val[]){a, b}, NULL, NULL);
 }
 pipit_val pipit_scale(pipit_graph *g, pipit_val a, double alpha) {
-    return build(g, __func__, PIPIT_OP_SCALE, 1, &a, (double[2]){alpha, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_SCALE, 1, &a, (double[4]){alpha, 0}, NULL);
 }
 pipit_val pipit_cast(pipit_graph *g, pipit_val x, pipit_dtype dt) {
     const pipit__node *n = x.g == g && g && g->magic == PIPIT_GRAPH_MAGIC && x.id >= 0 && x.id < g->n ? &g->nodes[x.id]
@@ -517,7 +517,7 @@ pipit_val pipit_bias_add(pipit_graph *g, pipit_val x, pipit_val bias) {
     return build(g, __func__, PIPIT_OP_BIAS_ADD, 2, (pipit_val[]){x, bias}, NULL, NULL);
 }
 pipit_val pipit_layernorm(pipit_graph *g, pipit_val x, pipit_val w, pipit_val b, double eps) {
-    return build(g, __func__, PIPIT_OP_LAYERNORM, 3, (pipit_val[]){x, w, b}, (double[2]){eps, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_LAYERNORM, 3, (pipit_val[]){x, w, b}, (double[4]){eps, 0}, NULL);
 }
 pipit_val pipit_gelu(pipit_graph *g, pipit_val x) {
     return build(g, __func__, PIPIT_OP_GELU, 1, &x, NULL, NULL);
@@ -530,15 +530,15 @@ pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets) {
     pipit_val rows = build(g, __func__, PIPIT_OP_XENT_ROWS, 2, (pipit_val[]){logits, targets}, NULL, NULL);
     if (rows.id < 0) return rows;
     return build(g, __func__, PIPIT_OP_SUM, 1, &rows,
-                 (double[2]){1.0 / (double)pipit__node_numel(&g->nodes[rows.id]), 0}, NULL);
+                 (double[4]){1.0 / (double)pipit__node_numel(&g->nodes[rows.id]), 0}, NULL);
 }
 pipit_val pipit_sum(pipit_graph *g, pipit_val x) {
-    return build(g, __func__, PIPIT_OP_SUM, 1, &x, (double[2]){1.0, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_SUM, 1, &x, (double[4]){1.0, 0}, NULL);
 }
 pipit_val pipit_mean(pipit_graph *g, pipit_val x) {
     const pipit__node *n = val_node(x);
     double inv = n ? 1.0 / (double)pipit__node_numel(n) : 1.0;
-    return build(g, __func__, PIPIT_OP_SUM, 1, &x, (double[2]){inv, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_SUM, 1, &x, (double[4]){inv, 0}, NULL);
 }
 pipit_val pipit_reshape(pipit_graph *g, pipit_val x, int ndim, const int64_t *shape) {
     int64_t iattr[4] = {0};
@@ -553,7 +553,7 @@ pipit_val pipit_reshape(pipit_graph *g, pipit_val x, int ndim, const int64_t *sh
     }
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
     /* Rank travels in fattr[0] so iattr holds the full shape. */
-    return build(g, __func__, PIPIT_OP_RESHAPE, 1, &x, (double[2]){(double)ndim, 0}, iattr);
+    return build(g, __func__, PIPIT_OP_RESHAPE, 1, &x, (double[4]){(double)ndim, 0}, iattr);
 }
 pipit_val pipit_transpose(pipit_graph *g, pipit_val x, int axis0, int axis1) {
     if (!graph_ok_fn(g, __func__)) return (pipit_val){g, -1};
@@ -648,7 +648,7 @@ pipit_val pipit_broadcast_to(pipit_graph *g, pipit_val x, int ndim, const int64_
     if (!graph_ok_fn(g, __func__) || !shape_arg(g, ndim, shape, __func__)) return invalid(g);
     int64_t iattr[4] = {0};
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
-    return build(g, __func__, PIPIT_OP_BROADCAST_TO, 1, &x, (double[2]){ndim, 0}, iattr);
+    return build(g, __func__, PIPIT_OP_BROADCAST_TO, 1, &x, (double[4]){ndim, 0}, iattr);
 }
 
 /* Reductions along one axis: SUM_TO (or MAX) keeping the axis as 1, then a
@@ -656,7 +656,7 @@ pipit_val pipit_broadcast_to(pipit_graph *g, pipit_val x, int ndim, const int64_
 static pipit_val reduce_axis(pipit_graph *g, pipit_val x, int axis, int keepdim, int mean, pipit__opcode op,
                              const char *fn) {
     const pipit__node *n = arg_node(g, x, fn);
-    if (!n) return build(g, fn, op, 1, &x, (double[2]){0, 1}, NULL); /* names the bad value */
+    if (!n) return build(g, fn, op, 1, &x, (double[4]){0, 1}, NULL); /* names the bad value */
     int a = norm_axis(g, n, axis, fn, op == PIPIT_OP_MAX ? "max" : mean ? "mean" : "sum");
     if (a < 0) return invalid(g);
     int nd = n->ndim;
@@ -667,7 +667,7 @@ static pipit_val reduce_axis(pipit_graph *g, pipit_val x, int axis, int keepdim,
     }
     double scale = mean ? 1.0 / (double)n->shape[a] : 1.0;
     pipit_val r = op == PIPIT_OP_MAX ? build(g, fn, op, 1, &x, NULL, (int64_t[4]){a, 0, 0, 0})
-                                     : build(g, fn, op, 1, &x, (double[2]){nd, scale}, keep);
+                                     : build(g, fn, op, 1, &x, (double[4]){nd, scale}, keep);
     return keepdim || r.id < 0 ? r : pipit_reshape(g, r, nd - 1, drop);
 }
 pipit_val pipit_reduce_sum(pipit_graph *g, pipit_val x, int axis, int keepdim) {
@@ -690,7 +690,7 @@ int32_t pipit__slice(pipit_graph *g, int32_t x, int axis, int64_t start, int64_t
     n.shape[axis] = len;
     int64_t shape[4] = {0};
     memcpy(shape, n.shape, sizeof(int64_t) * n.ndim);
-    return pipit__node_add(g, PIPIT_OP_VIEW, 1, &x, (double[2]){n.ndim, (double)(start * inner)}, shape);
+    return pipit__node_add(g, PIPIT_OP_VIEW, 1, &x, (double[4]){n.ndim, (double)(start * inner)}, shape);
 }
 
 /* Checks axis and range of a slice of n; the axis (0..ndim-1) or -1. */
@@ -782,17 +782,25 @@ pipit_val pipit_gather(pipit_graph *g, pipit_val table, pipit_val idx) {
 }
 
 pipit_val pipit_rmsnorm(pipit_graph *g, pipit_val x, pipit_val w, double eps) {
-    return build(g, __func__, PIPIT_OP_RMSNORM, 2, (pipit_val[]){x, w}, (double[2]){eps, 0}, NULL);
+    return build(g, __func__, PIPIT_OP_RMSNORM, 2, (pipit_val[]){x, w}, (double[4]){eps, 0}, NULL);
 }
 
-static pipit_val rope(pipit_graph *g, pipit_val x, int heads, double theta, int64_t pos0, const char *fn) {
-    return build(g, fn, PIPIT_OP_ROPE, 1, &x, (double[2]){theta, 0}, (int64_t[4]){heads, pos0, 0, 0});
+static pipit_val rope(pipit_graph *g, pipit_val x, int heads, double theta, int64_t pos0, const pipit_rope_scaling *s,
+                      const char *fn) {
+    const pipit_rope_scaling none = {0};
+    if (!s) s = &none;
+    return build(g, fn, PIPIT_OP_ROPE, 1, &x, (double[4]){theta, s->factor, s->low_freq_factor, s->high_freq_factor},
+                 (int64_t[4]){heads, pos0, 0, s->original_max_position_embeddings});
 }
 pipit_val pipit_rope(pipit_graph *g, pipit_val x, int heads, double theta) {
-    return rope(g, x, heads, theta, 0, __func__);
+    return rope(g, x, heads, theta, 0, NULL, __func__);
 }
 pipit_val pipit_rope_ex(pipit_graph *g, pipit_val x, int heads, double theta, int64_t position_offset) {
-    return rope(g, x, heads, theta, position_offset, __func__);
+    return rope(g, x, heads, theta, position_offset, NULL, __func__);
+}
+pipit_val pipit_rope_scaled(pipit_graph *g, pipit_val x, int heads, double theta, int64_t position_offset,
+                            const pipit_rope_scaling *scaling) {
+    return rope(g, x, heads, theta, position_offset, scaling, __func__);
 }
 
 pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v,
@@ -807,7 +815,7 @@ pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_va
     const pipit__node *qn = arg_node(g, q, __func__);
     if (scale == 0 && qn && qn->ndim == 3 && o->heads > 0 && qn->shape[2] % o->heads == 0)
         scale = 1.0 / sqrt((double)(qn->shape[2] / o->heads)); /* as pipit_attention's 1/sqrt(D) */
-    return build(g, __func__, PIPIT_OP_ATTENTION_QKV, 3, (pipit_val[]){q, k, v}, (double[2]){scale, 0},
+    return build(g, __func__, PIPIT_OP_ATTENTION_QKV, 3, (pipit_val[]){q, k, v}, (double[4]){scale, 0},
                  (int64_t[4]){o->heads, kv, o->causal != 0, 0});
 }
 
@@ -815,7 +823,7 @@ int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *sha
                     double scale) {
     int64_t iattr[4] = {0};
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
-    return pipit__node_add(g, PIPIT_OP_FILL, 1, &scalar, (double[2]){scale, (double)ndim}, iattr);
+    return pipit__node_add(g, PIPIT_OP_FILL, 1, &scalar, (double[4]){scale, (double)ndim}, iattr);
 }
 
 int32_t pipit__cast(pipit_graph *g, int32_t x, pipit_dtype dt) {

@@ -39,8 +39,9 @@ typedef struct {
     uint8_t flags;             /* NODE_* */
     int32_t in[PIPIT_MAX_IN];  /* input node ids */
     int64_t shape[PIPIT_MAX_DIMS];
-    double fattr[2];           /* SCALE alpha; norm eps; FILL / SUM_TO scale; RESHAPE, VIEW ... rank;
-                                  VIEW element offset (exact: < 2^53); ROPE theta; attention scale */
+    double fattr[4];           /* SCALE alpha; norm eps; FILL / SUM_TO scale; RESHAPE, VIEW ... rank;
+                                  VIEW element offset (exact: < 2^53); ROPE theta and llama3 scaling;
+                                  attention scale */
     int64_t iattr[4];          /* MATMUL trans; heads; PERMUTE perm; EMBED_DTABLE V; axis, start,
                                   length; a target shape (RESHAPE, VIEW, SUM_TO, BROADCAST_TO, ...) */
     char *name;                /* INPUT / PARAM name (owned) */
@@ -135,9 +136,10 @@ void pipit__axis_split(const pipit__node *n, int axis, int64_t *outer, int64_t *
 
 /* Generic builder: appends a node (after validating inputs and running the
  * shape rule). On error the graph is poisoned and an invalid id (-1) is
- * returned. fattr/iattr may be NULL. */
+ * returned. fattr/iattr may be NULL, else all 4 of each are copied (the
+ * bounds make GCC refuse a shorter array: pass (double[4]){a, b}). */
 int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t *in,
-                        const double *fattr, const int64_t *iattr);
+                        const double fattr[4], const int64_t iattr[4]);
 pipit_val pipit__val(pipit_graph *g, int32_t id);
 /* Records the first build error on the graph (and the thread). */
 void pipit__graph_fail(pipit_graph *g, pipit_status s, const char *fmt, ...)
@@ -148,7 +150,7 @@ const char *pipit__node_desc(const pipit_graph *g, const pipit__node *n, char *b
 /* A public builder's node: validates the values (poisoning the graph with
  * a message naming fn), adds the node, names fn in its error. */
 pipit_val pipit__build(pipit_graph *g, const char *fn, pipit__opcode op, int nin, const pipit_val *vin,
-                       const double *fattr, const int64_t *iattr);
+                       const double fattr[4], const int64_t iattr[4]);
 
 /* pipit_param, its messages naming fn (pipit_param_sharded's refusals
  * name pipit_param_sharded). */

@@ -51,7 +51,7 @@ static pipit_status need_same_float(const pipit__node *a, const pipit__node *b) 
 }
 
 static int32_t add_node(pipit_graph *g, pipit__opcode op, int nin, const int32_t *in,
-                        const double *f, const int64_t *i) {
+                        const double f[4], const int64_t i[4]) {
     return pipit__node_add(g, op, nin, in, f, i);
 }
 static int32_t op1(pipit_graph *g, pipit__opcode op, int32_t a) { return add_node(g, op, 1, &a, NULL, NULL); }
@@ -61,13 +61,13 @@ static int32_t op2(pipit_graph *g, pipit__opcode op, int32_t a, int32_t b) {
 static int32_t reshape_to(pipit_graph *g, int32_t x, int ndim, const int64_t *shape) {
     int64_t iattr[4] = {0};
     for (int i = 0; i < ndim; i++) iattr[i] = shape[i];
-    return add_node(g, PIPIT_OP_RESHAPE, 1, &x, (double[2]){(double)ndim, 0}, iattr);
+    return add_node(g, PIPIT_OP_RESHAPE, 1, &x, (double[4]){(double)ndim, 0}, iattr);
 }
 /* An op whose attributes are a target shape (iattr) of rank fattr[0]. */
 static int32_t to_shape(pipit_graph *g, pipit__opcode op, int32_t x, const pipit__node *like, double f1) {
     int64_t iattr[4] = {0};
     for (int i = 0; i < like->ndim; i++) iattr[i] = like->shape[i];
-    return add_node(g, op, 1, &x, (double[2]){(double)like->ndim, f1}, iattr);
+    return add_node(g, op, 1, &x, (double[4]){(double)like->ndim, f1}, iattr);
 }
 /* Rank fattr[0] and shape iattr as the output's, refusing a bad rank or a
  * dimension < 1 (reshape, view, sum_to, broadcast_to). */
@@ -147,7 +147,7 @@ static void op_GATHER_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din
     int32_t idx = g->nodes[id].in[1];
     int64_t iattr[4] = {0};
     for (int i = 0; i < t.ndim; i++) iattr[i] = t.shape[i];
-    din[0] = add_node(g, PIPIT_OP_GATHER_DTABLE, 2, (int32_t[]){idx, dout}, (double[2]){t.ndim, 0}, iattr);
+    din[0] = add_node(g, PIPIT_OP_GATHER_DTABLE, 2, (int32_t[]){idx, dout}, (double[4]){t.ndim, 0}, iattr);
 }
 
 /* GATHER_DTABLE(idx, dout) -> the table's shape (iattr, rank fattr[0]):
@@ -207,7 +207,7 @@ static int32_t reduce_to(pipit_graph *g, int32_t d, int32_t like, double scale) 
     if (same_shape(&x, &g->nodes[d])) {
         if (scale == 1) return d;
         if (scale == -1) return op1(g, PIPIT_OP_NEG, d);
-        return add_node(g, PIPIT_OP_SCALE, 1, &d, (double[2]){scale, 0}, NULL);
+        return add_node(g, PIPIT_OP_SCALE, 1, &d, (double[4]){scale, 0}, NULL);
     }
     return to_shape(g, PIPIT_OP_SUM_TO, d, &x, scale);
 }
@@ -272,7 +272,7 @@ static void op_SUM_TO_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din
     pipit__node x = g->nodes[g->nodes[id].in[0]];
     double scale = g->nodes[id].fattr[1];
     int32_t b = to_shape(g, PIPIT_OP_BROADCAST_TO, dout, &x, 0);
-    din[0] = scale == 1 || b < 0 ? b : add_node(g, PIPIT_OP_SCALE, 1, &b, (double[2]){scale, 0}, NULL);
+    din[0] = scale == 1 || b < 0 ? b : add_node(g, PIPIT_OP_SCALE, 1, &b, (double[4]){scale, 0}, NULL);
 }
 
 static pipit_status op_BROADCAST_TO_shape(const pipit_graph *g, pipit__node *n) { return to_target_shape(g, n, 0); }
@@ -287,7 +287,7 @@ static pipit_status op_SCALE_shape(const pipit_graph *g, pipit__node *n) {
     return PIPIT_STATUS_OK;
 }
 static void op_SCALE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
-    double f[2] = {g->nodes[id].fattr[0], 0};
+    double f[4] = {g->nodes[id].fattr[0], 0};
     din[0] = add_node(g, PIPIT_OP_SCALE, 1, &dout, f, NULL);
 }
 
@@ -454,7 +454,7 @@ static pipit_status norm_shape(const pipit_graph *g, pipit__node *n, int k) {
 /* dx = DX(x, w, dout) and dw = DW(x, dout): separate ops, so B and W split. */
 static void norm_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din, pipit__opcode dx, pipit__opcode dw) {
     const pipit__node *n = &g->nodes[id];
-    double f[2] = {n->fattr[0], 0};
+    double f[4] = {n->fattr[0], 0};
     int32_t x = n->in[0], w = n->in[1];
     din[0] = add_node(g, dx, 3, (int32_t[]){x, w, dout}, f, NULL);
     din[1] = add_node(g, dw, 2, (int32_t[]){x, dout}, f, NULL);
@@ -502,7 +502,26 @@ static void op_RMSNORM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *di
 
 /* ROPE(x) rotates each head's halves (Hugging Face's rotate_half):
  * x [B,T,H*D] with H = iattr[0], or [B,T,H,D]; positions iattr[1] + t;
- * theta fattr[0]; iattr[2] = 1 rotates back (the gradient). */
+ * theta fattr[0]; iattr[2] = 1 rotates back (the gradient). fattr[1] > 0
+ * scales the frequencies as rope_type "llama3" (pipit_rope_scaled): factor
+ * fattr[1], low_freq_factor fattr[2], high_freq_factor fattr[3],
+ * original_max_position_embeddings iattr[3]; all four 0 without scaling.
+ * The backends form the frequencies with src/backend/rope_freq.h. */
+static pipit_status rope_scaling_check(const pipit__node *n) {
+    double factor = n->fattr[1], lo = n->fattr[2], hi = n->fattr[3];
+    int64_t orig = n->iattr[3];
+    if (factor == 0 && lo == 0 && hi == 0 && orig == 0) return PIPIT_STATUS_OK; /* plain RoPE */
+    if (!(factor > 0) || !isfinite(factor))
+        return shape_err("llama3 scaling: factor %g must be finite and > 0 (0 with the other three 0: no scaling)",
+                         factor);
+    if (!(lo > 0) || !(hi > lo) || !isfinite(hi))
+        return shape_err("llama3 scaling: low_freq_factor %g and high_freq_factor %g must be finite with "
+                         "0 < low_freq_factor < high_freq_factor",
+                         lo, hi);
+    if (orig < 1 || orig > INT32_MAX)
+        return shape_err("llama3 scaling: original_max_position_embeddings %lld not in 1..2^31-1", (long long)orig);
+    return PIPIT_STATUS_OK;
+}
 static pipit_status op_ROPE_shape(const pipit_graph *g, pipit__node *n) {
     const pipit__node *x = IN(0);
     if (need_float(x, "input")) return PIPIT_STATUS_SHAPE;
@@ -515,12 +534,13 @@ static pipit_status op_ROPE_shape(const pipit_graph *g, pipit__node *n) {
     if (!(n->fattr[0] > 0) || !isfinite(n->fattr[0])) return shape_err("theta must be finite and > 0");
     if (n->iattr[1] < 0 || n->iattr[1] > ((int64_t)1 << 24))
         return shape_err("position offset %lld not in 0..2^24", (long long)n->iattr[1]);
+    if (rope_scaling_check(n)) return PIPIT_STATUS_SHAPE;
     n->dtype = x->dtype;
     copy_shape(n, x);
     return PIPIT_STATUS_OK;
 }
-/* The gradient of a rotation is the inverse rotation. The attributes are
- * copied first: adding a node may move g->nodes. */
+/* The gradient of a rotation is the inverse rotation (same frequencies).
+ * The attributes are copied first: adding a node may move g->nodes. */
 static void op_ROPE_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
     pipit__node n = g->nodes[id];
     n.iattr[2] = !n.iattr[2];
@@ -748,7 +768,7 @@ static pipit_status op_FILL_shape(const pipit_graph *g, pipit__node *n) {
     return PIPIT_STATUS_OK;
 }
 static void op_FILL_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
-    double f[2] = {g->nodes[id].fattr[0], 0};
+    double f[4] = {g->nodes[id].fattr[0], 0};
     din[0] = add_node(g, PIPIT_OP_SUM, 1, &dout, f, NULL);
 }
 

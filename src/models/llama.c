@@ -20,6 +20,7 @@
 #include "util/checked.h"
 #include "util/common.h"
 #include "util/fileio.h"
+#include "util/json.h"
 
 static int kv_of(const pipit_llama_config *c) { return c->kv_heads ? c->kv_heads : c->heads; }
 
@@ -75,6 +76,22 @@ static int count_params(const pipit_llama_config *c, int64_t F, int64_t *out) {
     return 1;
 }
 
+/* pipit_rope_scaled's rule for the scaling, in the config's words. */
+static pipit_status rope_scaling_check(const pipit_rope_scaling *r) {
+    if (r->factor == 0 && r->low_freq_factor == 0 && r->high_freq_factor == 0 && r->original_max_position_embeddings == 0)
+        return PIPIT_STATUS_OK; /* none */
+    if (!(r->factor > 0) || !isfinite(r->factor) || !(r->low_freq_factor > 0) ||
+        !(r->high_freq_factor > r->low_freq_factor) || !isfinite(r->high_freq_factor) ||
+        r->original_max_position_embeddings < 1 || r->original_max_position_embeddings > INT32_MAX)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "llama: rope_scaling (llama3) factor %g, low_freq_factor %g, high_freq_factor %g, "
+                          "original_max_position_embeddings %lld: needs factor > 0, 0 < low_freq_factor < "
+                          "high_freq_factor, 1 <= original_max_position_embeddings <= 2^31-1 (all zeros: no scaling)",
+                          r->factor, r->low_freq_factor, r->high_freq_factor,
+                          (long long)r->original_max_position_embeddings);
+    return PIPIT_STATUS_OK;
+}
+
 static pipit_status llama_check_impl(const pipit_llama_config *c) {
     if (!c) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_check: config is NULL");
     if (c->vocab < 1 || c->ctx < 1 || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->batch < 1)
@@ -106,6 +123,7 @@ static pipit_status llama_check_impl(const pipit_llama_config *c) {
         return pipit__err(PIPIT_STATUS_INVALID, "llama: norm_eps %g must be a positive number", c->norm_eps);
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return pipit__err(PIPIT_STATUS_INVALID, "llama: rope_theta %g must be a positive number", c->rope_theta);
+    if (rope_scaling_check(&c->rope_scaling)) return PIPIT_STATUS_INVALID;
     if (c->tied != 0 && c->tied != 1) return pipit__err(PIPIT_STATUS_INVALID, "llama: tied %d is not 0 or 1", c->tied);
     int F = ffn_hidden(c);
     if (F < 1) return PIPIT_STATUS_INVALID;
@@ -160,7 +178,7 @@ static pipit_val rmsnorm(pipit_graph *g, const pipit_llama_config *c, pipit_val 
 /* RoPE of the model on x [B,T,heads*D] (row t at position t): the one
  * call the training and the decoding graph share. */
 static pipit_val rope(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int heads) {
-    return pipit_rope(g, x, heads, c->rope_theta);
+    return pipit_rope_scaled(g, x, heads, c->rope_theta, 0, &c->rope_scaling);
 }
 
 /* A decoding graph's attention of the new position (decode.h): q and k
@@ -347,7 +365,41 @@ static int shape2(const pipit_checkpoint *ck, const char *name, int64_t d[2]) {
     return 1;
 }
 
-/* heads, kv_heads, max_ctx, norm_eps, rope_theta from the metadata pipit writes. */
+/* The RoPE scaling pipit records ("rope_type" llama3 and its four
+ * numbers; "default": none); cfg's left as it is without "rope_type". */
+static pipit_status meta_rope_scaling(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
+    const char *type = pipit_checkpoint_meta(ck, "rope_type");
+    if (!type) return PIPIT_STATUS_OK;
+    if (strcmp(type, "default") == 0) {
+        cfg->rope_scaling = (pipit_rope_scaling){0};
+        return PIPIT_STATUS_OK;
+    }
+    if (strcmp(type, "llama3") != 0)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': metadata 'rope_type' is '%s': pipit implements \"default\" and \"llama3\"",
+                          pipit_checkpoint_path(ck), type);
+    static const char *const keys[] = {"rope_factor", "rope_low_freq_factor", "rope_high_freq_factor"};
+    double v[3];
+    int orig = 0;
+    for (int i = 0; i < 3; i++) {
+        int r = pipit__models_meta_positive(ck, keys[i], &v[i]);
+        if (r < 0) return PIPIT_STATUS_FORMAT;
+        if (r == 0)
+            return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': metadata 'rope_type' is llama3 but '%s' is missing",
+                              pipit_checkpoint_path(ck), keys[i]);
+    }
+    int r = pipit__models_meta_count(ck, "rope_original_max_position_embeddings", &orig);
+    if (r < 0) return PIPIT_STATUS_FORMAT;
+    if (r == 0)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': metadata 'rope_type' is llama3 but 'rope_original_max_position_embeddings' "
+                          "is missing",
+                          pipit_checkpoint_path(ck));
+    cfg->rope_scaling = (pipit_rope_scaling){v[0], v[1], v[2], orig};
+    return PIPIT_STATUS_OK;
+}
+
+/* heads, kv_heads, max_ctx, norm_eps, rope_theta, the RoPE scaling from the metadata pipit writes. */
 static pipit_status meta_fields(const pipit_checkpoint *ck, pipit_llama_config *cfg) {
     int heads = 0, kv = 0, max_ctx = 0;
     double eps = 0, theta = 0;
@@ -360,6 +412,46 @@ static pipit_status meta_fields(const pipit_checkpoint *ck, pipit_llama_config *
     if (m) cfg->max_ctx = max_ctx;
     if (e) cfg->norm_eps = eps;
     if (t) cfg->rope_theta = theta;
+    return meta_rope_scaling(ck, cfg);
+}
+
+/* Whether the builder of L layers reads the tensor `name` (a param, its
+ * optimizer state, or a rotary_emb.inv_freq buffer that RoPE never needs). */
+static int llama_uses(const char *name, int L, int tied) {
+    if (strncmp(name, "opt.m.", 6) == 0 || strncmp(name, "opt.v.", 6) == 0) return llama_uses(name + 6, L, tied);
+    if (strcmp(name, "model.embed_tokens.weight") == 0 || strcmp(name, "model.norm.weight") == 0) return 1;
+    if (strcmp(name, "lm_head.weight") == 0) return !tied;
+    static const char *const per_layer[] = {
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",    "input_layernorm.weight",
+        "post_attention_layernorm.weight", "self_attn.rotary_emb.inv_freq"};
+    const char *p = "model.layers.";
+    if (strncmp(name, p, strlen(p)) != 0) return 0;
+    const char *d = name + strlen(p), *dot = strchr(d, '.');
+    if (!dot || dot == d || dot - d > 9 || (*d == '0' && dot - d > 1)) return 0; /* digits, no leading zero */
+    long l = 0;
+    for (const char *q = d; q < dot; q++) {
+        if (*q < '0' || *q > '9') return 0;
+        l = 10 * l + (*q - '0');
+    }
+    if (l >= L) return 0;
+    for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++)
+        if (strcmp(dot + 1, per_layer[i]) == 0) return 1;
+    return 0;
+}
+
+/* Every tensor of the file is one the builder reads (it would otherwise be
+ * silently ignored: a Qwen2's biases, a layer past a gap). */
+static pipit_status llama_all_used(const pipit_checkpoint *ck, int L, int tied) {
+    for (int i = 0, n = pipit_checkpoint_num_tensors(ck); i < n; i++) {
+        const char *name = pipit_checkpoint_tensor_name(ck, i);
+        if (llama_uses(name, L, tied)) continue;
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': tensor '%s' is not used by the llama builder (LlamaForCausalLM with %d "
+                          "layers, no biases, %s head): another model's weights (Qwen2's q/k/v biases, ...) are "
+                          "refused rather than ignored",
+                          pipit_checkpoint_path(ck), name, L, tied ? "a tied" : "an untied");
+    }
     return PIPIT_STATUS_OK;
 }
 
@@ -402,6 +494,7 @@ static pipit_status llama_config_from_checkpoint_impl(const pipit_checkpoint *ck
     f.layers = L;
     f.ffn_hidden = (int)gate[0];
     f.tied = pipit_checkpoint_tensor_shape(ck, "lm_head.weight", NULL, NULL) != PIPIT_STATUS_OK;
+    if (llama_all_used(ck, L, f.tied)) return PIPIT_STATUS_FORMAT;
     *cfg = f;
     return PIPIT_STATUS_OK;
 }
@@ -475,9 +568,6 @@ static void hf_refuse_other(hf_ctx *h, const char *key, const char *want, const 
 static void hf_unsupported(hf_ctx *h, int hidden, int heads) {
     hf_refuse_other(h, "model_type", "llama", "pipit builds LlamaForCausalLM only");
     hf_refuse_other(h, "hidden_act", "silu", "pipit's MLP is SwiGLU (SiLU gate)");
-    if (hf_get(h, "rope_scaling"))
-        hf_fail(h, PIPIT_STATUS_INVALID, "\"rope_scaling\" is not null: pipit implements plain RoPE (no scaled or "
-                                         "extended positions)");
     hf_refuse_true(h, "attention_bias", "pipit's q, k, v and o projections have no bias");
     hf_refuse_true(h, "mlp_bias", "pipit's gate, up and down projections have no bias");
     const cJSON *d = hf_get(h, "attention_dropout");
@@ -491,15 +581,140 @@ static void hf_unsupported(hf_ctx *h, int hidden, int heads) {
                 hd, hidden, heads);
 }
 
+/* ---- RoPE in config.json ----
+ * transformers < 5 writes "rope_theta" at the top and "rope_scaling" (null
+ * or {"rope_type" (once "type"), "factor", ...}); transformers >= 5 writes
+ * "rope_parameters": {"rope_theta", "rope_type", ...}. Each setting is
+ * read from every place it may be; two places that disagree are refused. */
+
+enum { ROPE_TOP, ROPE_SCALING, ROPE_PARAMS, ROPE_PLACES };
+static const char *const rope_place[ROPE_PLACES] = {"", "rope_scaling.", "rope_parameters."};
+
+static int json_same(const cJSON *a, const cJSON *b) {
+    if (cJSON_IsNumber(a) && cJSON_IsNumber(b)) return a->valuedouble == b->valuedouble;
+    if (cJSON_IsString(a) && cJSON_IsString(b)) return strcmp(a->valuestring, b->valuestring) == 0;
+    return cJSON_Compare(a, b, 1);
+}
+
+/* The value of `key` (or its older spelling `alt`) wherever RoPE settings
+ * live (the top level only for rope_theta), or NULL; its place into where. */
+static const cJSON *rope_get(hf_ctx *h, const cJSON *const obj[ROPE_PLACES], const char *key, const char *alt,
+                             char *where, size_t n) {
+    const cJSON *found = NULL;
+    char first[96] = "";
+    for (int p = 0; p < ROPE_PLACES; p++) {
+        if (!obj[p] || (p == ROPE_TOP && strcmp(key, "rope_theta") != 0)) continue;
+        for (int k = 0; k < 2; k++) {
+            const char *name = k ? alt : key;
+            const cJSON *v = name ? cJSON_GetObjectItemCaseSensitive(obj[p], name) : NULL;
+            if (!v || cJSON_IsNull(v)) continue;
+            char here[96];
+            snprintf(here, sizeof here, "%s%s", rope_place[p], name);
+            if (found && !json_same(found, v)) {
+                hf_fail(h, PIPIT_STATUS_INVALID, "\"%s\" and \"%s\" disagree: which one was meant?", first, here);
+                return NULL;
+            }
+            if (!found) found = v, snprintf(first, sizeof first, "%s", here);
+        }
+    }
+    snprintf(where, n, "%s", first);
+    return found;
+}
+
+/* A number > 0 (an integer if `integer`) at `where`; 0 if absent. */
+static int rope_number(hf_ctx *h, const cJSON *v, const char *where, int integer, double *out) {
+    if (!v) return 0;
+    double x = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    if (!(x > 0) || !isfinite(x) || (integer && (x != floor(x) || x > INT32_MAX))) {
+        hf_fail(h, PIPIT_STATUS_FORMAT, "\"%s\" must be a positive %s", where,
+                integer ? "integer up to 2^31-1" : "number");
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* rope_theta into f (and PIPIT_LLAMA_HAS_ROPE_THETA), the rope_type's
+ * scaling into f->rope_scaling (and PIPIT_LLAMA_HAS_ROPE_SCALING). */
+static void hf_rope(hf_ctx *h, pipit_llama_config *f, int *has) {
+    const cJSON *obj[ROPE_PLACES] = {h->root, hf_get(h, "rope_scaling"), hf_get(h, "rope_parameters")};
+    for (int p = ROPE_SCALING; p < ROPE_PLACES; p++) {
+        if (obj[p] && !cJSON_IsObject(obj[p])) {
+            hf_fail(h, PIPIT_STATUS_FORMAT, "\"%.*s\" must be an object or null", (int)strlen(rope_place[p]) - 1,
+                    rope_place[p]);
+            return;
+        }
+        static const char *const known[] = {"rope_type", "type", "rope_theta", "factor", "low_freq_factor",
+                                            "high_freq_factor", "original_max_position_embeddings"};
+        for (const cJSON *k = obj[p] ? obj[p]->child : NULL; k; k = k->next) {
+            size_t i = 0;
+            while (i < sizeof known / sizeof known[0] && strcmp(k->string, known[i]) != 0) i++;
+            if (i == sizeof known / sizeof known[0]) {
+                hf_fail(h, PIPIT_STATUS_INVALID,
+                        "\"%s%s\": pipit does not implement it (RoPE reads rope_type, rope_theta and llama3's "
+                        "factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)",
+                        rope_place[p], k->string);
+                return;
+            }
+        }
+    }
+    char where[96];
+    double theta = 0;
+    if (rope_number(h, rope_get(h, obj, "rope_theta", NULL, where, sizeof where), where, 0, &theta))
+        f->rope_theta = theta, *has |= PIPIT_LLAMA_HAS_ROPE_THETA;
+    const cJSON *type = rope_get(h, obj, "rope_type", "type", where, sizeof where);
+    if (h->st) return;
+    if (type && !cJSON_IsString(type)) {
+        hf_fail(h, PIPIT_STATUS_FORMAT, "\"%s\" must be a string", where);
+        return;
+    }
+    static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
+    const cJSON *v[4];
+    char at[4][96];
+    for (int i = 0; i < 4; i++) v[i] = rope_get(h, obj, keys[i], NULL, at[i], sizeof at[i]);
+    if (h->st) return;
+    int llama3 = type && strcmp(type->valuestring, "llama3") == 0;
+    if (type && !llama3 && strcmp(type->valuestring, "default") != 0) {
+        hf_fail(h, PIPIT_STATUS_INVALID,
+                "\"%s\" is \"%s\": pipit implements rope_type \"default\" and \"llama3\" (Llama 3.1 and later)",
+                where, type->valuestring);
+        return;
+    }
+    if (type) *has |= PIPIT_LLAMA_HAS_ROPE_SCALING;
+    double x[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; i++) {
+        if (v[i] && !llama3) {
+            hf_fail(h, PIPIT_STATUS_INVALID, "\"%s\" is given but the rope_type is %s%s%s, which does not use it",
+                    at[i], type ? "\"" : "", type ? type->valuestring : "not given (default)", type ? "\"" : "");
+            return;
+        }
+        if (llama3 && !v[i]) {
+            hf_fail(h, PIPIT_STATUS_FORMAT, "rope_type \"llama3\" needs \"%s\" (beside \"%s\")", keys[i], where);
+            return;
+        }
+        if (llama3 && !rope_number(h, v[i], at[i], i == 3, &x[i])) return;
+    }
+    if (llama3 && !(x[2] > x[1])) {
+        hf_fail(h, PIPIT_STATUS_INVALID, "\"%s\" %g must exceed \"%s\" %g", at[2], x[2], at[1], x[1]);
+        return;
+    }
+    f->rope_scaling = llama3 ? (pipit_rope_scaling){x[0], x[1], x[2], (int64_t)x[3]} : (pipit_rope_scaling){0};
+}
+
 static pipit_status llama_config_from_hf_impl(const char *config_json, pipit_llama_config *cfg, int *present) {
     if (!config_json || !cfg)
         return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_config_from_hf: NULL %s", cfg ? "path" : "config");
     char *text = NULL;
     pipit_status s = pipit__read_text(config_json, "config", &text);
     if (s) return s;
-    cJSON *root = cJSON_Parse(text);
+    char what[4200];
+    snprintf(what, sizeof what, "config '%s'", config_json);
+    cJSON *root = NULL;
+    s = pipit__json_parse(text, strlen(text), what, &root);
     pipit__free(text);
-    if (!root || !cJSON_IsObject(root)) {
+    if (s) return s;
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return pipit__err(PIPIT_STATUS_FORMAT, "config '%s': not a JSON object (Hugging Face config.json)", config_json);
     }
@@ -513,7 +728,7 @@ static pipit_status llama_config_from_hf_impl(const char *config_json, pipit_lla
     has |= hf_int(&h, "num_attention_heads", &f.heads) ? PIPIT_LLAMA_HAS_HEADS : 0;
     has |= hf_int(&h, "max_position_embeddings", &f.max_ctx) ? PIPIT_LLAMA_HAS_MAX_CTX : 0;
     has |= hf_positive(&h, "rms_norm_eps", &f.norm_eps) ? PIPIT_LLAMA_HAS_NORM_EPS : 0;
-    has |= hf_positive(&h, "rope_theta", &f.rope_theta) ? PIPIT_LLAMA_HAS_ROPE_THETA : 0;
+    hf_rope(&h, &f, &has);
     if (hf_int(&h, "num_key_value_heads", &f.kv_heads)) has |= PIPIT_LLAMA_HAS_KV_HEADS;
     else if (has & PIPIT_LLAMA_HAS_HEADS) f.kv_heads = f.heads, has |= PIPIT_LLAMA_HAS_KV_HEADS; /* LlamaConfig's default */
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
@@ -541,28 +756,59 @@ static void shortest(char *buf, size_t n, double v) {
     }
 }
 
-pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, FILE *f) {
-    if (!c || !f) return pipit__err(PIPIT_STATUS_MISUSE, "pipit_llama_write_hf_config: NULL %s", c ? "file" : "config");
+/* shortest(), spelled as a float ("8.0", not "8"): transformers warns
+ * when a rope_scaling factor reads back as a Python int. */
+static void shortest_float(char *buf, size_t n, double v) {
+    shortest(buf, n, v);
+    if (!strpbrk(buf, ".eEin")) strncat(buf, ".0", n - strlen(buf) - 1);
+}
+
+static pipit_status write_hf_config(const pipit_llama_config *c, int bos, int eos, FILE *f, const char *fn) {
+    if (!c || !f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL %s", fn, c ? "file" : "config");
     if (llama_check_impl(c)) {
-        pipit__err_prefix("pipit_llama_write_hf_config");
+        pipit__err_prefix("%s", fn);
         return PIPIT_STATUS_INVALID;
     }
-    char eps[32], theta[32];
+    if (bos < 0 || bos >= c->vocab || eos < 0 || eos >= c->vocab)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: bos_token_id %d and eos_token_id %d must be ids of the vocabulary "
+                                                "(0 .. %d)",
+                          fn, bos, eos, c->vocab - 1);
+    char eps[32], theta[32], scaling[400] = "null";
     shortest(eps, sizeof eps, c->norm_eps);
     shortest(theta, sizeof theta, c->rope_theta);
+    const pipit_rope_scaling *r = &c->rope_scaling;
+    if (r->factor > 0) {
+        char fa[32], lo[32], hi[32];
+        shortest_float(fa, sizeof fa, r->factor);
+        shortest_float(lo, sizeof lo, r->low_freq_factor);
+        shortest_float(hi, sizeof hi, r->high_freq_factor);
+        snprintf(scaling, sizeof scaling,
+                 "{\"rope_type\": \"llama3\", \"factor\": %s, \"low_freq_factor\": %s, \"high_freq_factor\": %s, "
+                 "\"original_max_position_embeddings\": %lld}",
+                 fa, lo, hi, (long long)r->original_max_position_embeddings);
+    }
     fprintf(f,
             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
             "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
             "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
             "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
-            "  \"rope_theta\": %s,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": %s,\n"
+            "  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n"
             "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
             "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\",\n"
-            "  \"use_cache\": true\n}\n",
-            c->vocab, c->dim, ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads,
-            c->max_ctx, eps, theta, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32");
-    if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "pipit_llama_write_hf_config: writing failed");
+            "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"use_cache\": true\n}\n",
+            c->vocab, c->dim, ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads, c->max_ctx, eps, theta,
+            scaling, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32", bos, eos);
+    if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "%s: writing failed", fn);
     return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit_llama_write_hf_config(const pipit_llama_config *c, FILE *f) {
+    int last = c && c->vocab > 0 ? c->vocab - 1 : 0;
+    return write_hf_config(c, last, last, f, __func__);
+}
+
+pipit_status pipit_llama_write_hf_config_ex(const pipit_llama_config *c, int bos_token_id, int eos_token_id, FILE *f) {
+    return write_hf_config(c, bos_token_id, eos_token_id, f, __func__);
 }
 
 pipit_status pipit_llama_feeds(const pipit_llama_config *c, const int32_t *tokens, const int32_t *targets,

@@ -16,6 +16,7 @@
 #include "text/text.h"
 #include "util/common.h"
 #include "util/fileio.h"
+#include "util/json.h"
 
 enum { MAX_FILE = 1 << 30 };
 
@@ -51,15 +52,13 @@ static pipit_status parse_json(const char *path, cJSON **root) {
     size_t len;
     pipit_status s = read_file(path, &buf, &len);
     if (s) return s;
-    *root = cJSON_ParseWithLength(buf, len);
-    if (!*root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= buf && at <= buf + len ? (long)(at - buf) : -1;
-        pipit__free(buf);
-        return pipit__err(PIPIT_STATUS_FORMAT, "'%s': not JSON (error near byte %ld)", path, off);
-    }
+    /* nothing may follow the value, and no object may hold a key twice:
+     * cJSON would keep the first "model" and ignore the second */
+    char what[4200];
+    snprintf(what, sizeof what, "'%s'", path);
+    s = pipit__json_parse(buf, len, what, root);
     pipit__free(buf);
-    return PIPIT_STATUS_OK;
+    return s;
 }
 
 /* A token spelled in byte-level characters -> its raw bytes in out (room

@@ -63,25 +63,13 @@ static inline float fast_expf(float x) {
     return x != x ? x : y;
 }
 
-/* RoPE's inverse frequency i of a head of D: theta^(-2i/D). In float as
- * transformers computes it for an f32 model (1 / theta ** (arange(0, D, 2)
- * .float() / D), float32 throughout; the power correctly rounded), so the
- * angles and their cos / sin match its; in double for f64. */
-static inline float rope_freq_f32(int64_t i, int64_t D, double theta) {
-    float e = (float)(2 * i) / (float)D;
-    return 1.0f / (float)pow((double)(float)theta, (double)e);
-}
-static inline double rope_freq_f64(int64_t i, int64_t D, double theta) {
-    return 1.0 / pow(theta, (double)(2 * i) / (double)D);
-}
-
 /* The fp32 math, shared by f32 and bf16 (whose arithmetic is fp32). */
 #define EXP fast_expf
 #define LOG logf
 #define SQRT sqrtf
 #define TANH tanhf
 #define FABS fabsf
-#define ROPE_FREQ rope_freq_f32
+#define ROPE_FREQ pipit__rope_freq_f32 /* backend/rope_freq.h: as transformers forms them */
 
 #define T float
 #define A float
@@ -122,7 +110,7 @@ static inline double rope_freq_f64(int64_t i, int64_t D, double theta) {
 #define SQRT sqrt
 #define TANH tanh
 #define FABS fabs
-#define ROPE_FREQ rope_freq_f64
+#define ROPE_FREQ pipit__rope_freq_f64
 #define BLAS_GEMM cblas_dgemm
 #include "backend/cpu/kernels_impl.h"
 #undef EXP

@@ -17,6 +17,7 @@
 
 #include <stdint.h>
 
+#include "backend/rope_freq.h"
 #include "util/bf16.h"
 #include "util/common.h"
 
@@ -133,10 +134,10 @@ typedef struct {
     void pipit__rmsnorm_dw_##S(T *dw, const T *x, const T *dout, int64_t rows,         \
                                int64_t C, double eps, int ith, int nth);                \
     /* RoPE, rotate-half: x, out [B,T,H*D]; position of row t: pos0 + t;               \
-     * inverse != 0 rotates by minus the angle (the gradient) */                        \
+     * frequencies rf; inverse != 0 rotates by minus the angle (the gradient) */        \
     void pipit__rope_##S(T *out, const T *x, int64_t B, int64_t Tn, int64_t H,         \
-                         int64_t D, int64_t pos0, double theta, int inverse, int ith,   \
-                         int nth);                                                      \
+                         int64_t D, int64_t pos0, pipit__rope_freqs rf, int inverse,    \
+                         int ith, int nth);                                             \
     /* Along the last axis of [rows, C]: y = softmax(x); dx = y (d - sum(d y));        \
      * y = log_softmax(x); dx = d - exp(y) sum(d) (sums in double) */                   \
     void pipit__softmax_##S(T *y, const T *x, int64_t rows, int64_t C, int ith, int nth);  \

@@ -697,21 +697,22 @@ void FN(rmsnorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C, d
 /* ------------------------------------------------------------ RoPE */
 
 /* out, x [B,T,H*D]: for each head, with i < D/2, a = (pos0 + t) * f_i,
- * f_i = theta^(-2i/D) (ROPE_FREQ: as transformers forms it in the type;
- * in fp32 for bf16):
+ * f_i = theta^(-2i/D), llama3-scaled if rf says so (ROPE_FREQ,
+ * backend/rope_freq.h: as transformers forms it in the type; in fp32 for
+ * bf16):
  *   out[i]       = x[i] cos a - x[i + D/2] sin a
  *   out[i + D/2] = x[i + D/2] cos a + x[i] sin a
  * (sin negated when inverse). Threads split positions t; cos and sin are
  * formed for KERNEL_ROPE_CHUNK frequencies at a time and applied to every
  * batch row and head of that position. */
-void FN(rope)(T *out, const T *x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos0, double theta,
+void FN(rope)(T *out, const T *x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos0, pipit__rope_freqs rf,
               int inverse, int ith, int nth) {
     int64_t half = D / 2, C = H * D, lo, hi;
     A f[KERNEL_ROPE_CHUNK], cs[KERNEL_ROPE_CHUNK], sn[KERNEL_ROPE_CHUNK];
     pipit__range(Tn, ith, nth, &lo, &hi);
     for (int64_t i0 = 0; i0 < half && lo < hi; i0 += KERNEL_ROPE_CHUNK) {
         int64_t w = PIPIT_MIN(KERNEL_ROPE_CHUNK, half - i0);
-        for (int64_t i = 0; i < w; i++) f[i] = ROPE_FREQ(i0 + i, D, theta);
+        for (int64_t i = 0; i < w; i++) f[i] = ROPE_FREQ(i0 + i, D, rf);
         for (int64_t t = lo; t < hi; t++) {
             A pos = (A)(pos0 + t);
             for (int64_t i = 0; i < w; i++) {

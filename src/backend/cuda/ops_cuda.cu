@@ -480,7 +480,8 @@ static void cuda_ROPE(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
     const pipit__node *n = k->node;
     int64_t B = n->shape[0], T = n->shape[1], H = n->iattr[0], D = pipit__node_numel(n) / (B * T) / H;
-    pipit__cuda_rope(DT(k), k->out, k->in[0], B, T, H, D, n->iattr[1], n->fattr[0], (int)n->iattr[2]);
+    pipit__cuda_rope(DT(k), k->out, k->in[0], B, T, H, D, n->iattr[1], pipit__rope_freqs_of(n->fattr, n->iattr[3]),
+                     (int)n->iattr[2]);
 }
 
 /* ------------------------------------------------------------ attention */

@@ -18,6 +18,9 @@
 
 #include "backend/cuda/cuda_backend.h"
 
+#define PIPIT_ROPE_FREQ_CUDA 1 /* its frequencies as device functions */
+#include "backend/rope_freq.h"
+
 /* Scratch for one op (row statistics, partial sums, sort buffers): taken
  * from the device's stream-ordered pool on the current rank's stream and
  * given back on the same stream after the kernels that use it, so reuse is
@@ -265,9 +268,9 @@ void pipit__cuda_rmsnorm_dw(pipit_dtype dt, void *dw, const void *x, const void 
 /* ------------------------------------------------------------ rope_cuda.cu */
 
 /* RoPE, rotate-half (the CPU's pipit__rope): x, out [B,T,H*D], positions
- * pos0 + t; inverse != 0 rotates back. */
+ * pos0 + t, frequencies rf; inverse != 0 rotates back. */
 void pipit__cuda_rope(pipit_dtype dt, void *out, const void *x, int64_t B, int64_t T, int64_t H, int64_t D,
-                      int64_t pos0, double theta, int inverse);
+                      int64_t pos0, pipit__rope_freqs rf, int inverse);
 
 /* ------------------------------------------------------------ attention_cuda.cu */
 

@@ -1,14 +1,16 @@
 /*
  * rope_cuda.cu — rotary position embedding, Hugging Face's rotate-half
  * convention (the CPU's pipit__rope): x, out [B,T,H*D]; for each head and
- * i < D/2, with a = (pos0 + t) * f_i and f_i = theta^(-2i/D),
+ * i < D/2, with a = (pos0 + t) * f_i and f_i = theta^(-2i/D) (llama3-scaled
+ * when the node says so),
  *   out[i]       = x[i] cos a - x[i + D/2] sin a
  *   out[i + D/2] = x[i + D/2] cos a + x[i] sin a
  * (sin negated for the inverse rotation, the gradient). Two kernels: the
  * cos / sin table [T, D/2] into scratch (formed as the CPU forms them: f_i
- * in the element type as transformers does for f32, the angle rounded to
- * the type, cos and sin in double rounded once), then one thread per
- * rotated pair. Every output element is one thread's: deterministic.
+ * by backend/rope_freq.h, the CPU's own definition, in the element type as
+ * transformers does for f32, the angle rounded to the type, cos and sin in
+ * double rounded once), then one thread per rotated pair. Every output
+ * element is one thread's: deterministic.
  */
 #include <cmath>
 
@@ -16,23 +18,20 @@
 
 #define NTH PIPIT_CUDA_THREADS
 
-/* theta^(-2i/D): float as transformers computes it for an f32 model (the
- * exponent in float, the power in double rounded once), double for f64. */
-__device__ __forceinline__ float rope_freq(float, int64_t i, int64_t D, double theta) {
-    float e = (float)(2 * i) / (float)D;
-    return 1.0f / (float)pow((double)(float)theta, (double)e);
+__device__ __forceinline__ float rope_freq(float, int64_t i, int64_t D, pipit__rope_freqs rf) {
+    return pipit__rope_freq_f32(i, D, rf);
 }
-__device__ __forceinline__ double rope_freq(double, int64_t i, int64_t D, double theta) {
-    return 1.0 / pow(theta, (double)(2 * i) / (double)D);
+__device__ __forceinline__ double rope_freq(double, int64_t i, int64_t D, pipit__rope_freqs rf) {
+    return pipit__rope_freq_f64(i, D, rf);
 }
 
 /* cs, sn [Tn, half] */
 template <class T>
-__global__ void rope_table_kernel(T *cs, T *sn, int64_t Tn, int64_t half, int64_t D, int64_t pos0, double theta,
-                                  int inverse) {
+__global__ void rope_table_kernel(T *cs, T *sn, int64_t Tn, int64_t half, int64_t D, int64_t pos0,
+                                  pipit__rope_freqs rf, int inverse) {
     PIPIT_GRID_STRIDE(e, Tn * half) {
         const int64_t t = e / half, i = e % half;
-        const T a = (T)(pos0 + t) * rope_freq((T)0, i, D, theta);
+        const T a = (T)(pos0 + t) * rope_freq((T)0, i, D, rf);
         cs[e] = (T)cos((double)a);
         sn[e] = inverse ? -(T)sin((double)a) : (T)sin((double)a);
     }
@@ -54,14 +53,14 @@ __global__ void rope_kernel(T *out, const T *x, const T *cs, const T *sn, int64_
 }
 
 template <class T>
-static void rope(void *out, const void *x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos0, double theta,
-                 int inverse) {
+static void rope(void *out, const void *x, int64_t B, int64_t Tn, int64_t H, int64_t D, int64_t pos0,
+                 pipit__rope_freqs rf, int inverse) {
     const int64_t half = D / 2;
     cudaStream_t s = pipit__cuda_stream();
     T *tab = (T *)pipit__cuda_scratch((size_t)(2 * Tn * half) * sizeof(T), "rope: scratch");
     if (!tab) return;
     rope_table_kernel<T><<<pipit_grid_for(Tn * half, NTH), NTH, 0, s>>>(tab, tab + Tn * half, Tn, half, D, pos0,
-                                                                       theta, inverse);
+                                                                       rf, inverse);
     if (!PIPIT_CUDA_LAUNCHED("rope: table")) {
         rope_kernel<T><<<pipit_grid_for(B * Tn * H * half, NTH), NTH, 0, s>>>((T *)out, (const T *)x, tab,
                                                                              tab + Tn * half, B * Tn, Tn, H, D);
@@ -71,7 +70,7 @@ static void rope(void *out, const void *x, int64_t B, int64_t Tn, int64_t H, int
 }
 
 void pipit__cuda_rope(pipit_dtype dt, void *out, const void *x, int64_t B, int64_t T, int64_t H, int64_t D,
-                      int64_t pos0, double theta, int inverse) {
+                      int64_t pos0, pipit__rope_freqs rf, int inverse) {
     if (B <= 0 || T <= 0 || H <= 0 || D < 2) return;
-    PIPIT_BY_WIDE(dt, rope, out, x, B, T, H, D, pos0, theta, inverse);
+    PIPIT_BY_WIDE(dt, rope, out, x, B, T, H, D, pos0, rf, inverse);
 }
