@@ -10,7 +10,10 @@
 # torch 1.13), from_pretrained(DIR) and AutoTokenizer load it with no
 # warning at all, and its loss on the same windows equals `pipit eval`'s
 # (byte-level model and a model over `pipit tokenize` shards); without it
-# that part is skipped with a note.
+# that part is skipped with a note. config.json names bos_token_id and
+# eos_token_id, ids of the model's vocabulary (the tokenizer's
+# <|endoftext|>, else the last id; without them transformers assumes GPT-2's
+# 50256), and a tokenizer with more tokens than the model is refused.
 # Usage: test_hf_export.sh PIPIT SRCDIR
 set -u
 
@@ -64,6 +67,8 @@ if not any(k.startswith("opt.") for k in ck):
 c = json.load(open(sys.argv[8]))
 want = {"model_type": "gpt2", "vocab_size": V, "n_embd": C, "n_layer": L, "n_head": int(sys.argv[7]), "n_positions": P,
         "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True}
+bos = int(sys.argv[9]) if len(sys.argv) > 9 else V - 1  # the tokenizer's <|endoftext|>, else the last id
+want.update(bos_token_id=bos, eos_token_id=bos)
 bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
 if bad:
     sys.exit(f"config.json: {bad}")
@@ -81,9 +86,26 @@ expect_ok "$PIPIT" "${EV[@]}" --init hf/model.safetensors
 expect_ok "$PIPIT" tokenize --train 300 --data text.txt --out tok
 TV=$(sed -n 's/.* --vocab \([0-9]*\).*/\1/p' <<<"$OUT") # the text runs out of pairs before 300
 [ -n "$TV" ] || fail "tokenize printed no vocabulary size: $OUT"
-expect_ok "$PIPIT" train --data 'tok/train_*.bin' --vocab "$TV" "${M[@]}" --save tok.st
-expect_ok "$PIPIT" export --hf hf2 --init tok.st --tokenizer tok/tokenizer.json
+# with <|endoftext|> as an added token (id TV): the model has TV + 1 rows
+$PY - "$TV" <<'EOF'
+import json, sys
+t = json.load(open("tok/tokenizer.json"))
+t["added_tokens"].append({"id": int(sys.argv[1]), "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True})
+json.dump(t, open("tok/eot.json", "w"))
+EOF
+expect_ok "$PIPIT" train --data 'tok/train_*.bin' --vocab "$((TV + 1))" "${M[@]}" --save tok.st
+expect_ok "$PIPIT" export --hf hf2 --init tok.st --tokenizer tok/eot.json
 [ -f hf2/tokenizer.json ] && [ -f hf2/tokenizer_config.json ] || fail "no tokenizer files in hf2: $(ls hf2)"
+$PY check.py hf2/model.safetensors tok.st "$((TV + 1))" 32 2 16 2 hf2/config.json "$TV" ||
+    fail "hf2's config.json does not name the tokenizer's <|endoftext|> ($TV) as bos/eos"
+# without <|endoftext|>: the last id of the model's vocabulary
+expect_ok "$PIPIT" export --hf hf3 --init tok.st --tokenizer tok/tokenizer.json
+$PY check.py hf3/model.safetensors tok.st "$((TV + 1))" 32 2 16 2 hf3/config.json || fail "hf3's bos/eos"
+# a tokenizer with ids the model has no rows for (before: written, exit 0)
+expect_fail "--tokenizer 'tok/tokenizer.json' has $TV tokens, but the model in 'run.st' has a vocabulary of 256" \
+    "$PIPIT" export --hf e --init run.st --tokenizer tok/tokenizer.json
+[ ! -e e ] || fail "a refused export left folder e"
 
 # errors
 expect_fail "--kind 'bert': pipit exports gpt2 or llama" "$PIPIT" export --hf e --init run.st --kind bert

@@ -8,6 +8,12 @@
  * kind (--kind, default: the checkpoint's "model" metadata, else what its
  * tensor names say, else gpt2) picks one row of KINDS: how to open the checkpoint's model and what its
  * config.json says. A new model family adds a row.
+ *
+ * bos_token_id and eos_token_id (config.json): the tokenizer's
+ * "<|endoftext|>" when --tokenizer has one, else the vocabulary's last id,
+ * V - 1 (GPT-2's own <|endoftext|> is its last id 50256; in a byte-level
+ * model V - 1 = 255 is a byte UTF-8 text never holds). Without them
+ * transformers would assume GPT-2's 50256 whatever the vocabulary.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -28,6 +34,7 @@
 typedef struct {
     const char *dir, *init;
     int heads;               /* --heads (0: from the checkpoint) */
+    int bos, eos;            /* config.json's bos_token_id and eos_token_id */
     const pipit_checkpoint *ck;
     const flag_cmd *c;       /* the flags given */
 } export_args;
@@ -54,7 +61,7 @@ static pipit_gpt2_config gpt2_config(const export_args *a) {
 
 /* GPT2LMHeadModel's config: pipit's GPT-2 is the Hugging Face one (tanh
  * GELU = gelu_new, LayerNorm eps 1e-5, head tied to wte) without dropout. */
-static void gpt2_write_config(FILE *f, const pipit_gpt2_config *c) {
+static void gpt2_write_config(FILE *f, const pipit_gpt2_config *c, int bos, int eos) {
     fprintf(f,
             "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
             "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n"
@@ -63,11 +70,9 @@ static void gpt2_write_config(FILE *f, const pipit_gpt2_config *c) {
             "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
             "  \"initializer_range\": 0.02,\n  \"scale_attn_weights\": true,\n"
             "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
-            "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\",\n  \"use_cache\": true",
-            c->vocab, c->max_ctx, c->max_ctx, c->dim, c->layers, c->heads);
-    if (c->vocab == 50257) /* GPT-2's own vocabulary: <|endoftext|> is its last id */
-        fprintf(f, ",\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256");
-    fprintf(f, "\n}\n");
+            "  \"tie_word_embeddings\": true,\n  \"torch_dtype\": \"float32\",\n  \"use_cache\": true,\n"
+            "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n",
+            c->vocab, c->max_ctx, c->max_ctx, c->dim, c->layers, c->heads, bos, eos);
 }
 
 static int export_gpt2(const export_args *a, const char *weights, FILE *config) {
@@ -86,7 +91,7 @@ static int export_gpt2(const export_args *a, const char *weights, FILE *config) 
      * and layers let pipit read the file back (eval, sample, --init) */
     const char *meta[] = {"format", "pt", "model", "gpt2", "heads", heads, "layers", layers, NULL};
     if (pipit_checkpoint_save(p, weights, meta)) die("--hf: %s", pipit_errmsg());
-    gpt2_write_config(config, &cfg);
+    gpt2_write_config(config, &cfg, a->bos, a->eos);
     pipit_program_free(p);
     pipit_graph_free(g);
     return cfg.max_ctx;
@@ -119,7 +124,7 @@ static int export_llama(const export_args *a, const char *weights, FILE *config)
     const char *meta[2 + NFLAGS(mm.kv) + 1] = {"format", "pt"};
     memcpy(meta + 2, mm.kv, sizeof(char *) * (size_t)mm.n);
     if (pipit_checkpoint_save(p, weights, meta)) die("--hf: %s", pipit_errmsg());
-    if (pipit_llama_write_hf_config(&lc, config)) die("--hf: %s", pipit_errmsg());
+    if (pipit_llama_write_hf_config_ex(&lc, a->bos, a->eos, config)) die("--hf: %s", pipit_errmsg());
     pipit_program_free(p);
     pipit_graph_free(g);
     return lc.max_ctx;
@@ -145,14 +150,15 @@ static void write_tokenizer(const pipit_tokenizer *tk, const char *dir, int max_
 
 typedef struct {
     const char *name, *about;
+    const char *embedding; /* the [V, C] tensor whose rows are the vocabulary */
     /* writes the weights file and the config.json text; returns the
      * model's longest context (the tokenizer's model_max_length) */
     int (*export_to)(const export_args *a, const char *weights, FILE *config);
 } export_kind;
 
 static const export_kind KINDS[] = {
-    {"gpt2", "GPT-2 (transformers' GPT2LMHeadModel)", export_gpt2},
-    {"llama", "Llama (transformers' LlamaForCausalLM)", export_llama},
+    {"gpt2", "GPT-2 (transformers' GPT2LMHeadModel)", "wte.weight", export_gpt2},
+    {"llama", "Llama (transformers' LlamaForCausalLM)", "model.embed_tokens.weight", export_llama},
 };
 
 static const export_kind *find_kind(const char *name) {
@@ -162,6 +168,36 @@ static const export_kind *find_kind(const char *name) {
         names[i] = KINDS[i].name;
     }
     die("--kind '%s': pipit exports gpt2 or llama%s", name, cli_did_you_mean(name, names, NFLAGS(KINDS), ""));
+}
+
+/* The model's vocabulary size V (the rows of its embedding). */
+static int model_vocab(const export_kind *k, const pipit_checkpoint *ck, const char *path) {
+    int nd = 0;
+    int64_t sh[PIPIT_MAX_DIMS];
+    if (pipit_checkpoint_tensor_shape(ck, k->embedding, &nd, sh) || nd != 2 || sh[0] < 1 || sh[0] > INT32_MAX)
+        die("--init: checkpoint '%s' has no 2-D '%s' (the %s embedding)", path, k->embedding, k->name);
+    return (int)sh[0];
+}
+
+/* config.json's bos/eos ids (see the top of this file); a tokenizer with
+ * more tokens than the model has rows is refused, naming both sizes. */
+static void pick_special_ids(export_args *a, const pipit_tokenizer *tk, const char *tok_path, int V) {
+    a->bos = a->eos = V - 1;
+    if (!tk) return;
+    int n = pipit_tokenizer_vocab_size(tk);
+    if (n > V)
+        die("--tokenizer '%s' has %d tokens, but the model in '%s' has a vocabulary of %d (ids %d..%d would have no "
+            "embedding): export the model this tokenizer was trained for",
+            tok_path, n, a->init, V, V, n - 1);
+    static const char eot[] = "<|endoftext|>";
+    for (int32_t id = 0; id < n; id++) {
+        size_t len = 0;
+        const char *b = pipit_tokenizer_token(tk, id, &len);
+        if (b && len == sizeof eot - 1 && memcmp(b, eot, len) == 0) {
+            a->bos = a->eos = id;
+            return;
+        }
+    }
 }
 
 int cmd_export(int argc, char **argv) {
@@ -198,6 +234,7 @@ int cmd_export(int argc, char **argv) {
     if (held && strcmp(held->name, k->name) != 0)
         die("--kind %s: checkpoint '%s' holds a %s model", k->name, a.init, held->title);
     pipit_tokenizer *tk = tok_path ? cli_tokenizer_open(tok_path, merges) : NULL;
+    pick_special_ids(&a, tk, tok_path, model_vocab(k, ck, a.init));
     if (mkdir(a.dir, 0777) != 0 && errno != EEXIST) die("--hf: cannot create folder '%s': %s", a.dir, strerror(errno));
     char weights[4200], config[4200], tj[4200];
     snprintf(weights, sizeof weights, "%s/model.safetensors", a.dir);
