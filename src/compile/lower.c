@@ -56,6 +56,24 @@ static pipit_status find_region_ranks(lowering *L) {
             if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
     for (int32_t j = p->gr.fwd_end; j < g->n; j++)
         if (g->nodes[j].flags & NODE_POST) rk[j] = g->nodes[j].origin >= 0 ? rk[g->nodes[j].origin] : 1;
+    /* A post-loop node also runs on every rank that runs a post-loop node
+     * reading it, and so does each pre-loop value it reads: the backward of
+     * s = f(param), read by stage 0, sums the gradient coming back from
+     * t = h(s), read only on another rank, so t's backward (from its
+     * accumulated gradient, which its holders then receive) runs on s's
+     * ranks too. Readers come after what they read: one backward pass,
+     * then the pre-loop closure again. */
+    for (int32_t j = g->n - 1; j >= p->gr.fwd_end; j--) {
+        const pipit__node *n = &g->nodes[j];
+        if (!(n->flags & NODE_POST)) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int32_t r = n->in[k];
+            if (r >= p->gr.fwd_end ? (g->nodes[r].flags & NODE_POST) != 0 : p->gr.preloop[r]) rk[r] |= rk[j];
+        }
+    }
+    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--)
+        for (int k = 0; p->gr.preloop[j] && k < g->nodes[j].nin; k++)
+            if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
     p->node_ranks = rk;
     return PIPIT_STATUS_OK;
 }
@@ -339,6 +357,16 @@ static pipit_status place_params(lowering *L) {
         for (int32_t i = 0; i < r->n; i++)
             for (int k = 0; k < PIPIT_MAX_IN; k++)
                 if (r->ins[i].in[k].kind == LOC_PARAM) p->params[r->ins[i].in[k].idx].holders |= 1ull << q;
+    }
+    /* The post-loop region, emitted after this, reads params too, also on
+     * ranks whose loop never read them (find_region_ranks widens it). */
+    for (int32_t j = p->gr.fwd_end; j < p->g->n; j++) {
+        if (L->st->phase[j] != PH_POST) continue;
+        for (int k = 0; k < p->g->nodes[j].nin; k++) {
+            int32_t r = pipit__alias_root(p->g, p->g->nodes[j].in[k]);
+            if (p->g->nodes[r].op == PIPIT_OP_PARAM && p->param_of[r] >= 0)
+                p->params[p->param_of[r]].holders |= p->node_ranks[j];
+        }
     }
     for (int i = 0; i < p->ntargets; i++) {
         pipit__param *pp = &p->params[i];
