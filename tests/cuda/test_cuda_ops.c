@@ -225,12 +225,16 @@ static void c_rmsnorm(pipit_graph *g, pipit_dtype dt) {
     pipit_rmsnorm(g, in_f(g, dt, "x3", 2, SH(5, 768)), in_f(g, dt, "w3", 1, SH(768)), 1e-6);
     pipit_rmsnorm(g, in_f(g, dt, "x4", 2, SH(9, 1)), in_f(g, dt, "w4", 1, SH(1)), 1e-6);
 }
-/* [B,T,H*D] and [B,T,H,D]; D = 2, 8, 64; a position offset; theta. */
+/* [B,T,H*D] and [B,T,H,D]; D = 2, 6, 8, 64, 128; a position offset; theta; llama3 scaling. */
 static void c_rope(pipit_graph *g, pipit_dtype dt) {
     pipit_rope(g, in_f(g, dt, "x", 3, SH(2, 5, 3 * 8)), 3, 10000.0);
     pipit_rope_ex(g, in_f(g, dt, "y", 4, SH(1, 9, 2, 6)), 2, 500.0, 7);
     pipit_rope(g, in_f(g, dt, "z", 3, SH(1, 3, 4)), 2, 10000.0);
     pipit_rope_ex(g, in_f(g, dt, "w", 3, SH(2, 33, 2 * 64)), 2, 500000.0, 1000);
+    /* llama3 scaling (backend/rope_freq.h on the device): Llama 3.1's at head size 128, every band */
+    pipit_rope_scaled(g, in_f(g, dt, "s", 3, SH(1, 17, 2 * 128)), 2, 500000.0, 9000,
+                      &(pipit_rope_scaling){8, 1, 4, 8192});
+    pipit_rope_scaled(g, in_f(g, dt, "u", 4, SH(2, 5, 3, 6)), 3, 500.0, 2, &(pipit_rope_scaling){8, 1, 4, 128});
 }
 /* (B, T, S, heads, kv heads, D, causal, scale) over every attention path:
  * tiled with D padded to 32 / 64 / 128, the simple kernels (f32 D > 128,
