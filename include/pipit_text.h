@@ -42,7 +42,8 @@ typedef struct pipit_tokenizer pipit_tokenizer;
 /* Loads a Hugging Face tokenizer.json whose model is byte-level BPE
  * ("model": {"type": "BPE"}, a ByteLevel pre-tokenizer or none, no
  * normalizer): vocab, merges (either "a b" strings or ["a", "b"] pairs) and
- * added tokens. IO (cannot read), FORMAT (not JSON, another model type, a
+ * added tokens. IO (cannot read), FORMAT (not JSON, text after the
+ * object or a key twice in one object, another model type, a
  * setting this tokenizer does not implement, named; a merge of unknown
  * tokens; a byte without a token), NOMEM, MISUSE (NULL). */
 PIPIT_API pipit_status pipit_tokenizer_load(const char *path, pipit_tokenizer **out);
