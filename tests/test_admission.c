@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pipit_inspect.h"
 #include "runtime/program.h"
 #include "test.h"
 
@@ -137,6 +138,103 @@ PIPIT_TEST(admission_rlimit_as) {
     pid_t pid = fork();
     ASSERT_TRUE(pid >= 0);
     if (pid == 0) _exit(rlimit_child());
+    int st = 0;
+    ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+    ASSERT_TRUE(WIFEXITED(st));
+    ASSERT_EQ_I64(WEXITSTATUS(st), 0);
+#endif
+}
+
+/* options.plan_only (issue 25 item 12): planning a job bigger than this
+ * machine. In a child under RLIMIT_AS (mapped + 256 MiB), a program of
+ * 2 GiB (params, gradients, moments) and as much input is planned, not
+ * refused, and allocates nothing: its plan prints, its params can be
+ * queried, and every call that runs it or reads its memory is INVALID
+ * naming options.plan_only. Exit 0 when all hold. */
+#ifndef ADMIT_SANITIZER
+static int plan_only_child(void) {
+    struct rlimit r;
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!f || fscanf(f, "%lu", &pages) != 1) return 2;
+    fclose(f);
+    r.rlim_cur = r.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)256 << 20);
+    if (setrlimit(RLIMIT_AS, &r) != 0) return 3;
+    pipit_graph *g = pipit_graph_new();
+    const int64_t n = (int64_t)1 << 27;
+    pipit_val loss = wide(g, n);
+    pipit_program *p = NULL;
+    if (pipit_compile(g, loss, &(pipit_options){.plan_only = 1}, &p) != PIPIT_STATUS_OK) {
+        fprintf(stderr, "plan-only compile refused: %s\n", pipit_errmsg());
+        return 4;
+    }
+    FILE *null = fopen("/dev/null", "w");
+    int64_t numel = 0, shape[PIPIT_MAX_DIMS];
+    int nd = 0;
+    if (!null || pipit_program_print_plan(null, p, 1) || pipit_program_write_plan_json(null, p) ||
+        pipit_program_num_params(p) != 1 || pipit_program_param_numel(p, "w", &numel) || numel != n ||
+        pipit_program_param_shape(p, "w", &nd, shape) || nd != 1 || pipit_program_num_ranks(p) != 1) {
+        fprintf(stderr, "inspecting a plan-only program failed: %s\n", pipit_errmsg());
+        return 5;
+    }
+    float one = 0;
+    pipit_rank_step rs;
+    pipit_feed feed = {"x", &one, sizeof one};
+    const struct {
+        const char *fn;
+        pipit_status s;
+    } refused[] = {
+        {"pipit_step", pipit_step(p, &feed, 1, 1, NULL)},
+        {"pipit_program_get_param", pipit_program_get_param(p, "w", &one, sizeof(float) * (size_t)n)},
+        {"pipit_program_set_param", pipit_program_set_param(p, "w", &one, sizeof(float) * (size_t)n)},
+        {"pipit_program_get_grad", pipit_program_get_grad(p, "w", &one, sizeof(float) * (size_t)n)},
+        {"pipit_program_get_opt_state", pipit_program_get_opt_state(p, "w", 0, &one, sizeof(float) * (size_t)n)},
+        {"pipit_program_get_output", pipit_program_get_output(p, loss, 0, &one, sizeof one)},
+        {"pipit_program_set_profile", pipit_program_set_profile(p, 1)},
+        {"pipit_program_last_step", pipit_program_last_step(p, 0, &rs)},
+        {"pipit_program_print_profile", pipit_program_print_profile(null, p)},
+        {"pipit_program_write_trace", pipit_program_write_trace(p, "/dev/null")},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (refused[i].s != PIPIT_STATUS_INVALID) {
+            fprintf(stderr, "%s on a plan-only program: %s, not INVALID\n", refused[i].fn, pipit_status_name(refused[i].s));
+            return 6;
+        }
+    if (!strstr(pipit_errmsg(), "pipit_program_write_trace: this program was compiled with options.plan_only")) {
+        fprintf(stderr, "message: %s\n", pipit_errmsg());
+        return 7;
+    }
+    fclose(null);
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    return 0;
+}
+#endif
+
+PIPIT_TEST(admission_plan_only) {
+    /* the target's limit: every world rank's need against options.mem_limit */
+    pipit_graph *g = pipit_graph_new();
+    pipit_val loss = wide(g, (int64_t)1 << 22); /* 64 MiB with gradient and moments, and activations */
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.plan_only = 1, .mem_limit = 100e6}, &p), PIPIT_STATUS_NOMEM);
+    ASSERT_MSG_HAS("pipit_compile: world rank 0 (the largest of 1) needs ");
+    ASSERT_MSG_HAS("the limit set by the caller");
+    ASSERT_MSG_HAS("activation arenas");
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.plan_only = 1, .mem_limit = 200e6}, &p));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+    g = pipit_graph_new();
+    loss = wide(g, 4);
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.plan_only = 2}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.plan_only must be 0 (a program that runs) or 1");
+    pipit_graph_free(g);
+#ifdef ADMIT_SANITIZER
+    PIPIT_SKIP("RLIMIT_AS cannot be set under a sanitizer (its shadow memory needs terabytes of address space)");
+#else
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) _exit(plan_only_child());
     int st = 0;
     ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
     ASSERT_TRUE(WIFEXITED(st));

@@ -2,7 +2,9 @@
 # test_cli_plan_search.sh — `pipit plan --search`: on small cases its best
 # equals the brute-force minimum of `pipit sim` run on every combination one
 # by one (schedule names from the CLI's own list, every V, every micro-batch
-# size, every tp x dp), under a memory limit that rejects some; the
+# size, every tp x dp, every pp when --pp is not given, with --kv-heads),
+# under a memory limit that rejects some; the vocabulary padding it names
+# for a tp rejected by the vocabulary alone is the hand-computed one; the
 # rejection counts add up; bad inputs fail clearly. Existing `pipit plan`
 # (no --search) is unchanged.
 # Usage: test_cli_plan_search.sh PIPIT SRCDIR
@@ -25,11 +27,14 @@ rc, out, err = run(["sim", "--layers", "2", "--hidden", "8", "--heads", "2", "--
 names = re.search(r"expected one of (.*?)(;|$)", err).group(1).split(", ")
 assert "gpipe" in names and "1f1b" in names, names
 
-def brute(model, G, pp, gpus, hw, limit):
+def brute(model, G, pp, gpus, hw, limit, kv=None):
     L, h, a, s, V = model
     best, fits, total = None, 0, 0
-    meshes = [(t, gpus // pp // t) for t in range(1, gpus // pp + 1) if (gpus // pp) % t == 0] if gpus else [(1, 1)]
-    for t, d in meshes:
+    # pp None: searched over the divisors of gpus (issue 25 item 12)
+    pps = [pp] if pp else [p for p in range(1, gpus + 1) if gpus % p == 0]
+    meshes = [(p, t, gpus // p // t) for p in pps for t in range(1, gpus // p + 1) if (gpus // p) % t == 0] if gpus \
+        else [(pp, 1, 1)]
+    for pp, t, d in meshes:
         if G % d:
             continue
         for name in names:
@@ -41,7 +46,7 @@ def brute(model, G, pp, gpus, hw, limit):
                     rc, out, err = run(["sim", "--layers", str(L), "--hidden", str(h), "--heads", str(a), "--seq", str(s),
                                         "--vocab", str(V), "--micro-batch", str(b), "--global-batch", str(G),
                                         "--tp", str(t), "--pp", str(pp), "--dp", str(d), "--schedule", name,
-                                        "--virtual", str(v), "--hw", hw, "--json"])
+                                        "--virtual", str(v), "--hw", hw, "--json"] + (["--kv-heads", str(kv)] if kv else []))
                     if rc != 0:
                         continue
                     j = json.loads(out)
@@ -53,20 +58,28 @@ def brute(model, G, pp, gpus, hw, limit):
     return best, fits, total
 
 cases = [
-    # (model L h a s V, G, pp, gpus, hw, mem limit)
-    ((4, 128, 4, 64, 256), 16, 2, 0, "cpu", 2.4e7),
-    ((4, 256, 8, 128, 512), 16, 2, 8, "a100", 3e7),
+    # (model L h a s V, G, pp, gpus, hw, mem limit, kv heads)
+    ((4, 128, 4, 64, 256), 16, 2, 0, "cpu", 2.4e7, None),
+    ((4, 256, 8, 128, 512), 16, 2, 8, "a100", 3e7, None),
+    # P searched too (no --pp) and grouped-query heads (issue 25 item 12)
+    ((4, 256, 8, 128, 512), 2, None, 4, "a100", 2.7e7, 2),
 ]
-for model, G, pp, gpus, hw, limit in cases:
+for model, G, pp, gpus, hw, limit, kv in cases:
     L, h, a, s, V = model
     args = ["plan", "--search", "--global-batch", str(G), "--layers", str(L), "--dim", str(h), "--heads", str(a),
-            "--ctx", str(s), "--vocab", str(V), "--pp", str(pp), "--hw", hw, "--mem-limit", str(limit), "--json"]
+            "--ctx", str(s), "--vocab", str(V), "--hw", hw, "--mem-limit", str(limit), "--json", "--top", "1000"]
+    if pp:
+        args += ["--pp", str(pp)]
     if gpus:
         args += ["--gpus", str(gpus)]
+    if kv:
+        args += ["--kv-heads", str(kv)]
     rc, out, err = run(args)
     assert rc == 0, err
     j = json.loads(out)
-    want, fits, total = brute(model, G, pp, gpus, hw, limit)
+    want, fits, total = brute(model, G, pp, gpus, hw, limit, kv)
+    if not pp:
+        assert {x["pp"] for x in j["best"]} == {1, 2, 4}, sorted({x["pp"] for x in j["best"]})
     assert j["candidates"] == total, (j["candidates"], total)
     assert j["fit"] == fits, (j["fit"], fits)
     assert sum(j["rejected"].values()) == total - fits, j
@@ -78,6 +91,23 @@ for model, G, pp, gpus, hw, limit in cases:
     print("ok", hw, "best", j["best"][0]["schedule"], "V", j["best"][0]["virtual"], got, "of", total)
 PYEOF
 
+# ---- a tp that divides everything but the vocabulary: the padding that
+# lets it through (issue 25 item 12). V = 250 with 4 heads on 8 GPUs:
+# tp 4 fails only for the vocabulary (250 = 4 x 62 + 2), tp 8 for the
+# heads; the smallest multiple of 4 from 250 is 252, and with it tp 4 runs
+PS=(plan --search --global-batch 8 --layers 4 --dim 128 --heads 4 --ctx 64 --hw a100 --gpus 8 --pp 1)
+expect_ok "$PIPIT" "${PS[@]}" --vocab 250 --verbose
+grep -q "note: tp 4 divides everything but the vocabulary (250): --vocab 252 (padded with 2 unused rows) would allow it" <<<"$OUT" ||
+    fail "no padding note for --vocab 250: $OUT"
+grep -q "^rejected .*tp=4 .*vocab 250 is not a multiple of tp 4 (--vocab 252 would be)" <<<"$OUT" || fail "--verbose: $OUT"
+expect_ok "$PIPIT" "${PS[@]}" --vocab 250 --json --top 1000
+$PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert j["vocab_padding"] == {"vocab": 252, "tp": [4]}, j["vocab_padding"]; assert 4 not in {x["tp"] for x in j["best"]}' "$OUT" ||
+    fail "JSON vocab_padding for --vocab 250"
+expect_ok "$PIPIT" "${PS[@]}" --vocab 252 --json --top 1000
+$PY -c 'import json,sys; j=json.loads(sys.argv[1]); assert "vocab_padding" not in j; assert 4 in {x["tp"] for x in j["best"]}' "$OUT" ||
+    fail "--vocab 252: tp 4 not searched"
+expect_fail "--kv-heads 3 does not divide --heads 4" "$PIPIT" "${PS[@]}" --vocab 252 --kv-heads 3
+
 # ---- text output: the top rows and the reasons; --verbose lists each rejection
 expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --mem-limit 2.4e7 --top 3
 grep -q "candidates:" <<<"$OUT" && grep -q "over the memory limit" <<<"$OUT" && [ "$(grep -c '^ *[123]  ' <<<"$OUT")" -eq 3 ] ||
@@ -87,7 +117,7 @@ grep -q "^rejected .*the schedule does not accept" <<<"$OUT" || fail "--verbose:
 
 # ---- bad inputs
 expect_fail "--global-batch is required" "$PIPIT" plan --search
-expect_fail "--mem-limit must be a positive" "$PIPIT" plan --search --global-batch 8 --mem-limit 0
+expect_fail "--mem-limit must be a number of bytes from 1 to 2^56 (got 0)" "$PIPIT" plan --search --global-batch 8 --mem-limit 0
 expect_fail "--eager-limit must be >= 0 bytes" "$PIPIT" plan --search --global-batch 8 --eager-limit -5
 expect_fail "not a multiple of --pp" "$PIPIT" plan --search --global-batch 8 --pp 3 --gpus 8 --hw a100
 expect_fail "unknown hardware" "$PIPIT" plan --search --global-batch 8 --hw nope

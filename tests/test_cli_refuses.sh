@@ -123,7 +123,7 @@ refuses '--val-split must be between 0 and 1' "${T[@]}" --val-split 1.5
 refuses '--eval-every must be >= 1' "${T[@]}" --val-split 0.1 --eval-every 0
 refuses '--warmup must be >= 0' "${T[@]}" --warmup -1
 refuses '--peak-flops' "${T[@]}" --peak-flops -1
-refuses '--mem-limit must be a number of bytes >= 0' "${T[@]}" --mem-limit -1
+refuses '--mem-limit must be a number of bytes from 1 to 2^56' "${T[@]}" --mem-limit -1
 
 # ---- --config files
 printf '{"lr": 1e-3, "lr": 2e-3}' > c.json;  refuses 'key "lr" appears twice' "${T[@]}" --config c.json

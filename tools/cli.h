@@ -109,6 +109,16 @@ void cli_check_device(const char *device, int tf32);
  * pipit_options.dtype); dies naming the flag for anything else. */
 pipit_dtype cli_dtype(const char *dtype, const char *device);
 
+/* --mem-limit BYTES (tools/device.c): one rule for every command that
+ * takes it (train, eval, plan, plan --search). Not given (flag or
+ * --config): 0, the caller's default. Given: a finite number of bytes from
+ * 1 to 2^56 (0 is no limit: leave the flag out for the default), and,
+ * where the command has a machine (`machine` > 0 bytes: what this process
+ * may use for train and eval, one device of --hw for plan --search;
+ * `machine_what` says which), at most that unless no_mem_check
+ * (--no-mem-check). Dies naming the flag otherwise; returns the limit. */
+double cli_mem_limit(const flag_cmd *c, double given, int no_mem_check, double machine, const char *machine_what);
+
 /* tools/train_save.c. */
 /* A checkpoint's metadata integer `key` in lo .. hi, strictly (digits, a
  * '-' only where lo < 0), or `absent` when the file lacks the key

@@ -13,7 +13,7 @@
 
 int cmd_plan(int argc, char **argv) {
     train_args args;
-    session s = {0};
+    session s = {.plan_only = 1}; /* nothing runs: no weights, and this machine's memory is not the job's */
     train_args_parse(&args, &s, argc, argv, 1);
     opts *o = &args.o;
     if (o->print_config) {

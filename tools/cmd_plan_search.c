@@ -1,10 +1,12 @@
 /*
  * cmd_plan_search.c — `pipit plan --search`: every schedule x V x microbatch
- * size (x tp x dp for a GPU count) that fits the memory limit, simulated
- * with the cost model (pipit_sim.h) and ranked by step time; the best few
- * are printed with bubble and memory, and the rejected ones counted by
- * reason (each one with --verbose).
+ * size (x pp x tp x dp for a GPU count) that fits the memory limit,
+ * simulated with the cost model (pipit_sim.h) and ranked by step time; the
+ * best few are printed with bubble and memory, and the rejected ones
+ * counted by reason (each one with --verbose), with the vocabulary padding
+ * that would let the tensor-parallel degrees it rejected through.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +36,22 @@ typedef struct {
     candidate *fit;
     int nfit, cap, ncand, rejected[R_COUNT], verbose;
     double mem_limit;
+    int64_t vocab_lcm; /* lcm of the tp degrees rejected for the vocabulary alone (1: none) */
+    int vocab_tps[32], nvocab_tps; /* those degrees, as met (the first 32) */
 } search;
 
 static void describe(char *buf, size_t n, const pipit_sim_config *c) {
-    snprintf(buf, n, "%s V=%d M=%lld b=%d tp=%d dp=%d", pipit_schedule_kind_name((pipit_schedule_kind)c->schedule),
-             c->virt, (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp, c->dp);
+    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d dp=%d",
+             pipit_schedule_kind_name((pipit_schedule_kind)c->schedule), c->pp, c->virt,
+             (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp, c->dp);
 }
+
+static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+
+/* The smallest vocabulary >= V that every degree the search rejected for
+ * the vocabulary alone divides: padding V with unused rows (as nanoGPT's
+ * 50304 for GPT-2's 50257) lets them through. */
+static int64_t padded_vocab(int64_t V, int64_t lcm) { return (V + lcm - 1) / lcm * lcm; }
 
 static void reject(search *s, const pipit_sim_config *c, int why, const char *detail) {
     s->rejected[why]++;
@@ -52,8 +64,18 @@ static void reject(search *s, const pipit_sim_config *c, int why, const char *de
 static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
     s->ncand++;
     if (c->pp * c->virt > c->layers) return reject(s, c, R_LAYERS, NULL);
-    if (c->heads % c->tp || c->vocab % c->tp || c->hidden % c->tp || (c->kv_heads ? c->kv_heads : c->heads) % c->tp)
+    if (c->heads % c->tp || c->hidden % c->tp || (c->kv_heads ? c->kv_heads : c->heads) % c->tp)
         return reject(s, c, R_TP, NULL);
+    if (c->vocab % c->tp) { /* only the vocabulary: padding it would allow this tp */
+        int seen = 0;
+        for (int i = 0; i < s->nvocab_tps; i++) seen |= s->vocab_tps[i] == c->tp;
+        if (!seen && s->nvocab_tps < 32) s->vocab_tps[s->nvocab_tps++] = c->tp;
+        if (s->vocab_lcm < (int64_t)1 << 40) s->vocab_lcm = s->vocab_lcm / gcd64(s->vocab_lcm, c->tp) * c->tp;
+        char d[96];
+        snprintf(d, sizeof d, "vocab %d is not a multiple of tp %d (--vocab %lld would be)", c->vocab, c->tp,
+                 (long long)padded_vocab(c->vocab, c->tp));
+        return reject(s, c, R_TP, d);
+    }
     pipit_sim_report *r = NULL;
     pipit_status st = pipit_sim_run(c, hw, &r);
     if (st) return reject(s, c, st == PIPIT_STATUS_SCHEDULE ? R_SCHEDULE : R_OTHER, pipit_errmsg());
@@ -93,17 +115,30 @@ static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw
             }
 }
 
-static void print_best(const search *s, int top, int json) {
+/* "2, 4, 8": the tp degrees rejected for the vocabulary alone. */
+static void vocab_note(const search *s, char *out, size_t n) {
+    size_t u = 0;
+    out[0] = 0;
+    for (int i = 0; i < s->nvocab_tps && u + 16 < n; i++)
+        u += (size_t)snprintf(out + u, n - u, "%s%d", i ? ", " : "", s->vocab_tps[i]);
+}
+
+static void print_best(const search *s, int top, int json, int vocab) {
     int n = s->nfit < top ? s->nfit : top;
+    char tps[256];
+    vocab_note(s, tps, sizeof tps);
     if (json) {
         printf("{\"candidates\":%d,\"fit\":%d,\"rejected\":{", s->ncand, s->nfit);
         for (int i = 0; i < R_COUNT; i++) printf("%s\"%s\":%d", i ? "," : "", REASON[i], s->rejected[i]);
+        if (s->vocab_lcm > 1)
+            printf("},\"vocab_padding\":{\"vocab\":%lld,\"tp\":[%s]", (long long)padded_vocab(vocab, s->vocab_lcm),
+                   tps);
         printf("},\"best\":[");
         for (int i = 0; i < n; i++) {
             const candidate *k = &s->fit[i];
-            printf("%s{\"schedule\":\"%s\",\"virtual\":%d,\"microbatches\":%d,\"micro_batch\":%d,\"tp\":%d,\"dp\":%d,"
-                   "\"step_s\":%.9g,\"bubble\":%.6g,\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
-                   i ? "," : "", pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.virt,
+            printf("%s{\"schedule\":\"%s\",\"pp\":%d,\"virtual\":%d,\"microbatches\":%d,\"micro_batch\":%d,\"tp\":%d,"
+                   "\"dp\":%d,\"step_s\":%.9g,\"bubble\":%.6g,\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
+                   i ? "," : "", pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt,
                    k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.dp, k->u.step_s, k->u.bubble,
                    k->u.peak_bytes_per_rank, k->u.tflops_per_gpu);
         }
@@ -113,13 +148,18 @@ static void print_best(const search *s, int top, int json) {
     printf("%d candidates: %d fit, %d rejected\n", s->ncand, s->nfit, s->ncand - s->nfit);
     for (int i = 0; i < R_COUNT; i++)
         if (s->rejected[i]) printf("  %6d  %s\n", s->rejected[i], REASON[i]);
+    if (s->vocab_lcm > 1)
+        printf("  note: tp %s divide%s everything but the vocabulary (%d): --vocab %lld (padded with %lld unused rows) "
+               "would allow %s\n",
+               tps, strchr(tps, ',') ? "" : "s", vocab, (long long)padded_vocab(vocab, s->vocab_lcm),
+               (long long)(padded_vocab(vocab, s->vocab_lcm) - vocab), strchr(tps, ',') ? "them" : "it");
     if (!n) return; /* the caller says why, and fails */
-    printf("\n%4s  %-18s %3s %5s %4s %3s %4s %10s %8s %10s %12s\n", "rank", "schedule", "V", "M", "b", "tp", "dp",
-           "step s", "bubble", "peak GB", "TFLOP/s/GPU");
+    printf("\n%4s  %-18s %3s %3s %5s %4s %3s %4s %10s %8s %10s %12s\n", "rank", "schedule", "pp", "V", "M", "b", "tp",
+           "dp", "step s", "bubble", "peak GB", "TFLOP/s/GPU");
     for (int i = 0; i < n; i++) {
         const candidate *k = &s->fit[i];
-        printf("%4d  %-18s %3d %5d %4d %3d %4d %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
-               pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.virt, k->u.microbatches,
+        printf("%4d  %-18s %3d %3d %5d %4d %3d %4d %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
+               pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt, k->u.microbatches,
                k->c.micro_batch, k->c.tp, k->c.dp, k->u.step_s, 100 * k->u.bubble, k->u.peak_bytes_per_rank / 1e9,
                k->u.tflops_per_gpu);
     }
@@ -127,27 +167,32 @@ static void print_best(const search *s, int top, int json) {
 
 int cmd_plan_search(int argc, char **argv) {
     const char *model = "tiny", *hw_name = "cpu", *recompute = "none";
-    int layers = 0, heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0, on = 0;
-    int verbose = 0, zero1 = 0;
+    int layers = 0, heads = 0, kv_heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0;
+    int on = 0, verbose = 0, zero1 = 0, no_mem_check = 0;
     uint64_t global = 0;
     double mem_limit = 0, eager_limit = 0;
     cli_links links = {0};
     flag fl[] = {
         {"search", FL_BOOL, &on, "rank schedule x V x microbatch size (x tp x dp with --gpus) by simulated step time", 0},
         {"global-batch", FL_U64, &global, "sequences per step G = micro-batch x M x dp", 0},
-        {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the hardware's memory capacity)", 0},
+        {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the memory of one device of --hw; at "
+                                          "most that without --no-mem-check)", 0},
+        {"no-mem-check", FL_BOOL, &no_mem_check, "rank every candidate whatever its memory (no --mem-limit is "
+                                                 "checked)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu (default) or a hardware JSON file", 0},
         CLI_LINK_FLAGS(links),
         {"eager-limit", FL_DBL, &eager_limit, "bytes: stage messages above it are MPI rendezvous (as pipit sim)", 0},
         {"model", FL_STR, &model, "preset: tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-tiny, llama-100m", 0},
         {"layers", FL_INT, &layers, "transformer blocks L (default: the preset's)", 0},
         {"heads", FL_INT, &heads, "attention heads (default: the preset's)", 0},
+        {"kv-heads", FL_INT, &kv_heads, "key/value heads of grouped-query attention, dividing --heads (default: the "
+                                        "preset's, else --heads)", 0},
         {"dim", FL_INT, &dim, "model width (default: the preset's)", 0},
         {"ctx", FL_INT, &ctx, "sequence length (default: the preset's)", 0},
         {"vocab", FL_INT, &vocab, "vocabulary size (default: the preset's)", 0},
-        {"pp", FL_INT, &pp, "pipeline ranks P (default 1)", 0},
+        {"pp", FL_INT, &pp, "pipeline ranks P (default 1; with --gpus: searched unless given)", 0},
         {"dp", FL_INT, &dp, "data-parallel replicas (default 1; with --gpus: searched)", 0},
-        {"gpus", FL_INT, &gpus, "search tp x dp = GPUS / pp too (sim mode)", 0},
+        {"gpus", FL_INT, &gpus, "search pp x tp x dp = GPUS too (pp fixed when --pp is given)", 0},
         {"recompute", FL_STR, &recompute, "none (default) or full", 0},
         {"zero1", FL_BOOL, &zero1, "shard the optimizer state over dp", 0},
         {"top", FL_INT, &top, "how many of the best to print (default 5)", 0},
@@ -155,10 +200,11 @@ int cmd_plan_search(int argc, char **argv) {
         {"json", FL_BOOL, &json, "print one JSON object", 0},
     };
     flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
-                          "       [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]\n"
+                          "       [--kv-heads K] [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]\n"
                           "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...] [--eager-limit BYTES]",
-                  "Searches schedule x V x microbatch size (x tp x dp with --gpus) with the cost model of `pipit sim`,\n"
-                  "ranks what fits by simulated step time and says why the rest were rejected; nothing runs.",
+                  "Searches schedule x V x microbatch size (x pp x tp x dp with --gpus) with the cost model of `pipit\n"
+                  "sim`, ranks what fits by simulated step time and says why the rest were rejected (and which\n"
+                  "--vocab padding would let a tp through); nothing runs.",
                   fl, NFLAGS(fl)};
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"global-batch", NULL});
@@ -168,37 +214,45 @@ int cmd_plan_search(int argc, char **argv) {
     if (top < 1) die("--top must be >= 1 (got %d)", top);
     if (!(eager_limit >= 0)) die("--eager-limit must be >= 0 bytes (got %g)", eager_limit);
     const struct { const char *flag; int v; } pos[] = {{"pp", pp}, {"dp", dp}, {"layers", layers}, {"heads", heads},
-                                                      {"dim", dim}, {"ctx", ctx}, {"vocab", vocab}, {"gpus", gpus}};
+                                                      {"dim", dim}, {"ctx", ctx}, {"vocab", vocab}, {"gpus", gpus},
+                                                      {"kv-heads", kv_heads}};
     for (int i = 0; i < NFLAGS(pos); i++) /* given flags only: 0 means "the preset's" for the model's */
         if (flags_seen(&c, pos[i].flag) && pos[i].v < 1) die("--%s must be >= 1 (got %d)", pos[i].flag, pos[i].v);
     if (gpus && flags_seen(&c, "dp")) die("--gpus searches dp: do not give --dp too");
-    if (gpus && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
+    if (gpus && flags_seen(&c, "pp") && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
     cli_apply_links(hw, &links);
-    search s = {.verbose = verbose, .mem_limit = mem_limit};
-    if (flags_seen(&c, "mem-limit") && !(mem_limit > 0))
-        die("--mem-limit must be a positive number of bytes (got %g)", mem_limit);
+    char what[160];
+    snprintf(what, sizeof what, "the memory of one device of --hw %s", hw_name);
+    search s = {.verbose = verbose, .vocab_lcm = 1,
+                .mem_limit = cli_mem_limit(&c, mem_limit, no_mem_check, pipit_hw_mem_capacity(hw), what)};
     int llama = strcmp(pr->arch, "llama") == 0;
+    int H = heads ? heads : pr->heads, K = kv_heads ? kv_heads : llama ? pr->kv_heads : 0;
+    if (K && H % K) die("--kv-heads %d does not divide --heads %d (each key/value head serves --heads / --kv-heads query heads)", K, H);
     pipit_sim_config base = {.layers = layers ? layers : pr->layers, .hidden = dim ? dim : pr->dim,
-                             .heads = heads ? heads : pr->heads, .seq = ctx ? ctx : pr->ctx,
+                             .heads = H, .seq = ctx ? ctx : pr->ctx,
                              .vocab = vocab ? vocab : pr->vocab, .global_batch = (int64_t)global,
                              /* a Llama preset: SwiGLU at its width, grouped-query heads, RoPE */
                              .gated_mlp = llama, .ffn_hidden = llama ? pr->ffn_hidden : 0,
-                             .kv_heads = llama ? pr->kv_heads : 0, .rope = llama,
+                             .kv_heads = K, .rope = llama,
                              .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1,
                              .eager_limit = eager_limit};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
-    if (gpus) {
-        for (int t = 1; t <= gpus / pp; t++)
-            if ((gpus / pp) % t == 0) {
-                base.tp = t, base.dp = gpus / pp / t;
-                enumerate_pipeline(&s, base, hw);
-            }
+    if (no_mem_check) s.mem_limit = HUGE_VAL; /* as train's: no memory check at all */
+    if (gpus) { /* pp x tp x dp = gpus: pp searched over the divisors unless given */
+        for (int p = 1; p <= gpus; p++) {
+            if (gpus % p || (flags_seen(&c, "pp") && p != pp)) continue;
+            for (int t = 1; t <= gpus / p; t++)
+                if ((gpus / p) % t == 0) {
+                    base.pp = p, base.tp = t, base.dp = gpus / p / t;
+                    enumerate_pipeline(&s, base, hw);
+                }
+        }
     } else {
         enumerate_pipeline(&s, base, hw);
     }
     if (s.nfit) qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step); /* s.fit is NULL when nothing fits */
-    print_best(&s, top, json);
+    print_best(&s, top, json, base.vocab);
     free(s.fit);
     pipit_hw_free(hw);
     if (!s.nfit) /* an answer of nothing is not a success: scripts must see it */

@@ -1,11 +1,13 @@
 /*
- * device.c — the CLI's --device, --tf32 and --dtype: checked before
- * anything is built, so a wrong choice costs no time and names the flag.
+ * device.c — the CLI's --device, --tf32, --dtype and --mem-limit: checked
+ * before anything is built, so a wrong choice costs no time and names the
+ * flag.
  */
 #include <string.h>
 
 #include "cli.h"
 #include "pipit.h"
+#include "progress.h"
 
 void cli_check_device(const char *device, int tf32) {
     static const char *const names[] = {"cpu", "cuda"};
@@ -26,4 +28,17 @@ pipit_dtype cli_dtype(const char *dtype, const char *device) {
     if (device && strcmp(device, "cuda") == 0 && !pipit_have_cuda()) /* the library names the backend otherwise */
         die("--dtype bf16 --device cuda: this build has no cuda backend (configure with -DPIPIT_CUDA=ON)");
     return PIPIT_BF16;
+}
+
+double cli_mem_limit(const flag_cmd *c, double given, int no_mem_check, double machine, const char *machine_what) {
+    if (!flags_seen(c, "mem-limit")) return 0;
+    const double most = 72057594037927936.0; /* 2^56: one rank's memory at most (the runtime's bound) */
+    if (!(given >= 1 && given <= most))
+        die("--mem-limit must be a number of bytes from 1 to 2^56 (got %g): leave the flag out for the default", given);
+    if (machine > 0 && given > machine && !no_mem_check) {
+        char a[32], b[32];
+        die("--mem-limit %g (%s) is above %s: %s; lower it, or pass --no-mem-check to use it anyway", given,
+            cli_bytes(a, sizeof a, given), machine_what, cli_bytes(b, sizeof b, machine));
+    }
+    return given;
 }

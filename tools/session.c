@@ -304,12 +304,16 @@ static void check_tp(const cli_model *m) {
         const char *flag, *why;
         int v;
     } split[] = {{"heads", "", m->heads},
-                 {"vocab", " of the vocabulary (pick a --vocab that --tp divides, e.g. a multiple of 64)", m->vocab},
+                 {"vocab", "", m->vocab},
                  {"kv-heads", " of the key/value heads (they are split, never replicated)",
                   m->kv_heads ? m->kv_heads : m->heads},
                  {"ffn-hidden", " of the MLP width", llama ? pipit_llama_ffn_hidden(&lc) : 0}};
     for (int i = 0; i < (llama ? 4 : 2); i++)
-        if (split[i].v % m->tp)
+        if (split[i].v % m->tp && i == 1) /* the vocabulary can be padded with unused rows (nanoGPT's 50304) */
+            die("--tp %d does not divide --vocab %d: each of a stage's %d tensor-parallel ranks holds an equal share "
+                "of the vocabulary; pad it: --vocab %lld (the next multiple of %d) would allow --tp %d",
+                m->tp, m->vocab, m->tp, ((long long)m->vocab + m->tp - 1) / m->tp * m->tp, m->tp, m->tp);
+        else if (split[i].v % m->tp)
             die("--tp %d does not divide --%s %d: each of a stage's %d tensor-parallel ranks holds an equal share%s",
                 m->tp, split[i].flag, split[i].v, m->tp, split[i].why);
 }
@@ -318,8 +322,7 @@ static void check_tp(const cli_model *m) {
  * a step's feeds against what this process may use, before the data, the
  * graph or the plan exist (pipit_compile checks the exact plan again). */
 static void admit_run(const session *s, const opts *o, int M, const char *mflag) {
-    if (o->no_mem_check) return;
-    if (!(o->mem_limit >= 0 && o->mem_limit < 1e300)) die("--mem-limit must be a number of bytes >= 0 (got %g)", o->mem_limit);
+    if (o->no_mem_check || s->plan_only) return; /* a plan allocates no model: pipit_compile checks its ranks */
     const cli_model *cfg = &s->cfg;
     int procs = pipit_process_count(), D = o->dp, P = s->stages / (o->virt > 1 ? o->virt : 1);
     double params = (double)cfg->kind->num_params(cfg), moments = s->forward_only ? 0 : 8 * params;
@@ -520,8 +523,24 @@ void agree_validation(const session *s, const opts *o, int K) {
     if (pipit_agree("pipit train (validation)", a.kv)) die("%s", pipit_errmsg());
 }
 
+/* --mem-limit by the one rule (cli_mem_limit): for train and eval at most
+ * what this process may use; plan runs nothing here, so its limit is the
+ * target's (each world rank's) and this machine does not bound it. */
+static double mem_limit_flag(const session *s, const opts *o, const flag_cmd *c) {
+    if (s->plan_only) return cli_mem_limit(c, o->mem_limit, o->no_mem_check, 0, NULL);
+    const char *which = NULL;
+    double avail = pipit_mem_available(&which);
+    char what[320];
+    snprintf(what, sizeof what, "what this process may use, the limit being %s", which ? which : "unknown");
+    return cli_mem_limit(c, o->mem_limit, o->no_mem_check, avail, what);
+}
+
 /* pipit_compile's memory admission, in the command line's words. */
 static void check_compile(pipit_status st, const char *mflag) {
+    if (st == PIPIT_STATUS_NOMEM && strstr(pipit_errmsg(), "world rank ") && strstr(pipit_errmsg(), " of memory but "))
+        die("plan: %s\n  (--mem-limit is what each world rank of the planned job may hold: more --pp stages, --zero1 "
+            "with --dp, --remat, a smaller --micro-batch or fewer --%s need less; --no-mem-check skips this check)",
+            pipit_errmsg(), mflag);
     if (st == PIPIT_STATUS_NOMEM && strstr(pipit_errmsg(), " of memory but "))
         die("compile: %s\n  (on the command line: more --pp stages, --zero1 with --dp, --remat, a smaller --micro-batch "
             "or fewer --%s need less; --no-mem-check skips this check)",
@@ -615,6 +634,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->tp > 1 && o->auto_stages)
         die("--auto-stages cuts a graph without tensor parallelism: pass --tp 1, or the even split by layers");
     check_auto_stages_flags(o, c);
+    o->mem_limit = mem_limit_flag(s, o, c);
     admit_run(s, o, M, mflag);
     if (!s->data) /* eval opens it first */
         cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, data_order(o->data_order), o->seed,
@@ -636,11 +656,11 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
-                        .dtype = dtype};
+                        .dtype = dtype, .plan_only = s->plan_only};
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;
-    if (o->resume) return; /* the caller loads params and optimizer state */
+    if (o->resume || s->plan_only) return; /* the caller loads params and optimizer state; a plan has no memory */
     if (s->ckpt) cli_check(pipit_checkpoint_load_into(s->p, s->ckpt), "--init");
     else cli_check(s->cfg.kind->init(s->p, &s->cfg, o->seed), "init");
 }

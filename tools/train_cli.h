@@ -81,6 +81,7 @@ typedef struct {
     pipit_program *vp;   /* train's validation: a forward-only program on the same graph */
     int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
     const char *mb_flag; /* the flag that sets M: "microbatches" (NULL), or eval's "batches" */
+    int plan_only;       /* plan: the plan only (pipit_options.plan_only), no weights, no admission of this machine */
 } session;
 
 /* session.c */

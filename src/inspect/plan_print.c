@@ -188,6 +188,7 @@ pipit_status pipit_program_print_plan(FILE *f, const pipit_program *p, int verbo
 
 pipit_status pipit_program_print_profile(FILE *f, const pipit_program *p) {
     pipit_status s = check_args(f, p, __func__);
+    if (!s) s = pipit__check_runnable(p, __func__);
     if (s) return s;
     pipit__profile_print(f, p);
     return io_status(f, "profile");
@@ -223,6 +224,7 @@ static cJSON *profile_rank_json(const pipit_program *p, int r) {
 
 pipit_status pipit_program_write_profile_json(FILE *f, const pipit_program *p) {
     pipit_status s = check_args(f, p, __func__);
+    if (!s) s = pipit__check_runnable(p, __func__);
     if (s) return s;
     cJSON *root = cJSON_CreateObject(), *ranks = root ? cJSON_AddArrayToObject(root, "ranks") : NULL;
     int ok = ranks != NULL;

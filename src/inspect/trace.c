@@ -46,6 +46,8 @@ static pipit_status program_write_trace_impl(const pipit_program *p, const char 
     if (p->magic != PIPIT_PROGRAM_MAGIC)
         return pipit__err(PIPIT_STATUS_MISUSE, "%s: invalid program handle (freed, or not a pipit_program)", "pipit_program_write_trace");
     if (!path) return pipit__err(PIPIT_STATUS_INVALID, "%s: path is NULL", "pipit_program_write_trace");
+    pipit_status runnable = pipit__check_runnable(p, "pipit_program_write_trace");
+    if (runnable) return runnable;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");

@@ -42,6 +42,9 @@ static pipit_status check_options(const pipit_options *o) {
     if (!in_range(o->mem_limit, 0, HUGE_VAL, 0))
         return pipit__err(PIPIT_STATUS_INVALID, "options.mem_limit must be a finite number of bytes >= 0 (0: the "
                           "detected limit), got %g", o->mem_limit);
+    if (o->plan_only != 0 && o->plan_only != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.plan_only must be 0 (a program that runs) or 1 (the plan "
+                          "only: no rank memory), got %d", o->plan_only);
     if (o->no_mem_check != 0 && o->no_mem_check != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "options.no_mem_check must be 0 (check) or 1 (skip the memory "
                           "admission), got %d", o->no_mem_check);
@@ -288,16 +291,19 @@ static pipit_status admit_graph(const pipit_program *p, const pipit_graph *g, co
         if (n->op == PIPIT_OP_PARAM) params += (double)pipit__node_bytes(n);
         else if (pipit__node_runs(n)) runs++;
     }
-    int procs = pipit_process_count();
-    double state = procs > 1 || !p->be->host_memory ? 0 : params * (o->forward_only ? 1 : 4);
+    int procs = pipit_process_count(), plan_only = o->plan_only;
+    /* a plan-only program holds its plan here, nothing else: this process's
+     * own limit, not mem_limit (the target's, checked per rank after planning) */
+    double state = procs > 1 || plan_only || !p->be->host_memory ? 0 : params * (o->forward_only ? 1 : 4);
     pipit__mem_item items[] = {
         {"parameters with their gradients and optimizer moments (at least)", state},
         {"instruction lists (at least)", M * runs * (double)sizeof(pipit__instr)},
         {"the memory plan's tables (at least)",
          M * (runs * (double)sizeof(pipit__mp_buf) + (double)g->n * sizeof(int32_t))},
-        {"the feeds of one step (held by the caller)", input_bytes(g, g->n) * M * (procs > 1 ? 1 : D)},
+        {"the feeds of one step (held by the caller)", plan_only ? 0 : input_bytes(g, g->n) * M * (procs > 1 ? 1 : D)},
     };
-    return pipit__mem_admit("this program", items, 4, 0, o->mem_limit, ADMIT_ADVICE);
+    return pipit__mem_admit(plan_only ? "planning this program" : "this program", items, 4, 0,
+                            plan_only ? 0 : o->mem_limit, ADMIT_ADVICE);
 }
 
 /* Bytes the plan itself holds (already allocated when admit_plan runs). */
@@ -309,11 +315,37 @@ static double plan_bytes(const pipit__plan *pl) {
     return b;
 }
 
+/* A plan-only program against options.mem_limit, the target's: what each
+ * world rank would hold in a job of one process per rank (its blocks and
+ * its process's feeds of one step); the largest is named. */
+static pipit_status admit_plan_ranks(const pipit_program *p) {
+    static const char *const names[] = {"parameters", "gradients", "optimizer moments", "gradient accumulators",
+                                        "activation arenas", "data-parallel buffers"};
+    if (!(p->plan.opt.mem_limit > 0)) return PIPIT_STATUS_OK;
+    double best[6] = {0}, best_total = -1;
+    int best_w = 0;
+    for (int w = 0; w < p->W; w++) {
+        rank_block blk[NBLOCKS];
+        double sum[6] = {0}, total = 0;
+        int n = rank_blocks(p, w, NULL, pipit__moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
+        for (int k = 0; k < n; k++) sum[k <= 1 ? k : k <= 3 ? 2 : k - 1] += (double)blk[k].bytes, total += (double)blk[k].bytes;
+        if (total > best_total) best_total = total, best_w = w, memcpy(best, sum, sizeof best);
+    }
+    pipit__mem_item items[7];
+    for (int k = 0; k < 6; k++) items[k] = (pipit__mem_item){names[k], best[k]};
+    items[6] = (pipit__mem_item){"the feeds of one step (held by its process)",
+                                 input_bytes(p->plan.g, p->plan.gr.fwd_end) * p->plan.M};
+    char who[64];
+    snprintf(who, sizeof who, "world rank %d (the largest of %d)", best_w, p->W);
+    return pipit__mem_admit(who, items, 7, 0, p->plan.opt.mem_limit, ADMIT_ADVICE);
+}
+
 /* After planning, exactly: the blocks of this process's ranks (host
  * memory only: a device backend's live on its devices), the plan and the
  * feeds of one step, before the first block is reserved. */
 static pipit_status admit_plan(const pipit_program *p) {
     if (p->plan.opt.no_mem_check) return PIPIT_STATUS_OK;
+    if (p->plan.opt.plan_only) return admit_plan_ranks(p);
     static const char *const names[] = {"parameters", "gradients", "optimizer moments", "gradient accumulators",
                                         "activation arenas", "data-parallel buffers"};
     double sum[6] = {0};
@@ -338,7 +370,7 @@ static pipit_status place_ranks(pipit_program *p) {
     pipit_status s = pipit_init(NULL, NULL);
     if (s) return s;
     p->W = p->plan.nranks * p->plan.T * p->plan.D;
-    int procs = pipit_process_count();
+    int procs = p->plan.opt.plan_only ? 1 : pipit_process_count(); /* a plan runs nowhere */
     if (procs > 1 && procs != p->W)
         return pipit__err(PIPIT_STATUS_INVALID,
                           "this job has %d processes, but the mesh needs P x T x D = %d x %d x %d = %d world ranks "
@@ -533,7 +565,7 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     if (!s) s = place(p);
     /* every process of an MPI job takes part, failed or not, and all get the same verdict */
     if (pipit_process_count() > 1) s = pipit__program_agree(p, s);
-    if (!s) s = instantiate(p);
+    if (!s && !opt->plan_only) s = instantiate(p); /* a plan-only program has no rank memory (p->rs NULL) */
     if (s) {
         if (pipit__err_gen() == gen0) pipit__err(s, "%s", pipit_status_name(s)); /* a helper set no message */
         pipit__err_fresh(s, gen0, "pipit_compile");

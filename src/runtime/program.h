@@ -110,6 +110,11 @@ static inline int pipit__prank_of(const pipit_program *p, int w) { return w / p-
 static inline int pipit__replica_of(const pipit_program *p, int w) { return w / (p->plan.T * p->plan.nranks); }
 
 /* Whether world rank w runs in this process. */
+/* INVALID for a plan-only program (options.plan_only: no rank memory,
+ * p->rs NULL), naming fn: the calls that run a program or read its
+ * memory; OK otherwise. p is a valid handle. */
+pipit_status pipit__check_runnable(const pipit_program *p, const char *fn);
+
 static inline int pipit__is_local(const pipit_program *p, int w) {
     return p->procs == 1 || w == p->local[0];
 }

@@ -16,6 +16,14 @@ static pipit_status check(const pipit_program *p, const char *fn) {
     return PIPIT_STATUS_OK;
 }
 
+pipit_status pipit__check_runnable(const pipit_program *p, const char *fn) {
+    if (p->rs) return PIPIT_STATUS_OK;
+    return pipit__err(PIPIT_STATUS_INVALID,
+                      "%s: this program was compiled with options.plan_only: it has no memory, so it can be "
+                      "inspected (pipit_program_print_plan, the param queries), not run or read",
+                      fn);
+}
+
 static const pipit__param *param_named(const pipit_program *p, const char *name, const char *fn) {
     if (!name) {
         pipit__err(PIPIT_STATUS_MISUSE, "%s: name is NULL", fn);
@@ -49,6 +57,7 @@ pipit_status pipit_program_param_numel(const pipit_program *p, const char *name,
 
 pipit_status pipit_program_set_profile(pipit_program *p, int on) {
     pipit_status s = check(p, __func__);
+    if (!s) s = pipit__check_runnable(p, __func__);
     if (s) return s;
     p->profile = on != 0;
     if (on) p->profile_steps = 0;
@@ -63,6 +72,7 @@ double pipit_program_step_wall(const pipit_program *p) { return check(p, __func_
 
 pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_rank_step *out) {
     pipit_status s = check(p, __func__);
+    if (!s) s = pipit__check_runnable(p, __func__);
     if (s) return s;
     if (!out) return pipit__err(PIPIT_STATUS_MISUSE, "%s: out is NULL", __func__);
     if (rank < 0 || rank >= p->W)

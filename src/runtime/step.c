@@ -243,6 +243,7 @@ static void fill_metrics(const pipit_program *p, double t0, double loss, pipit_m
 pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, int update,
                         pipit_metrics *metrics) {
     pipit_status s = check_program(p);
+    if (!s) s = pipit__check_runnable(p, __func__);
     if (s) return s;
     unsigned long gen0 = pipit__err_gen();
     if (p->broken)
@@ -361,6 +362,7 @@ pipit_status pipit_program_param_shape(const pipit_program *p, const char *name,
 static pipit_status copy_param(const pipit_program *p, const char *fn, const char *name, const void *data,
                                size_t nbytes, int *idx) {
     pipit_status s = check_program_fn(p, fn);
+    if (!s) s = pipit__check_runnable(p, fn); /* every read and write of a param, gradient or moment */
     if (s) return s;
     const pipit__param *pp = find_param(p, name, fn, &s);
     if (!pp) return s;
@@ -567,6 +569,7 @@ static pipit_status fetch_widened(const pipit_program *p, int w, const uint8_t *
 
 pipit_status pipit_program_get_output(const pipit_program *p, pipit_val v, int mb, void *data, size_t nbytes) {
     pipit_status s = check_program(p);
+    if (!s) s = pipit__check_runnable(p, __func__);
     if (s) return s;
     const pipit__plan *pl = &p->plan;
     int k = -1;
