@@ -104,6 +104,10 @@ grep -q '"val_loss"' run_a.jsonl || fail "run a logged no validation: the test p
 { head -3 run_b.jsonl; echo '{"step":3,"loss":nan,"ms":1}'; tail -n +5 run_b.jsonl; } >nan.jsonl
 expect_ok "$PIPIT" plot nan.jsonl --out nan.svg
 grep -q "nan.jsonl: skipped 1 line that is not JSON (first: line 4)" <<<"$OUT" || fail "no note on the nan line: $OUT"
+# nor is a line with a key twice (which loss?) or text after its object
+{ head -3 run_b.jsonl; echo '{"step":3,"loss":1,"loss":9}'; echo '{"step":4,"loss":1} {"step":5,"loss":9}'; } >dup.jsonl
+expect_ok "$PIPIT" plot dup.jsonl --out dup.svg
+grep -q "dup.jsonl: skipped 2 lines that are not JSON (first: line 4)" <<<"$OUT" || fail "no note on the ambiguous lines: $OUT"
 
 # values at the edges of double: drawn promptly (a file-size limit and a timeout stop a runaway), finite
 printf '{"step":100000000000000000,"loss":3,"lr":0.001}\n{"step":100000000000000016,"loss":2,"lr":0.002}\n' >steps_1e17.jsonl

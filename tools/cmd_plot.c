@@ -66,7 +66,14 @@ static void take_line(log_reader *lr, char *line, size_t len, int brace) {
     lr->lineno++;
     if (!len || !brace) return;
     line[len] = 0;
-    cJSON *o = cJSON_ParseWithLength(line, len);
+    /* 1: nothing may follow the object; a key given twice is ambiguous (cJSON
+     * would read the first): such a line is not one of train's, skipped too */
+    cJSON *o = cJSON_ParseWithOpts(line, NULL, 1);
+    int twice = 0;
+    for (const cJSON *a = o ? o->child : NULL; a && !twice; a = a->next)
+        for (const cJSON *b = a->next; b && !twice; b = b->next)
+            twice = a->string && b->string && strcmp(a->string, b->string) == 0;
+    if (twice) cJSON_Delete(o), o = NULL;
     if (!o) {
         if (!lr->skipped++) lr->first_skipped = lr->lineno;
         return;
