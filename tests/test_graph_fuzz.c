@@ -160,9 +160,9 @@ static void add_act(gen *G, pipit_val v, int stage) {
 }
 
 /* One random op reading cur (so it stays in this stage) and maybe others. */
-static pipit_val step_op(gen *G, pipit_val a) {
+static pipit_val step_op(gen *G, pipit_val a, int stage) {
     pipit_graph *g = G->g;
-    switch (pick(&G->r, 26)) {
+    switch (pick(&G->r, 28)) {
     case 0: return pipit_matmul(g, a, mat_of(G, 0), 0, 0);
     case 1: return pipit_matmul_nt(g, a, mat_of(G, 0));
     case 2: return pipit_add(g, a, any_act(G));
@@ -221,6 +221,10 @@ static pipit_val step_op(gen *G, pipit_val a) {
     }
     case 24: /* a bf16 detour inside an f32 graph */
         return pipit_add(g, a, pipit_cast(g, pipit_silu(g, pipit_cast(g, any_act(G), PIPIT_BF16)), PIPIT_F32));
+    case 25: /* a value of params alone behind a yield: it lives in stage 1 (so only from stage 1 on) */
+        return stage >= 1 ? pipit_matmul(g, a, pipit_yield(g, mat_of(G, 0)), 0, 0) : pipit_gelu(g, a);
+    case 26: /* the input behind a yield */
+        return stage >= 1 ? pipit_mul(g, a, pipit_sigmoid(g, pipit_yield(g, G->x))) : pipit_silu(g, a);
     default: return pipit_tanh(g, pipit_add(g, a, G->x));
     }
 }
@@ -240,7 +244,7 @@ static pipit_val build(pipit_graph *g, uint64_t seed, int S, pipit_val *out) {
     add_act(G, cur, 0);
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < nops; i++) {
-            cur = step_op(G, cur);
+            cur = step_op(G, cur, s);
             add_act(G, cur, s);
         }
         if (s + 1 == S) break;
@@ -250,8 +254,9 @@ static pipit_val build(pipit_graph *g, uint64_t seed, int S, pipit_val *out) {
             if (G->act_stage[j] <= s) add_act(G, pipit_yield(g, G->act[j]), G->act_stage[j] + 1);
         }
         cur = pipit_yield(g, cur);
+        if (s + 2 < S && pick(&G->r, 6) == 0) cur = pipit_yield(g, cur), s++; /* a stage of nothing but a yield */
         add_act(G, cur, s + 1);
-        if (pick(&G->r, 4) == 0) (void)step_op(G, any_act(G)); /* at times a value nothing reads */
+        if (pick(&G->r, 4) == 0) (void)step_op(G, any_act(G), 0); /* at times a value nothing reads */
     }
     pipit_val logits = pick(&G->r, 2) ? pipit_matmul_nt(g, cur, tab_of(G)) : pipit_matmul(g, cur, param(G, 2, SH(C, NV)), 0, 0);
     pipit_val loss = pipit_xent_mean(g, logits, G->tgt);

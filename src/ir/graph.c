@@ -208,14 +208,19 @@ int32_t pipit__node_add(pipit_graph *g, pipit__opcode op, int nin, const int32_t
             return -1;
         }
     }
+    /* The node is made in a local first: in, fattr and iattr may point into
+     * g->nodes (a VJP passing its own node's attributes), which reserving
+     * may move. */
+    pipit__node made;
+    memset(&made, 0, sizeof made);
+    made.op = (uint16_t)op;
+    made.nin = (uint8_t)nin;
+    for (int i = 0; i < nin; i++) made.in[i] = in[i];
+    if (fattr) memcpy(made.fattr, fattr, sizeof made.fattr);
+    if (iattr) memcpy(made.iattr, iattr, sizeof made.iattr);
     if (!graph_reserve(g)) return -1;
     pipit__node *n = &g->nodes[g->n];
-    memset(n, 0, sizeof *n);
-    n->op = (uint16_t)op;
-    n->nin = (uint8_t)nin;
-    for (int i = 0; i < nin; i++) n->in[i] = in[i];
-    if (fattr) memcpy(n->fattr, fattr, sizeof n->fattr);
-    if (iattr) memcpy(n->iattr, iattr, sizeof n->iattr);
+    *n = made;
     n->stage = -1;
     n->origin = g->cur_origin;
     n->flags = g->cur_flags;
