@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "pipit.h"
+#include "pipit_decode.h"
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
 #include "pipit_inspect.h"
@@ -1437,6 +1438,80 @@ static int cannot_fail(const char *name) {
         if (strcmp(CANNOT_FAIL[i][0], name) == 0) return 1;
     size_t n = strlen(name); /* every *_free accepts NULL and returns nothing */
     return n > 5 && strcmp(name + n - 5, "_free") == 0;
+}
+
+/* Decoding: the builders refuse what a decoding graph cannot be, the
+ * decoder refuses bad handles and sizes, the sampler bad options. */
+#define JUNK_DECODER ((pipit_decoder *)(void *)junk)
+PIPIT_TEST(api_misuse_decode) {
+    memset(junk, 0x5a, sizeof junk);
+    pipit_gpt2_config gc = {.vocab = 16, .max_ctx = 4, .ctx = 4, .layers = 2, .heads = 2, .dim = 8, .batch = 1, .stages = 1,
+                            .dtype = PIPIT_F32},
+                      gbad = gc;
+    pipit_llama_config lc = {.vocab = 16, .max_ctx = 4, .ctx = 4, .layers = 2, .heads = 2, .kv_heads = 1, .dim = 8,
+                             .ffn_hidden = 12, .norm_eps = 1e-5, .rope_theta = 1e4, .batch = 1, .stages = 1,
+                             .dtype = PIPIT_F32},
+                       lbad = lc;
+    pipit_decode_graph dg;
+    pipit_graph *g = pipit_graph_new();
+    FAILS(pipit_gpt2_build_decode(NULL, &gc, &dg), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_gpt2_build_decode(g, NULL, &dg), PIPIT_STATUS_MISUSE);
+    gbad.stages = 2; /* a decoding graph is one stage */
+    FAILS(pipit_gpt2_build_decode(g, &gbad, &dg), PIPIT_STATUS_INVALID);
+    FAILS(pipit_llama_build_decode(NULL, &lc, &dg), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_llama_build_decode(g, NULL, &dg), PIPIT_STATUS_MISUSE);
+    lbad.stages = 2;
+    FAILS(pipit_llama_build_decode(g, &lbad, &dg), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_graph_status(g)); /* a refused config leaves the graph alone */
+    ASSERT_OK(pipit_gpt2_build_decode(g, &gc, &dg));
+    pipit_val outs[2] = {dg.logits, dg.kv};
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, dg.loss, &(pipit_options){.forward_only = 1, .outputs = outs, .noutputs = 2}, &p));
+    pipit_decoder *d = NULL;
+    FAILS(pipit_decoder_new(NULL, &dg, &d), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_new(p, NULL, &d), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_new(p, &dg, NULL), PIPIT_STATUS_MISUSE);
+    pipit_decode_graph swapped = dg;
+    swapped.logits = dg.kv, swapped.kv = dg.logits; /* not a decoding graph's shapes */
+    FAILS(pipit_decoder_new(p, &swapped, &d), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_decoder_new(p, &dg, &d));
+    int32_t tok = 3;
+    float logits[16];
+    FAILS(pipit_decoder_step(NULL, &tok, logits, sizeof logits), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_step(JUNK_DECODER, &tok, logits, sizeof logits), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_step(d, NULL, logits, sizeof logits), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_step(d, &tok, NULL, sizeof logits), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_step(d, &tok, logits, sizeof logits - 1), PIPIT_STATUS_INVALID);
+    GIVES(pipit_decoder_length(NULL), -1);
+    GIVES(pipit_decoder_length(JUNK_DECODER), -1);
+    GIVES(pipit_decoder_capacity(NULL), -1);
+    FAILS(pipit_decoder_reset(NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_decoder_reset(JUNK_DECODER), PIPIT_STATUS_MISUSE);
+    ASSERT_EQ_I64(pipit_decoder_length(d), 0); /* the refused steps left the cache empty */
+    ASSERT_EQ_I64(pipit_decoder_capacity(d), 4);
+    for (int i = 0; i < 4; i++) ASSERT_OK(pipit_decoder_step(d, &tok, logits, sizeof logits));
+    FAILS(pipit_decoder_step(d, &tok, logits, sizeof logits), PIPIT_STATUS_INVALID); /* the cache is full */
+    ASSERT_EQ_I64(pipit_decoder_length(d), 4);
+    pipit_decoder_free(d);
+    pipit_decoder_free(NULL);
+    /* sampler */
+    float row[3] = {1, 2, 3};
+    uint64_t st = 1;
+    int32_t t = -1;
+    pipit_sampling s = {.temperature = 1};
+    FAILS(pipit_sample_token(NULL, 3, &s, &st, &t), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_sample_token(row, 3, &s, &st, NULL), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_sample_token(row, 0, &s, &st, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_sample_token(row, 3, &(pipit_sampling){.temperature = NAN}, &st, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_sample_token(row, 3, &(pipit_sampling){.top_k = -1}, &st, &t), PIPIT_STATUS_INVALID);
+    FAILS(pipit_sample_token(row, 3, &(pipit_sampling){.temperature = 1, .top_p = 1.5}, &st, &t),
+          PIPIT_STATUS_INVALID);
+    row[1] = NAN;
+    FAILS(pipit_sample_token(row, 3, &s, &st, &t), PIPIT_STATUS_INVALID);
+    row[0] = row[1] = row[2] = -INFINITY;
+    FAILS(pipit_sample_token(row, 3, &s, &st, &t), PIPIT_STATUS_INVALID);
+    pipit_program_free(p);
+    pipit_graph_free(g);
 }
 
 /* Whether this file makes a failing call of `name` whose message it checks. */
