@@ -822,8 +822,13 @@ static void *monitor_main(void *arg) {
 /* An integer control variable of the MPI library (MPI_T), by name: 1 and
  * *v if this MPI has it. */
 static int mpi_int_cvar(const char *name, int *v) {
-    int provided, idx, count, ok = 0;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return 0;
+    int level = MPI_THREAD_SINGLE, provided, idx, count, ok = 0;
+    /* Ask MPI_T for the level MPI already runs at: Open MPI records the
+     * level MPI_T_init_thread asks for as the process's, and a lower one
+     * would turn its locks off under pipit's threads (and fail the next
+     * transport's MPI_THREAD_MULTIPLE check). */
+    MPI_Query_thread(&level);
+    if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return 0;
     MPI_T_cvar_handle h;
     if (MPI_T_cvar_get_index(name, &idx) == MPI_SUCCESS) {
         char nm[128], desc[8];
