@@ -2,7 +2,7 @@
  * bench_pipeline.c — measured vs simulated pipeline bubble, and runtime
  * overhead, for every built-in schedule on a small GPT-2.
  *
- * Usage: bench_pipeline [steps warmup]   (default 7 timed steps, 2 warm-up)
+ * Usage: bench_pipeline [steps warmup [schedule]]   (default 7 timed steps, 2 warm-up, every schedule)
  *
  * Model: V=256 T=64 L=4 H=4 C=128, B=4 sequences per microbatch, split into
  * S = P*V stages, P = 2 ranks, 1 compute thread per rank (so 2 threads in
@@ -17,6 +17,10 @@
  *             which is what the simulator models
  *   seq ms    the same M microbatches on one rank, one thread, no pipeline
  *   speed     seq ms / step ms
+ *   bound     the bubble bound (M*V + P - 1) / (M*V) at the machine's two-core
+ *             rate: seq2 ms = the sequential program stepped on both cores at
+ *             once (two copies), so bound = seq / (seq2 / P x that factor);
+ *             of bd = speed / bound (what the pipeline itself delivers)
  *   bub meas  1 - mean_r compute_r / wall, compute_r = sum over the rank's
  *             tasks of their intervals minus the rank's blocking receives
  *             (pipit_program_last_step: recv_wait; every receive of the
@@ -35,6 +39,7 @@
  *   sim ms    the simulated makespan; vs sim = (wall - sim) / wall
  * Every ratio is a median over the timed steps.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,9 +116,57 @@ static double seq_ms(int M, int steps, int warmup) {
     return r;
 }
 
+/* The same sequential program stepped on both cores at once (two copies,
+ * one thread each): what one core delivers while the other also computes.
+ * A P = 2 pipeline can do no better than this per rank, so the machine's
+ * own loss (shared caches, memory bandwidth, a vCPU's sibling, clock) is
+ * told apart from the pipeline's: bound = the bubble bound at this rate. */
+typedef struct {
+    pipit_program *p;
+    feedset *f;
+    int steps, warmup;
+    double *w;
+} pair_arg;
+
+static void *pair_worker(void *arg) {
+    pair_arg *a = arg;
+    for (int i = 0; i < a->warmup + a->steps; i++) {
+        if (pipit_step(a->p, a->f->feeds, 3, 1, NULL)) fail("pair step");
+        if (i >= a->warmup) a->w[i - a->warmup] = pipit_program_step_wall(a->p) * 1e3;
+    }
+    return NULL;
+}
+
+static double seq_pair_ms(int M, int steps, int warmup) {
+    pipit_gpt2_config c = model(1);
+    pipit_graph *g[2];
+    pipit_options po = {.microbatches = M, .threads = 1};
+    pipit_program *p[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        g[k] = pipit_graph_new();
+        pipit_val loss = pipit_gpt2_build(g[k], &c);
+        if (pipit_graph_status(g[k]) || pipit_compile(g[k], loss, &po, &p[k]) || pipit_gpt2_init(p[k], &c, 1))
+            fail("pair");
+    }
+    feedset f = make_feeds(M, c.batch, c.ctx, c.vocab);
+    pair_arg a[2];
+    pthread_t th[2];
+    for (int k = 0; k < 2; k++) {
+        a[k] = (pair_arg){.p = p[k], .f = &f, .steps = steps, .warmup = warmup};
+        a[k].w = calloc((size_t)steps, sizeof(double));
+        if (!a[k].w || pthread_create(&th[k], NULL, pair_worker, &a[k])) fail("pair thread");
+    }
+    for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+    for (int i = 0; i < steps; i++) a[0].w[i] = MAX(a[0].w[i], a[1].w[i]);
+    double r = bench_median(a[0].w, steps);
+    for (int k = 0; k < 2; k++) free(a[k].w), pipit_program_free(p[k]), pipit_graph_free(g[k]);
+    free_feeds(&f);
+    return r;
+}
+
 /* Runs one (schedule, V, M) case and prints its row. Returns 0 if the
  * schedule rejected (P, V, M). */
-static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmup, double seq) {
+static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmup, double seq, double seq2) {
     pipit_schedule *sch = NULL;
     if (pipit_schedule_build(kind, P, V, M, &sch)) {
         printf("%-17s %2d %3d  (rejected: %s)\n", pipit_schedule_kind_name(kind), V, M, pipit_errmsg());
@@ -185,9 +238,13 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
     double wmed = bench_median(wall, steps);
     double sim_ms = pipit_sim_result_step_time(rm) * 1e3;
     double lmed = bench_median(loopw, steps);
-    printf("%-17s %2d %3d %2d | %8.2f %6.2f %8.2f %5.2fx | %7.1f%% %7.1f%% %+6.1f | %6.1f%% %6.2f%% | %8.2f "
-           "%+6.1f%%\n",
-           pipit_schedule_kind_name(kind), V, M, S, wmed, bench_median(post, steps), seq, seq / wmed,
+    /* the bubble bound of P ranks on S = P*V stages, each rank at the
+     * two-core rate: (M*V + P - 1) / (M*V) of seq2 / P (even stages) */
+    double bound = seq / (seq2 / P * (double)(M * V + P - 1) / (M * V));
+    printf("%-17s %2d %3d %2d | %8.2f %6.2f %8.2f %5.2fx %5.2fx %4.0f%% | %7.1f%% %7.1f%% %+6.1f | %6.1f%% %6.2f%% | "
+           "%8.2f %+6.1f%%\n",
+           pipit_schedule_kind_name(kind), V, M, S, wmed, bench_median(post, steps), seq, seq / wmed, bound,
+           100 * seq / wmed / bound,
            100 * bench_median(bcomp, steps), 100 * sim_bubble, 100 * (bench_median(bcomp, steps) - sim_bubble),
            100 * bench_median(ovh, steps), 100 * bench_median(ovrt, steps), sim_ms, 100 * (lmed - sim_ms) / lmed);
     fflush(stdout);
@@ -203,6 +260,7 @@ static int run_case(pipit_schedule_kind kind, int V, int M, int steps, int warmu
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 7, warmup = argc > 2 ? atoi(argv[2]) : 2;
+    const char *only = argc > 3 ? argv[3] : NULL; /* one schedule by name */
     if (steps < 1) steps = 1;
     static const struct {
         pipit_schedule_kind kind;
@@ -217,13 +275,17 @@ int main(int argc, char **argv) {
     printf("GPT-2 V=256 T=64 L=4 H=4 C=128, B=4 per microbatch; P=%d ranks x 1 thread; median of %d steps"
            " after %d warm-up\n",
            P, steps, warmup);
-    printf("%-17s %2s %3s %2s | %8s %6s %8s %6s | %8s %8s %6s | %7s %7s | %8s %7s\n", "schedule", "V", "M",
-           "S", "step ms", "post", "seq ms", "speed", "bub meas", "bub sim", "diff", "ovh", "ovh rt", "sim ms",
-           "vs sim");
+    printf("%-17s %2s %3s %2s | %8s %6s %8s %6s %6s %5s | %8s %8s %6s | %7s %7s | %8s %7s\n", "schedule", "V",
+           "M", "S", "step ms", "post", "seq ms", "speed", "bound", "of bd", "bub meas", "bub sim", "diff", "ovh",
+           "ovh rt", "sim ms", "vs sim");
     for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
-        double seq = seq_ms(Ms[mi], steps, warmup);
+        double seq = seq_ms(Ms[mi], steps, warmup), seq2 = seq_pair_ms(Ms[mi], steps, warmup);
+        printf("M=%d: one rank alone %.2f ms; two copies at once %.2f ms each (%.2fx: the machine's two-core "
+               "rate)\n",
+               Ms[mi], seq, seq2, seq2 / seq);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            run_case(cases[i].kind, cases[i].V, Ms[mi], steps, warmup, seq);
+            if (!only || strcmp(only, pipit_schedule_kind_name(cases[i].kind)) == 0)
+                run_case(cases[i].kind, cases[i].V, Ms[mi], steps, warmup, seq, seq2);
     }
     printf("(step: the whole step, post: its post-loop part (gradient exchange, norm, AdamW); the rest\n"
            " is on the loop alone, wall = until the last task ends: bub meas: 1 - mean over ranks of\n"
@@ -232,6 +294,8 @@ int main(int argc, char **argv) {
            " rank's compute) / wall (includes that rank's idle waits); ovh rt: (wall - max over ranks of\n"
            " compute + blocking-receive time) / wall, i.e. time outside any task;\n"
            " vs sim: (wall - simulated makespan) / wall;\n"
-           " speed: seq / step, 1 rank x 1 thread vs 2 ranks x 1 thread; all medians over steps)\n");
+           " speed: seq / step, 1 rank x 1 thread vs 2 ranks x 1 thread; bound: the bubble bound of 1F1B/GPipe\n"
+           " (interleaved: (MV+P-1)/(MV)) at the two-core rate, of bd = speed / bound (a zero-bubble schedule\n"
+           " may pass 100%%); all medians over steps)\n");
     return 0;
 }
