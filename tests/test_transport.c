@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "pipit.h"
 #include "runtime/transport.h"
 #include "test.h"
 
@@ -209,6 +210,37 @@ PIPIT_TEST(transport_local_device_staging) {
  * before step 0 and garbage silently meant 10 s; now unset / empty is the
  * default, 0 is off, 1 .. 86400 s are taken, anything else is INVALID
  * naming the variable and its value. */
+/* PIPIT_TIMEOUT: garbage fails pipit_compile naming the variable (it
+ * silently meant 300 s before). */
+PIPIT_TEST(transport_timeout_limit) {
+    double v = -1;
+    unsetenv("PIPIT_TIMEOUT");
+    ASSERT_OK(pipit__timeout_limit(&v));
+    ASSERT_NEAR_F64(v, 300.0, 0);
+    setenv("PIPIT_TIMEOUT", "2.5", 1);
+    ASSERT_OK(pipit__timeout_limit(&v));
+    ASSERT_NEAR_F64(v, 2.5, 0);
+    const char *bad[] = {"abc", "10s", " 5", "0", "-3", "nan", "inf", "1e999", "1e-400", "1e9"};
+    pipit_graph *g = pipit_graph_new();
+    pipit_val x = pipit_param(g, "x", PIPIT_F32, 1, (int64_t[]){2});
+    pipit_val loss = pipit_sum(g, pipit_mul(g, x, x));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        setenv("PIPIT_TIMEOUT", bad[i], 1);
+        ASSERT_STATUS(pipit__timeout_limit(&v), PIPIT_STATUS_INVALID);
+        pipit_program *p = NULL;
+        ASSERT_STATUS(pipit_compile(g, loss, NULL, &p), PIPIT_STATUS_INVALID);
+        ASSERT_MSG_HAS("pipit_compile");
+        ASSERT_MSG_HAS("PIPIT_TIMEOUT='");
+        ASSERT_MSG_HAS(bad[i]);
+        ASSERT_TRUE(p == NULL);
+    }
+    unsetenv("PIPIT_TIMEOUT");
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, NULL, &p));
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
 PIPIT_TEST(transport_heartbeat_limit) {
     double v = -1;
     unsetenv("PIPIT_HEARTBEAT");

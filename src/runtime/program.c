@@ -547,6 +547,8 @@ pipit_status pipit_compile(pipit_graph *g, pipit_val loss, const pipit_options *
     if (!opt) opt = &defaults;
     unsigned long gen0 = pipit__err_gen();
     pipit_status s = check_options(opt);
+    double timeout_s; /* a bad PIPIT_TIMEOUT fails here, not silently as 300 s at the first hang */
+    if (!s) s = pipit__timeout_limit(&timeout_s);
     pipit_program *p = s ? NULL : pipit__calloc(1, sizeof *p);
     if (!s && !p) s = pipit__err(PIPIT_STATUS_NOMEM, "pipit_compile: out of memory");
     int planned = 0;

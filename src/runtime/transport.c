@@ -32,14 +32,30 @@ void pipit__host_label(char *out, size_t n) {
     else snprintf(out, n, "%s", name);
 }
 
-double pipit__transport_timeout(void) {
+pipit_status pipit__timeout_limit(double *seconds) {
+    *seconds = PIPIT_TIMEOUT_DEFAULT_S;
     const char *s = getenv("PIPIT_TIMEOUT");
-    if (s && *s) {
-        char *end;
-        double v = strtod(s, &end);
-        if (*end == 0 && v > 0 && v < 1e9) return v;
-    }
-    return 300.0;
+    if (!s || !*s) return PIPIT_STATUS_OK;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    const char *why = NULL;
+    if (end == s || *end || isspace((unsigned char)*s)) why = "not a number of seconds";
+    else if (!isfinite(v)) why = "not a finite number of seconds";
+    else if (v <= 0 || errno == ERANGE) why = v < 0 ? "negative" : "not above 0";
+    else if (v >= PIPIT_TIMEOUT_MAX_S) why = "too long";
+    if (why)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "PIPIT_TIMEOUT='%.40s': %s; it must be the seconds a receive may wait, above 0 and below "
+                          "%g (unset: %g)",
+                          s, why, PIPIT_TIMEOUT_MAX_S, PIPIT_TIMEOUT_DEFAULT_S);
+    *seconds = v;
+    return PIPIT_STATUS_OK;
+}
+
+double pipit__transport_timeout(void) {
+    double v;
+    return pipit__timeout_limit(&v) ? PIPIT_TIMEOUT_DEFAULT_S : v;
 }
 
 pipit_status pipit__heartbeat_limit(double *seconds) {

@@ -104,8 +104,15 @@ pipit__transport *pipit__transport_local_new(int W);
 pipit__transport *pipit__transport_mpi_new(int W, const uint64_t *tags, size_t ntags);
 
 /* Seconds a receive may wait before the job is declared hung: the
- * environment variable PIPIT_TIMEOUT (seconds, > 0), else 300. */
+ * environment variable PIPIT_TIMEOUT (seconds, > 0), else 300. A value
+ * pipit__timeout_limit refuses is never used: pipit_compile fails first. */
 double pipit__transport_timeout(void);
+#define PIPIT_TIMEOUT_DEFAULT_S 300.0
+#define PIPIT_TIMEOUT_MAX_S 1e9
+/* PIPIT_TIMEOUT checked: unset or empty gives the default; anything but a
+ * finite number of seconds in (0, 1e9) is INVALID with a message naming
+ * the variable and its value. */
+pipit_status pipit__timeout_limit(double *seconds);
 
 /* PIPIT_HEARTBEAT (docs/mpi.md): the seconds of silence after which an MPI
  * process takes a peer for lost, into *seconds: unset or empty 10, "0"
