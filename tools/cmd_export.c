@@ -181,14 +181,16 @@ static int model_vocab(const export_kind *k, const pipit_checkpoint *ck, const c
 
 /* config.json's bos/eos ids (see the top of this file); a tokenizer with
  * more tokens than the model has rows is refused, naming both sizes. */
-static void pick_special_ids(export_args *a, const pipit_tokenizer *tk, const char *tok_path, int V) {
+static void pick_special_ids(export_args *a, pipit_tokenizer *tk, const char *tok_path, int V) {
     a->bos = a->eos = V - 1;
     if (!tk) return;
     int n = pipit_tokenizer_vocab_size(tk);
-    if (n > V)
+    if (n > V) {
+        pipit_tokenizer_free(tk); /* die() exits: nothing may be left for the leak checker */
         die("--tokenizer '%s' has %d tokens, but the model in '%s' has a vocabulary of %d (ids %d..%d would have no "
             "embedding): export the model this tokenizer was trained for",
             tok_path, n, a->init, V, V, n - 1);
+    }
     static const char eot[] = "<|endoftext|>";
     for (int32_t id = 0; id < n; id++) {
         size_t len = 0;
