@@ -32,18 +32,31 @@ void pipit__host_label(char *out, size_t n) {
     else snprintf(out, n, "%s", name);
 }
 
-pipit_status pipit__timeout_limit(double *seconds) {
-    *seconds = PIPIT_TIMEOUT_DEFAULT_S;
-    const char *s = getenv("PIPIT_TIMEOUT");
-    if (!s || !*s) return PIPIT_STATUS_OK;
+/* An environment variable of seconds: NULL (*set 0) when unset or empty;
+ * else the reason it is not a finite number (NULL if it is), *v its value
+ * and *underflow whether strtod rounded a nonzero text to 0 ("1e-400"). */
+static const char *env_seconds(const char *name, const char **text, double *v, int *underflow) {
+    *text = getenv(name);
+    *v = 0, *underflow = 0;
+    if (!*text || !**text) return NULL;
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    const char *why = NULL;
-    if (end == s || *end || isspace((unsigned char)*s)) why = "not a number of seconds";
-    else if (!isfinite(v)) why = "not a finite number of seconds";
-    else if (v <= 0 || errno == ERANGE) why = v < 0 ? "negative" : "not above 0";
-    else if (v >= PIPIT_TIMEOUT_MAX_S) why = "too long";
+    *v = strtod(*text, &end);
+    if (end == *text || *end || isspace((unsigned char)**text)) return "not a number of seconds";
+    if (!isfinite(*v)) return "not a finite number of seconds";
+    *underflow = errno == ERANGE && *v == 0;
+    return NULL;
+}
+
+pipit_status pipit__timeout_limit(double *seconds) {
+    *seconds = PIPIT_TIMEOUT_DEFAULT_S;
+    const char *s;
+    double v;
+    int underflow;
+    const char *why = env_seconds("PIPIT_TIMEOUT", &s, &v, &underflow);
+    if (!s || !*s) return PIPIT_STATUS_OK;
+    if (!why && (v <= 0 || underflow)) why = v < 0 ? "negative" : "not above 0";
+    if (!why && v >= PIPIT_TIMEOUT_MAX_S) why = "too long";
     if (why)
         return pipit__err(PIPIT_STATUS_INVALID,
                           "PIPIT_TIMEOUT='%.40s': %s; it must be the seconds a receive may wait, above 0 and below "
@@ -58,21 +71,23 @@ double pipit__transport_timeout(void) {
     return pipit__timeout_limit(&v) ? PIPIT_TIMEOUT_DEFAULT_S : v;
 }
 
+static const char *heartbeat_out_of_range(double v, int underflow) {
+    if (v < 0) return "negative";
+    if ((v != 0 || underflow) && v < PIPIT_HEARTBEAT_MIN_S) /* underflow: "1e-400" is not 0 */
+        return "shorter than the heartbeats' own period: every process sends one each second, so a healthy job "
+               "would be taken for lost";
+    if (v > PIPIT_HEARTBEAT_MAX_S) return "longer than a day";
+    return NULL;
+}
+
 pipit_status pipit__heartbeat_limit(double *seconds) {
     *seconds = PIPIT_HEARTBEAT_DEFAULT_S;
-    const char *s = getenv("PIPIT_HEARTBEAT");
+    const char *s;
+    double v;
+    int underflow;
+    const char *why = env_seconds("PIPIT_HEARTBEAT", &s, &v, &underflow);
     if (!s || !*s) return PIPIT_STATUS_OK;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    const char *why = NULL;
-    if (end == s || *end || isspace((unsigned char)*s)) why = "not a number of seconds";
-    else if (!isfinite(v)) why = "not a finite number of seconds";
-    else if (v < 0) why = "negative";
-    else if ((v != 0 || errno == ERANGE) && v < PIPIT_HEARTBEAT_MIN_S) /* ERANGE at 0: "1e-400" */
-        why = "shorter than the heartbeats' own period: every process sends one each second, so a healthy job would "
-              "be taken for lost";
-    else if (v > PIPIT_HEARTBEAT_MAX_S) why = "longer than a day";
+    if (!why) why = heartbeat_out_of_range(v, underflow);
     if (why)
         return pipit__err(PIPIT_STATUS_INVALID,
                           "PIPIT_HEARTBEAT='%.40s': %s; it must be 0 (no heartbeats) or seconds from %g to %g "
