@@ -32,7 +32,7 @@ void pipit__host_label(char *out, size_t n) {
     else snprintf(out, n, "%s", name);
 }
 
-/* An environment variable of seconds: NULL (*set 0) when unset or empty;
+/* An environment variable of seconds: NULL when unset or empty (*text says which);
  * else the reason it is not a finite number (NULL if it is), *v its value
  * and *underflow whether strtod rounded a nonzero text to 0 ("1e-400"). */
 static const char *env_seconds(const char *name, const char **text, double *v, int *underflow) {
