@@ -130,18 +130,27 @@ static int rlimit_child(void) {
 }
 #endif
 
+#ifndef ADMIT_SANITIZER
+/* Runs child() in a forked process (its rlimit stays there) and asserts
+ * that it exited 0; a non-zero exit names the check that failed inside. */
+#define run_child(child)                                 \
+    do {                                                 \
+        fflush(NULL);                                    \
+        pid_t pid_ = fork();                             \
+        ASSERT_TRUE(pid_ >= 0);                          \
+        if (pid_ == 0) _exit(child());                   \
+        int st_ = 0;                                     \
+        ASSERT_TRUE(waitpid(pid_, &st_, 0) == pid_);     \
+        ASSERT_TRUE(WIFEXITED(st_));                     \
+        ASSERT_EQ_I64(WEXITSTATUS(st_), 0);              \
+    } while (0)
+#endif
+
 PIPIT_TEST(admission_rlimit_as) {
 #ifdef ADMIT_SANITIZER
     PIPIT_SKIP("RLIMIT_AS cannot be set under a sanitizer (its shadow memory needs terabytes of address space)");
 #else
-    fflush(NULL);
-    pid_t pid = fork();
-    ASSERT_TRUE(pid >= 0);
-    if (pid == 0) _exit(rlimit_child());
-    int st = 0;
-    ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
-    ASSERT_TRUE(WIFEXITED(st));
-    ASSERT_EQ_I64(WEXITSTATUS(st), 0);
+    run_child(rlimit_child);
 #endif
 }
 
@@ -231,13 +240,6 @@ PIPIT_TEST(admission_plan_only) {
 #ifdef ADMIT_SANITIZER
     PIPIT_SKIP("RLIMIT_AS cannot be set under a sanitizer (its shadow memory needs terabytes of address space)");
 #else
-    fflush(NULL);
-    pid_t pid = fork();
-    ASSERT_TRUE(pid >= 0);
-    if (pid == 0) _exit(plan_only_child());
-    int st = 0;
-    ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
-    ASSERT_TRUE(WIFEXITED(st));
-    ASSERT_EQ_I64(WEXITSTATUS(st), 0);
+    run_child(plan_only_child);
 #endif
 }
