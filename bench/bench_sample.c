@@ -83,11 +83,13 @@ static pipit_program *compile(const model *m, pipit_graph *g, pipit_val loss, co
     return p;
 }
 
+/* The greedy token: pipit_sample_token at temperature 0 (the sampler pipit
+ * sample uses), so both paths pick ties alike. */
 static int argmax(const float *row, int V) {
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        if (row[v] > row[best]) best = v;
-    return best;
+    int32_t tok = 0;
+    uint64_t state = 0;
+    check(pipit_sample_token(row, V, &(pipit_sampling){0}, &state, &tok), "sample");
+    return tok;
 }
 
 /* Greedy tokens after the prompt, the training graph over the window for
