@@ -138,15 +138,11 @@ static int32_t sum_terms(pipit_graph *g, const hop_table *h, contrib *t, int n, 
     return acc;
 }
 
-/* Sums a value's contributions in ascending key order: sorted descending,
- * reversed, folded. */
+static int key_asc(const void *a, const void *b) { return key_desc(b, a); }
+
+/* Sums a value's contributions in ascending key order. */
 static int32_t sum_contribs(pipit_graph *g, const hop_table *h, contrib_list *l, int32_t origin) {
-    list_sort(l);
-    for (int i = 0, k = l->n - 1; i < k; i++, k--) {
-        contrib c = l->c[i];
-        l->c[i] = l->c[k];
-        l->c[k] = c;
-    }
+    if (l->n > 1) qsort(l->c, (size_t)l->n, sizeof *l->c, key_asc);
     return sum_terms(g, h, l->c, l->n, origin);
 }
 
