@@ -27,6 +27,15 @@ static int is_loop_phase(int ph) { return ph == PH_F || ph == PH_B || ph == PH_W
 
 static int rank_of_node(const lowering *L, int32_t id) { return L->stage_rank[L->st->stage[id]]; }
 
+/* A pre-loop value runs wherever a pre-loop node reading it runs (readers
+ * come after what they read: one backward sweep closes it). */
+static void close_over_preloop_readers(const pipit__plan *p, uint64_t *rk) {
+    const pipit_graph *g = p->g;
+    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--)
+        for (int k = 0; p->gr.preloop[j] && k < g->nodes[j].nin; k++)
+            if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
+}
+
 /* Ranks that run each pre-loop node: those of its loop readers, and those
  * that run its pre-loop readers. Post-loop nodes and gradient leaves run
  * where the pre-loop node they differentiate runs. */
@@ -51,9 +60,7 @@ static pipit_status find_region_ranks(lowering *L) {
             if (r < p->gr.fwd_end && p->gr.preloop[r]) rk[r] |= 1ull << rank_of_node(L, j);
         }
     }
-    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--) /* re-close over pre-loop readers */
-        for (int k = 0; p->gr.preloop[j] && k < g->nodes[j].nin; k++)
-            if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
+    close_over_preloop_readers(p, rk);
     for (int32_t j = p->gr.fwd_end; j < g->n; j++)
         if (g->nodes[j].flags & NODE_POST) rk[j] = g->nodes[j].origin >= 0 ? rk[g->nodes[j].origin] : 1;
     /* A post-loop node also runs on every rank that runs a post-loop node
@@ -71,9 +78,7 @@ static pipit_status find_region_ranks(lowering *L) {
             if (r >= p->gr.fwd_end ? (g->nodes[r].flags & NODE_POST) != 0 : p->gr.preloop[r]) rk[r] |= rk[j];
         }
     }
-    for (int32_t j = p->gr.fwd_end - 1; j >= 0; j--)
-        for (int k = 0; p->gr.preloop[j] && k < g->nodes[j].nin; k++)
-            if (g->nodes[j].in[k] < p->gr.fwd_end && p->gr.preloop[g->nodes[j].in[k]]) rk[g->nodes[j].in[k]] |= rk[j];
+    close_over_preloop_readers(p, rk);
     p->node_ranks = rk;
     return PIPIT_STATUS_OK;
 }
