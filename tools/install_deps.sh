@@ -2,8 +2,9 @@
 # Installs pipit's Debian packages. Two lists:
 #   MAIN_PKGS  build and run pipit (examples/quickstart.sh, the README's main
 #              job): the compiler, CMake + Ninja, pkg-config (pipit.pc),
-#              OpenBLAS, cJSON, Open MPI (the MPI transport; optional for
-#              the build, part of running pipit on several machines);
+#              OpenBLAS, cJSON, oneDNN (the bf16 matmul), Open MPI (the
+#              MPI transport; optional for the build, part of running
+#              pipit on several machines);
 #   TEST_PKGS  only the tests and CI need (.ci/run): python3 (the CLI tests,
 #              test_layout), numpy + PyTorch (the independent oracle),
 #              clang with its libFuzzer and sanitizer runtimes (the fuzzing
@@ -16,7 +17,7 @@
 # Skips apt when all are present; uses sudo when not root. .ci/check_deps.sh
 # checks that each job's commands and libraries come from its list.
 set -euo pipefail
-MAIN_PKGS="build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev openmpi-bin libopenmpi-dev"
+MAIN_PKGS="build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev libdnnl-dev openmpi-bin libopenmpi-dev"
 TEST_PKGS="python3 python3-numpy python3-torch clang libclang-rt-14-dev binutils iproute2 bsdutils"
 case "${1:-}" in
     --print)

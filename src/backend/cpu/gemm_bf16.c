@@ -2,7 +2,7 @@
  * gemm_bf16.c — GEMM on bf16 operands, accumulated in fp32 and rounded
  * once per element of C. C is cut into tiles by gemm.c's shape-only rule
  * and tiles are dealt to threads, as for f32; a tile is formed in one of
- * two ways, chosen once per process:
+ * three ways, chosen once per process:
  *   fp32 panels (any CPU): the tile's rows of op(A) and columns of op(B)
  *     are converted to fp32 (exactly) and one single-threaded cblas_sgemm
  *     forms it: bf16 at the fp32 BLAS's speed, less the conversions;
@@ -10,31 +10,64 @@
  *     panels are packed as bf16 pairs along K and a micro-kernel of
  *     vdpbf16ps (two bf16 products added into an fp32 lane) forms 4 x 32
  *     blocks of it.
- * The two differ in the last bits (their sums run in other orders);
- * neither depends on the thread count. PIPIT_BF16_GEMM=panels forces the
- * first. The avx512bf16 kernel is compiled with target attributes, so the
- * build needs no -mavx512* flag; the pair packing around it is tested on
- * every machine through an emulated micro-kernel (tests/test_bf16.c).
+ *   onednn (chosen at run time where oneDNN has a bf16 matmul that is not
+ *     a reference one: AVX512-BF16, AMX): each tile one single-threaded
+ *     oneDNN matmul, its primitive cached per tile shape (gemm_onednn.c);
+ *     the way above that this CPU has runs the shapes oneDNN lacks.
+ * The ways differ in the last bits (their sums run in other orders); none
+ * depends on the thread count. PIPIT_BF16_GEMM=onednn|pairs|panels forces
+ * one (refused with a line on stderr where the CPU cannot run it). The
+ * avx512bf16 kernel is compiled with target attributes, so the build needs
+ * no -mavx512* flag; the pair packing around it is tested on every machine
+ * through an emulated micro-kernel (tests/test_bf16.c), the oneDNN path in
+ * f32 (tests/test_onednn.c).
  */
 #include <cblas.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/kernels.h"
 
-enum { KIND_UNSET = 0, KIND_PANELS, KIND_AVX512, KIND_EMULATED };
+enum { KIND_UNSET = 0, KIND_PANELS, KIND_AVX512, KIND_EMULATED, KIND_ONEDNN };
 
 static _Atomic int gemm_kind;
 
-static int kind_of_cpu(void) {
-    const char *e = getenv("PIPIT_BF16_GEMM");
-    if (e && strcmp(e, "panels") == 0) return KIND_PANELS;
+static int cpu_has_avx512bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16")) return KIND_AVX512;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
 #endif
-    return KIND_PANELS;
+}
+
+/* The current kernel: where oneDNN is chosen, the way of the shapes it has
+ * no implementation for. */
+static int fallback_kind(void) { return cpu_has_avx512bf16() ? KIND_AVX512 : KIND_PANELS; }
+
+/* oneDNN where it has a bf16 matmul that is not a reference one, else the
+ * fallback; PIPIT_BF16_GEMM=onednn|pairs|panels forces one (refused, with
+ * a line on stderr, where this CPU cannot run it). */
+static int kind_of_cpu(void) {
+    const char *e = getenv("PIPIT_BF16_GEMM");
+    if (e && *e && strcmp(e, "panels") == 0) return KIND_PANELS;
+    if (e && *e && strcmp(e, "pairs") == 0) {
+        if (cpu_has_avx512bf16()) return KIND_AVX512;
+        fprintf(stderr, "pipit: PIPIT_BF16_GEMM=pairs refused: this CPU has no AVX512-BF16; using fp32 panels\n");
+        return KIND_PANELS;
+    }
+    const char *why = pipit__onednn_bf16_why_not();
+    if (e && *e && strcmp(e, "onednn") == 0) {
+        if (!why) return KIND_ONEDNN;
+        fprintf(stderr, "pipit: PIPIT_BF16_GEMM=onednn refused: %s; using %s\n", why,
+                fallback_kind() == KIND_AVX512 ? "avx512bf16" : "fp32 panels");
+        return fallback_kind();
+    }
+    if (e && *e)
+        fprintf(stderr, "pipit: PIPIT_BF16_GEMM=%s is none of onednn, pairs, panels; choosing by the CPU\n", e);
+    return why ? fallback_kind() : KIND_ONEDNN;
 }
 
 static int current_kind(void) {
@@ -50,6 +83,7 @@ const char *pipit__gemm_bf16_kind(void) {
     switch (current_kind()) {
     case KIND_AVX512: return "avx512bf16";
     case KIND_EMULATED: return "bf16 pairs (emulated vdpbf16ps, tests only)";
+    case KIND_ONEDNN: return pipit__onednn_bf16_name();
     default: return "fp32 panels";
     }
 }
@@ -219,6 +253,12 @@ void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     pipit__gemm_tiles(M, N, K, &mt, &nt);
     int64_t tn = cdiv(N, nt), tiles = cdiv(M, mt) * tn;
     int kind = current_kind();
+    if (kind == KIND_ONEDNN) { /* the whole GEMM, unless oneDNN lacks one of its tile shapes */
+        if (!pipit__gemm_onednn(PIPIT_BF16, PIPIT_BF16, trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C,
+                                ldc, sC, accumulate, ith, nth))
+            return;
+        kind = fallback_kind();
+    }
     int64_t Kp = PIPIT_MAX(K, 1), K2 = (Kp + 1) / 2, n32 = cdiv(nt, PAIR_COLS) * PAIR_COLS;
     size_t words = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) : (size_t)(mt * K2 + K2 * n32 + mt * n32);
     void *s = ith < batch * tiles ? malloc(4 * words) : NULL;

@@ -243,7 +243,29 @@ void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, 
  * counts. */
 const char *pipit__gemm_bf16_kind(void);
 /* Tests: 1 fp32 panels, 2 avx512bf16 (only where the CPU has it), 3 the
- * pair packing with an emulated vdpbf16ps; 0 chooses by the CPU again. */
+ * pair packing with an emulated vdpbf16ps, 4 oneDNN (falls back where
+ * pipit__onednn_bf16_why_not() says why); 0 chooses by the CPU again. */
 void pipit__gemm_bf16_set_kind(int kind);
+
+/* gemm_onednn.c: the GEMM above (pipit__gemm_##S's arguments) as one
+ * single-threaded oneDNN matmul per tile of gemm.c's rule, A and B of type
+ * dab, C of type dc (f32 or bf16), primitives cached per tile shape.
+ * Returns 0 when done (on out of memory: pipit__kernel_fail, C zeroed
+ * unless accumulating), 1 when oneDNN has no non-reference implementation
+ * for one of this GEMM's tile shapes, or K <= 0: nothing was written and
+ * the caller runs another way (the choice is the same on every thread).
+ * pipit runs it in bf16; tests run the same path in f32 on any CPU. */
+int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
+                       int64_t K, const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
+                       void *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth);
+/* NULL where oneDNN has a bf16 matmul that is not a reference one on an ISA
+ * with bf16 arithmetic (ONEDNN_MAX_CPU_ISA can cap it), else why not. */
+const char *pipit__onednn_bf16_why_not(void);
+/* Its implementation ("brg:avx512_core_bf16"), NULL where there is none;
+ * the kind's name, "onednn (<implementation>)". */
+const char *pipit__onednn_bf16_impl(void);
+const char *pipit__onednn_bf16_name(void);
+/* Primitives made (tile keys met first) and reused (cache hits) so far. */
+void pipit__onednn_stats(int64_t *created, int64_t *reused);
 
 #endif
