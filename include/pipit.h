@@ -159,6 +159,8 @@ PIPIT_API pipit_status pipit_probe_links(pipit_link_probe *out);
  * store; parameters are never bf16 (they are fp32 masters: see
  * pipit_options.dtype). */
 typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2, PIPIT_BF16 = 3 } pipit_dtype;
+/* Which values a bf16 program keeps in bf16 (pipit_options.bf16_policy). */
+typedef enum { PIPIT_BF16_AUTOCAST = 0, PIPIT_BF16_ALL = 1 } pipit_bf16_policy;
 
 #define PIPIT_MAX_DIMS 4
 /* Size limits (docs/ops.md "Limits"): elements of one tensor, microbatches
@@ -597,17 +599,26 @@ typedef struct {
      * precision on a graph built in f32 -- the params stay fp32 masters (as
      * do gradients, their data-parallel sums, the norm, the optimizer and
      * checkpoints), and the program runs a bf16 copy of the graph: each param
-     * cast to bf16 once per step before the microbatch loop (on the ranks
-     * that read it), f32 inputs cast as they are read, every other f32 value
-     * bf16 (activations kept for the backward, stage-to-stage messages),
-     * computed in fp32 by the kernels and rounded once; per-row losses and
-     * the loss stay f32, and each microbatch's gradient is added into fp32
-     * accumulators. The graph is left as it was (the program owns the copy),
+     * a bf16 op reads cast to bf16 once per step before the microbatch loop
+     * (on the ranks that read it), f32 inputs cast where a bf16 op reads
+     * them, the activations bf16 or fp32 as options.bf16_policy says (bf16
+     * values are computed in fp32 by the kernels and rounded once); per-row
+     * losses and the loss stay f32, and each microbatch's gradient is added
+     * into fp32 accumulators. The graph is left as it was (the program owns the copy),
      * so it may be compiled again in either precision; pipit_program_get_output
      * returns f32 values converted from their bf16 copies. INVALID for another
      * dtype, an f64 param the loss depends on, or a backend without bf16
      * kernels. */
     pipit_dtype dtype;
+    /* With dtype PIPIT_BF16, which values are bf16 (the table in
+     * docs/architecture.md "Precision"). PIPIT_BF16_AUTOCAST (0, the
+     * default) tracks fp32 as PyTorch's autocast does: matmul and attention
+     * inputs and outputs and the stage-to-stage messages are bf16; the
+     * residual stream (from the embedding on: an add of fp32 and bf16 is
+     * fp32), the norms, softmax and the losses stay fp32. PIPIT_BF16_ALL (1)
+     * makes every activation bf16 (the policy before: the least memory,
+     * furthest from fp32). Ignored with PIPIT_F32; INVALID for another value. */
+    pipit_bf16_policy bf16_policy;
     /* 1: plan only (`pipit plan`: planning a job bigger than this machine).
      * pipit_compile builds and checks the plan as for a run (stages,
      * schedule, memory plan, every rank's program) but allocates no rank

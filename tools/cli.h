@@ -108,6 +108,10 @@ void cli_check_device(const char *device, int tf32);
 /* --dtype: NULL or "f32" is PIPIT_F32, "bf16" PIPIT_BF16 (mixed precision:
  * pipit_options.dtype); dies naming the flag for anything else. */
 pipit_dtype cli_dtype(const char *dtype, const char *device);
+/* --bf16-policy: NULL or "autocast" is PIPIT_BF16_AUTOCAST, "all"
+ * PIPIT_BF16_ALL (pipit_options.bf16_policy); dies naming the flag for
+ * anything else. */
+pipit_bf16_policy cli_bf16_policy(const char *policy);
 
 /* --mem-limit BYTES (tools/device.c): one rule for every command that
  * takes it (train, eval, plan, plan --search). Not given (flag or

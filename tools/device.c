@@ -30,6 +30,15 @@ pipit_dtype cli_dtype(const char *dtype, const char *device) {
     return PIPIT_BF16;
 }
 
+pipit_bf16_policy cli_bf16_policy(const char *policy) {
+    static const char *const names[] = {"autocast", "all"};
+    if (!policy || strcmp(policy, "autocast") == 0) return PIPIT_BF16_AUTOCAST;
+    if (strcmp(policy, "all") != 0)
+        die("bad value '%s' for --bf16-policy: expected autocast or all%s", policy,
+            cli_did_you_mean(policy, names, 2, ""));
+    return PIPIT_BF16_ALL;
+}
+
 double cli_mem_limit(const flag_cmd *c, double given, int no_mem_check, double machine, const char *machine_what) {
     if (!flags_seen(c, "mem-limit")) return 0;
     const double most = 72057594037927936.0; /* 2^56: one rank's memory at most (the runtime's bound) */

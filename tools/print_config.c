@@ -102,6 +102,7 @@ static int print_resolved(const flag *f, const opts *o, const cli_model *mc,
         return 1;
     }
     if (strcmp(k, "dtype") == 0) return json_str(k, o->dtype ? o->dtype : "f32", first), 1;
+    if (strcmp(k, "bf16-policy") == 0) return json_str(k, o->bf16_policy ? o->bf16_policy : "autocast", first), 1;
     /* --stage-costs and --stage-mem-limit are refused without --auto-stages */
     if ((strcmp(k, "stage-costs") == 0 || strcmp(k, "stage-mem-limit") == 0) && !o->auto_stages) return 1;
     return 0;

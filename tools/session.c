@@ -440,6 +440,8 @@ static void resolved_value(const session *s, const opts *o, const flag *f, char 
         snprintf(v, 96, "%s", *(const char *const *)f->ptr ? "given" : "not given");
     } else if (strcmp(n, "dtype") == 0) {
         snprintf(v, 96, "%s", cli_dtype(o->dtype, o->device) == PIPIT_BF16 ? "bf16" : "f32");
+    } else if (strcmp(n, "bf16-policy") == 0) {
+        snprintf(v, 96, "%s", cli_bf16_policy(o->bf16_policy) == PIPIT_BF16_ALL ? "all" : "autocast");
     } else if (strcmp(n, "schedule") == 0) {
         schedule_value(s->sched, v);
     } else if (strcmp(n, "pp") == 0) { /* a schedule file brings its own P */
@@ -656,7 +658,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
-                        .dtype = dtype, .plan_only = s->plan_only};
+                        .dtype = dtype, .bf16_policy = cli_bf16_policy(o->bf16_policy),
+                        .plan_only = s->plan_only};
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;

@@ -36,6 +36,7 @@ typedef struct {
     const char *device; /* --device cpu|cuda */
     int tf32;           /* --tf32 */
     const char *dtype;  /* --dtype f32|bf16 (NULL: f32) */
+    const char *bf16_policy; /* --bf16-policy autocast|all (NULL: autocast) */
     const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */

@@ -96,6 +96,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"tf32", FL_BOOL, &o->tf32, "with --device cuda: GEMMs on TF32 tensor cores (default: full fp32)", 0}},
         {3, {"dtype", FL_STR, &o->dtype, "compute precision: f32 (default) or bf16 (fp32 master weights, gradients "
                                          "and optimizer; bf16 activations and stage messages)", 0}},
+        {3, {"bf16-policy", FL_STR, &o->bf16_policy, "with --dtype bf16, which values are bf16: autocast (default: "
+                                                     "matmuls and attention bf16, residual stream, norms and losses "
+                                                     "fp32, as PyTorch's autocast) or all (every activation bf16)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},

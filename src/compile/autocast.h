@@ -9,12 +9,13 @@
 #include "ir/graph.h"
 
 /* Copies g's forward nodes (those before its first backward node) into a
- * new graph *out and appends the bf16 twin of every value the loss and the
- * nout outputs depend on; *loss_out and outs_out[nout] are their twins'
+ * new graph *out and appends the mixed-precision twin of every value the
+ * loss and the nout outputs depend on, each op's inputs cast as `policy`
+ * says (autocast.c's table); *loss_out and outs_out[nout] are their twins'
  * ids in *out (the loss keeps its dtype). g is not modified. On failure
  * *out is NULL and the message names the problem: INVALID for an f64
  * param (mixed precision converts an f32 model), NOMEM. */
 pipit_status pipit__autocast(const pipit_graph *g, int32_t loss, const int32_t *outs, int nout,
-                             pipit_graph **out, int32_t *loss_out, int32_t *outs_out);
+                             pipit_bf16_policy policy, pipit_graph **out, int32_t *loss_out, int32_t *outs_out);
 
 #endif

@@ -236,9 +236,9 @@ static pipit_status check_tp(const pipit__plan *p) {
 
 /* options.dtype bf16: the plan compiles its own bf16 copy of the graph
  * (the loss and the outputs become their twins there). */
-static pipit_status use_bf16_copy(pipit__plan *p, int32_t *loss) {
+static pipit_status use_bf16_copy(pipit__plan *p, int32_t *loss, pipit_bf16_policy policy) {
     pipit_graph *c;
-    pipit_status s = pipit__autocast(p->user_g, *loss, p->user_outputs, p->noutputs, &c, loss, p->outputs);
+    pipit_status s = pipit__autocast(p->user_g, *loss, p->user_outputs, p->noutputs, policy, &c, loss, p->outputs);
     if (s) return s;
     p->g = c;
     p->own_g = 1;
@@ -252,7 +252,7 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     p->loss = loss;
     apply_defaults(p, opt);
     pipit_status s = copy_outputs(p, opt);
-    if (!s && opt->dtype == PIPIT_BF16) s = use_bf16_copy(p, &loss);
+    if (!s && opt->dtype == PIPIT_BF16) s = use_bf16_copy(p, &loss, opt->bf16_policy);
     if (s) {
         pipit__plan_free(p);
         return s;

@@ -53,6 +53,11 @@ static pipit_status check_options(const pipit_options *o) {
                           "options.dtype must be PIPIT_F32 (0: values as the graph declares them) or PIPIT_BF16 (%d: "
                           "mixed precision), got %d",
                           (int)PIPIT_BF16, (int)o->dtype);
+    if (o->bf16_policy != PIPIT_BF16_AUTOCAST && o->bf16_policy != PIPIT_BF16_ALL)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.bf16_policy must be PIPIT_BF16_AUTOCAST (0: bf16 matmuls, fp32 residual stream and "
+                          "norms) or PIPIT_BF16_ALL (1: every activation bf16), got %d",
+                          (int)o->bf16_policy);
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""bf16_closeness.py -- how far bf16 training drifts from fp32 training:
+pipit's bf16 policies beside PyTorch's autocast, on the same model, the
+same initial weights, the same data and the same seeds (issue 26 item 4).
+
+For each seed S: `pipit train --model tiny --steps 0 --seed S` writes the
+initial weights; from them, on the same byte data read sequentially,
+
+  pipit f32, pipit bf16 --bf16-policy autocast (the default),
+  pipit bf16 --bf16-policy all (the policy before: every activation bf16),
+  tests/gpt2_torch.py (PyTorch, the same GPT-2) in fp32 and under
+  torch.autocast("cpu", bfloat16),
+
+each train --steps steps (AdamW, lr 1e-3, batch 8 x 64 bytes). Reported per
+seed and run: the gap of the mean loss over the last 10 steps, bf16 against
+its own framework's fp32 ((bf16 - f32) / f32), and the largest gap of any
+single step. The verdict line says whether pipit's widest |last-10 gap|
+over the seeds is no wider than PyTorch's.
+
+Usage: python3 bench/bf16_closeness.py [--pipit build/pipit] [--seeds 1-6]
+           [--steps 120] [--data FILE] [--torch-python /usr/bin/python3]
+           [--no-all] [--json OUT]
+The default data is Debian's license texts (GPL-3, GPL-2, Apache-2.0), as
+tests/test_bf16_train.sh uses. Runs one process at a time, one thread each.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(HERE)
+LICENSES = ["/usr/share/common-licenses/" + n for n in ("GPL-3", "GPL-2", "Apache-2.0")]
+
+
+def losses(text):
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{") and '"loss"' in line:
+            r = json.loads(line)
+            if "step" in r:
+                out.append(float(r["loss"]))
+    return out
+
+
+def run(cmd):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
+    return p.stdout
+
+
+def gaps(b, f, last=10):
+    """(last-`last` mean gap, largest single-step |gap|), relative to f."""
+    fl, bl = sum(f[-last:]), sum(b[-last:])
+    return (bl - fl) / fl, max(abs(x - y) / y for x, y in zip(b, f))
+
+
+def seeds_of(spec):
+    if "-" in spec:
+        a, b = spec.split("-")
+        return list(range(int(a), int(b) + 1))
+    return [int(s) for s in spec.split(",")]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pipit", default=os.path.join(SRC, "build", "pipit"))
+    ap.add_argument("--seeds", default="1-6")
+    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--data")
+    ap.add_argument("--torch-python", default="/usr/bin/python3")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-all", action="store_true", help="skip --bf16-policy all (the policy before)")
+    ap.add_argument("--json", help="write every curve and gap here")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bf16_closeness.")
+    data = a.data
+    if not data:
+        data = os.path.join(tmp, "data.txt")
+        with open(data, "wb") as o:
+            for n in LICENSES:
+                o.write(open(n, "rb").read())
+    model = ["--model", "tiny", "--data", data, "--data-order", "sequential", "--lr", "1e-3", "--threads", "1"]
+    torch_model = ["--data", data, "--ctx", "64", "--heads", "4", "--micro-batch", "8", "--microbatches", "1",
+                   "--lr", "1e-3", "--threads", "1", "--json"]
+    kinds = [("pipit autocast", "pipit", ["--dtype", "bf16", "--bf16-policy", "autocast"])]
+    if not a.no_all:
+        kinds.append(("pipit all (before)", "pipit", ["--dtype", "bf16", "--bf16-policy", "all"]))
+    if not a.no_torch:
+        kinds.append(("PyTorch autocast", "torch", ["--autocast", "bf16"]))
+    result = {"steps": a.steps, "seeds": {}}
+    for s in seeds_of(a.seeds):
+        init = os.path.join(tmp, f"init{s}.st")
+        run([a.pipit, "train", *model, "--steps", "0", "--seed", str(s), "--save-weights-only", "--save", init])
+        curves = {}
+
+        def curve(fw, extra):
+            if fw == "pipit":
+                return losses(run([a.pipit, "train", *model, "--init", init, "--steps", str(a.steps), "--seed",
+                                   str(s), "--json", *extra]))
+            return losses(run([a.torch_python, os.path.join(SRC, "tests", "gpt2_torch.py"), "--init", init,
+                               *torch_model, "--steps", str(a.steps), *extra]))
+
+        curves["pipit f32"] = curve("pipit", ["--dtype", "f32"])
+        if not a.no_torch:
+            curves["PyTorch fp32"] = curve("torch", ["--autocast", "off"])
+        row = {}
+        for name, fw, extra in kinds:
+            curves[name] = curve(fw, extra)
+            ref = curves["pipit f32" if fw == "pipit" else "PyTorch fp32"]
+            assert len(curves[name]) == len(ref) == a.steps, (name, len(curves[name]), len(ref))
+            row[name] = gaps(curves[name], ref)
+        if not a.no_torch:
+            row["pipit f32 vs PyTorch fp32"] = gaps(curves["pipit f32"], curves["PyTorch fp32"])
+        result["seeds"][s] = {"gaps": row, "curves": curves}
+        print(f"seed {s}: " + "; ".join(f"{k} {g[0]:+.2%} (max {g[1]:.2%})" for k, g in row.items()), flush=True)
+    names = [k for k, _, _ in kinds]
+    print("\n| seed | " + " | ".join(f"{n}: last 10 (max any step)" for n in names) + " |")
+    print("|---|" + "---|" * len(names))
+    for s, r in result["seeds"].items():
+        print(f"| {s} | " + " | ".join(f"{r['gaps'][n][0]:+.2%} ({r['gaps'][n][1]:.2%})" for n in names) + " |")
+    worst = {n: max(abs(r["gaps"][n][0]) for r in result["seeds"].values()) for n in names}
+    print("| widest \\|last 10\\| | " + " | ".join(f"{worst[n]:.2%}" for n in names) + " |")
+    if "PyTorch autocast" in worst:
+        ok = worst["pipit autocast"] <= worst["PyTorch autocast"]
+        print(f"\npipit autocast's widest last-10 gap {worst['pipit autocast']:.2%} vs PyTorch autocast's "
+              f"{worst['PyTorch autocast']:.2%}: {'no wider' if ok else 'WIDER'}")
+    if a.json:
+        with open(a.json, "w") as o:
+            json.dump(result, o)
+
+
+if __name__ == "__main__":
+    main()
