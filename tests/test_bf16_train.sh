@@ -11,11 +11,16 @@
 #   2. Against PyTorch's own mixed precision: 5 AdamW steps of pipit
 #      --dtype bf16 and of tests/gpt2_torch.py --autocast bf16 (torch.autocast
 #      on CPU) from the same weights: every step's loss within
-#      BF16_TORCH_RTOL (1e-3) of each other. The two round in different
-#      places (pipit keeps every activation bf16 and computes inside each
-#      kernel in fp32; autocast rounds matmul outputs and runs layer norm
-#      and the loss in fp32), so each is about as far from the other as
-#      from fp32 (~1e-4 here). Skipped without torch.
+#      BF16_TORCH_RTOL (1e-3) of each other, and pipit's (the default
+#      --bf16-policy autocast) within BF16_F32_RTOL (1e-4) of PyTorch's
+#      fp32 run. Measured on the AVX2 EPYC: pipit autocast 1.6e-5..5.8e-5
+#      from PyTorch fp32, PyTorch autocast 1.4e-4..3.5e-4 from it (its CPU
+#      autocast rounds the attention scores and softmax to bf16, pipit's
+#      attention keeps them fp32), so pipit is as far from PyTorch autocast
+#      as PyTorch autocast is from fp32 (up to 3.1e-4) and the 1e-3 bound
+#      does not tighten; --bf16-policy all (every activation bf16) was
+#      1.2e-4..3.0e-4 from fp32 and fails BF16_F32_RTOL. Skipped without
+#      torch.
 #   3. The CLI: --save-weights-only --dtype bf16 writes BF16 tensors at
 #      half the bytes and --init takes them back with a note; a training
 #      checkpoint of a bf16 run stays F32 and --resume continues it in bf16
@@ -104,18 +109,20 @@ if "$PY" -c 'import torch, numpy' > /dev/null 2>&1; then
         "$PY" "$ORACLE" --init init.st --data data.txt --ctx 16 --heads 2 --micro-batch 2 --microbatches 2 \
             "${OPT[@]}" --json --autocast "$ac" > "torch_$ac.log" 2>&1 || { cat "torch_$ac.log"; fail "torch ($ac)"; }
     done
-    "$PY" - <(loss_of pipit_bf16.log) <(loss_of torch_bf16.log) <(loss_of torch_off.log) "${BF16_TORCH_RTOL:-1e-3}" <<'EOF' \
-        || fail "pipit bf16 differs from PyTorch autocast bf16"
+    "$PY" - <(loss_of pipit_bf16.log) <(loss_of torch_bf16.log) <(loss_of torch_off.log) "${BF16_TORCH_RTOL:-1e-3}" \
+        "${BF16_F32_RTOL:-1e-4}" <<'EOF' || fail "pipit bf16 differs from PyTorch autocast bf16 or from PyTorch fp32"
 import sys
 p, t, f = ([float(x) for x in open(a)] for a in sys.argv[1:4])
-tol = float(sys.argv[4])
+tol, tol32 = float(sys.argv[4]), float(sys.argv[5])
 assert len(p) == len(t) == len(f) == 5, (len(p), len(t), len(f))
 bad = 0
 for s, (a, b, c) in enumerate(zip(p, t, f)):
-    rel = abs(a - b) / b
-    print(f"step {s}: pipit bf16 {a:.7f}  torch autocast bf16 {b:.7f}  (torch fp32 {c:.7f}): "
-          f"{rel:.1e} apart {'ok' if rel <= tol else 'MISMATCH'}")
-    bad += rel > tol
+    rel, rel32, t32 = abs(a - b) / b, abs(a - c) / c, abs(b - c) / c
+    ok = rel <= tol and rel32 <= tol32
+    print(f"step {s}: pipit bf16 {a:.7f}  torch autocast bf16 {b:.7f}  torch fp32 {c:.7f}: pipit {rel:.1e} from "
+          f"autocast (tolerance {tol:.0e}), {rel32:.1e} from fp32 ({tol32:.0e}; torch autocast {t32:.1e}) "
+          f"{'ok' if ok else 'MISMATCH'}")
+    bad += not ok
 sys.exit(1 if bad else 0)
 EOF
 else
