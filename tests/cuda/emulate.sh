@@ -6,7 +6,8 @@
 # kernels' indexing (every global and shared-memory access), barriers and
 # results against the CPU backend; only a GPU run checks the real thing.
 # CPU_BUILD_DIR is a configured and built CPU tree (its libpipit.a).
-# PIPIT_EMU_SAN="-fsanitize=thread" checks the barriers for data races;
+# A block's threads are fibers (emu/emu.cpp); PIPIT_EMU_SAN="-fsanitize=thread"
+# runs them as real threads and checks the barriers for data races;
 # PIPIT_CUDA_CASE=name runs one parity case.
 # Each `kernel<<<grid, block, smem, stream>>>(args);` of the .cu files and
 # the headers they share (*.cuh) is rewritten to

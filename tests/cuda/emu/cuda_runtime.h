@@ -2,7 +2,7 @@
  * emu/cuda_runtime.h — a CPU stand-in for the part of the CUDA runtime the
  * kernel files use, so that the .cu files of src/backend/cuda can be compiled by
  * g++ and run on the host (tests/cuda/emulate.sh): a block's threads are
- * real threads, __syncthreads a barrier, a warp shuffle an exchange through
+ * fibers on the launching thread (real threads under TSan), __syncthreads a barrier, a warp shuffle an exchange through
  * memory, __shared__ a static (blocks run one after another). It checks
  * indexing (under ASan: every global and shared access), barriers and
  * reductions on a machine without a GPU; it says nothing about speed.

@@ -1,10 +1,19 @@
 /*
  * emu/emu.cpp — the host side of the CUDA emulation (see cuda_runtime.h):
- * launches (every block in order, its threads as real threads), barriers,
- * shuffles, stream-ordered memory as malloc, and a stand-in for the parts of
- * the CUDA backend that cuda-core writes (stream, sticky error, GEMM through
- * the CPU's GEMM, memory as host memory), so tests/cuda/test_cuda_ops.c
- * runs unchanged against the emulated kernels.
+ * launches (every block in order), barriers, shuffles, stream-ordered memory
+ * as malloc, and a stand-in for the parts of the CUDA backend that cuda-core
+ * writes (stream, sticky error, GEMM through the CPU's GEMM, memory as host
+ * memory), so tests/cuda/test_cuda_ops.c runs unchanged against the emulated
+ * kernels.
+ *
+ * A block's threads run as fibers (ucontext) on the launching thread by
+ * default: a thread runs until it waits at a barrier (__syncthreads, a warp
+ * shuffle) or returns, and a barrier opens once every live thread it
+ * counts has arrived. Context switches stay in user space, where real
+ * threads paid two futex round trips per thread per barrier (the pass spent
+ * 20 of its 25 CPU minutes in the kernel). Under ThreadSanitizer
+ * (PIPIT_EMU_SAN="-fsanitize=thread", to find data races between a block's
+ * threads) or with PIPIT_EMU_THREADS=1, the threads are real threads.
  */
 #include <algorithm>
 #include <condition_variable>
@@ -14,6 +23,12 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>
+#include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <cuda_runtime.h>
 
@@ -72,14 +87,180 @@ void set_last(cudaError_t e) {
 }
 } // namespace
 
-void __syncthreads(void) { block_bar->wait(); }
+
+/* ------------------------------------------------------------ fibers */
+
+namespace {
+enum fiber_state { F_RUN, F_BLOCK_BAR, F_WARP_BAR, F_DONE };
+struct fiber {
+    ucontext_t ctx;
+    char *stack = nullptr;
+    size_t size = 0;
+    fiber_state state = F_RUN;
+    void *fake_stack = nullptr; /* ASan's fake stack while switched out */
+};
+/* One launch's scheduler, on the launching thread's stack. */
+struct scheduler {
+    ucontext_t main;
+    const void *main_bottom = nullptr;
+    size_t main_size = 0;
+    std::vector<fiber> f;
+    const std::function<void()> *body = nullptr;
+    fiber *cur = nullptr;
+    warp_state *warps = nullptr;
+};
+thread_local scheduler *sched;
+
+/* Stack of a fiber: ASan frames are large, kernels keep small arrays; the
+ * lowest page is a guard, so an overflow faults instead of corrupting. */
+const size_t FIBER_STACK = 256 * 1024, GUARD = 4096;
+
+void switch_begin(void **fake, const void *bottom, size_t size) {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+    (void)fake, (void)bottom, (void)size;
+#endif
+}
+void switch_end(void *fake, const void **bottom_old, size_t *size_old) {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_finish_switch_fiber(fake, bottom_old, size_old);
+#else
+    (void)fake, (void)bottom_old, (void)size_old;
+#endif
+}
+
+void fiber_entry(void) {
+    scheduler *s = sched;
+    fiber *me = s->cur;
+    switch_end(nullptr, &s->main_bottom, &s->main_size);
+    (*s->body)();
+    me->state = F_DONE;
+    switch_begin(nullptr, s->main_bottom, s->main_size); /* nullptr: this fiber's fake stack dies */
+    setcontext(&s->main);
+}
+
+/* Called by a fiber: wait in `st` until the scheduler releases it. */
+void fiber_wait(fiber_state st) {
+    scheduler *s = sched;
+    fiber *me = s->cur;
+    me->state = st;
+    switch_begin(&me->fake_stack, s->main_bottom, s->main_size);
+    swapcontext(&me->ctx, &s->main);
+    switch_end(me->fake_stack, &s->main_bottom, &s->main_size);
+}
+
+void fiber_resume(scheduler *s, unsigned t, const dim3 &block) {
+    fiber *f = &s->f[t];
+    s->cur = f;
+    threadIdx = {t % block.x, t / block.x % block.y, t / (block.x * block.y)};
+    my_lane = t % 32;
+    my_warp = &s->warps[t / 32];
+    void *fake = nullptr;
+    switch_begin(&fake, f->stack + GUARD, f->size - GUARD);
+    swapcontext(&s->main, &f->ctx);
+    switch_end(fake, nullptr, nullptr);
+}
+
+/* Every fiber runs until it waits or returns; then the barriers whose live
+ * threads have all arrived open (a warp's before the block's). */
+/* A fresh start of fiber f at fiber_entry (its own function: getcontext
+ * returns twice as setjmp does, so no caller's loop variable lives across it). */
+__attribute__((noinline)) void fiber_start(fiber *f) {
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->stack + GUARD;
+    f->ctx.uc_stack.ss_size = f->size - GUARD;
+    f->ctx.uc_link = nullptr;
+    makecontext(&f->ctx, fiber_entry, 0);
+    f->state = F_RUN;
+}
+
+void run_block(scheduler *s, unsigned nt, const dim3 &block) {
+    for (unsigned t = 0; t < nt; t++) fiber_start(&s->f[t]);
+    for (;;) {
+        for (unsigned t = 0; t < nt; t++)
+            if (s->f[t].state == F_RUN) fiber_resume(s, t, block);
+        unsigned live = 0, at_block = 0, opened = 0;
+        for (unsigned w0 = 0; w0 < nt; w0 += 32) {
+            unsigned w1 = std::min(nt, w0 + 32), live_w = 0, at_warp = 0;
+            for (unsigned t = w0; t < w1; t++) {
+                live_w += s->f[t].state != F_DONE;
+                at_warp += s->f[t].state == F_WARP_BAR;
+                at_block += s->f[t].state == F_BLOCK_BAR;
+            }
+            live += live_w;
+            if (at_warp && at_warp == live_w) {
+                for (unsigned t = w0; t < w1; t++) s->f[t].state = F_RUN;
+                opened++;
+            }
+        }
+        if (live == 0) return;
+        if (opened) continue;
+        if (at_block != live) {
+            fprintf(stderr, "emu: deadlock: %u of a block's %u live threads wait at __syncthreads, the others at a "
+                            "warp shuffle their whole warp does not reach\n", at_block, live);
+            abort();
+        }
+        for (unsigned t = 0; t < nt; t++)
+            if (s->f[t].state == F_BLOCK_BAR) s->f[t].state = F_RUN;
+    }
+}
+
+void launch_fibers(dim3 grid, dim3 block, unsigned nt, const std::function<void()> &body) {
+    scheduler s;
+    s.body = &body;
+    s.f.resize(nt);
+    std::vector<warp_state> warps((nt + 31) / 32);
+    s.warps = warps.data();
+    for (auto &f : s.f) {
+        f.size = FIBER_STACK;
+        void *m = mmap(nullptr, f.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "emu: cannot map a fiber stack\n");
+            abort();
+        }
+        mprotect(m, GUARD, PROT_NONE);
+        f.stack = (char *)m;
+    }
+    scheduler *outer = sched;
+    sched = &s;
+    blockDim = block;
+    gridDim = grid;
+    uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    for (uint64_t b = 0; b < nblocks; b++) {
+        blockIdx = {(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
+        run_block(&s, nt, block);
+    }
+    sched = outer;
+    for (auto &f : s.f) munmap(f.stack, f.size);
+}
+
+bool use_threads(void) {
+#if defined(__SANITIZE_THREAD__)
+    return true;
+#else
+    static const bool env = getenv("PIPIT_EMU_THREADS") && atoi(getenv("PIPIT_EMU_THREADS")) != 0;
+    return env;
+#endif
+}
+} // namespace
+
+void __syncthreads(void) {
+    if (sched) fiber_wait(F_BLOCK_BAR);
+    else block_bar->wait();
+}
+
+static void warp_wait(warp_state *w) {
+    if (sched) fiber_wait(F_WARP_BAR);
+    else w->bar.wait();
+}
 
 uint64_t pipit_emu_shfl(uint64_t bits, unsigned src_xor) {
     warp_state *w = my_warp;
     w->slot[my_lane] = bits;
-    w->bar.wait();
+    warp_wait(w);
     uint64_t got = w->slot[(my_lane ^ src_xor) & 31];
-    w->bar.wait();
+    warp_wait(w);
     return got;
 }
 
@@ -94,6 +275,10 @@ void pipit_emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t s, const 
         fprintf(stderr, "emu: bad launch configuration grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z,
                 block.x, block.y, block.z);
         set_last(cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (!use_threads()) {
+        launch_fibers(grid, block, nt, body);
         return;
     }
     unsigned nw = (nt + 31) / 32;
