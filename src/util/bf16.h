@@ -36,6 +36,19 @@ static inline pipit__bf16 pipit__bf16_from_f32(float f) {
     return h;
 }
 
+/* n elements, contiguous: dst = src widened (exact) / rounded as above.
+ * Plain loops of the branch-free scalar conversions, so they vectorise
+ * (with -march=x86-64-v3: vpmovzxwd + vpslld, and vpaddd/vpblendvb/
+ * vpackusdw) and give the scalar functions' bits (tests/test_bf16.c checks
+ * all 65536 bf16 values and an fp32 sweep). */
+static inline void pipit__bf16_widen_n(float *restrict dst, const pipit__bf16 *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = pipit__bf16_to_f32(src[i]);
+}
+
+static inline void pipit__bf16_narrow_n(pipit__bf16 *restrict dst, const float *restrict src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = pipit__bf16_from_f32(src[i]);
+}
+
 /* Correct rounding from double: round to fp32 toward zero with the
  * lowest bit set when inexact ("round to odd"), then to bf16 as above;
  * fp32 keeps 16 more bits than bf16, so the second rounding sees every

@@ -1,0 +1,220 @@
+/*
+ * test_bf16_lean.c — the bf16 CPU path's conversions and its fp32-panels
+ * GEMM, bit for bit:
+ *   - pipit__bf16_widen_n / pipit__bf16_narrow_n (the array conversions
+ *     the kernels use, vectorised by the compiler) against the scalar
+ *     functions of util/bf16.h and against a reference written here
+ *     (widen: the bits shifted; narrow: round to nearest even decided by
+ *     comparing the dropped half with 0x8000, NaN quieted), over all 65536
+ *     bf16 values and an fp32 sweep of every bf16 upper half with lower
+ *     halves below, at, and above the tie (NaNs, infinities, subnormals,
+ *     overflow to infinity), at lengths and offsets that leave vector tails;
+ *   - the fp32-panels GEMM (PIPIT_BF16_GEMM=panels, the way of CPUs without
+ *     AVX512-BF16) against a straightforward one written here: every
+ *     operand widened whole, one cblas_sgemm per tile of gemm.c's rule on
+ *     the widened matrices, C narrowed; the same bits for every transpose,
+ *     accumulation, batch (B shared too), odd shapes and shapes of several
+ *     row and column blocks, at 1, 2 and 3 threads. The kernel reuses a
+ *     thread's panels across tiles and keeps its buffers between calls: the
+ *     reference does neither.
+ */
+#include <cblas.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+#include "test.h"
+
+/* ------------------------------------------------------------ conversions */
+
+static float ref_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint16_t ref_narrow(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t hi = u >> 16, lo = u & 0xffffu;
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return (uint16_t)(hi | 0x40u); /* NaN */
+    if (lo > 0x8000u || (lo == 0x8000u && (hi & 1u))) hi++; /* past the tie, or at it with an odd kept bit */
+    return (uint16_t)hi;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+PIPIT_TEST(bf16_lean_widen_all_values) {
+    enum { N = 65536, PAD = 19 };
+    pipit__bf16 *h = malloc(sizeof *h * (N + PAD));
+    float *f = malloc(sizeof *f * (N + PAD));
+    ASSERT_TRUE(h && f);
+    for (int i = 0; i < N + PAD; i++) h[i].bits = (uint16_t)(i * 40503u); /* a permutation of the 65536 values */
+    int bad = 0;
+    /* whole, then from odd offsets with odd lengths: every vector tail */
+    static const int offs[] = {0, 1, 3, 7, 15}, lens[] = {N, N - 1, 65521, 13, 1};
+    for (int t = 0; t < 5; t++) {
+        memset(f, 0xa5, sizeof *f * (N + PAD));
+        pipit__bf16_widen_n(f + offs[t], h + offs[t], lens[t]);
+        for (int i = 0; i < N + PAD && bad < 5; i++) {
+            int in = i >= offs[t] && i < offs[t] + lens[t];
+            uint32_t want = in ? f32_bits(ref_widen(h[i].bits)) : 0xa5a5a5a5u;
+            if (f32_bits(f[i]) != want || (in && f32_bits(f[i]) != f32_bits(pipit__bf16_to_f32(h[i])))) {
+                fprintf(stderr, "widen: bf16 0x%04x -> 0x%08x, expected 0x%08x (offset %d)\n", h[i].bits,
+                        f32_bits(f[i]), want, offs[t]);
+                bad++;
+            }
+        }
+    }
+    ASSERT_EQ_I64(bad, 0);
+    free(h), free(f);
+}
+
+PIPIT_TEST(bf16_lean_narrow_sweep) {
+    /* each bf16 upper half with these lower halves: exact, the smallest
+     * and largest below the tie, the tie, just past it, the largest */
+    static const uint16_t lows[] = {0x0000, 0x0001, 0x7fff, 0x8000, 0x8001, 0xc000, 0xffff};
+    enum { NL = sizeof lows / sizeof lows[0], N = 65536 * NL, PAD = 21 };
+    float *f = malloc(sizeof *f * (N + PAD));
+    pipit__bf16 *h = malloc(sizeof *h * (N + PAD));
+    ASSERT_TRUE(f && h);
+    for (int i = 0; i < N + PAD; i++) {
+        uint32_t u = (uint32_t)(i / NL % 65536) << 16 | lows[i % NL];
+        memcpy(&f[i], &u, sizeof u);
+    }
+    int bad = 0, nans = 0, infs = 0, ties = 0, subn = 0;
+    static const int offs[] = {0, 1, 5, 9}, lens[] = {N, N - 3, 300007, 7};
+    for (int t = 0; t < 4; t++) {
+        memset(h, 0x5a, sizeof *h * (N + PAD));
+        pipit__bf16_narrow_n(h + offs[t], f + offs[t], lens[t]);
+        for (int i = 0; i < N + PAD && bad < 5; i++) {
+            int in = i >= offs[t] && i < offs[t] + lens[t];
+            uint16_t want = in ? ref_narrow(f[i]) : 0x5a5a;
+            if (h[i].bits != want || (in && h[i].bits != pipit__bf16_from_f32(f[i]).bits)) {
+                fprintf(stderr, "narrow: fp32 0x%08x -> 0x%04x, expected 0x%04x (offset %d)\n", f32_bits(f[i]),
+                        h[i].bits, want, offs[t]);
+                bad++;
+            }
+            if (t == 0 && in) {
+                nans += isnan(f[i]) && (h[i].bits & 0x7fc0) == 0x7fc0; /* quiet NaN */
+                infs += isfinite(f[i]) && isinf(pipit__bf16_to_f32(h[i]));
+                ties += (f32_bits(f[i]) & 0xffffu) == 0x8000u;
+                subn += fpclassify(f[i]) == FP_SUBNORMAL;
+            }
+        }
+    }
+    ASSERT_EQ_I64(bad, 0);
+    /* the sweep holds what it claims: every NaN pattern, finite values
+     * that overflow (above the largest bf16's half step), ties, subnormals */
+    ASSERT_EQ_I64(nans, 2 * 127 * NL + 2 * 6); /* 2 signs x 127 NaN bf16 mantissas x NL, + inf's NaN lows */
+    ASSERT_TRUE(infs > 0 && ties == 65536 && subn > 2 * 127 * NL);
+    free(f), free(h);
+}
+
+/* ------------------------------------------------------------ the panels GEMM */
+
+typedef struct {
+    int ta, tb, acc;
+    int64_t batch, M, N, K;
+    int shared_b; /* sB = 0: one B for every batch */
+} lean_case;
+
+static uint64_t lean_state = 12345;
+static pipit__bf16 lean_rand(void) {
+    lean_state = lean_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    float x = (float)((int64_t)(lean_state >> 40) - (1 << 23)) * 0x1p-21f; /* [-4, 4) */
+    return pipit__bf16_from_f32(x);
+}
+
+/* The reference: widen A, B and C whole; per tile of gemm.c's rule one
+ * cblas_sgemm on the widened matrices (their own leading dimensions);
+ * narrow C whole. */
+static void ref_gemm(const lean_case *c, const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B,
+                     int64_t ldb, int64_t sB, pipit__bf16 *C, int64_t ldc, int64_t sC, int64_t nA, int64_t nB,
+                     int64_t nC) {
+    float *a = malloc(sizeof *a * (size_t)nA), *b = malloc(sizeof *b * (size_t)nB), *cf = malloc(sizeof *cf * (size_t)nC);
+    for (int64_t i = 0; i < nA; i++) a[i] = pipit__bf16_to_f32(A[i]);
+    for (int64_t i = 0; i < nB; i++) b[i] = pipit__bf16_to_f32(B[i]);
+    for (int64_t i = 0; i < nC; i++) cf[i] = pipit__bf16_to_f32(C[i]);
+    int64_t mt, nt;
+    pipit__gemm_tiles(c->M, c->N, c->K, &mt, &nt);
+    for (int64_t bt = 0; bt < c->batch; bt++)
+        for (int64_t i0 = 0; i0 < c->M; i0 += mt)
+            for (int64_t j0 = 0; j0 < c->N; j0 += nt) {
+                int64_t m = PIPIT_MIN(mt, c->M - i0), n = PIPIT_MIN(nt, c->N - j0);
+                cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans,
+                            (blasint)m, (blasint)n, (blasint)c->K, 1.0f, a + bt * sA + (c->ta ? i0 : i0 * lda),
+                            (blasint)lda, b + bt * sB + (c->tb ? j0 * ldb : j0), (blasint)ldb, c->acc ? 1.0f : 0.0f,
+                            cf + bt * sC + i0 * ldc + j0, (blasint)ldc);
+            }
+    for (int64_t bt = 0; bt < c->batch; bt++) /* only C's elements: the gaps past N keep their bits */
+        for (int64_t i = 0; i < c->M; i++)
+            for (int64_t j = 0; j < c->N; j++) C[bt * sC + i * ldc + j] = pipit__bf16_from_f32(cf[bt * sC + i * ldc + j]);
+    free(a), free(b), free(cf);
+}
+
+/* pipit__gemm_bf16 (panels) at 1, 2 and 3 threads against ref_gemm; the
+ * operands have leading dimensions past their widths (gaps). */
+static int lean_check(const lean_case *c) {
+    int64_t rA = c->ta ? c->K : c->M, cA = c->ta ? c->M : c->K, rB = c->tb ? c->N : c->K, cB = c->tb ? c->K : c->N;
+    int64_t lda = cA + 3, ldb = cB + 1, ldc = c->N + 2;
+    int64_t sA = rA * lda, sB = c->shared_b ? 0 : rB * ldb, sC = c->M * ldc;
+    int64_t nA = PIPIT_MAX(c->batch * sA, 1), nB = PIPIT_MAX(c->shared_b ? rB * ldb : c->batch * sB, 1);
+    int64_t nC = c->batch * sC;
+    pipit__bf16 *A = malloc(sizeof *A * (size_t)nA), *B = malloc(sizeof *B * (size_t)nB);
+    pipit__bf16 *C0 = malloc(sizeof *C0 * (size_t)nC), *R = malloc(sizeof *R * (size_t)nC);
+    pipit__bf16 *C = malloc(sizeof *C * (size_t)nC);
+    for (int64_t i = 0; i < nA; i++) A[i] = lean_rand();
+    for (int64_t i = 0; i < nB; i++) B[i] = lean_rand();
+    for (int64_t i = 0; i < nC; i++) C0[i] = lean_rand();
+    memcpy(R, C0, sizeof *R * (size_t)nC);
+    ref_gemm(c, A, lda, sA, B, ldb, sB, R, ldc, sC, nA, nB, nC);
+    int bad = 0;
+    for (int nth = 1; nth <= 3 && !bad; nth++) {
+        memcpy(C, C0, sizeof *C * (size_t)nC);
+        for (int t = 0; t < nth; t++)
+            pipit__gemm_bf16(c->ta, c->tb, c->batch, c->M, c->N, c->K, A, lda, sA, B, ldb, sB, C, ldc, sC, c->acc, t,
+                             nth);
+        for (int64_t i = 0; i < nC && !bad; i++)
+            if (C[i].bits != R[i].bits) {
+                fprintf(stderr, "panels gemm ta=%d tb=%d acc=%d batch=%lld%s %lldx%lldx%lld, %d threads: element %lld "
+                        "is 0x%04x, the reference 0x%04x\n", c->ta, c->tb, c->acc, (long long)c->batch,
+                        c->shared_b ? " (B shared)" : "", (long long)c->M, (long long)c->N, (long long)c->K, nth,
+                        (long long)i, C[i].bits, R[i].bits);
+                bad = 1;
+            }
+    }
+    free(A), free(B), free(C0), free(R), free(C);
+    return bad;
+}
+
+PIPIT_TEST(bf16_lean_panels_gemm_matches_reference) {
+    pipit__gemm_init();
+    pipit__gemm_bf16_set_kind(1); /* fp32 panels */
+    static const lean_case shapes[] = {
+        {0, 0, 0, 1, 1, 1, 1, 0},       {0, 0, 0, 1, 7, 5, 3, 0},      {0, 0, 0, 3, 33, 65, 17, 0},
+        {0, 0, 0, 2, 130, 70, 300, 0},  {0, 0, 0, 4, 19, 23, 11, 1},   {0, 0, 0, 1, 4, 3, 0, 0},
+        {0, 0, 0, 1, 700, 900, 40, 0},  /* several row and column blocks */
+        {0, 0, 0, 1, 1100, 200, 70, 0}, /* tall: row blocks over one column block */
+        {0, 0, 0, 1, 150, 2000, 90, 0}, /* wide: column blocks over one row block */
+        {0, 0, 0, 2, 520, 450, 33, 1},  /* batched blocks, B shared */
+    };
+    int64_t mt, nt, several = 0;
+    int bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        pipit__gemm_tiles(shapes[s].M, shapes[s].N, shapes[s].K, &mt, &nt);
+        several += mt < shapes[s].M && nt < shapes[s].N;
+        for (int v = 0; v < 8; v++) { /* every transpose, with and without accumulation */
+            lean_case c = shapes[s];
+            c.ta = v & 1, c.tb = v >> 1 & 1, c.acc = v >> 2;
+            bad += lean_check(&c);
+        }
+    }
+    pipit__gemm_bf16_set_kind(0);
+    ASSERT_EQ_I64(bad, 0);
+    ASSERT_TRUE(several >= 2); /* the cases exercise panel reuse across both kinds of block */
+}
