@@ -322,6 +322,18 @@ PIPIT_API pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k
                                         const pipit_attention_opts *o);
 /* Softmax cross-entropy, mean over all rows: logits [...,V], targets i32 [...]. */
 PIPIT_API pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
+/* The LM head and its cross-entropy fused: the mean over rows of the
+ * softmax cross-entropy of the logits h W^T, for h [..., d], W [V, d]
+ * (the head's weight as a tied embedding or lm_head stores it) and
+ * targets i32 [...] in [0, V): pipit_xent_mean(g, pipit_matmul(g, h, W, 0,
+ * 1), targets) to rounding, but the [rows, V] logits and their gradient
+ * are never stored. The forward walks the vocabulary in chunks and keeps
+ * one log-sum-exp and one target logit per row; the backward recomputes
+ * each chunk's logits once and forms dh and dW from them (4 head GEMMs'
+ * work where the unfused head does 3). f32, f64 or bf16 h and W (one
+ * dtype; bf16: logits, sums and losses in fp32, dh and dW rounded once).
+ * Targets outside [0, V) are refused by the step, as pipit_xent_mean's. */
+PIPIT_API pipit_val pipit_head_xent_mean(pipit_graph *g, pipit_val h, pipit_val W, pipit_val targets);
 PIPIT_API pipit_val pipit_sum(pipit_graph *g, pipit_val x);   /* -> scalar */
 PIPIT_API pipit_val pipit_mean(pipit_graph *g, pipit_val x);  /* -> scalar */
 PIPIT_API pipit_val pipit_reshape(pipit_graph *g, pipit_val x, int ndim,
@@ -410,6 +422,15 @@ PIPIT_API pipit_val pipit_tp_max(pipit_graph *g, pipit_val x);
  * and the target logit are each reduced over the T ranks (no rank holds a
  * full row). With T = 1 it equals pipit_xent_mean to rounding. */
 PIPIT_API pipit_val pipit_tp_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
+/* The vocab-parallel pipit_head_xent_mean: W [V/T, d] is this rank's
+ * shard of rows (pipit_param_sharded along axis 0: classes [t V/T,
+ * (t+1) V/T)), h the head's input as every rank holds it (through
+ * pipit_tp_copy), targets global ids in [0, V). Each rank forms the
+ * log-sum-exp and target logit over its classes with the fused op; they
+ * are combined as pipit_tp_xent_mean combines its sums (three
+ * all-reduces of one number per row). With T = 1 it equals
+ * pipit_head_xent_mean to rounding. */
+PIPIT_API pipit_val pipit_tp_head_xent_mean(pipit_graph *g, pipit_val h, pipit_val W, pipit_val targets);
 
 /* ------------------------------------------------------------- schedules */
 

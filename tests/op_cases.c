@@ -201,6 +201,15 @@ static pipit_val b_tp_copy_sum(pipit_graph *g) {
 static pipit_val b_tp_xent(pipit_graph *g) {
     return pipit_tp_xent_mean(g, P(g, "x", 3, SH(2, 3, 5)), idx_input(g, "idx", 2, SH(2, 3)));
 }
+/* The fused head + cross-entropy (d = 5, V = 7), and its vocab-parallel
+ * form at T = 1 over a row-sharded W. */
+static pipit_val b_head_xent(pipit_graph *g) {
+    return pipit_head_xent_mean(g, P(g, "h", 3, SH(2, 3, 5)), P(g, "w", 2, SH(7, 5)), idx_input(g, "idx", 2, SH(2, 3)));
+}
+static pipit_val b_tp_head_xent(pipit_graph *g) {
+    pipit_val w = pipit_param_sharded(g, "w", F64, 2, SH(7, 5), 0, 1);
+    return pipit_tp_head_xent_mean(g, pipit_tp_copy(g, P(g, "h", 2, SH(6, 5))), w, idx_input(g, "idx", 1, SH(6)));
+}
 static pipit_val b_embed_vp(pipit_graph *g) {
     pipit_val t = pipit_param_sharded(g, "t", F64, 2, SH(5, 3), 0, 1); /* read by the embedding itself */
     return pipit_embed(g, t, idx_input(g, "idx", 2, SH(2, 3)));
@@ -232,7 +241,8 @@ const op_case op_cases[] = {
     {"rope", b_rope},           {"rope_ex_4d", b_rope_ex}, {"rope_llama3", b_rope_llama3}, {"attention_mha", b_attn_mha},
     {"attention_gqa2", b_attn_gqa2}, {"attention_mqa_full", b_attn_mqa}, {"attention_cross", b_attn_cross},
     {"attention_k_only", b_attn_k_only}, {"cast", b_cast}, {"tp_copy_sum", b_tp_copy_sum},
-    {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp},
+    {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp}, {"head_xent_mean", b_head_xent},
+    {"tp_head_xent_mean", b_tp_head_xent},
 };
 const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);
 

@@ -357,6 +357,12 @@ PIPIT_TEST(api_misuse_tensor_parallel) {
         INVALID_VAL(pipit_tp_xent_mean(NULL, s, s));
         INVALID_VAL(pipit_tp_xent_mean(JUNK_GRAPH, s, s));
         ASSERT_MSG_HAS("invalid graph handle");
+        INVALID_VAL(pipit_head_xent_mean(NULL, s, s, s));
+        INVALID_VAL(pipit_head_xent_mean(JUNK_GRAPH, s, s, s));
+        ASSERT_MSG_HAS("invalid graph handle");
+        INVALID_VAL(pipit_tp_head_xent_mean(NULL, s, s, s));
+        INVALID_VAL(pipit_tp_head_xent_mean(JUNK_GRAPH, s, s, s));
+        ASSERT_MSG_HAS("invalid graph handle");
         pipit_graph_free(g);
     }
     ON_FRESH_GRAPH(pipit_param_sharded(g, "a", PIPIT_F32, 2, SH(4, 3), 1, 2), PIPIT_STATUS_SHAPE); /* 3 into 2 parts */

@@ -521,7 +521,7 @@ PIPIT_TEST(tp_refuses_bad_graphs_and_options) {
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.tensor_parallel = 2}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("parameter 'norm.weight' is sharded along axis 0 over the stage's 2 tensor-parallel ranks, but "
                    "pipit_layernorm (node 4, op layernorm)");
-    ASSERT_MSG_HAS("a sharded param may feed pipit_matmul, pipit_bias_add and pipit_embed only");
+    ASSERT_MSG_HAS("a sharded param may feed pipit_matmul, pipit_bias_add, pipit_embed and pipit_tp_head_xent_mean only");
     /* options.tensor_parallel must be the graph's T */
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.tensor_parallel = 4}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("options.tensor_parallel is 4 but the graph describes one of 2 tensor-parallel ranks");

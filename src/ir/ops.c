@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ir/graph.h"
+#include "ir/head_xent.h"
 #include "util/checked.h"
 
 #define IN(i) (&g->nodes[n->in[i]])
@@ -737,6 +738,89 @@ static pipit_status op_XENT_DLOGITS_shape(const pipit_graph *g, pipit__node *n) 
     return PIPIT_STATUS_OK;
 }
 #define op_XENT_DLOGITS_vjp NULL
+
+/* ------------------------------------- fused LM head + cross-entropy */
+
+/* HEAD_XENT(h [...,d], W [V,d], targets i32 [...]) -> [3, ...] in the
+ * losses' dtype (fp32 for bf16): row 0 the log-sum-exp over the V classes
+ * of the logits h W^T, row 1 the target logit. iattr[0] = 1: vocab
+ * parallel (W is this rank's shard of rows, classes [shard V, shard V +
+ * V); a target of another shard picks 0). The kernels never store the
+ * logits: they walk the vocabulary in chunks (ir/head_xent.h). */
+static pipit_status op_HEAD_XENT_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *h = IN(0), *w = IN(1), *t = IN(2);
+    if (need_float(h, "h")) return PIPIT_STATUS_SHAPE;
+    if (w->dtype != h->dtype)
+        return shape_err("h and W must share one float dtype (h is %s, W %s)", pipit__dtype_name((pipit_dtype)h->dtype),
+                         pipit__dtype_name((pipit_dtype)w->dtype));
+    if (w->ndim != 2) return shape_err("W must be 2-D [V, d] (the tied embedding's layout), not rank %d", w->ndim);
+    if (h->ndim < 1 || h->shape[h->ndim - 1] != w->shape[1])
+        return shape_err("h's last axis (%lld) must be W's d = shape[1] (%lld)",
+                         (long long)(h->ndim ? h->shape[h->ndim - 1] : 0), (long long)w->shape[1]);
+    if (t->dtype != PIPIT_I32) return shape_err("targets must be i32");
+    int ok = h->ndim == t->ndim + 1;
+    for (int i = 0; ok && i < t->ndim; i++) ok = t->shape[i] == h->shape[i];
+    if (!ok) return shape_err("targets must be h's shape without the last axis");
+    if (n->iattr[0] != 0 && n->iattr[0] != 1) return shape_err("vocab-parallel flag %lld not 0 or 1", (long long)n->iattr[0]);
+    n->dtype = (uint8_t)pipit__acc_dtype((pipit_dtype)h->dtype);
+    n->ndim = (uint8_t)(t->ndim + 1);
+    n->shape[0] = 3;
+    for (int i = 0; i < t->ndim; i++) n->shape[i + 1] = t->shape[i];
+    return PIPIT_STATUS_OK;
+}
+/* Elements of h's dtype the backward's G partial input gradients take
+ * (each [N, d] in the arithmetic type: two bf16 slots per fp32 value). */
+static int hx_partial_elems(const pipit__node *h, int64_t G, int64_t *out) {
+    int64_t per = (int64_t)(pipit__dtype_size(pipit__acc_dtype((pipit_dtype)h->dtype)) / pipit__dtype_size((pipit_dtype)h->dtype));
+    return pipit__mul_le(pipit__node_numel(h), G * per, PIPIT__MAX_NUMEL, out);
+}
+/* One backward op recomputes the logits chunk by chunk (once) and writes
+ * [G partial dh | dW]; dh is the sum of the partials (HEAD_XENT_DH), dW a
+ * view. It reads the forward's rows and their gradients as one [6, ...]. */
+static void op_HEAD_XENT_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node n = g->nodes[id], h = g->nodes[n.in[0]], w = g->nodes[n.in[1]];
+    if (dout < 0) return;
+    int32_t sd = add_node(g, PIPIT_OP_CONCAT, 2, (int32_t[]){id, dout}, NULL, NULL);
+    int64_t G = pipit__hx_groups(pipit__node_numel(&h) / w.shape[1], w.shape[0]), part;
+    if (sd < 0 || !hx_partial_elems(&h, G, &part)) return;
+    int32_t b = add_node(g, PIPIT_OP_HEAD_XENT_BWD, 4, (int32_t[]){n.in[0], n.in[1], n.in[2], sd}, NULL,
+                         (int64_t[4]){n.iattr[0], G, 0, 0});
+    if (b < 0) return;
+    din[0] = add_node(g, PIPIT_OP_HEAD_XENT_DH, 2, (int32_t[]){b, n.in[0]}, NULL, (int64_t[4]){G, 0, 0, 0});
+    din[1] = to_shape(g, PIPIT_OP_VIEW, b, &w, (double)part);
+}
+/* HEAD_XENT_BWD(h, W, targets, sd [6, ...]) -> flat, h's dtype: G =
+ * iattr[1] partial input gradients [N, d] in the arithmetic type, then
+ * dW [V, d]. */
+static pipit_status op_HEAD_XENT_BWD_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *h = IN(0), *w = IN(1), *t = IN(2), *sd = IN(3);
+    if (need_float(h, "h") || w->dtype != h->dtype || w->ndim != 2 || t->dtype != PIPIT_I32)
+        return shape_err("bad h, W or targets");
+    int64_t N = pipit__node_numel(t), G = n->iattr[1], part, all;
+    if (sd->dtype != pipit__acc_dtype((pipit_dtype)h->dtype) || pipit__node_numel(sd) != 6 * N)
+        return shape_err("the statistics must be [6, %lld] of the losses' dtype", (long long)N);
+    if (G != pipit__hx_groups(N, w->shape[0])) return shape_err("group count %lld is not the chunking's", (long long)G);
+    if (!hx_partial_elems(h, G, &part) || !pipit__add_i64(part, pipit__node_numel(w), &all) || all > PIPIT__MAX_NUMEL)
+        return shape_err("the backward's partial gradients exceed 2^48 elements");
+    n->dtype = h->dtype;
+    n->ndim = 1;
+    n->shape[0] = all;
+    return PIPIT_STATUS_OK;
+}
+#define op_HEAD_XENT_BWD_vjp NULL
+/* HEAD_XENT_DH(bwd, h) -> h's shape: the sum of the iattr[0] partials in
+ * group order, rounded once to h's dtype. */
+static pipit_status op_HEAD_XENT_DH_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *b = IN(0), *h = IN(1);
+    int64_t part;
+    if (b->op != PIPIT_OP_HEAD_XENT_BWD || b->dtype != h->dtype || !hx_partial_elems(h, n->iattr[0], &part) ||
+        part > pipit__node_numel(b))
+        return shape_err("input must be a head_xent_bwd of h");
+    n->dtype = h->dtype;
+    copy_shape(n, h);
+    return PIPIT_STATUS_OK;
+}
+#define op_HEAD_XENT_DH_vjp NULL
 
 /* ------------------------------------------------------- sum, mean, fill */
 

@@ -117,6 +117,7 @@ static int has_rule(const pipit__node *n, int k, const pipit__node *param, int a
     case PIPIT_OP_MATMUL: return axis >= param->ndim - 2;
     case PIPIT_OP_BIAS_ADD: return k == 1;
     case PIPIT_OP_EMBED: return k == 0 && (axis == 1 || n->iattr[1] == 1);
+    case PIPIT_OP_HEAD_XENT: return k == 1 && axis == 0 && n->iattr[0] == 1; /* pipit_tp_head_xent_mean */
     default: return 0;
     }
 }
@@ -126,8 +127,8 @@ static pipit_status no_rule(const pipit_graph *g, int32_t param, const char *wha
     const pipit__node *p = &g->nodes[param];
     return pipit__err(PIPIT_STATUS_INVALID,
                       "parameter '%s' is sharded along axis %d over the stage's %d tensor-parallel ranks, but %s "
-                      "has no sharded rule for it: a sharded param may feed pipit_matmul, pipit_bias_add and "
-                      "pipit_embed only (declare it with pipit_param to replicate it)",
+                      "has no sharded rule for it: a sharded param may feed pipit_matmul, pipit_bias_add, "
+                      "pipit_embed and pipit_tp_head_xent_mean only (declare it with pipit_param to replicate it)",
                       p->name, pipit__param_shard_axis(p), pipit__graph_tp(g), what);
 }
 

@@ -6,6 +6,7 @@
  * compile error here (leaves and aliases have none: they run nothing).
  */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/head_xent.h"
 #include "backend/cpu/kernels.h"
 
 #define KIN(i) (k->in_node[i])
@@ -269,6 +270,26 @@ static void cpu_XENT_ROWS(const pipit__kctx *k, int ith, int nth) {
 static void cpu_XENT_DLOGITS(const pipit__kctx *k, int ith, int nth) {
     DISPATCH(k, pipit__xent_dlogits, k->out, k->in[0], k->in[1], k->in[2], pipit__node_rows(KIN(0)),
              pipit__node_last_dim(KIN(0)), ith, nth);
+}
+
+/* The fused head (head_xent.c): h [N, d], W [V, d]; vocab parallel
+ * (iattr[0]): this rank's classes are [shard V, shard V + V). */
+static void cpu_HEAD_XENT(const pipit__kctx *k, int ith, int nth) {
+    const pipit__node *w = KIN(1);
+    int64_t V = w->shape[0], d = w->shape[1], off = k->node->iattr[0] ? k->shard * V : 0;
+    DISPATCH_DT(w->dtype, pipit__head_xent, k->out, k->in[0], k->in[1], k->in[2], pipit__node_numel(KIN(2)), V, d,
+                off, ith, nth);
+}
+
+static void cpu_HEAD_XENT_BWD(const pipit__kctx *k, int ith, int nth) {
+    const pipit__node *w = KIN(1);
+    int64_t V = w->shape[0], d = w->shape[1], off = k->node->iattr[0] ? k->shard * V : 0;
+    DISPATCH(k, pipit__head_xent_bwd, k->out, k->in[0], k->in[1], k->in[2], k->in[3], pipit__node_numel(KIN(2)), V,
+             d, off, k->node->iattr[1], ith, nth);
+}
+
+static void cpu_HEAD_XENT_DH(const pipit__kctx *k, int ith, int nth) {
+    DISPATCH(k, pipit__head_xent_dh, k->out, k->in[0], k->node->iattr[0], pipit__node_numel(k->node), ith, nth);
 }
 
 /* This rank's classes are [shard V, shard V + V) of the vocabulary. */

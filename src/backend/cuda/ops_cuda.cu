@@ -743,6 +743,20 @@ WIDENED(ATTN_QKV_D)
 #define cuda_ATTENTION_QKV wide_ATTENTION_QKV
 #define cuda_ATTN_QKV_D wide_ATTN_QKV_D
 
+/* ------------------------------------------------ fused head + cross-entropy */
+
+/* No CUDA kernel yet (issue 26 item 3: the CPU's is backend/cpu/head_xent.c):
+ * the op fails the rank's step with a message naming it, never a wrong
+ * result. The models keep the unfused head on this backend. */
+static void cuda_HEAD_XENT(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    (void)k;
+    pipit__cuda_check(cudaErrorNotSupported, "head_xent: the fused head + cross-entropy has no CUDA kernel yet "
+                                             "(pipit_matmul and pipit_xent_mean run on this backend)");
+}
+#define cuda_HEAD_XENT_BWD cuda_HEAD_XENT
+#define cuda_HEAD_XENT_DH cuda_HEAD_XENT
+
 /* ------------------------------------------------------------ the table */
 
 /* Leaves are bound from outside; reshape, view and yield alias their input. */
