@@ -13,13 +13,14 @@ initial weights; from them, on the same byte data read sequentially,
 
 each train --steps steps (AdamW, lr 1e-3, batch 8 x 64 bytes). Reported per
 seed and run: the gap of the mean loss over the last 10 steps, bf16 against
-its own framework's fp32 ((bf16 - f32) / f32), and the largest gap of any
-single step. The verdict line says whether pipit's widest |last-10 gap|
+its own framework's fp32 ((bf16 - f32) / f32), the largest gap of any
+single step and the mean |gap| over the steps. The verdict line says whether pipit's widest |last-10 gap|
 over the seeds is no wider than PyTorch's.
 
 Usage: python3 bench/bf16_closeness.py [--pipit build/pipit] [--seeds 1-6]
            [--steps 120] [--data FILE] [--torch-python /usr/bin/python3]
            [--no-all] [--json OUT]
+       python3 bench/bf16_closeness.py --table OUT.json   (the table again)
 The default data is Debian's license texts (GPL-3, GPL-2, Apache-2.0), as
 tests/test_bf16_train.sh uses. Runs one process at a time, one thread each.
 """
@@ -53,9 +54,11 @@ def run(cmd):
 
 
 def gaps(b, f, last=10):
-    """(last-`last` mean gap, largest single-step |gap|), relative to f."""
+    """(last-`last` mean gap, largest single-step |gap|, mean |gap| per
+    step), relative to f."""
     fl, bl = sum(f[-last:]), sum(b[-last:])
-    return (bl - fl) / fl, max(abs(x - y) / y for x, y in zip(b, f))
+    g = [abs(x - y) / y for x, y in zip(b, f)]
+    return (bl - fl) / fl, max(g), sum(g) / len(g)
 
 
 def seeds_of(spec):
@@ -75,7 +78,11 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-all", action="store_true", help="skip --bf16-policy all (the policy before)")
     ap.add_argument("--json", help="write every curve and gap here")
+    ap.add_argument("--table", help="print the table of an earlier --json file and exit")
     a = ap.parse_args()
+    if a.table:
+        table(json.load(open(a.table)))
+        return
     tmp = tempfile.mkdtemp(prefix="bf16_closeness.")
     data = a.data
     if not data:
@@ -117,20 +124,32 @@ def main():
             row["pipit f32 vs PyTorch fp32"] = gaps(curves["pipit f32"], curves["PyTorch fp32"])
         result["seeds"][s] = {"gaps": row, "curves": curves}
         print(f"seed {s}: " + "; ".join(f"{k} {g[0]:+.2%} (max {g[1]:.2%})" for k, g in row.items()), flush=True)
-    names = [k for k, _, _ in kinds]
-    print("\n| seed | " + " | ".join(f"{n}: last 10 (max any step)" for n in names) + " |")
+        if a.json:
+            with open(a.json, "w") as o:
+                json.dump(result, o)
+    table(result)
+
+
+def table(result):
+    """Per seed and run: the last-10 gap, the largest |gap| at any step and
+    the mean |gap| per step, recomputed from the curves."""
+    kinds = [("pipit autocast", "pipit f32"), ("pipit all (before)", "pipit f32"), ("PyTorch autocast", "PyTorch fp32")]
+    seeds = result["seeds"]
+    names = [n for n, ref in kinds if all(n in r["curves"] and ref in r["curves"] for r in seeds.values())]
+    refs = dict(kinds)
+    g = {s: {n: gaps(r["curves"][n], r["curves"][refs[n]]) for n in names} for s, r in seeds.items()}
+    print(f"\n{result['steps']} steps; per cell: last-10 gap / largest |gap| at any step / mean |gap| per step\n")
+    print("| seed | " + " | ".join(names) + " |")
     print("|---|" + "---|" * len(names))
-    for s, r in result["seeds"].items():
-        print(f"| {s} | " + " | ".join(f"{r['gaps'][n][0]:+.2%} ({r['gaps'][n][1]:.2%})" for n in names) + " |")
-    worst = {n: max(abs(r["gaps"][n][0]) for r in result["seeds"].values()) for n in names}
-    print("| widest \\|last 10\\| | " + " | ".join(f"{worst[n]:.2%}" for n in names) + " |")
-    if "PyTorch autocast" in worst:
+    for s in seeds:
+        print(f"| {s} | " + " | ".join(f"{g[s][n][0]:+.2%} / {g[s][n][1]:.1%} / {g[s][n][2]:.2%}" for n in names) + " |")
+    worst = {n: max(abs(g[s][n][0]) for s in seeds) for n in names}
+    mean = {n: sum(abs(g[s][n][0]) for s in seeds) / len(seeds) for n in names}
+    print("| widest / mean \\|last 10\\| | " + " | ".join(f"{worst[n]:.2%} / {mean[n]:.2%}" for n in names) + " |")
+    if "PyTorch autocast" in worst and "pipit autocast" in worst:
         ok = worst["pipit autocast"] <= worst["PyTorch autocast"]
         print(f"\npipit autocast's widest last-10 gap {worst['pipit autocast']:.2%} vs PyTorch autocast's "
               f"{worst['PyTorch autocast']:.2%}: {'no wider' if ok else 'WIDER'}")
-    if a.json:
-        with open(a.json, "w") as o:
-            json.dump(result, o)
 
 
 if __name__ == "__main__":
