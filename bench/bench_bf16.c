@@ -1,24 +1,33 @@
 /*
- * bench_bf16.c — the bf16 GEMM against the fp32 one and against the CPU's
+ * bench_bf16.c — the bf16 GEMM against the fp32 one, oneDNN and the CPU's
  * peaks, side by side in one run, on 1 and 2 threads.
  *
- *   fp32 peak   a register-only loop of 12 independent 8-lane FMAs
- *               (vfmadd231ps: 16 FLOP each), per thread, the best of many
- *               ~1 ms runs
- *   bf16 peak   a register-only loop of 12 independent vdpbf16ps (16 lanes
- *               x 2 products: 64 FLOP each) where the CPU has AVX512-BF16;
- *               without it no instruction multiplies bf16, bf16 runs on the
- *               fp32 units (pipit widens panels), and its peak IS the fp32
- *               FMA peak -- printed as such
+ *   fp32 peak   register-only loops of independent FMAs per thread: 12
+ *               ymm chains (vfmadd231ps: 16 FLOP each) and, where the CPU
+ *               has AVX-512, 16 zmm chains (32 FLOP each); the better of
+ *               the two, the best of many ~1 ms runs. (The ymm loop alone
+ *               is half the peak of a CPU with 512-bit FMA pipes, Zen 5:
+ *               it read 122-127 GFLOP/s where sgemm reaches 200.)
+ *   bf16 peak   16 independent vdpbf16ps chains (16 lanes x 2 products:
+ *               64 FLOP each) where the CPU has AVX512-BF16; without it
+ *               no instruction multiplies bf16, bf16 runs on the fp32
+ *               units (pipit widens panels), and its peak IS the fp32 FMA
+ *               peak -- printed as such
  *   sgemm       pipit__gemm_f32 (shape-only tiles of single-threaded OpenBLAS)
- *   bf16 gemm   pipit__gemm_bf16 in the way this CPU gets (pipit__gemm_bf16_kind)
- * at GPT-2 124M's MLP shape (256 x 3072 x 768) and its head's weight
- * gradient (50257 x 768 x 256), and a 1024^3 square, the two GEMMs timed
- * alternately (best of each). The bf16 result is checked against the fp32
- * one of the same (bf16-exact) inputs, and 2 threads against 1 bitwise,
- * before anything is timed.
+ *   bf16        pipit__gemm_bf16 in the way this CPU gets (pipit__gemm_bf16_kind)
+ *   dnnl-til    pipit__gemm_onednn: one single-threaded oneDNN matmul per
+ *               tile (what the onednn kind runs), in bf16 where oneDNN has a
+ *               bf16 matmul here, else in f32 for comparison
+ *   dnnl-whl    one oneDNN matmul of the whole GEMM on oneDNN's own OpenMP
+ *               threads (the same type): oneDNN's own rate, no tiles
+ * at GPT-2 124M's shapes (T=64 B=4: 256 rows; C=768, V=50257) and a 1024^3
+ * square; the first three timed alternately (best of each). The bf16 and
+ * oneDNN results are checked against the fp32 one of the same (bf16-exact)
+ * inputs, and 2 threads against 1 bitwise, before anything is timed.
  * Usage: bench_bf16 [seconds per measurement, default 0.5]
  */
+#include <dlfcn.h>
+#include <dnnl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,9 +48,11 @@
 
 #define PEAK_ITERS 200000 /* ~1 ms of FMAs: the best of many such runs (a shared machine lends the CPU in slices) */
 
-/* 12 named accumulators, so they stay in registers: 12 independent chains
- * cover the FMA latency (4-5 cycles) on two ports. */
-#define PEAK_BODY(T, STEP)                                                                                      \
+/* Independent accumulator chains, named so they stay in registers: enough
+ * of them to cover the FMA latency (4-5 cycles) on two (or four) pipes, so
+ * the loop measures throughput. 12 with 16 ymm registers (2 hold the
+ * operands), 16 with 32 zmm registers. */
+#define PEAK_BODY12(T, STEP)                                                                                    \
     T a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5), a6 = init(6),        \
       a7 = init(7), a8 = init(8), a9 = init(9), a10 = init(10), a11 = init(11);                                \
     for (int i = 0; i < PEAK_ITERS; i++) {                                                                      \
@@ -51,20 +62,48 @@
     T all[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};                                             \
     float sink = 0;                                                                                             \
     for (int k = 0; k < 12; k++) sink += first(all[k]);
+#define PEAK_BODY16(T, STEP)                                                                                    \
+    T a0 = init(0), a1 = init(1), a2 = init(2), a3 = init(3), a4 = init(4), a5 = init(5), a6 = init(6),        \
+      a7 = init(7), a8 = init(8), a9 = init(9), a10 = init(10), a11 = init(11), a12 = init(12),                \
+      a13 = init(13), a14 = init(14), a15 = init(15);                                                          \
+    for (int i = 0; i < PEAK_ITERS; i++) {                                                                      \
+        a0 = STEP(a0), a1 = STEP(a1), a2 = STEP(a2), a3 = STEP(a3), a4 = STEP(a4), a5 = STEP(a5);              \
+        a6 = STEP(a6), a7 = STEP(a7), a8 = STEP(a8), a9 = STEP(a9), a10 = STEP(a10), a11 = STEP(a11);          \
+        a12 = STEP(a12), a13 = STEP(a13), a14 = STEP(a14), a15 = STEP(a15);                                    \
+    }                                                                                                           \
+    T all[16] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15};                         \
+    float sink = 0;                                                                                             \
+    for (int k = 0; k < 16; k++) sink += first(all[k]);
 
 #if HAVE_X86
 __attribute__((target("avx2,fma"))) static inline __m256 init256(int k) { return _mm256_set1_ps((float)k); }
 __attribute__((target("avx2,fma"))) static inline float first256(__m256 v) { return _mm256_cvtss_f32(v); }
-__attribute__((target("avx2,fma"))) static double fma_loop(void) {
+__attribute__((target("avx2,fma"))) static double fma256_loop(void) {
     const __m256 x = _mm256_set1_ps(1.0000001f), y = _mm256_set1_ps(0.9999999f);
 #define init init256
 #define first first256
 #define STEP(a) _mm256_fmadd_ps(a, x, y)
-    PEAK_BODY(__m256, STEP)
+    PEAK_BODY12(__m256, STEP)
 #undef STEP
 #undef init
 #undef first
     return sink == 12345.0f ? 0 : (double)PEAK_ITERS * 12 * 8 * 2; /* 8 lanes, 2 FLOP */
+}
+
+/* zmm FMAs: twice the ymm rate where the FMA pipes are 512 bits wide (Zen 5,
+ * Intel server cores), the same where they split a zmm in two (Zen 4). */
+__attribute__((target("avx512f"))) static inline __m512 init512f(int k) { return _mm512_set1_ps((float)k); }
+__attribute__((target("avx512f"))) static inline float first512f(__m512 v) { return _mm512_cvtss_f32(v); }
+__attribute__((target("avx512f"))) static double fma512_loop(void) {
+    const __m512 x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+#define init init512f
+#define first first512f
+#define STEP(a) _mm512_fmadd_ps(a, x, y)
+    PEAK_BODY16(__m512, STEP)
+#undef STEP
+#undef init
+#undef first
+    return sink == 12345.0f ? 0 : (double)PEAK_ITERS * 16 * 16 * 2; /* 16 lanes, 2 FLOP */
 }
 
 __attribute__((target("avx512f,avx512bf16"))) static inline __m512 init512(int k) { return _mm512_set1_ps((float)k); }
@@ -74,13 +113,22 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_loop(void) {
 #define init init512
 #define first first512
 #define STEP(a) _mm512_dpbf16_ps(a, x, y)
-    PEAK_BODY(__m512, STEP)
+    PEAK_BODY16(__m512, STEP)
 #undef STEP
 #undef init
 #undef first
-    return sink == 12345.0f ? 0 : (double)PEAK_ITERS * 12 * 16 * 4; /* 16 lanes, 2 products, 2 FLOP each */
+    return sink == 12345.0f ? 0 : (double)PEAK_ITERS * 16 * 16 * 4; /* 16 lanes, 2 products, 2 FLOP each */
 }
 #endif
+
+static int have_avx512f(void) {
+#if HAVE_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
 
 static int have_avx512bf16(void) {
 #if HAVE_X86
@@ -125,10 +173,11 @@ typedef struct {
     const char *what;
 } shape;
 
+/* GPT-2 124M at T=64, B=4 (256 rows), C=768, V=50257 */
 static const shape shapes[] = {
-    {256, 3072, 768, 0, 0, "GPT-2 124M fc fwd (256x3072x768)"},
-    {50257, 768, 256, 1, 0, "GPT-2 124M head dW (50257x768x256)"},
-    {1024, 1024, 1024, 0, 0, "square 1024^3"},
+    {256, 3072, 768, 0, 0, "fc fwd 256x3072x768"},   {256, 768, 3072, 0, 0, "proj fwd 256x768x3072"},
+    {768, 3072, 256, 1, 0, "fc dW 768x3072x256"},    {1024, 1024, 1024, 0, 0, "square 1024^3"},
+    {256, 50257, 768, 0, 1, "head fwd 256x50257x768"}, {50257, 768, 256, 1, 0, "head dW 50257x768x256"},
 };
 
 typedef struct {
@@ -137,6 +186,9 @@ typedef struct {
     const pipit__bf16 *Ah, *Bh;
     float *C;
     pipit__bf16 *Ch;
+    void *Cd;    /* pipit__gemm_onednn's result */
+    int dnnl_dt; /* its type: PIPIT_BF16 where oneDNN has a bf16 matmul here, else PIPIT_F32 */
+    int dnnl_rc;
 } job;
 
 static void sgemm_slice(const void *p, int ith, int nth) {
@@ -153,46 +205,129 @@ static void bgemm_slice(const void *p, int ith, int nth) {
                      j->Ch, s->N, 0, 0, ith, nth);
 }
 
-/* GFLOP/s of fa and fb, timed alternately (a, b, a, b, ...) so that load
- * which comes and goes on a shared machine falls on both alike: the best
- * run of each within `secs` (at least 5 each). */
-static void time_pair(bench_slice_fn fa, bench_slice_fn fb, const job *j, int nth, double secs, double *ga,
-                      double *gb) {
-    double flops = 2.0 * (double)j->s->M * (double)j->s->N * (double)j->s->K, ba = 1e30, bb = 1e30;
-    bench_pool_run(fa, j, nth);
-    bench_pool_run(fb, j, nth);
-    double end = pipit__now() + secs;
-    for (int reps = 0; reps < 5 || pipit__now() < end; reps++) {
-        double t0 = pipit__now();
-        bench_pool_run(fa, j, nth);
-        double t1 = pipit__now();
-        bench_pool_run(fb, j, nth);
-        ba = fmin(ba, t1 - t0);
-        bb = fmin(bb, pipit__now() - t1);
-    }
-    *ga = flops / ba * 1e-9;
-    *gb = flops / bb * 1e-9;
+/* pipit's oneDNN path (what the onednn kind runs): one single-threaded
+ * oneDNN matmul per tile of gemm.c's rule. */
+static void tiles_slice(const void *p, int ith, int nth) {
+    job *j = (job *)p;
+    const shape *s = j->s;
+    int bf = j->dnnl_dt == PIPIT_BF16;
+    int rc = pipit__gemm_onednn(j->dnnl_dt, j->dnnl_dt, s->ta, s->tb, 1, s->M, s->N, s->K,
+                                bf ? (const void *)j->Ah : (const void *)j->A, s->ta ? s->M : s->K, 0,
+                                bf ? (const void *)j->Bh : (const void *)j->B, s->tb ? s->K : s->N, 0, j->Cd, s->N, 0,
+                                0, ith, nth);
+    if (rc) j->dnnl_rc = rc;
 }
 
-/* bf16 inputs (exact in fp32 too), so both GEMMs multiply the same values:
- * each bf16 result within one rounding (2^-8) plus fp32 accumulation. */
+/* GFLOP/s of each of fn[0..n), timed alternately (0, 1, ..., 0, 1, ...) so
+ * that load which comes and goes on a shared machine falls on all alike:
+ * the best run of each within `secs` (at least 5 each). */
+static void time_all(const bench_slice_fn *fn, int n, const job *j, int nth, double secs, double *gf) {
+    double flops = 2.0 * (double)j->s->M * (double)j->s->N * (double)j->s->K, best[4] = {1e30, 1e30, 1e30, 1e30};
+    for (int f = 0; f < n; f++) bench_pool_run(fn[f], j, nth);
+    double end = pipit__now() + secs;
+    for (int reps = 0; reps < 5 || pipit__now() < end; reps++)
+        for (int f = 0; f < n; f++) {
+            double t0 = pipit__now();
+            bench_pool_run(fn[f], j, nth);
+            best[f] = fmin(best[f], pipit__now() - t0);
+        }
+    for (int f = 0; f < n; f++) gf[f] = flops / best[f] * 1e-9;
+}
+
+/* ---- oneDNN's own matmul of the whole GEMM, threaded by oneDNN ---- */
+
+static dnnl_engine_t engine;
+static void (*omp_threads)(int); /* omp_set_num_threads of the libgomp that libdnnl brought */
+
+/* GFLOP/s of one oneDNN matmul of the whole GEMM (C of type dt, as its
+ * inputs) on nth OpenMP threads: the best run within secs (at least 3).
+ * *impl gets oneDNN's implementation; 0 where it has none. */
+static double dnnl_whole(const job *j, int nth, double secs, char *impl, size_t impl_len) {
+    const shape *s = j->s;
+    int bf = j->dnnl_dt == PIPIT_BF16;
+    dnnl_data_type_t dt = bf ? dnnl_bf16 : dnnl_f32;
+    dnnl_dims_t da = {s->M, s->K}, db = {s->K, s->N}, dc = {s->M, s->N};
+    dnnl_dims_t sa = {s->ta ? 1 : s->K, s->ta ? s->M : 1}, sb = {s->tb ? 1 : s->N, s->tb ? s->K : 1};
+    dnnl_dims_t sc = {s->N, 1};
+    dnnl_memory_desc_t ma, mb, mc;
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim;
+    snprintf(impl, impl_len, "none");
+    if (omp_threads) omp_threads(nth); /* before the primitive: oneDNN plans it for this many threads */
+    if (dnnl_memory_desc_init_by_strides(&ma, 2, da, dt, sa) || dnnl_memory_desc_init_by_strides(&mb, 2, db, dt, sb) ||
+        dnnl_memory_desc_init_by_strides(&mc, 2, dc, dt, sc) || dnnl_matmul_desc_init(&md, &ma, &mb, NULL, &mc) ||
+        dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL))
+        return 0;
+    const char *name = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name);
+    snprintf(impl, impl_len, "%s", name ? name : "?");
+    dnnl_status_t st = dnnl_primitive_create(&prim, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (st) return 0;
+    dnnl_memory_t m[3];
+    dnnl_stream_t stream;
+    dnnl_memory_create(&m[0], &ma, engine, bf ? (void *)j->Ah : (void *)j->A);
+    dnnl_memory_create(&m[1], &mb, engine, bf ? (void *)j->Bh : (void *)j->B);
+    dnnl_memory_create(&m[2], &mc, engine, j->Cd);
+    dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+    double best = 1e30, end = pipit__now() + secs;
+    for (int reps = -1; reps < 3 || pipit__now() < end; reps++) { /* rep -1: warm-up */
+        double t0 = pipit__now();
+        dnnl_primitive_execute(prim, stream, 3, args);
+        dnnl_stream_wait(stream);
+        if (reps >= 0) best = fmin(best, pipit__now() - t0);
+    }
+    dnnl_stream_destroy(stream);
+    for (int i = 0; i < 3; i++) dnnl_memory_destroy(m[i]);
+    dnnl_primitive_destroy(prim);
+    if (omp_threads) omp_threads(1);
+    return 2.0 * (double)s->M * (double)s->N * (double)s->K / best * 1e-9;
+}
+
+/* ---- checks before timing ---- */
+
+/* bf16 inputs (exact in fp32 too), so every GEMM multiplies the same
+ * values: each bf16 result within one rounding (2^-8) plus fp32
+ * accumulation of sgemm's; the oneDNN tiles the same; 2 threads against 1
+ * bitwise for pipit's bf16 GEMM and the oneDNN tiles. */
+static double worst_vs(const job *j, int64_t nC, const void *x, int bf, double *scale) {
+    double worst = 0;
+    *scale = 0;
+    for (int64_t i = 0; i < nC; i++) {
+        double v = bf ? pipit__bf16_to_f32(((const pipit__bf16 *)x)[i]) : ((const float *)x)[i];
+        worst = fmax(worst, fabs(v - j->C[i]));
+        *scale = fmax(*scale, fabs((double)j->C[i]));
+    }
+    return worst;
+}
+
 static int check(const shape *s, job *j) {
     int64_t nC = s->M * s->N;
+    size_t ed = j->dnnl_dt == PIPIT_BF16 ? 2 : 4;
     bench_pool_run(sgemm_slice, j, 1);
-    bench_pool_run(bgemm_slice, j, 1);
-    pipit__bf16 *one = malloc(sizeof *one * (size_t)nC);
-    memcpy(one, j->Ch, sizeof *one * (size_t)nC);
-    bench_pool_run(bgemm_slice, j, 2);
-    int bad = memcmp(one, j->Ch, sizeof *one * (size_t)nC) != 0;
-    if (bad) fprintf(stderr, "%s: bf16 GEMM on 2 threads differs from 1\n", s->what);
-    double worst = 0, scale = 0;
-    for (int64_t i = 0; i < nC; i++) {
-        worst = fmax(worst, fabs((double)pipit__bf16_to_f32(j->Ch[i]) - j->C[i]));
-        scale = fmax(scale, fabs((double)j->C[i]));
-    }
-    if (!(worst <= 0x1p-8 * scale + (double)s->K * 0x1p-22 * scale)) {
-        fprintf(stderr, "%s: bf16 GEMM off by %g (largest |C| %g)\n", s->what, worst, scale);
-        bad = 1;
+    int bad = 0;
+    void *one = malloc(4 * (size_t)nC);
+    for (int which = 0; which < 2; which++) { /* pipit's bf16 GEMM, then the oneDNN tiles */
+        bench_slice_fn fn = which ? tiles_slice : bgemm_slice;
+        void *out = which ? j->Cd : (void *)j->Ch;
+        size_t es = which ? ed : 2;
+        bench_pool_run(fn, j, 1);
+        if (which && j->dnnl_rc) break; /* oneDNN has no such matmul here: nothing to check */
+        memcpy(one, out, es * (size_t)nC);
+        bench_pool_run(fn, j, 2);
+        if (memcmp(one, out, es * (size_t)nC)) {
+            fprintf(stderr, "%s: %s on 2 threads differs from 1\n", s->what, which ? "oneDNN tiles" : "bf16 GEMM");
+            bad = 1;
+        }
+        double scale, worst = worst_vs(j, nC, out, es == 2, &scale);
+        double bound = (es == 2 ? 0x1p-8 * scale : 0) + (double)s->K * 0x1p-22 * scale;
+        if (!(worst <= bound)) {
+            fprintf(stderr, "%s: %s off by %g (largest |C| %g)\n", s->what, which ? "oneDNN tiles" : "bf16 GEMM",
+                    worst, scale);
+            bad = 1;
+        }
     }
     free(one);
     return bad;
@@ -202,41 +337,63 @@ int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.5;
     pipit__gemm_init();
     bench_pool_start();
-    int bf = have_avx512bf16();
+    void *set = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    memcpy(&omp_threads, &set, sizeof set);
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0)) {
+        fprintf(stderr, "bench_bf16: oneDNN made no CPU engine\n");
+        return 1;
+    }
+    int bf = have_avx512bf16(), z = have_avx512f();
+    const char *why = pipit__onednn_bf16_why_not();
+    int dnnl_dt = why ? PIPIT_F32 : PIPIT_BF16;
     printf("bf16 GEMM on this CPU: %s\n", pipit__gemm_bf16_kind());
+    if (why) printf("oneDNN bf16 matmul: not here (%s); the oneDNN columns are its f32 matmul, for comparison\n", why);
     double pk32[3] = {0}, pk16[3] = {0};
     for (int nth = 1; nth <= 2; nth++) {
+        double y = 0, zz = 0;
 #if HAVE_X86
-        pk32[nth] = peak(fma_loop, nth, secs);
+        y = peak(fma256_loop, nth, secs);
+        zz = z ? peak(fma512_loop, nth, secs) : 0;
+        pk32[nth] = fmax(y, zz);
         pk16[nth] = bf ? peak(dpbf16_loop, nth, secs) : pk32[nth];
 #endif
-        printf("%d thread%s: fp32 FMA peak %.1f GFLOP/s; bf16 peak %.1f GFLOP/s%s\n", nth, nth == 1 ? "" : "s",
-               pk32[nth], pk16[nth],
+        printf("%d thread%s: fp32 FMA peak %.1f GFLOP/s (ymm %.1f%s); bf16 peak %.1f GFLOP/s%s\n", nth,
+               nth == 1 ? "" : "s", pk32[nth], y, z ? "" : ", no AVX-512", pk16[nth],
                bf ? " (vdpbf16ps)" : " (no AVX512-BF16: no instruction multiplies bf16, so the bf16 peak is the fp32 "
                                      "FMA peak)");
+        if (z) printf("           zmm %.1f\n", zz);
     }
+    const char *dn = dnnl_dt == PIPIT_BF16 ? "bf16" : "f32";
+    printf("\nGFLOP/s; dnnl tiles = pipit__gemm_onednn (%s), dnnl whole = one oneDNN matmul (%s) on oneDNN's threads\n",
+           dn, dn);
+    printf("%-24s %3s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "thr", "sgemm", "bf16", "dnnl-til", "dnnl-whl",
+           "bf16/f32", "f32/peak", "bf16/pk", "til/pk");
     int bad = 0;
-    printf("\n%-36s %3s %10s %10s %8s %8s %8s\n", "shape", "thr", "sgemm", "bf16", "bf16/f32", "f32/peak",
-           "bf16/pk");
+    char impl[64] = "";
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         int64_t nA = s->M * s->K, nB = s->K * s->N, nC = s->M * s->N;
         float *A = bench_rnd(nA), *B = bench_rnd(nB), *C = bench_rnd(nC);
         pipit__bf16 *Ah = malloc(sizeof *Ah * (size_t)nA), *Bh = malloc(sizeof *Bh * (size_t)nB);
         pipit__bf16 *Ch = malloc(sizeof *Ch * (size_t)nC);
+        void *Cd = malloc(4 * (size_t)nC);
         for (int64_t k = 0; k < nA; k++) A[k] = pipit__bf16_to_f32(Ah[k] = pipit__bf16_from_f32(A[k]));
         for (int64_t k = 0; k < nB; k++) B[k] = pipit__bf16_to_f32(Bh[k] = pipit__bf16_from_f32(B[k]));
-        job j = {s, A, B, Ah, Bh, C, Ch};
+        job j = {s, A, B, Ah, Bh, C, Ch, Cd, dnnl_dt, 0};
         bad += check(s, &j);
         for (int nth = 1; nth <= 2 && !bad; nth++) {
-            double f, b;
-            time_pair(sgemm_slice, bgemm_slice, &j, nth, 2 * secs, &f, &b);
-            printf("%-36s %3d %10.1f %10.1f %8.2f %8.2f %8.2f\n", s->what, nth, f, b, b / f, f / pk32[nth],
-                   b / pk16[nth]);
+            double g[3] = {0, 0, 0};
+            bench_slice_fn fns[3] = {sgemm_slice, bgemm_slice, tiles_slice};
+            time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g);
+            double w = dnnl_whole(&j, nth, 2 * secs, impl, sizeof impl);
+            double pkd = dnnl_dt == PIPIT_BF16 ? pk16[nth] : pk32[nth];
+            printf("%-24s %3d %8.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f\n", s->what, nth, g[0], g[1], g[2], w,
+                   g[1] / g[0], g[0] / pk32[nth], g[1] / pk16[nth], g[2] / pkd);
         }
         pipit__free_aligned(A), pipit__free_aligned(B), pipit__free_aligned(C);
-        free(Ah), free(Bh), free(Ch);
+        free(Ah), free(Bh), free(Ch), free(Cd);
     }
+    printf("oneDNN's implementation of the whole matmul (last shape): %s\n", impl);
     bench_pool_stop();
     return bad ? 1 : 0;
 }

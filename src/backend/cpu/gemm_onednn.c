@@ -345,3 +345,5 @@ void pipit__onednn_stats(int64_t *created, int64_t *reused) {
     *created = atomic_load(&n_created);
     *reused = atomic_load(&n_reused);
 }
+
+const char *pipit_cpu_bf16_gemm(void) { return pipit__gemm_bf16_kind(); }
