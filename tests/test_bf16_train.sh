@@ -24,7 +24,8 @@
 #   3. The CLI: --save-weights-only --dtype bf16 writes BF16 tensors at
 #      half the bytes and --init takes them back with a note; a training
 #      checkpoint of a bf16 run stays F32 and --resume continues it in bf16
-#      (a contradicting --dtype is refused); pipit plan reports the bf16
+#      and in its --bf16-policy (a contradicting --dtype or --bf16-policy is
+#      refused); pipit plan reports the bf16
 #      copies apart; bad values name the flag.
 set -u
 SRC=$(realpath -- "${2:?usage: test_bf16_train.sh PIPIT SOURCE_DIR}") || exit 1
@@ -154,6 +155,14 @@ expect_ok "$PIPIT" eval --init w16.st --data data.txt --batches 2
 grep -q "holds .* bf16 tensors: loaded into the fp32 master weights" <<< "$OUT" || fail "no note for bf16 --init: $OUT"
 expect_ok "$PIPIT" train --resume t.st --steps 4
 expect_fail "--dtype f32 contradicts checkpoint" "$PIPIT" train --resume t.st --steps 4 --dtype f32
+# the precision policy is the checkpoint's too (--bf16-policy all: the policy before)
+"$PIPIT" train --init init.st --data data.txt "${MODEL[@]}" --steps 2 --dtype bf16 --bf16-policy all --save ta.st \
+    > ta.log 2>&1 || { cat ta.log; fail "--bf16-policy all --save"; }
+expect_ok "$PIPIT" train --resume ta.st --steps 3 --print-config
+grep -q '"bf16-policy":"all"' <<< "$OUT" || fail "--resume does not keep --bf16-policy all: $OUT"
+expect_fail "--bf16-policy autocast contradicts checkpoint" "$PIPIT" train --resume ta.st --steps 4 --bf16-policy autocast
+expect_fail "bad value 'al' for --bf16-policy: expected autocast or all.*did you mean 'all'" \
+    "$PIPIT" train --data data.txt --dtype bf16 --bf16-policy al
 expect_fail "bad value 'fp16' for --dtype: expected f32 or bf16" "$PIPIT" train --data data.txt --dtype fp16
 expect_fail "bad value 'bf61' for --dtype.*did you mean" "$PIPIT" eval --init w16.st --data data.txt --dtype bf61
 expect_ok "$PIPIT" plan --data data.txt "${MODEL[@]}" --pp 2 --dtype bf16

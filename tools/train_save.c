@@ -196,6 +196,7 @@ void save_train(const opts *o, const pipit_program *p, const cli_model *c, const
     meta_str(&m, "data", o->data);
     meta_str(&m, "data_order", o->data_order);
     meta_str(&m, "dtype", o->dtype ? o->dtype : "f32");
+    meta_str(&m, "bf16_policy", o->bf16_policy ? o->bf16_policy : "autocast");
     meta_num(&m, "steps", "%lld", (long long)r.total);
     meta_num(&m, "data_pos", "%lld", (long long)r.data_pos);
     meta_num(&m, "save_every", "%d", o->save_every);
@@ -377,6 +378,7 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
         {"clip", "clip", FL_DBL, &o->clip, 0, 0, 0, NULL}, {"seed", "seed", FL_U64, &o->seed, 0, 0, 0, NULL},
         {"data-order", "data_order", FL_STR, &o->data_order, 0, 0, 0, NULL},
         {"dtype", "dtype", FL_STR, &o->dtype, 0, 0, 0, "f32"}, /* older files ran in f32 */
+        {"bf16-policy", "bf16_policy", FL_STR, &o->bf16_policy, 0, 0, 0, ""}, /* older files: as given */
         {"data", "data", FL_STR, &o->data, 1, 0, 0, NULL},
         {"lr-schedule", "lr_schedule", FL_STR, &o->lr_schedule, 0, 0, 0, NULL},
         {"warmup", "warmup", FL_INT, &o->warmup, 0, 0, BIG, NULL},
