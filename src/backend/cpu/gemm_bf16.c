@@ -48,6 +48,11 @@ static int cpu_has_avx512bf16(void) {
  * no implementation for. */
 static int fallback_kind(void) { return cpu_has_avx512bf16() ? KIND_AVX512 : KIND_PANELS; }
 
+/* The line on stderr about PIPIT_BF16_GEMM, once per process (tests choose
+ * again and again). */
+static _Atomic int said;
+#define SAY(...) (atomic_exchange(&said, 1) ? (void)0 : (void)fprintf(stderr, __VA_ARGS__))
+
 /* oneDNN where it has a bf16 matmul that is not a reference one, else the
  * fallback; PIPIT_BF16_GEMM=onednn|pairs|panels forces one (refused, with
  * a line on stderr, where this CPU cannot run it). */
@@ -56,18 +61,18 @@ static int kind_of_cpu(void) {
     if (e && *e && strcmp(e, "panels") == 0) return KIND_PANELS;
     if (e && *e && strcmp(e, "pairs") == 0) {
         if (cpu_has_avx512bf16()) return KIND_AVX512;
-        fprintf(stderr, "pipit: PIPIT_BF16_GEMM=pairs refused: this CPU has no AVX512-BF16; using fp32 panels\n");
+        SAY("pipit: PIPIT_BF16_GEMM=pairs refused: this CPU has no AVX512-BF16; using fp32 panels\n");
         return KIND_PANELS;
     }
     const char *why = pipit__onednn_bf16_why_not();
     if (e && *e && strcmp(e, "onednn") == 0) {
         if (!why) return KIND_ONEDNN;
-        fprintf(stderr, "pipit: PIPIT_BF16_GEMM=onednn refused: %s; using %s\n", why,
-                fallback_kind() == KIND_AVX512 ? "avx512bf16" : "fp32 panels");
+        SAY("pipit: PIPIT_BF16_GEMM=onednn refused: %s; using %s\n", why,
+            fallback_kind() == KIND_AVX512 ? "avx512bf16" : "fp32 panels");
         return fallback_kind();
     }
     if (e && *e)
-        fprintf(stderr, "pipit: PIPIT_BF16_GEMM=%s is none of onednn, pairs, panels; choosing by the CPU\n", e);
+        SAY("pipit: PIPIT_BF16_GEMM=%s is none of onednn, pairs, panels; choosing by the CPU\n", e);
     return why ? fallback_kind() : KIND_ONEDNN;
 }
 
