@@ -44,12 +44,13 @@ PIPIT_API pipit_status pipit_gpt2_check(const pipit_gpt2_config *c);
  * one of them (pipit.h): attention split by heads (c_attn column-parallel,
  * its q, k and v parts each split: H/T heads per rank; attn.c_proj
  * row-parallel), the MLP column- then row-parallel, wte vocab-parallel in
- * the embedding and the tied head, the loss pipit_tp_xent_mean;
+ * the embedding and the tied head, the loss pipit_tp_head_xent_mean;
  * layernorms, wpe and the row-parallel biases replicated. T must divide
  * heads and vocab (INVALID naming them and a T that would). */
 PIPIT_API pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c);
-/* The same graph (bit for bit), and *logits (if not NULL) = the lm head's
- * logits [B,T,V] the loss is computed from (with T > 1 ranks per stage:
+/* The same loss (bit for bit), and *logits (if not NULL) = the lm head's
+ * logits [B,T,V] (with the fused head: h wte^T as a node of its own beside
+ * the loss, computed only where read; with T > 1 ranks per stage:
  * this rank's classes [B,T,V/T]; an invalid value on failure):
  * pass it in pipit_options.outputs to read it with pipit_program_get_output. */
 PIPIT_API pipit_val pipit_gpt2_build_logits(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits);

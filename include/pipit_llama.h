@@ -69,13 +69,14 @@ PIPIT_API int pipit_llama_ffn_hidden(const pipit_llama_config *c);
  * one of them (pipit.h): attention split by heads (q, k, v projections
  * column-parallel with H/T query and KV/T key/value heads per rank, o_proj
  * row-parallel), the MLP's gate and up column- and down row-parallel, the
- * embedding and lm head vocab-parallel, the loss pipit_tp_xent_mean;
+ * embedding and lm head vocab-parallel, the loss pipit_tp_head_xent_mean;
  * RMSNorm weights replicated. T must divide heads, kv_heads (key/value
  * heads are split, never replicated), the MLP width and vocab (INVALID
  * naming them and a T that would). */
 PIPIT_API pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c);
-/* The same graph (bit for bit), and *logits (if not NULL) = the lm head's
- * logits [B,T,V] (with T > 1 ranks per stage: this rank's classes
+/* The same loss (bit for bit), and *logits (if not NULL) = the lm head's
+ * logits [B,T,V] (with the fused head: h W^T as a node of its own beside
+ * the loss, computed only where read; with T > 1 ranks per stage: this rank's classes
  * [B,T,V/T]; an invalid value on failure), for pipit_options.outputs. */
 PIPIT_API pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits);
 /* The decoding graph (pipit_decode.h), as pipit_gpt2_build_decode's: the

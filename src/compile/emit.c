@@ -40,13 +40,16 @@ int32_t pipit__emit_buf(pipit__emitter *e, size_t size, int32_t at) {
     if (e->nbufs == e->capbufs) {
         int32_t cap = e->capbufs ? e->capbufs * 2 : 256;
         pipit__mp_buf *b = pipit__realloc(e->bufs, (size_t)cap * sizeof *b);
-        if (!b) {
+        if (b) e->bufs = b;
+        pipit__loc *m = b ? pipit__realloc(e->moved, (size_t)cap * sizeof *m) : NULL;
+        if (!m) {
             e->status = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
             return -1;
         }
-        e->bufs = b;
+        e->moved = m;
         e->capbufs = cap;
     }
+    e->moved[e->nbufs] = (pipit__loc){LOC_NONE, 0, 0};
     e->bufs[e->nbufs] = (pipit__mp_buf){.size = size, .first = at, .last = at, .hold = -1};
     return e->nbufs++;
 }
@@ -86,6 +89,7 @@ static pipit__loc read_loc(pipit__emitter *e, int32_t id, int mb, int32_t at) {
     if (mb_invariant(e->p, root)) mb = 0;
     int32_t b = e->buf_of[(size_t)root * (size_t)e->p->M + (size_t)mb];
     PIPIT_ASSERT(b >= 0); /* lowering emits producers before consumers */
+    if (e->moved[b].kind != LOC_NONE) return (pipit__loc){e->moved[b].kind, e->moved[b].idx, e->moved[b].off + off};
     if (e->bufs[b].last < at) e->bufs[b].last = at;
     return (pipit__loc){LOC_ARENA, b, off};
 }
@@ -123,6 +127,18 @@ int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst
     w->out = dst;
     e->bufs[b].size = 0; /* the arena slot is not needed any more */
     e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = -1;
+    return 1;
+}
+
+int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
+    if (e->status) return 0;
+    int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
+    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0; /* absent, or already read */
+    pipit__instr *w = &e->r->ins[e->bufs[b].first];
+    if (w->kind != INS_RUN || w->node != node) return 0;
+    w->out = dst;
+    e->bufs[b].size = 0; /* the arena slot is not needed any more */
+    e->moved[b] = dst;   /* read_loc sends the readers there */
     return 1;
 }
 
@@ -254,6 +270,8 @@ pipit_status pipit__emitter_finish(pipit__emitter *e) {
     }
     pipit__free(e->buf_of);
     e->buf_of = NULL;
+    pipit__free(e->moved);
+    e->moved = NULL;
     /* the rank keeps its buffers' lifetimes: memory statistics read them */
     pipit__free(e->r->bufs);
     e->r->bufs = e->bufs;

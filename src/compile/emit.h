@@ -15,6 +15,7 @@ typedef struct {
     pipit__rank_plan *r;
     int32_t *buf_of;      /* [graph nodes * M]: arena buffer of (node, mb), -1 none */
     pipit__mp_buf *bufs;
+    pipit__loc *moved;    /* [capbufs]: where a relocated buffer's value lives (LOC_NONE: in the arena) */
     int32_t nbufs, capbufs;
     pipit_status status;
 } pipit__emitter;
@@ -40,6 +41,9 @@ void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b);
  * instruction has read its arena buffer yet (returns 1); the caller must
  * know that none will. */
 int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);
+/* The same for a value that is still read after: its kernel writes it at
+ * dst, and every later reader of (node, mb) reads it there (returns 1). */
+int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);
 /* Copies value (node, 0) into a new arena buffer (returned); copies arena
  * buffer b to dst. */
 int32_t pipit__emit_snapshot(pipit__emitter *e, int32_t node);

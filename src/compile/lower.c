@@ -102,6 +102,48 @@ static void find_sole_acc(lowering *L) {
     for (int32_t j = 0; j < g->n; j++) L->sole_acc[j] = L->sole_acc[j] == 1;
 }
 
+/* Values whose tail one gradient-target use reads (a view from a 64-byte
+ * multiple to the value's end) while every other reader reads only the
+ * bytes before it: the fused head's [G partial dh | dW] (ops.c
+ * HEAD_XENT_BWD), whose dW view is the weight's contribution and whose
+ * partials only HEAD_XENT_DH reads. The first microbatch's kernel can then
+ * write the value with its tail in the accumulator and its head in the
+ * bytes kept free just before it (tail_lead), so neither sits in the arena. */
+static void find_tail_acc(lowering *L) {
+    const pipit__plan *p = L->p;
+    const pipit_graph *g = p->g;
+    uint8_t *t = L->tail_acc;
+    for (int i = 0; i < p->ntargets; i++)
+        for (int u = 0; u < p->gr.t[i].nuses; u++) {
+            int32_t c = p->gr.t[i].contrib[u], r = pipit__alias_root(g, c);
+            size_t o = pipit__alias_offset(g, c);
+            if (!pipit__node_runs(&g->nodes[r])) continue;
+            int tail = o > 0 && o % 64 == 0 && o + pipit__node_bytes(&g->nodes[c]) == pipit__node_bytes(&g->nodes[r]);
+            t[r] = tail && !t[r] ? 1 : 2;
+        }
+    for (int32_t j = 0; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !pipit__node_runs(n)) continue;
+        for (int k = 0; k < n->nin; k++) {
+            int32_t r = pipit__alias_root(g, n->in[k]);
+            if (t[r] && !(n->op == PIPIT_OP_HEAD_XENT_DH && n->in[k] == r)) t[r] = 2; /* DH reads the partials */
+        }
+    }
+    t[p->loss] = 2;
+    for (int32_t j = 0; j < g->n; j++) t[j] = t[j] == 1;
+}
+
+/* The bytes use u of target i keeps free before its accumulator (or, for
+ * a param's direct first use, before its gradient): its contribution's
+ * offset in a tail_acc value of the accumulator's dtype; else 0. */
+static size_t tail_lead(const lowering *L, int i, int u) {
+    const pipit__plan *p = L->p;
+    int32_t c = p->gr.t[i].contrib[u];
+    if (p->params[i].post[u] || !L->tail_acc[pipit__alias_root(p->g, c)] || p->g->nodes[c].dtype != p->params[i].dtype)
+        return 0;
+    return pipit__alias_offset(p->g, c);
+}
+
 /* First microbatch: let the kernel write the use's sum directly (no copy),
  * when nothing else reads the value; otherwise accumulate. Never through
  * a view of part of its producer's output: the producer writes all of it;
@@ -155,8 +197,11 @@ static pipit_status find_consumers(lowering *L) {
     const pipit_graph *g = L->p->g;
     L->consumer_ranks = pipit__calloc((size_t)g->n, sizeof *L->consumer_ranks);
     L->sole_acc = pipit__calloc((size_t)g->n, 1);
-    if (!L->consumer_ranks || !L->sole_acc) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    L->tail_acc = pipit__calloc((size_t)g->n, 1);
+    if (!L->consumer_ranks || !L->sole_acc || !L->tail_acc)
+        return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
     find_sole_acc(L);
+    find_tail_acc(L);
     pipit_status s = index_acc_roots(L);
     if (s) return s;
     for (int32_t j = 0; j < g->n; j++) {
@@ -207,7 +252,13 @@ pipit__loc pipit__lower_use_loc(const pipit__plan *p, int i, int u, int q) {
 /* Microbatch mb's contribution of use u of target i into its accumulator
  * (the same adds in the same microbatch order wherever it is emitted). */
 static void acc_use(lowering *L, pipit__emitter *e, int i, int u, int mb, int me) {
-    acc_or_retarget(L, e, i, L->p->gr.t[i].contrib[u], mb, pipit__lower_use_loc(L->p, i, u, me));
+    pipit__loc dst = pipit__lower_use_loc(L->p, i, u, me);
+    int32_t c = L->p->gr.t[i].contrib[u];
+    size_t lead = mb == 0 ? tail_lead(L, i, u) : 0;
+    pipit__loc at = dst;
+    at.off -= lead; /* LOC_GRAD: relative to the gradient's offset, patched in (size_t arithmetic is modular) */
+    if (!lead || !pipit__emit_relocate(e, pipit__alias_root(L->p->g, c), mb, at))
+        acc_or_retarget(L, e, i, c, mb, dst); /* else the kernel wrote the first microbatch's sum: the same bits */
     pipit__dp_after_acc(L, e, i, mb, me);
 }
 
@@ -293,6 +344,8 @@ static pipit_status place_uses(lowering *L) {
              * others to it in place, the same bits. A holder that sends
              * the sum on is fenced before GRADSUM writes it (fences.c). */
             int direct = !pp->boundary && u == 0 && !pp->post[u];
+            size_t lead = tail_lead(L, i, u); /* kept free before the sum: a fused head's partials */
+            if (direct) pp->lead = lead;
             for (int q = 0; q < p->nranks; q++) {
                 *acc_slot(p, pp, u, q) = SIZE_MAX;
                 if (!(pp->use_ranks[u] >> q & 1)) continue;
@@ -300,8 +353,10 @@ static pipit_status place_uses(lowering *L) {
                     *acc_slot(p, pp, u, q) = ACC_IN_GRAD;
                     continue;
                 }
+                int ok = pipit__add_align64(p->ranks[q].acc_bytes, lead, &p->ranks[q].acc_bytes);
                 *acc_slot(p, pp, u, q) = p->ranks[q].acc_bytes;
-                if (!pipit__add_align64(p->ranks[q].acc_bytes, (size_t)pp->numel * pipit__dtype_size(pp->dtype),
+                if (!ok ||
+                    !pipit__add_align64(p->ranks[q].acc_bytes, (size_t)pp->numel * pipit__dtype_size(pp->dtype),
                                         &p->ranks[q].acc_bytes) ||
                     p->ranks[q].acc_bytes > (size_t)PIPIT__MAX_BYTES)
                     return pipit__err(PIPIT_STATUS_INVALID,
@@ -390,8 +445,13 @@ static pipit_status place_params(lowering *L) {
             const pipit__param *pp = &p->params[i];
             r->param_off[i] = SIZE_MAX;
             if (!(pp->holders >> q & 1)) continue;
+            /* the blocks keep pp->lead bytes free before the param where its
+             * direct first use writes a fused head's partials there */
+            size_t lead = pp->nuses > 0 && (pp->use_ranks[0] >> q & 1) ? pp->lead : 0;
+            int ok = pipit__add_align64(r->param_bytes, lead, &r->param_bytes);
             r->param_off[i] = r->param_bytes;
-            if (!pipit__add_align64(r->param_bytes, (size_t)pp->numel * pipit__dtype_size(pp->dtype),
+            if (!ok ||
+                !pipit__add_align64(r->param_bytes, (size_t)pp->numel * pipit__dtype_size(pp->dtype),
                                     &r->param_bytes) ||
                 r->param_bytes > (size_t)PIPIT__MAX_BYTES)
                 return pipit__err(PIPIT_STATUS_INVALID,
@@ -776,6 +836,7 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
     }
     pipit__free(L.consumer_ranks);
     pipit__free(L.sole_acc);
+    pipit__free(L.tail_acc);
     pipit__free(L.acc_first);
     pipit__free(L.acc_tgt);
     pipit__free(L.acc_use);

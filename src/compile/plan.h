@@ -98,6 +98,8 @@ typedef struct {
     uint8_t *post;       /* [nuses] 1: use computed once after the loop */
     uint64_t *use_ranks; /* [nuses] ranks that compute use u (post-loop uses are replicated) */
     size_t *acc_off;     /* [nuses * nranks] use u's accumulator on rank r; SIZE_MAX if none */
+    size_t lead;         /* bytes kept free before the gradient (and the param) in the blocks of the ranks
+                            of a direct first use that is a tail view (lower.c tail_lead); 0 mostly */
     uint64_t holders;    /* params: ranks holding a copy; boundary: ranks running its post-loop region */
     int norm_rank;       /* params: the holder that computes its sum of squares */
     int decay;           /* AdamW weight decay applies (2-D params) */

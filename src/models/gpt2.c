@@ -160,10 +160,7 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
         x = block(g, c, x, l, NULL);
     }
     x = pipit__models_tp_copy(g, T, layernorm(g, c, x, "ln_f"));
-    pipit_val logits = pipit_matmul_nt(g, x, wte); /* tied lm head: this rank's classes with T > 1 */
-    pipit_val loss = T > 1 ? pipit_tp_xent_mean(g, logits, tgt) : pipit_xent_mean(g, logits, tgt);
-    if (logits_out && loss.id >= 0) *logits_out = logits;
-    return loss;
+    return pipit__models_head_loss(g, T, x, wte, tgt, logits_out); /* tied lm head */
 }
 
 /* The decoding graph: build()'s ops on one new position per sequence, the

@@ -266,10 +266,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
     }
     x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
     pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
-    pipit_val logits = pipit_matmul_nt(g, x, head); /* this rank's classes with T > 1 */
-    pipit_val loss = T > 1 ? pipit_tp_xent_mean(g, logits, tgt) : pipit_xent_mean(g, logits, tgt);
-    if (logits_out && loss.id >= 0) *logits_out = logits;
-    return loss;
+    return pipit__models_head_loss(g, T, x, head, tgt, logits_out);
 }
 
 pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { return build(g, c, NULL, __func__); }
