@@ -6,6 +6,11 @@
  * single-threaded: ith 0 of 1) and NARROW (1 for bf16: h and each chunk of
  * W are widened into fp32 panels first, the logits and every sum stay in
  * fp32, and dW is rounded once). Not a header to include elsewhere.
+ * TODO(issue 26): the bf16 chunk GEMMs could call the bf16-in, fp32-out
+ * pipit__gemm_onednn(PIPIT_BF16, PIPIT_F32, ...) (kernels.h; it returns 1
+ * where oneDNN has no non-reference bf16 matmul, e.g. on AVX2: then widen
+ * as now) instead of widening h and W into fp32 panels for sgemm; its bits
+ * differ from the panels' in the last place but depend on shapes only.
  */
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)
