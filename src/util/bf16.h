@@ -39,13 +39,13 @@ static inline pipit__bf16 pipit__bf16_from_f32(float f) {
 /* n elements, contiguous: dst = src widened (exact) / rounded as above.
  * Plain loops of the branch-free scalar conversions, so they vectorise
  * (with -march=x86-64-v3: vpmovzxwd + vpslld, and vpaddd/vpblendvb/
- * vpackusdw) and give the scalar functions' bits (tests/test_bf16.c checks
- * all 65536 bf16 values and an fp32 sweep). */
-static inline void pipit__bf16_widen_n(float *restrict dst, const pipit__bf16 *restrict src, int64_t n) {
+ * vpackusdw) and give the scalar functions' bits (tests/test_bf16_lean.c checks
+ * all 65536 bf16 values and an fp32 sweep). dst and src do not overlap. */
+static inline void pipit__bf16_widen_n(float *dst, const pipit__bf16 *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = pipit__bf16_to_f32(src[i]);
 }
 
-static inline void pipit__bf16_narrow_n(pipit__bf16 *restrict dst, const float *restrict src, int64_t n) {
+static inline void pipit__bf16_narrow_n(pipit__bf16 *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = pipit__bf16_from_f32(src[i]);
 }
 

@@ -99,12 +99,14 @@ void pipit__gemm_bf16_set_kind(int kind) { atomic_store(&gemm_kind, kind); }
 /* ------------------------------------------------------------ scratch */
 
 /* The tiles' buffers (panels, packed pairs, the fp32 tile) are the calling
- * thread's, kept from one GEMM to the next up to SCRATCH_KEEP bytes: a
- * fresh malloc of this size is a fresh mmap, and its page faults and
- * zeroing cost ~2% of a bf16 GPT-2 124M step (perf, AMD EPYC). Larger
- * buffers are freed after their GEMM, as before; a thread's kept buffer is
- * freed when the thread exits. */
-#define SCRATCH_KEEP ((size_t)64 << 20)
+ * thread's, kept from one GEMM to the next up to SCRATCH_KEEP bytes: the
+ * largest (GPT-2 124M's LM head backward at 256 tokens: 90 MB of fp32
+ * panels) is beyond glibc's mmap threshold, so a fresh malloc of it is a
+ * fresh mapping, 22,000 page faults and ~2% of a bf16 step (perf, AMD
+ * EPYC). Keeping it costs no peak memory (the step needed it anyway) but
+ * holds it between steps; larger buffers are freed after their GEMM, as
+ * before; a thread's kept buffer is freed when the thread exits. */
+#define SCRATCH_KEEP ((size_t)256 << 20)
 
 static _Thread_local struct {
     void *p;

@@ -49,9 +49,9 @@ void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, 
         size_t es = pipit__dtype_size(odt);
         if (hi > lo && out != x) memcpy((char *)out + lo * es, (const char *)x + lo * es, (size_t)(hi - lo) * es);
     } else if (odt == PIPIT_BF16 && xdt == PIPIT_F32) { /* the common cases vectorise */
-        for (int64_t i = lo; i < hi; i++) ((pipit__bf16 *)out)[i] = pipit__bf16_from_f32(((const float *)x)[i]);
+        pipit__bf16_narrow_n((pipit__bf16 *)out + lo, (const float *)x + lo, hi - lo);
     } else if (odt == PIPIT_F32 && xdt == PIPIT_BF16) {
-        for (int64_t i = lo; i < hi; i++) ((float *)out)[i] = pipit__bf16_to_f32(((const pipit__bf16 *)x)[i]);
+        pipit__bf16_widen_n((float *)out + lo, (const pipit__bf16 *)x + lo, hi - lo);
     } else if (odt == PIPIT_BF16) {
         for (int64_t i = lo; i < hi; i++) ((pipit__bf16 *)out)[i] = pipit__bf16_from_f64(load_as_f64(x, xdt, i));
     } else if (odt == PIPIT_F32) {
@@ -65,13 +65,11 @@ void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, 
 
 /* dst [rows, cols] (packed) = src rows of row stride ld, in fp32 */
 static void load_panel(float *dst, const pipit__bf16 *src, int64_t rows, int64_t cols, int64_t ld) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = pipit__bf16_to_f32(src[r * ld + c]);
+    for (int64_t r = 0; r < rows; r++) pipit__bf16_widen_n(dst + r * cols, src + r * ld, cols);
 }
 
 static void store_panel(pipit__bf16 *dst, int64_t ld, const float *src, int64_t rows, int64_t cols) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[r * ld + c] = pipit__bf16_from_f32(src[r * cols + c]);
+    for (int64_t r = 0; r < rows; r++) pipit__bf16_narrow_n(dst + r * ld, src + r * cols, cols);
 }
 
 static void zero_panel(pipit__bf16 *dst, int64_t ld, int64_t rows, int64_t cols) {
