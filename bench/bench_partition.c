@@ -166,7 +166,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (int i = 1; i < argc; i++) a[i - 1] = atoi(argv[i]);
-    cfg = (pipit_gpt2_config){a[0], a[1], a[1], a[2], a[3], a[4], a[5], 1, PIPIT_F32};
+    cfg = (pipit_gpt2_config){a[0], a[1], a[1], a[2], a[3], a[4], a[5], 1, PIPIT_F32, 0};
     M = a[6];
     int steps = a[7], warmup = a[8];
     if (pipit_gpt2_check(&cfg) || M < 4 || steps < 1 || steps > MAXSTEPS || warmup < 0 || cfg.layers < 4) {

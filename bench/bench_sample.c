@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
                 PROMPT, PROMPT, MAX_REPS);
         return 2;
     }
-    m.gc = (pipit_gpt2_config){m.V, m.T, m.T, 4, 4, 256, 1, 1, PIPIT_F32};
+    m.gc = (pipit_gpt2_config){m.V, m.T, m.T, 4, 4, 256, 1, 1, PIPIT_F32, 0};
     m.lc = (pipit_llama_config){.vocab = m.V, .max_ctx = m.T, .ctx = m.T, .layers = 4, .heads = 4, .kv_heads = 2,
                                 .dim = 256, .ffn_hidden = 688, .norm_eps = 1e-5, .rope_theta = 1e4, .batch = 1,
                                 .stages = 1, .dtype = PIPIT_F32};

@@ -27,6 +27,20 @@ typedef struct {
     int batch;      /* B: sequences per microbatch */
     int stages;     /* S: pipeline stages (1 = no yield) */
     pipit_dtype dtype;
+    /* The lm head and its loss. 0 (the default): logits = h wte^T
+     * (pipit_matmul_nt) then pipit_xent_mean (T > 1: pipit_tp_xent_mean),
+     * the [B*T, V] logits and their gradient stored. 1: the fused head +
+     * cross-entropy (pipit_head_xent_mean, T > 1: pipit_tp_head_xent_mean):
+     * the logits are never stored whole, so it saves activation memory,
+     * but its backward recomputes them (4 head-GEMM units instead of 3),
+     * so it costs time. On an AVX2 EPYC (GPT-2 124M, T 64, B 4, 1 thread,
+     * loaded machine): f32 planned peak activations 243.7 -> 148.5 MiB,
+     * step 3014 -> 3385 ms (+12%; llama-100m +15..22%); bf16 the step
+     * -5%..+6% and the arena 367.7 -> 404.3 MiB (worse: the bf16 dW cannot
+     * be written into the fp32 gradient). The same parameters either way
+     * (a checkpoint trains or evaluates with both); losses agree within
+     * rounding, not bit for bit. Other values: INVALID. */
+    int fused_head;
 } pipit_gpt2_config;
 
 /* Graph inputs the builder declares; feed them per microbatch. */
@@ -34,7 +48,8 @@ typedef struct {
 #define PIPIT_GPT2_TARGETS "targets"     /* i32 [B,T] */
 #define PIPIT_GPT2_POSITIONS "positions" /* i32 [B,T]: 0..T-1 per row */
 
-/* Checks the config (positive sizes, C % H == 0, T <= max_ctx, 1 <= S <= L). */
+/* Checks the config (positive sizes, C % H == 0, T <= max_ctx, 1 <= S <= L,
+ * fused_head 0 or 1). */
 PIPIT_API pipit_status pipit_gpt2_check(const pipit_gpt2_config *c);
 /* Builds the graph; returns the scalar mean loss (check pipit_graph_status).
  * A NULL argument, a bad or poisoned graph or a config pipit_gpt2_check
@@ -44,13 +59,15 @@ PIPIT_API pipit_status pipit_gpt2_check(const pipit_gpt2_config *c);
  * one of them (pipit.h): attention split by heads (c_attn column-parallel,
  * its q, k and v parts each split: H/T heads per rank; attn.c_proj
  * row-parallel), the MLP column- then row-parallel, wte vocab-parallel in
- * the embedding and the tied head, the loss pipit_tp_head_xent_mean;
+ * the embedding and the tied head, the loss pipit_tp_xent_mean
+ * (fused_head 1: pipit_tp_head_xent_mean);
  * layernorms, wpe and the row-parallel biases replicated. T must divide
  * heads and vocab (INVALID naming them and a T that would). */
 PIPIT_API pipit_val pipit_gpt2_build(pipit_graph *g, const pipit_gpt2_config *c);
 /* The same loss (bit for bit), and *logits (if not NULL) = the lm head's
- * logits [B,T,V] (with the fused head: h wte^T as a node of its own beside
- * the loss, computed only where read; with T > 1 ranks per stage:
+ * logits [B,T,V] (the loss's own input with fused_head 0; with
+ * fused_head 1: h wte^T as a node of its own beside the loss, computed
+ * only where read; with T > 1 ranks per stage:
  * this rank's classes [B,T,V/T]; an invalid value on failure):
  * pass it in pipit_options.outputs to read it with pipit_program_get_output. */
 PIPIT_API pipit_val pipit_gpt2_build_logits(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *logits);

@@ -934,6 +934,9 @@ PIPIT_TEST(api_misuse_gpt2) {
     FAILS(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
     bad = c, bad.dtype = PIPIT_I32;
     FAILS(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    bad = c, bad.fused_head = -1;
+    FAILS(pipit_gpt2_check(&bad), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("fused_head -1 is not 0 (matmul head) or 1 (fused head)");
     /* build */
     pipit_graph *g = pipit_graph_new();
     INVALID_VAL(pipit_gpt2_build(NULL, &c));

@@ -338,7 +338,7 @@ enum { TV = 64, TT = 8, TL = 4, TH = 2, TC = 16, TB = 2 };
 
 /* A tiny GPT-2 in S stages, compiled with o (o->dtype, schedule, ...). */
 static pipit_status gpt2_program(int stages, pipit_options o, pipit_graph **g, pipit_program **p) {
-    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, stages, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, stages, PIPIT_F32, 0};
     *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(*g, &c);
     pipit_status s = pipit_compile(*g, loss, &o, p);
@@ -645,7 +645,7 @@ PIPIT_TEST(bf16_gradient_transform) {
     float *grad[2];
     int64_t n = 0;
     for (int halve = 0; halve < 2; halve++) {
-        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32};
+        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32, 0};
         pipit_graph *g = pipit_graph_new();
         pipit_val loss = pipit_gpt2_build(g, &c);
         if (halve) {

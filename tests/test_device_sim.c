@@ -260,7 +260,7 @@ typedef struct {
 static int step_downloads; /* downloads during the last train()'s steps */
 
 static pipit_status train(const layout *l, snap *out) {
-    pipit_gpt2_config c = {TV, TT, TT, 4, 2, 16, TB, l->stages, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, 4, 2, 16, TB, l->stages, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_schedule *sch = NULL;
@@ -348,7 +348,7 @@ PIPIT_TEST(device_sim_training_equals_cpu) {
 
 PIPIT_TEST(device_sim_forward_outputs_checkpoint) {
     sim_install();
-    pipit_gpt2_config c = {TV, TT, TT, 2, 2, 16, TB, 1, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, 2, 2, 16, TB, 1, PIPIT_F32, 0};
     pipit_graph *g1 = pipit_graph_new(), *g2 = pipit_graph_new();
     pipit_val l1, l2, lg1, lg2;
     l1 = pipit_gpt2_build_logits(g1, &c, &lg1);

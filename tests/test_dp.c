@@ -51,7 +51,7 @@ static void halve_wte_grad(pipit_graph *g) {
 /* Builds, compiles and trains STEPS steps; *out keeps the program when
  * non-NULL (the caller frees it and *gout). */
 static pipit_status train(const run_cfg *rc, snapshot *snap, pipit_program **out, pipit_graph **gout) {
-    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, rc->stages, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, rc->stages, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     if (rc->transform) halve_wte_grad(g);
@@ -225,7 +225,7 @@ PIPIT_TEST(dp_zero1_state_moves_between_layouts) {
 }
 
 PIPIT_TEST(dp_bad_options) {
-    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 1, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 1, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_program *p = NULL;
@@ -253,7 +253,7 @@ PIPIT_TEST(runtime_hung_rank_is_reported) {
     setenv("PIPIT_INJECT_HANG", "1:30", 1);
     pipit_schedule *sch = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
-    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 2, PIPIT_F32, 0};
     hung_graph = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(hung_graph, &c);
     ASSERT_OK(pipit_compile(hung_graph, loss, &(pipit_options){.schedule = sch, .microbatches = 2}, &hung_program));

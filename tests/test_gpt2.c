@@ -88,7 +88,7 @@ static void mb_feeds(const mb *b, pipit_feed *f) {
 
 PIPIT_TEST(gpt2_gradcheck_tiny) {
     enum { V = 16, T = 4, L = 2, H = 2, C = 8, B = 2 };
-    pipit_gpt2_config c = {V, T, T, L, H, C, B, 1, PIPIT_F64};
+    pipit_gpt2_config c = {V, T, T, L, H, C, B, 1, PIPIT_F64, 0};
     ASSERT_OK(pipit_gpt2_check(&c));
     pipit_graph *g = NULL;
     pipit_program *p = gpt2_program(&c, &(pipit_options){.microbatches = 1}, &g);
@@ -135,7 +135,7 @@ PIPIT_TEST(gpt2_gradcheck_tiny) {
 #define LF_M 2
 
 static pipit_gpt2_config lf_config(int B) {
-    return (pipit_gpt2_config){LF_V, LF_T, LF_T, 2, 2, 32, B, 1, PIPIT_F32};
+    return (pipit_gpt2_config){LF_V, LF_T, LF_T, 2, 2, 32, B, 1, PIPIT_F32, 0};
 }
 
 /* Runs `steps` training steps on the generated text; losses[] gets each
@@ -335,7 +335,7 @@ static double m_std(const moments *m) {
 
 PIPIT_TEST(gpt2_init_stats) {
     enum { L = 2 };
-    pipit_gpt2_config c = {256, 64, 64, L, 2, 64, 1, 1, PIPIT_F32};
+    pipit_gpt2_config c = {256, 64, 64, L, 2, 64, 1, 1, PIPIT_F32, 0};
     pipit_graph *g = NULL;
     pipit_program *p = gpt2_program(&c, NULL, &g);
     ASSERT_TRUE(p != NULL);

@@ -45,6 +45,7 @@ PIPIT_TEST(llama_check_refuses_by_value) {
     REFUSED(ffn_hidden = -1, "ffn_hidden -1 must be >= 1");
     REFUSED(kv_heads = -2, "kv_heads -2");
     REFUSED(tied = 2, "tied 2 is not 0 or 1");
+    REFUSED(fused_head = 2, "fused_head 2 is not 0 (matmul head) or 1 (fused head)");
     REFUSED(dtype = PIPIT_I32, "dtype 2 is not f32 or f64");
     REFUSED(layers = 0, "layers 0");
     /* Meta's rule with a multiple_of it cannot use */

@@ -32,7 +32,7 @@ static double task_delta_bytes(const pipit_program *p, int kind, int s) {
 /* Every schedule, split ones included: the simulator is told what F keeps
  * and what B adds or frees, and must predict every rank's peak exactly. */
 static void check_case(pipit_schedule_kind kind, int P, int V, int M, int *failures) {
-    pipit_gpt2_config c = {64, 8, 8, 8, 2, 16, 2, P * V, PIPIT_F32};
+    pipit_gpt2_config c = {64, 8, 8, 8, 2, 16, 2, P * V, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_schedule *sch = NULL;

@@ -191,7 +191,7 @@ PIPIT_TEST(partition_dp_balances_ranks_like_brute_force) {
 
 enum { GV = 512, GT = 8, GL = 4, GH = 2, GC = 16, GB = 2, GM = 4, STEPS = 3 };
 
-static pipit_gpt2_config gcfg(int stages) { return (pipit_gpt2_config){GV, GT, GT, GL, GH, GC, GB, stages, PIPIT_F32}; }
+static pipit_gpt2_config gcfg(int stages) { return (pipit_gpt2_config){GV, GT, GT, GL, GH, GC, GB, stages, PIPIT_F32, 0}; }
 
 static void gfeeds(int step, int32_t *buf, pipit_feed *feeds) {
     for (int m = 0; m < GM; m++) {

@@ -45,11 +45,11 @@ typedef struct {
 } model;
 
 static pipit_val gpt2_build(pipit_graph *g, int stages) {
-    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, stages, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, stages, PIPIT_F32, 0};
     return pipit_gpt2_build(g, &c);
 }
 static void gpt2_init(pipit_program *p) {
-    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 1, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 1, PIPIT_F32, 0};
     pipit_gpt2_init(p, &c, 7);
 }
 static const model gpt2_model = {gpt2_build, gpt2_init, 3, fill_feeds};
@@ -695,7 +695,7 @@ PIPIT_TEST(pipeline_equivalence_random_yields) {
 }
 
 PIPIT_TEST(pipeline_rank_failure_stops_all) {
-    pipit_gpt2_config c = {TV, TT, TT, 4, TH, TC, TB, 4, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, 4, TH, TC, TB, 4, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_schedule *sch = NULL;
@@ -720,7 +720,7 @@ PIPIT_TEST(pipeline_rank_failure_stops_all) {
 }
 
 PIPIT_TEST(pipeline_stage_count_mismatch) {
-    pipit_gpt2_config c = {TV, TT, TT, 4, TH, TC, TB, 3, PIPIT_F32};
+    pipit_gpt2_config c = {TV, TT, TT, 4, TH, TC, TB, 3, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_schedule *sch = NULL;
@@ -762,7 +762,7 @@ PIPIT_TEST(pipeline_plan_deterministic) {
     pipit_schedule *sch = NULL;
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_ZB_H1, 4, 1, 5, &sch));
     for (int k = 0; k < 2; k++) {
-        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 4, PIPIT_F32};
+        pipit_gpt2_config c = {TV, TT, TT, TL, TH, TC, TB, 4, PIPIT_F32, 0};
         g[k] = pipit_graph_new();
         pipit_val loss = pipit_gpt2_build(g[k], &c);
         ASSERT_OK(pipit_compile(g[k], loss, &(pipit_options){.schedule = sch, .microbatches = 5}, &p[k]));

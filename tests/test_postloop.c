@@ -38,7 +38,7 @@ static void feeds_for(int step, int32_t *buf, pipit_feed *feeds) {
 
 /* Trains 2 SGD steps; fills params (all, concatenated) and returns count. */
 static size_t run(int P, double lr, transform_fn tf, float *out, int update) {
-    pipit_gpt2_config c = {V, T, T, L, H, C, B, P, PIPIT_F32};
+    pipit_gpt2_config c = {V, T, T, L, H, C, B, P, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     if (tf) tf(g);

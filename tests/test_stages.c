@@ -118,7 +118,7 @@ PIPIT_TEST(stages_hand_built_graph) {
 }
 
 static size_t peak(pipit_schedule_kind kind, int M) {
-    pipit_gpt2_config c = {64, 8, 8, 4, 2, 16, 2, 4, PIPIT_F32};
+    pipit_gpt2_config c = {64, 8, 8, 4, 2, 16, 2, 4, PIPIT_F32, 0};
     pipit_graph *g = pipit_graph_new();
     pipit_val loss = pipit_gpt2_build(g, &c);
     pipit_schedule *sch = NULL;

@@ -41,7 +41,7 @@ typedef struct {
 } tp_run;
 
 static pipit_gpt2_config gpt2_cfg(const tp_run *r) {
-    return (pipit_gpt2_config){TV, TT, TT, TL, 4, 16, TB, r->stages, r->f64 ? PIPIT_F64 : PIPIT_F32};
+    return (pipit_gpt2_config){TV, TT, TT, TL, 4, 16, TB, r->stages, r->f64 ? PIPIT_F64 : PIPIT_F32, 0};
 }
 
 /* GQA: 4 query heads on 2 key/value heads (T = 4 needs 4: kv heads are
@@ -247,7 +247,7 @@ static double sharded_gradcheck(int llama, int T) {
                                 .dtype = PIPIT_F64};
         loss = pipit_llama_build(g, &c);
     } else {
-        pipit_gpt2_config c = {8, 4, 4, 1, 2, 4, 1, 1, PIPIT_F64};
+        pipit_gpt2_config c = {8, 4, 4, 1, 2, 4, 1, 1, PIPIT_F64, 0};
         loss = pipit_gpt2_build(g, &c);
     }
     pipit_program *p = NULL;
@@ -471,7 +471,7 @@ static pipit_status build_status(int llama, int T, int heads, int kv, int ffn, i
                                 .stages = 1, .dtype = PIPIT_F32};
         loss = pipit_llama_build(g, &c);
     } else {
-        pipit_gpt2_config c = {vocab, 8, 8, 2, heads, 4 * heads, 1, 1, PIPIT_F32};
+        pipit_gpt2_config c = {vocab, 8, 8, 2, heads, 4 * heads, 1, 1, PIPIT_F32, 0};
         loss = pipit_gpt2_build(g, &c);
     }
     pipit_status s = loss.id >= 0 ? PIPIT_STATUS_OK : PIPIT_STATUS_INVALID;

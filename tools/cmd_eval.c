@@ -49,6 +49,8 @@ int cmd_eval(int argc, char **argv) {
         {"device", FL_STR, &o.device, "cpu (default) or cuda", 0},
         {"tf32", FL_BOOL, &o.tf32, "with --device cuda: GEMMs on TF32 tensor cores", 0},
         {"dtype", FL_STR, &o.dtype, "compute precision: f32 (default) or bf16", 0},
+        {"fused-head", FL_BOOL, &o.fused_head, "the fused LM head + cross-entropy (as train's; the same parameters, "
+                                               "so any checkpoint; default: matmul + cross-entropy)", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
         {"no-mem-check", FL_BOOL, &o.no_mem_check, "skip the memory admission (docs/refuses.md)", 0},
         {"mem-limit", FL_DBL, &o.mem_limit, "bytes the memory admission allows (default: detected)", 0},

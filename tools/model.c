@@ -14,7 +14,9 @@
 /* ---- GPT-2 ---- */
 
 static pipit_gpt2_config gpt2_cfg(const cli_model *m) {
-    return (pipit_gpt2_config){m->vocab, m->max_ctx, m->ctx, m->layers, m->heads, m->dim, m->batch, m->stages, PIPIT_F32};
+    return (pipit_gpt2_config){.vocab = m->vocab, .max_ctx = m->max_ctx, .ctx = m->ctx, .layers = m->layers,
+                               .heads = m->heads, .dim = m->dim, .batch = m->batch, .stages = m->stages,
+                               .dtype = PIPIT_F32, .fused_head = m->fused_head};
 }
 static pipit_status gpt2_check(const cli_model *m) {
     pipit_gpt2_config c = gpt2_cfg(m);
@@ -70,7 +72,8 @@ pipit_llama_config cli_model_llama(const cli_model *m) {
                                 .ffn_hidden = m->ffn_hidden, .multiple_of = m->multiple_of,
                                 .ffn_dim_multiplier = m->ffn_dim_multiplier, .norm_eps = m->norm_eps,
                                 .rope_theta = m->rope_theta, .tied = m->tied, .batch = m->batch,
-                                .stages = m->stages, .dtype = PIPIT_F32, .rope_scaling = m->rope_scaling};
+                                .stages = m->stages, .dtype = PIPIT_F32, .rope_scaling = m->rope_scaling,
+                                .fused_head = m->fused_head};
 }
 static pipit_status llama_check(const cli_model *m) {
     pipit_llama_config c = cli_model_llama(m);

@@ -28,6 +28,7 @@ typedef struct {
     int kv_heads, ffn_hidden, multiple_of, tied;
     double ffn_dim_multiplier, norm_eps, rope_theta;
     pipit_rope_scaling rope_scaling; /* llama3 RoPE scaling (all zeros: none), from the checkpoint or config.json */
+    int fused_head; /* the lm head: 0 matmul + cross-entropy, 1 fused (pipit_gpt2_config.fused_head); both kinds */
 } cli_model;
 
 struct cli_model_kind {

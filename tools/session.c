@@ -172,7 +172,8 @@ void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *
 cli_model model_config(const opts *o, int stages) {
     return (cli_model){cli_model_kind_find(o->arch), o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers,
                        o->heads, o->dim, o->micro_batch, stages, o->tp, o->kv_heads, o->ffn_hidden, o->multiple_of,
-                       o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta, o->rope_scaling};
+                       o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta, o->rope_scaling,
+                       o->fused_head};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */

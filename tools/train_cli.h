@@ -37,6 +37,7 @@ typedef struct {
     int tf32;           /* --tf32 */
     const char *dtype;  /* --dtype f32|bf16 (NULL: f32) */
     const char *bf16_policy; /* --bf16-policy autocast|all (NULL: autocast) */
+    int fused_head;          /* --fused-head: the fused LM head + cross-entropy (pipit_gpt2_config.fused_head) */
     const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */

@@ -144,7 +144,7 @@ void say_saved(const opts *o, const char *path, int64_t step) {
 /* The metadata of a training checkpoint: key, value pairs, numbers printed
  * into the list's own buffers. */
 typedef struct {
-    const char *kv[96];
+    const char *kv[128];
     int n, k;
     char num[40][48];
 } meta_list;
@@ -197,6 +197,7 @@ void save_train(const opts *o, const pipit_program *p, const cli_model *c, const
     meta_str(&m, "data_order", o->data_order);
     meta_str(&m, "dtype", o->dtype ? o->dtype : "f32");
     meta_str(&m, "bf16_policy", o->bf16_policy ? o->bf16_policy : "autocast");
+    meta_num(&m, "fused_head", "%d", o->fused_head);
     meta_num(&m, "steps", "%lld", (long long)r.total);
     meta_num(&m, "data_pos", "%lld", (long long)r.data_pos);
     meta_num(&m, "save_every", "%d", o->save_every);
@@ -379,6 +380,7 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
         {"data-order", "data_order", FL_STR, &o->data_order, 0, 0, 0, NULL},
         {"dtype", "dtype", FL_STR, &o->dtype, 0, 0, 0, "f32"}, /* older files ran in f32 */
         {"bf16-policy", "bf16_policy", FL_STR, &o->bf16_policy, 0, 0, 0, ""}, /* older files: as given */
+        {"fused-head", "fused_head", FL_INT, &o->fused_head, 0, 0, 1, "0"}, /* older files: as given */
         {"data", "data", FL_STR, &o->data, 1, 0, 0, NULL},
         {"lr-schedule", "lr_schedule", FL_STR, &o->lr_schedule, 0, 0, 0, NULL},
         {"warmup", "warmup", FL_INT, &o->warmup, 0, 0, BIG, NULL},

@@ -138,10 +138,16 @@ pipit_val pipit__models_param(pipit_graph *g, pipit_dtype dt, int T, const char 
 pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x) { return T > 1 ? pipit_tp_copy(g, x) : x; }
 pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x) { return T > 1 ? pipit_tp_sum(g, x) : x; }
 
-pipit_val pipit__models_head_loss(pipit_graph *g, int T, pipit_val h, pipit_val W, pipit_val targets, pipit_val *logits) {
+pipit_val pipit__models_head_loss(pipit_graph *g, int T, int fused, pipit_val h, pipit_val W, pipit_val targets,
+                                  pipit_val *logits) {
+    if (!fused) { /* the matmul head (the default): the graph before the fused head, bit for bit */
+        pipit_val lg = pipit_matmul_nt(g, h, W); /* this rank's classes with T > 1 */
+        pipit_val loss = T > 1 ? pipit_tp_xent_mean(g, lg, targets) : pipit_xent_mean(g, lg, targets);
+        if (logits && loss.id >= 0) *logits = lg;
+        return loss;
+    }
     pipit_val lg = logits ? pipit_matmul_nt(g, h, W) : (pipit_val){g, -1};
     pipit_val loss = T > 1 ? pipit_tp_head_xent_mean(g, h, W, targets) : pipit_head_xent_mean(g, h, W, targets);
     if (logits && loss.id >= 0) *logits = lg;
     return loss;
 }
-

@@ -21,6 +21,9 @@ static pipit_status gpt2_check_impl(const pipit_gpt2_config *c) {
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: vocab, ctx, layers, heads, dim and batch must be >= 1");
     if (c->dtype != PIPIT_F32 && c->dtype != PIPIT_F64)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dtype %d is not f32 or f64", (int)c->dtype);
+    if (c->fused_head != 0 && c->fused_head != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "gpt2: fused_head %d is not 0 (matmul head) or 1 (fused head)",
+                          c->fused_head);
     if (c->dim % c->heads)
         return pipit__err(PIPIT_STATUS_INVALID, "gpt2: dim %d is not divisible by heads %d", c->dim, c->heads);
     if (c->max_ctx < c->ctx)
@@ -160,7 +163,7 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
         x = block(g, c, x, l, NULL);
     }
     x = pipit__models_tp_copy(g, T, layernorm(g, c, x, "ln_f"));
-    return pipit__models_head_loss(g, T, x, wte, tgt, logits_out); /* tied lm head */
+    return pipit__models_head_loss(g, T, c->fused_head, x, wte, tgt, logits_out); /* tied lm head */
 }
 
 /* The decoding graph: build()'s ops on one new position per sequence, the

@@ -125,6 +125,9 @@ static pipit_status llama_check_impl(const pipit_llama_config *c) {
         return pipit__err(PIPIT_STATUS_INVALID, "llama: rope_theta %g must be a positive number", c->rope_theta);
     if (rope_scaling_check(&c->rope_scaling)) return PIPIT_STATUS_INVALID;
     if (c->tied != 0 && c->tied != 1) return pipit__err(PIPIT_STATUS_INVALID, "llama: tied %d is not 0 or 1", c->tied);
+    if (c->fused_head != 0 && c->fused_head != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: fused_head %d is not 0 (matmul head) or 1 (fused head)",
+                          c->fused_head);
     int F = ffn_hidden(c);
     if (F < 1) return PIPIT_STATUS_INVALID;
     int64_t n;
@@ -266,7 +269,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
     }
     x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
     pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
-    return pipit__models_head_loss(g, T, x, head, tgt, logits_out);
+    return pipit__models_head_loss(g, T, c->fused_head, x, head, tgt, logits_out);
 }
 
 pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { return build(g, c, NULL, __func__); }

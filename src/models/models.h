@@ -36,12 +36,15 @@ pipit_val pipit__models_param(pipit_graph *g, pipit_dtype dt, int T, const char 
 pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x);
 pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x);
 /* The LM head and its loss from the final hidden h and the head's weight W
- * [V, d] (this rank's V/T rows with T > 1): the fused head + cross-entropy
- * (pipit_head_xent_mean, vocab parallel with T > 1: the [rows, V] logits
- * are never stored). *logits (if not NULL) = h W^T, a node of its own
- * beside the loss (dead unless read: pipit_options.outputs), so the loss
- * is the same graph with or without it. */
-pipit_val pipit__models_head_loss(pipit_graph *g, int T, pipit_val h, pipit_val W, pipit_val targets, pipit_val *logits);
+ * [V, d] (this rank's V/T rows with T > 1). fused 0: logits = h W^T
+ * (pipit_matmul_nt) and pipit_xent_mean (T > 1: pipit_tp_xent_mean) on
+ * them, *logits (if not NULL) that very node. fused 1: the fused head +
+ * cross-entropy (pipit_head_xent_mean, vocab parallel with T > 1: the
+ * [rows, V] logits are never stored); *logits (if not NULL) = h W^T, a node
+ * of its own beside the loss (dead unless read: pipit_options.outputs), so
+ * the loss is the same graph with or without it. */
+pipit_val pipit__models_head_loss(pipit_graph *g, int T, int fused, pipit_val h, pipit_val W, pipit_val targets,
+                                  pipit_val *logits);
 
 /* How one param is initialised: every element the constant `value`
  * (std = 0), or drawn from N(0, std). */
