@@ -7,11 +7,14 @@
  * unfused bf16 head), at shapes where V is not a multiple of the chunk, d
  * is odd and the groups are uneven; bitwise the same for 1, 2 and 3
  * threads; vocab parallel at T = 2 against T = 1; the peak activation
- * memory without the [N, V] logits; bad inputs refused by name. Finite
+ * memory without the [N, V] logits; the logits through oneDNN (f32, and
+ * bf16 where the kind is oneDNN); bad inputs refused by name. Finite
  * differences in f64: tests/op_cases.c (head_xent_mean, tp_head_xent_mean).
  */
 #include <math.h>
 
+#include "backend/cpu/head_xent.h"
+#include "backend/cpu/kernels.h"
 #include "gradcheck.h"
 #include "ir/head_xent.h"
 #include "test.h"
@@ -186,6 +189,64 @@ PIPIT_TEST(fused_head_threads_bitwise) {
         }
         hx_free(&one);
     }
+}
+
+/* The logits GEMMs through oneDNN (head_xent_impl.h). The bf16 kernels
+ * take that path where the bf16 GEMM kind is oneDNN; no CPU here has a
+ * bf16 matmul in oneDNN, so it is run (1) as the very same code in f32
+ * (the test hook pipit__head_xent_f32_onednn): oneDNN really runs
+ * (primitives made or reused), the loss and both gradients within 1e-6 of
+ * the sgemm path and of the unfused head, bitwise the same for 1 and 3
+ * threads; and (2) in bf16 with the kind forced to oneDNN: where oneDNN
+ * refuses bf16 (pipit__onednn_bf16_why_not) every call falls back to the
+ * fp32 panels, the bits of the panels kind; where it has one, within 1e-5
+ * of them (another summation order of the same fp32 products). */
+PIPIT_TEST(fused_head_onednn_path) {
+    hx_shape s = shapes[1];
+    hx_out ref, un, dnn, dnn3;
+    ASSERT_EQ_I64(hx_run(s, (hx_cfg){1, 1, 1, PIPIT_F32, PIPIT_F32}, 31, &ref), 0);
+    ASSERT_EQ_I64(hx_run(s, (hx_cfg){0, 1, 1, PIPIT_F32, PIPIT_F32}, 31, &un), 0);
+    int64_t made0, reused0, made1, reused1;
+    pipit__onednn_stats(&made0, &reused0);
+    pipit__head_xent_f32_onednn(1);
+    int bad = hx_run(s, (hx_cfg){1, 1, 1, PIPIT_F32, PIPIT_F32}, 31, &dnn);
+    bad |= hx_run(s, (hx_cfg){1, 1, 3, PIPIT_F32, PIPIT_F32}, 31, &dnn3);
+    pipit__head_xent_f32_onednn(0);
+    pipit__onednn_stats(&made1, &reused1);
+    ASSERT_EQ_I64(bad, 0);
+    ASSERT_TRUE(made1 + reused1 > made0 + reused0); /* oneDNN ran the logits */
+    double e[3], eu[3];
+    hx_err(s, &dnn, &ref, e);
+    hx_err(s, &dnn, &un, eu);
+    fprintf(stderr, "f32 logits through oneDNN vs sgemm: loss %.2g dh %.2g dW %.2g; vs unfused %.2g %.2g %.2g\n", e[0],
+            e[1], e[2], eu[0], eu[1], eu[2]);
+    for (int i = 0; i < 3; i++) ASSERT_TRUE(e[i] < 1e-6 && eu[i] < 1e-6);
+    ASSERT_TRUE(memcmp(&dnn.loss, &dnn3.loss, sizeof dnn.loss) == 0);
+    ASSERT_TRUE(memcmp(dnn.gh, dnn3.gh, sizeof(double) * (size_t)(s.N * s.d)) == 0);
+    ASSERT_TRUE(memcmp(dnn.gw, dnn3.gw, sizeof(double) * (size_t)(s.V * s.d)) == 0);
+    hx_free(&ref), hx_free(&un), hx_free(&dnn), hx_free(&dnn3);
+
+    hx_out panels, kind4;
+    pipit__gemm_bf16_set_kind(1);
+    bad = hx_run(s, (hx_cfg){1, 1, 2, PIPIT_BF16, PIPIT_F32}, 32, &panels);
+    pipit__gemm_bf16_set_kind(4);
+    int direct = pipit__gemm_bf16_onednn();
+    bad |= hx_run(s, (hx_cfg){1, 1, 2, PIPIT_BF16, PIPIT_F32}, 32, &kind4);
+    pipit__gemm_bf16_set_kind(0);
+    ASSERT_EQ_I64(bad, 0);
+    ASSERT_EQ_I64(direct, 1);
+    if (pipit__onednn_bf16_why_not()) { /* the fallback only: the panels' bits */
+        printf("fused head, bf16 logits through oneDNN: not run here (%s); the fallback checked\n",
+               pipit__onednn_bf16_why_not());
+        ASSERT_TRUE(memcmp(&kind4.loss, &panels.loss, sizeof kind4.loss) == 0);
+        ASSERT_TRUE(memcmp(kind4.gh, panels.gh, sizeof(double) * (size_t)(s.N * s.d)) == 0);
+        ASSERT_TRUE(memcmp(kind4.gw, panels.gw, sizeof(double) * (size_t)(s.V * s.d)) == 0);
+    } else {
+        hx_err(s, &kind4, &panels, e);
+        printf("fused head, bf16 logits through oneDNN vs fp32 panels: loss %.2g dh %.2g dW %.2g\n", e[0], e[1], e[2]);
+        for (int i = 0; i < 3; i++) ASSERT_TRUE(e[i] < 1e-5);
+    }
+    hx_free(&panels), hx_free(&kind4);
 }
 
 /* Vocab parallel: T = 2 (each rank half of W's rows) against T = 1, f32

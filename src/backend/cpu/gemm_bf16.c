@@ -96,6 +96,8 @@ const char *pipit__gemm_bf16_kind(void) {
 
 void pipit__gemm_bf16_set_kind(int kind) { atomic_store(&gemm_kind, kind); }
 
+int pipit__gemm_bf16_onednn(void) { return current_kind() == KIND_ONEDNN; }
+
 /* ------------------------------------------------------------ scratch */
 
 /* The tiles' buffers (panels, packed pairs, the fp32 tile) are the calling

@@ -6,13 +6,16 @@
  * are dealt to threads, and every sum runs in one fixed order: the bits
  * never depend on the thread count. Scratch (a chunk of logits, and the
  * fp32 panels of bf16) is malloc'd per thread, as attention's; a thread
- * that cannot get it zeroes its part of the output and records why.
+ * that cannot get it zeroes its part of the output and records why. Where
+ * the bf16 GEMM kind is oneDNN, the bf16 logits GEMMs run through it
+ * (head_xent_impl.h; untested on hardware with bf16 arithmetic).
  */
 #if defined(__GNUC__) && !defined(__clang__) /* as kernels.c: vectorise the exp loops, same bits */
 #pragma GCC optimize("vect-cost-model=dynamic", "no-trapping-math")
 #endif
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +31,10 @@ static void *hx_scratch(size_t n, size_t size) {
     return malloc(b ? b : 1);
 }
 
+/* Tests: the f32 kernel's logits GEMMs through oneDNN in f32 (head_xent_impl.h) */
+static _Atomic int f32_onednn;
+void pipit__head_xent_f32_onednn(int on) { atomic_store(&f32_onednn, on != 0); }
+
 #define T float
 #define A float
 #define S f32
@@ -36,6 +43,8 @@ static void *hx_scratch(size_t n, size_t size) {
 #define EXPA fast_expf
 #define GEMM_A pipit__gemm_f32
 #define NARROW 0
+#define HX_ONEDNN_F32 1
+#define HX_DNN() atomic_load(&f32_onednn)
 #include "backend/cpu/head_xent_impl.h"
 
 #define T pipit__bf16
@@ -46,6 +55,8 @@ static void *hx_scratch(size_t n, size_t size) {
 #define EXPA fast_expf
 #define GEMM_A pipit__gemm_f32
 #define NARROW 1
+#define HX_ONEDNN_F32 0
+#define HX_DNN() pipit__gemm_bf16_onednn() /* the bf16 GEMM kind is oneDNN */
 #include "backend/cpu/head_xent_impl.h"
 
 #define T double
@@ -56,4 +67,6 @@ static void *hx_scratch(size_t n, size_t size) {
 #define EXPA exp
 #define GEMM_A pipit__gemm_f64
 #define NARROW 0
+#define HX_ONEDNN_F32 0
+#define HX_DNN() 0
 #include "backend/cpu/head_xent_impl.h"

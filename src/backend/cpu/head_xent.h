@@ -27,4 +27,9 @@ PIPIT_HX_DECLS(float, float, f32)
 PIPIT_HX_DECLS(double, double, f64)
 PIPIT_HX_DECLS(pipit__bf16, float, bf16)
 
+/* Tests: 1 runs the f32 kernels' logits GEMMs through oneDNN in f32 (the
+ * code the bf16 kernels run where the bf16 GEMM kind is oneDNN), 0 (the
+ * default) through pipit__gemm_f32. */
+void pipit__head_xent_f32_onednn(int on);
+
 #endif

@@ -6,11 +6,22 @@
  * single-threaded: ith 0 of 1) and NARROW (1 for bf16: h and each chunk of
  * W are widened into fp32 panels first, the logits and every sum stay in
  * fp32, and dW is rounded once). Not a header to include elsewhere.
- * TODO(issue 26): the bf16 chunk GEMMs could call the bf16-in, fp32-out
- * pipit__gemm_onednn(PIPIT_BF16, PIPIT_F32, ...) (kernels.h; it returns 1
- * where oneDNN has no non-reference bf16 matmul, e.g. on AVX2: then widen
- * as now) instead of widening h and W into fp32 panels for sgemm; its bits
- * differ from the panels' in the last place but depend on shapes only.
+ *
+ * The logits GEMMs (forward and backward) through oneDNN: where the bf16
+ * GEMM kind is oneDNN (pipit__gemm_bf16_onednn(), kernels.h), the bf16
+ * kernel computes each chunk's fp32 logits h W_chunk^T straight from the bf16
+ * h and W (pipit__gemm_onednn, bf16 in, fp32 out; single-threaded, its
+ * tiles by shape only, so the bits still never depend on the thread
+ * count), with no fp32 panels; if oneDNN lacks one of the GEMM's tile
+ * shapes (its status 1) that chunk widens into fp32 panels as before. The
+ * backward's dW = dz^T h and dh = dz W keep the fp32 panels and sgemm: dz is
+ * fp32 and rounding it to bf16 would change the math, and oneDNN 2.6 (and
+ * pipit__gemm_onednn) takes A and B of one type. Bits then differ from
+ * the panels' in the last place of the logits (another summation order).
+ * UNTESTED ON HARDWARE: the machines this was written on have no
+ * AVX512-BF16, so oneDNN never has a bf16 matmul there; what runs there is
+ * the fallback when the kind is forced to oneDNN, and the very same call
+ * in f32 (HX_ONEDNN_F32, a test hook: tests/test_fused_head.c).
  */
 #define KCAT_(a, b) a##_##b
 #define KCAT(a, b) KCAT_(a, b)
@@ -53,6 +64,19 @@ static const A *LOC(hx_wide)(const T *x, int64_t n, A *buf) {
 #endif
 }
 
+/* Z [m, n] (A) = x [m, d] y [n, d]^T of T through oneDNN when dnn:
+ * 1 done, 0 not (the caller runs its own GEMM). bf16: bf16 in, fp32
+ * out; f32: f32 in and out (the same code, the test hook); never f64. */
+static int LOC(hx_onednn)(int dnn, A *Z, const T *x, const T *y, int64_t m, int64_t n, int64_t d) {
+#if NARROW || HX_ONEDNN_F32
+    pipit_dtype dab = NARROW ? PIPIT_BF16 : PIPIT_F32;
+    return dnn && pipit__gemm_onednn(dab, PIPIT_F32, 0, 1, 1, m, n, d, x, d, 0, y, d, 0, Z, n, 0, 0, 0, 1) == 0;
+#else
+    (void)dnn, (void)Z, (void)x, (void)y, (void)m, (void)n, (void)d;
+    return 0;
+#endif
+}
+
 /* st [3, N]: lse[r] = log sum_v exp(h_r . W_v), zt[r] = h_r . W_{t[r] - off}
  * (0 when that class is not in [0, V): another shard's), and lse's
  * rounding error (lse in double minus lse in A). Threads take
@@ -74,13 +98,17 @@ void FN(head_xent)(A *st, const T *h, const T *W, const int32_t *t, int64_t N, i
     A *hbuf = Z + R * C, *wbuf = hbuf + R * d;
     A m[PIPIT_HX_MAX_ROWS], zt[PIPIT_HX_MAX_ROWS];
     double sum[PIPIT_HX_MAX_ROWS];
+    int dnn = HX_DNN();
     for (int64_t b = ith; b < nb; b += nth) {
         int64_t r0 = b * R, rn = PIPIT_MIN(R, N - r0);
-        const A *hb = LOC(hx_wide)(h + r0 * d, rn * d, hbuf);
+        const A *hb = NULL; /* widened when a chunk needs it (never where oneDNN runs them all) */
         for (int64_t c = 0; c < nc; c++) {
             int64_t v0 = c * C, vn = PIPIT_MIN(C, V - v0);
-            const A *wc = LOC(hx_wide)(W + v0 * d, vn * d, wbuf);
-            GEMM_A(0, 1, 1, rn, vn, d, hb, d, 0, wc, d, 0, Z, vn, 0, 0, 0, 1);
+            if (!LOC(hx_onednn)(dnn, Z, h + r0 * d, W + v0 * d, rn, vn, d)) {
+                if (!hb) hb = LOC(hx_wide)(h + r0 * d, rn * d, hbuf);
+                const A *wc = LOC(hx_wide)(W + v0 * d, vn * d, wbuf);
+                GEMM_A(0, 1, 1, rn, vn, d, hb, d, 0, wc, d, 0, Z, vn, 0, 0, 0, 1);
+            }
             for (int64_t i = 0; i < rn; i++) {
                 const A *z = Z + i * vn;
                 A mx = LOC(hx_max)(z, vn);
@@ -133,14 +161,16 @@ void FN(head_xent_bwd)(T *out, const T *h, const T *W, const int32_t *t, const A
     (void)dwbuf;
     const A *ha = LOC(hx_wide)(h, N * d, hbuf);
     const A *lse = sd, *res = sd + 2 * N, *dlse = sd + 3 * N, *dzt = sd + 4 * N;
+    int dnn = HX_DNN();
     for (int64_t g = ith; g < G; g += nth) {
         int64_t c0, c1;
         pipit__hx_group_chunks(nc, G, g, &c0, &c1);
         A *P = part + g * N * d;
         for (int64_t c = c0; c < c1; c++) {
             int64_t v0 = c * C, vn = PIPIT_MIN(C, V - v0);
-            const A *wc = LOC(hx_wide)(W + v0 * d, vn * d, wbuf);
-            GEMM_A(0, 1, 1, N, vn, d, ha, d, 0, wc, d, 0, Z, vn, 0, 0, 0, 1);
+            const A *wc = LOC(hx_wide)(W + v0 * d, vn * d, wbuf); /* dh's GEMM reads it too */
+            if (!LOC(hx_onednn)(dnn, Z, h, W + v0 * d, N, vn, d))
+                GEMM_A(0, 1, 1, N, vn, d, ha, d, 0, wc, d, 0, Z, vn, 0, 0, 0, 1);
             for (int64_t r = 0; r < N; r++) {
                 A *z = Z + r * vn, l = lse[r], e = res[r], a = dlse[r];
                 for (int64_t j = 0; j < vn; j++) z[j] = a * EXPA((z[j] - l) - e);
@@ -184,3 +214,5 @@ void FN(head_xent_dh)(T *dh, const T *bwd, int64_t G, int64_t n, int ith, int nt
 #undef EXPA
 #undef GEMM_A
 #undef NARROW
+#undef HX_ONEDNN_F32
+#undef HX_DNN

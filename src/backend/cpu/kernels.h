@@ -246,6 +246,9 @@ const char *pipit__gemm_bf16_kind(void);
  * pair packing with an emulated vdpbf16ps, 4 oneDNN (falls back where
  * pipit__onednn_bf16_why_not() says why); 0 chooses by the CPU again. */
 void pipit__gemm_bf16_set_kind(int kind);
+/* 1 where that kind is oneDNN (pipit__gemm_bf16 tries pipit__gemm_onednn
+ * first), else 0: the fused head's bf16 logits GEMMs ask (head_xent.c). */
+int pipit__gemm_bf16_onednn(void);
 
 /* gemm_onednn.c: the GEMM above (pipit__gemm_##S's arguments) as one
  * single-threaded oneDNN matmul per tile of gemm.c's rule, A and B of type
