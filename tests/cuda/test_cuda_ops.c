@@ -24,7 +24,9 @@
  *     of the CPU's (at the larger of the two magnitudes) plus the fp32
  *     bound 1e-5 * max|cpu|: both compute in fp32 (or double), agree to
  *     that, and round once -- a difference of fp32 rounding can move the
- *     bf16 result by one ulp, no more;
+ *     bf16 result by one ulp, no more (head_xent_bwd's output starts with
+ *     fp32 partial gradients in bf16 slots: those are held to the fp32
+ *     bound, its bf16 dW to this one);
  *   - thread ith = 1 of a 2-thread team launches nothing (the output keeps
  *     its 0xff fill), thread 0 writes every element (no NaN left);
  *   - a second run gives bitwise-identical output (determinism).
@@ -300,6 +302,27 @@ static void c_cast(pipit_graph *g, pipit_dtype dt) {
         if (to[i] != dt) pipit_cast(g, x, to[i]);
 }
 
+/* The fused head + cross-entropy over ir/head_xent.h's chunking (chunks
+ * of 2048 classes at these row counts; few elements: the emulation runs a
+ * thread per logit): one chunk; 100 rows over two chunks (the last of 52)
+ * in 2 groups; 17 chunks in 16 groups, the last group of two (its partial
+ * accumulated), the last chunk of 233. */
+static void c_head_xent(pipit_graph *g, pipit_dtype dt) {
+    pipit_head_xent_mean(g, pipit_scale(g, in_f(g, dt, "h", 3, SH(2, 3, 5)), 2.0), in_f(g, dt, "w", 2, SH(37, 5)),
+                         in_idx(g, 37, "t", 2, SH(2, 3)));
+    pipit_head_xent_mean(g, in_f(g, dt, "h2", 3, SH(4, 25, 7)), in_f(g, dt, "w2", 2, SH(2100, 7)),
+                         in_idx(g, 2100, "t2", 2, SH(4, 25)));
+    pipit_head_xent_mean(g, in_f(g, dt, "h3", 2, SH(5, 9)), in_f(g, dt, "w3", 2, SH(33001, 9)),
+                         in_idx(g, 33001, "t3", 1, SH(5)));
+}
+/* Vocab parallel as rank 1 of 2 (case_shard): W holds classes [2100,
+ * 4200) of 4200, two chunks; targets over the whole vocabulary. */
+static void c_tp_head_xent(pipit_graph *g, pipit_dtype dt) {
+    case_shard = 1;
+    pipit_val h = pipit_tp_copy(g, pipit_scale(g, in_f(g, dt, "h", 2, SH(35, 11)), 0.5));
+    pipit_tp_head_xent_mean(g, h, in_f(g, dt, "w", 2, SH(2100, 11)), in_idx(g, 4200, "t", 1, SH(35)));
+}
+
 static const parity_case cases[] = {
     {"embed", c_embed},
     {"add_mul_scale", c_add_mul_scale},
@@ -323,6 +346,8 @@ static const parity_case cases[] = {
     {"gather", c_gather},
     {"tensor_parallel", c_tensor_parallel},
     {"cast", c_cast},
+    {"head_xent", c_head_xent},
+    {"tp_head_xent", c_tp_head_xent},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -494,7 +519,7 @@ static void check_node(run_ctx *rc, const pipit_graph *g, int32_t id, void *cons
     void *out = dev_upload(ff, bytes), *out2 = dev_upload(ff, bytes);
     const pipit__op_kernel kern = pipit__backend_cuda.ops[n->op];
     char msg[256];
-    int64_t at = 0;
+    int64_t at = 0, skip = 0; /* skip: leading elements compared apart (HEAD_XENT_BWD's fp32 partials) */
     double err, tol = n->dtype == PIPIT_F64 ? TOL_F64 : TOL_F32;
     /* the uploads may run on another stream than the kernels */
     if (cudaDeviceSynchronize() != cudaSuccess || !out || !out2) { report(rc, n, id, "upload failed"); goto done; }
@@ -516,8 +541,24 @@ static void check_node(run_ctx *rc, const pipit_graph *g, int32_t id, void *cons
         else rc->seen[n->op] = 1;
         goto done;
     }
+    if (rc->dt == PIPIT_BF16 && n->op == PIPIT_OP_HEAD_XENT_BWD && n->dtype == PIPIT_BF16) {
+        /* [G partial dh of fp32 (two bf16 slots each) | dW of bf16]: the
+         * partials are fp32 sums, held to the fp32 bound; dW as bf16 */
+        int64_t lead = n->iattr[1] * pipit__node_numel(&g->nodes[n->in[0]]);
+        err = rel_err(got, ref, PIPIT_F32, lead, &at);
+        if (!(err <= TOL_F32)) {
+            snprintf(msg, sizeof msg, "fp32 partial dh: relative error %.3g > %.1g (element %lld: cuda %.9g, cpu %.9g)",
+                     err, TOL_F32, (long long)at, elem(got, PIPIT_F32, at), elem(ref, PIPIT_F32, at));
+            report(rc, n, id, msg);
+            goto done;
+        }
+        skip = 2 * lead; /* bf16 slots */
+    }
     if (rc->dt == PIPIT_BF16) {
-        err = bf16_excess(got, ref, (pipit_dtype)n->dtype, cnt, bf16_bitwise(n->op), &at);
+        size_t sb = (size_t)skip * pipit__dtype_size((pipit_dtype)n->dtype);
+        err = bf16_excess(got + sb, (const char *)ref + sb, (pipit_dtype)n->dtype, cnt - skip, bf16_bitwise(n->op),
+                          &at);
+        at += skip;
         if (!(err <= 1)) {
             snprintf(msg, sizeof msg, "%s (element %lld: cuda %.9g, cpu %.9g, %.3g x the bound)",
                      bf16_bitwise(n->op) ? "bits differ from the cpu's bf16" : "beyond 1 bf16 ulp + 1e-5 max|cpu|",

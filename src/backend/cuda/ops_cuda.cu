@@ -11,6 +11,7 @@
  *   norms_cuda.cu        layernorm, rmsnorm and their gradients
  *   rope_cuda.cu         rotary position embedding
  *   attention_cuda.cu    attention (packed GPT-2 and separate q, k, v)
+ *   head_xent_cuda.cu    the fused LM head + cross-entropy
  * This file keeps GEMM (through pipit__cuda_gemm), permute, the embedding and
  * gather (forward and backward), slices and concatenation, and the table.
  * The math follows backend/cpu/kernels_impl.h expression by expression, in
@@ -745,17 +746,29 @@ WIDENED(ATTN_QKV_D)
 
 /* ------------------------------------------------ fused head + cross-entropy */
 
-/* No CUDA kernel yet (issue 26 item 3: the CPU's is backend/cpu/head_xent.c):
- * the op fails the rank's step with a message naming it, never a wrong
- * result. The models keep the unfused head on this backend. */
+/* h [N, d], W [V, d] (head_xent_cuda.cu; the CPU's cpu_HEAD_XENT*): bf16
+ * is handled inside (fp32 logits and sums), never widened here. Vocab
+ * parallel (iattr[0]): this rank's classes are [shard V, shard V + V). */
 static void cuda_HEAD_XENT(const pipit__kctx *k, int ith, int nth) {
     ONLY_THREAD0(ith, nth);
-    (void)k;
-    pipit__cuda_check(cudaErrorNotSupported, "head_xent: the fused head + cross-entropy has no CUDA kernel yet "
-                                             "(pipit_matmul and pipit_xent_mean run on this backend)");
+    const pipit__node *w = KIN(1);
+    int64_t V = w->shape[0], d = w->shape[1], off = k->node->iattr[0] ? k->shard * V : 0;
+    pipit__cuda_head_xent((pipit_dtype)w->dtype, k->out, k->in[0], k->in[1], (const int32_t *)k->in[2],
+                          pipit__node_numel(KIN(2)), V, d, off);
 }
-#define cuda_HEAD_XENT_BWD cuda_HEAD_XENT
-#define cuda_HEAD_XENT_DH cuda_HEAD_XENT
+
+static void cuda_HEAD_XENT_BWD(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    const pipit__node *w = KIN(1);
+    int64_t V = w->shape[0], d = w->shape[1], off = k->node->iattr[0] ? k->shard * V : 0;
+    pipit__cuda_head_xent_bwd(DT(k), k->out, k->in[0], k->in[1], (const int32_t *)k->in[2], k->in[3],
+                              pipit__node_numel(KIN(2)), V, d, off, k->node->iattr[1]);
+}
+
+static void cuda_HEAD_XENT_DH(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    pipit__cuda_head_xent_dh(DT(k), k->out, k->in[0], k->node->iattr[0], pipit__node_numel(k->node));
+}
 
 /* ------------------------------------------------------------ the table */
 

@@ -291,4 +291,17 @@ void pipit__cuda_attn_fwd(pipit_dtype dt, void *out, const void *q, const void *
 void pipit__cuda_attn_bwd(pipit_dtype dt, void *dq, void *dk, void *dv, const void *q, const void *k, const void *v,
                           const void *dout, const pipit_cuda_attn *a);
 
+/* ------------------------------------------------------------ head_xent_cuda.cu */
+
+/* The fused LM head + cross-entropy (the CPU's head_xent.c contract; T =
+ * dt, A its arithmetic type): st [3, N] of A from h [N, d], W [V, d],
+ * targets t [N] (classes [off, off + V): a vocab-parallel shard); the
+ * backward's [G partial dh [N, d] of A | dW [V, d] of T] from sd [6, N] of
+ * A; dh [n] = the G partials [G, n] of A added in group order. */
+void pipit__cuda_head_xent(pipit_dtype dt, void *st, const void *h, const void *W, const int32_t *t, int64_t N,
+                           int64_t V, int64_t d, int64_t off);
+void pipit__cuda_head_xent_bwd(pipit_dtype dt, void *out, const void *h, const void *W, const int32_t *t,
+                               const void *sd, int64_t N, int64_t V, int64_t d, int64_t off, int64_t G);
+void pipit__cuda_head_xent_dh(pipit_dtype dt, void *dh, const void *bwd, int64_t G, int64_t n);
+
 #endif
