@@ -118,27 +118,30 @@ void pipit__emit_copy_out(pipit__emitter *e, int32_t b, pipit__loc dst, size_t b
     in->out = dst;
 }
 
-int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
-    if (e->status) return 0;
+/* Points the one kernel that writes (node, mb) -- a buffer nobody has read
+ * yet -- at dst and frees its arena slot; returns the buffer, or -1 (and
+ * changes nothing) when there is no such sole write. */
+static int32_t redirect_sole_write(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
+    if (e->status) return -1;
     int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
-    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0; /* absent, or already read */
+    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return -1; /* absent, or already read */
     pipit__instr *w = &e->r->ins[e->bufs[b].first];
-    if (w->kind != INS_RUN || w->node != node) return 0;
+    if (w->kind != INS_RUN || w->node != node) return -1;
     w->out = dst;
     e->bufs[b].size = 0; /* the arena slot is not needed any more */
+    return b;
+}
+
+int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
+    if (redirect_sole_write(e, node, mb, dst) < 0) return 0;
     e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = -1;
     return 1;
 }
 
 int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
-    if (e->status) return 0;
-    int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
-    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0; /* absent, or already read */
-    pipit__instr *w = &e->r->ins[e->bufs[b].first];
-    if (w->kind != INS_RUN || w->node != node) return 0;
-    w->out = dst;
-    e->bufs[b].size = 0; /* the arena slot is not needed any more */
-    e->moved[b] = dst;   /* read_loc sends the readers there */
+    int32_t b = redirect_sole_write(e, node, mb, dst);
+    if (b < 0) return 0;
+    e->moved[b] = dst; /* read_loc sends the readers there */
     return 1;
 }
 
