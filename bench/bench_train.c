@@ -16,7 +16,9 @@
  * OpenBLAS on the same thread count at the GPT-2 MLP shape
  * (256 x 3072 x 768) and a 1024^3 square, and ours / the better of the two.
  * PIPIT_BENCH_DTYPE=bf16 runs the step in mixed precision
- * (pipit_options.dtype = PIPIT_BF16; bench/bf16.py sets it).
+ * (pipit_options.dtype = PIPIT_BF16; bench/bf16.py sets it);
+ * PIPIT_BENCH_FUSED_HEAD=1 builds the model with its fused LM head +
+ * cross-entropy (the config's fused_head).
  * The last line is one JSON object with the same numbers for scripts, with
  * the thread check of the timed steps: cpu_per_wall = process CPU time / wall
  * time over them (the mean number of cores in use, at most `threads` when the
@@ -113,6 +115,8 @@ int main(int argc, char **argv) {
                                  .kv_heads = a[9], .dim = a[4], .ffn_hidden = a[10], .norm_eps = 1e-5,
                                  .rope_theta = 1e4, .tied = a[11], .batch = a[5], .stages = 1, .dtype = PIPIT_F32};
     md.nfeeds = md.llama ? 2 : 3;
+    const char *fused = getenv("PIPIT_BENCH_FUSED_HEAD"); /* 1: the models' fused_head */
+    if (fused && strcmp(fused, "1") == 0) md.gpt2.fused_head = md.ll.fused_head = 1;
     const pipit_gpt2_config cfg = md.gpt2; /* the sizes both kinds share */
     int threads = a[6], steps = a[7], warmup = a[8], B = cfg.batch, T = cfg.ctx;
     if (steps < 1) steps = 1;
