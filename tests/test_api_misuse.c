@@ -140,6 +140,9 @@ PIPIT_TEST(api_misuse_status_and_process) {
     ASSERT_TRUE(pipit_version() != NULL && pipit_version()[0] != 0);
     ASSERT_TRUE(pipit_have_mpi() == 0 || pipit_have_mpi() == 1);
     ASSERT_TRUE(pipit_have_cuda() == 0 || pipit_have_cuda() == 1);
+    stale();
+    ASSERT_TRUE(pipit_cpu_bf16_gemm() != NULL && pipit_cpu_bf16_gemm()[0] != 0);
+    ASSERT_TRUE(strcmp(pipit_errmsg(), STALE_TEXT) == 0); /* naming the way leaves the message */
     ASSERT_TRUE(pipit_cuda_device_count() >= 0);
     if (!pipit_have_cuda()) GIVES(pipit_cuda_device_count(), 0); /* the message says there is no backend */
     ASSERT_TRUE(pipit_process_rank() >= 0);
@@ -1440,6 +1443,7 @@ static const char *const CANNOT_FAIL[][2] = {
     {"pipit_adamw", "a value constructor (compile judges the values)"},
     {"pipit_sgd", "a value constructor (compile judges the values)"},
     {"pipit_hw_builtin_count", "a build fact"},
+    {"pipit_cpu_bf16_gemm", "a run-time fact: names the bf16 GEMM way this CPU got"},
 };
 
 static int cannot_fail(const char *name) {
