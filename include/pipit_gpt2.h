@@ -33,9 +33,9 @@ typedef struct {
      * cross-entropy (pipit_head_xent_mean, T > 1: pipit_tp_head_xent_mean):
      * the logits are never stored whole, so it saves activation memory,
      * but its backward recomputes them (4 head-GEMM units instead of 3),
-     * so it may cost time. On an AVX2 EPYC (GPT-2 124M, T 64, B 4, 1
+     * so it costs time. On an AVX2 EPYC (GPT-2 124M, T 64, B 4, 1
      * thread, quiet): f32 planned peak activations 243.7 -> 148.5 MiB,
-     * step 3108 -> 3023 ms (level; a 10-layer Llama +7%); bf16 the arena
+     * step 2694 -> 3420 ms (+27%; llama-100m +18%); bf16 the arena
      * 367.7 -> 404.3 MiB (worse: the bf16 dW cannot be written into the
      * fp32 gradient). The same parameters either way
      * (a checkpoint trains or evaluates with both); losses agree within

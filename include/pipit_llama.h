@@ -50,7 +50,7 @@ typedef struct {
      * never stored whole but recomputed in the backward (4 head-GEMM units
      * instead of 3): memory for time. On an AVX2 EPYC (llama-100m, T 64,
      * B 4, 1 thread): f32 planned peak activations 229.7 -> 132.8 MiB,
-     * the step +15..22% on a loaded machine (quiet, V 32000 untied: +7%); bf16
+     * the step 2301 -> 2710 ms (+18%, quiet); bf16
      * the arena 317.2 -> 353.7 MiB (worse: the bf16 dW cannot be written
      * into the fp32 gradient). The same parameters either way; losses
      * agree within rounding. Other values: INVALID. */
