@@ -354,10 +354,11 @@ PIPIT_TEST(pipeline_equivalence_general_ops) {
  * stages hold whole blocks; GQA (4 query heads, 2 key/value heads), RoPE,
  * the lm head tied to the embedding (a weight the first and the last stage
  * share) or not. Feeds: llama_feeds (the same input names and sizes). */
+static int hf_fused_head; /* pipeline_equivalence_fused_head: the models' fused head */
 static pipit_llama_config hf_llama_cfg(int stages, int tied) {
     return (pipit_llama_config){.vocab = LV, .max_ctx = LT, .ctx = LT, .layers = 8, .heads = 4, .kv_heads = 2,
                                 .dim = LC, .ffn_hidden = LF, .norm_eps = 1e-5, .rope_theta = 500, .tied = tied,
-                                .batch = LB, .stages = stages, .dtype = PIPIT_F32};
+                                .batch = LB, .stages = stages, .dtype = PIPIT_F32, .fused_head = hf_fused_head};
 }
 static pipit_val hf_llama_tied_build(pipit_graph *g, int stages) {
     pipit_llama_config c = hf_llama_cfg(stages, 1);
@@ -380,6 +381,23 @@ PIPIT_TEST(pipeline_equivalence_llama) {
     static const int Ps[] = {1, 2, 4}, P2[] = {2};
     ASSERT_EQ_I64(equivalence_matrix(&hf_llama_tied, Ps, 3, 1), 0);
     ASSERT_EQ_I64(equivalence_matrix(&hf_llama_untied, P2, 1, 1), 0);
+}
+
+/* The fused LM head (fused_head 1) keeps the guarantee: its microbatch-0
+ * dW written straight into the accumulator (tied) or the gradient block
+ * (untied) and the partials in the bytes before it give the sequential
+ * run's bits at every schedule x P x V x remat, in f32 and in bf16. */
+PIPIT_TEST(pipeline_equivalence_fused_head) {
+    static const int Ps[] = {2, 4}, P2[] = {2};
+    hf_fused_head = 1;
+    int tied = equivalence_matrix(&hf_llama_tied, Ps, 2, 1), untied = equivalence_matrix(&hf_llama_untied, P2, 1, 1);
+    matrix_dtype = PIPIT_BF16;
+    int bf16 = equivalence_matrix(&hf_llama_untied, P2, 1, 1);
+    matrix_dtype = PIPIT_F32;
+    hf_fused_head = 0;
+    ASSERT_EQ_I64(tied, 0);
+    ASSERT_EQ_I64(untied, 0);
+    ASSERT_EQ_I64(bf16, 0);
 }
 
 /* Mixed precision keeps the guarantee: in bf16, every schedule x P in
