@@ -1,0 +1,23 @@
+"""pipit from Python: a ctypes binding of libpipit (docs/python.md).
+
+Layers:
+  pipit.lib, pipit.S, pipit.C   every public C function, struct and constant (_lib.py)
+  Graph, Value, op functions    building graphs: + - * / @, pipit.softmax(x), pipit.pipeline_yield(x)
+  Schedule, Program             schedules, compiled programs, steps, params
+  Checkpoint, Data, Tokenizer   files, token streams, BPE
+  models, Trainer               the presets and `pipit train`'s loop
+Failures raise pipit.Error subclasses carrying pipit's message.
+"""
+from ._lib import (C, S, DeadlockError, Error, FormatError, InternalError, InvalidError, IOFailure, MisuseError,
+                   NoMemoryError, RuntimeFailure, ScheduleError, ShapeError, lib, library_path)
+from .core import (DTYPES, Checkpoint, Data, Feeds, Graph, Program, Schedule, Tokenizer, Value, adamw, build_id,
+                   lr_at, lr_schedule, schedule_names, sgd, version)
+from .ops import *  # noqa: F401,F403
+from .ops import __all__ as _ops_all
+from . import models
+from .trainer import Trainer
+
+__all__ = ["lib", "S", "C", "library_path", "Error", "InvalidError", "ShapeError", "IOFailure", "FormatError",
+           "NoMemoryError", "MisuseError", "ScheduleError", "DeadlockError", "RuntimeFailure", "InternalError",
+           "Graph", "Value", "Schedule", "Program", "Checkpoint", "Data", "Tokenizer", "Feeds", "DTYPES", "adamw",
+           "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id", "models", "Trainer"] + _ops_all

@@ -1,0 +1,145 @@
+"""pipit's model builders (pipit_gpt2.h, pipit_llama.h) and the CLI's
+presets, their keywords named as the CLI's flags: layers, heads, dim,
+vocab, ctx, max_ctx, kv_heads, ffn_hidden, multiple_of,
+ffn_dim_multiplier, norm_eps, rope_theta, tied, fused_head, micro_batch.
+
+    m = pipit.models.preset("tiny")                  # pipit train --model tiny
+    m = pipit.models.gpt2(layers=2, dim=64, heads=2)  # --arch gpt2 --layers 2 ...
+    m = pipit.models.llama(layers=2, dim=64, heads=4, kv_heads=2, ffn_hidden=176)
+"""
+from ctypes import byref
+
+from ._lib import C, S, InvalidError, check, lib
+
+# The presets of tools/presets.c: arch, vocab, ctx, layers, heads, dim,
+# micro_batch, steps, lr, kv_heads, ffn_hidden, tied, norm_eps, rope_theta.
+PRESETS = {
+    "tiny": ("gpt2", 256, 64, 4, 4, 128, 8, 100, 1e-3, 0, 0, 0, 0, 0),
+    "gpt2": ("gpt2", 50257, 1024, 12, 12, 768, 1, 100, 6e-4, 0, 0, 0, 0, 0),
+    "gpt2-medium": ("gpt2", 50257, 1024, 24, 16, 1024, 1, 100, 3e-4, 0, 0, 0, 0, 0),
+    "gpt2-large": ("gpt2", 50257, 1024, 36, 20, 1280, 1, 100, 2.5e-4, 0, 0, 0, 0, 0),
+    "gpt2-xl": ("gpt2", 50257, 1024, 48, 25, 1600, 1, 100, 2e-4, 0, 0, 0, 0, 0),
+    "llama-tiny": ("llama", 256, 64, 4, 4, 128, 8, 100, 1e-3, 2, 352, 0, 1e-5, 1e4),
+    "llama-100m": ("llama", 50257, 1024, 10, 12, 768, 1, 100, 6e-4, 4, 2048, 1, 1e-5, 1e4),
+}
+
+
+class Model:
+    """A GPT-2 or Llama configuration (what `pipit train`'s model flags
+    describe), with the preset's training defaults (steps, lr) when it
+    came from one. build(graph, stages, tp) builds the training graph."""
+
+    def __init__(self, arch, steps=None, lr=None, **fields):
+        if arch not in ("gpt2", "llama"):
+            raise InvalidError("unknown arch %r: expected gpt2 or llama" % (arch,), C.PIPIT_STATUS_INVALID)
+        self.arch, self.steps, self.lr = arch, steps, lr
+        self.fields = dict(fields)
+
+    def __getattr__(self, k):
+        f = self.__dict__.get("fields", {})
+        if k in f:
+            return f[k]
+        raise AttributeError(k)
+
+    def __repr__(self):
+        return "Model(%r, %s)" % (self.arch, ", ".join("%s=%r" % kv for kv in sorted(self.fields.items())))
+
+    @property
+    def nfeeds(self):
+        return 3 if self.arch == "gpt2" else 2
+
+    def config(self, stages=1):
+        """The C config struct (pipit_gpt2_config / pipit_llama_config)."""
+        f = self.fields
+        common = dict(vocab=f["vocab"], max_ctx=f.get("max_ctx") or f["ctx"], ctx=f["ctx"], layers=f["layers"],
+                      heads=f["heads"], dim=f["dim"], batch=f["micro_batch"], stages=int(stages),
+                      dtype=C.PIPIT_F32, fused_head=int(bool(f.get("fused_head", 0))))
+        if self.arch == "gpt2":
+            return S.pipit_gpt2_config(**common)
+        c = S.pipit_llama_config(**common)
+        c.kv_heads = f.get("kv_heads", 0)
+        c.ffn_hidden = f.get("ffn_hidden", 0)
+        c.multiple_of = f.get("multiple_of", 256)
+        c.ffn_dim_multiplier = f.get("ffn_dim_multiplier", 0.0)
+        c.norm_eps = f.get("norm_eps", 1e-5)
+        c.rope_theta = f.get("rope_theta", 1e4)
+        c.tied = int(bool(f.get("tied", 0)))
+        return c
+
+    def _fn(self, what):
+        return getattr(lib, "pipit_%s_%s" % (self.arch, what))
+
+    def check(self, stages=1):
+        c = self.config(stages)
+        check(self._fn("check")(byref(c)))
+
+    def build(self, graph, stages=1):
+        """Builds the loss on graph (pipit_*_build_logits) -> the loss Value."""
+        c = self.config(stages)
+        self.check(stages)
+        return graph._val(self._fn("build_logits")(graph.ptr, byref(c), None))
+
+    def init(self, program, seed=1, stages=1):
+        c = self.config(stages)
+        check(self._fn("init")(program.ptr, byref(c), int(seed)))
+
+    def num_params(self):
+        c = self.config()
+        return self._fn("num_params")(byref(c))
+
+    def flops_per_token(self):
+        c = self.config()
+        return self._fn("flops_per_token")(byref(c))
+
+    def ffn_width(self):
+        c = self.config()
+        return self.fields.get("ffn_hidden") or lib.pipit_llama_ffn_hidden(byref(c))
+
+    def meta(self):
+        """The checkpoint metadata the CLI writes for the model (tools/model.c)."""
+        f = self.fields
+        m = [("model", self.arch)]
+        for k in ("vocab", "ctx", "max_ctx", "layers", "heads", "dim"):
+            v = f.get(k) or (f["ctx"] if k == "max_ctx" else 0)
+            m.append((k, "%d" % v))
+        if self.arch == "llama":
+            m.append(("kv_heads", "%d" % (f.get("kv_heads") or f["heads"])))
+            m.append(("ffn_hidden", "%d" % self.ffn_width()))
+            m.append(("norm_eps", "%.17g" % f.get("norm_eps", 1e-5)))
+            m.append(("rope_theta", "%.17g" % f.get("rope_theta", 1e4)))
+            m.append(("tied", "%d" % int(bool(f.get("tied", 0)))))
+            m.append(("rope_type", "default"))
+        return m
+
+
+def gpt2(vocab=256, ctx=64, layers=4, heads=4, dim=128, max_ctx=0, micro_batch=8, fused_head=False, steps=None,
+         lr=None):
+    """A GPT-2 (pipit_gpt2.h); the defaults are the `tiny` preset's."""
+    return Model("gpt2", steps=steps, lr=lr, vocab=vocab, ctx=ctx, layers=layers, heads=heads, dim=dim,
+                 max_ctx=max_ctx, micro_batch=micro_batch, fused_head=fused_head)
+
+
+def llama(vocab=256, ctx=64, layers=4, heads=4, dim=128, kv_heads=0, ffn_hidden=0, multiple_of=256,
+          ffn_dim_multiplier=0.0, norm_eps=1e-5, rope_theta=1e4, tied=False, max_ctx=0, micro_batch=8,
+          fused_head=False, steps=None, lr=None):
+    """A Llama (pipit_llama.h)."""
+    return Model("llama", steps=steps, lr=lr, vocab=vocab, ctx=ctx, layers=layers, heads=heads, dim=dim,
+                 kv_heads=kv_heads, ffn_hidden=ffn_hidden, multiple_of=multiple_of,
+                 ffn_dim_multiplier=ffn_dim_multiplier, norm_eps=norm_eps, rope_theta=rope_theta, tied=tied,
+                 max_ctx=max_ctx, micro_batch=micro_batch, fused_head=fused_head)
+
+
+def preset(name, **overrides):
+    """A preset of `pipit train --model NAME` with keyword overrides (flags)."""
+    if name not in PRESETS:
+        raise InvalidError("unknown preset %r: expected one of %s" % (name, ", ".join(PRESETS)),
+                           C.PIPIT_STATUS_INVALID)
+    arch, V, T, L, H, Cd, B, steps, lr, kv, F, tied, eps, theta = PRESETS[name]
+    kw = dict(vocab=V, ctx=T, layers=L, heads=H, dim=Cd, micro_batch=B, steps=steps, lr=lr)
+    if arch == "llama":
+        kw.update(kv_heads=kv, ffn_hidden=F, tied=bool(tied), norm_eps=eps, rope_theta=theta)
+    kw.update(overrides)
+    return (gpt2 if arch == "gpt2" else llama)(**kw)
+
+
+__all__ = ["Model", "gpt2", "llama", "preset", "PRESETS"]
