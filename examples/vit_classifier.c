@@ -211,7 +211,9 @@ static int virtual_stages(pipit_schedule_kind kind) {
     case PIPIT_SCHED_INTERLEAVED_GPIPE:
     case PIPIT_SCHED_INTERLEAVED_ZB:
     case PIPIT_SCHED_DUALPIPEV:
-    case PIPIT_SCHED_ZB_V: return 2;
+    case PIPIT_SCHED_ZB_V:
+    case PIPIT_SCHED_V_HALF:
+    case PIPIT_SCHED_V_MIN: return 2;
     default: return 1;
     }
 }

@@ -466,6 +466,8 @@ typedef enum {
     PIPIT_SCHED_ZB_H2,          /* zero bubble H2: B/W split, 2P-1 in flight */
     PIPIT_SCHED_ZB_V,           /* zero bubble V: stages r and 2P-1-r, B/W split */
     PIPIT_SCHED_INTERLEAVED_ZB, /* interleaved 1F1B with B/W split (PyTorch's) */
+    PIPIT_SCHED_V_HALF,         /* controllable memory: ZB-V's placement, (P+2)/2 in flight */
+    PIPIT_SCHED_V_MIN,          /* controllable memory: ZB-V's placement, (P+4)/3 in flight */
     PIPIT_SCHED_COUNT
 } pipit_schedule_kind;
 

@@ -227,7 +227,15 @@ grep -q "step time 51, bubble 5.9%" <<<"$OUT" || fail "zb-v P=4 M=8: step (P-1) 
 expect_fail "zb-v needs V=2" "$PIPIT" schedule --schedule zb-v --pp 2 --virtual 3 --microbatches 4
 expect_fail "interleaved-zb needs V >= 2" "$PIPIT" schedule --schedule interleaved-zb --pp 2 --virtual 1 --microbatches 4
 expect_fail "multiple of its number of rounds" "$PIPIT" schedule --schedule interleaved-zb --pp 4 --microbatches 9
-for sched in zb-h2 zb-v interleaved-zb; do
+# controllable memory (the fork's unit-cost makespans 53 and 59 at P=4 M=8; in flight (P+2)/2 = 3 and (P+4)/3 = 2)
+expect_ok "$PIPIT" schedule --schedule v-half --pp 4 --microbatches 8
+grep -q "step time 53, bubble 9.4%" <<<"$OUT" || fail "v-half P=4 M=8: the fork's step is 53: $OUT"
+grep -q "^peak in flight per rank (live activations / V=2, in microbatches): 3 3 3 3$" <<<"$OUT" || fail "v-half P=4: 3 in flight: $OUT"
+expect_ok "$PIPIT" schedule --schedule v-min --pp 4 --microbatches 8
+grep -q "step time 59, bubble 18.6%" <<<"$OUT" || fail "v-min P=4 M=8: the fork's step is 59: $OUT"
+grep -q "^peak in flight per rank (live activations / V=2, in microbatches): 2 2 2 2$" <<<"$OUT" || fail "v-min P=4: 2 in flight: $OUT"
+expect_fail "v-min needs V=2" "$PIPIT" schedule --schedule v-min --pp 2 --virtual 1 --microbatches 4
+for sched in zb-h2 zb-v interleaved-zb v-half v-min; do
     expect_ok "$PIPIT" train --data text.txt --ctx 16 --layers 4 --heads 2 --dim 32 --micro-batch 2 \
         --pp 2 --schedule "$sched" --microbatches 4 --steps 2
     grep -q "^step    1  loss" <<<"$OUT" || fail "$sched trains no second step: $OUT"

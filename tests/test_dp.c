@@ -90,7 +90,7 @@ static pipit_status train(const run_cfg *rc, snapshot *snap, pipit_program **out
 
 static int schedule_v(pipit_schedule_kind k) {
     return k == PIPIT_SCHED_INTERLEAVED_1F1B || k == PIPIT_SCHED_DUALPIPEV || k == PIPIT_SCHED_ZB_V ||
-                   k == PIPIT_SCHED_INTERLEAVED_ZB
+                   k == PIPIT_SCHED_INTERLEAVED_ZB || k == PIPIT_SCHED_V_HALF || k == PIPIT_SCHED_V_MIN
                ? 2
                : 1;
 }
@@ -98,7 +98,8 @@ static int schedule_v(pipit_schedule_kind k) {
 PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
     static const pipit_schedule_kind kinds[] = {PIPIT_SCHED_GPIPE, PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B,
                                                 PIPIT_SCHED_ZB_H1, PIPIT_SCHED_DUALPIPEV, PIPIT_SCHED_ZB_H2,
-                                                PIPIT_SCHED_ZB_V, PIPIT_SCHED_INTERLEAVED_ZB};
+                                                PIPIT_SCHED_ZB_V, PIPIT_SCHED_INTERLEAVED_ZB, PIPIT_SCHED_V_HALF,
+                                                PIPIT_SCHED_V_MIN};
     int ran = 0;
     for (int D = 1; D <= 2; D++) {
         for (int P = 2; P <= 4; P += 2) {
@@ -129,7 +130,7 @@ PIPIT_TEST(dp_mesh_equals_one_rank_per_replica) {
  * unsharded bits (the exchange, norm and update run on fp32 gradients). */
 PIPIT_TEST(dp_mesh_bf16) {
     static const pipit_schedule_kind kinds[] = {PIPIT_SCHED_1F1B, PIPIT_SCHED_INTERLEAVED_1F1B, PIPIT_SCHED_ZB_H1,
-                                                PIPIT_SCHED_DUALPIPEV};
+                                                PIPIT_SCHED_DUALPIPEV, PIPIT_SCHED_V_MIN};
     for (int D = 1; D <= 2; D++) {
         int P = 2, M = 4;
         snapshot ref = {0};

@@ -27,7 +27,9 @@ static int allowed(int kind, int P, int V, int M) {
     case PIPIT_SCHED_INTERLEAVED_1F1B: return M % P == 0;
     case PIPIT_SCHED_INTERLEAVED_GPIPE: return 1;
     case PIPIT_SCHED_DUALPIPEV: return V == 2 && M >= 2 * P;
-    case PIPIT_SCHED_ZB_V: return V == 2;
+    case PIPIT_SCHED_ZB_V:
+    case PIPIT_SCHED_V_HALF:
+    case PIPIT_SCHED_V_MIN: return V == 2;
     /* PyTorch's rule: M a multiple of its max(1, M/P) rounds */
     case PIPIT_SCHED_INTERLEAVED_ZB: return V >= 2 && M % PIPIT_MAX(1, M / P) == 0;
     default: return V == 1;
@@ -40,13 +42,20 @@ static int max_v(int kind) {
     case PIPIT_SCHED_INTERLEAVED_GPIPE:
     case PIPIT_SCHED_INTERLEAVED_ZB: return 4;
     case PIPIT_SCHED_DUALPIPEV:
-    case PIPIT_SCHED_ZB_V: return 2;
+    case PIPIT_SCHED_ZB_V:
+    case PIPIT_SCHED_V_HALF:
+    case PIPIT_SCHED_V_MIN: return 2;
     default: return 1;
     }
 }
 
 /* V = 1 is tried for interleaved-zb too: it must be refused. */
-static int min_v(int kind) { return kind == PIPIT_SCHED_DUALPIPEV || kind == PIPIT_SCHED_ZB_V ? 2 : 1; }
+static int min_v(int kind) {
+    return kind == PIPIT_SCHED_DUALPIPEV || kind == PIPIT_SCHED_ZB_V || kind == PIPIT_SCHED_V_HALF ||
+                   kind == PIPIT_SCHED_V_MIN
+               ? 2
+               : 1;
+}
 
 PIPIT_TEST(sched_builtins_pass_checker) {
     for (int kind = 0; kind < PIPIT_SCHED_COUNT; kind++)

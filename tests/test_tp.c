@@ -149,7 +149,8 @@ PIPIT_TEST(tp_llama_matches_unsharded) { matches_unsharded(1); }
 
 static int schedule_v(pipit_schedule_kind k) {
     return k == PIPIT_SCHED_INTERLEAVED_1F1B || k == PIPIT_SCHED_INTERLEAVED_GPIPE || k == PIPIT_SCHED_DUALPIPEV ||
-                   k == PIPIT_SCHED_ZB_V || k == PIPIT_SCHED_INTERLEAVED_ZB
+                   k == PIPIT_SCHED_ZB_V || k == PIPIT_SCHED_INTERLEAVED_ZB || k == PIPIT_SCHED_V_HALF ||
+                   k == PIPIT_SCHED_V_MIN
                ? 2
                : 1;
 }

@@ -59,7 +59,7 @@ int cmd_schedule(int argc, char **argv) {
     int P = 0, V = 0, M = 0;
     double costs[3] = {1, 1, 1};
     flag fl[] = {
-        {"schedule", FL_STR, &name, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|FILE", 0},
+        {"schedule", FL_STR, &name, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|v-half|v-min|FILE", 0},
         {"pp", FL_INT, &P, "pipeline ranks P", 0},
         {"virtual", FL_INT, &V, "stages per rank V (default: the schedule's own)", 0},
         {"microbatches", FL_INT, &M, "microbatches M", 0},

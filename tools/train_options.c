@@ -110,7 +110,7 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                    "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
                                    "width too)", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
-        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|FILE", 0}},
+        {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|v-half|v-min|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
         {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
                                                       "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},

@@ -362,7 +362,7 @@ static pipit_status gen_dualpipev(gen_ctx *g) {
 
 static const char *const kind_names[PIPIT_SCHED_COUNT] = {
     "gpipe", "1f1b",  "eager-1f1b", "interleaved-1f1b", "interleaved-gpipe",
-    "zb-h1", "dualpipev", "zb-h2", "zb-v", "interleaved-zb",
+    "zb-h1", "dualpipev", "zb-h2", "zb-v", "interleaved-zb", "v-half", "v-min",
 };
 
 const char *pipit_schedule_kind_name(pipit_schedule_kind kind) {
@@ -401,6 +401,8 @@ static int default_v(pipit_schedule_kind kind) {
     case PIPIT_SCHED_INTERLEAVED_GPIPE:
     case PIPIT_SCHED_DUALPIPEV:
     case PIPIT_SCHED_ZB_V:
+    case PIPIT_SCHED_V_HALF:
+    case PIPIT_SCHED_V_MIN:
     case PIPIT_SCHED_INTERLEAVED_ZB: return 2;
     default: return 1;
     }
@@ -417,6 +419,8 @@ static pipit_status check_v(pipit_schedule_kind kind, int V) {
         return PIPIT_STATUS_OK;
     case PIPIT_SCHED_DUALPIPEV:
     case PIPIT_SCHED_ZB_V:
+    case PIPIT_SCHED_V_HALF:
+    case PIPIT_SCHED_V_MIN:
         if (V != 2)
             return pipit__err(PIPIT_STATUS_SCHEDULE,
                               "%s needs V=2 stages per rank (stages r and 2P-1-r), got V=%d", name,
@@ -476,9 +480,11 @@ static pipit_status check_args(pipit_schedule_kind kind, int P, int V, int M) {
     return PIPIT_STATUS_OK;
 }
 
-/* Stage s lives on rank s mod P, except in the V shapes (DualPipeV, ZB-V). */
+/* Stage s lives on rank s mod P, except in the V shapes (DualPipeV, ZB-V,
+ * V-Half, V-Min). */
 static void fill_stage_rank(pipit_schedule *s) {
-    int v_shape = s->kind == PIPIT_SCHED_DUALPIPEV || s->kind == PIPIT_SCHED_ZB_V;
+    int v_shape = s->kind == PIPIT_SCHED_DUALPIPEV || s->kind == PIPIT_SCHED_ZB_V ||
+                  s->kind == PIPIT_SCHED_V_HALF || s->kind == PIPIT_SCHED_V_MIN;
     for (int st = 0; st < s->S; st++)
         s->stage_rank[st] = v_shape && st >= s->P
                                 ? 2 * s->P - 1 - st
@@ -497,6 +503,8 @@ static pipit_status run_generator(gen_ctx *g) {
     case PIPIT_SCHED_ZB_H2: gen_zb_h2(g); break;
     case PIPIT_SCHED_ZB_V: gen_zb_v(g); break;
     case PIPIT_SCHED_INTERLEAVED_ZB: gen_interleaved_zb(g); break;
+    case PIPIT_SCHED_V_HALF: return pipit__schedule_gen_vcm(g->s, 0);
+    case PIPIT_SCHED_V_MIN: return pipit__schedule_gen_vcm(g->s, 1);
     default: return pipit__err(PIPIT_STATUS_INTERNAL, "no generator for kind %d", g->s->kind);
     }
     return PIPIT_STATUS_OK;
@@ -531,7 +539,8 @@ pipit_status pipit_schedule_build(pipit_schedule_kind kind, int P, int V, int M,
     }
     s->split_bw = kind == PIPIT_SCHED_ZB_H1 || kind == PIPIT_SCHED_DUALPIPEV ||
                   kind == PIPIT_SCHED_ZB_H2 || kind == PIPIT_SCHED_ZB_V ||
-                  kind == PIPIT_SCHED_INTERLEAVED_ZB;
+                  kind == PIPIT_SCHED_INTERLEAVED_ZB || kind == PIPIT_SCHED_V_HALF ||
+                  kind == PIPIT_SCHED_V_MIN;
     *out = s;
     return PIPIT_STATUS_OK;
 }

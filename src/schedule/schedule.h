@@ -112,6 +112,10 @@ void pipit__schedule_infer_meta(pipit_schedule *s);
  * (kind, V and split_bw are not compared). */
 int pipit__schedule_equal(const pipit_schedule *a, const pipit_schedule *b);
 
+/* V-Half (vmin 0) or V-Min (vmin 1) into s (schedule_vcm.c): s has P, M,
+ * the V placement and task lists of capacity 6M per rank. */
+pipit_status pipit__schedule_gen_vcm(pipit_schedule *s, int vmin);
+
 /* Cost of one task under c (NULL = unit costs): F, B, W, or B + W for BW. */
 double pipit__task_cost(const pipit__sim_costs *c, pipit_task t);
 

@@ -356,6 +356,14 @@ static void print_stats(FILE *f, const pipit_schedule *s, const pipit__sim_resul
         if (res->has_bytes) fprintf(f, ", %g bytes", res->peak_bytes[r]);
         fputc('\n', f);
     }
+    /* with V stages per rank a stage holds 1/V of a rank's layers: the
+     * peak in whole-rank microbatches (the unit of 1F1B's P, and of the
+     * controllable-memory papers' (P+2)/2 and (P+4)/3) is live / V */
+    if (s->V > 1) {
+        fprintf(f, "peak in flight per rank (live activations / V=%d, in microbatches):", s->V);
+        for (int r = 0; r < s->P; r++) fprintf(f, " %g", (double)res->peak_live[r] / s->V);
+        fputc('\n', f);
+    }
 }
 
 void pipit__schedule_print_grid(FILE *f, const pipit_schedule *s, const pipit__sim_result *res) {
