@@ -22,7 +22,7 @@ command -v dpkg >/dev/null && command -v apt-cache >/dev/null || { echo "SKIP: n
 # Commands the main job runs, and those CI and the test scripts run.
 MAIN_CMDS="cmake ninja cc"
 CI_CMDS="cmake ctest ninja cc gcc g++ clang python3 mpirun mpiexec ip unshare nsenter nm objdump pkg-config script"
-CI_PY_MODULES="torch numpy"
+CI_PY_MODULES="torch numpy pytest"
 
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
@@ -85,7 +85,7 @@ if [ -n "$PIPIT" ]; then # what the built CLI loads: the main job runs it
         from_list "library $(basename "$lib") of pipit" "$lib" "$MAIN_SET" "install_deps.sh --main"
     done < <(ldd "$PIPIT" | awk '$3 ~ /^\// {print $3}')
 fi
-for p in python3-torch python3-numpy clang; do # test-only: the main job must not install them
+for p in python3-torch python3-numpy python3-pytest clang; do # test-only: the main job must not install them
     grep -qx -- "$p" <<<"$MAIN_ONLY" && fail "install_deps.sh --main installs $p (only the tests need it)"
 done
 

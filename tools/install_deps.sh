@@ -7,6 +7,7 @@
 #              pipit on several machines);
 #   TEST_PKGS  only the tests and CI need (.ci/run): python3 (the CLI tests,
 #              test_layout), numpy + PyTorch (the independent oracle),
+#              pytest (the Python binding's tests, tests/python),
 #              clang with its libFuzzer and sanitizer runtimes (the fuzzing
 #              pass), binutils (nm, objdump: test_exports), iproute2 (`ip
 #              netns`: emulated hosts), bsdutils (script(1): a terminal for
@@ -18,7 +19,7 @@
 # checks that each job's commands and libraries come from its list.
 set -euo pipefail
 MAIN_PKGS="build-essential cmake ninja-build pkg-config libopenblas-dev libcjson-dev libdnnl-dev openmpi-bin libopenmpi-dev"
-TEST_PKGS="python3 python3-numpy python3-torch clang libclang-rt-14-dev binutils iproute2 bsdutils"
+TEST_PKGS="python3 python3-numpy python3-torch python3-pytest clang libclang-rt-14-dev binutils iproute2 bsdutils"
 case "${1:-}" in
     --print)
         case "${2:-}" in

@@ -43,12 +43,31 @@ def test_the_library_has_every_declared_function():
         assert fn.argtypes is not None or _decls.FUNCTIONS[name][1] == []
 
 
-def test_structs_have_the_c_sizes():
-    # sizes the C compiler gives (x86-64 / aarch64 LP64): a field list that
-    # drifted from the header would change them
+def test_structs_have_the_c_layout(tmp_path):
+    """Every struct's size and every field's offset as the C compiler lays
+    them out from the headers (a field list that drifted would misplace
+    every later field silently)."""
     import ctypes
-    assert ctypes.sizeof(pipit.S.pipit_val) == 16
-    assert ctypes.sizeof(pipit.S.pipit_feed) == 24
-    assert ctypes.sizeof(pipit.S.pipit_metrics) == 48
-    assert ctypes.sizeof(pipit.S.pipit_optimizer) == 48
-    assert ctypes.sizeof(pipit.S.pipit_task) == 8
+    import shutil
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        import pytest
+        pytest.skip("no C compiler")
+    lines = ["#include <stdio.h>", "#include <stddef.h>"]
+    lines += ['#include "%s"' % f for f in sorted(os.listdir(INCLUDE)) if f.endswith(".h")]
+    lines.append("int main(void) {")
+    want = []
+    for name, fields in _decls.STRUCTS:
+        lines.append('    printf("%%zu\\n", sizeof(%s));' % name)
+        want.append(ctypes.sizeof(getattr(pipit.S, name)))
+        for f, _, _ in fields:
+            lines.append('    printf("%%zu\\n", offsetof(%s, %s));' % (name, f))
+            want.append(getattr(getattr(pipit.S, name), f).offset)
+    lines.append("    return 0;\n}")
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines))
+    exe = str(tmp_path / "layout")
+    r = subprocess.run([cc, "-std=c11", "-I", INCLUDE, str(src), "-o", exe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = [int(x) for x in subprocess.run([exe], capture_output=True, text=True, check=True).stdout.split()]
+    assert got == want
