@@ -49,3 +49,17 @@ def test_cli_evaluates_and_resumes_a_python_checkpoint(cli, text_file, tmp_path)
     assert res.returncode == 0, res.stderr
     with open(cpath, "rb") as a, open(ppath, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_eval_matches_the_clis_validation(cli, text_file):
+    """Trainer.eval on --val-data = `pipit train --val-data`'s val loss."""
+    base = ["--data", text_file, "--model", "llama-tiny", "--layers", "2", "--ctx", "16", "--micro-batch", "2",
+            "--steps", "2", "--pp", "2"]
+    out = subprocess.run([cli, "train", "--json"] + base + ["--val-data", text_file], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    val = [json.loads(l)["val_loss"] for l in out.stdout.splitlines() if '"val_loss"' in l]
+    import pipit
+    m = pipit.models.preset("llama-tiny", layers=2, ctx=16, micro_batch=2)
+    with pipit.Trainer(m, data=text_file, steps=2, pp=2) as t:
+        t.train()
+        assert [float("%.9g" % t.eval(text_file))] == val
