@@ -13,6 +13,10 @@ bit (tests/python/test_cli_equal.py): --data --model --steps --pp --tp
 --lr --lr-schedule --warmup --dtype --threads --save, and the model's
 --layers --heads --dim --ctx --vocab --kv-heads. --val-data FILE adds the
 validation loss at the end (as `pipit train --val-data`).
+
+Under `mpirun -np N python3 examples/train.py ...` (a build with MPI) each
+process runs one rank, as `pipit train` does: the processes must agree on
+the settings (pipit_agree), and the checkpoint is the threads run's.
 """
 import argparse
 import sys
@@ -55,7 +59,8 @@ def main(argv=None):
                               ("vocab", a.vocab), ("kv_heads", a.kv_heads), ("micro_batch", a.micro_batch))
             if v is not None}
     model = pipit.models.preset(a.model, **over)
-    say = (lambda *x: None) if a.quiet else print
+    rank, _ = pipit.init()  # under mpirun: this process's rank (process 0 prints)
+    say = (lambda *x: None) if a.quiet or rank else print
     with pipit.Trainer(model, data=a.data, steps=a.steps, pp=a.pp, tp=a.tp, dp=a.dp, schedule=a.schedule,
                        virtual=a.virtual, microbatches=a.microbatches, seed=a.seed, data_order=a.data_order,
                        lr=a.lr, lr_schedule=a.lr_schedule, warmup=a.warmup, dtype=a.dtype,
@@ -76,4 +81,5 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    pipit.finalize()  # ends MPI in an mpirun job (every handle is closed by now)
     sys.exit(0)

@@ -10,7 +10,8 @@
 #     naming the installed libpipit.so relative to itself: no
 #     LD_LIBRARY_PATH;
 #   - the ctest entry python_pytest: pytest over tests/python
-#     (tests/python/run_pytest.sh; skipped without pytest, under TSan).
+#     (tests/python/run_pytest.sh; skipped without pytest, under TSan; its
+#     MPI tests skip in sanitizer builds and without mpirun).
 set(PIPIT_PYTHON_DIR "lib/python3/dist-packages" CACHE STRING
     "Where cmake --install puts the Python package pipit (relative to the prefix)")
 file(GLOB PIPIT_PY_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/python/pipit/*.py)
@@ -39,6 +40,7 @@ if(BUILD_SHARED_LIBS)
 endif()
 if(PIPIT_PY_LIB AND PIPIT_BUILD_TESTS)
   add_test(NAME python_pytest COMMAND bash ${CMAKE_SOURCE_DIR}/tests/python/run_pytest.sh)
-  set_tests_properties(python_pytest PROPERTIES TIMEOUT ${PIPIT_TEST_TIMEOUT} SKIP_RETURN_CODE 77
+  # RESOURCE_LOCK mpirun: test_mpi.py runs mpirun -np 2 (one mpirun at a time, as the MPI tests)
+  set_tests_properties(python_pytest PROPERTIES TIMEOUT ${PIPIT_TEST_TIMEOUT} SKIP_RETURN_CODE 77 RESOURCE_LOCK mpirun
     ENVIRONMENT "PIPIT_LIBRARY=$<TARGET_FILE:${PIPIT_PY_LIB}>;PIPIT_CLI=$<TARGET_FILE:pipit_cli>;PYTHONPATH=${CMAKE_BINARY_DIR}/python;PIPIT_SANITIZE=${PIPIT_SANITIZE};PIPIT_SOURCE_DIR=${CMAKE_SOURCE_DIR};PIPIT_BUILD_DIR=${CMAKE_BINARY_DIR};PIPIT_SHARED_BUILD=$<BOOL:${BUILD_SHARED_LIBS}>")
 endif()

@@ -9,9 +9,9 @@ Layers:
 Failures raise pipit.Error subclasses carrying pipit's message.
 """
 from ._lib import (C, S, DeadlockError, Error, FormatError, InternalError, InvalidError, IOFailure, MisuseError,
-                   NoMemoryError, RuntimeFailure, ScheduleError, ShapeError, lib, library_path)
-from .core import (DTYPES, Checkpoint, Data, Feeds, Graph, Program, Schedule, Tokenizer, Value, adamw, build_id,
-                   lr_at, lr_schedule, schedule_names, sgd, version)
+                   NoMemoryError, RuntimeFailure, ScheduleError, ShapeError, finalize, lib, library_path)
+from .core import (DTYPES, Checkpoint, Data, Feeds, Graph, Program, Schedule, Tokenizer, Value, adamw, agree,
+                   build_id, init, lr_at, lr_schedule, process_count, process_rank, schedule_names, sgd, version)
 from .ops import *  # noqa: F401,F403
 from .ops import __all__ as _ops_all
 from . import models
@@ -20,4 +20,5 @@ from .trainer import Trainer
 __all__ = ["lib", "S", "C", "library_path", "Error", "InvalidError", "ShapeError", "IOFailure", "FormatError",
            "NoMemoryError", "MisuseError", "ScheduleError", "DeadlockError", "RuntimeFailure", "InternalError",
            "Graph", "Value", "Schedule", "Program", "Checkpoint", "Data", "Tokenizer", "Feeds", "DTYPES", "adamw",
-           "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id", "models", "Trainer"] + _ops_all
+           "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id", "models", "Trainer", "init",
+           "finalize", "process_rank", "process_count", "agree"] + _ops_all

@@ -16,9 +16,11 @@ Where the library is found, first match wins:
 ctypes releases the GIL for the length of every foreign call, so a
 compile or a step in one Python thread runs beside another thread's.
 """
+import atexit
 import ctypes
 import os
 import threading
+import weakref
 from ctypes import (c_char, c_char_p, c_double, c_float, c_int, c_int8, c_int16, c_int32, c_int64,  # noqa: F401
                     c_long, c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)
 
@@ -180,6 +182,8 @@ class Handle:
     def __init__(self, ptr):
         self._ptr = ptr
         self._lock = threading.Lock()
+        if ptr:
+            _live.add(self)
 
     @property
     def ptr(self):
@@ -193,6 +197,7 @@ class Handle:
         with self._lock:
             p, self._ptr = self._ptr, None
         if p:
+            _live.discard(self)
             getattr(lib, self._free)(p)
 
     def __enter__(self):
@@ -221,3 +226,27 @@ def cstr_array(items):
     """A NULL-terminated const char *const * (keep the returned array alive)."""
     arr = (c_char_p * (len(items) + 1))(*[cstr(x) for x in items], None)
     return arr
+
+
+# ------------------------------------------------------------------ MPI
+
+_live = weakref.WeakSet()  # open handles, closed before MPI ends at exit
+_finalized = False
+
+
+def finalize():
+    """Closes every open handle (programs first: they borrow schedules and
+    graphs) and, in an MPI job, ends MPI (pipit_finalize). Registered at
+    exit; calling it earlier is allowed once everything is done."""
+    global _finalized
+    if _finalized:
+        return
+    _finalized = True
+    hs = sorted(list(_live), key=lambda h: 0 if type(h).__name__ == "Program" else 1)
+    for h in hs:
+        h.close()
+    if lib.pipit_process_count() > 1:
+        lib.pipit_finalize()
+
+
+atexit.register(finalize)

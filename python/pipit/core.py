@@ -580,6 +580,32 @@ class Tokenizer(Handle):
         return buf.raw[:n.value].decode("utf-8", "replace")
 
 
+def init():
+    """Starts MPI when launched by mpirun (pipit_init; pipit_compile does it
+    too): returns (this process's rank, the process count). Outside MPI
+    (0, 1): ranks are threads."""
+    check(lib.pipit_init(None, None))
+    return lib.pipit_process_rank(), lib.pipit_process_count()
+
+
+def process_rank():
+    return lib.pipit_process_rank()
+
+
+def process_count():
+    return lib.pipit_process_count()
+
+
+def agree(what, fields):
+    """pipit_agree: in an MPI job every process must pass the same fields
+    (a list of (name, value) pairs); InvalidError naming the first that
+    differs and which processes hold which value. One process: nothing."""
+    kv = []
+    for k, v in fields:
+        kv += [k, v]
+    check(lib.pipit_agree(cstr(what), cstr_array(kv)))
+
+
 def version():
     return _text(lib.pipit_version())
 
@@ -588,6 +614,6 @@ def build_id():
     return _text(lib.pipit_build_id())
 
 
-__all__ = ["Graph", "Value", "Schedule", "Program", "Checkpoint", "Data", "Tokenizer", "Feeds", "Error",
+__all__ = ["init", "process_rank", "process_count", "agree", "Graph", "Value", "Schedule", "Program", "Checkpoint", "Data", "Tokenizer", "Feeds", "Error",
            "MisuseError", "adamw", "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id",
            "DTYPES", "metrics_dict"]

@@ -16,7 +16,7 @@ import time
 from ctypes import byref, c_int64
 
 from ._lib import C, S, InvalidError, check, cstr, cstr_array, lib
-from .core import Checkpoint, Data, Graph, Program, Schedule, Value, _new_array, _buffer_ptr, adamw, dtype_code, sgd
+from .core import Checkpoint, Data, Graph, Program, Schedule, Value, _new_array, _buffer_ptr, adamw, agree, sgd
 from .core import lr_schedule as _lr_schedule
 from .core import metrics_dict
 from .models import Model
@@ -59,6 +59,8 @@ class Trainer:
     def _open(self, model, loss, schedule, pp, tp, dp, virtual, M, dtype, bf16_policy, zero1, threads, remat, clip,
               device, init, resume):
         self.schedule = None
+        self.first_step = self.step_count = self.data_pos = 0
+        self.lr_sched = self._lr_schedule()
         if isinstance(schedule, Schedule):
             self.schedule = schedule
         elif schedule is not None or pp > 1 or virtual > 1:
@@ -84,6 +86,10 @@ class Trainer:
             if self.data.max_token >= m.vocab:
                 raise InvalidError("data '%s' holds token %d but the vocabulary has %d entries (raise vocab)" %
                                    (self.o["data"], self.data.max_token, m.vocab), C.PIPIT_STATUS_INVALID)
+            # in an MPI job (mpirun python3 ...): every process the same run, or none (pipit_agree)
+            agree("pipit.Trainer", [(k, v) for k, v in self.meta() if k not in ("steps", "data_pos")] +
+                  [("pp", str(pp)), ("virtual", str(virtual)), ("schedule", str(schedule)),
+                   ("data (its tokens)", "%d tokens, crc32c %08x" % (self.data.tokens, self.data.checksum))])
             self.graph = self._own(Graph(tensor_parallel=tp))
             self.loss = m.build(self.graph, self.stages)
         else:
@@ -94,7 +100,6 @@ class Trainer:
                if self.o["optimizer"] == "adamw" else sgd(self.o["lr"]))
         if self.o["optimizer"] not in ("adamw", "sgd"):
             raise InvalidError("bad optimizer %r: expected adamw or sgd" % self.o["optimizer"], C.PIPIT_STATUS_INVALID)
-        self.lr_sched = self._lr_schedule()
         self.opts = dict(schedule=self.schedule, microbatches=M, threads=threads, remat=int(bool(remat)),
                          optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)),
                          tensor_parallel=tp, lr_schedule=self.lr_sched, dtype=dtype, bf16_policy=bf16_policy,
