@@ -15,6 +15,8 @@ CASES = [
     ("gpt2-P2T2D2-bf16", ["--model", "tiny", "--pp", "2", "--tp", "2", "--dp", "2", "--dtype", "bf16"]),
     ("llama-P2T2-bf16", ["--model", "llama-tiny", "--pp", "2", "--tp", "2", "--dtype", "bf16",
                          "--schedule", "interleaved-1f1b", "--virtual", "2", "--microbatches", "2"]),
+    ("gpt2-cosine-dualpipev", ["--model", "tiny", "--lr-schedule", "cosine", "--warmup", "1", "--pp", "2",
+                               "--schedule", "dualpipev", "--microbatches", "4"]),
     ("llama-D2-seq", ["--model", "llama-tiny", "--dp", "2", "--data-order", "sequential", "--seed", "7",
                       "--lr", "3e-3"]),
 ]
