@@ -182,6 +182,8 @@ def render(include_dir):
         for p in params:
             an, at = param_name_type(p)
             args.append((an, ctype_of(at, names, enum_types, opaque)))
+        if rt == "c_char_p" and any(" ".join(at.split()) == "size_t *" for _, at in map(param_name_type, params)):
+            rt = "c_void_p"  # bytes of a given length (pipit_tokenizer_token), not a C string: a raw pointer
         lines.append("    %r: (%r, %r)," % (fname, rt, args))
     lines.append("}")
     lines.append("")

@@ -443,7 +443,7 @@ FUNCTIONS = {
     'pipit_tokenizer_load': ('c_int', [('path', 'c_char_p'), ('out', 'c_void_p')]),
     'pipit_tokenizer_load_gpt2': ('c_int', [('vocab_json', 'c_char_p'), ('merges_txt', 'c_char_p'), ('out', 'c_void_p')]),
     'pipit_tokenizer_save': ('c_int', [('t', 'c_void_p'), ('path', 'c_char_p')]),
-    'pipit_tokenizer_token': ('c_char_p', [('t', 'c_void_p'), ('id', 'c_int32'), ('len', 'c_void_p')]),
+    'pipit_tokenizer_token': ('c_void_p', [('t', 'c_void_p'), ('id', 'c_int32'), ('len', 'c_void_p')]),
     'pipit_tokenizer_train': ('c_int', [('texts', 'c_void_p'), ('lens', 'c_void_p'), ('n', 'c_int'), ('vocab_size', 'c_int'), ('out', 'c_void_p')]),
     'pipit_tokenizer_vocab_size': ('c_int', [('t', 'c_void_p')]),
     'pipit_tp_copy': ('S.pipit_val', [('g', 'c_void_p'), ('x', 'S.pipit_val')]),

@@ -501,6 +501,10 @@ class Data(Handle):
     max_token = property(lambda self: lib.pipit_data_max_token(self._ptr))
     checksum = property(lambda self: lib.pipit_data_checksum(self._ptr))
 
+    def offset(self, k):
+        """Where sequence k starts in the token stream (pipit_data_offset)."""
+        return lib.pipit_data_offset(self._ptr, int(k))
+
     def split(self, val_windows):
         """Splits off the last val_windows windows as a validation Data."""
         out = c_void_p()
@@ -552,6 +556,14 @@ class Tokenizer(Handle):
 
     def save(self, path):
         check(lib.pipit_tokenizer_save(self._ptr, cstr(path)))
+
+    def token(self, i):
+        """The bytes of token i."""
+        n = c_size_t()
+        p = lib.pipit_tokenizer_token(self._ptr, int(i), byref(n))
+        if p is None:
+            check(C.PIPIT_STATUS_INVALID)
+        return ctypes.string_at(p, n.value)
 
     @property
     def vocab_size(self):
