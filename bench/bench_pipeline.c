@@ -270,6 +270,7 @@ int main(int argc, char **argv) {
         {PIPIT_SCHED_INTERLEAVED_1F1B, 2}, {PIPIT_SCHED_INTERLEAVED_GPIPE, 2},
         {PIPIT_SCHED_ZB_H1, 1},           {PIPIT_SCHED_DUALPIPEV, 2},
         {PIPIT_SCHED_ZB_H2, 1},           {PIPIT_SCHED_ZB_V, 2},  {PIPIT_SCHED_INTERLEAVED_ZB, 2},
+        {PIPIT_SCHED_V_HALF, 2},          {PIPIT_SCHED_V_MIN, 2},
     };
     static const int Ms[] = {2, 8, 32};
     printf("GPT-2 V=256 T=64 L=4 H=4 C=128, B=4 per microbatch; P=%d ranks x 1 thread; median of %d steps"

@@ -115,6 +115,17 @@ grep -q "candidates:" <<<"$OUT" && grep -q "over the memory limit" <<<"$OUT" && 
 expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --mem-limit 2.4e7 --verbose
 grep -q "^rejected .*the schedule does not accept" <<<"$OUT" || fail "--verbose: $OUT"
 
+# ---- the controllable-memory V schedules are in the search space: a bound
+# (tiny, 8 layers, P = 4, G = 16) below every other schedule's smallest peak
+# (1F1B's 11.33 MB at M = 16) leaves V-Half (10.38 MB) and V-Min (9.30 MB),
+# and one below V-Half's leaves V-Min alone: what a person would pick
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 1.1e7 --json
+$PY -c 'import json,sys; b=json.loads(sys.argv[1])["best"]; assert [x["schedule"] for x in b] == ["v-half", "v-min"], b' "$OUT" ||
+    fail "--mem-limit 1.1e7 at P=4: v-half then v-min alone: $OUT"
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 1.0e7 --json
+$PY -c 'import json,sys; b=json.loads(sys.argv[1])["best"]; assert [x["schedule"] for x in b] == ["v-min"], b' "$OUT" ||
+    fail "--mem-limit 1.0e7 at P=4: v-min alone: $OUT"
+
 # ---- bad inputs
 expect_fail "--global-batch is required" "$PIPIT" plan --search
 expect_fail "--mem-limit must be a number of bytes from 1 to 2^56 (got 0)" "$PIPIT" plan --search --global-batch 8 --mem-limit 0
