@@ -574,6 +574,16 @@ typedef struct {
      * equal parameters. Default 1. */
     int data_parallel;
     int zero1;                  /* D > 1: optimizer state sharded over the replicas (ZeRO-1) */
+    /* ZeRO stage over the D replicas (0..3; D = 1 or forward_only: no effect).
+     * 1: AdamW moments and the update sharded (zero1 = 1 spells the same).
+     * 2: also the gradients: each replica keeps its reduced shard between
+     *    steps; the full-size gradient block exists only during a step.
+     * 3: also the parameters: each replica keeps its shard between steps;
+     *    the stage's full parameters are all-gathered before the microbatch
+     *    loop and released at the end of the step.
+     * Bitwise the same results as ZeRO-1. zero1 = 1 with zero 2 or 3 is
+     * INVALID (contradictory). */
+    int zero;
     /* Tensor parallelism: T world ranks per pipeline stage (the graph's T,
      * pipit_graph_set_tensor_parallel; a mismatch is INVALID). World rank
      * w = (d*P + p)*T + t runs rank t of pipeline rank p of replica d: the

@@ -143,7 +143,8 @@ static void print_header(train_run *r) {
            s->sched ? ", schedule " : "",
            !s->sched ? "" : kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : o->schedule, o->threads);
     if (o->tp > 1) printf("; x %d tensor-parallel ranks per stage", o->tp);
-    if (o->dp > 1) printf("; x %d data-parallel replicas%s", o->dp, o->zero1 ? " (ZeRO-1)" : "");
+    if (o->dp > 1 && (o->zero1 || o->zero > 0)) printf("; x %d data-parallel replicas (ZeRO-%d)", o->dp, o->zero1 ? 1 : o->zero);
+    else if (o->dp > 1) printf("; x %d data-parallel replicas", o->dp);
     if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
     if (on_gpu)
         printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(), pipit_cuda_device_count() == 1 ? "" : "s",

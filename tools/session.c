@@ -327,7 +327,7 @@ static void admit_run(const session *s, const opts *o, int M, const char *mflag)
     const cli_model *cfg = &s->cfg;
     int procs = pipit_process_count(), D = o->dp, P = s->stages / (o->virt > 1 ? o->virt : 1);
     double params = (double)cfg->kind->num_params(cfg), moments = s->forward_only ? 0 : 8 * params;
-    if (o->zero1) moments /= D;
+    if (o->zero1 || o->zero > 0) moments /= D;
     double state = params * (s->forward_only ? 4 : 8) + moments; /* f32 params (+ grads, 2 moments) */
     /* a process holds one rank (a 1/T shard of its stage); threads hold them all */
     state = procs > 1 ? state / (P > 1 ? P : 1) / o->tp : state * D;
@@ -610,6 +610,10 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("tp", o->tp);
     if (o->tp > 64) die("--tp must be at most 64 (got %d)", o->tp);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
+    if (o->zero < 0 || o->zero > 3) die("--zero must be a ZeRO stage in 0..3 (got %d)", o->zero);
+    if (o->zero1 && o->zero > 1) die("--zero1 is --zero 1: it contradicts --zero %d (give one of them)", o->zero);
+    if (o->zero > 0 && o->dp < 2)
+        die("--zero %d shards state over data-parallel replicas: it needs --dp 2 or more", o->zero);
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) {
         if (s->ckpt && !flags_seen(c, "max-ctx")) /* the limit came from the file, not from a flag */
@@ -655,7 +659,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1, .tensor_parallel = o->tp,
+                        .data_parallel = o->dp, .zero1 = o->zero1, .zero = o->zero, .tensor_parallel = o->tp,
                         .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,

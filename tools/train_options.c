@@ -106,6 +106,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
+        {3, {"zero", FL_INT, &o->zero, "with --dp: ZeRO stage 0..3 over the replicas: 1 optimizer state (--zero1), 2 "
+                                       "also the gradients, 3 also the parameters (gathered once per step); bitwise "
+                                       "the same results", 0}},
         {3, {"tp", FL_INT, &o->tp, "tensor-parallel ranks T per pipeline stage (default 1): P x T x D ranks, a "
                                    "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
                                    "width too)", 0}},

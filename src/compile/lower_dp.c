@@ -157,9 +157,10 @@ void pipit__dp_update(lowering *L, pipit__emitter *e, int me) {
     for (int i = 0; i < p->nparams; i++) {
         if (!pipit__has_rank(p->params[i].holders, me)) continue;
         pipit__lower_post(e, INS_UPDATE, i, -1, -1);
-        if (p->zero1) pipit__lower_post(e, INS_DP_PARAM_SEND, i, -1, -1);
+        if (p->zero1 && p->zero < 3) pipit__lower_post(e, INS_DP_PARAM_SEND, i, -1, -1);
     }
-    for (int i = 0; p->zero1 && i < p->nparams; i++)
+    /* ZeRO-3 keeps the shard: the next step gathers it before its loop (runtime/zero.c) */
+    for (int i = 0; p->zero1 && p->zero < 3 && i < p->nparams; i++)
         if (pipit__has_rank(p->params[i].holders, me)) pipit__lower_post(e, INS_DP_PARAM_RECV, i, -1, -1);
 }
 

@@ -178,7 +178,8 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
     p->threads = o->threads ? o->threads : 1;
     p->D = o->data_parallel ? o->data_parallel : 1;
     p->T = o->tensor_parallel ? o->tensor_parallel : 1;
-    p->zero1 = p->D > 1 && o->zero1;
+    p->zero1 = p->D > 1 && (o->zero1 || o->zero > 0);
+    p->zero = p->zero1 && !o->forward_only ? PIPIT_MAX(o->zero, 1) : 0;
     p->forward_only = o->forward_only != 0;
     p->opt.outputs = NULL; /* borrowed for the call only: copied into p->outputs */
     p->opt.device = NULL;  /* borrowed for the call only: the runtime keeps the backend it names */

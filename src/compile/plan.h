@@ -164,6 +164,7 @@ typedef struct {
     int D;               /* data-parallel replicas (world ranks = nranks * T * D) */
     int T;               /* tensor-parallel ranks per pipeline rank (the graph's T) */
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
+    int zero;            /* ZeRO stage 0..3 in effect (0 unless D > 1 and training); zero1 = zero >= 1 */
     int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
     int *by_name;        /* [nparams] param indices sorted by name (pipit__plan_find_param) */

@@ -98,6 +98,11 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
         fprintf(f, "held per world rank: parameters %zu bytes, gradients %zu, optimizer moments %zu%s\n",
                 rp->param_bytes, p->forward_only ? 0 : rp->param_bytes, mom,
                 p->T > 1 ? " (its tensor-parallel shards)" : "");
+        if (p->zero >= 2) /* ZeRO-2/3: the full blocks exist during a step only */
+            fprintf(f, "   between steps (ZeRO-%d, its 1/%d shards): parameters %zu bytes, gradients %zu, optimizer "
+                       "moments %zu\n",
+                    p->zero, p->D, pipit__zero_params(prog) ? mom / 2 : rp->param_bytes,
+                    pipit__zero_grads(prog) ? mom / 2 : rp->param_bytes, mom);
         size_t pre = pipit__preloop_bytes(rp);
         if (pre) /* ops on params alone: with options.dtype bf16, the params' bf16 copies */
             fprintf(f, "   of which: values of params alone (pre-loop) %.3f MiB, the loop's own buffers at their peak "
@@ -268,6 +273,11 @@ static cJSON *rank_json(const pipit_program *program, int r) {
     cJSON_AddNumberToObject(o, "param_bytes", (double)rp->param_bytes);
     cJSON_AddNumberToObject(o, "grad_bytes", p->forward_only ? 0 : (double)rp->param_bytes);
     cJSON_AddNumberToObject(o, "moment_bytes", p->forward_only ? 0 : 2.0 * (double)pipit__moment_bytes(program, r, 0, NULL));
+    /* between steps: ZeRO-2 / ZeRO-3 keep replica 0's shards of the gradients / parameters only */
+    double shard = p->forward_only ? 0 : (double)pipit__moment_bytes(program, r, 0, NULL);
+    cJSON_AddNumberToObject(o, "resident_param_bytes", pipit__zero_params(program) ? shard : (double)rp->param_bytes);
+    cJSON_AddNumberToObject(o, "resident_grad_bytes",
+                            p->forward_only ? 0 : pipit__zero_grads(program) ? shard : (double)rp->param_bytes);
     cJSON_AddNumberToObject(o, "preloop_bytes", (double)pipit__preloop_bytes(rp));
     cJSON_AddNumberToObject(o, "loop_peak_bytes", (double)pipit__activation_peak(rp));
     cJSON_AddNumberToObject(o, "instructions", rp->n);

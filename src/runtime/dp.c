@@ -178,3 +178,11 @@ void pipit__dp_compute(pipit_program *p, int w, const pipit__instr *in, int ith,
     p->be->sum_uses(pp->dtype, sum, srcs, D, lo, hi);
     p->be->copy(grad + (size_t)lo * esize(pp), sum + (size_t)lo * esize(pp), (size_t)(hi - lo) * esize(pp), 0, 1);
 }
+
+/* ZeRO-3's gather before the loop (runtime/zero.c): my shard of param,
+ * already in place in `block`, to every other replica (sending = 1, as
+ * copies), or theirs into place (sending = 0). */
+pipit_status pipit__dp_param_gather(pipit_program *p, int w, int param, uint8_t *block, int sending) {
+    return sending ? send_shards(p, w, param, block, PIPIT_TAG_DP_PARAM, 1, 0, 0)
+                   : recv_shards(p, w, param, block, PIPIT_TAG_DP_PARAM);
+}

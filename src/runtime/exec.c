@@ -303,6 +303,12 @@ static void exec_worker(void *arg, int ith, int nth) {
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0};
     pipit__bind_rank(p, w);
+    pipit_status zs = pipit__zero_begin_step(p, w); /* ZeRO-2/3: the step's full blocks, gathered */
+    if (zs) {
+        fail_rank(&x, zs);
+        pipit__zero_end_step(p, w);
+        return pipit__err(zs, "%s", x.msg);
+    }
     upload_feeds(&x);
     resolve(&x);
     x.rs->busy = x.rs->wait = 0;
@@ -311,6 +317,7 @@ pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     /* A device backend's queued work ends here; its first error (a kernel
      * or a copy that failed) is the rank's failure, reported like any. */
     pipit_status s = p->be->sync(w);
+    pipit__zero_end_step(p, w); /* ZeRO-2/3: keeps this replica's shards, releases the full blocks */
     if (x.status) return pipit__err(x.status, "%s", x.msg);
     if (s) {
         fail_rank(&x, s); /* wakes the other ranks and processes: this rank's results are wrong */

@@ -61,6 +61,15 @@ static pipit_status check_options(const pipit_options *o) {
     if (o->data_parallel < 0 || o->data_parallel > PIPIT_MAX_DP)
         return pipit__err(PIPIT_STATUS_INVALID, "options.data_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_DP, o->data_parallel);
+    if (o->zero1 != 0 && o->zero1 != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.zero1 must be 0 or 1 (ZeRO stage 1), got %d", o->zero1);
+    if (o->zero < 0 || o->zero > 3)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.zero must be a ZeRO stage in 0..3, got %d", o->zero);
+    if (o->zero1 && o->zero > 1)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.zero1 = 1 asks for ZeRO stage 1 but options.zero = %d: contradictory (set "
+                          "options.zero alone)",
+                          o->zero);
     if (o->tensor_parallel < 0 || o->tensor_parallel > PIPIT_MAX_COLL)
         return pipit__err(PIPIT_STATUS_INVALID, "options.tensor_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_COLL, o->tensor_parallel);
@@ -152,9 +161,16 @@ typedef struct {
     const char *what;
     size_t bytes;
     uint8_t **at;
+    int per_step; /* not reserved here: ZeRO-2/3's full blocks (reserved by each step and released at its
+                     end, runtime/zero.c), or a shard block this stage does not use (0 bytes) */
 } rank_block;
 
-enum { NBLOCKS = 7 };
+enum { NBLOCKS = 9 };
+
+/* The admission's category of block k: parameters, gradients, moments,
+ * accumulators, arena, data-parallel buffer (the ZeRO-2/3 shards count as
+ * gradients and parameters). */
+static int block_category(int k) { return k == 7 ? 1 : k == 8 ? 0 : k <= 1 ? k : k <= 3 ? 2 : k - 1; }
 
 static int rank_blocks(const pipit_program *p, int w, pipit__rank_state *rs, size_t opt_bytes, rank_block *blk) {
     const pipit__rank_plan *rp = &p->plan.ranks[pipit__prank_of(p, w)];
@@ -162,15 +178,20 @@ static int rank_blocks(const pipit_program *p, int w, pipit__rank_state *rs, siz
     size_t grad_bytes = p->plan.forward_only ? 0 : rp->param_bytes;
     if (p->plan.forward_only) opt_bytes = 0;
     rank_block all[NBLOCKS] = {
-        {"parameters", rp->param_bytes, rs ? &rs->param_block : NULL},
-        {"gradients", grad_bytes, rs ? &rs->grad_block : NULL},
-        {"optimizer first moments", opt_bytes, rs ? &rs->m_block : NULL},
-        {"optimizer second moments", opt_bytes, rs ? &rs->v_block : NULL},
-        {"gradient accumulators", rp->acc_bytes, rs ? &rs->acc_block : NULL},
-        {"activation arena", rp->arena_bytes, rs ? &rs->arena : NULL},
-        {"data-parallel buffer", (size_t)(p->plan.D > 1 ? p->plan.D : 0) * p->dp_shard_bytes, rs ? &rs->dp_buf : NULL},
+        {"parameters", rp->param_bytes, rs ? &rs->param_block : NULL, pipit__zero_params(p)},
+        {"gradients", grad_bytes, rs ? &rs->grad_block : NULL, pipit__zero_grads(p)},
+        {"optimizer first moments", opt_bytes, rs ? &rs->m_block : NULL, 0},
+        {"optimizer second moments", opt_bytes, rs ? &rs->v_block : NULL, 0},
+        {"gradient accumulators", rp->acc_bytes, rs ? &rs->acc_block : NULL, 0},
+        {"activation arena", rp->arena_bytes, rs ? &rs->arena : NULL, 0},
+        {"data-parallel buffer", (size_t)(p->plan.D > 1 ? p->plan.D : 0) * p->dp_shard_bytes, rs ? &rs->dp_buf : NULL, 0},
+        /* ZeRO-2/3 (D > 1): what stays between steps, laid out as the moments */
+        {"gradient shards (ZeRO-2)", pipit__zero_grads(p) ? opt_bytes : 0, rs ? &rs->gshard_block : NULL,
+         !pipit__zero_grads(p)},
+        {"parameter shards (ZeRO-3)", pipit__zero_params(p) ? opt_bytes : 0, rs ? &rs->pshard_block : NULL,
+         !pipit__zero_params(p)},
     };
-    int n = NBLOCKS - (p->plan.D > 1 ? 0 : 1);
+    int n = p->plan.D == 1 ? NBLOCKS - 3 : NBLOCKS;
     memcpy(blk, all, sizeof all);
     return n;
 }
@@ -223,13 +244,14 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
             return pipit__err(PIPIT_STATUS_NOMEM, "rank %d needs more than 2^56 bytes (limit of one rank's memory) at its %s",
                               w, blk[i].what);
     for (int i = 0; i < nblk; i++)
-        if (!(*blk[i].at = (uint8_t *)be->reserve(blk[i].bytes)))
+        if (!blk[i].per_step && !(*blk[i].at = (uint8_t *)be->reserve(blk[i].bytes)))
             return be->sync(w) ? PIPIT_STATUS_RUNTIME /* not memory: the device failed (its message) */
                                : pipit__err(PIPIT_STATUS_NOMEM,
                               "out of memory for rank %d: its %s (%zu bytes) failed; the rank needs %zu bytes in all "
                               "(%zu of parameters, %zu-byte activation arena)",
                               w, blk[i].what, blk[i].bytes, total, rp->param_bytes, rp->arena_bytes);
-    for (int i = 0; i < nblk; i++) be->zero(*blk[i].at, blk[i].bytes);
+    for (int i = 0; i < nblk; i++)
+        if (!blk[i].per_step) be->zero(*blk[i].at, blk[i].bytes);
     rs->seed = be->alloc(sizeof(double));
     rs->losses = pipit__calloc((size_t)p->plan.M * (size_t)p->plan.D, sizeof *rs->losses);
     rs->srcs_ptr = pipit__calloc((size_t)PIPIT_MAX(rp->nsrcs, 1), sizeof *rs->srcs_ptr);
@@ -240,7 +262,10 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     rs->t_end = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_end);
     /* device backends: one host thread per rank queues the work */
     rs->pool = pipit__pool_new(be->host_memory ? p->plan.threads : 1);
-    if (!rs->opt_off || !rs->param_block || !rs->grad_block || !rs->m_block || !rs->v_block || !rs->acc_block ||
+    /* ZeRO-2/3: a full block reserved by each step instead, its shard block here */
+    int zg = pipit__zero_grads(p), zp = pipit__zero_params(p);
+    if (!rs->opt_off || !(zp ? rs->pshard_block : rs->param_block) || !(zg ? rs->gshard_block : rs->grad_block) ||
+        !rs->m_block || !rs->v_block || !rs->acc_block ||
         !rs->arena || !rs->seed || (p->plan.D > 1 && !rs->dp_buf) || !rs->losses || !rs->srcs_ptr || !rs->sumsq ||
         !rs->chunks || !rs->kc || !rs->t_start || !rs->t_end || !rs->pool)
         return pipit__err(PIPIT_STATUS_NOMEM,
@@ -333,7 +358,7 @@ static pipit_status admit_plan_ranks(const pipit_program *p) {
         rank_block blk[NBLOCKS];
         double sum[6] = {0}, total = 0;
         int n = rank_blocks(p, w, NULL, pipit__moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
-        for (int k = 0; k < n; k++) sum[k <= 1 ? k : k <= 3 ? 2 : k - 1] += (double)blk[k].bytes, total += (double)blk[k].bytes;
+        for (int k = 0; k < n; k++) sum[block_category(k)] += (double)blk[k].bytes, total += (double)blk[k].bytes;
         if (total > best_total) best_total = total, best_w = w, memcpy(best, sum, sizeof best);
     }
     pipit__mem_item items[7];
@@ -358,7 +383,7 @@ static pipit_status admit_plan(const pipit_program *p) {
         int w = p->local[i];
         rank_block blk[NBLOCKS];
         int n = rank_blocks(p, w, NULL, pipit__moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
-        for (int k = 0; k < n; k++) sum[k <= 1 ? k : k <= 3 ? 2 : k - 1] += (double)blk[k].bytes;
+        for (int k = 0; k < n; k++) sum[block_category(k)] += (double)blk[k].bytes;
     }
     double plan = plan_bytes(&p->plan);
     pipit__mem_item items[8];
@@ -407,6 +432,9 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
             case INS_DP_AG_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_GRAD, in->param, d); break;
             case INS_DP_PARAM_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_PARAM, in->param, d); break;
             case INS_DP_SUMSQ_SEND: for (int d = 0; d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_SUMSQ, in->param, d); break;
+            case INS_UPDATE: /* ZeRO-3: the gather before each step's loop (runtime/zero.c) */
+                for (int d = 0; pl->zero >= 3 && d < pl->D; d++) one[m++] = pipit__tag(PIPIT_TAG_DP_PARAM, in->param, d);
+                break;
             case INS_LOSS_RECV: one[m++] = pipit__tag(PIPIT_TAG_LOSS, in->peer, 0); break;
             case INS_TP: /* the in-stage all-reduce: chunk k to its owner, its sum back (transport.h) */
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
@@ -598,6 +626,8 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     p->be->free(rs->dp_buf);
     p->be->free(rs->param_block);
     p->be->free(rs->grad_block);
+    p->be->free(rs->gshard_block);
+    p->be->free(rs->pshard_block);
     p->be->free(rs->m_block);
     p->be->free(rs->v_block);
     p->be->free(rs->acc_block);

@@ -22,6 +22,9 @@ typedef struct {
     uint8_t *param_block, *grad_block, *m_block, *v_block, *acc_block;
     size_t *opt_off;     /* [nparams] offset of param i's AdamW moments in m/v_block (ZeRO-1: its
                             shard only); SIZE_MAX: not held */
+    uint8_t *gshard_block, *pshard_block; /* ZeRO-2 / ZeRO-3: this replica's shard of each held param's
+                            gradient / parameter between steps, at opt_off (grad_block / param_block are then
+                            NULL between steps: reserved by each step, runtime/zero.c) */
     uint8_t *dp_buf;     /* data parallel: D shard-sized buffers (the other replicas' shards and the sum) */
     uint8_t *feed_block; /* device backends: the rank's feeds, uploaded at the start of each step (NULL on
                             host memory: feeds are read where they lie) */
@@ -82,6 +85,20 @@ static inline void pipit__bind_rank(const pipit_program *p, int w) {
  * replica `replica` (its held params, or with ZeRO-1 its shards of them,
  * each 64-byte aligned); fills opt_off[nparams] unless NULL. */
 size_t pipit__moment_bytes(const pipit_program *p, int prank, int replica, size_t *opt_off);
+
+/* ZeRO-2/3 (runtime/zero.c). zero_grads: the full gradient block lives
+ * only during a step (the reduced shard stays, in gshard_block); with a
+ * gradient transform (which reads whole gradients) it stays resident, as
+ * under ZeRO-1. zero_params: the same for the parameters (ZeRO-3). */
+int pipit__zero_grads(const pipit_program *p);
+int pipit__zero_params(const pipit_program *p);
+/* Before world rank w's step: reserves the per-step blocks and (ZeRO-3)
+ * all-gathers the parameters from the replicas' shards. After it (also
+ * after a failure): keeps this replica's shards and releases the blocks. */
+pipit_status pipit__zero_begin_step(pipit_program *p, int w);
+void pipit__zero_end_step(pipit_program *p, int w);
+/* ZeRO-3's all-gather of one param's shards into `block` (dp.c). */
+pipit_status pipit__dp_param_gather(pipit_program *p, int w, int param, uint8_t *block, int sending);
 
 /* In an MPI job, the processes compare their plans and statuses before
  * any of them allocates or opens the transport (program_agree.c): every

@@ -88,7 +88,7 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local) {
     static const char *const names[NFIELDS] = {
         "options.optimizer.kind", "options.optimizer.lr", "options.optimizer.beta1", "options.optimizer.beta2",
         "options.optimizer.eps", "options.optimizer.weight_decay", "options.clip_norm", "options.lr_schedule",
-        "options.microbatches", "options.data_parallel", "options.zero1", "options.remat", "options.forward_only",
+        "options.microbatches", "options.data_parallel", "options.zero (ZeRO stage)", "options.remat", "options.forward_only",
         "options.tf32", "options.outputs", "the schedule", "the stage cuts", "the params", "the inputs", "the graph",
         "PIPIT_HEARTBEAT (seconds)"};
     char val[NFIELDS][VAL_LEN];
@@ -105,7 +105,7 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local) {
         for (int i = 0; i < 6; i++) snprintf(val[1 + i], VAL_LEN, "%.17g", num[i]);
         snprintf(val[7], VAL_LEN, "kind %d, warmup %lld, decay_steps %lld, min_lr %.17g", (int)ls->kind,
                  (long long)ls->warmup, (long long)ls->decay_steps, ls->min_lr);
-        const int ints[] = {pl->M, pl->D, pl->zero1, pl->opt.remat != 0, pl->forward_only, p->tf32};
+        const int ints[] = {pl->M, pl->D, pl->zero1 ? PIPIT_MAX(pl->zero, 1) : 0, pl->opt.remat != 0, pl->forward_only, p->tf32};
         for (int i = 0; i < 6; i++) snprintf(val[8 + i], VAL_LEN, "%d", ints[i]);
         uint64_t h = mix(0xcbf29ce484222325ull, pl->outputs, sizeof *pl->outputs * (size_t)pl->noutputs);
         snprintf(val[14], VAL_LEN, "%d (%016llx)", pl->noutputs, (unsigned long long)h);

@@ -394,10 +394,15 @@ static uint8_t *block_of(const pipit__rank_state *r, int which) {
 static const uint8_t *element_at(const pipit_program *p, int w, int i, int which, int64_t a) {
     const pipit__rank_state *rs = &p->rs[w];
     size_t es = pipit__dtype_size(p->plan.params[i].dtype);
-    if (which == BLOCK_M || which == BLOCK_V) {
+    /* ZeRO-2 / ZeRO-3: between steps the gradient / parameter is this replica's shard alone */
+    int zero_shard = (which == BLOCK_GRAD && pipit__zero_grads(p)) || (which == BLOCK_PARAM && pipit__zero_params(p));
+    if (which == BLOCK_M || which == BLOCK_V || zero_shard) {
         int64_t first = 0, end;
         if (p->plan.zero1) pipit__dp_shard(p->plan.params[i].numel, p->plan.D, rs->replica, &first, &end);
-        return block_of(rs, which) + rs->opt_off[i] + (size_t)(a - first) * es;
+        const uint8_t *base = which == BLOCK_GRAD ? rs->gshard_block
+                              : which == BLOCK_PARAM ? rs->pshard_block
+                                                     : block_of(rs, which);
+        return base + rs->opt_off[i] + (size_t)(a - first) * es;
     }
     return block_of(rs, which) + p->plan.ranks[rs->prank].param_off[i] + (size_t)a * es;
 }
@@ -419,7 +424,8 @@ static pipit_status fetch(const pipit_program *p, int w, const uint8_t *src, voi
 
 static int sharded(const pipit_program *p, int which) {
     if (!p->plan.zero1) return 0;
-    return which == BLOCK_M || which == BLOCK_V || (which == BLOCK_GRAD && !p->plan.g->ngradset);
+    return which == BLOCK_M || which == BLOCK_V || (which == BLOCK_GRAD && !p->plan.g->ngradset) ||
+           (which == BLOCK_PARAM && pipit__zero_params(p));
 }
 
 /* Tensor-parallel rank t's local copy of param i (its shard, or all of a

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# bench/zero.sh — ZeRO-2 and ZeRO-3 step time against ZeRO-1 at D = 2
+# (docs/benchmarks.md §17): the same GPT-2 (L 4, C 256, ctx 64, V 256: 3.3M
+# params), P = 2 (1F1B), D = 2, M = 4 microbatches of 4 sequences, the three
+# stages interleaved over ROUNDS rounds (so a load change hits all three),
+# as threads and as 4 MPI processes over shared memory (vader). Prints the
+# median step time of steps 2..STEPS of every run, then per stage the
+# median over the rounds. The runs have the same bits (tests/test_zero.c).
+# Usage: bench/zero.sh            env: BUILD=build-bench ROUNDS=3 STEPS=12 MPI=1 SMALL=0
+# (SMALL=1: L 2, C 128, ctx 32, B 2 instead)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-bench} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-12} MPI=${MPI:-1}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" --target pipit_cli -- -j2 >/dev/null
+PIPIT=$(realpath "$BUILD/pipit")
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+cat README.md docs/*.md > "$WORK/corpus.txt"
+cd "$WORK"
+echo "nproc: $(nproc); $(uptime | sed 's/.*load/load/'); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+SIZE=(--layers 4 --dim 256 --heads 4 --ctx 64 --micro-batch 4)
+[ "${SMALL:-0}" = 1 ] && SIZE=(--layers 2 --dim 128 --heads 2 --ctx 32 --micro-batch 2) # 0.4M params
+ARGS=(--data corpus.txt "${SIZE[@]}" --pp 2 --dp 2 --microbatches 4 --steps "$STEPS" --json)
+median_ms() { # median of the "ms" of steps >= 2 in a --json log
+    python3 -c 'import json,sys,statistics as s
+v=[json.loads(l)["ms"] for l in open(sys.argv[1]) if l.startswith("{") and json.loads(l).get("step",0)>=2 and "ms" in json.loads(l)]
+print("%.1f" % s.median(v))' "$1"
+}
+declare -A ALL
+modes=(threads)
+[ "$MPI" = 1 ] && command -v mpirun >/dev/null && modes+=(mpi)
+for r in $(seq "$ROUNDS"); do
+    for mode in "${modes[@]}"; do
+        for z in 1 2 3; do
+            flag=(--zero "$z")
+            if [ "$mode" = threads ]; then "$PIPIT" train "${ARGS[@]}" "${flag[@]}" > run.log 2>/dev/null
+            else mpirun -np 4 --bind-to none --mca btl self,vader "$PIPIT" train "${ARGS[@]}" "${flag[@]}" > run.log 2>/dev/null
+            fi
+            ms=$(median_ms run.log)
+            echo "round $r $mode ZeRO-$z: $ms ms/step"
+            ALL[$mode.$z]="${ALL[$mode.$z]:-} $ms"
+        done
+    done
+done
+for mode in "${modes[@]}"; do
+    line="$mode:"
+    for z in 1 2 3; do
+        # shellcheck disable=SC2086
+        m=$(python3 -c 'import sys,statistics as s; print("%.1f" % s.median(map(float, sys.argv[1:])))' ${ALL[$mode.$z]})
+        line+=" ZeRO-$z $m ms"
+    done
+    echo "$line (median over $ROUNDS rounds)"
+done

@@ -1,0 +1,86 @@
+/*
+ * zero.c — ZeRO-2 and ZeRO-3 over the D replicas of a pipeline rank
+ * (docs/architecture.md §9). What ZeRO-1 shards (the AdamW moments and the
+ * update) stays as it is (dp.c, optim.c); these stages shard what is left:
+ *   ZeRO-2  the gradients. The step's full gradient block (where the loop
+ *           accumulates, and whose shards the overlapped reduce-scatter
+ *           sends as soon as each param's gradient is final) is reserved
+ *           when the step starts and released when it ends; this replica's
+ *           reduced shard is kept in gshard_block (laid out as the moments).
+ *   ZeRO-3  also the parameters: between steps each replica keeps only its
+ *           shard (pshard_block). Before the microbatch loop the rank
+ *           reserves the stage's full parameter block and all-gathers it
+ *           (its shard to every other replica, theirs into place), once per
+ *           step; the update writes this replica's shard (ZeRO-1 without
+ *           its post-update all-gather), which is kept when the step ends and
+ *           the full block released.
+ * The bits are ZeRO-1's: the same gradients, the same sums in replica
+ * order, the same update of the same shard; the gather moves bytes.
+ */
+#include "runtime/program.h"
+
+int pipit__zero_grads(const pipit_program *p) { return p->plan.zero >= 2 && !p->plan.g->ngradset; /* as pipit__dp_sharded_grads */ }
+
+int pipit__zero_params(const pipit_program *p) { return p->plan.zero >= 3; }
+
+/* Copies this replica's shard of each held param between the full block
+ * and the shard block (to_shard = 1: full -> shard). */
+static void move_shards(const pipit_program *p, const pipit__rank_state *rs, uint8_t *full, uint8_t *shard,
+                        int to_shard) {
+    const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
+    for (int i = 0; i < p->plan.nparams; i++) {
+        if (rp->param_off[i] == SIZE_MAX) continue;
+        const pipit__param *pp = &p->plan.params[i];
+        size_t es = pipit__dtype_size(pp->dtype);
+        int64_t a, b;
+        pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
+        if (b <= a) continue;
+        uint8_t *f = full + rp->param_off[i] + (size_t)a * es, *s = shard + rs->opt_off[i];
+        size_t n = (size_t)(b - a) * es;
+        if (to_shard) p->be->copy(s, f, n, 0, 1);
+        else p->be->copy(f, s, n, 0, 1);
+    }
+}
+
+static pipit_status reserve_full(const pipit_program *p, int w, uint8_t **at, const char *what) {
+    size_t n = p->plan.ranks[p->rs[w].prank].param_bytes;
+    if (!(*at = (uint8_t *)p->be->reserve(n)))
+        return p->be->sync(w) ? PIPIT_STATUS_RUNTIME
+                              : pipit__err(PIPIT_STATUS_NOMEM, "out of memory for rank %d: its step's %s (%zu bytes)",
+                                           w, what, n);
+    p->be->zero(*at, n);
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit__zero_begin_step(pipit_program *p, int w) {
+    pipit__rank_state *rs = &p->rs[w];
+    pipit_status s = PIPIT_STATUS_OK;
+    if (pipit__zero_grads(p) && !rs->grad_block) s = reserve_full(p, w, &rs->grad_block, "gradients (ZeRO-2)");
+    if (s || !pipit__zero_params(p) || rs->param_block) return s;
+    if ((s = reserve_full(p, w, &rs->param_block, "parameters (ZeRO-3)"))) return s;
+    move_shards(p, rs, rs->param_block, rs->pshard_block, 0);
+    if ((s = p->be->sync(w))) return s;
+    const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
+    /* every send (copies: they never block) before every receive */
+    for (int sending = 1; sending >= 0; sending--)
+        for (int i = 0; !s && i < p->plan.nparams; i++)
+            if (rp->param_off[i] != SIZE_MAX)
+                s = pipit__dp_param_gather(p, w, i, rs->param_block + rp->param_off[i], sending);
+    return s;
+}
+
+void pipit__zero_end_step(pipit_program *p, int w) {
+    pipit__rank_state *rs = &p->rs[w];
+    if (pipit__zero_params(p) && rs->param_block) {
+        move_shards(p, rs, rs->param_block, rs->pshard_block, 1);
+        p->be->sync(w);
+        p->be->free(rs->param_block);
+        rs->param_block = NULL;
+    }
+    if (pipit__zero_grads(p) && rs->grad_block) {
+        move_shards(p, rs, rs->grad_block, rs->gshard_block, 1);
+        p->be->sync(w);
+        p->be->free(rs->grad_block);
+        rs->grad_block = NULL;
+    }
+}
