@@ -55,6 +55,32 @@ typedef struct {
      * into the fp32 gradient). The same parameters either way; losses
      * agree within rounding. Other values: INVALID. */
     int fused_head;
+    /* Mixture of experts (pipit_moe.h; docs/architecture.md "Mixture of
+     * experts"). All zeros (the default): every MLP dense. experts E >= 1
+     * makes the MLP of every moe_every-th layer (layer l with (l + 1) %
+     * moe_every == 0; 0 or 1: every layer) routed: a router
+     * "model.layers.<l>.mlp.router.weight" [E, C]; E SwiGLU experts of width
+     * F stacked as "mlp.experts.gate_proj.weight" and "...up_proj.weight"
+     * [E, F, C], "...down_proj.weight" [E, C, F]; each of the B x T tokens
+     * goes to top_k experts (router 0: softmax then top-k, the k weights
+     * renormalised, Mixtral; 1: sigmoid then top-k normalised over the k,
+     * DeepSeek-V3), each expert holding ceil(capacity_factor x B T x top_k /
+     * E) tokens (at most B T; a token past it is dropped for that expert,
+     * in token order) or, with dropless 1, all B T; plus shared_experts
+     * always-on experts as one SwiGLU MLP of width shared_experts x F
+     * ("mlp.shared_expert.*") added to the routed output. aux_loss > 0 adds
+     * aux_loss x the sum over MoE layers of the Switch/Mixtral balance term
+     * E sum_e f_e P_e (f_e: choices of expert e / tokens, P_e: the mean
+     * router probability) to the loss. Not with tensor parallelism (T > 1:
+     * INVALID). */
+    int experts;
+    int top_k;
+    double capacity_factor;
+    int dropless;
+    int shared_experts;
+    int moe_every;
+    int router;
+    double aux_loss;
 } pipit_llama_config;
 
 /* Graph inputs the builder declares; feed them per microbatch. Positions

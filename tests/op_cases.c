@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ir/graph.h"
+#include "pipit_moe.h"
 #include "util/bf16.h"
 
 #define F64 op_cases_dtype /* the builders' float dtype */
@@ -215,7 +216,26 @@ static pipit_val b_embed_vp(pipit_graph *g) {
     return pipit_embed(g, t, idx_input(g, "idx", 2, SH(2, 3)));
 }
 
+/* Mixture of experts (pipit_moe.h): top-k values, and a routed layer of
+ * 5 tokens x 2 choices over 3 experts of 2 slots (4 choices dropped):
+ * top-k of the router logits, softmax over the chosen, the slots,
+ * dispatch, an elementwise expert and the weighted combine -- or the
+ * weights applied at the dispatch (its weight gradient), a linear expert
+ * there (bf16 vs f32: one rounding fewer, within the 2-ulp bound). */
+static pipit_val b_topk(pipit_graph *g) { return pipit_topk(g, P(g, "x", 3, SH(2, 3, 5)), 3, NULL); }
+static pipit_val moe_layer(pipit_graph *g, int weigh_at_dispatch) {
+    pipit_val idx, x = P(g, "x", 2, SH(5, 4));
+    pipit_val w = pipit_softmax(g, pipit_topk(g, P(g, "r", 2, SH(5, 3)), 2, &idx));
+    pipit_val slots = pipit_moe_slots(g, idx, 3, 2);
+    pipit_val xe = pipit_moe_dispatch(g, x, slots, 3, 2, weigh_at_dispatch ? &w : NULL);
+    pipit_val ye = weigh_at_dispatch ? pipit_scale(g, xe, 0.5) : pipit_mul(g, xe, xe); /* bf16: rounded once */
+    return pipit_moe_combine(g, ye, slots, weigh_at_dispatch ? NULL : &w);
+}
+static pipit_val b_moe_combine(pipit_graph *g) { return moe_layer(g, 0); }
+static pipit_val b_moe_dispatch_w(pipit_graph *g) { return moe_layer(g, 1); }
+
 const op_case op_cases[] = {
+    {"topk", b_topk}, {"moe_combine", b_moe_combine}, {"moe_dispatch_weighted", b_moe_dispatch_w},
     {"embed", b_embed},         {"add", b_add},           {"mul", b_mul},
     {"mul_same", b_mul_same},   {"scale", b_scale},       {"matmul_nn", b_mm_nn},
     {"matmul_tn", b_mm_tn},     {"matmul_nt", b_mm_nt},   {"matmul_tt", b_mm_tt},

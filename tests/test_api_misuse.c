@@ -22,6 +22,7 @@
 #include "pipit_decode.h"
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
+#include "pipit_moe.h"
 #include "pipit_inspect.h"
 #include "pipit_io.h"
 #include "pipit_partition.h"
@@ -1451,6 +1452,71 @@ static int cannot_fail(const char *name) {
         if (strcmp(CANNOT_FAIL[i][0], name) == 0) return 1;
     size_t n = strlen(name); /* every *_free accepts NULL and returns nothing */
     return n > 5 && strcmp(name + n - 5, "_free") == 0;
+}
+
+/* pipit_moe.h: bad k, options, shapes and grids; NULL, junk and poisoned
+ * graphs; the capacity rule's refusals. */
+static pipit_val moe_idx; /* pipit_moe_route's indices out */
+PIPIT_TEST(api_misuse_moe) {
+    memset(junk, 0x5a, sizeof junk);
+    const pipit_route_opts ro = {1, PIPIT_ROUTER_SOFTMAX, 1, NULL};
+    ON_FRESH_GRAPH(pipit_topk(g, w, 4, NULL), PIPIT_STATUS_SHAPE); /* k > 3 */
+    ON_FRESH_GRAPH(pipit_topk(g, w, INT_MIN, &moe_idx), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_topk(g, ids, 1, NULL), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_topk(g, none, 1, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_take_along(g, w, w), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_take_along(g, w, ids), PIPIT_STATUS_SHAPE); /* rank 1 vs 2 */
+    ON_FRESH_GRAPH(pipit_take_along(g, none, ids), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_moe_route(g, w, NULL, &moe_idx), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_moe_route(g, w, &ro, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_moe_route(g, w, (&(pipit_route_opts){4, PIPIT_ROUTER_SOFTMAX, 1, NULL}), &moe_idx),
+                   PIPIT_STATUS_INVALID); /* top_k > 3 experts */
+    ON_FRESH_GRAPH(pipit_moe_route(g, w, (&(pipit_route_opts){1, (pipit_router_kind)7, 1, NULL}), &moe_idx),
+                   PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_moe_route(g, x3, &ro, &moe_idx), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_route(g, none, &ro, &moe_idx), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_moe_route(g, w, (&(pipit_route_opts){1, PIPIT_ROUTER_SIGMOID, 0, &x3}), &moe_idx),
+                   PIPIT_STATUS_SHAPE); /* a bias that does not broadcast */
+    ON_FRESH_GRAPH(pipit_moe_slots(g, ids, 2, 2), PIPIT_STATUS_SHAPE); /* [2], not [T, k] */
+    ON_FRESH_GRAPH(pipit_moe_slots(g, pipit_input(g, "s", PIPIT_I32, 2, SH(2, 1)), 0, 2), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_slots(g, pipit_input(g, "s", PIPIT_I32, 2, SH(2, 1)), 2, 0), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_slots(g, pipit_input(g, "s", PIPIT_I32, 2, SH(2, 1)), INT_MAX, INT64_MAX),
+                   PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_dispatch(g, w, ids, 2, 2, NULL), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_dispatch(g, w, pipit_input(g, "s", PIPIT_I32, 2, SH(2, 1)), 2, 2, &x3),
+                   PIPIT_STATUS_SHAPE); /* weights not [T, k] */
+    ON_FRESH_GRAPH(pipit_moe_dispatch(g, w, pipit_input(g, "s", PIPIT_I32, 2, SH(2, 1)), -1, 2, NULL),
+                   PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_dispatch(g, w, none, 2, 2, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_moe_combine(g, w, pipit_input(g, "s", PIPIT_I32, 2, SH(2, 1)), NULL), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_combine(g, x3, ids, NULL), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_moe_combine(g, x3, none, &w), PIPIT_STATUS_INVALID);
+    pipit_graph *g2 = pipit_graph_new();
+    pipit_val a = pipit_param(g2, "a", PIPIT_F32, 2, SH(2, 4));
+    pipit_val i2 = pipit_input(g2, "i2", PIPIT_I32, 2, SH(2, 1));
+    INVALID_VAL(pipit_topk(NULL, a, 1, NULL));
+    INVALID_VAL(pipit_topk(JUNK_GRAPH, a, 1, &moe_idx));
+    ASSERT_MSG_HAS("invalid graph handle");
+    INVALID_VAL(pipit_take_along(NULL, a, i2));
+    INVALID_VAL(pipit_moe_route(NULL, a, &ro, &moe_idx));
+    ASSERT_MSG_HAS("graph is NULL");
+    INVALID_VAL(pipit_moe_route(JUNK_GRAPH, a, &ro, &moe_idx));
+    INVALID_VAL(pipit_moe_slots(NULL, i2, 2, 2));
+    INVALID_VAL(pipit_moe_dispatch(JUNK_GRAPH, a, i2, 2, 2, NULL));
+    INVALID_VAL(pipit_moe_combine(NULL, a, i2, NULL));
+    ASSERT_TRUE(pipit_topk(g2, a, 9, NULL).id < 0); /* poisons */
+    INVALID_VAL(pipit_moe_route(g2, a, &ro, &moe_idx));
+    ASSERT_MSG_HAS("the graph already failed");
+    INVALID_VAL(pipit_moe_slots(g2, i2, 2, 2));
+    INVALID_VAL(pipit_take_along(g2, a, i2));
+    pipit_graph_free(g2);
+    GIVES(pipit_moe_capacity(0, 1, 1, 1.0, 0), -1);
+    GIVES(pipit_moe_capacity(8, 3, 2, 1.0, 1), -1);
+    ASSERT_MSG_HAS("exceeds the experts");
+    GIVES(pipit_moe_capacity(8, 1, 2, 0.0, 0), -1);
+    GIVES(pipit_moe_capacity(8, 1, 2, NAN, 0), -1);
+    GIVES(pipit_moe_capacity(8, 1, 2, INFINITY, 0), -1);
+    GIVES(pipit_moe_capacity(8, 1, INT_MIN, 1.0, 0), -1);
 }
 
 /* Decoding: the builders refuse what a decoding graph cannot be, the

@@ -91,6 +91,10 @@ static const struct {
     [PIPIT_OP_TP_SUM] = {PREC_FOLLOW, "sums the row-parallel matmul's bf16 partials in fp32, rounded once"},
     [PIPIT_OP_TP_MAX] = {PREC_FOLLOW, "its input's dtype"},
     [PIPIT_OP_TP_PICK] = {PREC_FOLLOW, "its input's dtype"},
+    [PIPIT_OP_TOPK] = {PREC_KEEP, "chooses on the scores as they are (fp32 after softmax): no ties made by rounding"},
+    [PIPIT_OP_TAKE] = {PREC_KEEP, "moves values: the router's weights stay fp32"},
+    [PIPIT_OP_MOE_DISPATCH] = {PREC_FOLLOW, "the tokens' dtype (the weights cast to it)"},
+    [PIPIT_OP_MOE_COMBINE] = {PREC_FOLLOW, "the experts' outputs' dtype (the weights cast to it)"},
 };
 
 /* The first backward node of g (an earlier training compile's), or g->n. */

@@ -117,6 +117,8 @@ static void index_limits(const pipit_graph *g, int32_t fwd_end, int64_t *lim) {
         /* vocab parallel: the T ranks' shards together hold the classes */
         if (n->op == PIPIT_OP_EMBED && n->iattr[1]) b *= pipit__graph_tp(g);
         if (n->op == PIPIT_OP_TP_PICK) to = n->in[1], b = pipit__node_last_dim(&g->nodes[n->in[0]]) * pipit__graph_tp(g);
+        if (n->op == PIPIT_OP_TAKE) to = n->in[1], b = pipit__node_last_dim(&g->nodes[n->in[0]]); /* ir/moe.h */
+        if (n->op == PIPIT_OP_MOE_SLOTS) to = n->in[0], b = n->iattr[0];                         /* experts */
         if (n->op == PIPIT_OP_HEAD_XENT) /* classes: W's rows (vocab parallel: the T shards') */
             to = n->in[2], b = g->nodes[n->in[1]].shape[0] * (n->iattr[0] ? pipit__graph_tp(g) : 1);
         if (n->dtype == PIPIT_I32 && lim[j] &&

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "models/decode.h"
+#include "models/llama_moe.h"
 #include "models/models.h"
 #include "util/checked.h"
 #include "util/common.h"
@@ -68,7 +69,11 @@ static int count_params(const pipit_llama_config *c, int64_t F, int64_t *out) {
     int64_t C = c->dim, D = c->dim / c->heads, kvd = (int64_t)kv_of(c) * D, emb, per = 0, t, all;
     if (!pipit__mul_i64(C, c->vocab, &emb)) return 0;
     /* q and o: C x C each; k and v: C x kv*D each; gate, up, down: C x F each; two norms */
-    if (!pipit__mul_i64(C, 2 * C + 2 * kvd + 3 * F + 2, &per) || !pipit__mul_i64(per, c->layers, &t)) return 0;
+    if (!pipit__mul_i64(C, 2 * C + 2 * kvd + 2, &per) || !pipit__mul_i64(per, c->layers, &t)) return 0;
+    for (int l = 0; l < c->layers; l++) { /* dense or MoE MLPs (llama_moe.c) */
+        int64_t m;
+        if (!pipit__llama_mlp_params(c, l, F, &m) || !pipit__add_i64(t, m, &t)) return 0;
+    }
     if ((!c->tied && !pipit__add_i64(emb, emb, &emb)) || !pipit__add_i64(t, emb, &all) || !pipit__add_i64(all, C, &all))
         return 0;
     if (all > ((int64_t)1 << 62)) return 0;
@@ -128,6 +133,7 @@ static pipit_status llama_check_impl(const pipit_llama_config *c) {
     if (c->fused_head != 0 && c->fused_head != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "llama: fused_head %d is not 0 (matmul head) or 1 (fused head)",
                           c->fused_head);
+    if (pipit__llama_moe_check(c)) return PIPIT_STATUS_INVALID;
     int F = ffn_hidden(c);
     if (F < 1) return PIPIT_STATUS_INVALID;
     int64_t n;
@@ -230,12 +236,13 @@ static pipit_val mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, i
 }
 
 static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
-                       pipit__decode *dec) {
+                       pipit__decode *dec, pipit_val *aux) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
     x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l, dec));
     snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
-    return pipit_add(g, x, mlp(g, c, rmsnorm(g, c, x, name), l, F));
+    pipit_val h = rmsnorm(g, c, x, name);
+    return pipit_add(g, x, pipit__llama_is_moe(c, l) ? pipit__llama_moe_mlp(g, c, h, l, F, aux) : mlp(g, c, h, l, F));
 }
 
 static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits_out, const char *fn) {
@@ -253,6 +260,11 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
         pipit__err_prefix("%s", fn);
         return (pipit_val){g, -1};
     }
+    if (T > 1 && c->experts > 0) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: llama: MoE layers (experts %d) with tensor parallelism (T = %d) are not "
+                   "built yet", fn, c->experts, T);
+        return (pipit_val){g, -1};
+    }
     int64_t bt[2] = {c->batch, c->ctx}, F = ffn_hidden(c);
     pipit_val tok = pipit_input(g, PIPIT_LLAMA_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_LLAMA_TARGETS, PIPIT_I32, 2, bt);
@@ -260,16 +272,19 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
     pipit_val emb = pipit__models_param(g, c->dtype, T, "model.embed_tokens.weight", 2, c->vocab, c->dim, 0, 1);
     pipit_val x = pipit__models_tp_sum(g, T, pipit_embed(g, emb, tok));
     int stage = 0;
+    pipit_val aux = {g, -1}; /* the MoE layers' balance terms (llama_moe.c) */
     for (int l = 0; l < c->layers; l++) {
         if (stage + 1 < c->stages && l == pipit_llama_stage_first_layer(c, stage + 1)) {
             x = pipit_yield(g, x);
+            if (aux.id >= 0) aux = pipit_yield(g, aux);
             stage++;
         }
-        x = block(g, c, x, l, F, NULL);
+        x = block(g, c, x, l, F, NULL, &aux);
     }
     x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
     pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
-    return pipit__models_head_loss(g, T, c->fused_head, x, head, tgt, logits_out);
+    pipit_val loss = pipit__models_head_loss(g, T, c->fused_head, x, head, tgt, logits_out);
+    return aux.id >= 0 ? pipit_add(g, loss, pipit_scale(g, aux, c->aux_loss)) : loss;
 }
 
 pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { return build(g, c, NULL, __func__); }
@@ -295,7 +310,7 @@ static pipit_status build_decode(pipit_graph *g, const pipit_llama_config *c, pi
     pipit_val tok = pipit_input(g, PIPIT_DECODE_TOKENS, PIPIT_I32, 2, (int64_t[]){c->batch, 1});
     pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
     pipit_val x = pipit_embed(g, emb, tok);
-    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d);
+    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d, NULL);
     x = rmsnorm(g, c, x, "model.norm.weight");
     pipit_val head = c->tied ? emb : param(g, c, "lm_head.weight", 2, c->vocab, c->dim);
     return pipit__decode_end(&d, pipit_matmul_nt(g, x, head), out, "pipit_llama_build_decode");

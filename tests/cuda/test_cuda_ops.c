@@ -44,6 +44,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cuda/cuda_backend.h"
 #include "ir/graph.h"
+#include "pipit_moe.h"
 #include "test.h"
 #include "util/bf16.h"
 
@@ -323,7 +324,24 @@ static void c_tp_head_xent(pipit_graph *g, pipit_dtype dt) {
     pipit_tp_head_xent_mean(g, h, in_f(g, dt, "w", 2, SH(2100, 11)), in_idx(g, 4200, "t", 1, SH(35)));
 }
 
+/* Mixture of experts: top-k over 37 (bf16 inputs tie), take; the slots of
+ * random choices of 6 experts for 41 tokens x 2 with 9 slots each (some
+ * dropped); dispatch and combine with and without weights (their VJPs run
+ * combine, dispatch, take_dx and moe_dw). */
+static void c_moe(pipit_graph *g, pipit_dtype dt) {
+    pipit_val idx;
+    pipit_topk(g, in_f(g, dt, "x", 3, SH(3, 7, 37)), 5, &idx);
+    pipit_val s = pipit_moe_slots(g, in_idx(g, 6, "e", 2, SH(41, 2)), 6, 9);
+    pipit_val x = in_f(g, dt, "t", 2, SH(41, 19)), w = in_f(g, dt, "w", 2, SH(41, 2));
+    pipit_val y = in_f(g, dt, "y", 3, SH(6, 9, 19));
+    pipit_moe_dispatch(g, x, s, 6, 9, NULL);
+    pipit_moe_dispatch(g, x, s, 6, 9, &w);
+    pipit_moe_combine(g, y, s, &w);
+    pipit_moe_combine(g, y, s, NULL);
+}
+
 static const parity_case cases[] = {
+    {"moe", c_moe},
     {"embed", c_embed},
     {"add_mul_scale", c_add_mul_scale},
     {"matmul", c_matmul},

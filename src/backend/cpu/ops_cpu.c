@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/head_xent.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/moe.h"
 
 #define KIN(i) (k->in_node[i])
 

@@ -39,6 +39,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/ops_cuda.cuh"
 #include "ir/graph.h"
 

@@ -1,0 +1,127 @@
+/*
+ * llama_moe.c — the Llama builder's mixture-of-experts MLP (pipit_llama.h's
+ * experts fields; the ops of pipit_moe.h): which layers are MoE, the
+ * config's checks, the parameter count, and the routed + shared MLP with
+ * its Switch/Mixtral load-balancing term.
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "ir/graph.h"
+#include "models/llama_moe.h"
+#include "pipit_moe.h"
+#include "util/checked.h"
+#include "util/common.h"
+
+int pipit__llama_is_moe(const pipit_llama_config *c, int l) {
+    int every = c->moe_every > 1 ? c->moe_every : 1;
+    return c->experts > 0 && (l + 1) % every == 0;
+}
+
+pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
+    if (c->experts < 0) return pipit__err(PIPIT_STATUS_INVALID, "llama: experts %d must be >= 1 (0: dense MLPs)", c->experts);
+    if (c->experts == 0) {
+        if (c->top_k || c->capacity_factor != 0 || c->dropless || c->shared_experts || c->moe_every || c->router ||
+            c->aux_loss != 0)
+            return pipit__err(PIPIT_STATUS_INVALID,
+                              "llama: top_k, capacity_factor, dropless, shared_experts, moe_every, router or aux_loss "
+                              "given without experts (experts 0: dense MLPs)");
+        return PIPIT_STATUS_OK;
+    }
+    if (c->top_k < 1 || c->top_k > c->experts)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: top_k %d must be in 1..experts (%d)", c->top_k, c->experts);
+    if (c->dropless != 0 && c->dropless != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: dropless %d is not 0 or 1", c->dropless);
+    if (!c->dropless && (!(c->capacity_factor > 0) || !isfinite(c->capacity_factor)))
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "llama: capacity_factor %g must be > 0 (slots per expert = ceil(factor x tokens x top_k / "
+                          "experts)), or dropless 1",
+                          c->capacity_factor);
+    if (c->shared_experts < 0 || c->moe_every < 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: shared_experts %d and moe_every %d must be >= 0",
+                          c->shared_experts, c->moe_every);
+    if (c->router != PIPIT_ROUTER_SOFTMAX && c->router != PIPIT_ROUTER_SIGMOID)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: router %d is not 0 (softmax) or 1 (sigmoid)", c->router);
+    if (!(c->aux_loss >= 0) || !isfinite(c->aux_loss))
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: aux_loss %g must be a number >= 0", c->aux_loss);
+    return PIPIT_STATUS_OK;
+}
+
+int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64_t *out) {
+    int64_t C = c->dim, dense, n = 0, t;
+    if (!pipit__mul_i64(3 * C, F, &dense)) return 0;
+    if (!pipit__llama_is_moe(c, l)) {
+        *out = dense;
+        return 1;
+    }
+    /* router E x C, E experts of 3 C F, shared experts one MLP of 3 C (S F) */
+    if (!pipit__mul_i64(dense, c->experts, &n) || !pipit__mul_i64(C, c->experts, &t) || !pipit__add_i64(n, t, &n) ||
+        !pipit__mul_i64(dense, c->shared_experts, &t) || !pipit__add_i64(n, t, &n))
+        return 0;
+    *out = n;
+    return 1;
+}
+
+static pipit_val param3(pipit_graph *g, const pipit_llama_config *c, int l, const char *what, int64_t d0, int64_t d1,
+                        int64_t d2) {
+    char name[112];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.%s.weight", l, what);
+    return pipit_param(g, name, c->dtype, d2 ? 3 : 2, (int64_t[]){d0, d1, d2});
+}
+
+/* down(silu(gate(x)) * up(x)) with weights of any batch shape: x [.., n, C]
+ * against [.., F, C] (x W^T), down [.., C, F]. */
+static pipit_val swiglu(pipit_graph *g, pipit_val x, pipit_val wg, pipit_val wu, pipit_val wd) {
+    pipit_val gate = pipit_silu(g, pipit_matmul(g, x, wg, 0, 1));
+    pipit_val up = pipit_matmul(g, x, wu, 0, 1);
+    return pipit_matmul(g, pipit_mul(g, gate, up), wd, 0, 1);
+}
+
+/* Switch/Mixtral load balancing of one layer: E sum_e f_e P_e, f_e the
+ * fraction of the N tokens that chose expert e (count / N: the k choices
+ * of a token each count, as transformers' load_balancing_loss_func), P_e
+ * the mean router probability (softmax; sigmoid scores normalised over
+ * the experts). f carries no gradient (integer counts). */
+static pipit_val balance_loss(pipit_graph *g, const pipit_llama_config *c, pipit_val logits, pipit_val idx,
+                              pipit_val w, int64_t N) {
+    pipit_val probs = c->router == PIPIT_ROUTER_SOFTMAX ? pipit_softmax(g, logits) : pipit_sigmoid(g, logits);
+    if (c->router == PIPIT_ROUTER_SIGMOID) probs = pipit_div(g, probs, pipit_reduce_sum(g, probs, -1, 1));
+    pipit_val ones = pipit_exp(g, pipit_scale(g, w, 0.0)); /* exp(0) = 1 exactly: [N, k] */
+    int32_t m = idx.id < 0 || ones.id < 0 ? -1
+                                          : pipit__node_add(g, PIPIT_OP_TAKE_DX, 2, (int32_t[]){idx.id, ones.id}, NULL,
+                                                            (int64_t[4]){c->experts, 0, 0, 0});
+    pipit_val f = pipit_scale(g, pipit_reduce_sum(g, pipit__val(g, m), 0, 0), 1.0 / (double)N);
+    pipit_val P = pipit_reduce_mean(g, probs, 0, 0);
+    return pipit_scale(g, pipit_sum(g, pipit_mul(g, f, P)), (double)c->experts);
+}
+
+pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
+                               pipit_val *aux) {
+    int64_t C = c->dim, E = c->experts, B = pipit_val_dim(x, 0), T = pipit_val_dim(x, 1), N = B * T;
+    pipit_val xf = pipit_reshape(g, x, 2, (int64_t[]){N, C}), idx;
+    pipit_val logits = pipit_matmul_nt(g, xf, param3(g, c, l, "router", E, C, 0));
+    pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, 1, NULL};
+    pipit_val w = pipit_moe_route(g, logits, &ro, &idx);
+    int64_t cap = pipit_moe_capacity(N, c->top_k, c->experts, c->capacity_factor, c->dropless);
+    if (cap < 1) { /* the config check refuses these first */
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "llama: %s", pipit_errmsg());
+        return (pipit_val){g, -1};
+    }
+    pipit_val slots = pipit_moe_slots(g, idx, c->experts, cap);
+    pipit_val xe = pipit_moe_dispatch(g, xf, slots, c->experts, cap, NULL); /* [E, cap, C] */
+    pipit_val ye = swiglu(g, xe, param3(g, c, l, "experts.gate_proj", E, F, C), param3(g, c, l, "experts.up_proj", E, F, C),
+                          param3(g, c, l, "experts.down_proj", E, C, F));
+    pipit_val y = pipit_moe_combine(g, ye, slots, &w); /* [N, C] */
+    if (c->shared_experts > 0) {
+        int64_t S = (int64_t)c->shared_experts * F;
+        y = pipit_add(g, y,
+                      swiglu(g, xf, param3(g, c, l, "shared_expert.gate_proj", S, C, 0),
+                             param3(g, c, l, "shared_expert.up_proj", S, C, 0),
+                             param3(g, c, l, "shared_expert.down_proj", C, S, 0)));
+    }
+    if (aux && c->aux_loss > 0) {
+        pipit_val a = balance_loss(g, c, logits, idx, w, N);
+        *aux = aux->id >= 0 ? pipit_add(g, *aux, a) : a;
+    }
+    return pipit_reshape(g, y, 3, (int64_t[]){B, T, C});
+}

@@ -1,0 +1,24 @@
+/*
+ * llama_moe.h — the Llama builder's mixture-of-experts MLP (llama_moe.c).
+ * Internal to src/models.
+ */
+#ifndef PIPIT_LLAMA_MOE_H
+#define PIPIT_LLAMA_MOE_H
+
+#include "pipit_llama.h"
+
+/* Whether layer l's MLP is routed: experts > 0 and (l + 1) % moe_every == 0
+ * (moe_every 0 or 1: every layer). */
+int pipit__llama_is_moe(const pipit_llama_config *c, int l);
+/* The MoE fields of the config (INVALID naming the value). */
+pipit_status pipit__llama_moe_check(const pipit_llama_config *c);
+/* Parameters of layer l's MLP (dense 3 C F; MoE: router E C, experts
+ * 3 E C F, shared 3 C (shared_experts F)) into *out; 0 past 2^63. */
+int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64_t *out);
+/* The routed (+ shared) MLP of layer l on x [B, T, C] -> [B, T, C]. With
+ * aux not NULL and aux_loss > 0, the layer's balance term is added to *aux
+ * (id < 0: none yet). */
+pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
+                               pipit_val *aux);
+
+#endif
