@@ -1,7 +1,8 @@
 /*
  * schedule.c — the built-in schedule generators (GPipe, 1F1B, eager 1F1B,
  * interleaved 1F1B and GPipe, ZB-H1, DualPipeV, and the zero-bubble family:
- * ZB-H2, ZB-V, interleaved zero bubble) and the public schedule API.
+ * ZB-H2, ZB-V, interleaved zero bubble; V-Half and V-Min are in
+ * schedule_vcm.c) and the public schedule API.
  * Each generator fills per-rank task lists from (P, V, M) alone; the checker
  * (schedule_check.c) proves them complete and free of deadlock, and the tests
  * run it over every kind for P = 1..8 and many M.
