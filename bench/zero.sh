@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/zero.sh — ZeRO-2 and ZeRO-3 step time against ZeRO-1 at D = 2
-# (docs/benchmarks.md §17): the same GPT-2 (L 4, C 256, ctx 64, V 256: 3.3M
+# (docs/benchmarks.md §19): the same GPT-2 (L 4, C 256, ctx 64, V 256: 3.2M
 # params), P = 2 (1F1B), D = 2, M = 4 microbatches of 4 sequences, the three
 # stages interleaved over ROUNDS rounds (so a load change hits all three),
 # as threads and as 4 MPI processes over shared memory (vader). Prints the
