@@ -65,3 +65,19 @@ def test_eval_matches_the_clis_validation(cli, text_file):
     with pipit.Trainer(m, data=text_file, steps=2, pp=2) as t:
         t.train()
         assert [float("%.9g" % t.eval(text_file))] == val
+
+
+def test_python_resumes_a_cli_checkpoint(cli, text_file, tmp_path):
+    """Trainer(resume=) continues `pipit train --save` as the CLI's own
+    --resume does: the 4-step checkpoint, byte for byte."""
+    c2, c4, p4 = str(tmp_path / "c2.st"), str(tmp_path / "c4.st"), str(tmp_path / "p4.st")
+    base = ["--data", text_file, "--model", "llama-tiny", "--layers", "2", "--ctx", "16", "--micro-batch", "2",
+            "--pp", "2"]
+    for steps, path in ((2, c2), (4, c4)):
+        r = subprocess.run([cli, "train", "--json"] + base + ["--steps", str(steps), "--save", path],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+    hist = example.main(base + ["--steps", "4", "--resume", c2, "--save", p4, "--quiet"])
+    assert [h["step"] for h in hist] == [2, 3]
+    with open(c4, "rb") as a, open(p4, "rb") as b:
+        assert a.read() == b.read()
