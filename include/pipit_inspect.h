@@ -83,6 +83,9 @@ PIPIT_API pipit_status pipit_program_print_plan(FILE *f, const pipit_program *p,
  *    "data_parallel": D, "stage_rank": [...],
  *    "ranks": [{"rank", "stages", "arena_bytes", "naive_bytes",
  *               "param_bytes", "grad_bytes", "moment_bytes",
+ *               "resident_param_bytes", "resident_grad_bytes" (what stays
+ *               between steps: under options.zero 3 / 2 the replica's
+ *               shards, else param_bytes / grad_bytes),
  *               "preloop_bytes" (values of params alone, held through the
  *               loop: under options.dtype bf16 the params' bf16 copies),
  *               "loop_peak_bytes" (the loop's own buffers at their peak),
