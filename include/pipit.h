@@ -326,6 +326,25 @@ typedef struct {
 } pipit_attention_opts;
 PIPIT_API pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v,
                                         const pipit_attention_opts *o);
+/* Packed documents: attention where no token attends across a document
+ * boundary. qkv [B,T,(heads+2*kv_heads)*D] holds per row q | k | v (GPT-2's
+ * packed qkv when kv_heads = heads; concat(q, k, v) along the last axis
+ * otherwise); doc i32 [B,T] is each token's document id, non-decreasing
+ * along every sequence (pipit_step refuses a fed sequence that decreases,
+ * naming the input, microbatch and position). A query sees the keys of its
+ * own document only (and, causal, not later ones). Options as
+ * pipit_attention_qkv's (scale 0: 1/sqrt(D)). One document per sequence
+ * gives pipit_attention's (kv_heads = heads, causal) bits. -> [B,T,heads*D]. */
+PIPIT_API pipit_val pipit_attention_docs(pipit_graph *g, pipit_val qkv, pipit_val doc,
+                                         const pipit_attention_opts *o);
+/* Packed documents in the model builders (pipit_gpt2.h, pipit_llama.h),
+ * set before building as the tensor-parallel T: on = 1 makes them declare
+ * the input "documents" (i32 [B,T]) and mask attention by it
+ * (pipit_attention_docs); 0 (a new graph's): one sequence, the graph as
+ * before. INVALID for another value; MISUSE for a bad handle.
+ * pipit_graph_documents: the setting (0 for a bad handle). */
+PIPIT_API pipit_status pipit_graph_set_documents(pipit_graph *g, int on);
+PIPIT_API int pipit_graph_documents(const pipit_graph *g);
 /* Softmax cross-entropy, mean over all rows: logits [...,V], targets i32 [...]. */
 PIPIT_API pipit_val pipit_xent_mean(pipit_graph *g, pipit_val logits, pipit_val targets);
 /* The LM head and its cross-entropy fused: the mean over rows of the

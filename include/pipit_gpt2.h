@@ -47,6 +47,11 @@ typedef struct {
 #define PIPIT_GPT2_TOKENS "tokens"       /* i32 [B,T] */
 #define PIPIT_GPT2_TARGETS "targets"     /* i32 [B,T] */
 #define PIPIT_GPT2_POSITIONS "positions" /* i32 [B,T]: 0..T-1 per row */
+/* i32 [B,T] on a graph set to packed documents (pipit_graph_set_documents,
+ * before building): each token's document id, non-decreasing along a
+ * sequence; no token attends across a document. Positions stay an input:
+ * feed them restarting at 0 in every document for a position reset. */
+#define PIPIT_GPT2_DOCUMENTS "documents"
 
 /* Checks the config (positive sizes, C % H == 0, T <= max_ctx, 1 <= S <= L,
  * fused_head 0 or 1). */

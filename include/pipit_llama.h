@@ -87,6 +87,12 @@ typedef struct {
  * are the row index 0..T-1 (RoPE computes its angles from it). */
 #define PIPIT_LLAMA_TOKENS "tokens"   /* i32 [B,T] */
 #define PIPIT_LLAMA_TARGETS "targets" /* i32 [B,T] */
+/* i32 [B,T] on a graph set to packed documents (pipit_graph_set_documents,
+ * before building), as PIPIT_GPT2_DOCUMENTS: q, k and v are concatenated
+ * into pipit_attention_docs' packed qkv. RoPE needs no position reset: the
+ * score of query t and key s depends on t - s alone, the same within a
+ * document wherever it starts (up to the rounding of the angles). */
+#define PIPIT_LLAMA_DOCUMENTS "documents"
 
 /* Checks the config: positive sizes, dim % heads == 0, an even head_dim
  * (RoPE rotates pairs), heads % kv_heads == 0, ctx <= max_ctx, 1 <= S <= L,

@@ -191,6 +191,15 @@ static pipit_val b_attn_k_only(pipit_graph *g) {
     pipit_val k = pipit_param(g, "k", F64, 3, SH(1, 3, 2));
     return pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){2, 1, 1, 0});
 }
+/* Packed documents: qkv [2,5,(Hq+2Hkv)*2] per row q | k | v, doc ids
+ * "doc" [2,5] filled 0 0 0 1 1 per sequence (op_cases_fill_feeds). */
+static pipit_val doc_case(pipit_graph *g, int hq, int hkv, int causal) {
+    pipit_val qkv = P(g, "qkv", 3, SH(2, 5, (hq + 2 * hkv) * 2));
+    return pipit_attention_docs(g, qkv, idx_input(g, "doc", 2, SH(2, 5)), &(pipit_attention_opts){hq, hkv, causal, 0});
+}
+static pipit_val b_attn_doc(pipit_graph *g) { return doc_case(g, 2, 2, 1); }
+static pipit_val b_attn_doc_gqa(pipit_graph *g) { return doc_case(g, 4, 2, 1); }
+static pipit_val b_attn_doc_full(pipit_graph *g) { return doc_case(g, 2, 1, 0); }
 
 /* Tensor parallelism at T = 1 (the collectives are identities; tests/test_tp.c
  * checks them over several ranks): Megatron's f and g around a product, the
@@ -262,7 +271,8 @@ const op_case op_cases[] = {
     {"attention_gqa2", b_attn_gqa2}, {"attention_mqa_full", b_attn_mqa}, {"attention_cross", b_attn_cross},
     {"attention_k_only", b_attn_k_only}, {"cast", b_cast}, {"tp_copy_sum", b_tp_copy_sum},
     {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp}, {"head_xent_mean", b_head_xent},
-    {"tp_head_xent_mean", b_tp_head_xent},
+    {"tp_head_xent_mean", b_tp_head_xent}, {"attention_doc", b_attn_doc}, {"attention_doc_gqa", b_attn_doc_gqa},
+    {"attention_doc_full", b_attn_doc_full},
 };
 const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);
 
@@ -278,6 +288,11 @@ void op_cases_fill_feeds(pipit_graph *g, uint64_t seed, int round_bf16, pipit_fe
         int64_t cnt = pipit__node_numel(n);
         void *b = malloc(8 * (size_t)(cnt ? cnt : 1));
         for (int64_t k = 0; k < cnt; k++) {
+            if (n->dtype == PIPIT_I32 && strncmp(n->name, "doc", 3) == 0) { /* document ids: two per row */
+                int64_t T = n->shape[n->ndim - 1];
+                ((int32_t *)b)[k] = (int32_t)(k % T * 2 / T);
+                continue;
+            }
             if (n->dtype == PIPIT_I32) {
                 ((int32_t *)b)[k] = (int32_t)((k * 7 + 3) % 3);
                 continue;

@@ -341,6 +341,19 @@ PIPIT_TEST(api_misuse_tensor_parallel) {
     ASSERT_MSG_HAS("invalid graph handle");
     GIVES(pipit_graph_tensor_parallel(NULL), 0);
     GIVES(pipit_graph_tensor_parallel(JUNK_GRAPH), 0);
+    FAILS(pipit_graph_set_documents(NULL, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_graph_set_documents(JUNK_GRAPH, 1), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_graph_documents(NULL), 0);
+    GIVES(pipit_graph_documents(JUNK_GRAPH), 0);
+    {
+        pipit_graph *g = pipit_graph_new();
+        FAILS(pipit_graph_set_documents(g, 2), PIPIT_STATUS_INVALID);
+        FAILS(pipit_graph_set_documents(g, INT_MIN), PIPIT_STATUS_INVALID);
+        ASSERT_EQ_I64(pipit_graph_documents(g), 0);
+        ASSERT_OK(pipit_graph_set_documents(g, 1));
+        ASSERT_EQ_I64(pipit_graph_documents(g), 1);
+        pipit_graph_free(g);
+    }
     {
         pipit_graph *g = pipit_graph_new();
         FAILS(pipit_graph_set_tensor_parallel(g, 0), PIPIT_STATUS_INVALID);
@@ -444,6 +457,13 @@ PIPIT_TEST(api_misuse_general_builders) {
     ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, (&(pipit_attention_opts){INT_MAX, INT_MIN, 1, 0})),
                    PIPIT_STATUS_SHAPE);
     ON_FRESH_GRAPH(pipit_attention_qkv(g, x3, x3, x3, (&(pipit_attention_opts){2, 2, 0, NAN})), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_attention_docs(g, x3, ids, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_docs(g, x3, none, &ao), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_docs(g, none, ids, &ao), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_docs(g, x3, ids, &ao), PIPIT_STATUS_SHAPE); /* ids [2], not [1,2] */
+    ON_FRESH_GRAPH(pipit_attention_docs(g, x3, x3, &ao), PIPIT_STATUS_SHAPE); /* f32 ids */
+    ON_FRESH_GRAPH(pipit_attention_docs(g, x3, ids, (&(pipit_attention_opts){INT_MAX, INT_MIN, 1, 0})),
+                   PIPIT_STATUS_SHAPE);
     {
         pipit_graph *g = pipit_graph_new();
         pipit_val x = pipit_param(g, "x", PIPIT_F32, 2, SH(2, 6));
@@ -475,6 +495,8 @@ PIPIT_TEST(api_misuse_general_builders) {
     INVALID_VAL(pipit_concat(NULL, 1, &a, 0));
     INVALID_VAL(pipit_broadcast_to(NULL, a, 1, SH(3)));
     INVALID_VAL(pipit_attention_qkv(NULL, a, a, a, &ao));
+    INVALID_VAL(pipit_attention_docs(NULL, a, a, &ao));
+    INVALID_VAL(pipit_attention_docs(JUNK_GRAPH, a, a, &ao));
     INVALID_VAL(pipit_rope(JUNK_GRAPH, a, 1, 1e4));
     FAILS(pipit_split(NULL, a, 0, 1, SH(1), out), PIPIT_STATUS_MISUSE);
     FAILS(pipit_split(JUNK_GRAPH, a, 0, 1, SH(1), out), PIPIT_STATUS_MISUSE);
@@ -513,6 +535,7 @@ PIPIT_TEST(api_misuse_general_builders) {
     INVALID_VAL(pipit_rope_ex(g, w, 1, 1e4, 3));
     INVALID_VAL(pipit_rope_scaled(g, w, 1, 1e4, 3, NULL));
     INVALID_VAL(pipit_attention_qkv(g, w, w, w, &ao));
+    INVALID_VAL(pipit_attention_docs(g, w, ids, &ao));
     FAILS(pipit_split(g, w, 0, 1, SH(1), out), PIPIT_STATUS_SHAPE);
     ASSERT_TRUE(strcmp(pipit_graph_errmsg(g), first) == 0);
     pipit_graph_free(g);

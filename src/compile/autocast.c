@@ -44,6 +44,7 @@ static const struct {
     [PIPIT_OP_MATMUL] = {PREC_BF16, "the FLOPs: bf16 operands, fp32 sums, one rounding (autocast's mm/linear)"},
     [PIPIT_OP_ATTENTION] = {PREC_BF16, "matmuls inside: q, k, v are matmul outputs; scores and softmax fp32 in the kernel"},
     [PIPIT_OP_ATTENTION_QKV] = {PREC_BF16, "as attention"},
+    [PIPIT_OP_ATTENTION_DOC] = {PREC_BF16, "as attention (the document ids are i32)"},
     [PIPIT_OP_HEAD_XENT] = {PREC_BF16, "the LM head's matmul fused with its cross-entropy: bf16 h and W; logits, sums "
                                        "and the per-row losses fp32 inside"},
     [PIPIT_OP_BIAS_ADD] = {PREC_FOLLOW, "the linear's bias: bf16 after a bf16 matmul (autocast's linear)"},

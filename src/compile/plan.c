@@ -147,7 +147,16 @@ static pipit_status collect_inputs(pipit__plan *p) {
         if (n->op != PIPIT_OP_INPUT || (n->flags & NODE_GRADOF)) continue;
         /* a table of 2^31+ rows: every non-negative i32 is in range */
         int32_t limit = n->dtype == PIPIT_I32 ? (int32_t)PIPIT_MIN(lim[i], INT32_MAX) : 0;
-        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n), limit};
+        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n), limit, 0};
+    }
+    /* document ids: an input an attention_doc reads (through aliases) as
+     * its ids, checked non-decreasing per sequence by pipit_step */
+    for (int32_t j = 0; j < p->gr.fwd_end; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (n->op != PIPIT_OP_ATTENTION_DOC || pipit__alias_offset(g, n->in[1]) != 0) continue;
+        int32_t r = pipit__alias_root(g, n->in[1]);
+        for (int i = 0; i < k; i++)
+            if (p->inputs[i].node == r) p->inputs[i].doc_T = g->nodes[n->in[1]].shape[1];
     }
     pipit__free(lim);
     return PIPIT_STATUS_OK;

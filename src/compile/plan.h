@@ -117,6 +117,7 @@ typedef struct {
     pipit_dtype dtype;
     int64_t numel;
     int32_t limit;       /* i32 inputs: values must lie in [0, limit); 0 = unchecked */
+    int64_t doc_T;       /* document ids (attention_doc): rows of doc_T values, each non-decreasing; 0 = none */
 } pipit__input;
 
 /* A zero-copy send's fence: before instruction `at` of its rank (at = n:

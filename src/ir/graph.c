@@ -824,6 +824,21 @@ pipit_val pipit_attention_qkv(pipit_graph *g, pipit_val q, pipit_val k, pipit_va
                  (int64_t[4]){o->heads, kv, o->causal != 0, 0});
 }
 
+pipit_val pipit_attention_docs(pipit_graph *g, pipit_val qkv, pipit_val doc, const pipit_attention_opts *o) {
+    if (!graph_ok_fn(g, __func__)) return invalid(g);
+    if (!o) {
+        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "pipit_attention_docs: options are NULL");
+        return invalid(g);
+    }
+    int kv = o->kv_heads ? o->kv_heads : o->heads;
+    double scale = o->scale;
+    const pipit__node *xn = arg_node(g, qkv, __func__);
+    if (scale == 0 && xn && xn->ndim == 3 && o->heads > 0 && kv > 0 && xn->shape[2] % (o->heads + 2 * kv) == 0)
+        scale = 1.0 / sqrt((double)(xn->shape[2] / (o->heads + 2 * kv)));
+    return build(g, __func__, PIPIT_OP_ATTENTION_DOC, 2, (pipit_val[]){qkv, doc}, (double[4]){scale, 0},
+                 (int64_t[4]){o->heads, kv, o->causal != 0, 0});
+}
+
 int32_t pipit__fill(pipit_graph *g, int32_t scalar, int ndim, const int64_t *shape,
                     double scale) {
     int64_t iattr[4] = {0};
@@ -859,6 +874,7 @@ pipit_graph *pipit__graph_clone(const pipit_graph *g, int32_t n) {
     c->status = g->status;
     memcpy(c->errmsg, g->errmsg, sizeof c->errmsg);
     c->tp = g->tp;
+    c->documents = g->documents;
     return c;
 oom:
     pipit_graph_free(c);

@@ -64,6 +64,7 @@ struct pipit_graph {
     int32_t (*gradset)[2];
     uint8_t cur_flags;
     int32_t tp;                /* tensor-parallel ranks per stage the graph describes one of (0: 1) */
+    int32_t documents;         /* 1: the model builders pack documents (pipit_graph_set_documents) */
     /* Named nodes by name (open addressing, ids, -1 empty), kept lazily:
      * nodes [0, name_upto) are in it; see pipit__graph_find_name. */
     int32_t *name_index;

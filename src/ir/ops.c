@@ -631,6 +631,46 @@ static pipit_status op_ATTN_QKV_D_shape(const pipit_graph *g, pipit__node *n) {
 }
 #define op_ATTN_QKV_D_vjp NULL
 
+/* ATTENTION_DOC(qkv [B,T,(Hq+2Hkv)*D], doc i32 [B,T]) -> [B,T,Hq*D]: packed
+ * documents. Each row of qkv is q (Hq heads) | k (Hkv heads) | v (Hkv
+ * heads), as GPT-2's packed qkv (Hq = Hkv) or Llama's concat(q, k, v);
+ * Hq = iattr[0], Hkv = iattr[1], causal iattr[2], scale fattr[0]. doc[b,t]
+ * is token t's document: a query sees only the keys of its own run of
+ * equal ids (its document; the ids are non-decreasing along t, which
+ * pipit_step checks on every fed input that reaches this op), so no
+ * token attends across a boundary. */
+static pipit_status op_ATTENTION_DOC_shape(const pipit_graph *g, pipit__node *n) {
+    const pipit__node *x = IN(0), *doc = IN(1);
+    if (need_float(x, "qkv") || x->ndim != 3) return shape_err("qkv must be float [B,T,(heads+2*kv_heads)*D]");
+    int64_t Hq = n->iattr[0], Hkv = n->iattr[1];
+    if (Hq <= 0 || Hkv <= 0 || Hq % Hkv != 0)
+        return shape_err("kv_heads (%lld) must divide heads (%lld), both > 0", (long long)Hkv, (long long)Hq);
+    if (x->shape[2] % (Hq + 2 * Hkv) != 0)
+        return shape_err("heads + 2*kv_heads (%lld) must divide qkv's last axis (%lld)", (long long)(Hq + 2 * Hkv),
+                         (long long)x->shape[2]);
+    if (doc->dtype != PIPIT_I32 || doc->ndim != 2 || doc->shape[0] != x->shape[0] || doc->shape[1] != x->shape[1])
+        return shape_err("document ids must be i32 [%lld,%lld] (qkv's batch and sequence)", (long long)x->shape[0],
+                         (long long)x->shape[1]);
+    if (!(n->fattr[0] > 0) || !isfinite(n->fattr[0])) return shape_err("scale must be finite and > 0");
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    n->shape[2] = x->shape[2] / (Hq + 2 * Hkv) * Hq;
+    return PIPIT_STATUS_OK;
+}
+static void op_ATTENTION_DOC_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    pipit__node n = g->nodes[id];
+    din[0] = add_node(g, PIPIT_OP_ATTN_DOC_D, 3, (int32_t[]){n.in[0], dout, n.in[1]}, n.fattr, n.iattr);
+}
+/* ATTN_DOC_D(qkv, dout, doc) -> dqkv in qkv's layout. */
+static pipit_status op_ATTN_DOC_D_shape(const pipit_graph *g, pipit__node *n) {
+    if (need_same_float(IN(0), IN(1)) || IN(0)->ndim != 3) return shape_err("bad qkv/dout");
+    if (IN(2)->dtype != PIPIT_I32) return shape_err("document ids must be i32");
+    n->dtype = IN(0)->dtype;
+    copy_shape(n, IN(0));
+    return PIPIT_STATUS_OK;
+}
+#define op_ATTN_DOC_D_vjp NULL
+
 /* --------------------------------------------------- softmax, log-softmax */
 
 /* Along the last axis, max-shifted (stable); gradients from y and dout. */

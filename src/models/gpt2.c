@@ -100,7 +100,8 @@ static pipit_val decode_attention(pipit__decode *d, const pipit_gpt2_config *c, 
  * the block's input enters the sharded regions through tp_copy, and the
  * row-parallel projections leave them through tp_sum. dec: a decoding
  * graph's (NULL in the training graph). */
-static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l, pipit__decode *dec) {
+static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, int l, pipit__decode *dec,
+                       pipit_val docs) {
     char pre[64];
     int64_t C = c->dim;
     int T = pipit_graph_tensor_parallel(g), tp = T > 1;
@@ -108,7 +109,10 @@ static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, 
     pipit_val h = pipit__models_tp_copy(g, T, layernorm(g, c, x, pre));
     snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
     pipit_val qkv = linear_split(g, c, h, pre, C, 3 * C, tp ? SPLIT_COLUMNS : SPLIT_NONE, 3);
-    h = dec ? decode_attention(dec, c, qkv, l) : pipit_attention(g, qkv, c->heads / T);
+    if (dec) h = decode_attention(dec, c, qkv, l);
+    else if (docs.id >= 0) /* packed documents: q | k | v of H/T heads each */
+        h = pipit_attention_docs(g, qkv, docs, &(pipit_attention_opts){c->heads / T, c->heads / T, 1, 0});
+    else h = pipit_attention(g, qkv, c->heads / T);
     snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
     x = pipit_add(g, x, linear_split(g, c, h, pre, C, C, tp ? SPLIT_ROWS : SPLIT_NONE, 1));
     snprintf(pre, sizeof pre, "h.%d.ln_2", l);
@@ -150,6 +154,7 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
     pipit_val tok = pipit_input(g, PIPIT_GPT2_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_GPT2_TARGETS, PIPIT_I32, 2, bt);
     pipit_val pos = pipit_input(g, PIPIT_GPT2_POSITIONS, PIPIT_I32, 2, bt);
+    pipit_val docs = pipit_graph_documents(g) ? pipit_input(g, PIPIT_GPT2_DOCUMENTS, PIPIT_I32, 2, bt) : (pipit_val){g, -1};
     pipit_val wte = pipit__models_param(g, c->dtype, T, "wte.weight", 2, c->vocab, c->dim, 0, 1); /* vocab-parallel */
     pipit_val wpe = param(g, c, "wpe.weight", 2, c->max_ctx, c->dim);
     pipit_val tok_emb = pipit__models_tp_sum(g, T, pipit_embed(g, wte, tok));
@@ -160,7 +165,7 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
             x = pipit_yield(g, x);
             stage++;
         }
-        x = block(g, c, x, l, NULL);
+        x = block(g, c, x, l, NULL, docs);
     }
     x = pipit__models_tp_copy(g, T, layernorm(g, c, x, "ln_f"));
     return pipit__models_head_loss(g, T, c->fused_head, x, wte, tgt, logits_out); /* tied lm head */
@@ -185,7 +190,7 @@ static pipit_status build_decode(pipit_graph *g, const pipit_gpt2_config *c, pip
     pipit_val wte = param(g, c, "wte.weight", 2, c->vocab, c->dim);
     pipit_val wpe = param(g, c, "wpe.weight", 2, c->max_ctx, c->dim);
     pipit_val x = pipit_add(g, pipit_embed(g, wte, tok), pipit_embed(g, wpe, pos));
-    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, &d);
+    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, &d, (pipit_val){g, -1});
     pipit_val logits = pipit_matmul_nt(g, layernorm(g, c, x, "ln_f"), wte);
     return pipit__decode_end(&d, logits, out, "pipit_gpt2_build_decode");
 }

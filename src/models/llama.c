@@ -208,7 +208,8 @@ static pipit_val decode_attention(pipit__decode *d, const pipit_llama_config *c,
 /* With T > 1 ranks per stage each holds H/T query and KV/T key/value heads
  * (query head h still reads kv head h / (H/KV): both are split in order).
  * dec: a decoding graph's (NULL in the training graph). */
-static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, pipit__decode *dec) {
+static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, pipit__decode *dec,
+                           pipit_val docs) {
     int64_t C = c->dim, kvd = (int64_t)kv_of(c) * (C / c->heads);
     int T = pipit_graph_tensor_parallel(g), col = T > 1 ? 0 : -1, row = T > 1 ? 1 : -1;
     x = pipit__models_tp_copy(g, T, x);
@@ -221,7 +222,10 @@ static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_va
     } else {
         q = rope(g, c, q, c->heads / T);
         k = rope(g, c, k, kv_of(c) / T);
-        a = pipit_attention_qkv(g, q, k, v, &(pipit_attention_opts){c->heads / T, kv_of(c) / T, 1, 0});
+        pipit_attention_opts o = {c->heads / T, kv_of(c) / T, 1, 0};
+        if (docs.id >= 0) /* packed documents: one q | k | v row per token */
+            a = pipit_attention_docs(g, pipit_concat(g, 3, (pipit_val[]){q, k, v}, 2), docs, &o);
+        else a = pipit_attention_qkv(g, q, k, v, &o);
     }
     return linear(g, c, a, l, "self_attn.o_proj", C, C, row);
 }
@@ -236,10 +240,10 @@ static pipit_val mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, i
 }
 
 static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
-                       pipit__decode *dec, pipit_val *aux) {
+                       pipit__decode *dec, pipit_val docs, pipit_val *aux) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
-    x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l, dec));
+    x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l, dec, docs));
     snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
     pipit_val h = rmsnorm(g, c, x, name);
     return pipit_add(g, x, pipit__llama_is_moe(c, l) ? pipit__llama_moe_mlp(g, c, h, l, F, aux) : mlp(g, c, h, l, F));
@@ -268,6 +272,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
     int64_t bt[2] = {c->batch, c->ctx}, F = ffn_hidden(c);
     pipit_val tok = pipit_input(g, PIPIT_LLAMA_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_LLAMA_TARGETS, PIPIT_I32, 2, bt);
+    pipit_val docs = pipit_graph_documents(g) ? pipit_input(g, PIPIT_LLAMA_DOCUMENTS, PIPIT_I32, 2, bt) : (pipit_val){g, -1};
     /* vocab-parallel over T > 1 ranks: each holds V/T rows */
     pipit_val emb = pipit__models_param(g, c->dtype, T, "model.embed_tokens.weight", 2, c->vocab, c->dim, 0, 1);
     pipit_val x = pipit__models_tp_sum(g, T, pipit_embed(g, emb, tok));
@@ -279,7 +284,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
             if (aux.id >= 0) aux = pipit_yield(g, aux);
             stage++;
         }
-        x = block(g, c, x, l, F, NULL, &aux);
+        x = block(g, c, x, l, F, NULL, docs, &aux);
     }
     x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
     pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
@@ -310,7 +315,7 @@ static pipit_status build_decode(pipit_graph *g, const pipit_llama_config *c, pi
     pipit_val tok = pipit_input(g, PIPIT_DECODE_TOKENS, PIPIT_I32, 2, (int64_t[]){c->batch, 1});
     pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
     pipit_val x = pipit_embed(g, emb, tok);
-    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d, NULL);
+    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d, (pipit_val){g, -1}, NULL);
     x = rmsnorm(g, c, x, "model.norm.weight");
     pipit_val head = c->tied ? emb : param(g, c, "lm_head.weight", 2, c->vocab, c->dim);
     return pipit__decode_end(&d, pipit_matmul_nt(g, x, head), out, "pipit_llama_build_decode");

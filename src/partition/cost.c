@@ -46,6 +46,16 @@ static double attention_qkv_flops(const pipit_graph *g, const pipit__node *n) {
     return n->op == PIPIT_OP_ATTENTION_QKV ? f : 2 * f;
 }
 
+/* attention_doc on a packed qkv [B,T,(Hq+2Hkv)*D]: as attention_qkv with
+ * S = T, priced as one document per sequence (an upper bound: the kernels
+ * skip the key blocks of other documents, which the ids decide at run time). */
+static double attention_doc_flops(const pipit_graph *g, const pipit__node *n) {
+    const pipit__node *x = &g->nodes[n->in[0]];
+    double Hq = (double)n->iattr[0], D = (double)x->shape[2] / (Hq + 2.0 * (double)n->iattr[1]);
+    double f = 4.0 * (double)x->shape[0] * (double)x->shape[1] * Hq * D * (double)x->shape[1] * (n->iattr[2] ? 0.5 : 1);
+    return n->op == PIPIT_OP_ATTENTION_DOC ? f : 2 * f;
+}
+
 /* Bytes a bandwidth-bound node reads and writes. An embedding reads only
  * the rows it gathers (as many bytes as it writes), not its table. */
 static double node_traffic(const pipit_graph *g, const pipit__node *n) {
@@ -89,6 +99,8 @@ static double modelled(const pipit__cost_model *m, const pipit_graph *g, int32_t
     case PIPIT_OP_ATTN_DQKV: return attention_flops(g, n) / m->gemm_flops;
     case PIPIT_OP_ATTENTION_QKV:
     case PIPIT_OP_ATTN_QKV_D: return attention_qkv_flops(g, n) / m->gemm_flops;
+    case PIPIT_OP_ATTENTION_DOC:
+    case PIPIT_OP_ATTN_DOC_D: return attention_doc_flops(g, n) / m->gemm_flops;
     default: return node_traffic(g, n) / m->mem_bandwidth + transcendentals(g, n) / m->exp_rate;
     }
 }

@@ -80,6 +80,17 @@ static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feed
             const void *d = find_feed(f, nfeed, in, m);
             if (!d) return PIPIT_STATUS_INVALID;
             ptrs[(size_t)m * (size_t)p->plan.ninputs + (size_t)i] = d;
+            if (in->dtype == PIPIT_I32 && in->doc_T > 0) { /* packed documents' ids */
+                const int32_t *t = d;
+                for (int64_t k = 1; k < in->numel; k++)
+                    if (k % in->doc_T && t[k] < t[k - 1])
+                        return pipit__err(PIPIT_STATUS_INVALID,
+                                          "pipit_step: input '%s' of microbatch %d holds document ids that decrease "
+                                          "at sequence %lld, position %lld (%d after %d): document ids must be "
+                                          "non-decreasing along each sequence",
+                                          in->name, m, (long long)(k / in->doc_T), (long long)(k % in->doc_T), t[k],
+                                          t[k - 1]);
+            }
             if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
             const int32_t *t = d;
             for (int64_t k = 0; k < in->numel; k++)

@@ -267,6 +267,29 @@ static void c_attention_qkv(pipit_graph *g, pipit_dtype dt) {
         pipit_attention_qkv(g, q, k, v, &o);
     }
 }
+/* Packed documents (attention_doc): (B, T, heads, kv heads, D, causal,
+ * percent chance that a token starts a new document) over the tiled
+ * paths (D padded to 32 and 64, documents across and inside tiles, tiles
+ * wholly masked and skipped), the simple kernels (D > 128) and the
+ * non-causal form. Ids "doc<P>_*" are filled non-decreasing (fill_input). */
+static const struct {
+    int64_t B, T, H, Hkv, D;
+    int causal, pct;
+} doc_shapes[] = {
+    {2, 100, 2, 1, 32, 1, 4}, {1, 70, 4, 2, 64, 1, 30}, {1, 23, 2, 2, 130, 1, 20}, {2, 37, 3, 3, 17, 0, 8},
+    {1, 9, 1, 1, 8, 1, 100},
+};
+static void c_attention_doc(pipit_graph *g, pipit_dtype dt) {
+    for (size_t i = 0; i < sizeof doc_shapes / sizeof doc_shapes[0]; i++) {
+        char nx[16], nd[32];
+        snprintf(nx, sizeof nx, "qkv%zu", i);
+        snprintf(nd, sizeof nd, "doc%d_%zu", doc_shapes[i].pct, i);
+        int64_t B = doc_shapes[i].B, T = doc_shapes[i].T, H = doc_shapes[i].H, Hkv = doc_shapes[i].Hkv;
+        pipit_val x = pipit_scale(g, in_f(g, dt, nx, 3, SH(B, T, (H + 2 * Hkv) * doc_shapes[i].D)), 2.0);
+        pipit_attention_opts o = {(int)H, (int)Hkv, doc_shapes[i].causal, 0};
+        pipit_attention_docs(g, x, pipit_input(g, nd, PIPIT_I32, 2, SH(B, T)), &o);
+    }
+}
 /* slice (a copy, and a view when contiguous), split, concat of 2..5
  * inputs along the first, a middle and the last axis, in the case's dtype
  * and in i32. */
@@ -360,6 +383,7 @@ static const parity_case cases[] = {
     {"rmsnorm", c_rmsnorm},
     {"rope", c_rope},
     {"attention_qkv", c_attention_qkv},
+    {"attention_doc", c_attention_doc},
     {"slice_concat", c_slice_concat},
     {"gather", c_gather},
     {"tensor_parallel", c_tensor_parallel},
@@ -426,7 +450,15 @@ static double bf16_excess(const void *a, const void *ref, pipit_dtype dt, int64_
 /* Random contents for an input leaf. */
 static void fill_input(const pipit__node *n, void *buf) {
     int64_t cnt = pipit__node_numel(n);
-    if (n->dtype == PIPIT_I32) {
+    if (n->dtype == PIPIT_I32 && strncmp(n->name, "doc", 3) == 0) { /* "doc<P>_...": document ids */
+        int pct = atoi(n->name + 3);
+        int64_t T = n->shape[n->ndim - 1];
+        for (int64_t i = 0, v = 0; i < cnt; i++) {
+            if (i % T == 0) v = 0;
+            else if ((urand() + 1) * 50 < pct) v++;
+            ((int32_t *)buf)[i] = (int32_t)v;
+        }
+    } else if (n->dtype == PIPIT_I32) {
         int range = atoi(n->name + 3); /* "idx<N>_..." */
         for (int64_t i = 0; i < cnt; i++) {
             int v = (int)((urand() + 1) * 0.5 * range);

@@ -5,6 +5,7 @@
  * at the end is generated from ops.def, so an op without a CPU kernel is a
  * compile error here (leaves and aliases have none: they run nothing).
  */
+#include "backend/cpu/attn_doc.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/head_xent.h"
 #include "backend/cpu/kernels.h"
@@ -248,6 +249,22 @@ static void cpu_ATTN_QKV_D(const pipit__kctx *k, int ith, int nth) {
         float *d = k->out;
         pipit__attn_bwd_f32(d, d + nq, d + nq + nk, k->in[0], k->in[1], k->in[2], k->in[3], &a, ith, nth);
     }
+}
+
+/* Packed documents (attn_doc.c): qkv [B,T,(Hq+2Hkv)*D], doc [B,T]. */
+static pipit__attn_doc doc_dims(const pipit__kctx *k) {
+    const pipit__node *x = KIN(0), *n = k->node;
+    int64_t Hq = n->iattr[0], Hkv = n->iattr[1];
+    return (pipit__attn_doc){x->shape[0], x->shape[1], Hq, Hkv, x->shape[2] / (Hq + 2 * Hkv), (int)n->iattr[2],
+                             n->fattr[0]};
+}
+static void cpu_ATTENTION_DOC(const pipit__kctx *k, int ith, int nth) {
+    pipit__attn_doc p = doc_dims(k);
+    pipit__attn_doc_fwd((pipit_dtype)k->node->dtype, k->out, k->in[0], k->in[1], &p, ith, nth);
+}
+static void cpu_ATTN_DOC_D(const pipit__kctx *k, int ith, int nth) {
+    pipit__attn_doc p = doc_dims(k);
+    pipit__attn_doc_bwd((pipit_dtype)k->node->dtype, k->out, k->in[0], k->in[1], k->in[2], &p, ith, nth);
 }
 
 /* Row-wise along the last axis. */

@@ -94,9 +94,39 @@ __device__ __forceinline__ T neg_inf() {
     return -(T)INFINITY;
 }
 
-/* Whether query qi sees key kj: a key that exists, and (causal) not later. */
-__device__ __forceinline__ bool visible(const pipit_cuda_attn &a, int64_t qi, int64_t kj) {
-    return kj < a.Tk && (!a.causal || kj <= qi);
+/* Whether query qi sees key kj: a key that exists, (causal) not later, and
+ * (packed documents: db, the sequence's ids, else NULL) of the query's
+ * document; a padding row qi >= Tq sees as without documents. */
+__device__ __forceinline__ bool visible(const pipit_cuda_attn &a, const int32_t *db, int64_t qi, int64_t kj) {
+    return kj < a.Tk && (!a.causal || kj <= qi) && (!db || qi >= a.Tq || db[kj] == db[qi]);
+}
+
+/* Packed documents: sequence b's ids, or NULL without documents. */
+__device__ __forceinline__ const int32_t *doc_row(const pipit_cuda_attn &a, int64_t b) {
+    return a.doc ? a.doc + b * a.Tq : nullptr;
+}
+/* The first token of token t's document (ids non-decreasing: a binary
+ * search; a decreasing sequence, which pipit_step refuses, still stays in
+ * bounds) and the end of it. */
+__device__ __forceinline__ int64_t doc_begin(const int32_t *db, int64_t t) {
+    int64_t lo = 0, hi = t;
+    const int32_t x = db[t];
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (db[mid] < x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+__device__ __forceinline__ int64_t doc_end(const int32_t *db, int64_t t, int64_t T) {
+    int64_t lo = t + 1, hi = T;
+    const int32_t x = db[t];
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (db[mid] <= x) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
 /* Where (b, head) of a problem starts: q and dout by query head h, k and v
@@ -114,13 +144,13 @@ __device__ __forceinline__ heads_at heads_of(const pipit_cuda_attn &a, int64_t b
  * may not see set to -inf; returns the row's max over the tile, reduced
  * over the TG lanes that share the row. */
 template <class T, int MK>
-__device__ __forceinline__ T mask_scale_rowmax(T (&s)[MK], const pipit_cuda_attn &a, int64_t qi, int64_t k0, int tx,
-                                               T scale) {
+__device__ __forceinline__ T mask_scale_rowmax(T (&s)[MK], const pipit_cuda_attn &a, const int32_t *db, int64_t qi,
+                                               int64_t k0, int tx, T scale) {
     T mx = neg_inf<T>();
 #pragma unroll
     for (int j = 0; j < MK; j++) {
         const int64_t kj = k0 + tx + TG * j;
-        s[j] = visible(a, qi, kj) ? s[j] * scale : neg_inf<T>();
+        s[j] = visible(a, db, qi, kj) ? s[j] * scale : neg_inf<T>();
         mx = s[j] > mx ? s[j] : mx;
     }
     return pipit_group_max(mx, TG);
@@ -139,6 +169,23 @@ __device__ __forceinline__ T prob_ds(T s, T dp, T m, T il, T delta, T scale, T *
 __device__ __forceinline__ int64_t keys_end(const pipit_cuda_attn &a, int64_t q0, int BQ) {
     if (!a.causal) return a.Tk;
     return q0 + BQ < a.Tq ? q0 + BQ : a.Tq;
+}
+/* With documents the tile's keys are [kbeg, kend): from the key tile (of
+ * BK) that holds its first query's document's start to the end of its last
+ * query's document; the key tiles outside are wholly masked and skipped. */
+__device__ __forceinline__ void doc_keys(const int32_t *db, const pipit_cuda_attn &a, int64_t q0, int BQ, int BK,
+                                         int64_t *kbeg, int64_t *kend) {
+    if (!db) return;
+    const int64_t ql = (q0 + BQ < a.Tq ? q0 + BQ : a.Tq) - 1, e = doc_end(db, ql, a.Tq);
+    *kbeg = doc_begin(db, q0) / BK * BK;
+    *kend = e < *kend ? e : *kend;
+}
+/* The online softmax's reference max: a row whose keys so far are all
+ * masked (packed documents: a tile before its document) has mnew = -inf;
+ * 0 then keeps exp(-inf - 0) = 0 instead of exp(NaN). Finite: mnew. */
+template <class T>
+__device__ __forceinline__ T softmax_ref(T mnew) {
+    return mnew == neg_inf<T>() ? (T)0 : mnew;
 }
 
 /* ------------------------------------------------------------ forward */
@@ -161,7 +208,10 @@ __global__ void __launch_bounds__(NT) attn_fwd_tiled(T *out, const T *q, const T
     __shared__ fwd_tiles<T, BQ, BK, DP> sm;
     const int ty = threadIdx.x / TG, tx = threadIdx.x % TG, D = (int)a.D;
     const heads_at at = heads_of(a, blockIdx.x / a.Hq, blockIdx.x % a.Hq);
-    const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ, kend = keys_end(a, q0, BQ);
+    const int32_t *db = doc_row(a, blockIdx.x / a.Hq);
+    const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
+    int64_t kbeg = 0, kend = keys_end(a, q0, BQ);
+    doc_keys(db, a, q0, BQ, BK, &kbeg, &kend);
     load_rows<T, BQ, DP, DP + 1>(sm.q, q + at.q, a.ldq, q0, a.Tq, D);
     T o[MQ][MD], m[MQ];
     double l[MQ];
@@ -172,7 +222,7 @@ __global__ void __launch_bounds__(NT) attn_fwd_tiled(T *out, const T *q, const T
 #pragma unroll
         for (int j = 0; j < MD; j++) o[i][j] = 0;
     }
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += BK) {
         __syncthreads(); /* the previous tile's readers are done */
         load_rows<T, BK, DP, DP + 1>(sm.k, k + at.k, a.ldk, k0, a.Tk, D);
         load_rows<T, BK, DP, DP>(sm.v, v + at.v, a.ldv, k0, a.Tk, D);
@@ -183,14 +233,16 @@ __global__ void __launch_bounds__(NT) attn_fwd_tiled(T *out, const T *q, const T
         for (int i = 0; i < MQ; i++) {
             /* A row's keys are spread over the 16 tx lanes of one half-warp.
              * Key 0 is in the first tile and visible to every row, so m is
-             * finite from the first tile on and alpha = exp(-inf) = 0 then. */
-            const T mx = mask_scale_rowmax<T, MK>(s[i], a, q0 + ty + TG * i, k0, tx, scale);
-            const T mnew = m[i] > mx ? m[i] : mx;
-            const T alpha = pipit_dexp(m[i] - mnew);
+             * finite from the first tile on and alpha = exp(-inf) = 0 then
+             * (with documents from the tile of its document's start on:
+             * softmax_ref until then). */
+            const T mx = mask_scale_rowmax<T, MK>(s[i], a, db, q0 + ty + TG * i, k0, tx, scale);
+            const T mnew = m[i] > mx ? m[i] : mx, mref = softmax_ref(mnew);
+            const T alpha = pipit_dexp(m[i] - mref);
             double ps = 0;
 #pragma unroll
             for (int j = 0; j < MK; j++) {
-                s[i][j] = pipit_dexp(s[i][j] - mnew); /* masked: exp(-inf) = 0 */
+                s[i][j] = pipit_dexp(s[i][j] - mref); /* masked: exp(-inf) = 0 */
                 ps += (double)s[i][j];
             }
             l[i] = l[i] * (double)alpha + pipit_group_sum(ps, TG);
@@ -251,7 +303,10 @@ __global__ void __launch_bounds__(NT) attn_dq_tiled(T *dq, T *stats, const T *q,
     const int ty = threadIdx.x / TG, tx = threadIdx.x % TG, D = (int)a.D;
     const int64_t bh = blockIdx.x, N = (int64_t)gridDim.x * a.Tq;
     const heads_at at = heads_of(a, bh / a.Hq, bh % a.Hq);
-    const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ, kend = keys_end(a, q0, BQ);
+    const int32_t *db = doc_row(a, bh / a.Hq);
+    const int64_t q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * BQ;
+    int64_t kbeg = 0, kend = keys_end(a, q0, BQ);
+    doc_keys(db, a, q0, BQ, BK, &kbeg, &kend);
     load_rows<T, BQ, DP, DP + 1>(sm.q, q + at.q, a.ldq, q0, a.Tq, D);
     load_rows<T, BQ, DP, DP + 1>(sm.dout, dout + at.o, a.ldo, q0, a.Tq, D);
     T m[MQ], il[MQ], delta[MQ];
@@ -263,17 +318,17 @@ __global__ void __launch_bounds__(NT) attn_dq_tiled(T *dq, T *stats, const T *q,
     }
     T s[MQ][MK], dp[MQ][MK];
     /* pass 1: the softmax statistics and delta */
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += BK) {
         dq_scores<T, BQ, BK, DP>(sm, s, dp, k + at.k, v + at.v, a, k0, ty, tx);
 #pragma unroll
         for (int i = 0; i < MQ; i++) {
-            const T mx = mask_scale_rowmax<T, MK>(s[i], a, q0 + ty + TG * i, k0, tx, scale);
-            const T mnew = m[i] > mx ? m[i] : mx;
-            const T alpha = pipit_dexp(m[i] - mnew);
+            const T mx = mask_scale_rowmax<T, MK>(s[i], a, db, q0 + ty + TG * i, k0, tx, scale);
+            const T mnew = m[i] > mx ? m[i] : mx, mref = softmax_ref(mnew);
+            const T alpha = pipit_dexp(m[i] - mref);
             double ps = 0, pd = 0;
 #pragma unroll
             for (int j = 0; j < MK; j++) {
-                const T p = pipit_dexp(s[i][j] - mnew);
+                const T p = pipit_dexp(s[i][j] - mref);
                 ps += (double)p;
                 pd += (double)p * (double)dp[i][j];
             }
@@ -299,7 +354,7 @@ __global__ void __launch_bounds__(NT) attn_dq_tiled(T *dq, T *stats, const T *q,
     for (int i = 0; i < MQ; i++)
 #pragma unroll
         for (int j = 0; j < MD; j++) acc[i][j] = 0;
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    for (int64_t k0 = kbeg; k0 < kend; k0 += BK) {
         dq_scores<T, BQ, BK, DP>(sm, s, dp, k + at.k, v + at.v, a, k0, ty, tx);
 #pragma unroll
         for (int i = 0; i < MQ; i++) {
@@ -308,7 +363,7 @@ __global__ void __launch_bounds__(NT) attn_dq_tiled(T *dq, T *stats, const T *q,
             for (int j = 0; j < MK; j++) {
                 const int64_t kj = k0 + tx + TG * j;
                 T p = 0, ds = 0;
-                if (qi < a.Tq && visible(a, qi, kj)) ds = prob_ds(s[i][j], dp[i][j], m[i], il[i], delta[i], scale, &p);
+                if (qi < a.Tq && visible(a, db, qi, kj)) ds = prob_ds(s[i][j], dp[i][j], m[i], il[i], delta[i], scale, &p);
                 sm.ds[ty + TG * i][tx + TG * j] = ds;
             }
         }
@@ -352,6 +407,16 @@ __global__ void __launch_bounds__(NT) attn_dkv_tiled(T *dk, T *dv, const T *stat
     const int64_t b = blockIdx.x / a.Hkv, rep = a.Hq / a.Hkv, h0 = blockIdx.x % a.Hkv * rep;
     const int64_t N = a.B * a.Hq * a.Tq, k0 = (int64_t)blockIdx.y * BK;
     const heads_at kv = heads_of(a, b, h0); /* k and v of the group */
+    const int32_t *db = doc_row(a, b);
+    /* the queries that may see the key tile: causal from its first key's
+     * tile; with documents, from its first key's document's start to its
+     * last key's document's end (the query tiles outside are skipped) */
+    int64_t qbeg = a.causal ? k0 / BQ * BQ : 0, qend = a.Tq;
+    if (db && k0 < a.Tk) {
+        const int64_t kl = (k0 + BK < a.Tk ? k0 + BK : a.Tk) - 1, fb = doc_begin(db, k0) / BQ * BQ;
+        qbeg = fb > qbeg ? fb : qbeg;
+        qend = doc_end(db, kl, a.Tq);
+    }
     load_rows<T, BK, DP, DP + 1>(sm.k, k + kv.k, a.ldk, k0, a.Tk, D);
     load_rows<T, BK, DP, DP + 1>(sm.v, v + kv.v, a.ldv, k0, a.Tk, D);
     T dka[MK][MD], dva[MK][MD];
@@ -362,7 +427,7 @@ __global__ void __launch_bounds__(NT) attn_dkv_tiled(T *dk, T *dv, const T *stat
     for (int64_t h = h0; h < h0 + rep; h++) {
         const heads_at at = heads_of(a, b, h);
         const int64_t st = (b * a.Hq + h) * a.Tq; /* the head's statistics */
-        for (int64_t q0 = a.causal ? k0 / BQ * BQ : 0; q0 < a.Tq; q0 += BQ) {
+        for (int64_t q0 = qbeg; q0 < qend; q0 += BQ) {
             __syncthreads();
             load_rows<T, BQ, DP, DP + 1>(sm.q, q + at.q, a.ldq, q0, a.Tq, D);
             load_rows<T, BQ, DP, DP + 1>(sm.dout, dout + at.o, a.ldo, q0, a.Tq, D);
@@ -385,7 +450,7 @@ __global__ void __launch_bounds__(NT) attn_dkv_tiled(T *dk, T *dv, const T *stat
                     const int x = tx + TG * j;
                     const int64_t qj = q0 + x;
                     T p = 0, ds = 0;
-                    if (qj < a.Tq && visible(a, qj, kj))
+                    if (qj < a.Tq && visible(a, db, qj, kj))
                         ds = prob_ds(s[i][j], dpt[i][j], sm.m[x], sm.il[x], sm.delta[x], scale, &p);
                     sm.pt[ty + TG * i][x] = p;
                     sm.dst[ty + TG * i][x] = ds;
@@ -433,12 +498,14 @@ __global__ void attn_fwd_simple(T *out, const T *q, const T *k, const T *v, pipi
     PIPIT_GRID_STRIDE(e, a.B * a.Hq * a.Tq) {
         const int64_t t = e % a.Tq, bh = e / a.Tq;
         const heads_at at = heads_of(a, bh / a.Hq, bh % a.Hq);
+        const int32_t *db = doc_row(a, bh / a.Hq);
         const T *qt = q + at.q + t * a.ldq;
         T *o = out + at.o + t * a.ldo;
         for (int d = 0; d < D; d++) o[d] = 0;
         T m = neg_inf<T>();
         double l = 0;
         for (int64_t j = 0; j < keys_of(a, t); j++) {
+            if (!visible(a, db, t, j)) continue;
             const T s = dot_n(qt, k + at.k + j * a.ldk, D) * scale, *vj = v + at.v + j * a.ldv;
             if (s > m) { /* rescale what was accumulated under the old max */
                 const T f = pipit_dexp(m - s);
@@ -464,10 +531,12 @@ __global__ void attn_dq_simple(T *dq, T *stats, const T *q, const T *k, const T 
     PIPIT_GRID_STRIDE(e, N) {
         const int64_t t = e % a.Tq, bh = e / a.Tq;
         const heads_at at = heads_of(a, bh / a.Hq, bh % a.Hq);
+        const int32_t *db = doc_row(a, bh / a.Hq);
         const T *qt = q + at.q + t * a.ldq, *dO = dout + at.o + t * a.ldo;
         T m = neg_inf<T>();
         double l = 0, dl = 0;
         for (int64_t j = 0; j < keys_of(a, t); j++) {
+            if (!visible(a, db, t, j)) continue;
             const T s = dot_n(qt, k + at.k + j * a.ldk, D) * scale, dp = dot_n(dO, v + at.v + j * a.ldv, D);
             if (s > m) {
                 const T f = pipit_dexp(m - s);
@@ -486,6 +555,7 @@ __global__ void attn_dq_simple(T *dq, T *stats, const T *q, const T *k, const T 
         T *dqt = dq + at.q + t * a.ldq;
         for (int d = 0; d < D; d++) dqt[d] = 0;
         for (int64_t j = 0; j < keys_of(a, t); j++) {
+            if (!visible(a, db, t, j)) continue;
             const T *kj = k + at.k + j * a.ldk;
             T p;
             const T ds = prob_ds(dot_n(qt, kj, D), dot_n(dO, v + at.v + j * a.ldv, D), m, il, delta, scale, &p);
@@ -509,6 +579,7 @@ __global__ void attn_dkv_simple(T *dk, T *dv, const T *stats, const T *q, const 
         for (int64_t h = h0; h < h0 + rep; h++) {
             const heads_at at = heads_of(a, b, h);
             for (int64_t t = a.causal ? j : 0; t < a.Tq; t++) {
+                if (!visible(a, doc_row(a, b), t, j)) continue;
                 const T *qt = q + at.q + t * a.ldq, *dO = dout + at.o + t * a.ldo;
                 const int64_t se = (b * a.Hq + h) * a.Tq + t;
                 T p;
@@ -624,7 +695,7 @@ static void attn_bwd(void *dq, void *dk, void *dv, const void *q, const void *k,
  * cannot run (the op's shape rule never makes one), recorded as an error. */
 static int attn_check(const pipit_cuda_attn *a, const char *what) {
     if (a->B <= 0 || a->Tq <= 0 || a->Tk <= 0 || a->Hq <= 0 || a->D <= 0) return 1;
-    if (a->Hkv <= 0 || a->Hq % a->Hkv != 0 || a->D > INT32_MAX || (a->causal && a->Tq != a->Tk))
+    if (a->Hkv <= 0 || a->Hq % a->Hkv != 0 || a->D > INT32_MAX || ((a->causal || a->doc) && a->Tq != a->Tk))
         return pipit__cuda_check(cudaErrorInvalidValue, what);
     return 0;
 }

@@ -492,7 +492,7 @@ static void cuda_ROPE(const pipit__kctx *k, int ith, int nth) {
  * scale 1/sqrt(C/H) (the CPU's packed attn dims). */
 static pipit_cuda_attn packed_dims(int64_t B, int64_t T, int64_t C, int64_t H) {
     int64_t D = C / H;
-    return pipit_cuda_attn{B, T, T, H, H, D, 3 * C, 3 * C, 3 * C, C, 1, 1.0 / sqrt((double)D)};
+    return pipit_cuda_attn{B, T, T, H, H, D, 3 * C, 3 * C, 3 * C, C, 1, 1.0 / sqrt((double)D), nullptr};
 }
 
 static void cuda_ATTENTION(const pipit__kctx *k, int ith, int nth) {
@@ -523,7 +523,7 @@ static pipit_cuda_attn qkv_dims(const pipit__kctx *k) {
     const pipit__node *q = KIN(0), *kv = KIN(1);
     int64_t Hq = k->node->iattr[0], Hkv = k->node->iattr[1], D = q->shape[2] / Hq;
     return pipit_cuda_attn{q->shape[0], q->shape[1], kv->shape[1], Hq,     Hkv, D, Hq * D, Hkv * D, Hkv * D,
-                           Hq * D,      (int)k->node->iattr[2], k->node->fattr[0]};
+                           Hq * D,      (int)k->node->iattr[2], k->node->fattr[0], nullptr};
 }
 
 static void cuda_ATTENTION_QKV(const pipit__kctx *k, int ith, int nth) {
@@ -540,6 +540,33 @@ static void cuda_ATTN_QKV_D(const pipit__kctx *k, int ith, int nth) {
     int64_t nq = pipit__node_numel(KIN(0)), nk = pipit__node_numel(KIN(1));
     char *d = (char *)k->out;
     pipit__cuda_attn_bwd(DT(k), d, d + nq * es, d + (nq + nk) * es, k->in[0], k->in[1], k->in[2], k->in[3], &a);
+}
+
+/* Packed documents: qkv [B,T,(Hq+2Hkv)*D] (per row q | k | v), doc [B,T]
+ * (input 1 of the forward, 2 of the backward), the CPU's doc_dims. */
+static pipit_cuda_attn doc_dims(const pipit__kctx *k, int doc_in) {
+    const pipit__node *x = KIN(0), *n = k->node;
+    int64_t Hq = n->iattr[0], Hkv = n->iattr[1], D = x->shape[2] / (Hq + 2 * Hkv), ld = (Hq + 2 * Hkv) * D;
+    return pipit_cuda_attn{x->shape[0],     x->shape[1], x->shape[1], Hq, Hkv, D, ld, ld, ld, Hq * D, (int)n->iattr[2],
+                           n->fattr[0], (const int32_t *)k->in[doc_in]};
+}
+
+static void cuda_ATTENTION_DOC(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    pipit_cuda_attn a = doc_dims(k, 1);
+    size_t es = pipit__dtype_size(DT(k));
+    const char *x = (const char *)k->in[0];
+    pipit__cuda_attn_fwd(DT(k), k->out, x, x + a.Hq * a.D * es, x + (a.Hq + a.Hkv) * a.D * es, &a);
+}
+
+/* dqkv in qkv's layout. */
+static void cuda_ATTN_DOC_D(const pipit__kctx *k, int ith, int nth) {
+    ONLY_THREAD0(ith, nth);
+    pipit_cuda_attn a = doc_dims(k, 2);
+    size_t es = pipit__dtype_size(DT(k)), ko = (size_t)(a.Hq * a.D) * es, vo = (size_t)((a.Hq + a.Hkv) * a.D) * es;
+    const char *x = (const char *)k->in[0];
+    char *d = (char *)k->out;
+    pipit__cuda_attn_bwd(DT(k), d, d + ko, d + vo, x, x + ko, x + vo, k->in[1], &a);
 }
 
 /* ------------------------------------------------------------ slices, concat */
@@ -719,6 +746,8 @@ WIDENED(ATTENTION)
 WIDENED(ATTN_DQKV)
 WIDENED(ATTENTION_QKV)
 WIDENED(ATTN_QKV_D)
+WIDENED(ATTENTION_DOC)
+WIDENED(ATTN_DOC_D)
 #undef WIDENED
 #define cuda_EMBED_DTABLE wide_EMBED_DTABLE
 #define cuda_GATHER_DTABLE wide_GATHER_DTABLE
@@ -744,6 +773,8 @@ WIDENED(ATTN_QKV_D)
 #define cuda_ATTN_DQKV wide_ATTN_DQKV
 #define cuda_ATTENTION_QKV wide_ATTENTION_QKV
 #define cuda_ATTN_QKV_D wide_ATTN_QKV_D
+#define cuda_ATTENTION_DOC wide_ATTENTION_DOC
+#define cuda_ATTN_DOC_D wide_ATTN_DOC_D
 
 /* ------------------------------------------------ fused head + cross-entropy */
 

@@ -285,6 +285,11 @@ struct pipit_cuda_attn {
     int64_t ldq, ldk, ldv, ldo;
     int causal;
     double scale; /* rounded to the element type by the kernels */
+    /* packed documents (op attention_doc): doc [B,T] i32 on the device,
+     * non-decreasing per sequence (Tq == Tk); a query sees only the keys of
+     * its own document, and tiles wholly outside it are skipped. NULL: none
+     * (the plain kernels' work and bits). */
+    const int32_t *doc;
 };
 void pipit__cuda_attn_fwd(pipit_dtype dt, void *out, const void *q, const void *k, const void *v,
                           const pipit_cuda_attn *a);
