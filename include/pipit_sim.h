@@ -104,7 +104,9 @@ typedef struct {
     int tp, pp, dp;
     int schedule;           /* pipit_schedule_kind */
     int virt;               /* stages per pipeline rank (0: the schedule's own) */
-    int zero1;              /* shard the optimizer state over dp */
+    int zero1;              /* the ZeRO stage over dp: 0 none, 1 the optimizer state, 2 and the gradients,
+                               3 and the parameters (as options.zero; 2 and 3 hold the full blocks during a
+                               step, so their peak is stage 1's plus the kept shards) */
     const char *dtype;      /* "bf16", "fp16", "fp32", "tf32" (NULL: the hardware's train_dtype) */
     /* how the runtime communicates (0: as pipit does) */
     int dp_after_flush;     /* 1: the DP exchange starts after the rank's last task (Megatron-LM 2021);

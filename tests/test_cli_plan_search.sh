@@ -67,7 +67,8 @@ cases = [
 for model, G, pp, gpus, hw, limit, kv in cases:
     L, h, a, s, V = model
     args = ["plan", "--search", "--global-batch", str(G), "--layers", str(L), "--dim", str(h), "--heads", str(a),
-            "--ctx", str(s), "--vocab", str(V), "--hw", hw, "--mem-limit", str(limit), "--json", "--top", "1000"]
+            "--ctx", str(s), "--vocab", str(V), "--hw", hw, "--mem-limit", str(limit), "--json", "--top", "1000",
+            "--recompute", "none", "--zero", "0"]  # sim's defaults: the brute force runs those
     if pp:
         args += ["--pp", str(pp)]
     if gpus:
@@ -95,7 +96,7 @@ PYEOF
 # lets it through (issue 25 item 12). V = 250 with 4 heads on 8 GPUs:
 # tp 4 fails only for the vocabulary (250 = 4 x 62 + 2), tp 8 for the
 # heads; the smallest multiple of 4 from 250 is 252, and with it tp 4 runs
-PS=(plan --search --global-batch 8 --layers 4 --dim 128 --heads 4 --ctx 64 --hw a100 --gpus 8 --pp 1)
+PS=(plan --search --global-batch 8 --layers 4 --dim 128 --heads 4 --ctx 64 --hw a100 --gpus 8 --pp 1 --recompute none --zero 1)
 expect_ok "$PIPIT" "${PS[@]}" --vocab 250 --verbose
 grep -q "note: tp 4 divides everything but the vocabulary (250): --vocab 252 (padded with 2 unused rows) would allow it" <<<"$OUT" ||
     fail "no padding note for --vocab 250: $OUT"
@@ -119,14 +120,63 @@ grep -q "^rejected .*the schedule does not accept" <<<"$OUT" || fail "--verbose:
 # (tiny, 8 layers, P = 4, G = 16) below every other schedule's smallest peak
 # (1F1B's 11.33 MB at M = 16) leaves V-Half (10.38 MB) and V-Min (9.30 MB),
 # and one below V-Half's leaves V-Min alone: what a person would pick
-expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 1.1e7 --json
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 1.1e7 --json --recompute none
 $PY -c 'import json,sys; b=json.loads(sys.argv[1])["best"]; assert [x["schedule"] for x in b] == ["v-half", "v-min"], b' "$OUT" ||
     fail "--mem-limit 1.1e7 at P=4: v-half then v-min alone: $OUT"
-expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 1.0e7 --json
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 1.0e7 --json --recompute none
 $PY -c 'import json,sys; b=json.loads(sys.argv[1])["best"]; assert [x["schedule"] for x in b] == ["v-min"], b' "$OUT" ||
     fail "--mem-limit 1.0e7 at P=4: v-min alone: $OUT"
 
+# ---- remat and the ZeRO stages are in the search space (issue 29 item 3).
+# Below V-Min's 9.30 MB nothing fits without recomputation, and every
+# candidate that fits recomputes: what a person would do; each row's step
+# time and peak are `pipit sim`'s for that row (an independent run)
+expect_fail "none of the" "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 9e6 --recompute none
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 9e6 --json --top 3
+$PY - "$PIPIT" "$OUT" <<'PYEOF' || fail "remat under 9e6"
+import json, subprocess, sys
+pipit, j = sys.argv[1], json.loads(sys.argv[2])
+b = j["best"]
+assert len(b) == 3 and all(x["recompute"] == "full" and x["zero"] == 0 for x in b), b
+for x in b:
+    assert x["peak_bytes_per_rank"] <= 9e6, x
+    out = subprocess.run([pipit, "sim", "--layers", "8", "--hidden", "128", "--heads", "4", "--seq", "64", "--vocab", "256",
+                          "--global-batch", "16", "--micro-batch", str(x["micro_batch"]), "--pp", "4", "--tp", "1",
+                          "--dp", "1", "--schedule", x["schedule"], "--virtual", str(x["virtual"]), "--recompute", "full",
+                          "--hw", "cpu", "--json"], capture_output=True, text=True, check=True).stdout
+    s = json.loads(out)
+    assert s["step_s"] == x["step_s"] and s["peak_bytes_per_rank"] == x["peak_bytes_per_rank"], (s, x)
+PYEOF
+# dp 2, no recomputation, under 14.5 MB: only ZeRO-1 fits (unsharded Adam
+# state is 17.0 MB; ZeRO-2 and ZeRO-3, which hold the full blocks during a
+# step as pipit's runtime does and keep a 1/dp shard more each, 15.4 and
+# 17.0 MB); for one config each stage above 1 adds the same shard
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --dp 2 --layers 8 --recompute none --mem-limit 1.45e7 --json --top 1000
+$PY -c 'import json,sys; b=json.loads(sys.argv[1])["best"]; assert b and {x["zero"] for x in b} == {1}, b' "$OUT" ||
+    fail "--dp 2 --mem-limit 1.45e7: ZeRO-1 alone: $OUT"
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --dp 2 --layers 8 --recompute none --no-mem-check --json --top 100000
+$PY -c '
+import json, sys
+b = json.loads(sys.argv[1])["best"]
+key = lambda x: (x["schedule"], x["virtual"], x["micro_batch"])
+by = {}
+for x in b: by.setdefault(key(x), {})[x["zero"]] = x
+assert len(by) > 10, len(by)
+for k, z in by.items():
+    assert sorted(z) == [0, 1, 2, 3], (k, sorted(z))
+    p = [z[i]["peak_bytes_per_rank"] for i in range(4)]
+    assert p[1] < p[0] and p[2] - p[1] > 0 and abs((p[3] - p[2]) - (p[2] - p[1])) <= 1e-6 * p[0], (k, p)
+    assert z[1]["step_s"] == z[2]["step_s"] == z[3]["step_s"] <= z[0]["step_s"], k
+' "$OUT" || fail "ZeRO stages: peaks and step times"
+# text: the runner-ups with their zero and remat columns
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 9e6 --top 4
+grep -q "zero remat" <<<"$OUT" && grep -q "runner-ups" <<<"$OUT" && [ "$(grep -c '^ *[1234]  .* full ' <<<"$OUT")" -eq 4 ] ||
+    fail "text runner-ups: $OUT"
+
 # ---- bad inputs
+expect_fail "--zero must be 0, 1, 2 or 3 (got 4)" "$PIPIT" plan --search --global-batch 8 --zero 4
+expect_fail "--zero1 is --zero 1" "$PIPIT" plan --search --global-batch 8 --zero1 --zero 2
+expect_fail "bad value 'some' for --recompute" "$PIPIT" plan --search --global-batch 8 --recompute some
 expect_fail "--global-batch is required" "$PIPIT" plan --search
 expect_fail "--mem-limit must be a number of bytes from 1 to 2^56 (got 0)" "$PIPIT" plan --search --global-batch 8 --mem-limit 0
 expect_fail "--eager-limit must be >= 0 bytes" "$PIPIT" plan --search --global-batch 8 --eager-limit -5

@@ -1,6 +1,7 @@
 /*
  * cmd_plan_search.c — `pipit plan --search`: every schedule x V x microbatch
- * size (x pp x tp x dp for a GPU count) that fits the memory limit,
+ * size x recompute (x ZeRO stage when dp > 1) (x pp x tp x dp for a GPU
+ * count) that fits the memory limit,
  * simulated with the cost model (pipit_sim.h) and ranked by step time; the
  * best few are printed with bubble and memory, and the rejected ones
  * counted by reason (each one with --verbose), with the vocabulary padding
@@ -40,10 +41,13 @@ typedef struct {
     int vocab_tps[32], nvocab_tps; /* those degrees, as met (the first 32) */
 } search;
 
+static const char *remat_name(const pipit_sim_config *c) { return c->recompute ? "full" : "none"; }
+
 static void describe(char *buf, size_t n, const pipit_sim_config *c) {
-    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d dp=%d",
+    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d dp=%d zero=%d remat=%s",
              pipit_schedule_kind_name((pipit_schedule_kind)c->schedule), c->pp, c->virt,
-             (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp, c->dp);
+             (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp, c->dp,
+             c->zero1, remat_name(c));
 }
 
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
@@ -99,19 +103,29 @@ static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
 static int by_step(const void *a, const void *b) {
     const candidate *x = a, *y = b;
     if (x->u.step_s != y->u.step_s) return x->u.step_s < y->u.step_s ? -1 : 1;
+    /* as fast: the one that holds less (ZeRO-1 before 2 and 3, whose peaks add the kept shards) */
+    if (x->u.peak_bytes_per_rank != y->u.peak_bytes_per_rank)
+        return x->u.peak_bytes_per_rank < y->u.peak_bytes_per_rank ? -1 : 1;
     return x->order - y->order;
 }
 
-/* schedule x V x micro-batch for one (tp, dp). */
-static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw) {
+/* schedule x V x micro-batch x recompute (x ZeRO stage when dp > 1) for one
+ * (tp, dp); a recompute or ZeRO stage < 0 is searched, else fixed. */
+static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw, int recompute, int zero) {
     if (c.global_batch % c.dp) return;
     int64_t per_replica = c.global_batch / c.dp;
+    int z0 = zero >= 0 ? zero : 0, z1 = zero >= 0 ? zero : c.dp > 1 ? 3 : 0;
+    int r0 = recompute >= 0 ? recompute : 0, r1 = recompute >= 0 ? recompute : 1;
     for (int k = 0; k < PIPIT_SCHED_COUNT; k++)
         for (int v = 1; v <= c.layers / c.pp; v++)
             for (int64_t b = 1; b <= per_replica && b <= 1 << 16; b++) {
                 if (per_replica % b) continue;
-                c.schedule = k, c.virt = v, c.micro_batch = (int)b;
-                try_one(s, &c, hw);
+                for (int r = r0; r <= r1; r++)
+                    for (int z = z0; z <= z1; z++) {
+                        c.schedule = k, c.virt = v, c.micro_batch = (int)b;
+                        c.recompute = (pipit_recompute)r, c.zero1 = z;
+                        try_one(s, &c, hw);
+                    }
             }
 }
 
@@ -137,10 +151,11 @@ static void print_best(const search *s, int top, int json, int vocab) {
         for (int i = 0; i < n; i++) {
             const candidate *k = &s->fit[i];
             printf("%s{\"schedule\":\"%s\",\"pp\":%d,\"virtual\":%d,\"microbatches\":%d,\"micro_batch\":%d,\"tp\":%d,"
-                   "\"dp\":%d,\"step_s\":%.9g,\"bubble\":%.6g,\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
+                   "\"dp\":%d,\"zero\":%d,\"recompute\":\"%s\",\"step_s\":%.9g,\"bubble\":%.6g,"
+                   "\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
                    i ? "," : "", pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt,
-                   k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.dp, k->u.step_s, k->u.bubble,
-                   k->u.peak_bytes_per_rank, k->u.tflops_per_gpu);
+                   k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.dp, k->c.zero1, remat_name(&k->c), k->u.step_s,
+                   k->u.bubble, k->u.peak_bytes_per_rank, k->u.tflops_per_gpu);
         }
         printf("]}\n");
         return;
@@ -154,26 +169,29 @@ static void print_best(const search *s, int top, int json, int vocab) {
                tps, strchr(tps, ',') ? "" : "s", vocab, (long long)padded_vocab(vocab, s->vocab_lcm),
                (long long)(padded_vocab(vocab, s->vocab_lcm) - vocab), strchr(tps, ',') ? "them" : "it");
     if (!n) return; /* the caller says why, and fails */
-    printf("\n%4s  %-18s %3s %3s %5s %4s %3s %4s %10s %8s %10s %12s\n", "rank", "schedule", "pp", "V", "M", "b", "tp",
-           "dp", "step s", "bubble", "peak GB", "TFLOP/s/GPU");
+    /* the best, then the runner-ups: what else fits, each with its peak and step time */
+    printf("\n%4s  %-18s %3s %3s %5s %4s %3s %4s %4s %5s %10s %8s %10s %12s\n", "rank", "schedule", "pp", "V", "M", "b",
+           "tp", "dp", "zero", "remat", "step s", "bubble", "peak GB", "TFLOP/s/GPU");
     for (int i = 0; i < n; i++) {
         const candidate *k = &s->fit[i];
-        printf("%4d  %-18s %3d %3d %5d %4d %3d %4d %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
+        printf("%4d  %-18s %3d %3d %5d %4d %3d %4d %4d %5s %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
                pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt, k->u.microbatches,
-               k->c.micro_batch, k->c.tp, k->c.dp, k->u.step_s, 100 * k->u.bubble, k->u.peak_bytes_per_rank / 1e9,
-               k->u.tflops_per_gpu);
+               k->c.micro_batch, k->c.tp, k->c.dp, k->c.zero1, remat_name(&k->c), k->u.step_s, 100 * k->u.bubble,
+               k->u.peak_bytes_per_rank / 1e9, k->u.tflops_per_gpu);
     }
+    if (n > 1) printf("(rank 1 is the plan; 2..%d are the runner-ups that fit, by step time)\n", n);
 }
 
 int cmd_plan_search(int argc, char **argv) {
-    const char *model = "tiny", *hw_name = "cpu", *recompute = "none";
+    const char *model = "tiny", *hw_name = "cpu", *recompute = NULL;
     int layers = 0, heads = 0, kv_heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0;
-    int on = 0, verbose = 0, zero1 = 0, no_mem_check = 0;
+    int on = 0, verbose = 0, zero1 = 0, zero = -1, no_mem_check = 0;
     uint64_t global = 0;
     double mem_limit = 0, eager_limit = 0;
     cli_links links = {0};
     flag fl[] = {
-        {"search", FL_BOOL, &on, "rank schedule x V x microbatch size (x tp x dp with --gpus) by simulated step time", 0},
+        {"search", FL_BOOL, &on, "rank schedule x V x microbatch size x recompute (x ZeRO stage at dp > 1, x tp x dp with --gpus) by "
+                             "simulated step time", 0},
         {"global-batch", FL_U64, &global, "sequences per step G = micro-batch x M x dp", 0},
         {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the memory of one device of --hw; at "
                                           "most that without --no-mem-check)", 0},
@@ -193,18 +211,21 @@ int cmd_plan_search(int argc, char **argv) {
         {"pp", FL_INT, &pp, "pipeline ranks P (default 1; with --gpus: searched unless given)", 0},
         {"dp", FL_INT, &dp, "data-parallel replicas (default 1; with --gpus: searched)", 0},
         {"gpus", FL_INT, &gpus, "search pp x tp x dp = GPUS too (pp fixed when --pp is given)", 0},
-        {"recompute", FL_STR, &recompute, "none (default) or full", 0},
-        {"zero1", FL_BOOL, &zero1, "shard the optimizer state over dp", 0},
+        {"recompute", FL_STR, &recompute, "none or full (default: both searched)", 0},
+        {"zero1", FL_BOOL, &zero1, "shard the optimizer state over dp (= --zero 1)", 0},
+        {"zero", FL_INT, &zero, "ZeRO stage 0..3 (default: 0..3 searched when dp > 1, 0 at dp 1)", 0},
         {"top", FL_INT, &top, "how many of the best to print (default 5)", 0},
         {"verbose", FL_BOOL, &verbose, "print every rejected combination and why", 0},
         {"json", FL_BOOL, &json, "print one JSON object", 0},
     };
     flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
-                          "       [--kv-heads K] [--pp P] [--dp D | --gpus N] [--top K] [--verbose] [--json]\n"
+                          "       [--kv-heads K] [--pp P] [--dp D | --gpus N] [--recompute none|full] [--zero N] [--top K]\n"
+                          "       [--verbose] [--json]\n"
                           "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...] [--eager-limit BYTES]",
-                  "Searches schedule x V x microbatch size (x pp x tp x dp with --gpus) with the cost model of `pipit\n"
-                  "sim`, ranks what fits by simulated step time and says why the rest were rejected (and which\n"
-                  "--vocab padding would let a tp through); nothing runs.",
+                  "Searches schedule x V x microbatch size x recompute (x ZeRO stage at dp > 1, x pp x tp x dp\n"
+                  "with --gpus) with the cost model of `pipit sim`, ranks what fits by simulated step time (the\n"
+                  "runner-ups listed with their peak memory), says why the rest were rejected (and which --vocab\n"
+                  "padding would let a tp through); nothing runs.",
                   fl, NFLAGS(fl)};
     flags_parse(&c, argc, argv);
     flags_require(&c, (const char *const[]){"global-batch", NULL});
@@ -219,6 +240,10 @@ int cmd_plan_search(int argc, char **argv) {
     for (int i = 0; i < NFLAGS(pos); i++) /* given flags only: 0 means "the preset's" for the model's */
         if (flags_seen(&c, pos[i].flag) && pos[i].v < 1) die("--%s must be >= 1 (got %d)", pos[i].flag, pos[i].v);
     if (gpus && flags_seen(&c, "dp")) die("--gpus searches dp: do not give --dp too");
+    if (flags_seen(&c, "zero") && (zero < 0 || zero > 3)) die("--zero must be 0, 1, 2 or 3 (got %d)", zero);
+    if (flags_seen(&c, "zero") && zero1 && zero != 1) die("--zero1 is --zero 1: do not give --zero %d too", zero);
+    if (zero1) zero = 1;
+    int remat = recompute ? (int)pipit_cli_recompute(recompute) : -1;
     if (gpus && flags_seen(&c, "pp") && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
     cli_apply_links(hw, &links);
@@ -235,7 +260,7 @@ int cmd_plan_search(int argc, char **argv) {
                              /* a Llama preset: SwiGLU at its width, grouped-query heads, RoPE */
                              .gated_mlp = llama, .ffn_hidden = llama ? pr->ffn_hidden : 0,
                              .kv_heads = K, .rope = llama,
-                             .recompute = pipit_cli_recompute(recompute), .pp = pp, .tp = 1, .dp = dp, .zero1 = zero1,
+                             .pp = pp, .tp = 1, .dp = dp,
                              .eager_limit = eager_limit};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
     if (no_mem_check) s.mem_limit = HUGE_VAL; /* as train's: no memory check at all */
@@ -245,11 +270,11 @@ int cmd_plan_search(int argc, char **argv) {
             for (int t = 1; t <= gpus / p; t++)
                 if ((gpus / p) % t == 0) {
                     base.pp = p, base.tp = t, base.dp = gpus / p / t;
-                    enumerate_pipeline(&s, base, hw);
+                    enumerate_pipeline(&s, base, hw, remat, zero);
                 }
         }
     } else {
-        enumerate_pipeline(&s, base, hw);
+        enumerate_pipeline(&s, base, hw, remat, zero);
     }
     if (s.nfit) qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step); /* s.fit is NULL when nothing fits */
     print_best(&s, top, json, base.vocab);

@@ -196,6 +196,7 @@ int cmd_sim(int argc, char **argv) {
         {"virtual", FL_INT, &c.virt, "stages per pipeline rank V (default: the schedule's own)", 0},
         {"recompute", FL_STR, &recompute, "none (default) or full activation recomputation", 0},
         {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
+        {"zero", FL_INT, &c.zero1, "ZeRO stage 0..3 over dp (2: and the gradients, 3: and the parameters)", 0},
         {"dp-after-flush", FL_BOOL, &c.dp_after_flush, "the DP exchange after each rank's last task (Megatron-LM 2021) "
                                                         "instead of during the backward", 0},
         {"blocking-p2p", FL_BOOL, &c.blocking_p2p, "stage messages occupy their sender (Megatron's blocking P2P) "

@@ -46,12 +46,17 @@ void pipit_sim_report_free(pipit_sim_report *r) {
     pipit__free(r);
 }
 
-/* Bytes per parameter: weights + gradients in the training dtype, and the
- * optimizer's state (Adam's two moments, plus fp32 master weights when the
- * weights are 16-bit: ZeRO's 16 bytes per parameter), sharded by ZeRO-1. */
-static double bytes_per_param(int esize, int zero1, int dp) {
+/* Bytes per parameter at a step's peak: weights + gradients in the
+ * training dtype, and the optimizer's state (Adam's two moments, plus fp32
+ * master weights when the weights are 16-bit: ZeRO's 16 bytes per
+ * parameter), sharded from ZeRO stage 1 on. As pipit's runtime does
+ * (runtime/zero.c), ZeRO-2 and ZeRO-3 hold the full gradient (and
+ * parameter) block during a step and keep a 1/dp shard of it between
+ * steps: the peak grows by that shard, what stays between steps shrinks. */
+static double bytes_per_param(int esize, int zero, int dp) {
     double opt = esize == 4 ? 8.0 : 12.0;
-    return 2.0 * esize + (zero1 ? opt / dp : opt);
+    double shards = dp > 1 ? (zero >= 3 ? 2.0 : zero >= 2 ? 1.0 : 0.0) * esize / dp : 0.0;
+    return 2.0 * esize + (zero ? opt / dp : opt) + shards;
 }
 
 /* Adam touches master weights, gradient, both moments (read) and writes
@@ -239,6 +244,8 @@ static pipit_status run(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_s
     if (st) return st;
     if (cfg->pp < 1) return pipit__err(PIPIT_STATUS_INVALID, "pp must be >= 1 (got %d)", cfg->pp);
     if (cfg->virt < 0) return pipit__err(PIPIT_STATUS_INVALID, "virtual must be >= 1 (got %d)", cfg->virt);
+    if (cfg->zero1 < 0 || cfg->zero1 > 3)
+        return pipit__err(PIPIT_STATUS_INVALID, "zero1 is the ZeRO stage, 0 to 3 (got %d)", cfg->zero1);
     const char *kname = (unsigned)cfg->schedule < PIPIT_SCHED_COUNT
                             ? pipit_schedule_kind_name((pipit_schedule_kind)cfg->schedule) : NULL;
     if (!kname) return pipit__err(PIPIT_STATUS_INVALID, "unknown schedule kind %d", cfg->schedule);
