@@ -599,7 +599,8 @@ typedef struct {
      *    steps; the full-size gradient block exists only during a step.
      * 3: also the parameters: each replica keeps its shard between steps;
      *    the stage's full parameters are all-gathered before the microbatch
-     *    loop and released at the end of the step.
+     *    loop and released when it ends (at the step's end if the post-loop
+     *    reads a param).
      * Bitwise the same results as ZeRO-1. zero1 = 1 with zero 2 or 3 is
      * INVALID (contradictory). */
     int zero;

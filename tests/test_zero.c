@@ -36,12 +36,15 @@ static pipit_gpt2_config cfg_of(const zrun *r) {
                                .stages = r->stages};
 }
 
-/* The tied wte's gradient halved: a transform, which reads whole gradients. */
-static void halve_wte_grad(pipit_graph *g) {
+/* The tied wte's gradient halved (kind 1), or plus 0.01 wte (kind 2: the
+ * post-loop reads the param, so ZeRO-3 keeps the full block to the end of
+ * the step): transforms, which read whole gradients. */
+static void transform_wte_grad(pipit_graph *g, int kind) {
     for (int32_t id = 0; pipit_val_ndim((pipit_val){g, id}) > 0 || id < 8; id++) {
         pipit_val v = {g, id};
         if (pipit_val_ndim(v) == 2 && pipit_val_dim(v, 0) == TV && pipit_val_dim(v, 1) == TC) {
-            pipit_set_grad(g, v, pipit_scale(g, pipit_grad_of(g, v), 0.5));
+            pipit_val gr = pipit_grad_of(g, v);
+            pipit_set_grad(g, v, kind == 1 ? pipit_scale(g, gr, 0.5) : pipit_add(g, gr, pipit_scale(g, v, 0.01)));
             return;
         }
     }
@@ -52,7 +55,7 @@ static pipit_status compile_run(const zrun *r, pipit_graph **gout, pipit_program
     pipit_graph *g = pipit_graph_new();
     if (r->T > 1) pipit_graph_set_tensor_parallel(g, r->T);
     pipit_val loss = pipit_gpt2_build(g, &c);
-    if (r->transform) halve_wte_grad(g);
+    if (r->transform) transform_wte_grad(g, r->transform);
     pipit_options o = {.schedule = r->sch, .microbatches = r->M, .optimizer = pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1),
                        .clip_norm = 0.5, .data_parallel = r->D, .zero = r->zero, .tensor_parallel = r->T,
                        .dtype = r->dtype};
@@ -148,6 +151,7 @@ PIPIT_TEST(zero23_equal_zero1_bf16_tp) {
     same_as_zero1((zrun){sch, 2, 2, 2, 0, 2, 0, 0, PIPIT_BF16}, "bf16 1f1b P=2 T=2 D=2");
     /* a gradient transform: the gradients are gathered (whole), the params still sharded */
     same_as_zero1((zrun){sch, 2, 2, 2, 0, 1, 0, 1, PIPIT_F32}, "1f1b P=2 D=2 with a gradient transform");
+    same_as_zero1((zrun){sch, 2, 2, 2, 0, 1, 0, 2, PIPIT_F32}, "1f1b P=2 D=2 with a transform that reads the param");
     pipit_schedule_free(sch);
 }
 
@@ -304,6 +308,30 @@ PIPIT_TEST(zero23_state_is_layout_free) {
     pipit_program_free(p), pipit_program_free(p3);
     pipit_graph_free(g), pipit_graph_free(g3);
     pipit_schedule_free(sch), pipit_schedule_free(sch4);
+}
+
+/* ZeRO-3 releases the full parameter block when the loop ends, unless the
+ * post-loop reads a param (kind 2's transform): then at the step's end. */
+PIPIT_TEST(zero3_release_point) {
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &sch));
+    for (int kind = 0; kind <= 2; kind++) {
+        zrun r = {sch, 2, 2, 2, 3, 1, 0, kind, PIPIT_F32};
+        pipit_graph *g = NULL;
+        pipit_program *p = NULL;
+        ASSERT_OK(compile_run(&r, &g, &p));
+        int early = 0;
+        for (int w = 0; w < p->W; w++) {
+            p->rs[w].param_block = (uint8_t *)1; /* as during a step (only tested for NULL) */
+            early += pipit__zero_release_at_loop_end(p, w);
+            p->rs[w].param_block = NULL;
+        }
+        /* kind 2: the rank holding the tied wte in its post-loop (both ranks do) keeps it */
+        ASSERT_EQ_I64(early, kind == 2 ? 0 : p->W);
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+    pipit_schedule_free(sch);
 }
 
 PIPIT_TEST(zero23_bad_options) {

@@ -20,6 +20,7 @@ typedef struct {
     pipit_status status;    /* first failure on this rank (thread 0 writes) */
     char msg[1024];
     int kick_due; /* sends went out since the rank last computed (thread 0) */
+    int zero_release; /* ZeRO-3: release the full parameter block when the loop ends (runtime/zero.c) */
 } exec_ctx;
 
 static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
@@ -275,6 +276,10 @@ static void exec_worker(void *arg, int ith, int nth) {
     int32_t next_fence = 0;
     if (ith > 0) pipit__bind_rank(x->p, x->w); /* thread 0 was bound by pipit__exec_rank */
     for (int32_t i = 0; i < r->n; i++) {
+        if (i == r->post_at && x->zero_release) { /* ZeRO-3: the loop was the params' last reader */
+            if (ith == 0 && !x->status) pipit__zero_loop_end(x->p, x->w);
+            pipit__pool_barrier(rs->pool);
+        }
         if (ith == 0 && !post_start && i == r->post_at) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
         double t0 = x->p->profile && ith == 0 ? pipit__now() : 0;
@@ -301,7 +306,7 @@ static void exec_worker(void *arg, int ith, int nth) {
 }
 
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
-    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0};
+    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0, 0};
     pipit__bind_rank(p, w);
     pipit_status zs = pipit__zero_begin_step(p, w); /* ZeRO-2/3: the step's full blocks, gathered */
     if (zs) {
@@ -309,6 +314,7 @@ pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
         pipit__zero_end_step(p, w);
         return pipit__err(zs, "%s", x.msg);
     }
+    x.zero_release = pipit__zero_release_at_loop_end(p, w);
     upload_feeds(&x);
     resolve(&x);
     x.rs->busy = x.rs->wait = 0;

@@ -146,7 +146,9 @@ void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth) {
     if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
     pipit__range(b - a, ith, nth, &lo, &hi);
     size_t off = p->plan.ranks[rs->prank].param_off[param] + (size_t)a * es;
-    uint8_t *wt = rs->param_block + off, *g = rs->grad_block + off;
+    /* ZeRO-3 once the loop released the full block: the shard in place */
+    uint8_t *wt = rs->param_block ? rs->param_block + off : rs->pshard_block + rs->opt_off[param];
+    uint8_t *g = rs->grad_block + off;
     if (p->plan.opt.optimizer.kind == PIPIT_OPT_ADAMW) {
         pipit__adamw_coef c = adamw_coefs(p, pp, rs->clip_scale);
         p->be->adamw(pp->dtype, &c, wt, g, rs->m_block + rs->opt_off[param], rs->v_block + rs->opt_off[param], lo, hi);

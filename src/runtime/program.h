@@ -97,6 +97,12 @@ int pipit__zero_params(const pipit_program *p);
  * after a failure): keeps this replica's shards and releases the blocks. */
 pipit_status pipit__zero_begin_step(pipit_program *p, int w);
 void pipit__zero_end_step(pipit_program *p, int w);
+/* ZeRO-3: whether world rank w releases its full parameter block when its
+ * loop ends (its post-loop does not read params; checked before the step)
+ * and, at that point, the release itself: the shard kept, the block gone;
+ * the update then writes the shard block. */
+int pipit__zero_release_at_loop_end(const pipit_program *p, int w);
+void pipit__zero_loop_end(pipit_program *p, int w);
 /* ZeRO-3's all-gather of one param's shards into `block` (dp.c). */
 pipit_status pipit__dp_param_gather(pipit_program *p, int w, int param, uint8_t *block, int sending);
 

@@ -11,9 +11,11 @@
  *           shard (pshard_block). Before the microbatch loop the rank
  *           reserves the stage's full parameter block and all-gathers it
  *           (its shard to every other replica, theirs into place), once per
- *           step; the update writes this replica's shard (ZeRO-1 without
- *           its post-update all-gather), which is kept when the step ends and
- *           the full block released.
+ *           step. Once the loop is done (its last W has run) the replica's
+ *           shard is copied out and the full block released, unless the
+ *           post-loop reads params (a gradient transform may): then at the
+ *           end of the step. The update writes the shard in place (ZeRO-1
+ *           without its post-update all-gather).
  * The bits are ZeRO-1's: the same gradients, the same sums in replica
  * order, the same update of the same shard; the gather moves bytes.
  */
@@ -67,6 +69,33 @@ pipit_status pipit__zero_begin_step(pipit_program *p, int w) {
             if (rp->param_off[i] != SIZE_MAX)
                 s = pipit__dp_param_gather(p, w, i, rs->param_block + rp->param_off[i], sending);
     return s;
+}
+
+/* Whether the post-loop of rank plan r reads or writes the parameter
+ * block itself (the update writes the shard block instead). */
+static int post_uses_params(const pipit__rank_plan *r) {
+    for (int32_t i = r->post_at; i < r->n; i++) {
+        const pipit__instr *in = &r->ins[i];
+        if (in->kind == INS_UPDATE) continue;
+        if (in->out.kind == LOC_PARAM) return 1;
+        for (int j = 0; j < PIPIT_MAX_IN; j++)
+            if (in->in[j].kind == LOC_PARAM) return 1;
+    }
+    return 0;
+}
+
+int pipit__zero_release_at_loop_end(const pipit_program *p, int w) {
+    const pipit__rank_state *rs = &p->rs[w];
+    const pipit__rank_plan *r = &p->plan.ranks[rs->prank];
+    return pipit__zero_params(p) && rs->param_block && r->post_at < r->n && !post_uses_params(r);
+}
+
+void pipit__zero_loop_end(pipit_program *p, int w) {
+    pipit__rank_state *rs = &p->rs[w];
+    move_shards(p, rs, rs->param_block, rs->pshard_block, 1);
+    p->be->sync(w); /* the loop's kernels and the copy are done before the block goes */
+    p->be->free(rs->param_block);
+    rs->param_block = NULL;
 }
 
 void pipit__zero_end_step(pipit_program *p, int w) {
