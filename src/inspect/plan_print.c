@@ -9,6 +9,7 @@
 #include <cJSON.h>
 
 #include "compile/stages.h"
+#include "inspect/memreport.h"
 #include "inspect/plan_print.h"
 #include "pipit_inspect.h"
 #include "schedule/schedule.h"
@@ -103,6 +104,14 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
                        "moments %zu\n",
                     p->zero, p->D, pipit__zero_params(prog) ? mom / 2 : rp->param_bytes,
                     pipit__zero_grads(prog) ? mom / 2 : rp->param_bytes, mom);
+        pipit__rank_mem mem;
+        pipit__rank_memory(prog, r, &mem);
+        fprintf(f, "memory per world rank at a step's peak: %.3f MiB = activations %.3f + parameters %.3f + gradients "
+                   "%.3f + optimizer moments %.3f + transient %.3f (arena beyond the loop's peak %.3f, gradient "
+                   "accumulators %.3f, data-parallel buffer %.3f, ZeRO-3 gather copies %.3f)\n",
+                mem.total / 1048576.0, mem.activations / 1048576.0, mem.params / 1048576.0, mem.grads / 1048576.0,
+                mem.moments / 1048576.0, mem.transient / 1048576.0, mem.arena_slack / 1048576.0,
+                mem.accumulators / 1048576.0, mem.dp_buffer / 1048576.0, mem.gather_copies / 1048576.0);
         size_t pre = pipit__preloop_bytes(rp);
         if (pre) /* ops on params alone: with options.dtype bf16, the params' bf16 copies */
             fprintf(f, "   of which: values of params alone (pre-loop) %.3f MiB, the loop's own buffers at their peak "
@@ -280,6 +289,17 @@ static cJSON *rank_json(const pipit_program *program, int r) {
                             p->forward_only ? 0 : pipit__zero_grads(program) ? shard : (double)rp->param_bytes);
     cJSON_AddNumberToObject(o, "preloop_bytes", (double)pipit__preloop_bytes(rp));
     cJSON_AddNumberToObject(o, "loop_peak_bytes", (double)pipit__activation_peak(rp));
+    /* one world rank at a step's peak, by kind: the blocks memory admission adds up */
+    pipit__rank_mem mem;
+    pipit__rank_memory(program, r, &mem);
+    cJSON *mj = cJSON_AddObjectToObject(o, "memory");
+    const struct { const char *k; double v; } by_kind[] = {
+        {"activations", mem.activations}, {"params", mem.params}, {"grads", mem.grads},
+        {"moments", mem.moments}, {"transient", mem.transient}, {"arena_slack", mem.arena_slack},
+        {"accumulators", mem.accumulators}, {"dp_buffer", mem.dp_buffer}, {"gather_copies", mem.gather_copies},
+        {"total", mem.total}};
+    for (size_t k = 0; mj && k < sizeof by_kind / sizeof *by_kind; k++)
+        cJSON_AddNumberToObject(mj, by_kind[k].k, by_kind[k].v);
     cJSON_AddNumberToObject(o, "instructions", rp->n);
     enum { NKINDS = INS_TP + 1 };
     int count[NKINDS] = {0};
