@@ -55,6 +55,7 @@ typedef struct {
     const char *about;
     int kv_heads, ffn_hidden, tied; /* Llama only */
     double norm_eps, rope_theta;
+    int experts, top_k; /* Llama MoE (0: dense) */
 } cli_preset;
 
 /* The preset called `name`, or NULL (then cli_preset_names lists them). */

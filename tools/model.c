@@ -73,7 +73,10 @@ pipit_llama_config cli_model_llama(const cli_model *m) {
                                 .ffn_dim_multiplier = m->ffn_dim_multiplier, .norm_eps = m->norm_eps,
                                 .rope_theta = m->rope_theta, .tied = m->tied, .batch = m->batch,
                                 .stages = m->stages, .dtype = PIPIT_F32, .rope_scaling = m->rope_scaling,
-                                .fused_head = m->fused_head};
+                                .fused_head = m->fused_head, .experts = m->experts, .top_k = m->top_k,
+                                .capacity_factor = m->capacity_factor, .dropless = m->dropless,
+                                .shared_experts = m->shared_experts, .moe_every = m->moe_every, .router = m->router,
+                                .aux_loss = m->aux_loss};
 }
 static pipit_status llama_check(const cli_model *m) {
     pipit_llama_config c = cli_model_llama(m);

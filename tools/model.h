@@ -29,6 +29,9 @@ typedef struct {
     double ffn_dim_multiplier, norm_eps, rope_theta;
     pipit_rope_scaling rope_scaling; /* llama3 RoPE scaling (all zeros: none), from the checkpoint or config.json */
     int fused_head; /* the lm head: 0 matmul + cross-entropy, 1 fused (pipit_gpt2_config.fused_head); both kinds */
+    /* Llama MoE: pipit_llama_config's fields of the same names (all 0: dense) */
+    int experts, top_k, dropless, shared_experts, moe_every, router;
+    double capacity_factor, aux_loss;
 } cli_model;
 
 struct cli_model_kind {

@@ -2,7 +2,8 @@
  * presets.c — `--model NAME`: the standard GPT-2 sizes (124M, medium,
  * large, xl: vocab 50257, ctx 1024), `tiny`, the default, a model that
  * trains in seconds on a CPU, and the Llama family's `llama-tiny` (the
- * same size class as tiny) and `llama-100m`. Each brings the defaults that
+ * same size class as tiny), `llama-100m` and `moe-tiny` (a Mixtral-style
+ * mixture of experts of the same class). Each brings the defaults that
  * go with it (micro-batch, steps, lr); explicit flags and --config keys
  * override any field (precedence: defaults < preset < config < flags).
  */
@@ -17,15 +18,19 @@
  * has GPT-2's vocabulary (its token shards train it as they are), GQA with
  * 3 query heads per key/value head and a tied head: 101.5M params. */
 static const cli_preset PRESETS[] = {
-    {"tiny", "gpt2", 256, 64, 4, 4, 128, 8, 100, 1e-3, "byte-level GPT-2, 0.8M params (the default)", 0, 0, 0, 0, 0},
-    {"gpt2", "gpt2", 50257, 1024, 12, 12, 768, 1, 100, 6e-4, "GPT-2 124M", 0, 0, 0, 0, 0},
-    {"gpt2-medium", "gpt2", 50257, 1024, 24, 16, 1024, 1, 100, 3e-4, "GPT-2 350M", 0, 0, 0, 0, 0},
-    {"gpt2-large", "gpt2", 50257, 1024, 36, 20, 1280, 1, 100, 2.5e-4, "GPT-2 774M", 0, 0, 0, 0, 0},
-    {"gpt2-xl", "gpt2", 50257, 1024, 48, 25, 1600, 1, 100, 2e-4, "GPT-2 1558M", 0, 0, 0, 0, 0},
+    {"tiny", "gpt2", 256, 64, 4, 4, 128, 8, 100, 1e-3, "byte-level GPT-2, 0.8M params (the default)", 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2", "gpt2", 50257, 1024, 12, 12, 768, 1, 100, 6e-4, "GPT-2 124M", 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2-medium", "gpt2", 50257, 1024, 24, 16, 1024, 1, 100, 3e-4, "GPT-2 350M", 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2-large", "gpt2", 50257, 1024, 36, 20, 1280, 1, 100, 2.5e-4, "GPT-2 774M", 0, 0, 0, 0, 0, 0, 0},
+    {"gpt2-xl", "gpt2", 50257, 1024, 48, 25, 1600, 1, 100, 2e-4, "GPT-2 1558M", 0, 0, 0, 0, 0, 0, 0},
     {"llama-tiny", "llama", 256, 64, 4, 4, 128, 8, 100, 1e-3, "byte-level Llama, GQA 4/2 heads, 0.8M params", 2, 352, 0,
-     1e-5, 1e4},
+     1e-5, 1e4, 0, 0},
     {"llama-100m", "llama", 50257, 1024, 10, 12, 768, 1, 100, 6e-4, "Llama 101.5M: L10 H12 KV4 C768 F2048, tied", 4,
-     2048, 1, 1e-5, 1e4},
+     2048, 1, 1e-5, 1e4, 0, 0},
+    /* Mixtral-style: 8 SwiGLU experts of width 144 per layer, top-2
+     * (capacity factor 1.25 unless --dropless): 0.97M params, 0.31M active */
+    {"moe-tiny", "llama", 256, 64, 4, 4, 64, 8, 100, 1e-3, "byte-level Mixtral-style MoE, 8 experts top-2, 1.0M params",
+     2, 144, 0, 1e-5, 1e4, 8, 2},
 };
 
 int cli_preset_count(void) { return (int)(sizeof PRESETS / sizeof PRESETS[0]); }

@@ -77,6 +77,18 @@ static int print_resolved(const flag *f, const opts *o, const cli_model *mc,
     int llama = strcmp(mc->kind->name, "llama") == 0;
     if (strcmp(k, "config") == 0 || strcmp(k, "print-config") == 0) return 1;
     if (llama_only(k) && !llama) return 1;
+    static const char *const moe[] = {"experts", "top-k", "capacity-factor", "dropless", "shared-experts",
+                                      "moe-every", "router", "aux-loss"};
+    for (int i = 0; i < NFLAGS(moe); i++) /* MoE: printed resolved for an MoE model only */
+        if (strcmp(k, moe[i]) == 0) {
+            if (!mc->experts || (i == 2 && mc->dropless)) return 1;
+            if (i == 1) json_num(k, mc->top_k, first);
+            else if (i == 2) json_num(k, mc->capacity_factor, first);
+            else if (i == 5) json_num(k, mc->moe_every > 1 ? mc->moe_every : 1, first);
+            else if (i == 6) json_str(k, mc->router ? "sigmoid" : "softmax", first);
+            else return 0;
+            return 1;
+        }
     if (strcmp(k, "model") == 0) return 1; /* printed first */
     const struct {
         const char *k;

@@ -4,6 +4,7 @@
  * compiled program and its first weights, and the microbatch buffers that
  * feed it.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,11 @@ cli_model model_config(const opts *o, int stages) {
     return (cli_model){cli_model_kind_find(o->arch), o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers,
                        o->heads, o->dim, o->micro_batch, stages, o->tp, o->kv_heads, o->ffn_hidden, o->multiple_of,
                        o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta, o->rope_scaling,
-                       o->fused_head};
+                       o->fused_head, o->experts, /* MoE: top-k 2 and capacity factor 1.25 unless given */
+                       o->experts ? (o->top_k ? o->top_k : (o->experts < 2 ? o->experts : 2)) : 0, o->dropless,
+                       o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
+                       o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
+                       o->aux_loss};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
@@ -226,13 +231,37 @@ static void check_llama_numbers(const opts *o, const flag_cmd *c) {
     if (flags_seen(c, "rope-theta") && !(o->rope_theta >= 1))
         die("--rope-theta must be a number >= 1 (RoPE's base: 10000 in Llama 2, 500000 in Llama 3; got %g)",
             o->rope_theta);
+    /* mixture of experts */
+    if (flags_seen(c, "experts") && o->experts < 1)
+        die("--experts must be a positive integer (the routed experts per MoE layer; got %d)", o->experts);
+    static const char *const moe_only[] = {"top-k", "capacity-factor", "dropless", "shared-experts", "moe-every",
+                                           "router", "aux-loss"};
+    for (int i = 0; i < NFLAGS(moe_only); i++)
+        if (!o->experts && flags_seen(c, moe_only[i]))
+            die("--%s applies to mixture-of-experts models: pass --experts N (or --model moe-tiny)", moe_only[i]);
+    if (o->experts && flags_seen(c, "top-k") && (o->top_k < 1 || o->top_k > o->experts))
+        die("--top-k %d must be in 1..--experts (%d): each token goes to that many different experts", o->top_k,
+            o->experts);
+    if (flags_seen(c, "capacity-factor") && (!(o->capacity_factor > 0) || !isfinite(o->capacity_factor)))
+        die("--capacity-factor must be a number > 0 (slots per expert = ceil(F x tokens x top-k / experts); got %g); "
+            "--dropless keeps every token", o->capacity_factor);
+    if (flags_seen(c, "shared-experts") && o->shared_experts < 0)
+        die("--shared-experts must be an integer >= 0 (got %d)", o->shared_experts);
+    if (flags_seen(c, "moe-every") && o->moe_every < 1)
+        die("--moe-every must be a positive integer (every K-th layer is MoE; got %d)", o->moe_every);
+    if (o->router && strcmp(o->router, "softmax") && strcmp(o->router, "sigmoid"))
+        die("bad value '%s' for --router: expected softmax or sigmoid", o->router);
+    if (flags_seen(c, "aux-loss") && (!(o->aux_loss >= 0) || !isfinite(o->aux_loss)))
+        die("--aux-loss must be a number >= 0 (the balance loss's coefficient, e.g. 0.01; got %g)", o->aux_loss);
 }
 
 /* The Llama flags apply to Llama models only, --tied and --untied to one
  * run at most one of them. */
 void check_model_flags(const opts *o, const flag_cmd *c) {
     static const char *const llama_only[] = {"kv-heads", "ffn-hidden", "multiple-of", "ffn-dim-multiplier",
-                                             "norm-eps", "rope-theta", "tied", "untied"};
+                                             "norm-eps", "rope-theta", "tied", "untied", "experts", "top-k",
+                                             "capacity-factor", "dropless", "shared-experts", "moe-every",
+                                             "router", "aux-loss"};
     if (flags_seen(c, "tied") && flags_seen(c, "untied")) die("--tied and --untied contradict each other: pass one");
     if (strcmp(o->arch, "llama") == 0) {
         check_llama_numbers(o, c);
@@ -240,7 +269,7 @@ void check_model_flags(const opts *o, const flag_cmd *c) {
     }
     for (int i = 0; i < NFLAGS(llama_only); i++)
         if (flags_seen(c, llama_only[i]))
-            die("--%s applies to Llama models (--model llama-tiny or llama-100m, or --init a Llama checkpoint); this "
+            die("--%s applies to Llama models (--model llama-tiny, llama-100m or moe-tiny, or --init a Llama checkpoint); this "
                 "run's model is %s",
                 llama_only[i], cli_model_kind_find(o->arch)->title);
 }

@@ -47,6 +47,12 @@ typedef struct {
     int kv_heads, ffn_hidden, multiple_of, tied, untied; /* Llama: --kv-heads ... --tied / --untied */
     double ffn_dim_multiplier, norm_eps, rope_theta;
     pipit_rope_scaling rope_scaling; /* Llama: llama3 RoPE scaling from the checkpoint or its config.json (no flag) */
+    /* Llama MoE (pipit_llama_config's experts fields): --experts --top-k
+     * --capacity-factor --dropless --shared-experts --moe-every --router
+     * --aux-loss */
+    int experts, top_k, dropless, shared_experts, moe_every;
+    double capacity_factor, aux_loss;
+    const char *router;
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */
@@ -145,7 +151,7 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
  * flags, --resume applied, the checks every command line needs. */
 typedef struct {
     opts o;
-    flag fl[80];
+    flag fl[96];
     flag_cmd c;
     const char *model, *config;
     int64_t resume_step;

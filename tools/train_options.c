@@ -61,6 +61,17 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"rope-theta", FL_DBL, &o->rope_theta, "Llama: RoPE base theta (presets 10000)", 0}},
         {3, {"tied", FL_BOOL, &o->tied, "Llama: the lm head is the embedding (tie_word_embeddings)", 0}},
         {3, {"untied", FL_BOOL, &o->untied, "Llama: a separate lm_head.weight (llama-tiny's default)", 0}},
+        {3, {"experts", FL_INT, &o->experts, "Llama: routed experts E per MoE layer (mixture of experts; moe-tiny 8)", 0}},
+        {3, {"top-k", FL_INT, &o->top_k, "Llama MoE: experts per token, 1..--experts (default 2, at most E)", 0}},
+        {3, {"capacity-factor", FL_DBL, &o->capacity_factor, "Llama MoE: slots per expert = ceil(F x tokens x k / E), "
+                                                            "later tokens dropped (default 1.25)", 0}},
+        {3, {"dropless", FL_BOOL, &o->dropless, "Llama MoE: every expert holds all the microbatch's tokens: none dropped", 0}},
+        {3, {"shared-experts", FL_INT, &o->shared_experts, "Llama MoE: always-on experts beside the routed ones (default 0)", 0}},
+        {3, {"moe-every", FL_INT, &o->moe_every, "Llama MoE: every K-th layer's MLP is MoE (default 1: all)", 0}},
+        {3, {"router", FL_STR, &o->router, "Llama MoE: softmax (default: softmax then top-k, Mixtral) or sigmoid "
+                                           "(sigmoid then top-k, normalised: DeepSeek-V3)", 0}},
+        {3, {"aux-loss", FL_DBL, &o->aux_loss, "Llama MoE: coefficient of the Switch/Mixtral load-balancing loss "
+                                               "(default 0: off)", 0}},
         {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
         {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
         {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},
@@ -71,7 +82,7 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3 | IGN, {"min-lr", FL_DBL, &o->min_lr, "cosine/linear: the lr after the decay (default: --lr / 10)", 0}},
         {3 | IGN, {"log-every", FL_INT, &o->log_every, "print every K-th step's line (steps 0, K, 2K, ...; the last always; default 1)", 0}},
         {3, {"model", FL_STR, &o->model, "preset: tiny (default), gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl, "
-                                          "llama-tiny, llama-100m (the kind comes with it)", 0}},
+                                          "llama-tiny, llama-100m, moe-tiny (the kind comes with it)", 0}},
         {3, {"config", FL_STR, &o->config, "JSON object of flags without --, e.g. {\"layers\": 6, \"lr\": 6e-4}", 0}},
         {3, {"print-config", FL_BOOL, &o->print_config, "print the resolved settings and the parameter count as JSON; run nothing", 0}},
         {3, {"weight-decay", FL_DBL, &o->wd, "AdamW decoupled weight decay on 2-D params (default 0)", 0}},
@@ -186,6 +197,8 @@ void apply_preset(opts *o, const char *name) {
     o->tied = pr->tied;
     o->norm_eps = pr->norm_eps;
     o->rope_theta = pr->rope_theta;
+    o->experts = pr->experts;
+    o->top_k = pr->top_k;
     o->vocab = pr->vocab;
     o->ctx = pr->ctx;
     o->layers = pr->layers;
