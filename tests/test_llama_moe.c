@@ -8,6 +8,7 @@
  *     a shared expert, the balance loss on) pipelined over 2 ranks at
  *     GPipe, 1F1B and ZB-H1: the bits of the one-rank run;
  *   - it learns (a repeated batch's loss falls);
+ *   - the balance term by hand (1 expert: each MoE layer adds exactly 1);
  *   - the parameter count by hand, and the refusals by message.
  */
 #include <math.h>
@@ -220,4 +221,24 @@ PIPIT_TEST(llama_moe_params_and_refusals) {
     ASSERT_TRUE(pipit_llama_build(g, &c).id < 0);
     ASSERT_MSG_HAS("MoE layers (experts 4) with tensor parallelism (T = 2) are not built yet");
     pipit_graph_free(g);
+}
+
+/* The balance term by hand: with 1 expert every token's one choice is it
+ * (f = 1) with probability 1 (P = 1), so each MoE layer adds E f P = 1:
+ * the loss grows by aux_loss x layers exactly (up to the sum's rounding). */
+PIPIT_TEST(llama_moe_aux_loss_by_hand) {
+    pipit_llama_config c = dense();
+    c.experts = 1, c.top_k = 1, c.dropless = 1;
+    model a, b;
+    ASSERT_OK(make(&a, &c, 1, NULL));
+    c.aux_loss = 0.25;
+    ASSERT_OK(make(&b, &c, 1, NULL));
+    feeds fd;
+    make_feeds(&fd, &c, 1, 5u);
+    pipit_metrics ma, mb;
+    ASSERT_OK(pipit_step(a.p, fd.f, 2, 0, &ma));
+    ASSERT_OK(pipit_step(b.p, fd.f, 2, 0, &mb));
+    ASSERT_NEAR_F64(mb.loss - ma.loss, 0.25 * c.layers, 1e-6);
+    drop(&a);
+    drop(&b);
 }

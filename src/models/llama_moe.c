@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "ir/graph.h"
 #include "models/llama_moe.h"
 #include "pipit_moe.h"
 #include "util/checked.h"
@@ -81,16 +80,18 @@ static pipit_val swiglu(pipit_graph *g, pipit_val x, pipit_val wg, pipit_val wu,
  * fraction of the N tokens that chose expert e (count / N: the k choices
  * of a token each count, as transformers' load_balancing_loss_func), P_e
  * the mean router probability (softmax; sigmoid scores normalised over
- * the experts). f carries no gradient (integer counts). */
+ * the experts). The counts are a dispatch of ones at capacity N (every
+ * choice kept: a token picks k different experts) summed per expert;
+ * the ones are exp(0 x the weights' row sums), so the gradient reaching
+ * the weights through them is exactly zero: f is a constant. */
 static pipit_val balance_loss(pipit_graph *g, const pipit_llama_config *c, pipit_val logits, pipit_val idx,
                               pipit_val w, int64_t N) {
     pipit_val probs = c->router == PIPIT_ROUTER_SOFTMAX ? pipit_softmax(g, logits) : pipit_sigmoid(g, logits);
     if (c->router == PIPIT_ROUTER_SIGMOID) probs = pipit_div(g, probs, pipit_reduce_sum(g, probs, -1, 1));
-    pipit_val ones = pipit_exp(g, pipit_scale(g, w, 0.0)); /* exp(0) = 1 exactly: [N, k] */
-    int32_t m = idx.id < 0 || ones.id < 0 ? -1
-                                          : pipit__node_add(g, PIPIT_OP_TAKE_DX, 2, (int32_t[]){idx.id, ones.id}, NULL,
-                                                            (int64_t[4]){c->experts, 0, 0, 0});
-    pipit_val f = pipit_scale(g, pipit_reduce_sum(g, pipit__val(g, m), 0, 0), 1.0 / (double)N);
+    pipit_val ones = pipit_exp(g, pipit_scale(g, pipit_reduce_sum(g, w, -1, 1), 0.0)); /* exp(0) = 1: [N, 1] */
+    pipit_val all = pipit_moe_slots(g, idx, c->experts, N);
+    pipit_val cnt = pipit_reduce_sum(g, pipit_moe_dispatch(g, ones, all, c->experts, N, NULL), 1, 0); /* [E, 1] */
+    pipit_val f = pipit_scale(g, pipit_reshape(g, cnt, 1, (int64_t[]){c->experts}), 1.0 / (double)N);
     pipit_val P = pipit_reduce_mean(g, probs, 0, 0);
     return pipit_scale(g, pipit_sum(g, pipit_mul(g, f, P)), (double)c->experts);
 }
@@ -102,11 +103,8 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
     pipit_val logits = pipit_matmul_nt(g, xf, param3(g, c, l, "router", E, C, 0));
     pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, 1, NULL};
     pipit_val w = pipit_moe_route(g, logits, &ro, &idx);
+    /* the config check refuses what the capacity rule would (-1: the slots refuse it) */
     int64_t cap = pipit_moe_capacity(N, c->top_k, c->experts, c->capacity_factor, c->dropless);
-    if (cap < 1) { /* the config check refuses these first */
-        pipit__graph_fail(g, PIPIT_STATUS_INVALID, "llama: %s", pipit_errmsg());
-        return (pipit_val){g, -1};
-    }
     pipit_val slots = pipit_moe_slots(g, idx, c->experts, cap);
     pipit_val xe = pipit_moe_dispatch(g, xf, slots, c->experts, cap, NULL); /* [E, cap, C] */
     pipit_val ye = swiglu(g, xe, param3(g, c, l, "experts.gate_proj", E, F, C), param3(g, c, l, "experts.up_proj", E, F, C),
