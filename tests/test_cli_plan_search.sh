@@ -177,6 +177,8 @@ grep -q "zero remat" <<<"$OUT" && grep -q "runner-ups" <<<"$OUT" && [ "$(grep -c
 expect_fail "--zero must be 0, 1, 2 or 3 (got 4)" "$PIPIT" plan --search --global-batch 8 --zero 4
 expect_fail "--zero1 is --zero 1" "$PIPIT" plan --search --global-batch 8 --zero1 --zero 2
 expect_fail "bad value 'some' for --recompute" "$PIPIT" plan --search --global-batch 8 --recompute some
+expect_fail "zero1 is the ZeRO stage, 0 to 3 (got 5)" "$PIPIT" sim --layers 2 --hidden 8 --heads 2 --seq 4 --vocab 8 \
+    --global-batch 2 --dp 2 --hw cpu --zero 5
 expect_fail "--global-batch is required" "$PIPIT" plan --search
 expect_fail "--mem-limit must be a number of bytes from 1 to 2^56 (got 0)" "$PIPIT" plan --search --global-batch 8 --mem-limit 0
 expect_fail "--eager-limit must be >= 0 bytes" "$PIPIT" plan --search --global-batch 8 --eager-limit -5
