@@ -51,6 +51,8 @@ int cmd_eval(int argc, char **argv) {
         {"dtype", FL_STR, &o.dtype, "compute precision: f32 (default) or bf16", 0},
         {"fused-head", FL_BOOL, &o.fused_head, "the fused LM head + cross-entropy (as train's; the same parameters, "
                                                "so any checkpoint; default: matmul + cross-entropy)", 0},
+        {"doc-sep", FL_INT, &o.doc_sep, "packed documents, as train's: token ID ends a document (default: none)", 0},
+        {"doc-pos-reset", FL_BOOL, &o.doc_pos_reset, "with --doc-sep: GPT-2's positions restart per document", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
         {"no-mem-check", FL_BOOL, &o.no_mem_check, "skip the memory admission (docs/refuses.md)", 0},
         {"mem-limit", FL_DBL, &o.mem_limit, "bytes the memory admission allows (default: detected)", 0},
@@ -67,7 +69,7 @@ int cmd_eval(int argc, char **argv) {
     char ask[64];
     snprintf(ask, sizeof ask, "--batches %d x --micro-batch %d", K, B);
     check_distinct(s.data, "--data", o.data, (int64_t)K * B, ask, B, "--batches", T);
-    int nf = s.cfg.kind->nfeeds;
+    int nf = cli_model_nfeeds(&s.cfg);
     pipit_feed *feeds;
     mb_buf *bufs = mb_bufs_new(K, B, T, &feeds);
     for (int k = 0; k < K; k++) fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &bufs[k], feeds + nf * k);

@@ -236,7 +236,7 @@ static void save_interrupted(train_run *r, int64_t step) {
  * due, the bar; the profile's counters leave out the first step. */
 static void run_step(train_run *r, int64_t step, double flops) {
     const opts *o = &r->args.o;
-    int nf = r->s.cfg.kind->nfeeds, last = step == r->last_step - 1;
+    int nf = cli_model_nfeeds(&r->s.cfg), last = step == r->last_step - 1;
     double tokens = (double)r->B * r->T * r->G;
     run_pos at = position(r, step);
     for (int m = 0; m < r->G; m++)

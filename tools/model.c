@@ -24,7 +24,8 @@ static pipit_status gpt2_check(const cli_model *m) {
 }
 /* The graph describes one of the stage's m->tp ranks (pipit.h). */
 static int set_tp(pipit_graph *g, const cli_model *m) {
-    return pipit_graph_set_tensor_parallel(g, m->tp > 1 ? m->tp : 1) == PIPIT_STATUS_OK;
+    return pipit_graph_set_tensor_parallel(g, m->tp > 1 ? m->tp : 1) == PIPIT_STATUS_OK &&
+           pipit_graph_set_documents(g, m->docs != 0) == PIPIT_STATUS_OK; /* packed documents: every build */
 }
 
 static pipit_val gpt2_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
@@ -125,6 +126,26 @@ static const cli_model_kind LLAMA = {"llama", "Llama", 2, llama_check, llama_bui
                                      llama_flops, llama_from_checkpoint, llama_feeds, llama_build_decode};
 
 /* ---- kinds, fields ---- */
+
+int cli_model_nfeeds(const cli_model *m) { return m->kind->nfeeds + (m->docs != 0); }
+
+pipit_status cli_model_feeds(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos, int32_t *doc,
+                             pipit_feed *out) {
+    pipit_status s = m->kind->feeds(m, tok, tgt, pos, out);
+    if (s || !m->docs) return s;
+    int gpt2 = m->kind == &GPT2;
+    for (int b = 0; b < m->batch; b++) { /* the separator ends its document (Llama 3, torchtitan) */
+        size_t row = (size_t)b * (size_t)m->ctx;
+        int32_t id = 0, start = 0;
+        for (int32_t t = 0; t < m->ctx; t++) {
+            doc[row + t] = id;
+            if (gpt2 && m->doc_pos_reset) pos[row + t] = t - start;
+            if (tok[row + t] == m->doc_sep) id++, start = t + 1;
+        }
+    }
+    out[m->kind->nfeeds] = (pipit_feed){gpt2 ? PIPIT_GPT2_DOCUMENTS : PIPIT_LLAMA_DOCUMENTS, doc, sizeof(int32_t) * (size_t)m->batch * (size_t)m->ctx};
+    return PIPIT_STATUS_OK;
+}
 
 const cli_model_kind *cli_model_kind_find(const char *name) {
     if (name && strcmp(name, GPT2.name) == 0) return &GPT2;

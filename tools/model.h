@@ -16,7 +16,7 @@
 #include "pipit_io.h"
 #include "pipit_llama.h"
 
-#define CLI_MAX_FEEDS 3 /* graph inputs per microbatch, the most any kind has */
+#define CLI_MAX_FEEDS 4 /* graph inputs per microbatch, the most any kind has (GPT-2 with documents) */
 
 typedef struct cli_model_kind cli_model_kind;
 
@@ -32,6 +32,10 @@ typedef struct {
     /* Llama MoE: pipit_llama_config's fields of the same names (all 0: dense) */
     int experts, top_k, dropless, shared_experts, moe_every, router;
     double capacity_factor, aux_loss;
+    /* packed documents (--doc-sep): docs 1 sets pipit_graph_set_documents before every build and feeds
+     * "documents", ids from the tokens (a new document after each doc_sep); doc_pos_reset: GPT-2's
+     * positions restart at 0 in each document (Llama: RoPE needs none, architecture section 13) */
+    int docs, doc_sep, doc_pos_reset;
 } cli_model;
 
 struct cli_model_kind {
@@ -59,6 +63,16 @@ const cli_model_kind *cli_model_kind_find(const char *name);
 /* The kind whose tensors a checkpoint holds ('model.embed_tokens.weight':
  * Llama; 'wte.weight': GPT-2), or NULL. */
 const cli_model_kind *cli_model_kind_of_checkpoint(const pipit_checkpoint *ck);
+
+/* The graph inputs per microbatch: the kind's, and "documents" with m->docs. */
+int cli_model_nfeeds(const cli_model *m);
+/* One microbatch's cli_model_nfeeds feeds: the kind's, then with m->docs
+ * each token's document id into doc (B*T scratch; a sequence's first
+ * document is 0, and a token equal to doc_sep is the last of its
+ * document) and, with doc_pos_reset, GPT-2's positions restarted per
+ * document. */
+pipit_status cli_model_feeds(const cli_model *m, const int32_t *tok, const int32_t *tgt, int32_t *pos, int32_t *doc,
+                             pipit_feed *out);
 
 /* The library's config of a Llama cli_model (f32). */
 pipit_llama_config cli_model_llama(const cli_model *m);

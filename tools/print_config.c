@@ -113,6 +113,7 @@ static int print_resolved(const flag *f, const opts *o, const cli_model *mc,
             json_num(k, k[0] == 'd' ? (double)ls->decay_steps : ls->min_lr, first);
         return 1;
     }
+    if (strcmp(k, "doc-sep") == 0 && o->doc_sep < 0) return 1; /* -1: none, as leaving it out */
     if (strcmp(k, "dtype") == 0) return json_str(k, o->dtype ? o->dtype : "f32", first), 1;
     if (strcmp(k, "bf16-policy") == 0) return json_str(k, o->bf16_policy ? o->bf16_policy : "autocast", first), 1;
     /* --stage-costs and --stage-mem-limit are refused without --auto-stages */

@@ -178,13 +178,13 @@ cli_model model_config(const opts *o, int stages) {
                        o->experts ? (o->top_k ? o->top_k : (o->experts < 2 ? o->experts : 2)) : 0, o->dropless,
                        o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
                        o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
-                       o->aux_loss};
+                       o->aux_loss, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
 void fill_microbatch(const pipit_data *d, const cli_model *c, int64_t first, mb_buf *b, pipit_feed *f) {
     cli_check(pipit_data_batch(d, first, c->batch, b->tok, b->tgt), "--data");
-    cli_check(c->kind->feeds(c, b->tok, b->tgt, b->pos, f), "feeds");
+    cli_check(cli_model_feeds(c, b->tok, b->tgt, b->pos, b->doc, f), "feeds");
 }
 
 /* G microbatch buffers of B x T tokens each, and their 3 G feeds. */
@@ -196,7 +196,8 @@ mb_buf *mb_bufs_new(int G, int B, int T, pipit_feed **feeds) {
         bufs[m].tok = malloc(sizeof(int32_t) * (size_t)B * T);
         bufs[m].tgt = malloc(sizeof(int32_t) * (size_t)B * T);
         bufs[m].pos = malloc(sizeof(int32_t) * (size_t)B * T);
-        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos) die("out of memory");
+        bufs[m].doc = malloc(sizeof(int32_t) * (size_t)B * T); /* packed documents' ids */
+        if (!bufs[m].tok || !bufs[m].tgt || !bufs[m].pos || !bufs[m].doc) die("out of memory");
     }
     return bufs;
 }
@@ -206,6 +207,7 @@ void mb_bufs_free(mb_buf *bufs, int G, pipit_feed *feeds) {
         free(bufs[m].tok);
         free(bufs[m].tgt);
         free(bufs[m].pos);
+        free(bufs[m].doc);
     }
     free(bufs);
     free(feeds);
@@ -263,6 +265,11 @@ void check_model_flags(const opts *o, const flag_cmd *c) {
                                              "capacity-factor", "dropless", "shared-experts", "moe-every",
                                              "router", "aux-loss"};
     if (flags_seen(c, "tied") && flags_seen(c, "untied")) die("--tied and --untied contradict each other: pass one");
+    if ((flags_seen(c, "doc-sep") || o->doc_sep != -1) && (o->doc_sep < 0 || o->doc_sep >= o->vocab))
+        die("--doc-sep %d is outside the vocabulary: the separator is a token id in 0..%d (--vocab %d)", o->doc_sep,
+            o->vocab - 1, o->vocab);
+    if (o->doc_pos_reset && o->doc_sep < 0)
+        die("--doc-pos-reset restarts the positions at each document: it needs --doc-sep ID (the separator token)");
     if (strcmp(o->arch, "llama") == 0) {
         check_llama_numbers(o, c);
         return;
@@ -296,7 +303,7 @@ static pipit_program *profile_run(session *s, const opts *o, int M, pipit_graph 
     cli_check(s->cfg.kind->init(p, &s->cfg, o->seed), "--stage-costs measured");
     pipit_feed *feeds;
     mb_buf *bufs = mb_bufs_new(M, s->cfg.batch, s->cfg.ctx, &feeds);
-    int nf = s->cfg.kind->nfeeds;
+    int nf = cli_model_nfeeds(&s->cfg);
     for (int m = 0; m < M; m++) fill_microbatch(s->data, &s->cfg, (int64_t)m * s->cfg.batch, &bufs[m], feeds + nf * m);
     for (int step = 0; step < 2; step++) {
         cli_check(pipit_program_set_profile(p, 1), "--stage-costs measured"); /* resets: step 2 alone counts */
@@ -360,7 +367,7 @@ static void admit_run(const session *s, const opts *o, int M, const char *mflag)
     double state = params * (s->forward_only ? 4 : 8) + moments; /* f32 params (+ grads, 2 moments) */
     /* a process holds one rank (a 1/T shard of its stage); threads hold them all */
     state = procs > 1 ? state / (P > 1 ? P : 1) / o->tp : state * D;
-    double feeds = 4.0 * cfg->kind->nfeeds * cfg->batch * cfg->ctx * M * (procs > 1 ? 1 : D); /* i32 inputs */
+    double feeds = 4.0 * cli_model_nfeeds(cfg) * cfg->batch * cfg->ctx * M * (procs > 1 ? 1 : D); /* i32 inputs */
     const char *why = "the limit given by --mem-limit";
     double avail = o->mem_limit > 0 ? o->mem_limit : pipit_mem_available(&why);
     if (state + feeds <= avail) return;

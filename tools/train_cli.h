@@ -39,6 +39,8 @@ typedef struct {
     const char *dtype;  /* --dtype f32|bf16 (NULL: f32) */
     const char *bf16_policy; /* --bf16-policy autocast|all (NULL: autocast) */
     int fused_head;          /* --fused-head: the fused LM head + cross-entropy (pipit_gpt2_config.fused_head) */
+    int doc_sep;             /* --doc-sep ID: packed documents, a new one after each token ID (-1: none) */
+    int doc_pos_reset;       /* --doc-pos-reset: GPT-2's positions restart at 0 in each document */
     const char *profile_out; /* --profile-out FILE: the profile and the model as JSON (pipit sim --calibrate) */
     int auto_stages;          /* --auto-stages: pipit_partition cuts the stages */
     const char *stage_costs;  /* --stage-costs model|measured */
@@ -114,7 +116,7 @@ void agree_validation(const session *s, const opts *o, int K);
 
 /* Microbatch feeds for sequences first .. first+B-1. */
 typedef struct {
-    int32_t *tok, *tgt, *pos;
+    int32_t *tok, *tgt, *pos, *doc;
 } mb_buf;
 void fill_microbatch(const pipit_data *d, const cli_model *c, int64_t first, mb_buf *b, pipit_feed *f);
 /* G microbatch buffers of B x T tokens each, and their CLI_MAX_FEEDS x G

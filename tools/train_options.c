@@ -114,6 +114,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                                     "cross-entropy): the [B*T, V] logits never stored but recomputed "
                                                     "in the backward; f32: less activation memory, a slower step "
                                                     "(GPT-2 124M: -39% arena, +12% time); bf16: no saving", 0}},
+        {3, {"doc-sep", FL_INT, &o->doc_sep, "packed documents: token ID ends a document (it is the document's "
+                                             "last token); attention never crosses a boundary (default: none)", 0}},
+        {3, {"doc-pos-reset", FL_BOOL, &o->doc_pos_reset, "with --doc-sep: GPT-2's positions restart at 0 in each "
+                                                          "document (Llama: RoPE is relative, nothing to reset)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
@@ -180,6 +184,7 @@ void default_opts(opts *o) {
     o->decay_steps = -1; /* -1: --steps */
     o->arch = "gpt2";
     o->multiple_of = 256; /* Meta's default */
+    o->doc_sep = -1;      /* no packed documents */
 }
 
 /* The preset's fields, over the defaults (flags and --config come later). */

@@ -198,6 +198,8 @@ void save_train(const opts *o, const pipit_program *p, const cli_model *c, const
     meta_str(&m, "dtype", o->dtype ? o->dtype : "f32");
     meta_str(&m, "bf16_policy", o->bf16_policy ? o->bf16_policy : "autocast");
     meta_num(&m, "fused_head", "%d", o->fused_head);
+    meta_num(&m, "doc_sep", "%d", o->doc_sep); /* -1: no packed documents */
+    meta_num(&m, "doc_pos_reset", "%d", o->doc_pos_reset);
     meta_num(&m, "steps", "%lld", (long long)r.total);
     meta_num(&m, "data_pos", "%lld", (long long)r.data_pos);
     meta_num(&m, "save_every", "%d", o->save_every);
@@ -381,6 +383,8 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
         {"dtype", "dtype", FL_STR, &o->dtype, 0, 0, 0, "f32"}, /* older files ran in f32 */
         {"bf16-policy", "bf16_policy", FL_STR, &o->bf16_policy, 0, 0, 0, ""}, /* older files: as given */
         {"fused-head", "fused_head", FL_INT, &o->fused_head, 0, 0, 1, "0"}, /* older files: as given */
+        {"doc-sep", "doc_sep", FL_INT, &o->doc_sep, 0, -1, BIG, "-1"},           /* older files: as given */
+        {"doc-pos-reset", "doc_pos_reset", FL_INT, &o->doc_pos_reset, 0, 0, 1, "0"},
         {"data", "data", FL_STR, &o->data, 1, 0, 0, NULL},
         {"lr-schedule", "lr_schedule", FL_STR, &o->lr_schedule, 0, 0, 0, NULL},
         {"warmup", "warmup", FL_INT, &o->warmup, 0, 0, BIG, NULL},

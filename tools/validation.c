@@ -104,7 +104,7 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
                              int speaker) {
     double sum = 0;
     int B = o->micro_batch;
-    int nf = s->cfg.kind->nfeeds;
+    int nf = cli_model_nfeeds(&s->cfg);
     copy_params_to_validation(s);
     for (int k = 0; k < K; k++) {
         for (int m = 0; m < G; m++)
