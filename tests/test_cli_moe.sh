@@ -5,8 +5,8 @@
 # --capacity-factor --dropless --shared-experts --moe-every --router
 # --aux-loss) running and pipelined (--pp 2, 1f1b) to the one-rank losses,
 # and the refusals by message (top-k > experts, capacity factor <= 0,
-# experts <= 0, MoE flags without experts or on GPT-2, a bad router, an MoE
-# checkpoint read back).
+# experts <= 0, MoE flags without experts or on GPT-2, a bad router), and
+# MoE checkpoints read back: resume bit for bit, eval, sample, --init.
 # Usage: test_cli_moe.sh PIPIT SRCDIR
 set -u
 
@@ -65,8 +65,29 @@ expect_fail "--top-k applies to mixture-of-experts models" "$PIPIT" train --mode
 expect_fail "--experts applies to Llama models" "$PIPIT" train --model tiny --experts 4 --data text.txt
 expect_fail "bad value 'topk' for --router" "$PIPIT" train --model moe-tiny --router topk --data text.txt
 expect_fail "--aux-loss must be a number >= 0" "$PIPIT" train --model moe-tiny --aux-loss -1 --data text.txt
-expect_ok "$PIPIT" train --model moe-tiny --data text.txt --steps 1 --micro-batch 2 --ctx 16 --save m.safetensors
-expect_fail "holds a mixture-of-experts Llama" "$PIPIT" train --resume m.safetensors --data text.txt --steps 2
+
+# ---- checkpoints round-trip (the MoE fields in the metadata): 4 steps
+# saved, resumed to 6 = 6 uninterrupted steps, byte for byte; moe-tiny and
+# every flag (sigmoid router, shared expert, every 2nd layer, aux loss)
+m=(--model moe-tiny --data text.txt --micro-batch 2 --ctx 16)
+expect_ok "$PIPIT" train "${m[@]}" --steps 6 --save m6.st
+expect_ok "$PIPIT" train "${m[@]}" --steps 4 --save m.st
+expect_ok "$PIPIT" train --resume m.st --steps 6
+cmp -s m.st m6.st || fail "moe-tiny: 4 steps + resume to 6 differs from 6 steps"
+f=(--model llama-tiny --layers 4 --experts 4 --top-k 1 --capacity-factor 1.5 --shared-experts 1 --moe-every 2
+   --router sigmoid --aux-loss 0.01 --data text.txt --micro-batch 2 --ctx 16)
+expect_ok "$PIPIT" train "${f[@]}" --steps 3 --save f3.st
+expect_ok "$PIPIT" train "${f[@]}" --steps 2 --save f.st
+expect_ok "$PIPIT" train --resume f.st --steps 3
+cmp -s f.st f3.st || fail "MoE flags: 2 steps + resume to 3 differs from 3 steps"
+expect_fail "--router softmax contradicts checkpoint" "$PIPIT" train --resume f.st --steps 4 --router softmax
+# eval of the checkpoint = the loss of a training step from it (--init, lr 0, the same first batch)
+expect_ok "$PIPIT" eval --init m6.st --data text.txt --ctx 16 --micro-batch 2 --batches 1 --json
+ev=$(field loss)
+expect_ok "$PIPIT" train --init m6.st --data text.txt --ctx 16 --micro-batch 2 --steps 1 --lr 0 --data-order sequential --json
+[ "$(loss_at 0)" = "$ev" ] || fail "eval of the MoE checkpoint $ev, a training step from it $(loss_at 0)"
+"$PIPIT" sample --init m6.st --prompt "the " --tokens 8 --seed 4 --no-echo > /dev/null || fail "sample of the MoE checkpoint"
+expect_fail "--experts 4 disagrees with checkpoint" "$PIPIT" train --init m6.st --experts 4 --data text.txt --steps 1
 
 if [ "$failures" -ne 0 ]; then
     echo "test_cli_moe: $failures failure(s)" >&2

@@ -107,6 +107,9 @@ static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model 
         m->vocab = c.vocab, m->dim = c.dim, m->layers = c.layers, m->heads = c.heads, m->kv_heads = c.kv_heads;
         m->ffn_hidden = c.ffn_hidden, m->tied = c.tied, m->max_ctx = c.max_ctx;
         m->norm_eps = c.norm_eps, m->rope_theta = c.rope_theta, m->rope_scaling = c.rope_scaling;
+        m->experts = c.experts, m->top_k = c.top_k, m->capacity_factor = c.capacity_factor, m->dropless = c.dropless;
+        m->shared_experts = c.shared_experts, m->moe_every = c.moe_every, m->router = c.router;
+        m->aux_loss = c.aux_loss; /* MoE: the metadata's (as given for a dense file) */
     }
     return s;
 }
@@ -200,6 +203,17 @@ void cli_model_meta_fill(const cli_model *m, cli_model_meta *o) {
     meta_add(o, "norm_eps", "%.17g", m->norm_eps, 0);
     meta_add(o, "rope_theta", "%.17g", m->rope_theta, 0);
     meta_add(o, "tied", "%d", m->tied, 1);
+    if (m->experts > 0) { /* MoE: every field, as resolved (a dense file records none) */
+        meta_add(o, "experts", "%d", m->experts, 1);
+        meta_add(o, "top_k", "%d", m->top_k, 1);
+        meta_add(o, "capacity_factor", "%.17g", m->capacity_factor, 0);
+        meta_add(o, "dropless", "%d", m->dropless, 1);
+        meta_add(o, "shared_experts", "%d", m->shared_experts, 1);
+        meta_add(o, "moe_every", "%d", m->moe_every, 1);
+        o->kv[o->n++] = "router";
+        o->kv[o->n++] = m->router ? "sigmoid" : "softmax";
+        meta_add(o, "aux_loss", "%.17g", m->aux_loss, 0);
+    }
     const pipit_rope_scaling *r = &m->rope_scaling; /* "default" recorded too: a config.json cannot add scaling */
     o->kv[o->n++] = "rope_type";
     o->kv[o->n++] = r->factor > 0 ? "llama3" : "default";

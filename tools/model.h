@@ -84,12 +84,13 @@ void cli_model_describe(const cli_model *m, char *buf, size_t n);
  * vocab ctx max_ctx layers heads dim, and Llama's kv_heads ffn_hidden
  * norm_eps rope_theta tied, with RoPE scaling rope_type "llama3",
  * rope_factor, rope_low_freq_factor, rope_high_freq_factor and
- * rope_original_max_position_embeddings), key/value pairs with numbers
- * printed into the struct's own buffers. */
+ * rope_original_max_position_embeddings, and an MoE model's experts top_k
+ * capacity_factor dropless shared_experts moe_every router aux_loss),
+ * key/value pairs with numbers printed into the struct's own buffers. */
 typedef struct {
-    const char *kv[2 * 20];
+    const char *kv[2 * 32];
     int n;
-    char num[20][40];
+    char num[32][40];
 } cli_model_meta;
 void cli_model_meta_fill(const cli_model *m, cli_model_meta *out);
 

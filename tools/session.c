@@ -139,6 +139,24 @@ static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const fla
      * (none there is rope_type default, as in transformers) */
     if (pipit_checkpoint_meta(ck, "rope_type")) o->rope_scaling = f->rope_scaling;
     else if (has) o->rope_scaling = j.rope_scaling;
+    if (f->experts) { /* mixture of experts: its metadata's fields; a flag given must agree */
+        take(c, "experts", &o->experts, f->experts, 1, path);
+        take(c, "top-k", &o->top_k, f->top_k, 1, path);
+        take(c, "dropless", &o->dropless, f->dropless, 1, path);
+        take(c, "shared-experts", &o->shared_experts, f->shared_experts, 1, path);
+        take(c, "moe-every", &o->moe_every, f->moe_every, 1, path);
+        const char *router = f->router ? "sigmoid" : "softmax";
+        if (flags_seen(c, "router") && strcmp(o->router, router) != 0)
+            die("--router %s disagrees with checkpoint '%s' (%s)", o->router, path, router);
+        o->router = router;
+        const struct { const char *flag; double *dst, v; } d[] = {
+            {"capacity-factor", &o->capacity_factor, f->capacity_factor}, {"aux-loss", &o->aux_loss, f->aux_loss}};
+        for (int i = 0; i < NFLAGS(d); i++) {
+            if (flags_seen(c, d[i].flag) && *d[i].dst != d[i].v)
+                die("--%s %g disagrees with checkpoint '%s' (%.17g)", d[i].flag, *d[i].dst, path, d[i].v);
+            *d[i].dst = d[i].v;
+        }
+    }
 }
 
 void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *c) {

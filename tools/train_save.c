@@ -410,6 +410,15 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
             {"norm-eps", "norm_eps", FL_DBL, &o->norm_eps, 0, 0, 0, NULL},
             {"rope-theta", "rope_theta", FL_DBL, &o->rope_theta, 0, 0, 0, NULL},
             {flags_seen(c, "untied") ? "untied" : "tied", "tied", FL_INT, &o->tied, 0, 0, 1, NULL},
+            /* mixture of experts: a dense file records none (its MoE flags as given); "0" as not given */
+            {"experts", "experts", FL_INT, &o->experts, 0, 1, BIG, ""},
+            {"top-k", "top_k", FL_INT, &o->top_k, 0, 1, BIG, ""},
+            {"capacity-factor", "capacity_factor", FL_DBL, &o->capacity_factor, 0, 0, 0, "0"},
+            {"dropless", "dropless", FL_INT, &o->dropless, 0, 0, 1, "0"},
+            {"shared-experts", "shared_experts", FL_INT, &o->shared_experts, 0, 0, BIG, "0"},
+            {"moe-every", "moe_every", FL_INT, &o->moe_every, 0, 0, BIG, "0"},
+            {"router", "router", FL_STR, &o->router, 0, 0, 0, ""},
+            {"aux-loss", "aux_loss", FL_DBL, &o->aux_loss, 0, 0, 0, "0"},
         };
         if (o->untied) o->tied = 0, o->untied = 0;
         for (int i = 0; i < NFLAGS(ll); i++) resume_one(o, c, file, &ll[i]);

@@ -437,8 +437,8 @@ static pipit_status meta_fields(const pipit_checkpoint *ck, pipit_llama_config *
 
 /* Whether the builder of L layers reads the tensor `name` (a param, its
  * optimizer state, or a rotary_emb.inv_freq buffer that RoPE never needs). */
-static int llama_uses(const char *name, int L, int tied) {
-    if (strncmp(name, "opt.m.", 6) == 0 || strncmp(name, "opt.v.", 6) == 0) return llama_uses(name + 6, L, tied);
+static int llama_uses(const char *name, int L, int tied, const pipit_llama_config *c) {
+    if (strncmp(name, "opt.m.", 6) == 0 || strncmp(name, "opt.v.", 6) == 0) return llama_uses(name + 6, L, tied, c);
     if (strcmp(name, "model.embed_tokens.weight") == 0 || strcmp(name, "model.norm.weight") == 0) return 1;
     if (strcmp(name, "lm_head.weight") == 0) return !tied;
     static const char *const per_layer[] = {
@@ -455,17 +455,20 @@ static int llama_uses(const char *name, int L, int tied) {
         l = 10 * l + (*q - '0');
     }
     if (l >= L) return 0;
+    if (pipit__llama_moe_uses(c, (int)l, dot + 1)) return 1;
     for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++)
-        if (strcmp(dot + 1, per_layer[i]) == 0) return 1;
+        if (strcmp(dot + 1, per_layer[i]) == 0 &&
+            !(pipit__llama_is_moe(c, (int)l) && strncmp(per_layer[i], "mlp.", 4) == 0)) /* MoE: no dense MLP */
+            return 1;
     return 0;
 }
 
 /* Every tensor of the file is one the builder reads (it would otherwise be
  * silently ignored: a Qwen2's biases, a layer past a gap). */
-static pipit_status llama_all_used(const pipit_checkpoint *ck, int L, int tied) {
+static pipit_status llama_all_used(const pipit_checkpoint *ck, int L, int tied, const pipit_llama_config *c) {
     for (int i = 0, n = pipit_checkpoint_num_tensors(ck); i < n; i++) {
         const char *name = pipit_checkpoint_tensor_name(ck, i);
-        if (llama_uses(name, L, tied)) continue;
+        if (llama_uses(name, L, tied, c)) continue;
         return pipit__err(PIPIT_STATUS_FORMAT,
                           "checkpoint '%s': tensor '%s' is not used by the llama builder (LlamaForCausalLM with %d "
                           "layers, no biases, %s head): another model's weights (Qwen2's q/k/v biases, ...) are "
@@ -493,21 +496,16 @@ static pipit_status llama_config_from_checkpoint_impl(const pipit_checkpoint *ck
         return pipit__err(PIPIT_STATUS_FORMAT,
                           "checkpoint '%s': tensor 'model.layers.0.input_layernorm.weight' is missing: no decoder layers",
                           path);
-    for (int l = 0; l < L; l++) { /* a mixture of experts (llama_moe.c): its layout is not read back yet */
-        char moe[96];
-        snprintf(moe, sizeof moe, "model.layers.%d.mlp.router.weight", l);
-        if (pipit_checkpoint_tensor_shape(ck, moe, NULL, NULL) == PIPIT_STATUS_OK)
-            return pipit__err(PIPIT_STATUS_FORMAT,
-                              "checkpoint '%s' holds a mixture-of-experts Llama ('%s'): reading MoE checkpoints back "
-                              "(--init, --resume, eval, sample) is not built yet",
-                              path, moe);
-    }
-    if (!shape2(ck, "model.layers.0.mlp.gate_proj.weight", gate) || gate[1] != emb[1])
+    pipit_llama_config f = *cfg;
+    int64_t moe_F = 0; /* a mixture of experts (llama_moe_ckpt.c): its fields from the metadata */
+    if (pipit__llama_moe_from_checkpoint(ck, L, emb[1], &f, &moe_F)) return PIPIT_STATUS_FORMAT;
+    if (moe_F && pipit__llama_is_moe(&f, 0)) {
+        gate[0] = moe_F;
+    } else if (!shape2(ck, "model.layers.0.mlp.gate_proj.weight", gate) || gate[1] != emb[1])
         return pipit__err(PIPIT_STATUS_FORMAT,
                           "checkpoint '%s': 'model.layers.0.mlp.gate_proj.weight' is missing or not [F, %lld] (hidden size "
                           "from 'model.embed_tokens.weight')",
                           path, (long long)emb[1]);
-    pipit_llama_config f = *cfg;
     if (meta_fields(ck, &f)) return PIPIT_STATUS_FORMAT;
     if (f.heads && emb[1] % f.heads == 0 && shape2(ck, "model.layers.0.self_attn.k_proj.weight", kp)) {
         int64_t D = emb[1] / f.heads;
@@ -523,7 +521,9 @@ static pipit_status llama_config_from_checkpoint_impl(const pipit_checkpoint *ck
     f.layers = L;
     f.ffn_hidden = (int)gate[0];
     f.tied = pipit_checkpoint_tensor_shape(ck, "lm_head.weight", NULL, NULL) != PIPIT_STATUS_OK;
-    if (llama_all_used(ck, L, f.tied)) return PIPIT_STATUS_FORMAT;
+    pipit_llama_config used = f; /* a dense file is read as dense, whatever MoE fields cfg holds */
+    if (!moe_F) used.experts = 0;
+    if (llama_all_used(ck, L, f.tied, &used)) return PIPIT_STATUS_FORMAT;
     *cfg = f;
     return PIPIT_STATUS_OK;
 }

@@ -20,5 +20,15 @@ int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64
  * (id < 0: none yet). */
 pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
                                pipit_val *aux);
+/* A checkpoint of L layers of width C with a router ('model.layers.<l>.
+ * mlp.router.weight'): the MoE fields from its metadata (experts top_k
+ * capacity_factor dropless shared_experts moe_every router aux_loss, as
+ * the CLI writes them) into *f and the experts' width into *F, checked
+ * against the tensors (FORMAT naming the key or tensor). No router: OK,
+ * nothing changed. */
+pipit_status pipit__llama_moe_from_checkpoint(const pipit_checkpoint *ck, int L, int64_t C, pipit_llama_config *f,
+                                              int64_t *F);
+/* Whether `what` (after 'model.layers.<l>.') is a tensor of layer l's MoE MLP. */
+int pipit__llama_moe_uses(const pipit_llama_config *c, int l, const char *what);
 
 #endif
