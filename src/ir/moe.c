@@ -12,14 +12,8 @@
 
 #define IN(i) (&g->nodes[n->in[i]])
 
-static pipit_status bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static pipit_status bad(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    pipit__verr(PIPIT_STATUS_SHAPE, fmt, ap);
-    va_end(ap);
-    return PIPIT_STATUS_SHAPE;
-}
+/* A shape rule's refusal: the status and its message in one call. */
+#define bad(...) pipit__err(PIPIT_STATUS_SHAPE, __VA_ARGS__)
 
 static int is_float(const pipit__node *n) {
     return n->dtype == PIPIT_F32 || n->dtype == PIPIT_F64 || n->dtype == PIPIT_BF16;
