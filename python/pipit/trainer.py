@@ -242,6 +242,7 @@ class Trainer:
               ("seed", "%d" % o["seed"]), ("data", str(o["data"] or "")), ("data_order", o["data_order"]),
               ("dtype", o["dtype"]), ("bf16_policy", o["bf16_policy"]),
               ("fused_head", "%d" % int(bool(self.model.fields.get("fused_head")) if self.model else 0)),
+              ("doc_sep", "-1"), ("doc_pos_reset", "0"),  # packed documents: not offered from Python yet
               ("steps", "%d" % max(self.steps, self.step_count)), ("data_pos", "%d" % self.data_pos),
               ("save_every", "0"), ("keep", "0"), ("data_format", o["data_format"]), ("val_data", ""),
               ("val_split", "0"), ("eval_every", "0"), ("eval_batches", "0"), ("log_every", "1")]
