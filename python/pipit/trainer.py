@@ -28,17 +28,22 @@ class Trainer:
     `pipit train`'s flags: schedule (a name or a file; default 1f1b, or
     interleaved-1f1b with virtual > 1, when pp > 1 or virtual > 1), pp, tp,
     dp, virtual, microbatches, dtype ("f32", "bf16"), bf16_policy, zero1,
-    threads, remat, lr (default: the preset's), optimizer ("adamw", "sgd"),
+    zero (the ZeRO stage 0..3 over dp; zero1=True is zero=1), threads,
+    remat, lr (default: the preset's), optimizer ("adamw", "sgd"),
     beta1, beta2, eps, weight_decay, clip, lr_schedule ("constant",
     "cosine", "linear"), warmup, decay_steps, min_lr, steps (default: the
     preset's), seed, data_order ("random", "sequential"), data_format,
-    device, init (a checkpoint's weights), resume (a training checkpoint)."""
+    device, init (a checkpoint's weights), resume (a training checkpoint),
+    doc_sep (packed documents: token id doc_sep ends a document, as
+    --doc-sep; -1 none) and doc_pos_reset (with doc_sep: GPT-2's positions
+    restart per document)."""
 
     def __init__(self, model, loss=None, data=None, schedule=None, pp=1, tp=1, dp=1, virtual=0, microbatches=1,
-                 dtype="f32", bf16_policy="autocast", zero1=False, threads=1, remat=False, lr=None,
+                 dtype="f32", bf16_policy="autocast", zero1=False, zero=0, threads=1, remat=False, lr=None,
                  optimizer="adamw", beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, clip=0.0,
                  lr_schedule="constant", warmup=0, decay_steps=None, min_lr=None, steps=None, seed=1,
-                 data_order="random", data_format="auto", device=None, init=None, resume=None):
+                 data_order="random", data_format="auto", device=None, init=None, resume=None, doc_sep=-1,
+                 doc_pos_reset=False):
         self._handles = []
         self.model = model if isinstance(model, Model) else None
         steps = steps if steps is not None else (self.model.steps if self.model and self.model.steps else 100)
@@ -46,18 +51,35 @@ class Trainer:
         self.o = dict(lr=lr, optimizer=optimizer, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
                       clip=clip, lr_schedule=lr_schedule, warmup=warmup, decay_steps=decay_steps, min_lr=min_lr,
                       steps=steps, seed=seed, data=data, data_order=data_order, data_format=data_format,
-                      dtype=dtype, bf16_policy=bf16_policy, microbatches=microbatches, dp=dp, tp=tp, pp=pp)
+                      dtype=dtype, bf16_policy=bf16_policy, microbatches=microbatches, dp=dp, tp=tp, pp=pp,
+                      doc_sep=int(doc_sep), doc_pos_reset=int(bool(doc_pos_reset)))
         self.steps, self.seed = int(steps), seed
         try:
+            self._check_zero(zero1, zero, dp)
             self._open(model, loss, schedule, pp, tp, dp, virtual, microbatches, dtype, bf16_policy, zero1, threads,
-                       remat, clip, device, init, resume)
+                       remat, clip, device, init, resume, int(zero))
         except BaseException:
             self.close()
             raise
 
     # ------------------------------------------------------------ opening
+    @staticmethod
+    def _check_zero(zero1, zero, dp):
+        """The CLI's refusals of --zero1 / --zero (tools/session.c)."""
+        bad = None
+        if zero1 and dp < 2:
+            bad = "zero1 shards the optimizer state over data-parallel replicas: it needs dp 2 or more"
+        elif not isinstance(zero, int) or zero < 0 or zero > 3:
+            bad = "zero must be a ZeRO stage in 0..3 (got %r)" % (zero,)
+        elif zero1 and zero > 1:
+            bad = "zero1 is zero=1: it contradicts zero=%d (give one of them)" % zero
+        elif zero > 0 and dp < 2:
+            bad = "zero=%d shards state over data-parallel replicas: it needs dp 2 or more" % zero
+        if bad:
+            raise InvalidError("Trainer: " + bad, C.PIPIT_STATUS_INVALID)
+
     def _open(self, model, loss, schedule, pp, tp, dp, virtual, M, dtype, bf16_policy, zero1, threads, remat, clip,
-              device, init, resume):
+              device, init, resume, zero):
         self.schedule = None
         self.first_step = self.step_count = self.data_pos = 0
         self.lr_sched = self._lr_schedule()
@@ -101,7 +123,7 @@ class Trainer:
         if self.o["optimizer"] not in ("adamw", "sgd"):
             raise InvalidError("bad optimizer %r: expected adamw or sgd" % self.o["optimizer"], C.PIPIT_STATUS_INVALID)
         self.opts = dict(schedule=self.schedule, microbatches=M, threads=threads, remat=int(bool(remat)),
-                         optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)),
+                         optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)), zero=zero,
                          tensor_parallel=tp, lr_schedule=self.lr_sched, dtype=dtype, bf16_policy=bf16_policy,
                          device=device)
         self.program = self._own(Program(self.graph, self.loss, **self.opts))

@@ -19,6 +19,7 @@ CASES = [
                                "--schedule", "dualpipev", "--microbatches", "4"]),
     ("llama-D2-seq", ["--model", "llama-tiny", "--dp", "2", "--data-order", "sequential", "--seed", "7",
                       "--lr", "3e-3"]),
+    ("gpt2-D2-zero2", ["--model", "tiny", "--dp", "2", "--zero", "2", "--microbatches", "2"]),
 ]
 SMALL = ["--layers", "4", "--ctx", "16", "--micro-batch", "2", "--steps", "3"]
 
@@ -81,3 +82,15 @@ def test_python_resumes_a_cli_checkpoint(cli, text_file, tmp_path):
     assert [h["step"] for h in hist] == [2, 3]
     with open(c4, "rb") as a, open(p4, "rb") as b:
         assert a.read() == b.read()
+
+
+def test_zero_reaches_the_program_and_is_refused_as_the_cli_refuses_it(text_file):
+    """Trainer(zero=N) compiles with options.zero N; the CLI's refusals."""
+    import pipit
+    m = pipit.models.preset("tiny", layers=2, ctx=16, micro_batch=2)
+    with pipit.Trainer(m, data=text_file, steps=1, dp=2, zero=3) as t:
+        assert t.program.options.zero == 3
+        t.train()
+    for kw in (dict(zero=2), dict(zero=4, dp=2), dict(zero1=True), dict(zero1=True, zero=2, dp=2)):
+        with pytest.raises(pipit.InvalidError, match="zero"):
+            pipit.Trainer(m, data=text_file, steps=1, **kw)
