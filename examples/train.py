@@ -11,7 +11,9 @@ so the same flags give the same losses and the same checkpoint, bit for
 bit (tests/python/test_cli_equal.py): --data --model --steps --pp --tp
 --dp --schedule --virtual --microbatches --micro-batch --seed --data-order
 --lr --lr-schedule --warmup --dtype --threads --zero1 --zero --save --resume, and the model's
---layers --heads --dim --ctx --vocab --kv-heads. --val-data FILE adds the
+--layers --heads --dim --ctx --vocab --kv-heads and a mixture of experts' --experts --top-k
+--capacity-factor --dropless --shared-experts --moe-every --router
+--aux-loss. --val-data FILE adds the
 validation loss at the end (as `pipit train --val-data`).
 
 Under `mpirun -np N python3 examples/train.py ...` (a build with MPI) each
@@ -53,6 +55,15 @@ def parse(argv):
     ap.add_argument("--eval-batches", type=int, default=None, help="validation batches (default: up to 4)")
     for f in ("layers", "heads", "dim", "ctx", "vocab", "kv-heads"):
         ap.add_argument("--" + f, type=int, default=None, help="the model's %s (default: the preset's)" % f)
+    # a Llama's mixture of experts (pipit train's flags; --model moe-tiny brings 8 experts, top-2)
+    ap.add_argument("--experts", type=int, default=None, help="Llama: routed experts E per MoE layer")
+    ap.add_argument("--top-k", type=int, default=None, help="MoE: experts per token, 1..E (default 2, at most E)")
+    ap.add_argument("--capacity-factor", type=float, default=None, help="MoE: slots per expert factor (default 1.25)")
+    ap.add_argument("--dropless", action="store_true", default=None, help="MoE: every expert holds all tokens")
+    ap.add_argument("--shared-experts", type=int, default=None, help="MoE: always-on experts (default 0)")
+    ap.add_argument("--moe-every", type=int, default=None, help="MoE: every K-th layer's MLP is MoE (default 1)")
+    ap.add_argument("--router", default=None, choices=["softmax", "sigmoid"], help="MoE router (default softmax)")
+    ap.add_argument("--aux-loss", type=float, default=None, help="MoE: load-balancing loss coefficient (default 0)")
     ap.add_argument("--quiet", action="store_true", help="no table (for tests)")
     return ap.parse_args(argv)
 
@@ -60,7 +71,10 @@ def parse(argv):
 def main(argv=None):
     a = parse(argv)
     over = {k: v for k, v in (("layers", a.layers), ("heads", a.heads), ("dim", a.dim), ("ctx", a.ctx),
-                              ("vocab", a.vocab), ("kv_heads", a.kv_heads), ("micro_batch", a.micro_batch))
+                              ("vocab", a.vocab), ("kv_heads", a.kv_heads), ("micro_batch", a.micro_batch),
+                              ("experts", a.experts), ("top_k", a.top_k), ("capacity_factor", a.capacity_factor),
+                              ("dropless", a.dropless), ("shared_experts", a.shared_experts),
+                              ("moe_every", a.moe_every), ("router", a.router), ("aux_loss", a.aux_loss))
             if v is not None}
     model = pipit.models.preset(a.model, **over)
     rank, _ = pipit.init()  # under mpirun: this process's rank (process 0 prints)

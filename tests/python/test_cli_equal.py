@@ -20,6 +20,9 @@ CASES = [
     ("llama-D2-seq", ["--model", "llama-tiny", "--dp", "2", "--data-order", "sequential", "--seed", "7",
                       "--lr", "3e-3"]),
     ("gpt2-D2-zero2", ["--model", "tiny", "--dp", "2", "--zero", "2", "--microbatches", "2"]),
+    ("moe-tiny-pp2", ["--model", "moe-tiny", "--pp", "2", "--microbatches", "2"]),
+    ("moe-flags", ["--model", "llama-tiny", "--dim", "64", "--experts", "4", "--top-k", "1", "--capacity-factor",
+                   "1.5", "--shared-experts", "1", "--moe-every", "2", "--router", "sigmoid", "--aux-loss", "0.01"]),
 ]
 SMALL = ["--layers", "4", "--ctx", "16", "--micro-batch", "2", "--steps", "3"]
 
@@ -94,3 +97,13 @@ def test_zero_reaches_the_program_and_is_refused_as_the_cli_refuses_it(text_file
     for kw in (dict(zero=2), dict(zero=4, dp=2), dict(zero1=True), dict(zero1=True, zero=2, dp=2)):
         with pytest.raises(pipit.InvalidError, match="zero"):
             pipit.Trainer(m, data=text_file, steps=1, **kw)
+
+
+def test_moe_keywords_are_refused_without_experts():
+    """The CLI's refusals of the MoE flags, by keyword."""
+    import pipit
+    assert pipit.models.preset("moe-tiny").config().experts == 8
+    for kw, what in ((dict(top_k=2), "top_k"), (dict(router="sigmoid"), "router"),
+                     (dict(experts=4, router="relu"), "router"), (dict(experts=2, top_k=3), "top_k")):
+        with pytest.raises(pipit.InvalidError, match=what):
+            pipit.models.llama(**kw)
