@@ -10,7 +10,7 @@ The flags it shares with `pipit train` have the same meaning and defaults,
 so the same flags give the same losses and the same checkpoint, bit for
 bit (tests/python/test_cli_equal.py): --data --model --steps --pp --tp
 --dp --schedule --virtual --microbatches --micro-batch --seed --data-order
---lr --lr-schedule --warmup --dtype --threads --zero1 --zero --save --resume, and the model's
+--lr --lr-schedule --warmup --dtype --threads --zero1 --zero --doc-sep --doc-pos-reset --save --resume, and the model's
 --layers --heads --dim --ctx --vocab --kv-heads and a mixture of experts' --experts --top-k
 --capacity-factor --dropless --shared-experts --moe-every --router
 --aux-loss. --val-data FILE adds the
@@ -48,6 +48,10 @@ def parse(argv):
     ap.add_argument("--threads", type=int, default=1, help="compute threads per rank (default 1)")
     ap.add_argument("--zero1", action="store_true", help="with --dp: shard the optimizer state (ZeRO-1)")
     ap.add_argument("--zero", type=int, default=0, help="with --dp: ZeRO stage 0..3 over the replicas (default 0)")
+    ap.add_argument("--doc-sep", type=int, default=-1, help="packed documents: token ID ends a document "
+                                                            "(default: none)")
+    ap.add_argument("--doc-pos-reset", action="store_true", help="with --doc-sep: GPT-2's positions restart "
+                                                                 "per document")
     ap.add_argument("--save", default=None, help="checkpoint to write at the end")
     ap.add_argument("--resume", default=None, help="continue a training checkpoint (--steps is the total), "
                                                    "given the same model and run flags")
@@ -82,7 +86,8 @@ def main(argv=None):
     with pipit.Trainer(model, data=a.data, steps=a.steps, pp=a.pp, tp=a.tp, dp=a.dp, schedule=a.schedule,
                        virtual=a.virtual, microbatches=a.microbatches, seed=a.seed, data_order=a.data_order,
                        lr=a.lr, lr_schedule=a.lr_schedule, warmup=a.warmup, dtype=a.dtype,
-                       threads=a.threads, zero1=a.zero1, zero=a.zero, resume=a.resume) as t:
+                       threads=a.threads, zero1=a.zero1, zero=a.zero, resume=a.resume,
+                       doc_sep=a.doc_sep, doc_pos_reset=a.doc_pos_reset) as t:
         say("pipit %s: %r, %d params; %d stage(s), schedule %s; %d rank(s)" %
             (pipit.version(), model, model.num_params(), t.stages, t.schedule.kind if t.schedule else "none",
              t.program.num_ranks))

@@ -12,8 +12,9 @@ A custom graph trains the same way with feeds given per step:
     t = pipit.Trainer(graph, loss=loss, pp=2, schedule="zb-h1", microbatches=4)
     t.step([{"x": xs[m], "y": ys[m]} for m in range(4)])
 """
+import array
 import time
-from ctypes import byref, c_int64
+from ctypes import byref, c_int64, sizeof
 
 from ._lib import C, S, InvalidError, check, cstr, cstr_array, lib
 from .core import Checkpoint, Data, Graph, Program, Schedule, Value, _new_array, _buffer_ptr, adamw, agree, sgd
@@ -103,6 +104,13 @@ class Trainer:
                 raise InvalidError("Trainer: a model needs data (a text file, token shards or a spec)",
                                    C.PIPIT_STATUS_INVALID)
             m.check(self.stages)
+            ds, dpr = self.o["doc_sep"], self.o["doc_pos_reset"]
+            if ds != -1 and not 0 <= ds < m.vocab:  # the CLI's refusals (tools/session.c)
+                raise InvalidError("doc_sep %d is outside the vocabulary: the separator is a token id in 0..%d "
+                                   "(vocab %d)" % (ds, m.vocab - 1, m.vocab), C.PIPIT_STATUS_INVALID)
+            if dpr and ds < 0:
+                raise InvalidError("doc_pos_reset restarts positions per document: it needs doc_sep",
+                                   C.PIPIT_STATUS_INVALID)
             self.data = self._own(Data(self.o["data"], m.ctx, self.o["data_order"], self.o["seed"],
                                        self.o["data_format"]))
             if self.data.max_token >= m.vocab:
@@ -113,10 +121,15 @@ class Trainer:
                   [("pp", str(pp)), ("virtual", str(virtual)), ("schedule", str(schedule)),
                    ("data (its tokens)", "%d tokens, crc32c %08x" % (self.data.tokens, self.data.checksum))])
             self.graph = self._own(Graph(tensor_parallel=tp))
+            if self.docs:  # packed documents: the graph setting before the build (input 'documents')
+                check(lib.pipit_graph_set_documents(self.graph.ptr, 1))
             self.loss = m.build(self.graph, self.stages)
         else:
             if not isinstance(model, Graph) or not isinstance(loss, Value):
                 raise TypeError("Trainer(model): a pipit.models Model, or a Graph with loss=Value")
+            if self.o["doc_sep"] != -1 or self.o["doc_pos_reset"]:
+                raise InvalidError("Trainer: doc_sep and doc_pos_reset apply to a model trained on data (a Graph "
+                                   "declares and feeds its own inputs)", C.PIPIT_STATUS_INVALID)
             self.graph, self.loss, self.data = model, loss, None
         opt = (adamw(self.o["lr"], self.o["beta1"], self.o["beta2"], self.o["eps"], self.o["weight_decay"])
                if self.o["optimizer"] == "adamw" else sgd(self.o["lr"]))
@@ -142,10 +155,18 @@ class Trainer:
             self.model.init(self.program, self.seed, self.stages)
         if self.model is not None:
             n = self.B * self.T
-            self._bufs = [(_new_array(C.PIPIT_I32, (n,)), _new_array(C.PIPIT_I32, (n,)), _new_array(C.PIPIT_I32, (n,)))
-                          for _ in range(self.G)]
-            self._feeds = (S.pipit_feed * (self.G * 3))()
+            self._bufs = [tuple(_new_array(C.PIPIT_I32, (n,)) for _ in range(4)) for _ in range(self.G)]
+            self._feeds = (S.pipit_feed * (self.G * self.nfeeds))()
         self.history, self.last = [], None
+
+    @property
+    def docs(self):
+        """Packed documents (doc_sep given): the model's feeds plus 'documents'."""
+        return self.o["doc_sep"] >= 0
+
+    @property
+    def nfeeds(self):
+        return self.model.nfeeds + int(self.docs)
 
     def _own(self, h):
         self._handles.append(h)
@@ -170,19 +191,43 @@ class Trainer:
 
     # ---------------------------------------------------------- stepping
     def _fill(self, pos, data, feeds):
-        nf = self.model.nfeeds
+        nf = self.nfeeds
         cfg = self.model.config(self.stages)
         fn = getattr(lib, "pipit_%s_feeds" % self.model.arch)
         for m in range(self.G):
-            tok, tgt, posb = self._bufs[m]
+            tok, tgt, posb, doc = self._bufs[m]
             pt, pg, pp = _buffer_ptr(tok)[0], _buffer_ptr(tgt)[0], _buffer_ptr(posb)[0]
             check(lib.pipit_data_batch(data.ptr, pos + m * self.B, self.B, pt, pg))
-            out = byref(feeds, m * nf * __import__("ctypes").sizeof(S.pipit_feed))
+            out = byref(feeds, m * nf * sizeof(S.pipit_feed))
             if self.model.arch == "gpt2":
                 check(fn(byref(cfg), pt, pg, pp, out))
             else:
                 check(fn(byref(cfg), pt, pg, out))
+            if self.docs:
+                self._documents(tok, posb, doc)
+                addr, nbytes = _buffer_ptr(doc)
+                feeds[m * nf + self.model.nfeeds] = S.pipit_feed(b"documents", addr, nbytes)
         return nf
+
+    def _documents(self, tok, posb, doc):
+        """Document ids of each sequence (tools/model.c cli_model_feeds): a
+        new document after each doc_sep token (the separator ends its
+        document); with doc_pos_reset GPT-2's positions restart in each."""
+        sep, T = self.o["doc_sep"], self.T
+        reset = self.o["doc_pos_reset"] and self.model.arch == "gpt2"
+        toks = tok.tolist()
+        ids, posl = [0] * len(toks), (posb.tolist() if reset else None)
+        for b in range(0, len(toks), T):
+            i = start = 0
+            for t in range(T):
+                ids[b + t] = i
+                if reset:
+                    posl[b + t] = t - start
+                if toks[b + t] == sep:
+                    i, start = i + 1, t + 1
+        doc[:] = ids if not isinstance(doc, array.array) else array.array(doc.typecode, ids)
+        if reset:
+            posb[:] = posl if not isinstance(posb, array.array) else array.array(posb.typecode, posl)
 
     def step(self, feeds=None):
         """One training step; returns the loss. The step's fields (as the
@@ -237,7 +282,7 @@ class Trainer:
             self.eval_program = self._own(Program(self.graph, self.loss, forward_only=1, **self.opts))
         for name in self.program.params:
             self.eval_program.set_param(name, self.program.get_param(name))
-        feeds = (S.pipit_feed * (self.G * 3))()
+        feeds = (S.pipit_feed * (self.G * self.nfeeds))()
         total = 0.0
         for k in range(K):
             nf = self._fill(k * per, data, feeds)
@@ -264,7 +309,7 @@ class Trainer:
               ("seed", "%d" % o["seed"]), ("data", str(o["data"] or "")), ("data_order", o["data_order"]),
               ("dtype", o["dtype"]), ("bf16_policy", o["bf16_policy"]),
               ("fused_head", "%d" % int(bool(self.model.fields.get("fused_head")) if self.model else 0)),
-              ("doc_sep", "-1"), ("doc_pos_reset", "0"),  # packed documents: not offered from Python yet
+              ("doc_sep", "%d" % o["doc_sep"]), ("doc_pos_reset", "%d" % o["doc_pos_reset"]),
               ("steps", "%d" % max(self.steps, self.step_count)), ("data_pos", "%d" % self.data_pos),
               ("save_every", "0"), ("keep", "0"), ("data_format", o["data_format"]), ("val_data", ""),
               ("val_split", "0"), ("eval_every", "0"), ("eval_batches", "0"), ("log_every", "1")]

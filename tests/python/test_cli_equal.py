@@ -23,6 +23,8 @@ CASES = [
     ("moe-tiny-pp2", ["--model", "moe-tiny", "--pp", "2", "--microbatches", "2"]),
     ("moe-flags", ["--model", "llama-tiny", "--dim", "64", "--experts", "4", "--top-k", "1", "--capacity-factor",
                    "1.5", "--shared-experts", "1", "--moe-every", "2", "--router", "sigmoid", "--aux-loss", "0.01"]),
+    ("gpt2-docsep-posreset", ["--model", "tiny", "--doc-sep", "32", "--doc-pos-reset", "--pp", "2"]),
+    ("llama-docsep", ["--model", "llama-tiny", "--doc-sep", "32", "--dp", "2"]),
 ]
 SMALL = ["--layers", "4", "--ctx", "16", "--micro-batch", "2", "--steps", "3"]
 
@@ -107,3 +109,13 @@ def test_moe_keywords_are_refused_without_experts():
                      (dict(experts=4, router="relu"), "router"), (dict(experts=2, top_k=3), "top_k")):
         with pytest.raises(pipit.InvalidError, match=what):
             pipit.models.llama(**kw)
+
+
+def test_doc_sep_refusals(text_file):
+    """The CLI's refusals of --doc-sep / --doc-pos-reset, by keyword."""
+    import pipit
+    m = pipit.models.preset("tiny", layers=2, ctx=16, micro_batch=2)
+    for kw, what in ((dict(doc_sep=256), "outside the vocabulary"), (dict(doc_sep=-2), "outside the vocabulary"),
+                     (dict(doc_pos_reset=True), "needs doc_sep")):
+        with pytest.raises(pipit.InvalidError, match=what):
+            pipit.Trainer(m, data=text_file, steps=1, **kw)
