@@ -126,6 +126,16 @@ PIPIT_API pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *
  * with T > 1 ranks per stage: this rank's classes
  * [B,T,V/T]; an invalid value on failure), for pipit_options.outputs. */
 PIPIT_API pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits);
+/* The same loss (bit for bit) and *logits (may be NULL) as
+ * pipit_llama_build_logits, and choices[l] (an array of c->layers values,
+ * required: MISUSE when NULL) = layer l's router choices, the i32
+ * [batch x ctx, top_k] expert indices (row b x ctx + t: token t of
+ * sequence b) for an MoE layer and an invalid value (id -1) for a dense
+ * one: per-microbatch values for pipit_options.outputs, from which the
+ * caller counts the tokens sent to each expert (as `pipit train --json`'s
+ * moe_counts). */
+PIPIT_API pipit_val pipit_llama_build_moe(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits,
+                                          pipit_val *choices);
 /* The decoding graph (pipit_decode.h), as pipit_gpt2_build_decode's: the
  * same model on ONE new position per sequence, RoPE at that position, its
  * grouped-query attention over a KV cache of S = c->ctx slots (KVD =

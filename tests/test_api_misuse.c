@@ -1412,6 +1412,10 @@ PIPIT_TEST(api_misuse_llama) {
     INVALID_VAL(pipit_llama_build(g, NULL));
     INVALID_VAL(pipit_llama_build(JUNK_GRAPH, &c));
     INVALID_VAL(pipit_llama_build_logits(g, &bad, NULL));
+    pipit_val ch[8];
+    INVALID_VAL(pipit_llama_build_moe(g, &c, NULL, NULL)); /* choices required */
+    INVALID_VAL(pipit_llama_build_moe(g, &bad, NULL, ch));
+    INVALID_VAL(pipit_llama_build_moe(NULL, &c, NULL, ch));
     ASSERT_OK(pipit_graph_status(g)); /* a refused config leaves the graph alone */
     pipit_val loss = pipit_llama_build(g, &c);
     pipit_program *p = NULL;

@@ -17,15 +17,17 @@
 #include "train_cli.h"
 
 static void print_step(const opts *o, int64_t step, const pipit_metrics *m, double tokens, double flops,
-                       const cli_progress *pr) {
+                       const cli_progress *pr, const cli_moe *moe) {
     double tps = tokens / (m->ms / 1e3);
     cli_bar_clear();
-    if (o->json)
+    if (o->json) {
         printf("{\"step\":%lld,\"loss\":%.9g,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"grad_norm\":%.9g,"
-               "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f,\"lr\":%.9g}\n",
+               "\"gflops\":%.3f,\"peak_bytes\":%zu,\"bubble\":%.4f,\"lr\":%.9g",
                (long long)step, m->loss, m->ms, tps, m->grad_norm, flops * tokens / (m->ms / 1e3) / 1e9, m->peak_bytes,
                m->bubble, m->lr);
-    else {
+        cli_moe_json(moe, stdout);
+        printf("}\n");
+    } else {
         printf("step %4lld  loss %.6f  grad norm %.4f  lr %.4e  %8.1f ms  %9.0f tok/s  %.2f GFLOP/s", (long long)step,
                m->loss, m->grad_norm, m->lr, m->ms, tps, flops * tokens / (m->ms / 1e3) / 1e9);
         cli_progress_fields(stdout, pr, step, m, flops * tokens / (m->ms / 1e3));
@@ -245,7 +247,8 @@ static void run_step(train_run *r, int64_t step, double flops) {
     if (pipit_step_feeds(r->s.p, r->feeds, (int64_t)r->G * nf, nf, 1, &met))
         die("step %lld: %s", (long long)step, pipit_program_errmsg(r->s.p));
     cli_progress_step(&r->prog, &met, tokens);
-    if (r->speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, tokens, flops, &r->prog);
+    if (r->s.moe.n && o->json) cli_moe_count(&r->s.moe, r->s.p, r->G); /* collective under MPI */
+    if (r->speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, tokens, flops, &r->prog, &r->s.moe);
     if (r->val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == r->last_step))
         cli_progress_val(&r->prog, step,
                          run_validation(&r->s, o, r->val_batches, r->G, r->bufs, r->feeds, step, r->speaker));

@@ -88,6 +88,11 @@ static pipit_val llama_build(pipit_graph *g, const cli_model *m, pipit_val *logi
     if (!set_tp(g, m)) return (pipit_val){g, -1};
     return pipit_llama_build_logits(g, &c, logits);
 }
+pipit_val cli_model_build_moe(pipit_graph *g, const cli_model *m, pipit_val *choices) {
+    pipit_llama_config c = cli_model_llama(m);
+    if (!set_tp(g, m)) return (pipit_val){g, -1};
+    return pipit_llama_build_moe(g, &c, NULL, choices);
+}
 static pipit_status llama_init(pipit_program *p, const cli_model *m, uint64_t seed) {
     pipit_llama_config c = cli_model_llama(m);
     return pipit_llama_init(p, &c, seed);

@@ -64,6 +64,9 @@ const cli_model_kind *cli_model_kind_find(const char *name);
  * Llama; 'wte.weight': GPT-2), or NULL. */
 const cli_model_kind *cli_model_kind_of_checkpoint(const pipit_checkpoint *ck);
 
+/* A Llama MoE's graph as its kind's build, and choices[l] (m->layers
+ * entries) layer l's router choices (pipit_llama_build_moe). */
+pipit_val cli_model_build_moe(pipit_graph *g, const cli_model *m, pipit_val *choices);
 /* The graph inputs per microbatch: the kind's, and "documents" with m->docs. */
 int cli_model_nfeeds(const cli_model *m);
 /* One microbatch's cli_model_nfeeds feeds: the kind's, then with m->docs

@@ -707,7 +707,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     agree_run(s, o, c);
     s->g = pipit_graph_new();
     if (!s->g) die("out of memory");
-    s->loss = s->cfg.kind->build(s->g, &s->cfg, NULL);
+    s->loss = cli_moe_build(s->g, &s->cfg, &s->moe);
     cli_check(pipit_graph_status(s->g), "model");
     if (o->auto_stages) auto_stages(s, o, M);
     pipit_val loss = s->loss;
@@ -719,6 +719,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,
                         .dtype = dtype, .bf16_policy = cli_bf16_policy(o->bf16_policy),
                         .plan_only = s->plan_only};
+    if (!s->plan_only && !s->forward_only) po.outputs = s->moe.choice, po.noutputs = s->moe.n; /* --json's counts */
     if (o->clip < 0) die("--clip must be >= 0");
     check_compile(pipit_compile(s->g, loss, &po, &s->p), mflag);
     s->po = po;
@@ -731,6 +732,7 @@ void close_session(session *s) {
     pipit_program_free(s->vp);
     pipit_program_free(s->p);
     pipit_graph_free(s->g);
+    cli_moe_free(&s->moe);
     pipit_schedule_free(s->sched);
     pipit_data_free(s->data);
     pipit_data_free(s->val);

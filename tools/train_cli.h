@@ -12,6 +12,7 @@
 #include "flags.h"
 #include "pipit.h"
 #include "model.h"
+#include "moe_counts.h"
 #include "pipit_io.h"
 
 /* Dies "<what>: <pipit_errmsg()>" on a failed call. */
@@ -93,6 +94,7 @@ typedef struct {
     int stages;          /* pipeline stages (cfg.stages is 1 with --auto-stages: the graph is cut later) */
     const char *mb_flag; /* the flag that sets M: "microbatches" (NULL), or eval's "batches" */
     int plan_only;       /* plan: the plan only (pipit_options.plan_only), no weights, no admission of this machine */
+    cli_moe moe;         /* a Llama MoE's router choices (program outputs) and its last step's tokens per expert */
 } session;
 
 /* session.c */

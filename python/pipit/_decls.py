@@ -330,6 +330,7 @@ FUNCTIONS = {
     'pipit_llama_build': ('S.pipit_val', [('g', 'c_void_p'), ('c', 'c_void_p')]),
     'pipit_llama_build_decode': ('c_int', [('g', 'c_void_p'), ('c', 'c_void_p'), ('out', 'c_void_p')]),
     'pipit_llama_build_logits': ('S.pipit_val', [('g', 'c_void_p'), ('c', 'c_void_p'), ('logits', 'c_void_p')]),
+    'pipit_llama_build_moe': ('S.pipit_val', [('g', 'c_void_p'), ('c', 'c_void_p'), ('logits', 'c_void_p'), ('choices', 'c_void_p')]),
     'pipit_llama_check': ('c_int', [('c', 'c_void_p')]),
     'pipit_llama_config_from_checkpoint': ('c_int', [('ck', 'c_void_p'), ('cfg', 'c_void_p')]),
     'pipit_llama_config_from_hf': ('c_int', [('config_json', 'c_char_p'), ('cfg', 'c_void_p'), ('present', 'c_void_p')]),

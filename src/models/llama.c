@@ -240,17 +240,20 @@ static pipit_val mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, i
 }
 
 static pipit_val block(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
-                       pipit__decode *dec, pipit_val docs, pipit_val *aux) {
+                       pipit__decode *dec, pipit_val docs, pipit_val *aux, pipit_val *choice) {
     char name[96];
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", l);
     x = pipit_add(g, x, attention(g, c, rmsnorm(g, c, x, name), l, dec, docs));
     snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", l);
     pipit_val h = rmsnorm(g, c, x, name);
-    return pipit_add(g, x, pipit__llama_is_moe(c, l) ? pipit__llama_moe_mlp(g, c, h, l, F, aux) : mlp(g, c, h, l, F));
+    return pipit_add(g, x, pipit__llama_is_moe(c, l) ? pipit__llama_moe_mlp(g, c, h, l, F, aux, choice) : mlp(g, c, h, l, F));
 }
 
-static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits_out, const char *fn) {
+static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits_out, pipit_val *choices,
+                       const char *fn) {
     if (logits_out) *logits_out = (pipit_val){g, -1};
+    if (choices && c)
+        for (int l = 0; l < c->layers; l++) choices[l] = (pipit_val){g, -1};
     if (!g || !c) {
         pipit__err(PIPIT_STATUS_MISUSE, "%s: %s is NULL", fn, g ? "config" : "graph");
         return (pipit_val){g, -1};
@@ -284,7 +287,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
             if (aux.id >= 0) aux = pipit_yield(g, aux);
             stage++;
         }
-        x = block(g, c, x, l, F, NULL, docs, &aux);
+        x = block(g, c, x, l, F, NULL, docs, &aux, choices ? &choices[l] : NULL);
     }
     x = pipit__models_tp_copy(g, T, rmsnorm(g, c, x, "model.norm.weight"));
     pipit_val head = c->tied ? emb : pipit__models_param(g, c->dtype, T, "lm_head.weight", 2, c->vocab, c->dim, 0, 1);
@@ -292,10 +295,19 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
     return aux.id >= 0 ? pipit_add(g, loss, pipit_scale(g, aux, c->aux_loss)) : loss;
 }
 
-pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { return build(g, c, NULL, __func__); }
+pipit_val pipit_llama_build(pipit_graph *g, const pipit_llama_config *c) { return build(g, c, NULL, NULL, __func__); }
 
 pipit_val pipit_llama_build_logits(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits) {
-    return build(g, c, logits, __func__);
+    return build(g, c, logits, NULL, __func__);
+}
+
+pipit_val pipit_llama_build_moe(pipit_graph *g, const pipit_llama_config *c, pipit_val *logits, pipit_val *choices) {
+    if (!choices) {
+        if (logits) *logits = (pipit_val){g, -1};
+        pipit__err(PIPIT_STATUS_MISUSE, "%s: choices is NULL (an array of config->layers values)", __func__);
+        return (pipit_val){g, -1};
+    }
+    return build(g, c, logits, choices, __func__);
 }
 
 /* The decoding graph: build()'s ops on one new position per sequence, the
@@ -315,7 +327,7 @@ static pipit_status build_decode(pipit_graph *g, const pipit_llama_config *c, pi
     pipit_val tok = pipit_input(g, PIPIT_DECODE_TOKENS, PIPIT_I32, 2, (int64_t[]){c->batch, 1});
     pipit_val emb = param(g, c, "model.embed_tokens.weight", 2, c->vocab, c->dim);
     pipit_val x = pipit_embed(g, emb, tok);
-    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d, (pipit_val){g, -1}, NULL);
+    for (int l = 0; l < c->layers; l++) x = block(g, c, x, l, F, &d, (pipit_val){g, -1}, NULL, NULL);
     x = rmsnorm(g, c, x, "model.norm.weight");
     pipit_val head = c->tied ? emb : param(g, c, "lm_head.weight", 2, c->vocab, c->dim);
     return pipit__decode_end(&d, pipit_matmul_nt(g, x, head), out, "pipit_llama_build_decode");

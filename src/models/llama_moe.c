@@ -97,12 +97,13 @@ static pipit_val balance_loss(pipit_graph *g, const pipit_llama_config *c, pipit
 }
 
 pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
-                               pipit_val *aux) {
+                               pipit_val *aux, pipit_val *choice) {
     int64_t C = c->dim, E = c->experts, B = pipit_val_dim(x, 0), T = pipit_val_dim(x, 1), N = B * T;
     pipit_val xf = pipit_reshape(g, x, 2, (int64_t[]){N, C}), idx;
     pipit_val logits = pipit_matmul_nt(g, xf, param3(g, c, l, "router", E, C, 0));
     pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, 1, NULL};
     pipit_val w = pipit_moe_route(g, logits, &ro, &idx);
+    if (choice) *choice = idx;
     /* the config check refuses what the capacity rule would (-1: the slots refuse it) */
     int64_t cap = pipit_moe_capacity(N, c->top_k, c->experts, c->capacity_factor, c->dropless);
     pipit_val slots = pipit_moe_slots(g, idx, c->experts, cap);

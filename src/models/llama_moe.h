@@ -17,9 +17,10 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c);
 int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64_t *out);
 /* The routed (+ shared) MLP of layer l on x [B, T, C] -> [B, T, C]. With
  * aux not NULL and aux_loss > 0, the layer's balance term is added to *aux
- * (id < 0: none yet). */
+ * (id < 0: none yet). choice (may be NULL) gets the router's i32 [B T, k]
+ * expert indices. */
 pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
-                               pipit_val *aux);
+                               pipit_val *aux, pipit_val *choice);
 /* A checkpoint of L layers of width C with a router ('model.layers.<l>.
  * mlp.router.weight'): the MoE fields from its metadata (experts top_k
  * capacity_factor dropless shared_experts moe_every router aux_loss, as
