@@ -81,6 +81,14 @@ typedef struct {
     int moe_every;
     int router;
     double aux_loss;
+    /* 1: each MoE layer routes with a bias "model.layers.<l>.mlp.route_bias"
+     * [E] added to the scores for choosing only (the weights are the
+     * unbiased scores; pipit_route_opts.bias): the auxiliary-loss-free
+     * balance of DeepSeek-V3. A param no gradient reaches (the choice is
+     * not differentiable), initialised to 0, which the caller updates
+     * between steps (pipit_program_set_param; `pipit train --balance-bias`
+     * from the token counts). 0 (default): no bias. Requires experts. */
+    int route_bias;
 } pipit_llama_config;
 
 /* Graph inputs the builder declares; feed them per microbatch. Positions

@@ -32,7 +32,7 @@ declare -A CASE=(
     [tied]="|--model llama-tiny" [untied]="|--model llama-100m"
     [experts]="4|--model llama-tiny" [top-k]="1|--model moe-tiny" [capacity-factor]="2|--model moe-tiny"
     [dropless]="|--model moe-tiny" [shared-experts]="1|--model moe-tiny" [moe-every]="2|--model moe-tiny"
-    [router]="sigmoid|--model moe-tiny" [aux-loss]="0.01|--model moe-tiny"
+    [router]="sigmoid|--model moe-tiny" [aux-loss]="0.01|--model moe-tiny" [balance-bias]="0.001|--model moe-tiny"
     [micro-batch]="2|" [microbatches]="4|" [steps]="7|" [lr]="0.002|" [lr-schedule]="cosine|" [warmup]="3|"
     [decay-steps]="50|--lr-schedule cosine" [min-lr]="1e-5|--lr-schedule cosine" [log-every]="10|"
     [model]="llama-tiny|" [weight-decay]="0.1|" [beta1]="0.8|" [beta2]="0.99|" [eps]="1e-6|" [clip]="1|"

@@ -244,10 +244,12 @@ static void run_step(train_run *r, int64_t step, double flops) {
     for (int m = 0; m < r->G; m++)
         fill_microbatch(r->s.data, &r->s.cfg, at.data_pos + (int64_t)m * r->B, &r->bufs[m], r->feeds + nf * m);
     pipit_metrics met;
+    if (r->s.cfg.balance_bias > 0) cli_moe_bias_load(&r->s.moe, r->s.p); /* the first time: init or the file's */
     if (pipit_step_feeds(r->s.p, r->feeds, (int64_t)r->G * nf, nf, 1, &met))
         die("step %lld: %s", (long long)step, pipit_program_errmsg(r->s.p));
     cli_progress_step(&r->prog, &met, tokens);
-    if (r->s.moe.n && o->json) cli_moe_count(&r->s.moe, r->s.p, r->G); /* collective under MPI */
+    if (r->s.moe.n && (o->json || r->s.cfg.balance_bias > 0)) cli_moe_count(&r->s.moe, r->s.p, r->G); /* collective */
+    if (r->s.moe.n && r->s.cfg.balance_bias > 0) cli_moe_balance(&r->s.moe, r->s.p, r->s.cfg.balance_bias);
     if (r->speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, tokens, flops, &r->prog, &r->s.moe);
     if (r->val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == r->last_step))
         cli_progress_val(&r->prog, step,

@@ -5,6 +5,7 @@
  * one-line description.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
@@ -77,7 +78,7 @@ pipit_llama_config cli_model_llama(const cli_model *m) {
                                 .fused_head = m->fused_head, .experts = m->experts, .top_k = m->top_k,
                                 .capacity_factor = m->capacity_factor, .dropless = m->dropless,
                                 .shared_experts = m->shared_experts, .moe_every = m->moe_every, .router = m->router,
-                                .aux_loss = m->aux_loss};
+                                .aux_loss = m->aux_loss, .route_bias = m->balance_bias > 0};
 }
 static pipit_status llama_check(const cli_model *m) {
     pipit_llama_config c = cli_model_llama(m);
@@ -115,6 +116,8 @@ static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model 
         m->experts = c.experts, m->top_k = c.top_k, m->capacity_factor = c.capacity_factor, m->dropless = c.dropless;
         m->shared_experts = c.shared_experts, m->moe_every = c.moe_every, m->router = c.router;
         m->aux_loss = c.aux_loss; /* MoE: the metadata's (as given for a dense file) */
+        const char *bb = pipit_checkpoint_meta(ck, "balance_bias"); /* its routing bias's coefficient */
+        m->balance_bias = c.route_bias && bb ? strtod(bb, NULL) : 0;
     }
     return s;
 }
@@ -215,6 +218,7 @@ void cli_model_meta_fill(const cli_model *m, cli_model_meta *o) {
         meta_add(o, "dropless", "%d", m->dropless, 1);
         meta_add(o, "shared_experts", "%d", m->shared_experts, 1);
         meta_add(o, "moe_every", "%d", m->moe_every, 1);
+        if (m->balance_bias > 0) meta_add(o, "balance_bias", "%.17g", m->balance_bias, 0);
         o->kv[o->n++] = "router";
         o->kv[o->n++] = m->router ? "sigmoid" : "softmax";
         meta_add(o, "aux_loss", "%.17g", m->aux_loss, 0);

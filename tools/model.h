@@ -32,6 +32,7 @@ typedef struct {
     /* Llama MoE: pipit_llama_config's fields of the same names (all 0: dense) */
     int experts, top_k, dropless, shared_experts, moe_every, router;
     double capacity_factor, aux_loss;
+    double balance_bias; /* > 0: the routing bias params (route_bias 1), moved by this much per step (moe_counts.c) */
     /* packed documents (--doc-sep): docs 1 sets pipit_graph_set_documents before every build and feeds
      * "documents", ids from the tokens (a new document after each doc_sep); doc_pos_reset: GPT-2's
      * positions restart at 0 in each document (Llama: RoPE needs none, architecture section 13) */

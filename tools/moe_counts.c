@@ -66,7 +66,47 @@ void cli_moe_json(const cli_moe *mc, FILE *f) {
     fprintf(f, "]");
 }
 
+static void bias_name(const cli_moe *mc, int i, char *name, size_t n) {
+    snprintf(name, n, "model.layers.%d.mlp.route_bias", mc->layer[i]);
+}
+
+void cli_moe_bias_load(cli_moe *mc, const pipit_program *p) {
+    if (mc->bias || !mc->n) return;
+    mc->bias = malloc((size_t)mc->n * (size_t)mc->E * sizeof *mc->bias);
+    if (!mc->bias) die("out of memory");
+    for (int i = 0; i < mc->n; i++) {
+        char name[96];
+        bias_name(mc, i, name, sizeof name);
+        if (pipit_program_get_param(p, name, mc->bias + (size_t)i * (size_t)mc->E, sizeof(float) * (size_t)mc->E))
+            die("--balance-bias: %s", pipit_program_errmsg(p));
+    }
+}
+
+void cli_moe_balance(cli_moe *mc, pipit_program *p, double coef) {
+    double nb[256];
+    if (mc->E > 256) die("--balance-bias: at most 256 experts (got %d)", mc->E);
+    if (!mc->bias) die("--balance-bias: the routing biases were not read before the step");
+    for (int i = 0; i < mc->n; i++) {
+        const int64_t *c = mc->count + (size_t)i * (size_t)mc->E;
+        float *b = mc->bias + (size_t)i * (size_t)mc->E;
+        char name[96];
+        bias_name(mc, i, name, sizeof name);
+        int64_t sum = 0;
+        for (int e = 0; e < mc->E; e++) sum += c[e];
+        double mean = 0;
+        for (int e = 0; e < mc->E; e++) { /* sign(sum / E - count), exactly: sum vs E x count */
+            int64_t ec = c[e] * mc->E;
+            nb[e] = (double)b[e] + coef * (double)((sum > ec) - (sum < ec));
+            mean += nb[e];
+        }
+        mean /= mc->E;
+        for (int e = 0; e < mc->E; e++) b[e] = (float)(nb[e] - mean);
+        if (pipit_program_set_param(p, name, b, sizeof(float) * (size_t)mc->E))
+            die("--balance-bias: %s", pipit_program_errmsg(p));
+    }
+}
+
 void cli_moe_free(cli_moe *mc) {
-    free(mc->layer), free(mc->choice), free(mc->count), free(mc->scratch);
+    free(mc->layer), free(mc->choice), free(mc->count), free(mc->scratch), free(mc->bias);
     memset(mc, 0, sizeof *mc);
 }

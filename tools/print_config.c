@@ -78,7 +78,7 @@ static int print_resolved(const flag *f, const opts *o, const cli_model *mc,
     if (strcmp(k, "config") == 0 || strcmp(k, "print-config") == 0) return 1;
     if (llama_only(k) && !llama) return 1;
     static const char *const moe[] = {"experts", "top-k", "capacity-factor", "dropless", "shared-experts",
-                                      "moe-every", "router", "aux-loss"};
+                                      "moe-every", "router", "aux-loss", "balance-bias"};
     for (int i = 0; i < NFLAGS(moe); i++) /* MoE: printed resolved for an MoE model only */
         if (strcmp(k, moe[i]) == 0) {
             if (!mc->experts || (i == 2 && mc->dropless)) return 1;

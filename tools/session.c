@@ -150,7 +150,8 @@ static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const fla
             die("--router %s disagrees with checkpoint '%s' (%s)", o->router, path, router);
         o->router = router;
         const struct { const char *flag; double *dst, v; } d[] = {
-            {"capacity-factor", &o->capacity_factor, f->capacity_factor}, {"aux-loss", &o->aux_loss, f->aux_loss}};
+            {"capacity-factor", &o->capacity_factor, f->capacity_factor}, {"aux-loss", &o->aux_loss, f->aux_loss},
+            {"balance-bias", &o->balance_bias, f->balance_bias}};
         for (int i = 0; i < NFLAGS(d); i++) {
             if (flags_seen(c, d[i].flag) && *d[i].dst != d[i].v)
                 die("--%s %g disagrees with checkpoint '%s' (%.17g)", d[i].flag, *d[i].dst, path, d[i].v);
@@ -196,7 +197,7 @@ cli_model model_config(const opts *o, int stages) {
                        o->experts ? (o->top_k ? o->top_k : (o->experts < 2 ? o->experts : 2)) : 0, o->dropless,
                        o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
                        o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
-                       o->aux_loss, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset};
+                       o->aux_loss, o->balance_bias, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
@@ -255,7 +256,7 @@ static void check_llama_numbers(const opts *o, const flag_cmd *c) {
     if (flags_seen(c, "experts") && o->experts < 1)
         die("--experts must be a positive integer (the routed experts per MoE layer; got %d)", o->experts);
     static const char *const moe_only[] = {"top-k", "capacity-factor", "dropless", "shared-experts", "moe-every",
-                                           "router", "aux-loss"};
+                                           "router", "aux-loss", "balance-bias"};
     for (int i = 0; i < NFLAGS(moe_only); i++)
         if (!o->experts && flags_seen(c, moe_only[i]))
             die("--%s applies to mixture-of-experts models: pass --experts N (or --model moe-tiny)", moe_only[i]);
@@ -273,6 +274,9 @@ static void check_llama_numbers(const opts *o, const flag_cmd *c) {
         die("bad value '%s' for --router: expected softmax or sigmoid", o->router);
     if (flags_seen(c, "aux-loss") && (!(o->aux_loss >= 0) || !isfinite(o->aux_loss)))
         die("--aux-loss must be a number >= 0 (the balance loss's coefficient, e.g. 0.01; got %g)", o->aux_loss);
+    if (flags_seen(c, "balance-bias") && (!(o->balance_bias >= 0) || !isfinite(o->balance_bias)))
+        die("--balance-bias must be a number >= 0 (the routing bias's step per training step, e.g. 0.001; got %g)",
+            o->balance_bias);
 }
 
 /* The Llama flags apply to Llama models only, --tied and --untied to one
@@ -281,7 +285,7 @@ void check_model_flags(const opts *o, const flag_cmd *c) {
     static const char *const llama_only[] = {"kv-heads", "ffn-hidden", "multiple-of", "ffn-dim-multiplier",
                                              "norm-eps", "rope-theta", "tied", "untied", "experts", "top-k",
                                              "capacity-factor", "dropless", "shared-experts", "moe-every",
-                                             "router", "aux-loss"};
+                                             "router", "aux-loss", "balance-bias"};
     if (flags_seen(c, "tied") && flags_seen(c, "untied")) die("--tied and --untied contradict each other: pass one");
     if ((flags_seen(c, "doc-sep") || o->doc_sep != -1) && (o->doc_sep < 0 || o->doc_sep >= o->vocab))
         die("--doc-sep %d is outside the vocabulary: the separator is a token id in 0..%d (--vocab %d)", o->doc_sep,

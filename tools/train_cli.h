@@ -54,7 +54,7 @@ typedef struct {
      * --capacity-factor --dropless --shared-experts --moe-every --router
      * --aux-loss */
     int experts, top_k, dropless, shared_experts, moe_every;
-    double capacity_factor, aux_loss;
+    double capacity_factor, aux_loss, balance_bias;
     const char *router;
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */

@@ -72,6 +72,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                            "(sigmoid then top-k, normalised: DeepSeek-V3)", 0}},
         {3, {"aux-loss", FL_DBL, &o->aux_loss, "Llama MoE: coefficient of the Switch/Mixtral load-balancing loss "
                                                "(default 0: off)", 0}},
+        {3, {"balance-bias", FL_DBL, &o->balance_bias, "Llama MoE: auxiliary-loss-free balance (DeepSeek-V3): a "
+                                                       "routing-only bias per expert, after each step moved by COEF "
+                                                       "toward the mean token count, centred (default 0: off)", 0}},
         {3, {"micro-batch", FL_INT, &o->micro_batch, "sequences per microbatch B", 0}},
         {3, {"microbatches", FL_INT, &o->microbatches, "microbatches per step M (default 1)", 0}},
         {3 | IGN, {"steps", FL_INT, &o->steps, "optimizer steps (0 with --save writes the initial weights)", 0}},

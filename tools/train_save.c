@@ -419,6 +419,7 @@ void apply_resume(opts *o, flag_cmd *c, pipit_checkpoint **ck, int64_t *step_out
             {"moe-every", "moe_every", FL_INT, &o->moe_every, 0, 0, BIG, "0"},
             {"router", "router", FL_STR, &o->router, 0, 0, 0, ""},
             {"aux-loss", "aux_loss", FL_DBL, &o->aux_loss, 0, 0, 0, "0"},
+            {"balance-bias", "balance_bias", FL_DBL, &o->balance_bias, 0, 0, 0, "0"},
         };
         if (o->untied) o->tied = 0, o->untied = 0;
         for (int i = 0; i < NFLAGS(ll); i++) resume_one(o, c, file, &ll[i]);

@@ -153,6 +153,7 @@ STRUCTS = [
         ('moe_every', 'c_int', None),
         ('router', 'c_int', None),
         ('aux_loss', 'c_double', None),
+        ('route_bias', 'c_int', None),
     ]),
     ('pipit_route_opts', [
         ('top_k', 'c_int', None),

@@ -343,7 +343,9 @@ pipit_status pipit_llama_build_decode(pipit_graph *g, const pipit_llama_config *
 /* Hugging Face's _init_weights: Linear and Embedding N(0, initializer_range
  * 0.02); the only 1-D params are RMSNorm weights, which start at 1. */
 static pipit__init_rule init_rule(const char *name, int ndim, const void *ctx) {
-    (void)name, (void)ctx;
+    (void)ctx;
+    size_t n = strlen(name), s = strlen(".route_bias");
+    if (n > s && strcmp(name + n - s, ".route_bias") == 0) return (pipit__init_rule){0, 0}; /* the MoE routing bias: 0 */
     return ndim == 1 ? (pipit__init_rule){0, 1.0} : (pipit__init_rule){0.02, 0};
 }
 

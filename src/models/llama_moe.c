@@ -21,9 +21,9 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
     if (c->experts < 0) return pipit__err(PIPIT_STATUS_INVALID, "llama: experts %d must be >= 1 (0: dense MLPs)", c->experts);
     if (c->experts == 0) {
         if (c->top_k || c->capacity_factor != 0 || c->dropless || c->shared_experts || c->moe_every || c->router ||
-            c->aux_loss != 0)
+            c->aux_loss != 0 || c->route_bias)
             return pipit__err(PIPIT_STATUS_INVALID,
-                              "llama: top_k, capacity_factor, dropless, shared_experts, moe_every, router or aux_loss "
+                              "llama: top_k, capacity_factor, dropless, shared_experts, moe_every, router, aux_loss or route_bias "
                               "given without experts (experts 0: dense MLPs)");
         return PIPIT_STATUS_OK;
     }
@@ -43,6 +43,8 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
         return pipit__err(PIPIT_STATUS_INVALID, "llama: router %d is not 0 (softmax) or 1 (sigmoid)", c->router);
     if (!(c->aux_loss >= 0) || !isfinite(c->aux_loss))
         return pipit__err(PIPIT_STATUS_INVALID, "llama: aux_loss %g must be a number >= 0", c->aux_loss);
+    if (c->route_bias != 0 && c->route_bias != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: route_bias %d is not 0 or 1", c->route_bias);
     return PIPIT_STATUS_OK;
 }
 
@@ -55,7 +57,8 @@ int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64
     }
     /* router E x C, E experts of 3 C F, shared experts one MLP of 3 C (S F) */
     if (!pipit__mul_i64(dense, c->experts, &n) || !pipit__mul_i64(C, c->experts, &t) || !pipit__add_i64(n, t, &n) ||
-        !pipit__mul_i64(dense, c->shared_experts, &t) || !pipit__add_i64(n, t, &n))
+        !pipit__mul_i64(dense, c->shared_experts, &t) || !pipit__add_i64(n, t, &n) ||
+        !pipit__add_i64(n, c->route_bias ? c->experts : 0, &n))
         return 0;
     *out = n;
     return 1;
@@ -101,7 +104,10 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
     int64_t C = c->dim, E = c->experts, B = pipit_val_dim(x, 0), T = pipit_val_dim(x, 1), N = B * T;
     pipit_val xf = pipit_reshape(g, x, 2, (int64_t[]){N, C}), idx;
     pipit_val logits = pipit_matmul_nt(g, xf, param3(g, c, l, "router", E, C, 0));
-    pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, 1, NULL};
+    char bname[96];
+    snprintf(bname, sizeof bname, "model.layers.%d.mlp.route_bias", l);
+    pipit_val rb = c->route_bias ? pipit_param(g, bname, c->dtype, 1, (int64_t[]){E}) : (pipit_val){g, -1};
+    pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, 1, c->route_bias ? &rb : NULL};
     pipit_val w = pipit_moe_route(g, logits, &ro, &idx);
     if (choice) *choice = idx;
     /* the config check refuses what the capacity rule would (-1: the slots refuse it) */

@@ -79,6 +79,10 @@ pipit_status pipit__llama_moe_from_checkpoint(const pipit_checkpoint *ck, int L,
     if (!shape_is(ck, name, 2, (int64_t[]){g.experts, C}))
         return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': '%s' is not [experts %d, %lld]", path, name, g.experts,
                           (long long)C);
+    snprintf(name, sizeof name, "model.layers.%d.mlp.route_bias", first); /* the balance bias, when trained with one */
+    g.route_bias = pipit_checkpoint_tensor_shape(ck, name, NULL, NULL) == PIPIT_STATUS_OK;
+    if (g.route_bias && !shape_is(ck, name, 1, (int64_t[]){g.experts}))
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': '%s' is not [experts %d]", path, name, g.experts);
     *f = g;
     return PIPIT_STATUS_OK;
 }
@@ -89,6 +93,7 @@ int pipit__llama_moe_uses(const pipit_llama_config *c, int l, const char *what) 
                                          "mlp.experts.up_proj.weight", "mlp.experts.down_proj.weight"};
     static const char *const shared[] = {"mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight",
                                          "mlp.shared_expert.down_proj.weight"};
+    if (c->route_bias && strcmp(what, "mlp.route_bias") == 0) return 1;
     for (size_t i = 0; i < sizeof routed / sizeof routed[0]; i++)
         if (strcmp(what, routed[i]) == 0) return 1;
     for (size_t i = 0; c->shared_experts > 0 && i < sizeof shared / sizeof shared[0]; i++)
