@@ -58,3 +58,15 @@ cli_hf_python() {
     HFPY=$PY
     "$HFPY" -c "$1" 2>/dev/null || HFPY=
 }
+
+# cli_words_text SEED WORDS: text.txt of WORDS words drawn (Python's
+# random, SEED) from a ten-word list: a small corpus every run rebuilds
+# the same, with '.' and ',' but no '#'.
+cli_words_text() {
+    $PY - "$1" "$2" <<'PYEOF'
+import random, sys
+r = random.Random(int(sys.argv[1]))
+words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
+open("text.txt", "w").write("".join(r.choice(words) for _ in range(int(sys.argv[2]))))
+PYEOF
+}

@@ -23,12 +23,7 @@ for l in sys.stdin.read().splitlines():
     except ValueError: continue
     if "step" in o and "loss" in o: print(repr(o["loss"]))' <<<"$OUT"; }
 
-$PY - <<'EOF2'
-import random
-r = random.Random(5)
-words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
-open("text.txt", "w").write("".join(r.choice(words) for _ in range(3000)))
-EOF2
+cli_words_text 5 3000
 grep -q '#' text.txt && fail "text.txt holds '#' (35): the no-separator case needs a token that never occurs"
 DOT=46 NONE=35 # '.' ends many documents; '#' never occurs
 

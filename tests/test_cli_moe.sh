@@ -22,12 +22,7 @@ for l in sys.stdin.read().splitlines():
     except ValueError: continue
     if o.get("step") == int(sys.argv[1]): print(repr(o["loss"]))' "$1" <<<"$OUT"; }
 
-$PY - <<'EOF'
-import random
-r = random.Random(3)
-words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
-open("text.txt", "w").write("".join(r.choice(words) for _ in range(3000)))
-EOF
+cli_words_text 3 3000
 
 # ---- moe-tiny: V 256, C 64, L 4, KV 2 of 4 heads, 8 experts of F 144, untied
 want=$($PY -c '

@@ -22,12 +22,7 @@ CLI_FIXED=1
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup cli_moe_balance "${1:-}"
 
-$PY - <<'EOF2'
-import random
-r = random.Random(11)
-words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
-open("text.txt", "w").write("".join(r.choice(words) for _ in range(3000)))
-EOF2
+cli_words_text 11 3000
 
 # recur.py FILE COEF TOKENS_X_K [force]: replays the bias from the step
 # lines on stdin and compares it with FILE's route_bias tensors; force:

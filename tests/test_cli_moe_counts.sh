@@ -14,12 +14,7 @@ CLI_FIXED=1
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup cli_moe_counts "${1:-}"
 
-$PY - <<'EOF2'
-import random
-r = random.Random(5)
-words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "park, "]
-open("text.txt", "w").write("".join(r.choice(words) for _ in range(2000)))
-EOF2
+cli_words_text 5 2000
 
 # check OUT LAYERS EXPERTS TOPK TOKENS [EXACT]: every step line's counts
 # well formed and conserved, the imbalance max*E/sum; EXACT (a python
