@@ -4,8 +4,11 @@
  * sum runs in a fixed order (choices j in order, features in order), so
  * the bits never depend on the thread count. Arithmetic in the element's
  * arithmetic type (fp32 for f32 and bf16, f64 for f64), one rounding per
- * output element. An index or slot outside its range (the compiler checks
- * fed indices; computed ones never are) reads as a dropped choice.
+ * output element. An index or slot outside its range reads as a dropped
+ * choice: the compiler checks fed expert ids (moe_slots) and take indices,
+ * and computed ones are in range, but slots fed straight to dispatch or
+ * combine are not checked yet (their valid range includes -1, which the
+ * planner's index bounds cannot say).
  */
 #include "backend/cpu/moe.h"
 
