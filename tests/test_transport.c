@@ -172,6 +172,88 @@ PIPIT_TEST(transport_local_allreduce) {
     t->vt->free(t);
 }
 
+/* ------------------------------ all-gather, reduce-scatter, all-to-all */
+
+enum { NBLK = 1000 };
+
+typedef struct {
+    pipit__transport *t;
+    int me, k, delay_ms;
+    const int *group;
+    int32_t *gather, *a2a_in, *a2a_out;
+    double *rs;
+    pipit_status status;
+} coll_member;
+
+static void *coll_member_run(void *arg) {
+    coll_member *m = arg;
+    sleep_ms(m->delay_ms);
+    m->status = pipit__transport_allgather(m->t, m->me, m->group, NMEM, 4, PIPIT_I32, m->gather, NBLK);
+    if (!m->status)
+        m->status = pipit__transport_reduce_scatter(m->t, m->me, m->group, NMEM, 5, PIPIT_F64, m->rs, NBLK);
+    if (!m->status)
+        m->status = pipit__transport_alltoall(m->t, m->me, m->group, NMEM, 6, PIPIT_I32, m->a2a_in, m->a2a_out, NBLK);
+    return NULL;
+}
+
+/* Member k of world ranks {1, 3, 4} (arriving against rank order): after
+ * the all-gather every member holds every member's block in place; after
+ * the reduce-scatter member k's block k is ((x0 + x1) + x2), the rank
+ * order (value() makes the other orders differ); after the all-to-all
+ * block j of member k's output is what member j put in its block k. */
+PIPIT_TEST(transport_local_gather_scatter_alltoall) {
+    pipit__transport *t = pipit__transport_local_new(5);
+    ASSERT_TRUE(t);
+    static const int group[NMEM] = {1, 3, 4};
+    coll_member m[NMEM];
+    pthread_t th[NMEM];
+    for (int k = 0; k < NMEM; k++) {
+        m[k] = (coll_member){t, group[k], k, 20 * (NMEM - k), group, calloc(NMEM * NBLK, sizeof(int32_t)),
+                             calloc(NMEM * NBLK, sizeof(int32_t)), calloc(NMEM * NBLK, sizeof(int32_t)),
+                             calloc(NMEM * NBLK, sizeof(double)), PIPIT_STATUS_OK};
+        ASSERT_TRUE(m[k].gather && m[k].a2a_in && m[k].a2a_out && m[k].rs);
+        for (int i = 0; i < NBLK; i++) m[k].gather[k * NBLK + i] = 1000 * k + i;
+        for (int b = 0; b < NMEM; b++)
+            for (int i = 0; i < NBLK; i++) {
+                m[k].a2a_in[b * NBLK + i] = 100000 * k + 1000 * b + i;
+                m[k].rs[b * NBLK + i] = value(k, i);
+            }
+    }
+    for (int k = 0; k < NMEM; k++) ASSERT_TRUE(pthread_create(&th[k], NULL, coll_member_run, &m[k]) == 0);
+    for (int k = 0; k < NMEM; k++) pthread_join(th[k], NULL);
+    for (int k = 0; k < NMEM; k++) {
+        ASSERT_OK(m[k].status);
+        for (int b = 0; b < NMEM; b++)
+            for (int i = 0; i < NBLK; i++) {
+                ASSERT_TRUE(m[k].gather[b * NBLK + i] == 1000 * b + i);
+                ASSERT_TRUE(m[k].a2a_out[b * NBLK + i] == 100000 * b + 1000 * k + i);
+            }
+        for (int i = 0; i < NBLK; i++) {
+            ASSERT_TRUE(m[k].rs[k * NBLK + i] == (value(0, i) + value(1, i)) + value(2, i));
+            for (int b = 0; b < NMEM; b++) /* the others' blocks are untouched */
+                if (b != k) ASSERT_TRUE(m[k].rs[b * NBLK + i] == value(k, i));
+        }
+    }
+    int32_t one = 7, two[2] = {0, 0};
+    static const int alone[1] = {2};
+    ASSERT_OK(pipit__transport_allgather(t, 2, alone, 1, 0, PIPIT_I32, &one, 1));
+    ASSERT_OK(pipit__transport_alltoall(t, 2, alone, 1, 0, PIPIT_I32, &one, two, 1));
+    ASSERT_TRUE(one == 7 && two[0] == 7);
+    ASSERT_STATUS(pipit__transport_reduce_scatter(t, 1, group, NMEM, 0, PIPIT_I32, two, 1), PIPIT_STATUS_INTERNAL);
+    ASSERT_MSG_HAS("reduce-scatter: dtype i32 is not summed");
+    ASSERT_STATUS(pipit__transport_allgather(t, 0, group, NMEM, 0, PIPIT_I32, two, 1), PIPIT_STATUS_INTERNAL);
+    ASSERT_MSG_HAS("all-gather: rank 0 is not in its group");
+    ASSERT_STATUS(pipit__transport_alltoall(t, 1, group, NMEM, 0, PIPIT_I32, two, two, 1), PIPIT_STATUS_INTERNAL);
+    ASSERT_MSG_HAS("must not be the same memory");
+    for (int k = 0; k < NMEM; k++) {
+        free(m[k].gather);
+        free(m[k].a2a_in);
+        free(m[k].a2a_out);
+        free(m[k].rs);
+    }
+    t->vt->free(t);
+}
+
 /* Device memory (the cuda backend's hooks set): an isend cannot be read by
  * the other thread in place, so it goes through a host copy (to_host once
  * on the sender, from_host once on the receiver) and its fence is

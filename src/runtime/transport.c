@@ -111,24 +111,31 @@ uint64_t pipit__checksum(const void *data, size_t n) {
 
 /* ---------------------------------------------------------- all-reduce */
 
-static pipit_status check_group(int me, const int *group, int n, pipit_dtype dtype, int64_t count, int *mine) {
+/* The checks every collective makes: `what` names it in the message;
+ * summed says whether the dtype must be one the sum takes. */
+static pipit_status check_members(const char *what, int me, const int *group, int n, pipit_dtype dtype, int summed,
+                                  int64_t count, int *mine) {
     if (n < 1 || n > PIPIT_MAX_COLL || !group)
-        return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: a group of %d ranks (1 to %d)", n, PIPIT_MAX_COLL);
-    if (dtype != PIPIT_F32 && dtype != PIPIT_F64)
-        return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: dtype %s is not summed (f32 or f64 only)",
+        return pipit__err(PIPIT_STATUS_INTERNAL, "%s: a group of %d ranks (1 to %d)", what, n, PIPIT_MAX_COLL);
+    if (summed && dtype != PIPIT_F32 && dtype != PIPIT_F64)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "%s: dtype %s is not summed (f32 or f64 only)", what,
                           pipit__dtype_name(dtype));
-    if (count < 0) return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: %lld elements", (long long)count);
+    if (count < 0) return pipit__err(PIPIT_STATUS_INTERNAL, "%s: %lld elements", what, (long long)count);
     *mine = -1;
     for (int k = 0; k < n; k++) {
         if (k && group[k] <= group[k - 1])
             return pipit__err(PIPIT_STATUS_INTERNAL,
-                              "all-reduce: the group must list world ranks in ascending order (the sum's order): "
+                              "%s: the group must list world ranks in ascending order (the sum's order): "
                               "rank %d follows rank %d",
-                              group[k], group[k - 1]);
+                              what, group[k], group[k - 1]);
         if (group[k] == me) *mine = k;
     }
-    if (*mine < 0) return pipit__err(PIPIT_STATUS_INTERNAL, "all-reduce: rank %d is not in its group", me);
+    if (*mine < 0) return pipit__err(PIPIT_STATUS_INTERNAL, "%s: rank %d is not in its group", what, me);
     return PIPIT_STATUS_OK;
+}
+
+static pipit_status check_group(int me, const int *group, int n, pipit_dtype dtype, int64_t count, int *mine) {
+    return check_members("all-reduce", me, group, n, dtype, 1, count, mine);
 }
 
 /* acc (+)= src over n elements: the first source is copied, the next ones
@@ -204,3 +211,73 @@ pipit_status pipit__transport_allreduce_op(pipit__transport *t, int me, const in
 #undef CHUNK
     return s;
 }
+
+/* ------------------------------------ all-gather, reduce-scatter, all-to-all
+ *
+ * The sequence- and expert-parallel collectives, on the same isend / recv /
+ * fence as the all-reduce. Blocks are `count` elements each, block k
+ * belongs to member k (group[k]); every send is zero-copy and fenced
+ * before the call returns, so the caller may reuse the memory at once.
+ * Tags: PIPIT_TAG_COLL (id, b) with b = k for the reduce-scatter's block k
+ * (as the all-reduce's chunks), n + k for what member k gathers out, 2n + j
+ * for the all-to-all block sent by member j: distinct ids (graph nodes)
+ * never meet, and one collective's messages between two members keep their
+ * order. */
+
+#define BLOCK(p, k) ((unsigned char *)(p) + (size_t)(k) * (size_t)count * es)
+
+/* Wait for the sends of `mine`'s tag b to every other member. */
+static pipit_status fence_all(pipit__transport *t, int me, const int *group, int n, int mine, int32_t id, int32_t b,
+                              int64_t count) {
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int k = 0; k < n && !s && count > 0; k++)
+        if (k != mine) s = t->vt->fence(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, b));
+    return s;
+}
+
+pipit_status pipit__transport_allgather(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                        pipit_dtype dtype, void *data, int64_t count) {
+    int mine = 0;
+    pipit_status s = check_members("all-gather", me, group, n, dtype, 0, count, &mine);
+    if (s || n == 1 || count == 0) return s;
+    size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, n + mine), BLOCK(data, mine), bytes);
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->recv(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, n + k), BLOCK(data, k), bytes);
+    if (!s) s = fence_all(t, me, group, n, mine, id, n + mine, count);
+    return s;
+}
+
+pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                             pipit_dtype dtype, void *data, int64_t count) {
+    int mine = 0;
+    pipit_status s = check_members("reduce-scatter", me, group, n, dtype, 1, count, &mine);
+    if (s || n == 1 || count == 0) return s;
+    size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, k), BLOCK(data, k), bytes);
+    if (!s) s = reduce_my_chunk(t, group, n, mine, id, dtype, PIPIT_REDUCE_SUM, BLOCK(data, mine), count);
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->fence(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, k));
+    return s;
+}
+
+pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                       pipit_dtype dtype, const void *in, void *out, int64_t count) {
+    int mine = 0;
+    pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
+    if (s || count == 0) return s;
+    size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
+    if (in == out && n > 1)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: the input and output blocks must not be the same memory");
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, 2 * n + mine), BLOCK(in, k), bytes);
+    if (!s && BLOCK(out, mine) != BLOCK(in, mine)) memcpy(BLOCK(out, mine), BLOCK(in, mine), bytes);
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->recv(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, 2 * n + k), BLOCK(out, k), bytes);
+    if (!s) s = fence_all(t, me, group, n, mine, id, 2 * n + mine, count);
+    return s;
+}
+
+#undef BLOCK

@@ -152,6 +152,23 @@ typedef enum { PIPIT_REDUCE_SUM = 0, PIPIT_REDUCE_MAX = 1 } pipit__reduce_op;
 pipit_status pipit__transport_allreduce_op(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                            pipit_dtype dtype, pipit__reduce_op op, void *data, int64_t count);
 
+/* All-gather (sequence parallelism): data holds n blocks of `count`
+ * elements; member k's block k (its own) lands in block k of every
+ * member. Any dtype (bytes are moved, not combined). */
+pipit_status pipit__transport_allgather(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                        pipit_dtype dtype, void *data, int64_t count);
+/* Reduce-scatter: data holds n blocks of `count` elements on every member;
+ * on return member k's block k is the sum of everyone's block k taken in
+ * rank order (the all-reduce's bits for that block); the other blocks are
+ * left as they were. F32 and F64 only. */
+pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                             pipit_dtype dtype, void *data, int64_t count);
+/* All-to-all (expert parallelism): block k of `in` (count elements) goes
+ * to member k, and member j's block for me lands in block j of `out`
+ * (in and out distinct). Any dtype. */
+pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                       pipit_dtype dtype, const void *in, void *out, int64_t count);
+
 /* What a message carries. */
 typedef enum {
     PIPIT_TAG_VALUE = 0,  /* a loop value: (node, microbatch) */
