@@ -159,6 +159,39 @@ PIPIT_TEST(moe_dispatch_combine_transpose) {
     pipit_graph_free(g);
 }
 
+/* Slots fed straight to dispatch and combine (no moe_slots in the graph):
+ * pipit_step refuses one outside the [E, C] grid and one used twice by
+ * name, and takes -1 (dropped) and a valid permutation. */
+PIPIT_TEST(moe_fed_slots_checked) {
+    pipit_graph *g = pipit_graph_new();
+    pipit_val slots = pipit_input(g, "slots", PIPIT_I32, 2, SH(2, 2));
+    pipit_val x = pipit_input(g, "x", PIPIT_F64, 2, SH(2, 3));
+    pipit_val y = pipit_moe_combine(g, pipit_tanh(g, pipit_moe_dispatch(g, x, slots, 2, 2, NULL)), slots, NULL);
+    pipit_val total = pipit_sum(g, y);
+    pipit_program *p = fwd_program(g, y, &total, 1);
+    ASSERT_TRUE(p != NULL);
+    double xs[6] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+    pipit_metrics m;
+    int32_t good[4] = {3, -1, 0, 1}, outside[4] = {0, 1, 4, 2}, below[4] = {0, -2, 1, 2}, twice[4] = {0, 2, 1, 2};
+#define RUN(sl) pipit_step(p, (pipit_feed[]){{"slots", sl, sizeof sl}, {"x", xs, sizeof xs}}, 2, 0, &m)
+    ASSERT_OK(RUN(good));
+    double got;
+    ASSERT_OK(pipit_program_get_output(p, total, 0, &got, sizeof got));
+    /* token 0: tanh(x0) once (slot 3; -1 dropped); token 1: twice (slots 0, 1) */
+    double want = 0;
+    for (int d = 0; d < 3; d++) want += tanh(xs[d]) + 2 * tanh(xs[3 + d]);
+    ASSERT_NEAR_F64(got, want, 1e-12);
+    ASSERT_STATUS(RUN(outside), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("input 'slots' of microbatch 0 holds slot 4 at index 2, outside [0, 4)");
+    ASSERT_STATUS(RUN(below), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("holds slot -2 at index 1");
+    ASSERT_STATUS(RUN(twice), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("holds slot 2 twice (again at index 3)");
+#undef RUN
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
 /* The router in f64: loss = sum(combine(expert(dispatch(x)), w) * R), the
  * weights from pipit_moe_route, against central differences (softmax with
  * a routing bias, sigmoid normalised; capacity 3 of 8 tokens x 2 over 4

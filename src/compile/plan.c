@@ -130,6 +130,24 @@ static void index_limits(const pipit_graph *g, int32_t fwd_end, int64_t *lim) {
     }
 }
 
+/* MoE slots fed straight to dispatch / combine / their weight gradient
+ * (not computed by moe_slots): a slot outside the [E, C] grid would read
+ * as a dropped choice and two choices sharing a slot would overwrite each
+ * other, both silently, so pipit_step checks them (step.c). */
+static void mark_fed_slots(const pipit_graph *g, int32_t fwd_end, pipit__input *inputs, int ninputs) {
+    for (int32_t j = 0; j < fwd_end; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (n->op != PIPIT_OP_MOE_DISPATCH && n->op != PIPIT_OP_MOE_COMBINE) continue;
+        /* dispatch: the grid is its output's [E, C] rows; combine: its input's */
+        const pipit__node *grid = n->op == PIPIT_OP_MOE_DISPATCH ? n : &g->nodes[n->in[0]];
+        int64_t rows = pipit__node_numel(grid) / PIPIT_MAX(pipit__node_last_dim(grid), 1);
+        int32_t r = pipit__alias_root(g, n->in[1]);
+        for (int i = 0; i < ninputs; i++)
+            if (inputs[i].node == r && pipit__alias_offset(g, n->in[1]) == 0)
+                inputs[i].slot_grid = (int32_t)PIPIT_MIN(rows, INT32_MAX);
+    }
+}
+
 static pipit_status collect_inputs(pipit__plan *p) {
     const pipit_graph *g = p->g;
     for (int32_t i = 0; i < p->gr.fwd_end; i++)
@@ -147,7 +165,7 @@ static pipit_status collect_inputs(pipit__plan *p) {
         if (n->op != PIPIT_OP_INPUT || (n->flags & NODE_GRADOF)) continue;
         /* a table of 2^31+ rows: every non-negative i32 is in range */
         int32_t limit = n->dtype == PIPIT_I32 ? (int32_t)PIPIT_MIN(lim[i], INT32_MAX) : 0;
-        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n), limit, 0};
+        p->inputs[k++] = (pipit__input){i, n->name, (pipit_dtype)n->dtype, pipit__node_numel(n), limit, 0, 0};
     }
     /* document ids: an input an attention_doc reads (through aliases) as
      * its ids, checked non-decreasing per sequence by pipit_step */
@@ -158,6 +176,7 @@ static pipit_status collect_inputs(pipit__plan *p) {
         for (int i = 0; i < k; i++)
             if (p->inputs[i].node == r) p->inputs[i].doc_T = g->nodes[n->in[1]].shape[1];
     }
+    mark_fed_slots(g, p->gr.fwd_end, p->inputs, k);
     pipit__free(lim);
     return PIPIT_STATUS_OK;
 }
@@ -191,6 +210,7 @@ static void apply_defaults(pipit__plan *p, const pipit_options *o) {
     p->T = o->tensor_parallel ? o->tensor_parallel : 1;
     p->zero1 = p->D > 1 && (o->zero1 || o->zero > 0);
     p->zero = p->zero1 && !o->forward_only ? PIPIT_MAX(o->zero, 1) : 0;
+    p->reshard = p->zero >= 3 && o->reshard_after_forward;
     p->forward_only = o->forward_only != 0;
     p->opt.outputs = NULL; /* borrowed for the call only: copied into p->outputs */
     p->opt.device = NULL;  /* borrowed for the call only: the runtime keeps the backend it names */

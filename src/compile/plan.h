@@ -118,6 +118,8 @@ typedef struct {
     int64_t numel;
     int32_t limit;       /* i32 inputs: values must lie in [0, limit); 0 = unchecked */
     int64_t doc_T;       /* document ids (attention_doc): rows of doc_T values, each non-decreasing; 0 = none */
+    int32_t slot_grid;   /* MoE slots fed to dispatch/combine: each -1 (dropped) or in [0, slot_grid), none twice
+                            in a microbatch; 0 = not slots */
 } pipit__input;
 
 /* A zero-copy send's fence: before instruction `at` of its rank (at = n:
@@ -166,6 +168,7 @@ typedef struct {
     int T;               /* tensor-parallel ranks per pipeline rank (the graph's T) */
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int zero;            /* ZeRO stage 0..3 in effect (0 unless D > 1 and training); zero1 = zero >= 1 */
+    int reshard;         /* ZeRO-3 reshard_after_forward in effect: params gathered per task (runtime/zero.c) */
     int loss_rank;       /* pipeline rank that computes the loss */
     int nparams;         /* params[0, nparams): the model's parameters */
     int *by_name;        /* [nparams] param indices sorted by name (pipit__plan_find_param) */

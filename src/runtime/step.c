@@ -61,6 +61,29 @@ static const void *find_feed(const pipit_feed *f, int nfeed, const pipit__input 
     return hit->data;
 }
 
+/* MoE slots fed to dispatch / combine (plan.c mark_fed_slots): each -1
+ * (dropped) or a cell of the [E, C] grid, no cell twice. */
+static pipit_status check_fed_slots(const pipit__input *in, int m, const int32_t *t) {
+    unsigned char *seen = pipit__calloc((size_t)in->slot_grid, 1);
+    if (!seen) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_step: out of memory checking input '%s'", in->name);
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int64_t k = 0; k < in->numel && !s; k++) {
+        if (t[k] == -1) continue;
+        if (t[k] < -1 || t[k] >= in->slot_grid)
+            s = pipit__err(PIPIT_STATUS_INVALID,
+                           "pipit_step: input '%s' of microbatch %d holds slot %d at index %lld, outside [0, %d) "
+                           "(the experts x capacity grid; -1 marks a dropped choice)",
+                           in->name, m, t[k], (long long)k, in->slot_grid);
+        else if (seen[t[k]]++)
+            s = pipit__err(PIPIT_STATUS_INVALID,
+                           "pipit_step: input '%s' of microbatch %d holds slot %d twice (again at index %lld): two "
+                           "choices would share one expert row",
+                           in->name, m, t[k], (long long)k);
+    }
+    pipit__free(seen);
+    return s;
+}
+
 /* Whether replica d's ranks run in this process. */
 static int replica_is_local(const pipit_program *p, int d) {
     return p->procs == 1 || pipit__replica_of(p, p->local[0]) == d;
@@ -90,6 +113,10 @@ static pipit_status resolve_feeds(const pipit_program *p, const pipit_feed *feed
                                           "non-decreasing along each sequence",
                                           in->name, m, (long long)(k / in->doc_T), (long long)(k % in->doc_T), t[k],
                                           t[k - 1]);
+            }
+            if (in->dtype == PIPIT_I32 && in->slot_grid > 0) {
+                pipit_status s = check_fed_slots(in, m, d);
+                if (s) return s;
             }
             if (in->dtype != PIPIT_I32 || in->limit <= 0) continue;
             const int32_t *t = d;

@@ -5,10 +5,10 @@
  * the bits never depend on the thread count. Arithmetic in the element's
  * arithmetic type (fp32 for f32 and bf16, f64 for f64), one rounding per
  * output element. An index or slot outside its range reads as a dropped
- * choice: the compiler checks fed expert ids (moe_slots) and take indices,
- * and computed ones are in range, but slots fed straight to dispatch or
- * combine are not checked yet (their valid range includes -1, which the
- * planner's index bounds cannot say).
+ * choice, but none reaches a kernel: pipit_step checks fed expert ids
+ * (moe_slots), take indices and slots fed straight to dispatch / combine
+ * (-1 or in the grid, none twice: runtime/step.c), and computed ones are
+ * in range.
  */
 #include "backend/cpu/moe.h"
 
