@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
 """python_step.py -- the Python-driven step against the CLI's (docs/benchmarks.md).
 
-    PYTHONPATH=BUILD/python python3 bench/python_step.py BUILD/pipit [--model tiny] [--steps 40] [--reps 3]
+    PYTHONPATH=BUILD/python python3 bench/python_step.py CLI [CLI2 ...] [--model tiny] [--steps 40] [--reps 3]
         [--pp P] [--ctx T] [--micro-batch B]
 
-Runs `pipit train --json` and pipit.Trainer on the same settings and data
-(a generated text file), several alternating repetitions, and prints per
+Runs `pipit train --json` of each CLI given (e.g. a static build's and a
+-DBUILD_SHARED_LIBS=ON build's) and pipit.Trainer on the same settings and
+data (a generated text file), interleaved: each repetition runs every CLI
+and Python once, in an order that rotates from one repetition to the next,
+so that the machine's load falls on all of them alike. It prints per
 configuration the median step time pipit measured (metrics.ms, the
-library's step) for each, and Python's overhead per step: the wall time of
-Trainer.step() around the library's step (filling the batch through
-pipit_data_batch and the model's feeds, the ctypes calls, the dict) minus
-metrics.ms. The first two steps of each run are left out (page faults).
+library's step) for each, the median over repetitions of each CLI's
+median / Python's median of the same repetition (the ratio a shared,
+loaded machine still resolves), and Python's overhead per step: the wall
+time of Trainer.step() around the library's step (filling the batch
+through pipit_data_batch and the model's feeds, the ctypes calls, the dict)
+minus metrics.ms. The first two steps of each run are left out (page
+faults). The library Python loads: pipit.library_path (PIPIT_LIBRARY).
 """
 import argparse
 import json
@@ -26,7 +32,7 @@ import pipit
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("cli")
+    ap.add_argument("cli", nargs="+")
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--reps", type=int, default=3)
@@ -43,18 +49,36 @@ def main():
     flags = ["--data", data, "--model", a.model, "--steps", str(a.steps), "--pp", str(a.pp)]
     flags += ["--ctx", str(a.ctx)] if a.ctx else []
     flags += ["--micro-batch", str(a.micro_batch)] if a.micro_batch else []
-    cli_ms, py_ms, py_wall = [], [], []
-    for _ in range(a.reps):
-        out = subprocess.run([a.cli, "train", "--json"] + flags, capture_output=True, text=True, check=True).stdout
-        steps = [json.loads(l) for l in out.splitlines() if l.startswith('{"step"')]
-        cli_ms += [s["ms"] for s in steps[2:]]
-        with pipit.Trainer(pipit.models.preset(a.model, **over), data=data, steps=a.steps, pp=a.pp) as t:
-            t.train()
-            py_ms += [h["ms"] for h in t.history[2:]]
-            py_wall += [h["python_ms"] - h["ms"] for h in t.history[2:]]
-    print("model %s %s, pp %d, %d steps x %d runs each (median)" % (a.model, over or "", a.pp, a.steps, a.reps))
-    print("  CLI    step (metrics.ms)   %8.2f ms" % statistics.median(cli_ms))
-    print("  Python step (metrics.ms)   %8.2f ms" % statistics.median(py_ms))
+    names = list(a.cli) + ["python"]
+    ms = {n: [] for n in names}       # every timed step
+    rep_med = {n: [] for n in names}  # per repetition: the median step
+    py_wall = []
+
+    def run(name):
+        if name == "python":
+            with pipit.Trainer(pipit.models.preset(a.model, **over), data=data, steps=a.steps, pp=a.pp) as t:
+                t.train()
+                got = [h["ms"] for h in t.history[2:]]
+                py_wall.extend(h["python_ms"] - h["ms"] for h in t.history[2:])
+        else:
+            out = subprocess.run([name, "train", "--json"] + flags, capture_output=True, text=True, check=True).stdout
+            got = [s["ms"] for s in (json.loads(l) for l in out.splitlines() if l.startswith('{"step"'))][2:]
+        ms[name] += got
+        rep_med[name].append(statistics.median(got))
+
+    for rep in range(a.reps):
+        k = rep % len(names)
+        for n in names[k:] + names[:k]:
+            run(n)
+    print("model %s %s, pp %d, %d steps x %d interleaved runs each (medians); Python loads %s" %
+          (a.model, over or "", a.pp, a.steps, a.reps, pipit.library_path))
+    for n in names:
+        line = "  %-40s step (metrics.ms) %9.2f ms" % (n, statistics.median(ms[n]))
+        if n != "python":
+            ratios = [p / c for p, c in zip(rep_med["python"], rep_med[n])]
+            line += "   Python / this: %.4f (per run: %s)" % (statistics.median(ratios),
+                                                            " ".join("%.3f" % x for x in ratios))
+        print(line)
     print("  Python overhead per step   %8.3f ms (Trainer.step wall - metrics.ms)" % statistics.median(py_wall))
     return 0
 

@@ -13,7 +13,7 @@ bit (tests/python/test_cli_equal.py): --data --model --steps --pp --tp
 --lr --lr-schedule --warmup --dtype --threads --zero1 --zero --doc-sep --doc-pos-reset --save --resume, and the model's
 --layers --heads --dim --ctx --vocab --kv-heads and a mixture of experts' --experts --top-k
 --capacity-factor --dropless --shared-experts --moe-every --router
---aux-loss. --val-data FILE adds the
+--aux-loss --balance-bias. --val-data FILE adds the
 validation loss at the end (as `pipit train --val-data`).
 
 Under `mpirun -np N python3 examples/train.py ...` (a build with MPI) each
@@ -68,6 +68,8 @@ def parse(argv):
     ap.add_argument("--moe-every", type=int, default=None, help="MoE: every K-th layer's MLP is MoE (default 1)")
     ap.add_argument("--router", default=None, choices=["softmax", "sigmoid"], help="MoE router (default softmax)")
     ap.add_argument("--aux-loss", type=float, default=None, help="MoE: load-balancing loss coefficient (default 0)")
+    ap.add_argument("--balance-bias", type=float, default=None,
+                    help="MoE: auxiliary-loss-free balance, the routing bias's step per training step")
     ap.add_argument("--quiet", action="store_true", help="no table (for tests)")
     return ap.parse_args(argv)
 
@@ -78,7 +80,8 @@ def main(argv=None):
                               ("vocab", a.vocab), ("kv_heads", a.kv_heads), ("micro_batch", a.micro_batch),
                               ("experts", a.experts), ("top_k", a.top_k), ("capacity_factor", a.capacity_factor),
                               ("dropless", a.dropless), ("shared_experts", a.shared_experts),
-                              ("moe_every", a.moe_every), ("router", a.router), ("aux_loss", a.aux_loss))
+                              ("moe_every", a.moe_every), ("router", a.router), ("aux_loss", a.aux_loss),
+                              ("balance_bias", a.balance_bias))
             if v is not None}
     model = pipit.models.preset(a.model, **over)
     rank, _ = pipit.init()  # under mpirun: this process's rank (process 0 prints)

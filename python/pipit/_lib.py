@@ -235,14 +235,15 @@ _finalized = False
 
 
 def finalize():
-    """Closes every open handle (programs first: they borrow schedules and
+    """Closes every open handle (decoders, then programs: they borrow programs, schedules and
     graphs) and, in an MPI job, ends MPI (pipit_finalize). Registered at
     exit; calling it earlier is allowed once everything is done."""
     global _finalized
     if _finalized:
         return
     _finalized = True
-    hs = sorted(list(_live), key=lambda h: 0 if type(h).__name__ == "Program" else 1)
+    order = {"Decoder": 0, "Program": 1}  # a decoder borrows its program, a program schedules and graphs
+    hs = sorted(list(_live), key=lambda h: order.get(type(h).__name__, 2))
     for h in hs:
         h.close()
     if lib.pipit_process_count() > 1:

@@ -3,7 +3,7 @@ presets, their keywords named as the CLI's flags: layers, heads, dim,
 vocab, ctx, max_ctx, kv_heads, ffn_hidden, multiple_of,
 ffn_dim_multiplier, norm_eps, rope_theta, tied, fused_head, micro_batch,
 and a Llama's mixture of experts: experts, top_k, capacity_factor,
-dropless, shared_experts, moe_every, router, aux_loss.
+dropless, shared_experts, moe_every, router, aux_loss, balance_bias.
 
     m = pipit.models.preset("tiny")                  # pipit train --model tiny
     m = pipit.models.gpt2(layers=2, dim=64, heads=2)  # --arch gpt2 --layers 2 ...
@@ -77,6 +77,7 @@ class Model:
             c.dropless, c.shared_experts = dropless, f.get("shared_experts", 0)
             c.moe_every, c.router = f.get("moe_every", 0), int(f.get("router", "softmax") == "sigmoid")
             c.aux_loss = f.get("aux_loss", 0.0)
+            c.route_bias = int(f.get("balance_bias", 0.0) > 0)  # the routing-only bias params
         return c
 
     def _fn(self, what):
@@ -91,6 +92,21 @@ class Model:
         c = self.config(stages)
         self.check(stages)
         return graph._val(self._fn("build_logits")(graph.ptr, byref(c), None))
+
+    @property
+    def moe(self):
+        """A Llama with a mixture of experts."""
+        return self.arch == "llama" and self.fields.get("experts", 0) > 0
+
+    def build_moe(self, graph, stages=1):
+        """An MoE Llama's loss with each MoE layer's router choices
+        (pipit_llama_build_moe) -> (loss, [(layer, choices Value)]): the
+        i32 [micro_batch x ctx, top_k] expert indices, outputs to request."""
+        c = self.config(stages)
+        self.check(stages)
+        ch = (S.pipit_val * self.fields["layers"])()
+        loss = graph._val(lib.pipit_llama_build_moe(graph.ptr, byref(c), None, ch))
+        return loss, [(l, graph._val(ch[l])) for l in range(self.fields["layers"]) if ch[l].id >= 0]
 
     def init(self, program, seed=1, stages=1):
         c = self.config(stages)
@@ -125,8 +141,10 @@ class Model:
                 c = self.config()
                 m += [("experts", "%d" % c.experts), ("top_k", "%d" % c.top_k),
                       ("capacity_factor", "%.17g" % c.capacity_factor), ("dropless", "%d" % c.dropless),
-                      ("shared_experts", "%d" % c.shared_experts), ("moe_every", "%d" % c.moe_every),
-                      ("router", "sigmoid" if c.router else "softmax"), ("aux_loss", "%.17g" % c.aux_loss)]
+                      ("shared_experts", "%d" % c.shared_experts), ("moe_every", "%d" % c.moe_every)]
+                bb = f.get("balance_bias", 0.0)
+                m += [("balance_bias", "%.17g" % bb)] if bb > 0 else []
+                m += [("router", "sigmoid" if c.router else "softmax"), ("aux_loss", "%.17g" % c.aux_loss)]
             m.append(("rope_type", "default"))
         return m
 
@@ -141,15 +159,18 @@ def gpt2(vocab=256, ctx=64, layers=4, heads=4, dim=128, max_ctx=0, micro_batch=8
 def llama(vocab=256, ctx=64, layers=4, heads=4, dim=128, kv_heads=0, ffn_hidden=0, multiple_of=256,
           ffn_dim_multiplier=0.0, norm_eps=1e-5, rope_theta=1e4, tied=False, max_ctx=0, micro_batch=8,
           fused_head=False, steps=None, lr=None, experts=0, top_k=0, capacity_factor=0.0, dropless=False,
-          shared_experts=0, moe_every=0, router="softmax", aux_loss=0.0):
+          shared_experts=0, moe_every=0, router="softmax", aux_loss=0.0, balance_bias=0.0):
     """A Llama (pipit_llama.h). experts E >= 1 makes it a mixture of
     experts as `--experts E` (top_k 0: 2, at most E; capacity_factor 0:
-    1.25 unless dropless; router "softmax" or "sigmoid"); the other MoE
-    keywords without experts are refused, as the CLI refuses the flags."""
+    1.25 unless dropless; router "softmax" or "sigmoid"; balance_bias COEF >
+    0: the auxiliary-loss-free balance, `--balance-bias COEF`: routing-only
+    bias params that pipit.Trainer moves by COEF after every step); the
+    other MoE keywords without experts are refused, as the CLI refuses the
+    flags."""
     moe = dict(top_k=top_k, capacity_factor=capacity_factor, dropless=dropless, shared_experts=shared_experts,
-               moe_every=moe_every, router=router, aux_loss=aux_loss)
+               moe_every=moe_every, router=router, aux_loss=aux_loss, balance_bias=balance_bias)
     dflt = dict(top_k=0, capacity_factor=0.0, dropless=False, shared_experts=0, moe_every=0, router="softmax",
-                aux_loss=0.0)
+                aux_loss=0.0, balance_bias=0.0)
     bad = None
     if experts < 0:
         bad = "experts must be >= 1 for a mixture of experts (got %d)" % experts
@@ -158,6 +179,9 @@ def llama(vocab=256, ctx=64, layers=4, heads=4, dim=128, kv_heads=0, ffn_hidden=
               next(k for k in moe if moe[k] != dflt[k])
     elif router not in ("softmax", "sigmoid"):
         bad = "bad router %r: expected softmax or sigmoid" % (router,)
+    elif not (balance_bias >= 0 and balance_bias != float("inf")):
+        bad = ("balance_bias must be a number >= 0 (the routing bias's step per training step, e.g. 0.001; got %g)"
+               % balance_bias)
     elif experts and top_k and not 1 <= top_k <= experts:
         bad = "top_k must be in 1..experts (%d) (got %d)" % (experts, top_k)
     if bad:

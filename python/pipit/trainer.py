@@ -23,6 +23,17 @@ from .core import metrics_dict
 from .models import Model
 
 
+def _bias_name(layer):
+    return "model.layers.%d.mlp.route_bias" % layer
+
+
+def llama_with(model, **fields):
+    """The same Llama with some keywords changed (checked as llama() checks them)."""
+    from .models import llama
+    f = dict(model.fields, **fields)
+    return llama(steps=model.steps, lr=model.lr, **f)
+
+
 class Trainer:
     """Trains a Model (a preset or pipit.models.gpt2/llama) on `data`, or a
     Graph with its `loss` on the feeds given to step(). Keywords as
@@ -36,17 +47,26 @@ class Trainer:
     preset's), seed, data_order ("random", "sequential"), data_format,
     device, init (a checkpoint's weights), resume (a training checkpoint),
     doc_sep (packed documents: token id doc_sep ends a document, as
-    --doc-sep; -1 none) and doc_pos_reset (with doc_sep: GPT-2's positions
-    restart per document)."""
+    --doc-sep; -1 none), doc_pos_reset (with doc_sep: GPT-2's positions
+    restart per document) and balance_bias (an MoE Llama's auxiliary-loss-free
+    balance, --balance-bias COEF: the model's balance_bias keyword, given
+    here or there). An MoE model's steps also report "moe_counts" (tokens
+    per expert of each MoE layer, the step's microbatches and replicas
+    summed) and "moe_imbalance" (max / mean), as `pipit train --json`."""
 
     def __init__(self, model, loss=None, data=None, schedule=None, pp=1, tp=1, dp=1, virtual=0, microbatches=1,
                  dtype="f32", bf16_policy="autocast", zero1=False, zero=0, threads=1, remat=False, lr=None,
                  optimizer="adamw", beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, clip=0.0,
                  lr_schedule="constant", warmup=0, decay_steps=None, min_lr=None, steps=None, seed=1,
                  data_order="random", data_format="auto", device=None, init=None, resume=None, doc_sep=-1,
-                 doc_pos_reset=False):
+                 doc_pos_reset=False, balance_bias=None):
         self._handles = []
         self.model = model if isinstance(model, Model) else None
+        if balance_bias is not None:
+            if self.model is None or not self.model.moe:
+                raise InvalidError("balance_bias applies to mixture-of-experts models: pass experts=N (or "
+                                   "preset('moe-tiny'))", C.PIPIT_STATUS_INVALID)
+            self.model = model = llama_with(self.model, balance_bias=balance_bias)
         steps = steps if steps is not None else (self.model.steps if self.model and self.model.steps else 100)
         lr = lr if lr is not None else (self.model.lr if self.model and self.model.lr else 3e-4)
         self.o = dict(lr=lr, optimizer=optimizer, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
@@ -82,6 +102,7 @@ class Trainer:
     def _open(self, model, loss, schedule, pp, tp, dp, virtual, M, dtype, bf16_policy, zero1, threads, remat, clip,
               device, init, resume, zero):
         self.schedule = None
+        self._moe, self._bias = [], None  # MoE layers' (layer, router choices); the balance biases (float32)
         self.first_step = self.step_count = self.data_pos = 0
         self.lr_sched = self._lr_schedule()
         if isinstance(schedule, Schedule):
@@ -123,7 +144,10 @@ class Trainer:
             self.graph = self._own(Graph(tensor_parallel=tp))
             if self.docs:  # packed documents: the graph setting before the build (input 'documents')
                 check(lib.pipit_graph_set_documents(self.graph.ptr, 1))
-            self.loss = m.build(self.graph, self.stages)
+            if m.moe:  # the router choices as outputs: tokens per expert, the balance bias
+                self.loss, self._moe = m.build_moe(self.graph, self.stages)
+            else:
+                self.loss = m.build(self.graph, self.stages)
         else:
             if not isinstance(model, Graph) or not isinstance(loss, Value):
                 raise TypeError("Trainer(model): a pipit.models Model, or a Graph with loss=Value")
@@ -139,7 +163,7 @@ class Trainer:
                          optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)), zero=zero,
                          tensor_parallel=tp, lr_schedule=self.lr_sched, dtype=dtype, bf16_policy=bf16_policy,
                          device=device)
-        self.program = self._own(Program(self.graph, self.loss, **self.opts))
+        self.program = self._own(Program(self.graph, self.loss, outputs=[v for _, v in self._moe], **self.opts))
         self.eval_program = None
         self.first_step = self.step_count = 0
         self.data_pos = 0
@@ -233,6 +257,9 @@ class Trainer:
         """One training step; returns the loss. The step's fields (as the
         CLI's --json line) are in self.last and appended to self.history."""
         t0 = time.perf_counter()
+        coef = self.model.fields.get("balance_bias", 0.0) if self.model is not None else 0.0
+        if coef > 0 and self._bias is None:  # the first time: init's or the file's (tools/moe_counts.c)
+            self._bias = [list(self.program.get_param(_bias_name(l))) for l, _ in self._moe]
         if self.model is not None and feeds is None:
             nf = self._fill(self.data_pos, self.data, self._feeds)
             m = S.pipit_metrics()
@@ -243,6 +270,12 @@ class Trainer:
         else:
             met = self.program.step(feeds)
             tokens = 0
+        if self._moe:
+            counts = self._moe_counts()
+            met["moe_counts"] = counts
+            met["moe_imbalance"] = [max(c) * len(c) / sum(c) if sum(c) else 0.0 for c in counts]
+            if coef > 0:
+                self._balance(counts, coef)
         met["step"] = self.step_count
         met["python_ms"] = (time.perf_counter() - t0) * 1e3
         if tokens:
@@ -254,6 +287,37 @@ class Trainer:
         self.last = met
         self.history.append(met)
         return met["loss"]
+
+    def _moe_counts(self):
+        """Tokens per expert of each MoE layer over the step's G
+        microbatches (tools/moe_counts.c cli_moe_count): integer sums."""
+        E, out = self.model.experts, []
+        for l, v in self._moe:
+            c = [0] * E
+            for m in range(self.G):
+                a = self.program.get_output(v, m)
+                ids = a.ravel().tolist() if hasattr(a, "ravel") else a
+                for e in ids:
+                    if not 0 <= e < E:
+                        raise InvalidError("MoE layer %d chose expert %d of %d" % (l, e, E), C.PIPIT_STATUS_INVALID)
+                    c[e] += 1
+            out.append(c)
+        return out
+
+    def _balance(self, counts, coef):
+        """The balance bias's update (tools/moe_counts.c cli_moe_balance):
+        bias += coef sign(mean - count), less its mean, rounded to f32."""
+        for i, (l, _) in enumerate(self._moe):
+            c, b, E = counts[i], self._bias[i], len(counts[i])
+            total = sum(c)
+            nb = [b[e] + coef * ((total > E * c[e]) - (total < E * c[e])) for e in range(E)]
+            mean = 0.0
+            for x in nb:  # in order, as the C loop
+                mean += x
+            mean /= E
+            f = array.array("f", [x - mean for x in nb])
+            self._bias[i] = list(f)
+            self.program.set_param(_bias_name(l), f)
 
     def train(self, steps=None, log=None):
         """Runs to `steps` (default: the configured total); log(fields) after each."""

@@ -25,6 +25,7 @@ CASES = [
                    "1.5", "--shared-experts", "1", "--moe-every", "2", "--router", "sigmoid", "--aux-loss", "0.01"]),
     ("gpt2-docsep-posreset", ["--model", "tiny", "--doc-sep", "32", "--doc-pos-reset", "--pp", "2"]),
     ("llama-docsep", ["--model", "llama-tiny", "--doc-sep", "32", "--dp", "2"]),
+    ("moe-balance-bias", ["--model", "moe-tiny", "--balance-bias", "0.01", "--pp", "2", "--microbatches", "2"]),
 ]
 SMALL = ["--layers", "4", "--ctx", "16", "--micro-batch", "2", "--steps", "3"]
 
@@ -119,3 +120,23 @@ def test_doc_sep_refusals(text_file):
                      (dict(doc_pos_reset=True), "needs doc_sep")):
         with pytest.raises(pipit.InvalidError, match=what):
             pipit.Trainer(m, data=text_file, steps=1, **kw)
+
+
+def test_moe_counts_and_balance_bias_are_the_clis(cli, text_file):
+    """The step dict's moe_counts / moe_imbalance = `pipit train --json`'s;
+    the refusals of --balance-bias are the CLI's."""
+    args = ["--data", text_file, "--model", "llama-tiny", "--layers", "2", "--experts", "2", "--top-k", "1",
+            "--dropless", "--balance-bias", "100", "--ctx", "16", "--micro-batch", "2", "--microbatches", "2",
+            "--steps", "4"]
+    out = subprocess.run([cli, "train", "--json"] + args, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    want = [json.loads(l) for l in out.stdout.splitlines() if l.startswith('{"step"')]
+    hist = example.main(args + ["--quiet"])
+    assert [h["moe_counts"] for h in hist] == [w["moe_counts"] for w in want]
+    assert [float("%.9g" % x) for h in hist for x in h["moe_imbalance"]] == \
+        [x for w in want for x in w["moe_imbalance"]]
+    import pipit
+    with pytest.raises(pipit.InvalidError, match="mixture-of-experts"):
+        pipit.Trainer(pipit.models.preset("tiny"), data=text_file, balance_bias=0.1)
+    with pytest.raises(pipit.InvalidError, match=">= 0"):
+        pipit.models.preset("moe-tiny", balance_bias=-1.0)
