@@ -604,6 +604,18 @@ typedef struct {
      * Bitwise the same results as ZeRO-1. zero1 = 1 with zero 2 or 3 is
      * INVALID (contradictory). */
     int zero;
+    /* 1 with zero = 3 only (INVALID otherwise; no effect at D = 1 or
+     * forward_only): memory over speed. Each param of the stage is
+     * all-gathered right before the first instruction of a task (the
+     * pre-loop, one microbatch's F, B or W) that reads it and released right
+     * after that task's last read of it, so a rank holds the gathered
+     * params of the layers it is running, not the whole stage, and gathers
+     * each once per task instead of once per step (torchtitan's
+     * reshard_after_forward; under dtype bf16 the loop reads the pre-loop's
+     * bf16 copies, so the fp32 params are released after the pre-loop).
+     * The cpu backend releases the pages; INVALID on a device backend.
+     * Bitwise the same results. */
+    int reshard_after_forward;
     /* Tensor parallelism: T world ranks per pipeline stage (the graph's T,
      * pipit_graph_set_tensor_parallel; a mismatch is INVALID). World rank
      * w = (d*P + p)*T + t runs rank t of pipeline rank p of replica d: the

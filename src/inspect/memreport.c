@@ -8,7 +8,8 @@
  * loop's buffers at their peak (activations) and the rest (transient),
  * which also holds ZeRO-3's all-gather: copied sends of this replica's
  * shard to the D - 1 others, all in flight before the first receive
- * (runtime/zero.c).
+ * (runtime/zero.c). With reshard_after_forward the parameters count the
+ * most of them gathered at once (the block's other pages are not touched).
  * The caller's feeds are not the rank's and are left out.
  */
 #include "inspect/memreport.h"
@@ -26,7 +27,9 @@ void pipit__rank_memory(const pipit_program *p, int prank, pipit__rank_mem *m) {
     double loop = (double)pipit__activation_peak(rp), arena = (double)rp->arena_bytes;
     m->activations = loop < arena ? loop : arena;
     m->arena_slack = arena - m->activations;
-    m->params = (double)rp->param_bytes + (sharded && pipit__zero_params(p) ? shard : 0);
+    /* reshard_after_forward: the most params gathered at once (runtime/zero_reshard.c) */
+    double gathered = pipit__zero_reshard(p) ? (double)pipit__reshard_peak(p, prank) : (double)rp->param_bytes;
+    m->params = gathered + (sharded && pipit__zero_params(p) ? shard : 0);
     m->grads = pl->forward_only ? 0 : (double)rp->param_bytes + (sharded && pipit__zero_grads(p) ? shard : 0);
     m->moments = 2 * shard;
     m->accumulators = (double)rp->acc_bytes;

@@ -21,6 +21,7 @@ typedef struct {
     char msg[1024];
     int kick_due; /* sends went out since the rank last computed (thread 0) */
     int zero_release; /* ZeRO-3: release the full parameter block when the loop ends (runtime/zero.c) */
+    int reshard;      /* ZeRO-3 reshard_after_forward: params gathered per task (runtime/zero_reshard.c) */
 } exec_ctx;
 
 static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
@@ -279,6 +280,21 @@ static void exec_worker(void *arg, int ith, int nth) {
         if (i == r->post_at && x->zero_release) { /* ZeRO-3: the loop was the params' last reader */
             if (ith == 0 && !x->status) pipit__zero_loop_end(x->p, x->w);
             pipit__pool_barrier(rs->pool);
+        } else if (i == r->post_at && x->reshard) { /* the post-loop reads params: all of them back */
+            if (ith == 0 && !x->status) {
+                pipit_status s = pipit__reshard_gather_all(x->p, x->w);
+                if (s) fail_rank(x, s);
+            }
+            pipit__pool_barrier(rs->pool);
+            if (x->status) return;
+        }
+        if (x->reshard && pipit__reshard_gathers_at(x->p, x->w, i)) { /* this task's first read of params */
+            if (ith == 0 && !x->status) {
+                pipit_status s = pipit__reshard_gather_at(x->p, x->w, i);
+                if (s) fail_rank(x, s);
+            }
+            pipit__pool_barrier(rs->pool);
+            if (x->status) return;
         }
         if (ith == 0 && !post_start && i == r->post_at) post_start = pipit__now();
         const pipit__instr *in = &r->ins[i];
@@ -301,12 +317,15 @@ static void exec_worker(void *arg, int ith, int nth) {
                 pipit__now() - t0;
         }
         if (x->status) return; /* every thread sees it after the barrier */
+        /* the task's last read of params is done on every thread: thread 0 gives their pages back
+         * (the next instruction reads none of them) */
+        if (x->reshard && ith == 0) pipit__reshard_release_at(x->p, x->w, i);
     }
     if (ith == 0 && post_start) rs->busy += pipit__now() - post_start;
 }
 
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
-    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0, 0};
+    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0, 0, 0};
     pipit__bind_rank(p, w);
     pipit_status zs = pipit__zero_begin_step(p, w); /* ZeRO-2/3: the step's full blocks, gathered */
     if (zs) {
@@ -315,6 +334,7 @@ pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
         return pipit__err(zs, "%s", x.msg);
     }
     x.zero_release = pipit__zero_release_at_loop_end(p, w);
+    x.reshard = pipit__zero_reshard(p) && p->rs[w].param_block;
     upload_feeds(&x);
     resolve(&x);
     x.rs->busy = x.rs->wait = 0;

@@ -70,6 +70,14 @@ static pipit_status check_options(const pipit_options *o) {
                           "options.zero1 = 1 asks for ZeRO stage 1 but options.zero = %d: contradictory (set "
                           "options.zero alone)",
                           o->zero);
+    if (o->reshard_after_forward != 0 && o->reshard_after_forward != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.reshard_after_forward must be 0 or 1, got %d",
+                          o->reshard_after_forward);
+    if (o->reshard_after_forward && o->zero != 3)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.reshard_after_forward releases ZeRO-3's gathered parameters after each task: it "
+                          "needs options.zero = 3, got options.zero = %d",
+                          o->zero);
     if (o->tensor_parallel < 0 || o->tensor_parallel > PIPIT_MAX_COLL)
         return pipit__err(PIPIT_STATUS_INVALID, "options.tensor_parallel must be in 1..%d (or 0: default 1), got %d",
                           PIPIT_MAX_COLL, o->tensor_parallel);
@@ -515,6 +523,11 @@ static pipit_status pick_backend(pipit_program *p, const pipit_options *opt) {
                           "options.tf32 needs options.device \"cuda\" (TF32 is a tensor-core mode of NVIDIA GPUs; "
                           "the %s backend computes fp32 GEMMs in fp32)",
                           p->be->name);
+    if (opt->reshard_after_forward && !p->be->host_memory)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.reshard_after_forward: the %s backend cannot release part of a device block yet "
+                          "(the cpu backend releases each param's pages)",
+                          p->be->name);
     if (opt->dtype == PIPIT_BF16 && !p->be->bf16)
         return pipit__err(PIPIT_STATUS_INVALID,
                           "options.dtype PIPIT_BF16: the %s backend has no bf16 kernels in this build (compile with "
@@ -628,6 +641,7 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     p->be->free(rs->grad_block);
     p->be->free(rs->gshard_block);
     p->be->free(rs->pshard_block);
+    pipit__reshard_free(rs->reshard);
     p->be->free(rs->m_block);
     p->be->free(rs->v_block);
     p->be->free(rs->acc_block);

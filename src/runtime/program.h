@@ -12,6 +12,14 @@
 #include "compile/plan.h"
 #include "runtime/pool.h"
 
+/* ZeRO-3 reshard_after_forward's windows of a rank (runtime/zero_reshard.c). */
+typedef struct pipit__reshard {
+    int32_t n;              /* instructions before the post-loop */
+    int32_t *gat_off, *gat; /* CSR [n + 1]: params to gather before instruction i */
+    int32_t *rel_off, *rel; /* CSR [n + 1]: params to release after instruction i */
+    uint8_t *present;       /* [nparams] gathered now in the full block */
+} pipit__reshard;
+
 /* One world rank's running state: world rank w = (d * P + p) * T + t runs
  * tensor-parallel rank t of pipeline rank p of replica d; its plan is
  * program->plan.ranks[p] (the T ranks of a stage run the same one). */
@@ -25,6 +33,7 @@ typedef struct {
     uint8_t *gshard_block, *pshard_block; /* ZeRO-2 / ZeRO-3: this replica's shard of each held param's
                             gradient / parameter between steps, at opt_off (grad_block / param_block are then
                             NULL between steps: reserved by each step, runtime/zero.c) */
+    pipit__reshard *reshard; /* ZeRO-3 reshard_after_forward: the per-task gather windows (first step) */
     uint8_t *dp_buf;     /* data parallel: D shard-sized buffers (the other replicas' shards and the sum) */
     uint8_t *feed_block; /* device backends: the rank's feeds, uploaded at the start of each step (NULL on
                             host memory: feeds are read where they lie) */
@@ -103,6 +112,24 @@ void pipit__zero_end_step(pipit_program *p, int w);
  * the update then writes the shard block. */
 int pipit__zero_release_at_loop_end(const pipit_program *p, int w);
 void pipit__zero_loop_end(pipit_program *p, int w);
+/* ZeRO-3's reshard_after_forward (runtime/zero_reshard.c). reshard: in
+ * effect. build/free: rank plan r's windows (each param gathered before
+ * its first read in a task, released after its last). peak: the most
+ * gathered param bytes at once on pipeline rank prank (the report's).
+ * begin: at the step's start, the reserved block's pages given back.
+ * gathers_at / gather_at: the gathers before instruction i (thread 0);
+ * release_at: the releases after it. gather_all: every param not there
+ * (a post-loop that reads params). present: param i is in the block. */
+int pipit__zero_reshard(const pipit_program *p);
+pipit__reshard *pipit__reshard_build(const pipit__rank_plan *r, int nparams);
+void pipit__reshard_free(pipit__reshard *z);
+size_t pipit__reshard_peak(const pipit_program *p, int prank);
+pipit_status pipit__reshard_begin(pipit_program *p, int w);
+int pipit__reshard_gathers_at(const pipit_program *p, int w, int32_t i);
+pipit_status pipit__reshard_gather_at(pipit_program *p, int w, int32_t i);
+void pipit__reshard_release_at(pipit_program *p, int w, int32_t i);
+pipit_status pipit__reshard_gather_all(pipit_program *p, int w);
+int pipit__reshard_present(const pipit_program *p, int w, int i);
 /* ZeRO-3's all-gather of one param's shards into `block` (dp.c). */
 pipit_status pipit__dp_param_gather(pipit_program *p, int w, int param, uint8_t *block, int sending);
 

@@ -16,6 +16,8 @@
  *           post-loop reads params (a gradient transform may): then at the
  *           end of the step. The update writes the shard in place (ZeRO-1
  *           without its post-update all-gather).
+ * ZeRO-3 with reshard_after_forward gathers each param per task instead
+ * (runtime/zero_reshard.c).
  * The bits are ZeRO-1's: the same gradients, the same sums in replica
  * order, the same update of the same shard; the gather moves bytes.
  */
@@ -32,6 +34,7 @@ static void move_shards(const pipit_program *p, const pipit__rank_state *rs, uin
     const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
     for (int i = 0; i < p->plan.nparams; i++) {
         if (rp->param_off[i] == SIZE_MAX) continue;
+        if (to_shard && full == rs->param_block && !pipit__reshard_present(p, rs->world, i)) continue; /* released */
         const pipit__param *pp = &p->plan.params[i];
         size_t es = pipit__dtype_size(pp->dtype);
         int64_t a, b;
@@ -44,22 +47,23 @@ static void move_shards(const pipit_program *p, const pipit__rank_state *rs, uin
     }
 }
 
-static pipit_status reserve_full(const pipit_program *p, int w, uint8_t **at, const char *what) {
+static pipit_status reserve_full(const pipit_program *p, int w, uint8_t **at, const char *what, int untouched) {
     size_t n = p->plan.ranks[p->rs[w].prank].param_bytes;
     if (!(*at = (uint8_t *)p->be->reserve(n)))
         return p->be->sync(w) ? PIPIT_STATUS_RUNTIME
                               : pipit__err(PIPIT_STATUS_NOMEM, "out of memory for rank %d: its step's %s (%zu bytes)",
                                            w, what, n);
-    p->be->zero(*at, n);
+    if (!untouched) p->be->zero(*at, n);
     return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit__zero_begin_step(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
     pipit_status s = PIPIT_STATUS_OK;
-    if (pipit__zero_grads(p) && !rs->grad_block) s = reserve_full(p, w, &rs->grad_block, "gradients (ZeRO-2)");
+    if (pipit__zero_grads(p) && !rs->grad_block) s = reserve_full(p, w, &rs->grad_block, "gradients (ZeRO-2)", 0);
     if (s || !pipit__zero_params(p) || rs->param_block) return s;
-    if ((s = reserve_full(p, w, &rs->param_block, "parameters (ZeRO-3)"))) return s;
+    if ((s = reserve_full(p, w, &rs->param_block, "parameters (ZeRO-3)", pipit__zero_reshard(p)))) return s;
+    if (pipit__zero_reshard(p)) return pipit__reshard_begin(p, w); /* gathered per task (zero_reshard.c) */
     move_shards(p, rs, rs->param_block, rs->pshard_block, 0);
     if ((s = p->be->sync(w))) return s;
     const pipit__rank_plan *rp = &p->plan.ranks[rs->prank];
@@ -92,7 +96,7 @@ int pipit__zero_release_at_loop_end(const pipit_program *p, int w) {
 
 void pipit__zero_loop_end(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
-    move_shards(p, rs, rs->param_block, rs->pshard_block, 1);
+    if (!pipit__zero_reshard(p)) move_shards(p, rs, rs->param_block, rs->pshard_block, 1); /* else: unchanged */
     p->be->sync(w); /* the loop's kernels and the copy are done before the block goes */
     p->be->free(rs->param_block);
     rs->param_block = NULL;
