@@ -59,6 +59,7 @@ STRUCTS = [
         ('data_parallel', 'c_int', None),
         ('zero1', 'c_int', None),
         ('zero', 'c_int', None),
+        ('reshard_after_forward', 'c_int', None),
         ('tensor_parallel', 'c_int', None),
         ('lr_schedule', 'S.pipit_lr_schedule', None),
         ('forward_only', 'c_int', None),
