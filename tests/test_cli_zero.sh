@@ -5,7 +5,9 @@
 # (f32 1F1B and bf16 ZB-V); a checkpoint saved at --zero 3 --dp 2 resumes
 # at --zero1 --dp 2 bit for bit with the uninterrupted run, and at --dp 1
 # with the same first loss (the later bits differ by the replicas' sum
-# order, as for any change of --dp); bad --zero values are refused by name.
+# order, as for any change of --dp); --zero 3 --reshard-after-forward (params
+# gathered per task) saves the same bytes too; bad --zero values and
+# --reshard-after-forward without --zero 3 are refused by name.
 # Usage: test_cli_zero.sh PIPIT SRCDIR
 set -u
 
@@ -29,6 +31,8 @@ expect_fail "0..3" "$PIPIT" train "${MODEL[@]}" --steps 1 --dp 2 --zero 4
 expect_fail "0..3" "$PIPIT" train "${MODEL[@]}" --steps 1 --dp 2 --zero -1
 expect_fail "contradicts --zero 2" "$PIPIT" train "${MODEL[@]}" --steps 1 --dp 2 --zero1 --zero 2
 expect_fail "needs --dp 2" "$PIPIT" train "${MODEL[@]}" --steps 1 --zero 3
+expect_fail "it needs --zero 3 (got --zero 2)" "$PIPIT" train "${MODEL[@]}" --steps 1 --dp 2 --zero 2 --reshard-after-forward
+expect_fail "it needs --zero 3 (got --zero 1 from --zero1)" "$PIPIT" train "${MODEL[@]}" --steps 1 --dp 2 --zero1 --reshard-after-forward
 
 # ---- ZeRO-2 / ZeRO-3 == ZeRO-1, bit for bit
 for c in "f32 1f1b|--schedule 1f1b --pp 2 --dp 2 --microbatches 4" \
@@ -36,11 +40,12 @@ for c in "f32 1f1b|--schedule 1f1b --pp 2 --dp 2 --microbatches 4" \
     name=${c%%|*} flags=${c#*|}
     # shellcheck disable=SC2086
     run z1.log "$PIPIT" train "${MODEL[@]}" $flags --zero1 --steps 3 --save z1.st
-    for z in 2 3; do
+    for z in 2 3 "3 --reshard-after-forward"; do
+        t=${z// /} # 2, 3, 3--reshard-after-forward
         # shellcheck disable=SC2086
-        run z$z.log "$PIPIT" train "${MODEL[@]}" $flags --zero $z --steps 3 --save z$z.st
-        cmp -s z1.st z$z.st || fail "$name: --zero $z saved other bytes than --zero1"
-        [ "$(losses z$z.log)" = "$(losses z1.log)" ] || fail "$name: --zero $z losses $(losses z$z.log | tr '\n' ' ') != --zero1's"
+        run z$t.log "$PIPIT" train "${MODEL[@]}" $flags --zero $z --steps 3 --save z$t.st
+        cmp -s z1.st z$t.st || fail "$name: --zero $z saved other bytes than --zero1"
+        [ "$(losses z$t.log)" = "$(losses z1.log)" ] || fail "$name: --zero $z losses $(losses z$t.log | tr '\n' ' ') != --zero1's"
     done
 done
 

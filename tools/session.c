@@ -672,6 +672,9 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->zero1 && o->zero > 1) die("--zero1 is --zero 1: it contradicts --zero %d (give one of them)", o->zero);
     if (o->zero > 0 && o->dp < 2)
         die("--zero %d shards state over data-parallel replicas: it needs --dp 2 or more", o->zero);
+    if (o->reshard_after_forward && o->zero != 3)
+        die("--reshard-after-forward releases ZeRO-3's gathered parameters after each task: it needs --zero 3 (got "
+            "--zero %d%s)", o->zero1 ? 1 : o->zero, o->zero1 ? " from --zero1" : "");
     if (o->virt < 0) die("--virtual must be >= 1 (got %d)", o->virt);
     if (o->max_ctx && o->max_ctx < o->ctx) {
         if (s->ckpt && !flags_seen(c, "max-ctx")) /* the limit came from the file, not from a flag */
@@ -717,7 +720,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1, .zero = o->zero, .tensor_parallel = o->tp,
+                        .data_parallel = o->dp, .zero1 = o->zero1, .zero = o->zero,
+                        .reshard_after_forward = o->reshard_after_forward, .tensor_parallel = o->tp,
                         .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,
                         .mem_limit = o->mem_limit, .no_mem_check = o->no_mem_check,

@@ -127,6 +127,11 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"zero", FL_INT, &o->zero, "with --dp: ZeRO stage 0..3 over the replicas: 1 optimizer state (--zero1), 2 "
                                        "also the gradients, 3 also the parameters (gathered once per step); bitwise "
                                        "the same results", 0}},
+        {3, {"reshard-after-forward", FL_BOOL, &o->reshard_after_forward, "with --zero 3: gather each param for "
+                                                                          "each task (a microbatch's F, B or W) that "
+                                                                          "reads it and release it after, not once per "
+                                                                          "step: less memory, more messages; bitwise "
+                                                                          "the same results (cpu only)", 0}},
         {3, {"tp", FL_INT, &o->tp, "tensor-parallel ranks T per pipeline stage (default 1): P x T x D ranks, a "
                                    "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
                                    "width too)", 0}},

@@ -9,7 +9,9 @@
  * which also holds ZeRO-3's all-gather: copied sends of this replica's
  * shard to the D - 1 others, all in flight before the first receive
  * (runtime/zero.c). With reshard_after_forward the parameters count the
- * most of them gathered at once (the block's other pages are not touched).
+ * most of them gathered at once (the block's other pages are not touched),
+ * and the gather's copies two params' shards (gathered one at a time, a
+ * replica at most one gather ahead of another).
  * The caller's feeds are not the rank's and are left out.
  */
 #include "inspect/memreport.h"
@@ -35,6 +37,8 @@ void pipit__rank_memory(const pipit_program *p, int prank, pipit__rank_mem *m) {
     m->accumulators = (double)rp->acc_bytes;
     m->dp_buffer = sharded ? (double)pl->D * (double)p->dp_shard_bytes : 0;
     m->gather_copies = sharded && pipit__zero_params(p) ? (double)(pl->D - 1) * shard : 0;
+    if (pipit__zero_reshard(p)) /* a replica is at most one gather ahead of another: two params' copies */
+        m->gather_copies = 2.0 * (double)(pl->D - 1) * (double)pipit__reshard_max_shard(p, prank);
     m->transient = m->arena_slack + m->accumulators + m->dp_buffer + m->gather_copies;
     m->total = m->activations + m->params + m->grads + m->moments + m->transient;
 }

@@ -124,6 +124,7 @@ int pipit__zero_reshard(const pipit_program *p);
 pipit__reshard *pipit__reshard_build(const pipit__rank_plan *r, int nparams);
 void pipit__reshard_free(pipit__reshard *z);
 size_t pipit__reshard_peak(const pipit_program *p, int prank);
+size_t pipit__reshard_max_shard(const pipit_program *p, int prank); /* the largest param shard: one gather's sends */
 pipit_status pipit__reshard_begin(pipit_program *p, int w);
 int pipit__reshard_gathers_at(const pipit_program *p, int w, int32_t i);
 pipit_status pipit__reshard_gather_at(pipit_program *p, int w, int32_t i);

@@ -160,6 +160,17 @@ size_t pipit__reshard_peak(const pipit_program *p, int prank) {
     return peak;
 }
 
+size_t pipit__reshard_max_shard(const pipit_program *p, int prank) {
+    size_t most = 0;
+    for (int i = 0; i < p->plan.nparams; i++) {
+        if (p->plan.ranks[prank].param_off[i] == SIZE_MAX) continue;
+        int64_t a, b;
+        pipit__dp_shard(p->plan.params[i].numel, p->plan.D, 0, &a, &b); /* shard 0 is never smaller */
+        most = PIPIT_MAX(most, (size_t)(b - a) * pipit__dtype_size(p->plan.params[i].dtype));
+    }
+    return most;
+}
+
 /* Gives the whole pages of [a, a + n) back to the system: they read as
  * zeros when touched again (host memory only). */
 static void discard(uint8_t *a, size_t n) {
