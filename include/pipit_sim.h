@@ -120,6 +120,26 @@ typedef struct {
                                above its eager limit; Open MPI over TCP: 65536): it moves once its
                                receiver waits for it and a reply has crossed back (pipit_sim_costs,
                                pulled); 0: every message leaves when sent */
+    /* the sequence (docs/sim.md, "Sequence and context parallelism") */
+    int sp;                 /* 1 (with tp > 1): Megatron's sequence parallelism: the norms, residual adds and
+                               dropouts hold 1/tp of the sequence, each all-reduce an all-gather + reduce-scatter
+                               of the same bytes, stage messages 1/tp per GPU; seq / cp divisible by tp */
+    int cp;                 /* context-parallel ranks c in each stage (0 or 1: none): the mesh is
+                               pp x tp x cp x dp (GPUs t c p d, tp then cp innermost); each rank holds 2 of the
+                               sequence's 2c chunks (s/c tokens), all-gathers K and V per layer forward and
+                               reduce-scatters their gradients backward; parameters replicated over cp, their
+                               gradients reduced (ZeRO: sharded) over cp x dp; seq divisible by 2c */
+    /* mixture of experts (experts 0: every MLP dense), as the Llama builder's (pipit_llama.h) */
+    int experts;            /* routed experts E of each MoE layer */
+    int top_k;              /* experts per token, 1..E (0: 2) */
+    int shared_experts;     /* always-on experts beside the routed ones */
+    int moe_every;          /* layer l (from 0) is MoE when (l + 1) % moe_every == 0 (0 or 1: every layer) */
+    double capacity_factor; /* slots per expert ceil(F x tokens x k / E), at most the tokens (0: 1.25) */
+    int dropless;           /* 1: every expert has a slot per token (capacity = tokens), as pipit's --dropless */
+    int ep;                 /* expert-parallel ranks (0 or 1: none): each MoE layer's experts split over ep ranks
+                               of the dp group (ep divides dp and E); tokens exchanged by all-to-all */
+    int expert_ffn;         /* width of one expert (0: the MLP width, as pipit's builder) */
+    int no_dropout;         /* 1: no dropout (Llama): no masks kept, no dropout in the residual adds' traffic */
 } pipit_sim_config;
 
 typedef struct {
@@ -139,6 +159,15 @@ typedef struct {
     double tp_s_all_per_mb;     /* every tensor-parallel all-reduce of one microbatch over all stages (the
                                    layers', the embedding's, the head's, the cross-entropy's): with pp 1,
                                    what each GPU spends in them per microbatch */
+    double cp_s_per_mb;         /* context parallelism: K/V all-gather (forward) + reduce-scatter (backward) seconds
+                                   of one microbatch in the fullest stage */
+    double cp_bytes_per_layer;  /* bytes one GPU receives in a layer's K/V all-gather: (c-1)/c b s 2 kvw e / t */
+    double a2a_s_per_mb;        /* MoE all-to-all (dispatch + combine, forward and backward) seconds of one
+                                   microbatch in the fullest stage */
+    double a2a_bytes_per_layer; /* bytes one GPU sends to other ranks in one all-to-all of a MoE layer */
+    double params_total;        /* the model's parameters (every expert) */
+    double params_active;       /* those one token goes through (k routed + shared experts) */
+    double expert_slots;        /* capacity: slots per expert of one rank's microbatch (0: dense) */
 } pipit_sim_summary;
 
 typedef struct pipit_sim_report pipit_sim_report;

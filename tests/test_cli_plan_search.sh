@@ -68,7 +68,8 @@ for model, G, pp, gpus, hw, limit, kv in cases:
     L, h, a, s, V = model
     args = ["plan", "--search", "--global-batch", str(G), "--layers", str(L), "--dim", str(h), "--heads", str(a),
             "--ctx", str(s), "--vocab", str(V), "--hw", hw, "--mem-limit", str(limit), "--json", "--top", "1000",
-            "--recompute", "none", "--zero", "0"]  # sim's defaults: the brute force runs those
+            "--recompute", "none", "--zero", "0",  # sim's defaults: the brute force runs those
+            "--no-sp", "--cp", "1"]  # (sp and cp searched: the brute force below)
     if pp:
         args += ["--pp", str(pp)]
     if gpus:
@@ -96,7 +97,8 @@ PYEOF
 # lets it through (issue 25 item 12). V = 250 with 4 heads on 8 GPUs:
 # tp 4 fails only for the vocabulary (250 = 4 x 62 + 2), tp 8 for the
 # heads; the smallest multiple of 4 from 250 is 252, and with it tp 4 runs
-PS=(plan --search --global-batch 8 --layers 4 --dim 128 --heads 4 --ctx 64 --hw a100 --gpus 8 --pp 1 --recompute none --zero 1)
+PS=(plan --search --global-batch 8 --layers 4 --dim 128 --heads 4 --ctx 64 --hw a100 --gpus 8 --pp 1 --recompute none --zero 1
+    --no-sp --cp 1)
 expect_ok "$PIPIT" "${PS[@]}" --vocab 250 --verbose
 grep -q "note: tp 4 divides everything but the vocabulary (250): --vocab 252 (padded with 2 unused rows) would allow it" <<<"$OUT" ||
     fail "no padding note for --vocab 250: $OUT"

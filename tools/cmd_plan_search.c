@@ -22,9 +22,10 @@
 pipit_hw *pipit_cli_open_hw(const char *name);
 pipit_recompute pipit_cli_recompute(const char *s);
 
-enum { R_LAYERS, R_TP, R_SCHEDULE, R_MEMORY, R_OTHER, R_COUNT };
+enum { R_LAYERS, R_TP, R_SEQ, R_SCHEDULE, R_MEMORY, R_OTHER, R_COUNT };
 static const char *const REASON[R_COUNT] = {
     "more stages (pp x V) than layers", "heads, kv heads, hidden or vocab not divisible by tp",
+    "seq not divisible by 2 x cp (or, with sp, seq / cp by tp)",
     "the schedule does not accept this P, V, M", "over the memory limit", "other"};
 
 typedef struct {
@@ -43,11 +44,14 @@ typedef struct {
 
 static const char *remat_name(const pipit_sim_config *c) { return c->recompute ? "full" : "none"; }
 
+static int cp1(const pipit_sim_config *c) { return c->cp > 1 ? c->cp : 1; }
+static int ep1(const pipit_sim_config *c) { return c->ep > 1 ? c->ep : 1; }
+
 static void describe(char *buf, size_t n, const pipit_sim_config *c) {
-    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d dp=%d zero=%d remat=%s",
+    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d%s cp=%d dp=%d ep=%d zero=%d remat=%s",
              pipit_schedule_kind_name((pipit_schedule_kind)c->schedule), c->pp, c->virt,
-             (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp, c->dp,
-             c->zero1, remat_name(c));
+             (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp,
+             c->sp ? "+sp" : "", cp1(c), c->dp, ep1(c), c->zero1, remat_name(c));
 }
 
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
@@ -70,6 +74,8 @@ static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
     if (c->pp * c->virt > c->layers) return reject(s, c, R_LAYERS, NULL);
     if (c->heads % c->tp || c->hidden % c->tp || (c->kv_heads ? c->kv_heads : c->heads) % c->tp)
         return reject(s, c, R_TP, NULL);
+    if (c->seq % (cp1(c) > 1 ? 2 * cp1(c) : 1) || (c->sp && (c->seq / cp1(c)) % c->tp))
+        return reject(s, c, R_SEQ, NULL);
     if (c->vocab % c->tp) { /* only the vocabulary: padding it would allow this tp */
         int seen = 0;
         for (int i = 0; i < s->nvocab_tps; i++) seen |= s->vocab_tps[i] == c->tp;
@@ -111,8 +117,24 @@ static int by_step(const void *a, const void *b) {
 
 /* schedule x V x micro-batch x recompute (x ZeRO stage when dp > 1) for one
  * (tp, dp); a recompute or ZeRO stage < 0 is searched, else fixed. */
-static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw, int recompute, int zero) {
+static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw, int recompute, int zero, int sp,
+                               int ep) {
     if (c.global_batch % c.dp) return;
+    /* sequence parallelism searched at tp > 1 (unless fixed); expert
+     * parallelism over the divisors of dp that divide the experts (unless
+     * fixed): each a copy of the rest of the search */
+    if (sp < 0 && c.tp > 1) {
+        enumerate_pipeline(s, c, hw, recompute, zero, 0, ep);
+        enumerate_pipeline(s, c, hw, recompute, zero, 1, ep);
+        return;
+    }
+    c.sp = sp > 0 && c.tp > 1;
+    if (ep < 0 && c.experts > 0) {
+        for (int e = 1; e <= c.dp; e++)
+            if (c.dp % e == 0 && c.experts % e == 0) enumerate_pipeline(s, c, hw, recompute, zero, c.sp, e);
+        return;
+    }
+    c.ep = ep > 0 ? ep : 1;
     int64_t per_replica = c.global_batch / c.dp;
     int z0 = zero >= 0 ? zero : 0, z1 = zero >= 0 ? zero : c.dp > 1 ? 3 : 0;
     int r0 = recompute >= 0 ? recompute : 0, r1 = recompute >= 0 ? recompute : 1;
@@ -151,11 +173,12 @@ static void print_best(const search *s, int top, int json, int vocab) {
         for (int i = 0; i < n; i++) {
             const candidate *k = &s->fit[i];
             printf("%s{\"schedule\":\"%s\",\"pp\":%d,\"virtual\":%d,\"microbatches\":%d,\"micro_batch\":%d,\"tp\":%d,"
-                   "\"dp\":%d,\"zero\":%d,\"recompute\":\"%s\",\"step_s\":%.9g,\"bubble\":%.6g,"
-                   "\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
+                   "\"sp\":%s,\"cp\":%d,\"dp\":%d,\"ep\":%d,\"zero\":%d,\"recompute\":\"%s\",\"step_s\":%.9g,"
+                   "\"bubble\":%.6g,\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
                    i ? "," : "", pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt,
-                   k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.dp, k->c.zero1, remat_name(&k->c), k->u.step_s,
-                   k->u.bubble, k->u.peak_bytes_per_rank, k->u.tflops_per_gpu);
+                   k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.sp ? "true" : "false", cp1(&k->c), k->c.dp,
+                   ep1(&k->c), k->c.zero1, remat_name(&k->c), k->u.step_s, k->u.bubble, k->u.peak_bytes_per_rank,
+                   k->u.tflops_per_gpu);
         }
         printf("]}\n");
         return;
@@ -170,14 +193,14 @@ static void print_best(const search *s, int top, int json, int vocab) {
                (long long)(padded_vocab(vocab, s->vocab_lcm) - vocab), strchr(tps, ',') ? "them" : "it");
     if (!n) return; /* the caller says why, and fails */
     /* the best, then the runner-ups: what else fits, each with its peak and step time */
-    printf("\n%4s  %-18s %3s %3s %5s %4s %3s %4s %4s %5s %10s %8s %10s %12s\n", "rank", "schedule", "pp", "V", "M", "b",
-           "tp", "dp", "zero", "remat", "step s", "bubble", "peak GB", "TFLOP/s/GPU");
+    printf("\n%4s  %-18s %3s %3s %5s %4s %3s %2s %3s %4s %3s %4s %5s %10s %8s %10s %12s\n", "rank", "schedule", "pp", "V",
+           "M", "b", "tp", "sp", "cp", "dp", "ep", "zero", "remat", "step s", "bubble", "peak GB", "TFLOP/s/GPU");
     for (int i = 0; i < n; i++) {
         const candidate *k = &s->fit[i];
-        printf("%4d  %-18s %3d %3d %5d %4d %3d %4d %4d %5s %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
+        printf("%4d  %-18s %3d %3d %5d %4d %3d %2s %3d %4d %3d %4d %5s %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
                pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt, k->u.microbatches,
-               k->c.micro_batch, k->c.tp, k->c.dp, k->c.zero1, remat_name(&k->c), k->u.step_s, 100 * k->u.bubble,
-               k->u.peak_bytes_per_rank / 1e9, k->u.tflops_per_gpu);
+               k->c.micro_batch, k->c.tp, k->c.sp ? "y" : "n", cp1(&k->c), k->c.dp, ep1(&k->c), k->c.zero1,
+               remat_name(&k->c), k->u.step_s, 100 * k->u.bubble, k->u.peak_bytes_per_rank / 1e9, k->u.tflops_per_gpu);
     }
     if (n > 1) printf("(rank 1 is the plan; 2..%d are the runner-ups that fit, by step time)\n", n);
 }
@@ -185,12 +208,15 @@ static void print_best(const search *s, int top, int json, int vocab) {
 int cmd_plan_search(int argc, char **argv) {
     const char *model = "tiny", *hw_name = "cpu", *recompute = NULL;
     int layers = 0, heads = 0, kv_heads = 0, dim = 0, ctx = 0, vocab = 0, pp = 1, dp = 1, gpus = 0, top = 5, json = 0;
-    int on = 0, verbose = 0, zero1 = 0, zero = -1, no_mem_check = 0;
+    int on = 0, verbose = 0, zero1 = 0, zero = -1, no_mem_check = 0, sp = 0, no_sp = 0, cp = 0, ep = 0;
+    int experts = -1, top_k = 0, shared = 0, moe_every = 0, dropless = 0;
+    double capacity = 0;
     uint64_t global = 0;
     double mem_limit = 0, eager_limit = 0;
     cli_links links = {0};
     flag fl[] = {
-        {"search", FL_BOOL, &on, "rank schedule x V x microbatch size x recompute (x ZeRO stage at dp > 1, x tp x dp with --gpus) by "
+        {"search", FL_BOOL, &on, "rank schedule x V x microbatch size x recompute (x ZeRO stage at dp > 1, x sp at tp > 1, x ep "
+                             "with --experts, x pp x tp x cp x dp with --gpus) by "
                              "simulated step time", 0},
         {"global-batch", FL_U64, &global, "sequences per step G = micro-batch x M x dp", 0},
         {"mem-limit", FL_DBL, &mem_limit, "bytes a rank may hold (default: the memory of one device of --hw; at "
@@ -214,12 +240,25 @@ int cmd_plan_search(int argc, char **argv) {
         {"recompute", FL_STR, &recompute, "none or full (default: both searched)", 0},
         {"zero1", FL_BOOL, &zero1, "shard the optimizer state over dp (= --zero 1)", 0},
         {"zero", FL_INT, &zero, "ZeRO stage 0..3 (default: 0..3 searched when dp > 1, 0 at dp 1)", 0},
+        {"sp", FL_BOOL, &sp, "sequence parallelism at every tp > 1 (default: searched, with and without)", 0},
+        {"no-sp", FL_BOOL, &no_sp, "no sequence parallelism (default: searched)", 0},
+        {"cp", FL_INT, &cp, "context-parallel ranks per stage (default 1; with --gpus: searched over the divisors "
+                            "c with seq % 2c = 0)", 0},
+        {"experts", FL_INT, &experts, "MoE: routed experts per MoE layer (default: the preset's, 0 dense)", 0},
+        {"top-k", FL_INT, &top_k, "MoE: experts per token (default: the preset's, else 2)", 0},
+        {"shared-experts", FL_INT, &shared, "MoE: always-on experts (default 0)", 0},
+        {"moe-every", FL_INT, &moe_every, "MoE: every K-th layer's MLP is MoE (default 1)", 0},
+        {"capacity-factor", FL_DBL, &capacity, "MoE: slots per expert = ceil(F x tokens x k / E) (default 1.25)", 0},
+        {"dropless", FL_BOOL, &dropless, "MoE: a slot per token in every expert", 0},
+        {"ep", FL_INT, &ep, "MoE: expert-parallel ranks (default: searched over the divisors of dp and the experts)", 0},
         {"top", FL_INT, &top, "how many of the best to print (default 5)", 0},
         {"verbose", FL_BOOL, &verbose, "print every rejected combination and why", 0},
         {"json", FL_BOOL, &json, "print one JSON object", 0},
     };
     flag_cmd c = {"plan", "--search --global-batch G [--mem-limit BYTES] [--hw NAME|FILE] [--model NAME | --layers L ...]\n"
                           "       [--kv-heads K] [--pp P] [--dp D | --gpus N] [--recompute none|full] [--zero N] [--top K]\n"
+                          "       [--sp | --no-sp] [--cp C] [--experts E --top-k k --shared-experts S --moe-every N\n"
+                          "        --capacity-factor F | --dropless] [--ep E]\n"
                           "       [--verbose] [--json]\n"
                           "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...] [--eager-limit BYTES]",
                   "Searches schedule x V x microbatch size x recompute (x ZeRO stage at dp > 1, x pp x tp x dp\n"
@@ -245,6 +284,25 @@ int cmd_plan_search(int argc, char **argv) {
     if (zero1) zero = 1;
     int remat = recompute ? (int)pipit_cli_recompute(recompute) : -1;
     if (gpus && flags_seen(&c, "pp") && gpus % pp) die("--gpus %d is not a multiple of --pp %d", gpus, pp);
+    if (sp && no_sp) die("--sp and --no-sp: give one (neither: both searched)");
+    if (flags_seen(&c, "cp") && cp < 1) die("--cp must be >= 1 (got %d)", cp);
+    if (gpus && flags_seen(&c, "cp") && gpus % cp) die("--gpus %d is not a multiple of --cp %d", gpus, cp);
+    if (flags_seen(&c, "experts") && experts < 0) die("--experts must be >= 0 (got %d)", experts);
+    int E = experts >= 0 ? experts : pr->experts;
+    {
+        const char *moe_only[] = {"top-k", "shared-experts", "moe-every", "capacity-factor", "dropless", "ep"};
+        for (int i = 0; i < NFLAGS(moe_only); i++)
+            if (!E && flags_seen(&c, moe_only[i])) die("--%s is a mixture-of-experts flag: give --experts too", moe_only[i]);
+    }
+    int K = top_k ? top_k : pr->top_k ? pr->top_k : 2;
+    if (E && (K < 1 || K > E)) die("--top-k must be in 1..--experts %d (got %d)", E, K);
+    if (shared < 0 || moe_every < 0) die("--%s must be >= 0 (got %d)", shared < 0 ? "shared-experts" : "moe-every",
+                                         shared < 0 ? shared : moe_every);
+    if (flags_seen(&c, "capacity-factor") && !(capacity > 0)) die("--capacity-factor must be > 0 (got %g)", capacity);
+    if (flags_seen(&c, "ep") && (ep < 1 || E % ep))
+        die("--ep %d must be >= 1 and divide --experts %d (each rank holds whole experts)", ep, E);
+    if (flags_seen(&c, "ep") && !gpus && dp % ep) die("--ep %d does not divide --dp %d (the expert-parallel ranks are "
+                                                      "taken from the data-parallel group)", ep, dp);
     pipit_hw *hw = pipit_cli_open_hw(hw_name);
     cli_apply_links(hw, &links);
     char what[160];
@@ -252,29 +310,37 @@ int cmd_plan_search(int argc, char **argv) {
     search s = {.verbose = verbose, .vocab_lcm = 1,
                 .mem_limit = cli_mem_limit(&c, mem_limit, no_mem_check, pipit_hw_mem_capacity(hw), what)};
     int llama = strcmp(pr->arch, "llama") == 0;
-    int H = heads ? heads : pr->heads, K = kv_heads ? kv_heads : llama ? pr->kv_heads : 0;
-    if (K && H % K) die("--kv-heads %d does not divide --heads %d (each key/value head serves --heads / --kv-heads query heads)", K, H);
+    if (E && !llama) die("--experts: the MoE layers are the Llama builder's: give a Llama --model (llama-tiny, moe-tiny ...)");
+    int H = heads ? heads : pr->heads, KV = kv_heads ? kv_heads : llama ? pr->kv_heads : 0;
+    if (KV && H % KV) die("--kv-heads %d does not divide --heads %d (each key/value head serves --heads / --kv-heads query heads)", KV, H);
     pipit_sim_config base = {.layers = layers ? layers : pr->layers, .hidden = dim ? dim : pr->dim,
                              .heads = H, .seq = ctx ? ctx : pr->ctx,
                              .vocab = vocab ? vocab : pr->vocab, .global_batch = (int64_t)global,
                              /* a Llama preset: SwiGLU at its width, grouped-query heads, RoPE */
                              .gated_mlp = llama, .ffn_hidden = llama ? pr->ffn_hidden : 0,
-                             .kv_heads = K, .rope = llama,
+                             .kv_heads = KV, .rope = llama, .no_dropout = llama,
+                             .cp = cp > 1 ? cp : 1, .experts = E, .top_k = E ? K : 0, .shared_experts = E ? shared : 0,
+                             .moe_every = E ? moe_every : 0, .capacity_factor = E ? capacity : 0,
+                             .dropless = E ? dropless : 0,
                              .pp = pp, .tp = 1, .dp = dp,
                              .eager_limit = eager_limit};
     if (!flags_seen(&c, "mem-limit")) s.mem_limit = pipit_hw_mem_capacity(hw);
     if (no_mem_check) s.mem_limit = HUGE_VAL; /* as train's: no memory check at all */
-    if (gpus) { /* pp x tp x dp = gpus: pp searched over the divisors unless given */
+    int spm = sp ? 1 : no_sp ? 0 : -1, epm = flags_seen(&c, "ep") ? ep : -1;
+    if (gpus) { /* pp x tp x cp x dp = gpus: pp searched over the divisors unless given, cp unless given */
         for (int p = 1; p <= gpus; p++) {
             if (gpus % p || (flags_seen(&c, "pp") && p != pp)) continue;
             for (int t = 1; t <= gpus / p; t++)
-                if ((gpus / p) % t == 0) {
-                    base.pp = p, base.tp = t, base.dp = gpus / p / t;
-                    enumerate_pipeline(&s, base, hw, remat, zero);
+                for (int k = 1; (gpus / p) % t == 0 && k <= gpus / p / t; k++) {
+                    if ((gpus / p / t) % k || (flags_seen(&c, "cp") && k != cp)) continue;
+                    if (k > 1 && base.seq % (2 * k)) continue; /* no such cut of the sequence */
+                    base.pp = p, base.tp = t, base.cp = k, base.dp = gpus / p / t / k;
+                    if (epm > 0 && base.dp % epm) continue;
+                    enumerate_pipeline(&s, base, hw, remat, zero, spm, epm);
                 }
         }
     } else {
-        enumerate_pipeline(&s, base, hw, remat, zero);
+        enumerate_pipeline(&s, base, hw, remat, zero, spm, epm);
     }
     if (s.nfit) qsort(s.fit, (size_t)s.nfit, sizeof *s.fit, by_step); /* s.fit is NULL when nothing fits */
     print_best(&s, top, json, base.vocab);

@@ -87,7 +87,7 @@ static int calibrate(const char *profile, const char *out) {
 static void cli_sim_arch(const flag_cmd *cmd, const char *arch, pipit_sim_config *c) {
     if (strcmp(arch, "gpt") == 0) return;
     if (strcmp(arch, "llama")) die("bad value '%s' for --arch: expected gpt or llama", arch);
-    c->gated_mlp = c->rope = 1;
+    c->gated_mlp = c->rope = c->no_dropout = 1;
     if (flags_seen(cmd, "ffn-hidden") || flags_seen(cmd, "ffn-mult") || c->hidden < 1) return;
     pipit_llama_config lc = {.dim = c->hidden, .multiple_of = 256};
     c->ffn_hidden = pipit_llama_ffn_hidden(&lc);
@@ -206,6 +206,19 @@ int cmd_sim(int argc, char **argv) {
                                                  "default 0: every message leaves when sent", 0},
         {"scatter-gather-p2p", FL_BOOL, &c.scatter_gather_p2p, "with --tp: each GPU sends 1/t of a stage message and the "
                                                                 "next stage all-gathers it (Megatron) instead of the whole", 0},
+        {"sp", FL_BOOL, &c.sp, "with --tp: sequence parallelism (Megatron): norms, residuals and dropouts hold 1/t of "
+                               "the sequence, all-reduces become all-gather + reduce-scatter, stage messages 1/t", 0},
+        {"cp", FL_INT, &c.cp, "context-parallel ranks c per stage (default 1): each holds 2 of the sequence's 2c chunks, "
+                              "K and V all-gathered per layer; GPUs = t x c x p x d", 0},
+        {"experts", FL_INT, &c.experts, "MoE: routed experts E per MoE layer (default 0: dense)", 0},
+        {"top-k", FL_INT, &c.top_k, "MoE: experts per token, 1..--experts (default 2)", 0},
+        {"shared-experts", FL_INT, &c.shared_experts, "MoE: always-on experts beside the routed ones (default 0)", 0},
+        {"moe-every", FL_INT, &c.moe_every, "MoE: every K-th layer's MLP is MoE (default 1: all)", 0},
+        {"capacity-factor", FL_DBL, &c.capacity_factor, "MoE: slots per expert = ceil(F x tokens x k / E) (default 1.25)", 0},
+        {"dropless", FL_BOOL, &c.dropless, "MoE: every expert has a slot for every token (pipit's --dropless)", 0},
+        {"expert-ffn-hidden", FL_INT, &c.expert_ffn, "MoE: width of one expert (default: the MLP width)", 0},
+        {"ep", FL_INT, &c.ep, "MoE: expert-parallel ranks, dividing --dp and --experts (default 1)", 0},
+        {"no-dropout", FL_BOOL, &c.no_dropout, "no dropout masks kept or written (--arch llama sets it)", 0},
         {"dtype", FL_STR, &c.dtype, "training dtype fp32|tf32|bf16|fp16 (default: the hardware's)", 0},
         {"hw", FL_STR, &hw_name, "a100|h100|h200|cpu or a hardware JSON file (docs/sim.md)", 0},
         CLI_LINK_FLAGS(links),
@@ -221,6 +234,8 @@ int cmd_sim(int argc, char **argv) {
                     "--layers L --hidden H --heads A [--kv-heads K] --seq S --vocab V [--arch gpt|llama]\n"
                     "       --micro-batch b --global-batch B\n"
                     "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|full] --hw NAME|FILE [--json]\n"
+                    "       [--sp] [--cp c] [--experts E --top-k k --shared-experts S --moe-every N --capacity-factor F\n"
+                    "        | --dropless] [--expert-ffn-hidden F] [--ep e]\n"
                     "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]\n"
                     "   or: pipit sim --calibrate PROFILE [--out FILE]",
                     "Predicts one training step (time, TFLOP/s per GPU, MFU, bubble, memory per rank, link traffic)\n"
@@ -237,6 +252,8 @@ int cmd_sim(int argc, char **argv) {
     flags_require(&cmd, (const char *const[]){"layers", "hidden", "heads", "seq", "vocab", "global-batch", "hw", NULL});
     if (global > (uint64_t)INT64_MAX) die("--global-batch %llu is too large", (unsigned long long)global);
     c.global_batch = (int64_t)global;
+    if (flags_seen(&cmd, "capacity-factor") && !(c.capacity_factor > 0))
+        die("--capacity-factor must be > 0 (got %g): slots per expert = ceil(F x tokens x k / E)", c.capacity_factor);
     cli_sim_arch(&cmd, arch, &c);
     c.schedule = pipit_cli_schedule_kind("schedule", schedule);
     c.recompute = pipit_cli_recompute(recompute);

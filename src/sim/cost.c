@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "pipit_moe.h"
 #include "sim/sim.h"
 #include "util/checked.h"
 #include "util/common.h"
@@ -20,17 +21,54 @@ typedef struct {
     int d;       /* dtype index */
     int flash;   /* attention as pipit's kernels run it (0: Megatron 2021's unfused softmax) */
     int rope;    /* rotary positions instead of a position table */
+    double mask; /* bytes of one dropout mask element: 1, or 0 without dropout (Llama) */
+    double c;    /* context-parallel ranks: T = b s / c tokens on each GPU, attention against all s keys */
+    double sq;   /* queries per sequence on one GPU: s / c */
+    double tsp;  /* what the regions outside the TP matmuls are cut by: t with sequence parallelism, else 1 */
+    /* mixture of experts (E = 0: dense) */
+    double E, k, S, fe, ep, slots; /* experts, top-k, shared, expert width, EP ranks, slots per expert */
 } dims;
 
 /* One transformer layer, one microbatch, one GPU of the TP group. */
 typedef struct {
     double f, b, w;        /* forward; backward to the input (dgrad + elementwise); weight gradients */
     double tp_fwd;         /* its forward's TP all-reduce seconds */
+    double cp_fwd, a2a_fwd; /* its forward's K/V all-gather and MoE all-to-all seconds (the backward's the same) */
+    double eparams;        /* of params, the routed experts' */
     double act_full;       /* bytes of activations kept for its backward (no recompute) */
     double params;
 } layer_cost;
 
 static double esize_of(int d) { return d == HW_BF16 || d == HW_FP16 ? 2.0 : 4.0; }
+
+/* Links of a group of n ranks `stride` GPUs apart (Megatron's order: tp,
+ * cp, dp, pp from the innermost): inside a node when it spans at most one. */
+static int group_intra(const pipit_hw *hw, double stride, double n) { return stride * n <= hw->gpus_per_node; }
+
+/* K and V of the whole sequence, per TP rank (kv heads / t of them), all
+ * gathered over the context-parallel group, or their gradients reduce-
+ * scattered: the bytes one GPU receives, and the seconds. */
+static double cp_kv_bytes(const dims *x) { return (x->c - 1) / x->c * x->b * x->s * 2 * x->kvw / x->t * x->e; }
+static double cp_kv_time(const pipit_hw *hw, const dims *x) {
+    if (x->c <= 1) return 0;
+    int intra = group_intra(hw, x->t, x->c);
+    return pipit__hw_allgather_time(x->b * x->s * 2 * x->kvw / x->t * x->e, (int)x->c,
+                                    intra ? hw->intra_bw : hw->inter_bw, intra ? hw->intra_lat : hw->inter_lat);
+}
+
+/* One all-to-all of a MoE layer over the ep group (ranks t c apart): each
+ * GPU's dispatch buffer, E x slots tokens of h (1/t of it per TP rank),
+ * (ep-1)/ep of it to other ranks; the share to ranks on other nodes goes
+ * over the NICs, the rest over NVLink, at the same time. */
+static double a2a_bytes(const dims *x) { return (x->ep - 1) / x->ep * x->E * x->slots * x->h * x->e / x->t; }
+static double a2a_time(const pipit_hw *hw, const dims *x) {
+    if (x->E < 1 || x->ep <= 1) return 0;
+    double whole = x->E * x->slots * x->h * x->e / x->t;
+    double per_node = fmax(1.0, fmin(x->ep, floor(hw->gpus_per_node / (x->t * x->c)))); /* group ranks a node holds */
+    double intra = (per_node - 1) / x->ep * whole, inter = (x->ep - per_node) / x->ep * whole;
+    double lat = (x->ep - 1) * (inter > 0 ? hw->inter_lat : hw->intra_lat);
+    return fmax(intra / hw->intra_bw, inter > 0 ? inter / hw->inter_bw : 0) + lat;
+}
 
 /* Ring all-reduce over the TP group (NVLink inside a node, else the NICs). */
 static double tp_allreduce(const pipit_hw *hw, const dims *x, double bytes) {
@@ -43,51 +81,98 @@ static double tp_allreduce(const pipit_hw *hw, const dims *x, double bytes) {
  * per head and sequence), `n` of them. Flash-style kernels skip the key
  * tiles the causal mask hides: (s+1)/2s of the square. */
 static double attn_gemms(const pipit_hw *hw, const dims *x, double n) {
+    /* context parallelism: s/c queries against the s keys; with the 2c
+     * chunks balanced, each GPU's causal share is the same (s+1)/2s */
     double part = x->flash ? (x->s + 1) / (2 * x->s) : 1;
-    return n * pipit__hw_gemm_time(hw, x->d, x->b * x->a / x->t * part, x->s, x->s, x->h / x->a);
+    return n * pipit__hw_gemm_time(hw, x->d, x->b * x->a / x->t * part, x->sq, x->s, x->h / x->a);
 }
 
-static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute) {
+/* The routed and shared experts of a MoE layer on one GPU: E/ep experts
+ * of ep x slots rows each (every rank's tokens for them), the width cut by
+ * t; the shared experts one MLP of width S x fe; the router T x E x h. */
+static double moe_gemms(const pipit_hw *hw, const dims *x) {
+    double rows = x->ep * x->slots, fe = x->fe / x->t, sw = x->S * x->fe / x->t;
+    double routed = x->gates * pipit__hw_gemm_time(hw, x->d, x->E / x->ep, rows, fe, x->h) +
+                    pipit__hw_gemm_time(hw, x->d, x->E / x->ep, rows, x->h, fe);
+    double shared = x->S > 0 ? x->gates * pipit__hw_gemm_time(hw, x->d, 1, x->T, sw, x->h) +
+                                   pipit__hw_gemm_time(hw, x->d, 1, x->T, x->h, sw)
+                             : 0;
+    return routed + shared + pipit__hw_gemm_time(hw, x->d, 1, x->T, x->E, x->h);
+}
+
+static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int moe) {
     layer_cost c = {0};
     double T = x->T, h = x->h, t = x->t, kv = x->kvw;
     /* the GEMMs of the layer: QKV (k and v kv wide: grouped-query), the
-     * attention's, projection, MLP in (gated: two) and out */
+     * attention's, projection, MLP in (gated: two) and out, or a MoE
+     * layer's experts and router */
     double qkv = pipit__hw_gemm_time(hw, x->d, 1, T, (h + 2 * kv) / t, h);
     double proj = pipit__hw_gemm_time(hw, x->d, 1, T, h, h / t);
-    double fc1 = x->gates * pipit__hw_gemm_time(hw, x->d, 1, T, x->fh / t, h);
-    double fc2 = pipit__hw_gemm_time(hw, x->d, 1, T, h, x->fh / t);
-    double dense = qkv + proj + fc1 + fc2;
-    /* elementwise traffic: norms and (bias-dropout-)adds on the full hidden
-     * state (not split by TP), the activation on the MLP's width (split),
-     * RoPE on q and k (split); unfused, softmax + dropout on the scores */
-    double e = x->e, sq = x->b * (x->a / t) * x->s * x->s;
+    double fc1 = moe ? 0 : x->gates * pipit__hw_gemm_time(hw, x->d, 1, T, x->fh / t, h);
+    double fc2 = moe ? 0 : pipit__hw_gemm_time(hw, x->d, 1, T, h, x->fh / t);
+    double dense = qkv + proj + fc1 + fc2 + (moe ? moe_gemms(hw, x) : 0);
+    /* elementwise traffic: norms and (bias-dropout-)adds on the hidden
+     * state (not split by TP; split with sequence parallelism), the
+     * activation on the MLP's width (split), RoPE on q and k (split);
+     * unfused, softmax + dropout on the scores. MoE: the activation on
+     * every slot, dispatch and combine copies, the router's softmax/top-k */
+    double e = x->e, sq = x->b * (x->a / t) * x->sq * x->s;
     double act_fn = x->gates > 1 ? 3 * e : 2 * e;
-    double mem_f = T * h * (10 * e + 2) + T * (x->fh / t) * act_fn + (x->rope ? 2 * e * T * (h + kv) / t : 0) +
+    double rows = x->E * x->slots; /* routed rows one GPU computes (E/ep experts x ep x slots) */
+    double mlp_f = moe ? (rows + T * x->S) * (x->fe / t) * act_fn + 2 * (rows + T) * h * e / t + T * x->E * 12
+                       : T * (x->fh / t) * act_fn;
+    double mem_f = T * h * (10 * e + 2 * x->mask) / x->tsp + mlp_f + (x->rope ? 2 * e * T * (h + kv) / t : 0) +
                    (x->flash ? 0 : sq * (4 * e + 1));
+    /* with sequence parallelism each all-reduce is an all-gather and a
+     * reduce-scatter of the same bytes: the same ring time */
     double ar = tp_allreduce(hw, x, T * h * e);
+    double cpt = cp_kv_time(hw, x), a2a = moe ? 2 * a2a_time(hw, x) : 0; /* dispatch + combine */
     c.tp_fwd = 2 * ar;
-    c.f = dense + attn_gemms(hw, x, 2) + pipit__hw_mem_time(hw, mem_f) + 8 * hw->kernel_overhead + c.tp_fwd;
+    c.cp_fwd = cpt, c.a2a_fwd = a2a;
+    c.f = dense + attn_gemms(hw, x, 2) + pipit__hw_mem_time(hw, mem_f) + (moe ? 14 : 8) * hw->kernel_overhead +
+          c.tp_fwd + cpt + a2a;
     /* backward: every dense GEMM again for the input gradients; the
      * attention's four (both operands are activations), five flash-style
      * (the scores recomputed from q and k); twice the elementwise traffic,
      * the same two all-reduces; full recompute adds a forward */
-    c.b = dense + attn_gemms(hw, x, x->flash ? 5 : 4) + pipit__hw_mem_time(hw, 2 * mem_f) + 16 * hw->kernel_overhead +
-          2 * ar;
+    c.b = dense + attn_gemms(hw, x, x->flash ? 5 : 4) + pipit__hw_mem_time(hw, 2 * mem_f) +
+          (moe ? 28 : 16) * hw->kernel_overhead + 2 * ar + cpt + a2a; /* K/V gradients reduce-scattered */
     if (recompute) c.b += c.f;
     c.w = dense;
     /* Korthikanti et al. 2022, eq. 2, generalised to any element size, MLP
      * width and kv width (q, k, v and the projection's input are kept);
-     * flash-style attention keeps nothing of size s^2 */
-    c.act_full = T * h * (4 * e + 2 + ((2 + 2 * kv / h) * e + x->gates * e * x->fh / h + e * x->fh / h) / t) +
-                 (x->flash ? 0 : sq * (2 * e + 1));
-    c.params = (2 * h * h + 2 * h * kv + (x->gates + 1) * x->fh * h + h + 2 * kv + x->gates * x->fh) / t + 6 * h;
+     * flash-style attention keeps nothing of size s^2; sequence
+     * parallelism cuts the first term (norms, residuals, dropout masks and
+     * the matmuls' inputs) by t (Korthikanti's eq. 4, 34 sbh / t); context
+     * parallelism keeps the gathered K and V of the other ranks too. A MoE
+     * layer keeps, for each of its rows, the dispatched input and the
+     * expert's output (the combine's weight gradient) and the expert's
+     * activations, the shared experts' as a dense MLP's, the router's fp32
+     * probabilities and the k weights and indices of each token */
+    double mlp_keep = moe ? (rows * (2 * h * e + (x->gates + 1) * e * x->fe) + T * x->S * (x->gates + 1) * e * x->fe) / t +
+                                T * (4 * x->E + 8 * x->k)
+                          : T * (x->gates + 1) * e * x->fh / t;
+    c.act_full = T * h * (4 * e + 2 * x->mask) / x->tsp + T * h * (2 + 2 * kv / h) * e / t + mlp_keep +
+                 cp_kv_bytes(x) + (x->flash ? 0 : sq * (2 * e + 1));
+    /* with rotary positions (Llama) no biases and RMSNorm's h weights;
+     * else (GPT) the biases and LayerNorm's 2h */
+    double bias = x->rope ? 0 : 1;
+    double attn_params = (2 * h * h + 2 * h * kv + bias * (h + 2 * kv)) / t + (x->rope ? 2 * h : 6 * h);
+    if (moe) {
+        double expert = (x->gates + 1) * x->fe * h + bias * x->gates * x->fe; /* one expert's matrices and biases */
+        c.eparams = x->E / x->ep * expert / t;
+        c.params = attn_params + c.eparams + x->S * expert / t + x->E * h;
+    } else {
+        c.params = attn_params + ((x->gates + 1) * x->fh * h + bias * x->gates * x->fh) / t;
+    }
     return c;
 }
 
 /* Embedding lookup (+ positions) on the first stage: a gather, and with TP
  * Megatron's vocabulary-parallel embedding all-reduces its output. */
 static void embedding(const pipit_hw *hw, const dims *x, double *f, double *w, double *params) {
-    *f += pipit__hw_mem_time(hw, 3 * x->e * x->T * x->h) + tp_allreduce(hw, x, x->T * x->h * x->e);
+    /* sequence parallelism: the vocabulary-parallel output reduce-scattered, half an all-reduce */
+    *f += pipit__hw_mem_time(hw, 3 * x->e * x->T * x->h) + (x->tsp > 1 ? 0.5 : 1.0) * tp_allreduce(hw, x, x->T * x->h * x->e);
     *w += pipit__hw_mem_time(hw, 3 * x->e * x->T * x->h);
     *params += x->V * x->h / x->t + (x->rope ? 0 : x->s * x->h);
 }
@@ -103,12 +188,12 @@ static void head(const pipit_hw *hw, const dims *x, int own_copy, double *f, dou
                  double *work) {
     double T = x->T, Vt = x->V / x->t;
     double logits = pipit__hw_gemm_time(hw, x->d, 1, T, Vt, x->h);
-    *f += pipit__hw_mem_time(hw, 2 * x->e * T * x->h + T * Vt * (x->e + 4)) + logits + xent_allreduces(hw, x);
+    *f += pipit__hw_mem_time(hw, 2 * x->e * T * x->h / x->tsp + T * Vt * (x->e + 4)) + logits + xent_allreduces(hw, x);
     *b += pipit__hw_mem_time(hw, 4 * x->e * T * x->h + T * Vt * (x->e + 4)) + logits +
           tp_allreduce(hw, x, T * x->h * x->e);
     *w += logits;
     /* the tied embedding: a copy of its own when the first stage is on another rank */
-    *params += (own_copy ? Vt * x->h : 0) + 2 * x->h;
+    *params += (own_copy ? Vt * x->h : 0) + (x->rope ? 1 : 2) * x->h; /* RMSNorm or LayerNorm */
     *work += T * Vt * (x->e + 4); /* logits and their fp32 softmax, while the loss runs */
 }
 
@@ -117,6 +202,61 @@ static double ffn_width(const pipit_sim_config *c) {
     return c->ffn_hidden > 0 ? (double)c->ffn_hidden : (c->ffn_mult > 0 ? c->ffn_mult : 4.0) * c->hidden;
 }
 static int kv_heads(const pipit_sim_config *c) { return c->kv_heads > 0 ? c->kv_heads : c->heads; }
+static int cp_of(const pipit_sim_config *c) { return c->cp > 1 ? c->cp : 1; }
+static int ep_of(const pipit_sim_config *c) { return c->ep > 1 ? c->ep : 1; }
+static int topk_of(const pipit_sim_config *c) { return c->top_k > 0 ? c->top_k : 2; }
+static double expert_width(const pipit_sim_config *c) { return c->expert_ffn > 0 ? (double)c->expert_ffn : ffn_width(c); }
+/* Layer l (from 0) is a MoE layer. */
+static int is_moe(const pipit_sim_config *c, int64_t l) {
+    return c->experts > 0 && (c->moe_every <= 1 || (l + 1) % c->moe_every == 0);
+}
+
+/* Sequence, context and expert parallelism and the MoE fields, each bad
+ * value a message naming it. */
+static pipit_status check_seq_moe(const pipit_sim_config *c) {
+    if (c->sp != 0 && c->sp != 1) return pipit__err(PIPIT_STATUS_INVALID, "sp must be 0 or 1 (got %d)", c->sp);
+    if (c->cp < 0) return pipit__err(PIPIT_STATUS_INVALID, "cp must be >= 1 (got %d)", c->cp);
+    int cp = cp_of(c);
+    if (cp > 1 && c->seq % (2 * cp))
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "seq %d is not divisible by 2 x cp = %d (context parallelism cuts the sequence into 2 x cp "
+                          "chunks, rank i holding chunks i and 2cp-1-i)", c->seq, 2 * cp);
+    if (c->sp && c->tp < 2)
+        return pipit__err(PIPIT_STATUS_INVALID, "sequence parallelism (sp) needs tp > 1 (got tp %d): it cuts the "
+                          "sequence over the tensor-parallel group", c->tp);
+    if (c->sp && (c->seq / cp) % c->tp)
+        return pipit__err(PIPIT_STATUS_INVALID, "seq %d%s is not divisible by tp %d (sequence parallelism cuts each "
+                          "rank's tokens over the tensor-parallel group)", cp > 1 ? c->seq / cp : c->seq,
+                          cp > 1 ? " (seq / cp)" : "", c->tp);
+    const struct { const char *name; int v; } nonneg[] = {{"experts", c->experts}, {"top-k", c->top_k},
+        {"shared experts", c->shared_experts}, {"moe every", c->moe_every}, {"ep", c->ep}, {"expert ffn", c->expert_ffn}};
+    for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
+        if (nonneg[i].v < 0)
+            return pipit__err(PIPIT_STATUS_INVALID, "%s must be >= 0 (got %d)", nonneg[i].name, nonneg[i].v);
+    if (!(c->capacity_factor >= 0) || !isfinite(c->capacity_factor) || (c->capacity_factor == 0 && signbit(c->capacity_factor)))
+        return pipit__err(PIPIT_STATUS_INVALID, "capacity factor must be > 0 (got %g)", c->capacity_factor);
+    if (c->dropless != 0 && c->dropless != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "dropless must be 0 or 1 (got %d)", c->dropless);
+    if (!c->experts) {
+        const char *what = c->top_k ? "top-k" : c->shared_experts ? "shared experts" : c->moe_every ? "moe every"
+                         : c->capacity_factor > 0 ? "capacity factor" : c->dropless ? "dropless"
+                         : c->ep > 1 ? "ep" : c->expert_ffn ? "expert ffn" : NULL;
+        if (what) return pipit__err(PIPIT_STATUS_INVALID, "%s is a mixture-of-experts setting: give experts too", what);
+        return PIPIT_STATUS_OK;
+    }
+    if (topk_of(c) > c->experts)
+        return pipit__err(PIPIT_STATUS_INVALID, "top-k %d is more than the experts (%d)", topk_of(c), c->experts);
+    if (c->experts % ep_of(c))
+        return pipit__err(PIPIT_STATUS_INVALID, "experts %d is not divisible by ep %d (each expert-parallel rank "
+                          "holds whole experts)", c->experts, ep_of(c));
+    if (c->dp % ep_of(c))
+        return pipit__err(PIPIT_STATUS_INVALID, "dp %d is not divisible by ep %d (the expert-parallel ranks are "
+                          "taken from the data-parallel group)", c->dp, ep_of(c));
+    if (fmod(expert_width(c), c->tp) != 0)
+        return pipit__err(PIPIT_STATUS_INVALID, "the expert width %g is not a whole multiple of tp %d",
+                          expert_width(c), c->tp);
+    return PIPIT_STATUS_OK;
+}
 
 pipit_status pipit__sim_microbatches(const pipit_sim_config *c, int64_t *M) {
     if (c->micro_batch < 1 || c->dp < 1 || c->global_batch < 1)
@@ -183,9 +323,12 @@ static pipit_status check_config(const pipit_sim_config *c, const pipit_hw *hw, 
                           "counted as a layer each)" : "");
     pipit_status st = pipit__sim_microbatches(c, M);
     if (st) return st;
+    if ((st = check_seq_moe(c))) return st;
     int64_t g;
-    if (!pipit__mul_le((int64_t)c->tp * c->pp, c->dp, 1 << 24, &g))
-        return pipit__err(PIPIT_STATUS_INVALID, "tp %d x pp %d x dp %d GPUs: more than 2^24", c->tp, c->pp, c->dp);
+    if (!pipit__mul_le(c->tp, c->pp, 1 << 24, &g) || !pipit__mul_le(g, cp_of(c), 1 << 24, &g) ||
+        !pipit__mul_le(g, c->dp, 1 << 24, &g))
+        return pipit__err(PIPIT_STATUS_INVALID, "tp %d x cp %d x pp %d x dp %d GPUs: more than 2^24", c->tp, cp_of(c),
+                          c->pp, c->dp);
     if (c->tp > hw->gpus_per_node)
         return pipit__err(PIPIT_STATUS_INVALID, "tp %d spans more than one node of '%s' (%d GPUs per node)", c->tp,
                           hw->name, hw->gpus_per_node);
@@ -204,10 +347,10 @@ void pipit__sim_model_free(pipit__sim_model *m) {
 
 static pipit_status model_alloc(pipit__sim_model *m, int S) {
     memset(m, 0, sizeof *m);
-    m->f = pipit__calloc((size_t)S * 7, sizeof(double));
+    m->f = pipit__calloc((size_t)S * 8, sizeof(double));
     if (!m->f) return pipit__err(PIPIT_STATUS_NOMEM, "sim: out of memory");
     m->b = m->f + S, m->w = m->f + 2 * S, m->act = m->f + 3 * S, m->work = m->f + 4 * S, m->params = m->f + 5 * S;
-    m->layers = m->f + 6 * S;
+    m->layers = m->f + 6 * S, m->eparams = m->f + 7 * S;
     m->S = S;
     return PIPIT_STATUS_OK;
 }
@@ -219,11 +362,13 @@ static pipit_status model_alloc(pipit__sim_model *m, int S) {
  * an all-gather inside the node. The latency is the edge's (sim.c books
  * the transfer on the link or, blocking_p2p, on the sender). */
 static void p2p(const pipit_sim_config *c, const pipit_hw *hw, const dims *x, pipit__sim_model *m) {
-    double full = x->T * x->h * x->e;
-    m->p2p_inter = (int64_t)c->tp * c->dp * c->pp > hw->gpus_per_node;
+    double full = x->T * x->h * x->e; /* T: the rank's b s / c tokens */
+    m->p2p_inter = (double)c->tp * cp_of(c) * c->dp * c->pp > hw->gpus_per_node;
     double bw = m->p2p_inter ? hw->inter_bw : hw->intra_bw, lat = m->p2p_inter ? hw->inter_lat : hw->intra_lat;
-    int scatter = c->scatter_gather_p2p && c->tp > 1;
-    m->p2p_bytes = scatter ? full / x->t : full;
+    /* sequence parallelism: a stage ends with 1/t of the sequence on each
+     * GPU and the next begins so (no gather: its first norm runs on it) */
+    int scatter = c->scatter_gather_p2p && c->tp > 1 && !c->sp;
+    m->p2p_bytes = scatter || c->sp ? full / x->t : full;
     m->comm = lat;
     m->p2p_xfer = m->p2p_bytes / bw;
     if (scatter) m->p2p_xfer += (x->t - 1) / x->t * full / hw->intra_bw + (x->t - 1) * hw->intra_lat;
@@ -237,28 +382,51 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
     int S = c->pp * V;
     if ((st = model_alloc(m, S))) return st;
     int d = c->dtype ? pipit__hw_dtype(c->dtype) : hw->train_dtype;
-    dims x = {c->micro_batch, c->seq, c->hidden, c->heads, c->tp, c->vocab, (double)c->micro_batch * c->seq,
+    int cp = cp_of(c);
+    dims x = {c->micro_batch, c->seq, c->hidden, c->heads, c->tp, c->vocab, (double)c->micro_batch * c->seq / cp,
               ffn_width(c), c->gated_mlp ? 2 : 1, esize_of(d), (double)kv_heads(c) * (c->hidden / c->heads), d,
-              !c->unfused_attention, c->rope != 0};
+              !c->unfused_attention, c->rope != 0, c->no_dropout ? 0 : 1, cp, (double)c->seq / cp, c->sp ? c->tp : 1,
+              c->experts, topk_of(c), c->shared_experts, expert_width(c), ep_of(c), 0};
+    if (c->experts) { /* the static capacity of the rank's microbatch, as pipit's builder sets it */
+        int64_t cap = pipit_moe_capacity((int64_t)x.T, topk_of(c), c->experts,
+                                         c->capacity_factor > 0 ? c->capacity_factor : 1.25, c->dropless);
+        if (cap < 1) {
+            pipit__sim_model_free(m);
+            return pipit__err(PIPIT_STATUS_INVALID, "MoE capacity: %s", pipit_errmsg());
+        }
+        x.slots = (double)cap;
+    }
     m->P = c->pp, m->V = V, m->M = (int)M, m->dtype = d, m->esize = (int)x.e, m->peak = hw->peak[d], m->ffn = x.fh;
+    m->cp = cp, m->ep = ep_of(c), m->slots = x.slots;
     int full = c->recompute == PIPIT_RECOMPUTE_FULL;
-    layer_cost lc = layer(hw, &x, full);
+    layer_cost lc = layer(hw, &x, full, 0), lm = c->experts ? layer(hw, &x, full, 1) : lc;
     int slots = c->layers + (c->ends_as_layers ? 2 : 0);
+    int64_t first = 0; /* the stage's first transformer layer */
+    double most = 0, most_moe = 0; /* the fullest stage (not stage 0 when the embedding counts as a layer) */
     for (int s = 0; s < S; s++) {
         /* pipit's builders' cut: the first (slots mod S) stages one layer
          * more; the ends' slots, if counted, are the embedding and the head */
         double Ls = slots / S + (s < slots % S) - (c->ends_as_layers ? (s == 0) + (s == S - 1) : 0);
+        double Lm = 0; /* of which MoE layers */
+        for (int64_t l = first; l < first + (int64_t)Ls; l++) Lm += is_moe(c, l);
+        first += (int64_t)Ls;
+        double Ld = Ls - Lm;
         m->layers[s] = Ls;
-        m->f[s] = Ls * lc.f, m->b[s] = Ls * lc.b, m->w[s] = Ls * lc.w, m->params[s] = Ls * lc.params;
+        m->f[s] = Ld * lc.f + Lm * lm.f, m->b[s] = Ld * lc.b + Lm * lm.b, m->w[s] = Ld * lc.w + Lm * lm.w;
+        m->params[s] = Ld * lc.params + Lm * lm.params, m->eparams[s] = Lm * lm.eparams;
         /* full recompute keeps each layer's input; its backward rebuilds one layer at a time */
-        m->act[s] = full ? Ls * x.T * x.h * x.e : Ls * lc.act_full;
-        m->work[s] = full ? lc.act_full : 0;
+        m->act[s] = full ? Ls * x.T * x.h * x.e / x.tsp : Ld * lc.act_full + Lm * lm.act_full;
+        m->work[s] = full ? fmax(Ld > 0 ? lc.act_full : 0, Lm > 0 ? lm.act_full : 0) : 0;
         if (s == 0) embedding(hw, &x, &m->f[s], &m->w[s], &m->params[s]);
         if (s == S - 1) head(hw, &x, !head_with_first, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->work[s]);
+        if (Ls > most || (Ls == most && Lm > most_moe)) most = Ls, most_moe = Lm;
     }
-    double most = 0; /* the fullest stage (not stage 0 when the embedding counts as a layer) */
-    for (int s = 0; s < S; s++) most = fmax(most, m->layers[s]);
     m->tp_s_per_mb = most * (full ? 3 : 2) * lc.tp_fwd;
+    m->cp_s_per_mb = most * (full ? 3 : 2) * lc.cp_fwd;
+    m->a2a_s_per_mb = most_moe * (full ? 3 : 2) * lm.a2a_fwd;
+    m->cp_bytes_per_layer = cp_kv_bytes(&x);
+    m->a2a_bytes_per_layer = c->experts ? a2a_bytes(&x) : 0;
+    pipit__sim_param_counts(c, &m->params_total, &m->params_active);
     m->tp_bytes_per_step = (double)c->layers / c->pp * (full ? 6 : 4) * x.T * x.h * x.e * (double)M;
     /* every all-reduce of a microbatch over all stages: the layers', the
      * embedding's, the head's input gradient and the cross-entropy's */
@@ -276,9 +444,37 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
 double pipit__sim_model_flops(const pipit_sim_config *c, int count_recompute) {
     double h = c->hidden, s = c->seq, fh = ffn_width(c), kvw = (double)kv_heads(c) * (c->hidden / c->heads);
     double gates = c->gated_mlp ? 2 : 1, tokens = (double)c->global_batch * s;
-    double layer_f = 2 * tokens * (2 * h * h + 2 * h * kvw + (gates + 1) * fh * h) + 4 * (double)c->global_batch * s * s * h;
+    double attn = 2 * tokens * (2 * h * h + 2 * h * kvw) + 4 * (double)c->global_batch * s * s * h;
+    double layer_f = attn + 2 * tokens * (gates + 1) * fh * h;
+    /* a MoE layer: the k routed and the shared experts each token goes
+     * through (active parameters; capacity's empty or dropped slots are not
+     * model FLOPs) and the router */
+    double moe_f = attn + 2 * tokens * ((gates + 1) * expert_width(c) * h * (topk_of(c) + c->shared_experts) +
+                                        h * c->experts);
+    double nmoe = 0;
+    for (int64_t l = 0; l < c->layers; l++) nmoe += is_moe(c, l);
     double passes = count_recompute && c->recompute == PIPIT_RECOMPUTE_FULL ? 4 : 3;
-    return passes * layer_f * c->layers + 3 * 2 * tokens * h * c->vocab;
+    return passes * (layer_f * (c->layers - nmoe) + moe_f * nmoe) + 3 * 2 * tokens * h * c->vocab;
+}
+
+/* Parameters of the whole model as the memory model counts them (the
+ * embedding once, as if tied): a layer's attention 2h^2 + 2h kvw (+ GPT's
+ * biases h + 2 kvw and LayerNorms and output biases 6h; Llama's RMSNorms
+ * 2h), a dense MLP (g+1) F h (+ g F biases), a MoE MLP E h (router) +
+ * (E + S) experts of (g+1) fe h (+ g fe), of which a token uses k + S; the
+ * embedding V h (+ s h learned positions) and the final norm (2h; h). */
+void pipit__sim_param_counts(const pipit_sim_config *c, double *total, double *active) {
+    double h = c->hidden, kv = (double)kv_heads(c) * (c->hidden / c->heads), g = c->gated_mlp ? 2 : 1;
+    double bias = c->rope ? 0 : 1, F = ffn_width(c), fe = expert_width(c);
+    double attn = 2 * h * h + 2 * h * kv + bias * (h + 2 * kv) + (c->rope ? 2 * h : 6 * h);
+    double dense = (g + 1) * F * h + bias * g * F, expert = (g + 1) * fe * h + bias * g * fe;
+    double ends = (double)c->vocab * h + (c->rope ? 0 : (double)c->seq * h) + (c->rope ? h : 2 * h);
+    *total = *active = ends;
+    for (int64_t l = 0; l < c->layers; l++) {
+        int moe = is_moe(c, l);
+        *total += attn + (moe ? c->experts * h + (c->experts + c->shared_experts) * expert : dense);
+        *active += attn + (moe ? c->experts * h + (topk_of(c) + c->shared_experts) * expert : dense);
+    }
 }
 
 /* The attention's score and context FLOPs of a step as the cost model

@@ -382,3 +382,8 @@ double pipit__hw_allreduce_time(double bytes, int n, double bw, double lat) {
     if (n <= 1) return 0.0;
     return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
 }
+
+double pipit__hw_allgather_time(double bytes, int n, double bw, double lat) {
+    if (n <= 1) return 0.0;
+    return (double)(n - 1) / n * bytes / bw + (double)(n - 1) * lat;
+}

@@ -21,7 +21,7 @@ typedef struct {
 } sim_link;
 
 typedef struct {
-    double busy, end, peak_bytes, params, static_bytes, act_peak, opt_s;
+    double busy, end, peak_bytes, params, eparams, static_bytes, act_peak, opt_s;
     double dp_s, dp_total_s; /* the exchange left after the loop, and all of it */
     int peak_live;
 } rank_row;
@@ -54,6 +54,7 @@ void pipit_sim_report_free(pipit_sim_report *r) {
  * parameter) block during a step and keep a 1/dp shard of it between
  * steps: the peak grows by that shard, what stays between steps shrinks. */
 static double bytes_per_param(int esize, int zero, int dp) {
+    if (dp < 1) dp = 1;
     double opt = esize == 4 ? 8.0 : 12.0;
     double shards = dp > 1 ? (zero >= 3 ? 2.0 : zero >= 2 ? 1.0 : 0.0) * esize / dp : 0.0;
     return 2.0 * esize + (zero ? opt / dp : opt) + shards;
@@ -66,15 +67,20 @@ static double optimizer_time(const pipit_hw *hw, double params, int esize, int z
     return pipit__hw_mem_time(hw, params * bytes / (zero1 ? dp : 1));
 }
 
-/* The DP group of one pipeline rank: replicas are t GPUs apart. */
-static double dp_time(const pipit_sim_config *c, const pipit_hw *hw, double bytes) {
-    int intra = (long)c->tp * c->dp <= hw->gpus_per_node;
-    return pipit__hw_allreduce_time(bytes, c->dp, intra ? hw->intra_bw : hw->inter_bw,
-                                    intra ? hw->intra_lat : hw->inter_lat);
+/* The gradient group of one pipeline rank: its c x d replicas (t GPUs
+ * apart, spanning t c d GPUs); of a stage's bytes, the dense share is
+ * reduced over c d, the routed experts' share over the c d / ep ranks that
+ * hold the same experts. */
+static int grad_group(const pipit_sim_report *r) { return r->cfg.dp * r->m.cp; }
+static double dp_time(const pipit_sim_report *r, const pipit_hw *hw, double bytes, double ebytes) {
+    int n = grad_group(r);
+    int intra = (double)r->cfg.tp * n <= hw->gpus_per_node;
+    double bw = intra ? hw->intra_bw : hw->inter_bw, lat = intra ? hw->intra_lat : hw->inter_lat;
+    return pipit__hw_allreduce_time(bytes - ebytes, n, bw, lat) + pipit__hw_allreduce_time(ebytes, n / r->m.ep, bw, lat);
 }
 
 typedef struct {
-    double ready, bytes;
+    double ready, bytes, ebytes; /* ebytes: of bytes, the routed experts' */
 } dp_chunk;
 
 static int by_ready(const void *a, const void *b) {
@@ -93,14 +99,14 @@ static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, co
     const pipit_sim_config *c = &r->cfg;
     int n = 0;
     *total = 0;
-    if (c->dp <= 1) return 0;
+    if (grad_group(r) <= 1) return 0;
     if (c->dp_after_flush) { /* one exchange of all the rank's gradients after its last task */
         int nt = pipit_schedule_num_tasks(s, q);
-        double t0 = 0, t1 = 0, params = 0;
+        double t0 = 0, t1 = 0, params = 0, eparams = 0;
         if (nt > 0) pipit_sim_result_task(res, q, nt - 1, &t0, &t1);
         for (int st = 0; st < r->m.S; st++)
-            if (pipit_schedule_stage_rank(s, st) == q) params += r->m.params[st];
-        *total = dp_time(c, hw, params * r->m.esize);
+            if (pipit_schedule_stage_rank(s, st) == q) params += r->m.params[st], eparams += r->m.eparams[st];
+        *total = dp_time(r, hw, params * r->m.esize, eparams * r->m.esize);
         return t1 + *total;
     }
     dp_chunk *ch = pipit__malloc(sizeof *ch * ((size_t)c->layers + (size_t)r->m.S)); /* >= sum of the shares */
@@ -113,12 +119,13 @@ static double dp_exchange(const pipit_sim_report *r, const pipit_schedule *s, co
         pipit_sim_result_task(res, q, i, &t0, &t1);
         int per = PIPIT_MAX(1, (int)r->m.layers[t.stage]); /* a stage of the embedding alone: one share */
         for (int j = 0; j < per; j++)
-            ch[n++] = (dp_chunk){t0 + (t1 - t0) * (j + 1) / per, r->m.params[t.stage] * r->m.esize / per};
+            ch[n++] = (dp_chunk){t0 + (t1 - t0) * (j + 1) / per, r->m.params[t.stage] * r->m.esize / per,
+                                 r->m.eparams[t.stage] * r->m.esize / per};
     }
     qsort(ch, (size_t)n, sizeof *ch, by_ready);
     double link = 0;
     for (int j = 0; j < n; j++) {
-        double x = dp_time(c, hw, ch[j].bytes);
+        double x = dp_time(r, hw, ch[j].bytes, ch[j].ebytes);
         link = PIPIT_MAX(link, ch[j].ready) + x;
         *total += x;
     }
@@ -166,17 +173,24 @@ static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit
         row->busy = pipit_sim_result_busy(res, q);
         row->act_peak = pipit_sim_result_peak_bytes(res, q);
         row->peak_live = pipit_sim_result_peak_live(res, q);
-        double work = 0;
+        double work = 0, eparams = 0;
         for (int st = 0; st < r->m.S; st++)
             if (pipit_schedule_stage_rank(s, st) == q) {
                 row->params += r->m.params[st];
+                eparams += r->m.eparams[st];
                 work = PIPIT_MAX(work, r->m.work[st]);
             }
-        row->static_bytes = row->params * bytes_per_param(r->m.esize, c->zero1, c->dp);
+        /* ZeRO shards over the gradient group: c d for the dense
+         * parameters, c d / ep for the experts (each held by those only) */
+        int ng = grad_group(r), ne = ng / r->m.ep;
+        row->eparams = eparams;
+        row->static_bytes = (row->params - eparams) * bytes_per_param(r->m.esize, c->zero1, ng) +
+                            eparams * bytes_per_param(r->m.esize, c->zero1, ne);
         row->peak_bytes = row->static_bytes + row->act_peak + work;
         r->dp_bytes = PIPIT_MAX(r->dp_bytes, row->params * r->m.esize);
         row->dp_s = PIPIT_MAX(0.0, dp_exchange(r, s, res, q, hw, &row->dp_total_s) - end);
-        row->opt_s = optimizer_time(hw, row->params, r->m.esize, c->zero1, c->dp);
+        row->opt_s = optimizer_time(hw, row->params - eparams, r->m.esize, c->zero1, ng) +
+                     optimizer_time(hw, eparams, r->m.esize, c->zero1, ne);
     }
 }
 
@@ -196,7 +210,7 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
         }
         u->peak_bytes_per_rank = PIPIT_MAX(u->peak_bytes_per_rank, row->peak_bytes);
     }
-    u->gpus = c->tp * c->pp * c->dp;
+    u->gpus = c->tp * c->pp * c->dp * r->m.cp;
     u->model_flops = pipit__sim_model_flops(c, 1);
     u->tflops_per_gpu = u->model_flops / u->step_s / u->gpus / 1e12;
     u->hfu = u->tflops_per_gpu * 1e12 / r->m.peak;
@@ -204,6 +218,9 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     u->tp_s_per_mb = r->m.tp_s_per_mb;
     u->tp_s_all_per_mb = r->m.tp_s_model_per_mb;
     u->microbatches = r->m.M, u->virt = r->m.V, u->stages = r->m.S;
+    u->cp_s_per_mb = r->m.cp_s_per_mb, u->cp_bytes_per_layer = r->m.cp_bytes_per_layer;
+    u->a2a_s_per_mb = r->m.a2a_s_per_mb, u->a2a_bytes_per_layer = r->m.a2a_bytes_per_layer;
+    u->params_total = r->m.params_total, u->params_active = r->m.params_active, u->expert_slots = r->m.slots;
     r->mem_capacity = hw->mem_cap;
 }
 
@@ -317,8 +334,9 @@ double pipit_sim_report_rank_busy(const pipit_sim_report *r, int rank) {
 static void json_stages(FILE *f, const pipit_sim_report *r) {
     fprintf(f, "\"stages\":[");
     for (int s = 0; s < r->m.S; s++)
-        fprintf(f, "%s{\"stage\":%d,\"f_s\":%.9g,\"b_s\":%.9g,\"w_s\":%.9g,\"act_bytes\":%.9g,\"params\":%.9g}",
-                s ? "," : "", s, r->m.f[s], r->m.b[s], r->m.w[s], r->m.act[s], r->m.params[s]);
+        fprintf(f, "%s{\"stage\":%d,\"f_s\":%.9g,\"b_s\":%.9g,\"w_s\":%.9g,\"act_bytes\":%.9g,\"params\":%.9g,"
+                   "\"expert_params\":%.9g}",
+                s ? "," : "", s, r->m.f[s], r->m.b[s], r->m.w[s], r->m.act[s], r->m.params[s], r->m.eparams[s]);
     fprintf(f, "]");
 }
 
@@ -329,9 +347,9 @@ static void json_ranks(FILE *f, const pipit_sim_report *r) {
         fprintf(f,
                 "%s{\"rank\":%d,\"busy_s\":%.9g,\"end_s\":%.9g,\"peak_bytes\":%.9g,\"static_bytes\":%.9g,"
                 "\"activation_bytes\":%.9g,\"peak_live\":%d,\"params\":%.9g,\"dp_s\":%.9g,\"dp_total_s\":%.9g,"
-                "\"optimizer_s\":%.9g}",
+                "\"optimizer_s\":%.9g,\"expert_params\":%.9g}",
                 q ? "," : "", q, w->busy, w->end, w->peak_bytes, w->static_bytes, w->act_peak, w->peak_live,
-                w->params, w->dp_s, w->dp_total_s, w->opt_s);
+                w->params, w->dp_s, w->dp_total_s, w->opt_s, w->eparams);
     }
     fprintf(f, "]");
 }
@@ -354,11 +372,14 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
             "{\"hw\":\"%s\",\"schedule\":\"%s\",\"dtype\":\"%s\",\"layers\":%d,\"hidden\":%d,\"heads\":%d,"
             "\"kv_heads\":%d,\"ffn_hidden\":%.9g,\"mlp\":\"%s\",\"positions\":\"%s\",\"attention\":\"%s\",\"seq\":%d,"
             "\"vocab\":%d,\"micro_batch\":%d,\"global_batch\":%lld,\"recompute\":\"%s\",\"tp\":%d,\"pp\":%d,\"dp\":%d,"
-            "\"virtual\":%d,\"microbatches\":%d,\"gpus\":%d,",
+            "\"virtual\":%d,\"microbatches\":%d,\"gpus\":%d,\"sp\":%s,\"cp\":%d,\"experts\":%d,\"top_k\":%d,"
+            "\"shared_experts\":%d,\"moe_every\":%d,\"ep\":%d,",
             r->hw_name, r->sched_name, pipit__hw_dtype_name(r->m.dtype), c->layers, c->hidden, c->heads,
             c->kv_heads ? c->kv_heads : c->heads, r->m.ffn, c->gated_mlp ? "swiglu" : "gelu", c->rope ? "rope" : "learned",
             c->unfused_attention ? "unfused" : "flash", c->seq, c->vocab, c->micro_batch, (long long)c->global_batch,
-            c->recompute ? "full" : "none", c->tp, c->pp, c->dp, u->virt, u->microbatches, u->gpus);
+            c->recompute ? "full" : "none", c->tp, c->pp, c->dp, u->virt, u->microbatches, u->gpus,
+            c->sp ? "true" : "false", r->m.cp, c->experts, c->experts ? (c->top_k ? c->top_k : 2) : 0,
+            c->shared_experts, c->experts ? (c->moe_every > 1 ? c->moe_every : 1) : 0, r->m.ep);
     fprintf(f,
             "\"step_s\":%.9g,\"tflops_per_gpu\":%.6g,\"mfu\":%.6g,\"hfu\":%.6g,\"bubble\":%.6g,"
             "\"peak_bytes_per_rank\":%.9g,\"mem_capacity\":%.9g,\"fits\":%s,\"model_flops\":%.9g,\"pipeline_s\":%.9g,"
@@ -370,6 +391,11 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
             u->peak_bytes_per_rank <= r->mem_capacity ? "true" : "false", u->model_flops, u->pipeline_s, u->dp_s,
             u->dp_total_s, u->dp_hidden, u->optimizer_s, u->tp_s_per_mb, u->tp_s_all_per_mb, r->m.tp_bytes_per_step, r->dp_bytes, r->m.p2p_bytes, r->m.p2p_xfer,
             r->m.comm, r->m.p2p_inter ? "true" : "false");
+    fprintf(f,
+            "\"cp_s_per_microbatch\":%.9g,\"cp_allgather_bytes_per_layer\":%.9g,\"a2a_s_per_microbatch\":%.9g,"
+            "\"a2a_bytes_per_layer\":%.9g,\"params_total\":%.9g,\"params_active\":%.9g,\"expert_slots\":%.9g,",
+            u->cp_s_per_mb, u->cp_bytes_per_layer, u->a2a_s_per_mb, u->a2a_bytes_per_layer, u->params_total,
+            u->params_active, u->expert_slots);
     json_stages(f, r);
     fputc(',', f);
     json_ranks(f, r);
@@ -402,9 +428,23 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
             c->layers, c->hidden, c->heads, c->kv_heads ? c->kv_heads : c->heads, r->m.ffn, c->gated_mlp ? "SwiGLU" : "GELU",
             c->rope ? "rotary" : "learned", c->seq, c->vocab, c->unfused_attention ? "unfused" : "flash-style",
             c->recompute ? "full" : "none", pipit__hw_dtype_name(r->m.dtype));
-    fprintf(f, "mesh    tp %d x pp %d x dp %d = %d GPUs of %s; %s, V=%d, M=%d microbatches of %d (global batch %lld)\n",
-            c->tp, c->pp, c->dp, u->gpus, r->hw_name, r->sched_name, u->virt, u->microbatches, c->micro_batch,
-            (long long)c->global_batch);
+    if (c->experts) {
+        char tot[32], act[32];
+        fprintf(f, "moe     %d experts (top-%d, %d shared) in every %d%s layer, %s params, %s active; %.0f slots per "
+                   "expert; ep %d\n",
+                c->experts, c->top_k ? c->top_k : 2, c->shared_experts, c->moe_every > 1 ? c->moe_every : 1,
+                c->moe_every > 1 ? "th" : "", count_text(tot, sizeof tot, u->params_total),
+                count_text(act, sizeof act, u->params_active), u->expert_slots, r->m.ep);
+    }
+    if (r->m.cp > 1 || c->sp)
+        fprintf(f, "mesh    tp %d%s x cp %d x pp %d x dp %d = %d GPUs of %s; %s, V=%d, M=%d microbatches of %d (global batch "
+                   "%lld)\n",
+                c->tp, c->sp ? " (sp)" : "", r->m.cp, c->pp, c->dp, u->gpus, r->hw_name, r->sched_name, u->virt,
+                u->microbatches, c->micro_batch, (long long)c->global_batch);
+    else
+        fprintf(f, "mesh    tp %d x pp %d x dp %d = %d GPUs of %s; %s, V=%d, M=%d microbatches of %d (global batch %lld)\n",
+                c->tp, c->pp, c->dp, u->gpus, r->hw_name, r->sched_name, u->virt, u->microbatches, c->micro_batch,
+                (long long)c->global_batch);
     fprintf(f, "step    %.4f s  (pipeline %.4f s, bubble %.1f%%; then DP exchange %.4f s, optimizer %.4f s)\n",
             u->step_s, u->pipeline_s, 100 * u->bubble, u->dp_s, u->optimizer_s);
     if (u->dp_total_s > 0)
@@ -418,6 +458,12 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
     fprintf(f, "comm    stage message %.3g MB per GPU (%s, %.3g ms); TP all-reduce %.3g ms per microbatch-stage\n",
             r->m.p2p_bytes / 1e6, r->m.p2p_inter ? "across nodes" : "inside a node", 1e3 * (r->m.comm + r->m.p2p_xfer),
             1e3 * u->tp_s_per_mb);
+    if (r->m.cp > 1)
+        fprintf(f, "cp      K/V all-gather %.3g MB per GPU per layer; %.3g ms per microbatch-stage (forward and backward)\n",
+                u->cp_bytes_per_layer / 1e6, 1e3 * u->cp_s_per_mb);
+    if (c->experts && r->m.ep > 1)
+        fprintf(f, "ep      all-to-all %.3g MB per GPU, 4 per MoE layer; %.3g ms per microbatch-stage\n",
+                u->a2a_bytes_per_layer / 1e6, 1e3 * u->a2a_s_per_mb);
     fprintf(f, "\nrank   busy s   bubble  peak GiB  params     DP s\n");
     for (int q = 0; q < r->m.P; q++) {
         const rank_row *w = &r->ranks[q];

@@ -43,6 +43,9 @@ double pipit__hw_gemm_time(const pipit_hw *hw, int d, double batch, double m, do
 double pipit__hw_mem_time(const pipit_hw *hw, double bytes);
 /* Ring all-reduce of `bytes` over n ranks on the given link. */
 double pipit__hw_allreduce_time(double bytes, int n, double bw, double lat);
+/* Ring all-gather (or reduce-scatter) of `bytes` in all over n ranks:
+ * (n-1)/n bytes / bw + (n-1) latencies, half an all-reduce. */
+double pipit__hw_allgather_time(double bytes, int n, double bw, double lat);
 
 /* Per-stage costs of one microbatch (seconds, bytes) and what the report
  * needs besides the pipeline. */
@@ -52,6 +55,7 @@ typedef struct {
     double *act;                 /* [S] bytes a (stage, mb) keeps from F to its backward */
     double *work;                /* [S] transient bytes while one task of the stage runs */
     double *params;              /* [S] parameters of stage s on one GPU of its TP group */
+    double *eparams;             /* [S] of which expert parameters (sharded over ep, reduced over cp dp / ep) */
     double *layers;              /* [S] transformer layers of stage s */
     double comm;                 /* latency of one stage-to-stage message (the simulator's edge cost) */
     double p2p_xfer;             /* seconds the sender spends moving one message */
@@ -63,6 +67,10 @@ typedef struct {
                                     run spends in them: calibration) */
     double peak;                 /* dense FLOP/s of the dtype */
     double ffn;                  /* the MLP width F */
+    double cp_s_per_mb, cp_bytes_per_layer;   /* context parallelism's K/V collectives */
+    double a2a_s_per_mb, a2a_bytes_per_layer; /* MoE all-to-all */
+    double params_total, params_active, slots;
+    int cp, ep;                  /* resolved (>= 1) */
 } pipit__sim_model;
 
 /* M = global batch / (micro-batch x dp), or INVALID naming the numbers. */
@@ -80,5 +88,8 @@ double pipit__sim_model_flops(const pipit_sim_config *cfg, int count_recompute);
  * cost model prices them (flash-style: the causal half, the backward's
  * recomputed scores), what calibration divides the attention time into. */
 double pipit__sim_attn_flops(const pipit_sim_config *cfg);
+/* The model's parameters, all and those a token uses (MoE: k routed + the
+ * shared experts), as the memory model counts them (docs/sim.md). */
+void pipit__sim_param_counts(const pipit_sim_config *cfg, double *total, double *active);
 
 #endif
