@@ -5,7 +5,8 @@
 # Llama, and the position reset differs again on GPT-2; --pp 2 and
 # --auto-stages give the one-rank losses); a separator that
 # never occurs gives exactly the losses of a run without the flag (one
-# document per sequence is plain attention, bit for bit; eval too); the
+# document per sequence is plain attention, bit for bit; eval too); eval
+# takes a checkpoint's setting unless the flags override it; the
 # refusals by message (ID outside the vocabulary, --doc-pos-reset without
 # --doc-sep); --print-config carries the setting; a --doc-sep checkpoint
 # resumes with it (4 + 2 steps = 6 steps, byte for byte).
@@ -77,12 +78,19 @@ cmp -s d.st d6.st || fail "--doc-sep: 4 steps + resume to 6 differs from 6 steps
 expect_ok "$PIPIT" train --config docs.json --steps 6 --save c6.st
 cmp -s c6.st d6.st || fail "--config of --print-config's output: not the --doc-sep run"
 
-# ---- eval: the flag as train's; a separator never in the data is plain attention
-expect_ok "$PIPIT" eval --init d6.st --data text.txt --batches 2 --json; e_plain=$OUT
-expect_ok "$PIPIT" eval --init d6.st --data text.txt --batches 2 --json --doc-sep $NONE
-[ "$OUT" = "$e_plain" ] || fail "eval --doc-sep $NONE: $OUT vs $e_plain"
-expect_ok "$PIPIT" eval --init d6.st --data text.txt --batches 2 --json --doc-sep $DOT
-[ "$OUT" != "$e_plain" ] || fail "eval --doc-sep $DOT: the loss of plain attention"
+# ---- eval: the checkpoint's --doc-sep and --doc-pos-reset unless the flags say otherwise
+e=(eval --init d6.st --data text.txt --batches 2 --json)
+expect_ok "$PIPIT" "${e[@]}"; e_ckpt=$OUT
+expect_ok "$PIPIT" "${e[@]}" --doc-sep $DOT --doc-pos-reset
+[ "$OUT" = "$e_ckpt" ] || fail "eval of a --doc-sep $DOT --doc-pos-reset checkpoint: $e_ckpt, not its settings' $OUT"
+expect_ok "$PIPIT" "${e[@]}" --doc-sep $DOT
+[ "$OUT" != "$e_ckpt" ] || fail "eval --doc-sep $DOT (no position reset): the loss with the checkpoint's reset"
+expect_ok "$PIPIT" "${e[@]}" --doc-sep $NONE; e_none=$OUT
+[ "$e_none" != "$e_ckpt" ] || fail "eval --doc-sep $NONE: the loss of the checkpoint's separator"
+expect_ok "$PIPIT" train --data text.txt --ctx 32 --micro-batch 2 --steps 1 --save plain.st
+expect_ok "$PIPIT" eval --init plain.st --data text.txt --batches 2 --json; e_plain=$OUT
+expect_ok "$PIPIT" eval --init plain.st --data text.txt --batches 2 --json --doc-sep $NONE
+[ "$OUT" = "$e_plain" ] || fail "eval --doc-sep $NONE (never in the data): $OUT, not plain attention's $e_plain"
 expect_fail "--doc-sep 999 is outside the vocabulary" "$PIPIT" eval --init d6.st --data text.txt --doc-sep 999
 
 if [ "$failures" -ne 0 ]; then

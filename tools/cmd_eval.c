@@ -2,8 +2,9 @@
  * cmd_eval.c — `pipit eval`: the mean loss of a checkpoint on sequential
  * windows of a file, with a forward-only program (no backward, no
  * gradient memory); evaluation never wraps around a short file. The
- * window, micro-batch and batch count default to what the checkpoint and
- * the file say (flags override).
+ * window, micro-batch, batch count and packed documents (--doc-sep,
+ * --doc-pos-reset) default to what the checkpoint and the file say (flags
+ * override).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,6 +25,11 @@ static void eval_defaults(session *s, opts *o, const flag_cmd *c) {
                 "--ctx", o->init);
     }
     if (!flags_seen(c, "micro-batch")) o->micro_batch = (int)meta_i64(s->ckpt, "init", "micro_batch", 1, 1 << 20, 1);
+    if (!flags_seen(c, "doc-sep")) { /* packed documents as trained (train_save.c); --doc-sep overrides both */
+        o->doc_sep = (int)meta_i64(s->ckpt, "init", "doc_sep", -1, INT32_MAX, -1);
+        if (!flags_seen(c, "doc-pos-reset"))
+            o->doc_pos_reset = (int)meta_i64(s->ckpt, "init", "doc_pos_reset", 0, 1, 0);
+    }
     if (flags_seen(c, "batches") || o->ctx < 1 || o->micro_batch < 1) return; /* open_model reports bad values */
     cli_check(pipit_data_open_spec(o->data, data_format(o->data_format), o->ctx, PIPIT_DATA_SEQUENTIAL, o->seed,
                                    &s->data),
@@ -51,8 +57,8 @@ int cmd_eval(int argc, char **argv) {
         {"dtype", FL_STR, &o.dtype, "compute precision: f32 (default) or bf16", 0},
         {"fused-head", FL_BOOL, &o.fused_head, "the fused LM head + cross-entropy (as train's; the same parameters, "
                                                "so any checkpoint; default: matmul + cross-entropy)", 0},
-        {"doc-sep", FL_INT, &o.doc_sep, "packed documents, as train's: token ID ends a document (default: none)", 0},
-        {"doc-pos-reset", FL_BOOL, &o.doc_pos_reset, "with --doc-sep: GPT-2's positions restart per document", 0},
+        {"doc-sep", FL_INT, &o.doc_sep, "packed documents, as train's: token ID ends a document (default: the checkpoint's, else none)", 0},
+        {"doc-pos-reset", FL_BOOL, &o.doc_pos_reset, "with --doc-sep: GPT-2's positions restart per document (default: the checkpoint's)", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
         {"no-mem-check", FL_BOOL, &o.no_mem_check, "skip the memory admission (docs/refuses.md)", 0},
         {"mem-limit", FL_DBL, &o.mem_limit, "bytes the memory admission allows (default: detected)", 0},
