@@ -103,7 +103,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 EOF
     }
     B=(--data text.txt --dim 512 --layers 4 --ctx 16 --micro-batch 1 --microbatches 2 --pp 2)
-    for mesh in "--dp 1" "--dp 2 --zero 3"; do
+    for mesh in "--dp 1" "--dp 2 --zero 3" "--dp 2 --zero 3 --reshard-after-forward"; do
         # shellcheck disable=SC2086
         expect_ok "$PIPIT" plan "${B[@]}" $mesh --json
         predicted=$($PY -c 'import json,sys; j=json.loads(sys.argv[1]); print(int(j["data_parallel"] * sum(r["memory"]["total"] for r in j["ranks"]) / 1024))' "$OUT")
