@@ -168,6 +168,9 @@ typedef struct {
     double params_total;        /* the model's parameters (every expert) */
     double params_active;       /* those one token goes through (k routed + shared experts) */
     double expert_slots;        /* capacity: slots per expert of one rank's microbatch (0: dense) */
+    double tflops_causal;       /* tflops_per_gpu with the attention's causal half of the s^2 square counted (what
+                                   flash-style kernels execute) instead of Megatron's whole square */
+    double mfu_causal;          /* mfu, counted so */
 } pipit_sim_summary;
 
 typedef struct pipit_sim_report pipit_sim_report;

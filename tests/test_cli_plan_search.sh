@@ -175,6 +175,73 @@ expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit
 grep -q "zero remat" <<<"$OUT" && grep -q "runner-ups" <<<"$OUT" && [ "$(grep -c '^ *[1234]  .* full ' <<<"$OUT")" -eq 4 ] ||
     fail "text runner-ups: $OUT"
 
+# ---- sp and cp searched (with --gpus: pp x tp x cp x dp), ep with a MoE model: the best equals the
+# brute-force minimum of `pipit sim` over every combination, and every one is counted
+$PY - "$PIPIT" <<'PYEOF' || fail "sp/cp/ep search != brute force"
+import json, subprocess, sys, re
+pipit = sys.argv[1]
+def run(args):
+    p = subprocess.run([pipit] + args, capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+rc, out, err = run(["sim", "--layers", "2", "--hidden", "8", "--heads", "2", "--seq", "4", "--vocab", "8",
+                    "--global-batch", "1", "--hw", "cpu", "--schedule", "nope"])
+names = re.search(r"expected one of (.*?)(;|$)", err).group(1).split(", ")
+# (L h a kv F s V) = (1 64 4 2 352 64 256), G = 2, 4 GPUs, pp 1, 4 experts top-2 (one case: it
+# searches all three; the dense search is the same code with ep fixed at 1)
+for moe in (True,):
+    model = ["--layers", "1", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ctx", "64", "--vocab", "256"]
+    simm = ["--arch", "llama", "--ffn-hidden", "352", "--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+            "--seq", "64", "--vocab", "256"]
+    if moe:
+        model += ["--experts", "4"]
+        simm += ["--experts", "4", "--top-k", "2"]
+    rc, out, err = run(["plan", "--search", "--model", "llama-tiny", "--global-batch", "2", "--gpus", "4", "--pp", "1",
+                        "--hw", "a100", "--no-mem-check", "--recompute", "none", "--zero", "0", "--json", "--top", "100000"]
+                       + model)
+    assert rc == 0, err
+    j = json.loads(out)
+    best, total = None, 0
+    seen = set()
+    for t in (1, 2, 4):
+        for c in (1, 2, 4):
+            if 4 % (t * c):
+                continue
+            d = 4 // t // c
+            if 2 % d:
+                continue
+            for sp in ((0, 1) if t > 1 else (0,)):
+                for ep in ([e for e in range(1, d + 1) if d % e == 0 and 4 % e == 0] if moe else [1]):
+                    for name in names:
+                        for v in (1,):
+                            for b in (1, 2):
+                                if (2 // d) % b:
+                                    continue
+                                total += 1
+                                args = ["sim"] + simm + ["--global-batch", "2", "--micro-batch", str(b), "--tp", str(t),
+                                        "--cp", str(c), "--dp", str(d), "--schedule", name, "--virtual", str(v),
+                                        "--hw", "a100", "--json"] + (["--sp"] if sp else []) + (["--ep", str(ep)] if moe else [])
+                                rc, o, e = run(args)
+                                if rc != 0:
+                                    continue
+                                x = json.loads(o)
+                                seen.add((t, c, sp, ep))
+                                if best is None or x["step_s"] < best:
+                                    best = x["step_s"]
+    assert j["candidates"] == total, (moe, j["candidates"], total)
+    got = j["best"][0]["step_s"]
+    assert abs(got - best) <= 1e-9 * best, (moe, got, best)
+    found = {(x["tp"], x["cp"], int(x["sp"]), x["ep"]) for x in j["best"]}
+    assert found == seen, (moe, sorted(found ^ seen))
+    assert {x[1] for x in found} == {1, 2, 4} and any(x[2] for x in found), found
+    if moe:  # (dp is at most 2 here; tp 4 does not divide the 2 kv heads)
+        assert {x[3] for x in found} == {1, 2} and {x[0] for x in found} == {1, 2}, found
+    print("ok", "moe" if moe else "dense", "best", j["best"][0], "of", total)
+PYEOF
+expect_fail "--top-k is a mixture-of-experts flag: give --experts too" "$PIPIT" plan --search --global-batch 8 --top-k 2
+expect_fail "--ep 3 must be >= 1 and divide --experts 8" "$PIPIT" plan --search --global-batch 8 --model moe-tiny --ep 3
+expect_fail "--sp and --no-sp" "$PIPIT" plan --search --global-batch 8 --sp --no-sp
+expect_fail "--cp must be >= 1 (got 0)" "$PIPIT" plan --search --global-batch 8 --cp 0
+
 # ---- bad inputs
 expect_fail "--zero must be 0, 1, 2 or 3 (got 4)" "$PIPIT" plan --search --global-batch 8 --zero 4
 expect_fail "--zero1 is --zero 1" "$PIPIT" plan --search --global-batch 8 --zero1 --zero 2

@@ -173,5 +173,98 @@ expect_fail "badprof.json.*lacks" "$PIPIT" sim --calibrate badprof.json
 expect_fail "--profile-out .*cannot create a file there" "$PIPIT" train --data t.txt --ctx 16 --layers 2 --heads 2 --dim 32 \
     --micro-batch 2 --steps 2 --profile-out /nonexistent/dir/p.json
 
+# ---- sequence parallelism, context parallelism, MoE and EP: hand-computed bytes (docs/sim.md)
+# (bf16 on h100: e = 2 bytes; T = b s = 512 tokens; h = 256; t = 4)
+SP=(--layers 2 --hidden 256 --heads 8 --seq 512 --vocab 1024 --micro-batch 1 --global-batch 1 --tp 4 --pp 2 --hw h100 --json)
+expect_ok "$PIPIT" sim "${SP[@]}"; NOSP=$OUT
+expect_ok "$PIPIT" sim "${SP[@]}" --sp; WITHSP=$OUT
+expect_ok "$PIPIT" sim "${SP[@]}" --arch llama; LNOSP=$OUT
+expect_ok "$PIPIT" sim "${SP[@]}" --arch llama --sp; LSP=$OUT
+$PY - "$NOSP" "$WITHSP" "$LNOSP" "$LSP" <<'PYEOF' || fail "sp: the norm regions' bytes are not cut by t"
+import json, sys
+a, b, la, lb = (json.loads(x) for x in sys.argv[1:])
+# one layer a stage; GPT keeps two norm inputs, two matmul inputs (2 bytes each) and two 1-byte dropout
+# masks per token and hidden unit outside the TP matmuls: 512 x 256 x 10 bytes, which SP cuts to 1/4
+for x, y in zip(a["stages"], b["stages"]):
+    assert x["act_bytes"] - y["act_bytes"] == 512 * 256 * 10 * 3 / 4, (x, y)
+# Llama: no dropout masks, 8 bytes
+for x, y in zip(la["stages"], lb["stages"]):
+    assert x["act_bytes"] - y["act_bytes"] == 512 * 256 * 8 * 3 / 4, (x, y)
+# stage messages: the whole activation per GPU without SP, 1/t with it
+assert a["p2p_message_bytes"] == 512 * 256 * 2 and b["p2p_message_bytes"] == 512 * 256 * 2 / 4
+assert b["sp"] is True and a["sp"] is False
+# the same FLOPs; the same all-reduce bytes moved as all-gather + reduce-scatter, norms on 1/t: not slower
+assert a["model_flops"] == b["model_flops"] and b["stages"][0]["f_s"] < a["stages"][0]["f_s"]
+PYEOF
+# context parallelism: c = 4, GQA 2 kv heads of 32: K and V of the whole sequence (1024 tokens x 64 x 2
+# tensors x 2 bytes) all-gathered, 3/4 of it from the other ranks: 196608 bytes a layer
+CP=(--arch llama --layers 2 --hidden 256 --heads 8 --kv-heads 2 --seq 1024 --vocab 1024 --global-batch 1 --hw h100 --json)
+expect_ok "$PIPIT" sim "${CP[@]}"; CP1=$OUT
+expect_ok "$PIPIT" sim "${CP[@]}" --cp 4; CP4=$OUT
+expect_ok "$PIPIT" sim "${CP[@]}" --cp 4 --tp 2; CP4T2=$OUT
+$PY - "$CP1" "$CP4" "$CP4T2" <<'PYEOF' || fail "cp: bytes differ from the hand formula"
+import json, sys
+a, b, c = (json.loads(x) for x in sys.argv[1:])
+assert b["gpus"] == 4 and b["cp"] == 4 and c["gpus"] == 8, (b["gpus"], c["gpus"])
+assert a["cp_allgather_bytes_per_layer"] == 0 and b["cp_allgather_bytes_per_layer"] == 196608
+assert c["cp_allgather_bytes_per_layer"] == 196608 / 2  # each TP rank gathers its kv head
+# each rank keeps a quarter of the sequence's activations plus the gathered K and V, 2 layers
+assert abs(b["stages"][0]["act_bytes"] - (a["stages"][0]["act_bytes"] / 4 + 2 * 196608)) < 1e-6 * b["stages"][0]["act_bytes"]
+assert b["params_total"] == a["params_total"] and b["ranks"][0]["params"] == a["ranks"][0]["params"]  # replicated
+PYEOF
+# time: at 32K tokens each of 4 ranks does a quarter of the work (the causal attention balanced over the
+# 2c chunks) plus the all-gathers; on a 100 GB/s, 1 us NVLink, each of 2 layers' all-gather (forward) and
+# reduce-scatter (backward) of 3/4 x 32768 x 2 x 1024 x 2 bytes takes 1.00663296 ms + 3 x 1 us
+CPL=(--arch llama --layers 2 --hidden 4096 --heads 32 --kv-heads 8 --seq 32768 --vocab 1024 --global-batch 1 --hw h100
+     --link intra=100GB:1us --json)
+expect_ok "$PIPIT" sim "${CPL[@]}"; CPL1=$OUT
+expect_ok "$PIPIT" sim "${CPL[@]}" --cp 4; CPL4=$OUT
+$PY - "$CPL1" "$CPL4" <<'PYEOF' || fail "cp: time differs from the hand formula"
+import json, sys
+a, b = (json.loads(x) for x in sys.argv[1:])
+ag = 3 / 4 * 32768 * 2 * 1024 * 2
+assert b["cp_allgather_bytes_per_layer"] == ag
+assert abs(b["cp_s_per_microbatch"] - 2 * 2 * (ag / 100e9 + 3 * 1e-6)) < 1e-12, b["cp_s_per_microbatch"]
+assert a["step_s"] / 4 < b["step_s"] < a["step_s"] / 3, (a["step_s"], b["step_s"])  # (+ the gradients reduced over cp)
+PYEOF
+# MoE: moe-tiny's shape (4 layers, h 64, 4 heads of 16, 2 kv heads, 8 SwiGLU experts of 144, top-2, vocab 256).
+# Per layer: attention 2 x 64^2 + 2 x 64 x 32 = 12288, RMSNorms 2 x 64, router 8 x 64, an expert 3 x 144 x 64
+MOE=(--arch llama --layers 4 --hidden 64 --heads 4 --kv-heads 2 --ffn-hidden 144 --vocab 256 --seq 64 --global-batch 4
+     --dp 4 --experts 8 --top-k 2 --hw h100 --json)
+expect_ok "$PIPIT" sim "${MOE[@]}"; EP1=$OUT
+expect_ok "$PIPIT" sim "${MOE[@]}" --ep 4; EP4=$OUT
+expect_ok "$PIPIT" sim "${MOE[@]}" --moe-every 2 --shared-experts 1; EVERY2=$OUT
+$PY - "$EP1" "$EP4" "$EVERY2" <<'PYEOF' || fail "moe: counts differ from the hand formula"
+import json, sys, math
+a, b, c = (json.loads(x) for x in sys.argv[1:])
+attn, router, expert, ends = 12288 + 128, 512, 3 * 144 * 64, 256 * 64 + 64
+assert a["params_total"] == 4 * (attn + router + 8 * expert) + ends, a["params_total"]
+assert a["params_active"] == 4 * (attn + router + 2 * expert) + ends, a["params_active"]
+# layers 1 and 3 MoE (with a shared expert), 0 and 2 a dense SwiGLU of 144
+assert c["params_total"] == 2 * (attn + expert) + 2 * (attn + router + 9 * expert) + ends, c["params_total"]
+assert c["params_active"] == 2 * (attn + expert) + 2 * (attn + router + 3 * expert) + ends, c["params_active"]
+# capacity: ceil(1.25 x 64 tokens x 2 / 8) = 20 slots per expert
+assert a["expert_slots"] == 20 == math.ceil(1.25 * 64 * 2 / 8)
+# EP 4: each rank holds 2 of the 8 experts: expert parameters and their bytes (16 a parameter in mixed
+# precision, no ZeRO) a quarter; the all-to-all sends 3/4 of the 8 x 20 slots x 64 x 2 bytes
+assert a["stages"][0]["expert_params"] == 4 * 8 * expert and b["stages"][0]["expert_params"] == 4 * 2 * expert
+assert a["ranks"][0]["static_bytes"] - b["ranks"][0]["static_bytes"] == 4 * 6 * expert * 16
+assert a["a2a_bytes_per_layer"] == 0 and b["a2a_bytes_per_layer"] == 3 / 4 * 8 * 20 * 64 * 2
+# model FLOPs: active parameters only (k = 2 experts a token), the same with and without EP
+assert a["model_flops"] == b["model_flops"]
+PYEOF
+SPB=(--layers 2 --hidden 256 --heads 8 --vocab 1024 --global-batch 1 --hw h100)
+MOEB=(--arch llama --layers 4 --hidden 64 --heads 4 --kv-heads 2 --ffn-hidden 144 --vocab 256 --seq 64 --experts 8 --hw h100)
+expect_fail "sequence parallelism (sp) needs tp > 1 (got tp 1)" "$PIPIT" sim "${SPB[@]}" --seq 512 --sp
+expect_fail "seq 510 is not divisible by tp 4" "$PIPIT" sim "${SPB[@]}" --seq 510 --tp 4 --sp
+expect_fail "seq 1024 is not divisible by 2 x cp = 6" "$PIPIT" sim "${CP[@]}" --cp 3
+expect_fail "cp must be >= 1 (got 0)" "$PIPIT" sim "${CP[@]}" --cp 0
+expect_fail "experts 8 is not divisible by ep 3" "$PIPIT" sim "${MOEB[@]}" --ep 3 --dp 3 --global-batch 3
+expect_fail "dp 4 is not divisible by ep 8" "$PIPIT" sim "${MOE[@]}" --ep 8
+expect_fail "top-k 9 is more than the experts (8)" "$PIPIT" sim "${MOEB[@]}" --global-batch 1 --top-k 9
+expect_fail "capacity-factor must be > 0 (got 0)" "$PIPIT" sim "${MOE[@]}" --capacity-factor 0
+expect_fail "top-k is a mixture-of-experts setting: give experts too" "$PIPIT" sim "${CP[@]}" --top-k 2
+expect_fail "ep must be >= 1 (got 0)" "$PIPIT" sim "${MOE[@]}" --ep 0
+
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "ok"

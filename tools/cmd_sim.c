@@ -252,6 +252,9 @@ int cmd_sim(int argc, char **argv) {
     flags_require(&cmd, (const char *const[]){"layers", "hidden", "heads", "seq", "vocab", "global-batch", "hw", NULL});
     if (global > (uint64_t)INT64_MAX) die("--global-batch %llu is too large", (unsigned long long)global);
     c.global_batch = (int64_t)global;
+    if (flags_seen(&cmd, "cp") && c.cp < 1) die("--cp must be >= 1 (got %d)", c.cp);
+    if (flags_seen(&cmd, "ep") && c.ep < 1) die("--ep must be >= 1 (got %d)", c.ep);
+    if (flags_seen(&cmd, "experts") && c.experts < 1) die("--experts must be >= 1 (got %d; leave it out for a dense model)", c.experts);
     if (flags_seen(&cmd, "capacity-factor") && !(c.capacity_factor > 0))
         die("--capacity-factor must be > 0 (got %g): slots per expert = ceil(F x tokens x k / E)", c.capacity_factor);
     cli_sim_arch(&cmd, arch, &c);

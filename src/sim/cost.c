@@ -137,6 +137,10 @@ static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int mo
      * the same two all-reduces; full recompute adds a forward */
     c.b = dense + attn_gemms(hw, x, x->flash ? 5 : 4) + pipit__hw_mem_time(hw, 2 * mem_f) +
           (moe ? 28 : 16) * hw->kernel_overhead + 2 * ar + cpt + a2a; /* K/V gradients reduce-scattered */
+    /* sequence parallelism keeps the QKV's and MLP's inputs cut by t and
+     * all-gathers them again for the weight gradients: two all-gathers,
+     * one all-reduce's time (Korthikanti et al. 2022, section 4.2.2) */
+    if (x->tsp > 1) c.b += ar;
     if (recompute) c.b += c.f;
     c.w = dense;
     /* Korthikanti et al. 2022, eq. 2, generalised to any element size, MLP
@@ -442,9 +446,13 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
  * square of scores: model FLOPs, whatever the kernels skip), logits 2 T h V;
  * backward twice the forward; full recompute one more layer forward. */
 double pipit__sim_model_flops(const pipit_sim_config *c, int count_recompute) {
+    return pipit__sim_model_flops_x(c, count_recompute, 1.0);
+}
+
+double pipit__sim_model_flops_x(const pipit_sim_config *c, int count_recompute, double square) {
     double h = c->hidden, s = c->seq, fh = ffn_width(c), kvw = (double)kv_heads(c) * (c->hidden / c->heads);
     double gates = c->gated_mlp ? 2 : 1, tokens = (double)c->global_batch * s;
-    double attn = 2 * tokens * (2 * h * h + 2 * h * kvw) + 4 * (double)c->global_batch * s * s * h;
+    double attn = 2 * tokens * (2 * h * h + 2 * h * kvw) + square * 4 * (double)c->global_batch * s * s * h;
     double layer_f = attn + 2 * tokens * (gates + 1) * fh * h;
     /* a MoE layer: the k routed and the shared experts each token goes
      * through (active parameters; capacity's empty or dropped slots are not

@@ -215,6 +215,8 @@ static void summarize(pipit_sim_report *r, const pipit_sim_result *res, const pi
     u->tflops_per_gpu = u->model_flops / u->step_s / u->gpus / 1e12;
     u->hfu = u->tflops_per_gpu * 1e12 / r->m.peak;
     u->mfu = pipit__sim_model_flops(c, 0) / u->step_s / u->gpus / r->m.peak;
+    u->tflops_causal = pipit__sim_model_flops_x(c, 1, 0.5) / u->step_s / u->gpus / 1e12;
+    u->mfu_causal = pipit__sim_model_flops_x(c, 0, 0.5) / u->step_s / u->gpus / r->m.peak;
     u->tp_s_per_mb = r->m.tp_s_per_mb;
     u->tp_s_all_per_mb = r->m.tp_s_model_per_mb;
     u->microbatches = r->m.M, u->virt = r->m.V, u->stages = r->m.S;
@@ -393,9 +395,10 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
             r->m.comm, r->m.p2p_inter ? "true" : "false");
     fprintf(f,
             "\"cp_s_per_microbatch\":%.9g,\"cp_allgather_bytes_per_layer\":%.9g,\"a2a_s_per_microbatch\":%.9g,"
-            "\"a2a_bytes_per_layer\":%.9g,\"params_total\":%.9g,\"params_active\":%.9g,\"expert_slots\":%.9g,",
+            "\"a2a_bytes_per_layer\":%.9g,\"params_total\":%.9g,\"params_active\":%.9g,\"expert_slots\":%.9g,"
+            "\"tflops_per_gpu_causal\":%.6g,\"mfu_causal\":%.6g,",
             u->cp_s_per_mb, u->cp_bytes_per_layer, u->a2a_s_per_mb, u->a2a_bytes_per_layer, u->params_total,
-            u->params_active, u->expert_slots);
+            u->params_active, u->expert_slots, u->tflops_causal, u->mfu_causal);
     json_stages(f, r);
     fputc(',', f);
     json_ranks(f, r);
@@ -451,8 +454,10 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
         fprintf(f, "dp      exchange %.4f s in all, %.1f%% of it hidden behind the backward\n", u->dp_total_s,
                 100 * u->dp_hidden);
     int giga = u->tflops_per_gpu < 1; /* a CPU */
-    fprintf(f, "speed   %.1f %s per GPU (Megatron's count), MFU %.1f%%, HFU %.1f%%\n",
-            giga ? 1e3 * u->tflops_per_gpu : u->tflops_per_gpu, giga ? "GFLOP/s" : "TFLOP/s", 100 * u->mfu, 100 * u->hfu);
+    fprintf(f, "speed   %.1f %s per GPU (Megatron's count), MFU %.1f%%, HFU %.1f%%; causal attention counted: %.1f, "
+               "MFU %.1f%%\n",
+            giga ? 1e3 * u->tflops_per_gpu : u->tflops_per_gpu, giga ? "GFLOP/s" : "TFLOP/s", 100 * u->mfu, 100 * u->hfu,
+            giga ? 1e3 * u->tflops_causal : u->tflops_causal, 100 * u->mfu_causal);
     fprintf(f, "memory  %.2f GiB peak on the fullest rank of %.2f GiB%s\n", gib(u->peak_bytes_per_rank),
             gib(r->mem_capacity), u->peak_bytes_per_rank <= r->mem_capacity ? "" : "  (DOES NOT FIT)");
     fprintf(f, "comm    stage message %.3g MB per GPU (%s, %.3g ms); TP all-reduce %.3g ms per microbatch-stage\n",

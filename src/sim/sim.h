@@ -84,6 +84,9 @@ void pipit__sim_model_free(pipit__sim_model *m);
 /* Megatron's model FLOPs per step: 72 or 96 B s l h^2 (1 + s/6h + V/(12|16) l h),
  * generalised to any MLP width (docs/sim.md). recompute counts the extra forward. */
 double pipit__sim_model_flops(const pipit_sim_config *cfg, int count_recompute);
+/* The same with `square` of the s^2 attention term counted (1: Megatron's
+ * whole square; 0.5: the causal half). */
+double pipit__sim_model_flops_x(const pipit_sim_config *cfg, int count_recompute, double square);
 /* The score and context GEMM FLOPs of one pipeline replica's step as the
  * cost model prices them (flash-style: the causal half, the backward's
  * recomputed scores), what calibration divides the attention time into. */
