@@ -107,6 +107,7 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local) {
                  (long long)ls->warmup, (long long)ls->decay_steps, ls->min_lr);
         const int ints[] = {pl->M, pl->D, pl->zero1 ? PIPIT_MAX(pl->zero, 1) : 0, pl->opt.remat != 0, pl->forward_only, p->tf32};
         for (int i = 0; i < 6; i++) snprintf(val[8 + i], VAL_LEN, "%d", ints[i]);
+        if (pl->reshard) snprintf(val[10], VAL_LEN, "%d, reshard_after_forward", ints[2]);
         uint64_t h = mix(0xcbf29ce484222325ull, pl->outputs, sizeof *pl->outputs * (size_t)pl->noutputs);
         snprintf(val[14], VAL_LEN, "%d (%016llx)", pl->noutputs, (unsigned long long)h);
         snprintf(val[15], VAL_LEN, "%d ranks, %d stages, %d microbatches (%016llx)", pl->nranks, pl->S, pl->M,
