@@ -3,7 +3,8 @@
  *   - the same bits as ZeRO-1 at the same D (losses, params, gradients,
  *     moments after 3 steps) over 1F1B, a B/W-split schedule (ZB-H1), an
  *     interleaved one, bf16 DualPipeV, T = 2, D = 3 without a schedule, and
- *     a gradient transform that reads a param (the post-loop regathers);
+ *     a gradient transform that reads a param (the post-loop regathers),
+ *     and 2 compute threads per rank;
  *   - the windows, checked against the instruction lists independently:
  *     replaying each rank's gathers and releases, every instruction of the
  *     pre-loop and loop that reads a param finds it gathered, and nothing
@@ -30,6 +31,8 @@ typedef struct {
     pipit_dtype dtype;
 } rrun;
 
+static int g_threads = 1; /* compute threads per rank of the next runs */
+
 static pipit_gpt2_config rcfg(const rrun *r) {
     return (pipit_gpt2_config){.vocab = RV, .max_ctx = RT, .ctx = RT, .layers = RL, .heads = RH, .dim = RC, .batch = RB,
                                .stages = r->stages};
@@ -53,7 +56,7 @@ static pipit_status rcompile(const rrun *r, pipit_graph **gout, pipit_program **
     if (r->T > 1) pipit_graph_set_tensor_parallel(g, r->T);
     pipit_val loss = pipit_gpt2_build(g, &c);
     if (r->transform) transform_reads_wte(g);
-    pipit_options o = {.schedule = r->sch, .microbatches = r->M, .optimizer = pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1),
+    pipit_options o = {.schedule = r->sch, .microbatches = r->M, .threads = g_threads, .optimizer = pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1),
                        .clip_norm = 0.5, .data_parallel = r->D, .zero = r->zero, .reshard_after_forward = r->reshard,
                        .tensor_parallel = r->T, .dtype = r->dtype};
     pipit_status s = pipit_compile(g, loss, &o, out);
@@ -126,6 +129,10 @@ PIPIT_TEST(zero3_reshard_equal_zero1) {
     ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_1F1B, 2, 1, 2, &s));
     reshard_same_as_zero1((rrun){s, 2, 2, 2, 0, 0, 2, 0, PIPIT_F32}, "1f1b P=2 T=2 D=2");
     reshard_same_as_zero1((rrun){s, 2, 2, 2, 0, 0, 1, 1, PIPIT_F32}, "1f1b P=2 D=2, a transform reading wte");
+    /* 2 threads per rank: thread 0 gathers (the others wait) and releases (the others run on) */
+    g_threads = 2;
+    reshard_same_as_zero1((rrun){s, 2, 2, 2, 0, 0, 1, 0, PIPIT_F32}, "1f1b P=2 D=2, 2 threads per rank");
+    g_threads = 1;
     pipit_schedule_free(s);
 }
 
