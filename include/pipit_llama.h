@@ -89,7 +89,30 @@ typedef struct {
      * between steps (pipit_program_set_param; `pipit train --balance-bias`
      * from the token counts). 0 (default): no bias. Requires experts. */
     int route_bias;
+    /* 1: the q, k and v projections add a bias "model.layers.<l>.self_attn.
+     * {q,k,v}_proj.bias" (o_proj none): Qwen2 (transformers'
+     * Qwen2ForCausalLM, Qwen2MoeForCausalLM). Not with tensor parallelism.
+     * 0 (default): no biases, Llama. */
+    int attn_bias;
+    /* Where an MoE layer's weights live, so that a Hugging Face file loads
+     * (and saves) by name: PIPIT_LLAMA_MOE_STACKED (0, the default) the
+     * stacked "mlp.router" / "mlp.experts.*" tensors above;
+     * PIPIT_LLAMA_MOE_MIXTRAL transformers' MixtralForCausalLM, router
+     * "model.layers.<l>.block_sparse_moe.gate.weight" [E, C] and expert e's
+     * "block_sparse_moe.experts.<e>.w1.weight" (gate) and "w3" (up) [F, C],
+     * "w2" (down) [C, F] (no shared experts); PIPIT_LLAMA_MOE_QWEN2
+     * Qwen2MoeForCausalLM, router "mlp.gate.weight", expert e's
+     * "mlp.experts.<e>.{gate,up,down}_proj.weight". The per-expert weights
+     * are stacked in the graph (a concat): the same model and numbers as
+     * the stacked layout. */
+    int moe_layout;
+    /* 1: the shared experts' output is scaled per token by sigmoid(x w),
+     * w = "model.layers.<l>.mlp.shared_expert_gate.weight" [1, C]
+     * (Qwen2-MoE). Requires shared_experts. 0 (default): no gate. */
+    int shared_gate;
 } pipit_llama_config;
+
+enum { PIPIT_LLAMA_MOE_STACKED = 0, PIPIT_LLAMA_MOE_MIXTRAL = 1, PIPIT_LLAMA_MOE_QWEN2 = 2 };
 
 /* Graph inputs the builder declares; feed them per microbatch. Positions
  * are the row index 0..T-1 (RoPE computes its angles from it). */
@@ -198,10 +221,25 @@ PIPIT_API pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint
  * "original_max_position_embeddings" (all required); any other rope_type
  * is refused by name. *present (if not NULL) gets a PIPIT_LLAMA_HAS_* bit
  * per field the file gave. What pipit does not implement is refused
- * (INVALID, naming the key): a model_type other than "llama",
- * attention_bias or mlp_bias true, a head_dim other than hidden_size /
- * num_attention_heads, a hidden_act other than "silu", a nonzero
- * attention_dropout. IO / FORMAT for an unreadable file, bad JSON, text
+ * (INVALID, naming the key): a model_type other than "llama", "qwen2",
+ * "mixtral" or "qwen2_moe", attention_bias or mlp_bias true, a head_dim
+ * other than hidden_size / num_attention_heads, a hidden_act other than
+ * "silu", a nonzero attention_dropout.
+ * The model type sets attn_bias (1 for "qwen2" and "qwen2_moe": their
+ * q/k/v biases; use_sliding_window true refused) and the mixture of
+ * experts (all zero for "llama" and "qwen2"): "mixtral" moe_layout
+ * PIPIT_LLAMA_MOE_MIXTRAL, experts num_local_experts, top_k
+ * num_experts_per_tok, F intermediate_size (router_jitter_noise other
+ * than 0 and a sliding_window below max_position_embeddings refused);
+ * "qwen2_moe" PIPIT_LLAMA_MOE_QWEN2, experts num_experts, F
+ * moe_intermediate_size, shared_experts shared_expert_intermediate_size /
+ * F with shared_gate 1, moe_every decoder_sparse_step (refused:
+ * norm_topk_prob false, a non-empty mlp_only_layers, a dense
+ * intermediate_size other than F when some layers are dense); both
+ * dropless 1 and the softmax router (transformers computes every choice),
+ * aux_loss router_aux_loss_coef when output_router_logits is true (else
+ * 0), absent keys as transformers' config classes default them.
+ * IO / FORMAT for an unreadable file, bad JSON, text
  * after the object or a key that appears twice in one object. The
  * config's other fields are untouched. */
 enum {
@@ -215,7 +253,8 @@ enum {
     PIPIT_LLAMA_HAS_NORM_EPS = 1 << 7,
     PIPIT_LLAMA_HAS_ROPE_THETA = 1 << 8,
     PIPIT_LLAMA_HAS_TIED = 1 << 9,
-    PIPIT_LLAMA_HAS_ROPE_SCALING = 1 << 10 /* a rope_type was given ("default" included) */
+    PIPIT_LLAMA_HAS_ROPE_SCALING = 1 << 10, /* a rope_type was given ("default" included) */
+    PIPIT_LLAMA_HAS_MOE = 1 << 11 /* a mixture of experts: model_type "mixtral" or "qwen2_moe" */
 };
 PIPIT_API pipit_status pipit_llama_config_from_hf(const char *config_json, pipit_llama_config *cfg, int *present);
 /* Writes cfg as a Hugging Face config.json (LlamaConfig, the dtype as

@@ -8,7 +8,7 @@
 #     llama3 scaling likewise in both spellings (its numerics against the
 #     published rule: test_llama_oracle.sh and ops_torch_oracle); two
 #     spellings that disagree and a rope_type pipit lacks are refused;
-#   - a tensor the Llama builder would not read (a Qwen2's q/k/v biases) is
+#   - a tensor the Llama builder would not read (Qwen2's q/k/v biases beside a Llama config.json) is
 #     refused by name;
 #   - config.json contradicting the checkpoint (its tensors or pipit's
 #     metadata: max_position_embeddings 1 with a model trained at ctx 32,
@@ -81,10 +81,10 @@ expect_fail '"rope_parameters.rope_type" is "yarn": pipit implements rope_type "
 $PY edit.py '{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}'
 expect_fail 'rope_type "llama3" needs "low_freq_factor"' "$PIPIT" "${EV[@]}" --init hf/model.safetensors
 
-# a Qwen2's biases (and a layer after a gap) are not read by the Llama builder: refused by name
+# a Qwen2's biases beside a Llama config.json (model_type llama: no biases), and a layer after a gap: refused by name
 $PY edit.py '{"rope_theta": 10000.0}'
 $PY add.py ex/model.safetensors hf/model.safetensors model.layers.0.self_attn.q_proj.bias
-expect_fail "tensor 'model.layers.0.self_attn.q_proj.bias' is not used by the llama builder" \
+expect_fail "its model_type has no q/k/v biases but checkpoint 'hf/model.safetensors' holds 'model.layers.0.self_attn.q_proj.bias'" \
     "$PIPIT" "${EV[@]}" --init hf/model.safetensors
 $PY add.py ex/model.safetensors hf/model.safetensors model.layers.3.input_layernorm.weight
 expect_fail "tensor 'model.layers.3.input_layernorm.weight' is not used by the llama builder" \

@@ -78,7 +78,8 @@ pipit_llama_config cli_model_llama(const cli_model *m) {
                                 .fused_head = m->fused_head, .experts = m->experts, .top_k = m->top_k,
                                 .capacity_factor = m->capacity_factor, .dropless = m->dropless,
                                 .shared_experts = m->shared_experts, .moe_every = m->moe_every, .router = m->router,
-                                .aux_loss = m->aux_loss, .route_bias = m->balance_bias > 0};
+                                .aux_loss = m->aux_loss, .route_bias = m->balance_bias > 0,
+                                .attn_bias = m->attn_bias, .moe_layout = m->moe_layout, .shared_gate = m->shared_gate};
 }
 static pipit_status llama_check(const cli_model *m) {
     pipit_llama_config c = cli_model_llama(m);
@@ -116,6 +117,7 @@ static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model 
         m->experts = c.experts, m->top_k = c.top_k, m->capacity_factor = c.capacity_factor, m->dropless = c.dropless;
         m->shared_experts = c.shared_experts, m->moe_every = c.moe_every, m->router = c.router;
         m->aux_loss = c.aux_loss; /* MoE: the metadata's (as given for a dense file) */
+        m->attn_bias = c.attn_bias, m->moe_layout = c.moe_layout, m->shared_gate = c.shared_gate; /* from the tensors */
         const char *bb = pipit_checkpoint_meta(ck, "balance_bias"); /* its routing bias's coefficient */
         m->balance_bias = c.route_bias && bb ? strtod(bb, NULL) : 0;
     }

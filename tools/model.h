@@ -37,6 +37,8 @@ typedef struct {
      * "documents", ids from the tokens (a new document after each doc_sep); doc_pos_reset: GPT-2's
      * positions restart at 0 in each document (Llama: RoPE needs none, architecture section 13) */
     int docs, doc_sep, doc_pos_reset;
+    /* Llama: pipit_llama_config's attn_bias (Qwen2), moe_layout and shared_gate (Mixtral, Qwen2-MoE): from a checkpoint's tensors */
+    int attn_bias, moe_layout, shared_gate;
 } cli_model;
 
 struct cli_model_kind {

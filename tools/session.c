@@ -139,6 +139,36 @@ static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const fla
      * (none there is rope_type default, as in transformers) */
     if (pipit_checkpoint_meta(ck, "rope_type")) o->rope_scaling = f->rope_scaling;
     else if (has) o->rope_scaling = j.rope_scaling;
+    /* Qwen2's q/k/v biases and Hugging Face's MoE layouts: what the tensors hold */
+    o->attn_bias = f->attn_bias, o->moe_layout = f->moe_layout, o->shared_gate = f->shared_gate;
+    if (has && j.attn_bias != f->attn_bias)
+        die("config '%s': its model_type %s q/k/v biases but checkpoint '%s' %s 'model.layers.0.self_attn.q_proj.bias'",
+            json, j.attn_bias ? "(qwen2, qwen2_moe) has" : "has no", path, f->attn_bias ? "holds" : "has no");
+    if (f->attn_bias && !has && !pipit_checkpoint_meta(ck, "rope_theta"))
+        die("checkpoint '%s' holds Qwen2's q/k/v biases ('model.layers.0.self_attn.q_proj.bias') but neither pipit's "
+            "metadata nor a config.json beside it: its rope_theta, rms_norm_eps and heads are unknown (Qwen2's are not "
+            "Llama's defaults): put the model's config.json beside it",
+            path);
+    if ((has & PIPIT_LLAMA_HAS_MOE) && !f->experts)
+        die("config '%s' describes a mixture of experts (%d experts) but checkpoint '%s' has no router tensor", json,
+            j.experts, path);
+    cli_model hf = *f; /* an HF MoE file without pipit's metadata: top-k and the rest from config.json */
+    if (f->experts && f->moe_layout && !pipit_checkpoint_meta(ck, "top_k")) {
+        const char *arch = f->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL ? "mixtral" : "qwen2_moe";
+        if (!(has & PIPIT_LLAMA_HAS_MOE))
+            die("checkpoint '%s' holds a Hugging Face mixture of experts (%s's tensor names) but no config.json (model_type "
+                "%s) beside it: its num_experts_per_tok and router settings are unknown: put its config.json beside it",
+                path, arch, arch);
+        if (j.moe_layout != f->moe_layout || j.experts != f->experts || j.shared_experts != f->shared_experts ||
+            j.shared_gate != f->shared_gate || (j.moe_every > 1 ? j.moe_every : 1) != f->moe_every)
+            die("config '%s' (model_type %s, %d experts, %d shared x F, decoder_sparse_step %d) disagrees with checkpoint "
+                "'%s' (%s names, %d experts, %d shared x F, first MoE layer %d)",
+                json, j.moe_layout == PIPIT_LLAMA_MOE_MIXTRAL ? "mixtral" : "qwen2_moe", j.experts, j.shared_experts,
+                j.moe_every, path, arch, f->experts, f->shared_experts, f->moe_every - 1);
+        hf.top_k = j.top_k, hf.dropless = j.dropless, hf.capacity_factor = j.capacity_factor, hf.router = j.router;
+        hf.aux_loss = j.aux_loss;
+        f = &hf;
+    }
     if (f->experts) { /* mixture of experts: its metadata's fields; a flag given must agree */
         take(c, "experts", &o->experts, f->experts, 1, path);
         take(c, "top-k", &o->top_k, f->top_k, 1, path);
@@ -197,7 +227,8 @@ cli_model model_config(const opts *o, int stages) {
                        o->experts ? (o->top_k ? o->top_k : (o->experts < 2 ? o->experts : 2)) : 0, o->dropless,
                        o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
                        o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
-                       o->aux_loss, o->balance_bias, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset};
+                       o->aux_loss, o->balance_bias, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset,
+                       o->attn_bias, o->moe_layout, o->shared_gate};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */

@@ -57,6 +57,7 @@ typedef struct {
     int experts, top_k, dropless, shared_experts, moe_every;
     double capacity_factor, aux_loss, balance_bias;
     const char *router;
+    int attn_bias, moe_layout, shared_gate; /* Llama: Qwen2's q/k/v biases and HF's MoE layouts, from a checkpoint (no flag) */
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */

@@ -18,6 +18,7 @@
 #include "models/decode.h"
 #include "models/llama_moe.h"
 #include "models/models.h"
+#include "pipit_moe.h"
 #include "util/checked.h"
 #include "util/common.h"
 #include "util/fileio.h"
@@ -70,6 +71,7 @@ static int count_params(const pipit_llama_config *c, int64_t F, int64_t *out) {
     if (!pipit__mul_i64(C, c->vocab, &emb)) return 0;
     /* q and o: C x C each; k and v: C x kv*D each; gate, up, down: C x F each; two norms */
     if (!pipit__mul_i64(C, 2 * C + 2 * kvd + 2, &per) || !pipit__mul_i64(per, c->layers, &t)) return 0;
+    if (c->attn_bias && !pipit__add_i64(t, (C + 2 * kvd) * c->layers, &t)) return 0; /* Qwen2's q, k, v biases */
     for (int l = 0; l < c->layers; l++) { /* dense or MoE MLPs (llama_moe.c) */
         int64_t m;
         if (!pipit__llama_mlp_params(c, l, F, &m) || !pipit__add_i64(t, m, &t)) return 0;
@@ -133,6 +135,8 @@ static pipit_status llama_check_impl(const pipit_llama_config *c) {
     if (c->fused_head != 0 && c->fused_head != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "llama: fused_head %d is not 0 (matmul head) or 1 (fused head)",
                           c->fused_head);
+    if (c->attn_bias != 0 && c->attn_bias != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: attn_bias %d is not 0 or 1", c->attn_bias);
     if (pipit__llama_moe_check(c)) return PIPIT_STATUS_INVALID;
     int F = ffn_hidden(c);
     if (F < 1) return PIPIT_STATUS_INVALID;
@@ -216,6 +220,14 @@ static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_va
     pipit_val q = linear(g, c, x, l, "self_attn.q_proj", C, C, col);
     pipit_val k = linear(g, c, x, l, "self_attn.k_proj", C, kvd, col);
     pipit_val v = linear(g, c, x, l, "self_attn.v_proj", C, kvd, col);
+    if (c->attn_bias) { /* Qwen2: q, k, v biases (one rank per stage: the build refuses T > 1) */
+        char name[96];
+        pipit_val *qkv[3] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.self_attn.%c_proj.bias", l, "qkv"[i]);
+            *qkv[i] = pipit_bias_add(g, *qkv[i], param(g, c, name, 1, i ? kvd : C, 0));
+        }
+    }
     pipit_val a;
     if (dec) {
         a = decode_attention(dec, c, q, k, v, l);
@@ -265,6 +277,11 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
     int T = pipit_graph_tensor_parallel(g);
     if (check_tp(c, T) != PIPIT_STATUS_OK) {
         pipit__err_prefix("%s", fn);
+        return (pipit_val){g, -1};
+    }
+    if (T > 1 && c->attn_bias) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: llama: attention biases (attn_bias, Qwen2) with tensor parallelism (T = %d) "
+                   "are not built yet", fn, T);
         return (pipit_val){g, -1};
     }
     if (T > 1 && c->experts > 0) {
@@ -346,6 +363,7 @@ static pipit__init_rule init_rule(const char *name, int ndim, const void *ctx) {
     (void)ctx;
     size_t n = strlen(name), s = strlen(".route_bias");
     if (n > s && strcmp(name + n - s, ".route_bias") == 0) return (pipit__init_rule){0, 0}; /* the MoE routing bias: 0 */
+    if (n > 5 && strcmp(name + n - 5, ".bias") == 0) return (pipit__init_rule){0, 0}; /* Qwen2's q/k/v biases: 0 */
     return ndim == 1 ? (pipit__init_rule){0, 1.0} : (pipit__init_rule){0.02, 0};
 }
 
@@ -470,6 +488,9 @@ static int llama_uses(const char *name, int L, int tied, const pipit_llama_confi
     }
     if (l >= L) return 0;
     if (pipit__llama_moe_uses(c, (int)l, dot + 1)) return 1;
+    if (c->attn_bias && (strcmp(dot + 1, "self_attn.q_proj.bias") == 0 || strcmp(dot + 1, "self_attn.k_proj.bias") == 0 ||
+                         strcmp(dot + 1, "self_attn.v_proj.bias") == 0))
+        return 1;
     for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++)
         if (strcmp(dot + 1, per_layer[i]) == 0 &&
             !(pipit__llama_is_moe(c, (int)l) && strncmp(per_layer[i], "mlp.", 4) == 0)) /* MoE: no dense MLP */
@@ -485,9 +506,12 @@ static pipit_status llama_all_used(const pipit_checkpoint *ck, int L, int tied, 
         if (llama_uses(name, L, tied, c)) continue;
         return pipit__err(PIPIT_STATUS_FORMAT,
                           "checkpoint '%s': tensor '%s' is not used by the llama builder (LlamaForCausalLM with %d "
-                          "layers, no biases, %s head): another model's weights (Qwen2's q/k/v biases, ...) are "
-                          "refused rather than ignored",
-                          pipit_checkpoint_path(ck), name, L, tied ? "a tied" : "an untied");
+                          "layers, %s, %s head%s): another model's weights (o_proj or MLP biases, ...) are refused "
+                          "rather than ignored",
+                          pipit_checkpoint_path(ck), name, L,
+                          c->attn_bias ? "q/k/v biases (Qwen2, from 'model.layers.0.self_attn.q_proj.bias')"
+                                       : "no biases (no 'model.layers.0.self_attn.q_proj.bias')",
+                          tied ? "a tied" : "an untied", c->experts ? ", mixture of experts" : "");
     }
     return PIPIT_STATUS_OK;
 }
@@ -520,6 +544,12 @@ static pipit_status llama_config_from_checkpoint_impl(const pipit_checkpoint *ck
                           "checkpoint '%s': 'model.layers.0.mlp.gate_proj.weight' is missing or not [F, %lld] (hidden size "
                           "from 'model.embed_tokens.weight')",
                           path, (long long)emb[1]);
+    else if (moe_F && gate[0] != moe_F)
+        return pipit__err(PIPIT_STATUS_FORMAT,
+                          "checkpoint '%s': the dense MLP of layer 0 is %lld wide but the experts are %lld: pipit's dense "
+                          "and expert MLPs have one width (Qwen2-MoE: intermediate_size = moe_intermediate_size)",
+                          path, (long long)gate[0], (long long)moe_F);
+    f.attn_bias = pipit_checkpoint_tensor_shape(ck, "model.layers.0.self_attn.q_proj.bias", NULL, NULL) == PIPIT_STATUS_OK;
     if (meta_fields(ck, &f)) return PIPIT_STATUS_FORMAT;
     if (f.heads && emb[1] % f.heads == 0 && shape2(ck, "model.layers.0.self_attn.k_proj.weight", kp)) {
         int64_t D = emb[1] / f.heads;
@@ -607,11 +637,110 @@ static void hf_refuse_other(hf_ctx *h, const char *key, const char *want, const 
                 cJSON_IsString(v) ? v->valuestring : "not a string", cJSON_IsString(v) ? "\"" : "", want, why);
 }
 
+/* The model types pipit reads: Llama, Qwen2 (q/k/v biases), Mixtral and
+ * Qwen2-MoE (mixtures of experts; pipit_llama_config.moe_layout). */
+enum { HF_LLAMA, HF_QWEN2, HF_MIXTRAL, HF_QWEN2_MOE };
+static const char *const hf_types[] = {"llama", "qwen2", "mixtral", "qwen2_moe"};
+
+static int hf_model_type(hf_ctx *h) {
+    const cJSON *v = hf_get(h, "model_type");
+    if (!v) return HF_LLAMA;
+    for (int i = 0; cJSON_IsString(v) && i < 4; i++)
+        if (strcmp(v->valuestring, hf_types[i]) == 0) return i;
+    hf_fail(h, PIPIT_STATUS_INVALID,
+            "\"model_type\" is %s%s%s: pipit builds \"llama\" (LlamaForCausalLM), \"qwen2\" (Qwen2ForCausalLM), "
+            "\"mixtral\" (MixtralForCausalLM) and \"qwen2_moe\" (Qwen2MoeForCausalLM)",
+            cJSON_IsString(v) ? "\"" : "", cJSON_IsString(v) ? v->valuestring : "not a string", cJSON_IsString(v) ? "\"" : "");
+    return HF_LLAMA;
+}
+
+/* A boolean (absent: dflt). */
+static int hf_bool(hf_ctx *h, const char *key, int dflt) {
+    const cJSON *v = hf_get(h, key);
+    if (!v) return dflt;
+    if (!cJSON_IsBool(v)) hf_fail(h, PIPIT_STATUS_FORMAT, "\"%s\" must be true or false", key);
+    return cJSON_IsTrue(v);
+}
+
+/* A number >= 0 (absent: dflt). */
+static double hf_nonneg(hf_ctx *h, const char *key, double dflt) {
+    const cJSON *v = hf_get(h, key);
+    if (!v) return dflt;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble)) {
+        hf_fail(h, PIPIT_STATUS_FORMAT, "\"%s\" must be a number >= 0", key);
+        return dflt;
+    }
+    return v->valuedouble;
+}
+
+/* The Qwen2 attention and the mixture of experts of Mixtral and Qwen2-MoE
+ * (transformers' defaults for an absent key); what pipit lacks, refused
+ * naming the key. */
+static void hf_family(hf_ctx *h, int type, pipit_llama_config *f, int *has) {
+    f->attn_bias = type == HF_QWEN2 || type == HF_QWEN2_MOE;
+    f->experts = f->top_k = f->dropless = f->shared_experts = f->moe_every = f->router = 0;
+    f->moe_layout = f->shared_gate = 0, f->capacity_factor = f->aux_loss = 0;
+    if (f->attn_bias && hf_bool(h, "use_sliding_window", 0))
+        hf_fail(h, PIPIT_STATUS_INVALID, "\"use_sliding_window\" is true: pipit has no sliding-window attention");
+    if (type == HF_LLAMA || type == HF_QWEN2) return;
+    *has |= PIPIT_LLAMA_HAS_MOE;
+    int mix = type == HF_MIXTRAL;
+    f->moe_layout = mix ? PIPIT_LLAMA_MOE_MIXTRAL : PIPIT_LLAMA_MOE_QWEN2;
+    f->experts = mix ? 8 : 60, f->top_k = mix ? 2 : 4; /* MixtralConfig's and Qwen2MoeConfig's defaults */
+    hf_int(h, mix ? "num_local_experts" : "num_experts", &f->experts);
+    hf_int(h, "num_experts_per_tok", &f->top_k);
+    f->dropless = 1; /* transformers computes every choice: nothing dropped */
+    f->router = PIPIT_ROUTER_SOFTMAX;
+    /* the balance loss joins transformers' loss only with output_router_logits */
+    double coef = hf_nonneg(h, "router_aux_loss_coef", 0.001);
+    f->aux_loss = hf_bool(h, "output_router_logits", 0) ? coef : 0;
+    if (mix) {
+        if (hf_nonneg(h, "router_jitter_noise", 0) != 0)
+            hf_fail(h, PIPIT_STATUS_INVALID, "\"router_jitter_noise\" is not 0: pipit's router has no jitter");
+        int w = 0, maxp = f->max_ctx;
+        if (hf_int(h, "sliding_window", &w) && w < maxp)
+            hf_fail(h, PIPIT_STATUS_INVALID,
+                    "\"sliding_window\" %d is less than max_position_embeddings %d: pipit has no sliding-window "
+                    "attention (null, or at least the positions, is full attention)",
+                    w, maxp);
+        return;
+    }
+    if (!hf_bool(h, "norm_topk_prob", 0))
+        hf_fail(h, PIPIT_STATUS_INVALID,
+                "\"norm_topk_prob\" is false (or absent: Qwen2MoeConfig's default): pipit's softmax router renormalises "
+                "the top-k weights (norm_topk_prob true); unnormalised weights are not built");
+    const cJSON *only = hf_get(h, "mlp_only_layers");
+    if (only && (!cJSON_IsArray(only) || cJSON_GetArraySize(only) != 0))
+        hf_fail(h, PIPIT_STATUS_INVALID,
+                "\"mlp_only_layers\" is not empty: pipit's dense layers are every layer but each "
+                "decoder_sparse_step-th (moe_every), not a list");
+    int step = 1, moe_f = 1408, shared = 5632, dense = f->ffn_hidden;
+    hf_int(h, "decoder_sparse_step", &step);
+    hf_int(h, "moe_intermediate_size", &moe_f);
+    const cJSON *sv = hf_get(h, "shared_expert_intermediate_size");
+    if (sv && cJSON_IsNumber(sv) && sv->valuedouble == 0) shared = 0;
+    else hf_int(h, "shared_expert_intermediate_size", &shared);
+    f->moe_every = step;
+    if (step > 1 && (*has & PIPIT_LLAMA_HAS_FFN) && dense != moe_f)
+        hf_fail(h, PIPIT_STATUS_INVALID,
+                "\"intermediate_size\" %d (the dense layers') differs from \"moe_intermediate_size\" %d with "
+                "decoder_sparse_step %d: pipit's dense and expert MLPs have one width",
+                dense, moe_f, step);
+    if (shared == 0 || shared % moe_f)
+        hf_fail(h, PIPIT_STATUS_INVALID,
+                "\"shared_expert_intermediate_size\" %d is not a positive multiple of \"moe_intermediate_size\" %d: "
+                "pipit's shared expert is shared_experts x the experts' width",
+                shared, moe_f);
+    else f->shared_experts = shared / moe_f;
+    f->shared_gate = 1; /* Qwen2-MoE's sigmoid shared_expert_gate */
+    f->ffn_hidden = moe_f, *has |= PIPIT_LLAMA_HAS_FFN;
+}
+
 /* What pipit does not implement, each refused with its key. */
 static void hf_unsupported(hf_ctx *h, int hidden, int heads) {
-    hf_refuse_other(h, "model_type", "llama", "pipit builds LlamaForCausalLM only");
     hf_refuse_other(h, "hidden_act", "silu", "pipit's MLP is SwiGLU (SiLU gate)");
-    hf_refuse_true(h, "attention_bias", "pipit's q, k, v and o projections have no bias");
+    hf_refuse_true(h, "attention_bias", "pipit's q, k, v and o projections have no bias (Qwen2's q/k/v biases: "
+                                        "model_type \"qwen2\")");
     hf_refuse_true(h, "mlp_bias", "pipit's gate, up and down projections have no bias");
     const cJSON *d = hf_get(h, "attention_dropout");
     if (d && (!cJSON_IsNumber(d) || d->valuedouble != 0))
@@ -779,6 +908,8 @@ static pipit_status llama_config_from_hf_impl(const char *config_json, pipit_lla
     f.tied = tie ? cJSON_IsTrue(tie) : 0; /* LlamaConfig's default: untied */
     has |= PIPIT_LLAMA_HAS_TIED;
     hf_unsupported(&h, f.dim, (has & PIPIT_LLAMA_HAS_HEADS) ? f.heads : 0);
+    int type = hf_model_type(&h);
+    if (!h.st) hf_family(&h, type, &f, &has);
     cJSON_Delete(root);
     if (h.st) return h.st;
     *cfg = f;
@@ -806,6 +937,29 @@ static void shortest_float(char *buf, size_t n, double v) {
     if (!strpbrk(buf, ".eEin")) strncat(buf, ".0", n - strlen(buf) - 1);
 }
 
+/* The Hugging Face model a config is (HF_*), or -1 with a message naming
+ * what none of them has. */
+static int hf_kind_of(const pipit_llama_config *c, const char *fn) {
+    if (!c->experts) return c->attn_bias ? HF_QWEN2 : HF_LLAMA;
+    const char *why = NULL;
+    int qwen = c->moe_layout == PIPIT_LLAMA_MOE_QWEN2;
+    if (c->moe_layout == PIPIT_LLAMA_MOE_STACKED)
+        why = "pipit's stacked experts ('mlp.experts.*_proj.weight' [E, F, C]) are not under Mixtral's or Qwen2-MoE's "
+              "per-expert names (moe_layout 0; renaming them is not built)";
+    else if (c->router != PIPIT_ROUTER_SOFTMAX) why = "the sigmoid router (DeepSeek-V3's) is neither Mixtral's nor Qwen2-MoE's";
+    else if (c->route_bias) why = "the routing bias (route_bias, --balance-bias) is in neither Mixtral nor Qwen2-MoE";
+    else if (qwen && !c->attn_bias) why = "Qwen2-MoE's q/k/v projections have biases (attn_bias 1)";
+    else if (qwen && !(c->shared_experts && c->shared_gate))
+        why = "Qwen2-MoE has one shared expert with its sigmoid gate (shared_experts >= 1, shared_gate 1)";
+    else if (!qwen && c->attn_bias) why = "Mixtral's attention has no biases (attn_bias 1)";
+    else if (!qwen && c->moe_every > 1) why = "every Mixtral layer is MoE (moe_every > 1)";
+    if (why) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: no Hugging Face model for this mixture of experts: %s", fn, why);
+        return -1;
+    }
+    return qwen ? HF_QWEN2_MOE : HF_MIXTRAL;
+}
+
 static pipit_status write_hf_config(const pipit_llama_config *c, int bos, int eos, FILE *f, const char *fn) {
     if (!c || !f) return pipit__err(PIPIT_STATUS_MISUSE, "%s: NULL %s", fn, c ? "file" : "config");
     if (llama_check_impl(c)) {
@@ -830,17 +984,42 @@ static pipit_status write_hf_config(const pipit_llama_config *c, int bos, int eo
                  "\"original_max_position_embeddings\": %lld}",
                  fa, lo, hi, (long long)r->original_max_position_embeddings);
     }
+    int kind = hf_kind_of(c, fn);
+    if (kind < 0) return PIPIT_STATUS_INVALID;
+    static const char *const arch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM",
+                                       "Qwen2MoeForCausalLM"};
     fprintf(f,
-            "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+            "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
             "  \"vocab_size\": %d,\n  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n"
-            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n"
-            "  \"head_dim\": %d,\n  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
+            "  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n",
+            arch[kind], hf_types[kind], c->vocab, c->dim, ffn_hidden(c), c->layers, c->heads, kv_of(c));
+    if (kind == HF_LLAMA)
+        fprintf(f, "  \"head_dim\": %d,\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n", c->dim / c->heads);
+    else if (kind == HF_MIXTRAL)
+        fprintf(f, "  \"head_dim\": %d,\n  \"sliding_window\": null,\n", c->dim / c->heads);
+    else fprintf(f, "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n  \"max_window_layers\": %d,\n",
+                 c->layers);
+    if (kind >= HF_MIXTRAL) {
+        char coef[32];
+        shortest_float(coef, sizeof coef, c->aux_loss > 0 ? c->aux_loss : 0.001);
+        fprintf(f, "  \"%s\": %d,\n  \"num_experts_per_tok\": %d,\n  \"router_aux_loss_coef\": %s,\n"
+                   "  \"output_router_logits\": %s,\n",
+                kind == HF_MIXTRAL ? "num_local_experts" : "num_experts", c->experts, c->top_k, coef,
+                c->aux_loss > 0 ? "true" : "false");
+        if (kind == HF_MIXTRAL) fprintf(f, "  \"router_jitter_noise\": 0.0,\n");
+        else
+            fprintf(f, "  \"moe_intermediate_size\": %d,\n  \"shared_expert_intermediate_size\": %lld,\n"
+                       "  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": true,\n",
+                    ffn_hidden(c), (long long)c->shared_experts * ffn_hidden(c), c->moe_every > 1 ? c->moe_every : 1);
+    }
+    fprintf(f,
+            "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"
             "  \"rope_theta\": %s,\n  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n"
-            "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"mlp_bias\": false,\n"
+            "  \"hidden_act\": \"silu\",\n"
             "  \"attention_dropout\": 0.0,\n  \"initializer_range\": 0.02,\n  \"torch_dtype\": \"%s\",\n"
             "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"use_cache\": true\n}\n",
-            c->vocab, c->dim, ffn_hidden(c), c->layers, c->heads, kv_of(c), c->dim / c->heads, c->max_ctx, eps, theta,
-            scaling, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32", bos, eos);
+            c->max_ctx, eps, theta, scaling, c->tied ? "true" : "false", c->dtype == PIPIT_F64 ? "float64" : "float32",
+            bos, eos);
     if (ferror(f)) return pipit__err(PIPIT_STATUS_IO, "%s: writing failed", fn);
     return PIPIT_STATUS_OK;
 }

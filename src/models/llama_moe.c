@@ -21,10 +21,10 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
     if (c->experts < 0) return pipit__err(PIPIT_STATUS_INVALID, "llama: experts %d must be >= 1 (0: dense MLPs)", c->experts);
     if (c->experts == 0) {
         if (c->top_k || c->capacity_factor != 0 || c->dropless || c->shared_experts || c->moe_every || c->router ||
-            c->aux_loss != 0 || c->route_bias)
+            c->aux_loss != 0 || c->route_bias || c->moe_layout || c->shared_gate)
             return pipit__err(PIPIT_STATUS_INVALID,
                               "llama: top_k, capacity_factor, dropless, shared_experts, moe_every, router, aux_loss or route_bias "
-                              "given without experts (experts 0: dense MLPs)");
+                              "given without experts (experts 0: dense MLPs; moe_layout and shared_gate too)");
         return PIPIT_STATUS_OK;
     }
     if (c->top_k < 1 || c->top_k > c->experts)
@@ -45,6 +45,15 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
         return pipit__err(PIPIT_STATUS_INVALID, "llama: aux_loss %g must be a number >= 0", c->aux_loss);
     if (c->route_bias != 0 && c->route_bias != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "llama: route_bias %d is not 0 or 1", c->route_bias);
+    if (c->moe_layout < PIPIT_LLAMA_MOE_STACKED || c->moe_layout > PIPIT_LLAMA_MOE_QWEN2)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: moe_layout %d is not 0 (stacked), 1 (Mixtral) or 2 (Qwen2-MoE)",
+                          c->moe_layout);
+    if (c->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL && c->shared_experts)
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: moe_layout 1 (Mixtral) has no shared experts (got %d)",
+                          c->shared_experts);
+    if (c->shared_gate != 0 && (c->shared_gate != 1 || c->shared_experts < 1))
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: shared_gate %d must be 0, or 1 with shared_experts >= 1 (got %d)",
+                          c->shared_gate, c->shared_experts);
     return PIPIT_STATUS_OK;
 }
 
@@ -58,7 +67,7 @@ int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64
     /* router E x C, E experts of 3 C F, shared experts one MLP of 3 C (S F) */
     if (!pipit__mul_i64(dense, c->experts, &n) || !pipit__mul_i64(C, c->experts, &t) || !pipit__add_i64(n, t, &n) ||
         !pipit__mul_i64(dense, c->shared_experts, &t) || !pipit__add_i64(n, t, &n) ||
-        !pipit__add_i64(n, c->route_bias ? c->experts : 0, &n))
+        !pipit__add_i64(n, c->route_bias ? c->experts : 0, &n) || !pipit__add_i64(n, c->shared_gate ? C : 0, &n))
         return 0;
     *out = n;
     return 1;
@@ -67,8 +76,35 @@ int pipit__llama_mlp_params(const pipit_llama_config *c, int l, int64_t F, int64
 static pipit_val param3(pipit_graph *g, const pipit_llama_config *c, int l, const char *what, int64_t d0, int64_t d1,
                         int64_t d2) {
     char name[112];
-    snprintf(name, sizeof name, "model.layers.%d.mlp.%s.weight", l, what);
+    snprintf(name, sizeof name, "model.layers.%d.mlp.%.64s.weight", l, what);
     return pipit_param(g, name, c->dtype, d2 ? 3 : 2, (int64_t[]){d0, d1, d2});
+}
+
+/* Expert weight `what` ("gate", "up", "down") of E experts stacked [E, d0,
+ * d1]: pipit's own stacked param, or (Hugging Face's layouts) the E
+ * per-expert params [d0, d1] concatenated. */
+static pipit_val experts3(pipit_graph *g, const pipit_llama_config *c, int l, const char *what, int64_t d0,
+                          int64_t d1) {
+    char name[128];
+    if (c->moe_layout == PIPIT_LLAMA_MOE_STACKED) {
+        snprintf(name, 32, "experts.%s_proj", what);
+        return param3(g, c, l, name, c->experts, d0, d1);
+    }
+    pipit_val *w = pipit__calloc((size_t)c->experts, sizeof *w);
+    if (!w) {
+        pipit__err(PIPIT_STATUS_NOMEM, "llama: out of memory");
+        return (pipit_val){g, -1};
+    }
+    const char *mix = what[0] == 'g' ? "w1" : what[0] == 'u' ? "w3" : "w2"; /* Mixtral's names */
+    for (int e = 0; e < c->experts; e++) {
+        if (c->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL)
+            snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", l, e, mix);
+        else snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s_proj.weight", l, e, what);
+        w[e] = pipit_param(g, name, c->dtype, 2, (int64_t[]){d0, d1});
+    }
+    pipit_val all = c->experts == 1 ? w[0] : pipit_concat(g, c->experts, w, 0); /* [E d0, d1] */
+    pipit__free(w);
+    return pipit_reshape(g, all, 3, (int64_t[]){c->experts, d0, d1});
 }
 
 /* down(silu(gate(x)) * up(x)) with weights of any batch shape: x [.., n, C]
@@ -103,7 +139,10 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
                                pipit_val *aux, pipit_val *choice) {
     int64_t C = c->dim, E = c->experts, B = pipit_val_dim(x, 0), T = pipit_val_dim(x, 1), N = B * T;
     pipit_val xf = pipit_reshape(g, x, 2, (int64_t[]){N, C}), idx;
-    pipit_val logits = pipit_matmul_nt(g, xf, param3(g, c, l, "router", E, C, 0));
+    char rname[112];
+    if (c->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL) snprintf(rname, sizeof rname, "model.layers.%d.block_sparse_moe.gate.weight", l);
+    else snprintf(rname, sizeof rname, "model.layers.%d.mlp.%s.weight", l, c->moe_layout ? "gate" : "router");
+    pipit_val logits = pipit_matmul_nt(g, xf, pipit_param(g, rname, c->dtype, 2, (int64_t[]){E, C}));
     char bname[96];
     snprintf(bname, sizeof bname, "model.layers.%d.mlp.route_bias", l);
     pipit_val rb = c->route_bias ? pipit_param(g, bname, c->dtype, 1, (int64_t[]){E}) : (pipit_val){g, -1};
@@ -114,15 +153,17 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
     int64_t cap = pipit_moe_capacity(N, c->top_k, c->experts, c->capacity_factor, c->dropless);
     pipit_val slots = pipit_moe_slots(g, idx, c->experts, cap);
     pipit_val xe = pipit_moe_dispatch(g, xf, slots, c->experts, cap, NULL); /* [E, cap, C] */
-    pipit_val ye = swiglu(g, xe, param3(g, c, l, "experts.gate_proj", E, F, C), param3(g, c, l, "experts.up_proj", E, F, C),
-                          param3(g, c, l, "experts.down_proj", E, C, F));
+    pipit_val ye = swiglu(g, xe, experts3(g, c, l, "gate", F, C), experts3(g, c, l, "up", F, C),
+                          experts3(g, c, l, "down", C, F));
     pipit_val y = pipit_moe_combine(g, ye, slots, &w); /* [N, C] */
     if (c->shared_experts > 0) {
         int64_t S = (int64_t)c->shared_experts * F;
-        y = pipit_add(g, y,
-                      swiglu(g, xf, param3(g, c, l, "shared_expert.gate_proj", S, C, 0),
-                             param3(g, c, l, "shared_expert.up_proj", S, C, 0),
-                             param3(g, c, l, "shared_expert.down_proj", C, S, 0)));
+        pipit_val sh = swiglu(g, xf, param3(g, c, l, "shared_expert.gate_proj", S, C, 0),
+                              param3(g, c, l, "shared_expert.up_proj", S, C, 0),
+                              param3(g, c, l, "shared_expert.down_proj", C, S, 0));
+        if (c->shared_gate) /* Qwen2-MoE: times sigmoid(x w) [N, 1], broadcast over C */
+            sh = pipit_mul(g, sh, pipit_sigmoid(g, pipit_matmul_nt(g, xf, param3(g, c, l, "shared_expert_gate", 1, C, 0))));
+        y = pipit_add(g, y, sh);
     }
     if (aux && c->aux_loss > 0) {
         pipit_val a = balance_loss(g, c, logits, idx, w, N);

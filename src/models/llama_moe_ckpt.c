@@ -39,16 +39,77 @@ static int shape_is(const pipit_checkpoint *ck, const char *name, int nd, const 
     return 1;
 }
 
+/* The router's name in layer l for a layout (pipit_llama_config.moe_layout). */
+static void router_name(char *name, size_t n, int layout, int l) {
+    if (layout == PIPIT_LLAMA_MOE_MIXTRAL) snprintf(name, n, "model.layers.%d.block_sparse_moe.gate.weight", l);
+    else snprintf(name, n, "model.layers.%d.mlp.%s.weight", l, layout == PIPIT_LLAMA_MOE_QWEN2 ? "gate" : "router");
+}
+
+/* A Hugging Face layout (Mixtral, Qwen2-MoE) whose first MoE layer is
+ * `first`: experts, width, shared experts and their gate from the tensors;
+ * top_k and the rest from pipit's metadata when it wrote the file, else
+ * as given (a config.json beside it says them: the CLI reads it). */
+static pipit_status hf_layout(const pipit_checkpoint *ck, int layout, int first, int64_t C, pipit_llama_config *f,
+                              int64_t *F) {
+    const char *path = pipit_checkpoint_path(ck);
+    char name[160];
+    int64_t s[PIPIT_MAX_DIMS];
+    int nd = 0;
+    router_name(name, sizeof name, layout, first);
+    if (pipit_checkpoint_tensor_shape(ck, name, &nd, s) || nd != 2 || s[1] != C || s[0] < 1 || s[0] > 1000000)
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': '%s' is not [experts, %lld]", path, name, (long long)C);
+    pipit_llama_config g = *f;
+    g.experts = (int)s[0], g.moe_layout = layout, g.moe_every = first + 1;
+    if (layout == PIPIT_LLAMA_MOE_MIXTRAL) snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts.0.w1.weight", first);
+    else snprintf(name, sizeof name, "model.layers.%d.mlp.experts.0.gate_proj.weight", first);
+    if (pipit_checkpoint_tensor_shape(ck, name, &nd, s) || nd != 2 || s[1] != C || s[0] < 1 || s[0] > INT32_MAX)
+        return pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': '%s' is missing or not [F, %lld]", path, name, (long long)C);
+    *F = s[0];
+    g.shared_experts = 0, g.shared_gate = 0;
+    snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert.gate_proj.weight", first);
+    if (layout == PIPIT_LLAMA_MOE_QWEN2 && pipit_checkpoint_tensor_shape(ck, name, &nd, s) == PIPIT_STATUS_OK) {
+        if (nd != 2 || s[1] != C || s[0] % *F || s[0] / *F > 1000000)
+            return pipit__err(PIPIT_STATUS_FORMAT,
+                              "checkpoint '%s': '%s' is not [S, %lld] with S a multiple of the experts' width %lld: "
+                              "pipit's shared expert is shared_experts x F wide (shared_expert_intermediate_size a "
+                              "multiple of moe_intermediate_size)",
+                              path, name, (long long)C, (long long)*F);
+        g.shared_experts = (int)(s[0] / *F);
+        snprintf(name, sizeof name, "model.layers.%d.mlp.shared_expert_gate.weight", first);
+        g.shared_gate = pipit_checkpoint_tensor_shape(ck, name, NULL, NULL) == PIPIT_STATUS_OK;
+    }
+    snprintf(name, sizeof name, "model.layers.%d.mlp.route_bias", first);
+    g.route_bias = pipit_checkpoint_tensor_shape(ck, name, NULL, NULL) == PIPIT_STATUS_OK;
+    if (pipit_checkpoint_meta(ck, "top_k")) { /* pipit wrote it: its fields */
+        double v[3], cf = 0, aux = 0;
+        static const char *const keys[] = {"top_k", "dropless", "moe_every"};
+        for (int i = 0; i < 3; i++)
+            if (!meta_nonneg(ck, keys[i], 1, &v[i])) return PIPIT_STATUS_FORMAT;
+        if (!meta_nonneg(ck, "capacity_factor", 0, &cf) || !meta_nonneg(ck, "aux_loss", 0, &aux)) return PIPIT_STATUS_FORMAT;
+        g.top_k = (int)v[0], g.dropless = (int)v[1], g.moe_every = (int)v[2], g.capacity_factor = cf, g.aux_loss = aux;
+        g.router = 0; /* softmax */
+        if (pipit__llama_moe_check(&g)) return PIPIT_STATUS_FORMAT;
+        if (!pipit__llama_is_moe(&g, first))
+            return pipit__err(PIPIT_STATUS_FORMAT,
+                              "checkpoint '%s': layer %d has a router but its metadata moe_every %d makes it dense", path,
+                              first, g.moe_every);
+    }
+    *f = g;
+    return PIPIT_STATUS_OK;
+}
+
 pipit_status pipit__llama_moe_from_checkpoint(const pipit_checkpoint *ck, int L, int64_t C, pipit_llama_config *f,
                                               int64_t *F) {
     const char *path = pipit_checkpoint_path(ck);
     char name[112];
-    int first = -1;
-    for (int l = 0; l < L && first < 0; l++) {
-        snprintf(name, sizeof name, "model.layers.%d.mlp.router.weight", l);
-        if (pipit_checkpoint_tensor_shape(ck, name, NULL, NULL) == PIPIT_STATUS_OK) first = l;
-    }
+    int first = -1, layout = -1;
+    for (int l = 0; l < L && first < 0; l++)
+        for (int k = PIPIT_LLAMA_MOE_STACKED; k <= PIPIT_LLAMA_MOE_QWEN2 && first < 0; k++) {
+            router_name(name, sizeof name, k, l);
+            if (pipit_checkpoint_tensor_shape(ck, name, NULL, NULL) == PIPIT_STATUS_OK) first = l, layout = k;
+        }
     if (first < 0) return PIPIT_STATUS_OK; /* dense: the fields as given */
+    if (layout != PIPIT_LLAMA_MOE_STACKED) return hf_layout(ck, layout, first, C, f, F);
     static const char *const keys[] = {"experts", "top_k", "dropless", "shared_experts", "moe_every"};
     double v[5], cf = 0, aux = 0;
     for (int i = 0; i < 5; i++)
@@ -61,6 +122,7 @@ pipit_status pipit__llama_moe_from_checkpoint(const pipit_checkpoint *ck, int L,
                           "softmax or sigmoid",
                           path, router ? "'" : "absent", router ? router : "", router ? "'" : "");
     pipit_llama_config g = *f;
+    g.moe_layout = PIPIT_LLAMA_MOE_STACKED, g.shared_gate = 0;
     g.experts = (int)v[0], g.top_k = (int)v[1], g.dropless = (int)v[2], g.shared_experts = (int)v[3];
     g.moe_every = (int)v[4], g.capacity_factor = cf, g.aux_loss = aux, g.router = strcmp(router, "sigmoid") == 0;
     if (pipit__llama_moe_check(&g)) return PIPIT_STATUS_FORMAT;
@@ -87,8 +149,38 @@ pipit_status pipit__llama_moe_from_checkpoint(const pipit_checkpoint *ck, int L,
     return PIPIT_STATUS_OK;
 }
 
+/* Whether `what` is "<e>.<leaf>" with e < E a number without a leading zero. */
+static int expert_leaf(const char *what, int E, const char *leaf) {
+    const char *d = what;
+    long e = 0;
+    while (*what >= '0' && *what <= '9' && what - d < 9) e = 10 * e + (*what++ - '0');
+    if (what == d || *what != '.' || (*d == '0' && what - d > 1) || e >= E) return 0;
+    return strcmp(what + 1, leaf) == 0;
+}
+
 int pipit__llama_moe_uses(const pipit_llama_config *c, int l, const char *what) {
     if (!pipit__llama_is_moe(c, l)) return 0;
+    if (c->shared_gate && strcmp(what, "mlp.shared_expert_gate.weight") == 0) return 1;
+    if (c->moe_layout != PIPIT_LLAMA_MOE_STACKED) {
+        int mix = c->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL;
+        const char *pre = mix ? "block_sparse_moe." : "mlp.";
+        size_t n = strlen(pre);
+        if (strncmp(what, pre, n) == 0) {
+            if (strcmp(what + n, "gate.weight") == 0) return 1;
+            if (strncmp(what + n, "experts.", 8) == 0) {
+                static const char *const leaves[2][3] = {{"gate_proj.weight", "up_proj.weight", "down_proj.weight"},
+                                                         {"w1.weight", "w3.weight", "w2.weight"}};
+                for (int i = 0; i < 3; i++)
+                    if (expert_leaf(what + n + 8, c->experts, leaves[mix][i])) return 1;
+            }
+        }
+        if (c->route_bias && strcmp(what, "mlp.route_bias") == 0) return 1;
+        static const char *const sh[] = {"mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight",
+                                         "mlp.shared_expert.down_proj.weight"};
+        for (size_t i = 0; c->shared_experts > 0 && i < 3; i++)
+            if (strcmp(what, sh[i]) == 0) return 1;
+        return 0;
+    }
     static const char *const routed[] = {"mlp.router.weight", "mlp.experts.gate_proj.weight",
                                          "mlp.experts.up_proj.weight", "mlp.experts.down_proj.weight"};
     static const char *const shared[] = {"mlp.shared_expert.gate_proj.weight", "mlp.shared_expert.up_proj.weight",
