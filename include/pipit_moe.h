@@ -76,6 +76,40 @@ PIPIT_API pipit_val pipit_moe_dispatch(pipit_graph *g, pipit_val x, pipit_val sl
  * by every choice gets zeros. The transpose of pipit_moe_dispatch. */
 PIPIT_API pipit_val pipit_moe_combine(pipit_graph *g, pipit_val y, pipit_val slots, const pipit_val *weights);
 
+/* Expert parallelism (docs/architecture.md, "Mixture of experts"): the
+ * experts of each MoE layer split over the E replicas of an EP group, E
+ * consecutive data-parallel replicas of the stage (replica d is EP rank
+ * d % E of group d / E; E divides D: pipit_compile refuses otherwise).
+ * Like tensor parallelism the graph describes ONE member: set E before the
+ * first expert param or all-to-all. E = 1 (default): no EP; the two
+ * all-to-alls are identities and expert params whole.
+ *
+ *   pipit_graph_set_expert_parallel(g, E);
+ *   pipit_val w = pipit_param_experts(g, "w", PIPIT_F32, 3, (int64_t[]){X, d, f}); // local [X/E, d, f]
+ *   pipit_val xe = pipit_ep_dispatch(g, pipit_moe_dispatch(g, x, slots, X, C, NULL)); // [X/E, E C, d]
+ *   pipit_val y = pipit_moe_combine(g, pipit_ep_combine(g, pipit_matmul(g, xe, w, 0, 0)), slots, &wts);
+ *
+ * INVALID for E outside 1..64, or a change once the graph holds expert
+ * params or all-to-alls. */
+PIPIT_API pipit_status pipit_graph_set_expert_parallel(pipit_graph *g, int E);
+/* The graph's E (1 when never set; 0 for an invalid handle). */
+PIPIT_API int pipit_graph_expert_parallel(const pipit_graph *g);
+/* An expert param of full shape [X, ...] (X experts stacked on axis 0, X a
+ * multiple of E): this member holds experts [e X/E, (e+1) X/E), e its EP
+ * rank, as a value of shape [X/E, ...]. Its gradient is summed over the D/E
+ * replicas holding the same experts; its optimizer state lives there only;
+ * reading or setting it through the program moves the whole [X, ...]. */
+PIPIT_API pipit_val pipit_param_experts(pipit_graph *g, const char *name, pipit_dtype dt, int ndim,
+                                        const int64_t *shape);
+/* The all-to-all that sends tokens to their experts' owners: x [X, C, ...]
+ * (the dispatch grid of this member's tokens for all X experts) ->
+ * [X/E, E C, ...]: for each local expert, the C slots of EP member 0, then
+ * member 1's, ... Its gradient is pipit_ep_combine of the output's. */
+PIPIT_API pipit_val pipit_ep_dispatch(pipit_graph *g, pipit_val x);
+/* The reverse all-to-all: y [X/E, E C, ...] -> [X, C, ...] (each member's
+ * slots back to it). Its gradient is pipit_ep_dispatch of the output's. */
+PIPIT_API pipit_val pipit_ep_combine(pipit_graph *g, pipit_val y);
+
 #ifdef __cplusplus
 }
 #endif

@@ -242,9 +242,17 @@ static pipit_val moe_layer(pipit_graph *g, int weigh_at_dispatch) {
 }
 static pipit_val b_moe_combine(pipit_graph *g) { return moe_layer(g, 0); }
 static pipit_val b_moe_dispatch_w(pipit_graph *g) { return moe_layer(g, 1); }
+/* Expert parallelism's all-to-all pair at E = 1 (identities; tests/test_ep.c
+ * checks them over EP groups), around an expert param. */
+static pipit_val b_ep_a2a(pipit_graph *g) {
+    pipit_val xe = pipit_ep_dispatch(g, pipit_mul(g, P(g, "x", 3, SH(2, 3, 4)), P(g, "y", 3, SH(2, 3, 4))));
+    pipit_val w = pipit_param_experts(g, "w", F64, 3, SH(2, 4, 5));
+    return pipit_ep_combine(g, pipit_matmul(g, xe, w, 0, 0));
+}
 
 const op_case op_cases[] = {
     {"topk", b_topk}, {"moe_combine", b_moe_combine}, {"moe_dispatch_weighted", b_moe_dispatch_w},
+    {"ep_a2a", b_ep_a2a},
     {"embed", b_embed},         {"add", b_add},           {"mul", b_mul},
     {"mul_same", b_mul_same},   {"scale", b_scale},       {"matmul_nn", b_mm_nn},
     {"matmul_tn", b_mm_tn},     {"matmul_nt", b_mm_nt},   {"matmul_tt", b_mm_tt},

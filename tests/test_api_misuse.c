@@ -1546,6 +1546,61 @@ PIPIT_TEST(api_misuse_moe) {
     GIVES(pipit_moe_capacity(8, 1, INT_MIN, 1.0, 0), -1);
 }
 
+/* Expert parallelism: E out of range, an E change after expert params,
+ * experts that do not split, the all-to-alls on invalid values, NULL and
+ * junk graphs. */
+PIPIT_TEST(api_misuse_expert_parallel) {
+    memset(junk, 0x5a, sizeof junk);
+    FAILS(pipit_graph_set_expert_parallel(NULL, 2), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_graph_set_expert_parallel(JUNK_GRAPH, 2), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("invalid graph handle");
+    GIVES(pipit_graph_expert_parallel(NULL), 0);
+    GIVES(pipit_graph_expert_parallel(JUNK_GRAPH), 0);
+    {
+        pipit_graph *g = pipit_graph_new();
+        FAILS(pipit_graph_set_expert_parallel(g, 0), PIPIT_STATUS_INVALID);
+        FAILS(pipit_graph_set_expert_parallel(g, INT_MIN), PIPIT_STATUS_INVALID);
+        FAILS(pipit_graph_set_expert_parallel(g, INT_MAX), PIPIT_STATUS_INVALID);
+        ASSERT_EQ_I64(pipit_graph_expert_parallel(g), 1);
+        ASSERT_OK(pipit_graph_set_expert_parallel(g, 2));
+        pipit_val e = pipit_param_experts(g, "e", PIPIT_F32, 3, SH(4, 2, 3));
+        ASSERT_EQ_I64(pipit_val_dim(e, 0), 2);
+        FAILS(pipit_graph_set_expert_parallel(g, 4), PIPIT_STATUS_INVALID); /* e holds E = 2's block */
+        ASSERT_MSG_HAS("set E = 4 before");
+        ASSERT_OK(pipit_graph_set_expert_parallel(g, 2)); /* the same E again is fine */
+        INVALID_VAL(pipit_param_experts(NULL, "a", PIPIT_F32, 1, SH(2)));
+        INVALID_VAL(pipit_param_experts(JUNK_GRAPH, "a", PIPIT_F32, 1, SH(2)));
+        INVALID_VAL(pipit_ep_dispatch(NULL, e));
+        INVALID_VAL(pipit_ep_dispatch(JUNK_GRAPH, e));
+        ASSERT_MSG_HAS("invalid graph handle");
+        INVALID_VAL(pipit_ep_combine(NULL, e));
+        INVALID_VAL(pipit_ep_combine(JUNK_GRAPH, e));
+        pipit_graph_free(g);
+    }
+    ON_FRESH_GRAPH(pipit_param_experts(g, "a", PIPIT_F32, 2, NULL), PIPIT_STATUS_SHAPE);
+    ASSERT_MSG_HAS("shape NULL");
+    ON_FRESH_GRAPH(pipit_param_experts(g, "a", PIPIT_F32, 0, SH(2)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param_experts(g, "a", PIPIT_F32, INT_MAX, SH(2)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_param_experts(g, "a", PIPIT_F32, 1, SH(0)), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_ep_dispatch(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_ep_combine(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_ep_dispatch(g, ids), PIPIT_STATUS_SHAPE); /* rank 1 */
+    ASSERT_MSG_HAS("rank >= 2");
+    ON_FRESH_GRAPH(pipit_ep_combine(g, ids), PIPIT_STATUS_SHAPE);
+    {
+        pipit_graph *g = pipit_graph_new(); /* E = 2: 3 experts do not split */
+        ASSERT_OK(pipit_graph_set_expert_parallel(g, 2));
+        INVALID_VAL(pipit_ep_dispatch(g, pipit_param(g, "x", PIPIT_F32, 3, SH(3, 2, 4))));
+        ASSERT_MSG_HAS("does not split over 2 expert-parallel ranks");
+        pipit_graph_free(g);
+        g = pipit_graph_new();
+        ASSERT_OK(pipit_graph_set_expert_parallel(g, 2));
+        INVALID_VAL(pipit_param_experts(g, "x", PIPIT_F32, 3, SH(3, 2, 4)));
+        ASSERT_MSG_HAS("3 experts (axis 0) do not split over 2");
+        pipit_graph_free(g);
+    }
+}
+
 /* Decoding: the builders refuse what a decoding graph cannot be, the
  * decoder refuses bad handles and sizes, the sampler bad options. */
 #define JUNK_DECODER ((pipit_decoder *)(void *)junk)

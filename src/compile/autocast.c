@@ -91,6 +91,8 @@ static const struct {
     [PIPIT_OP_TP_COPY] = {PREC_FOLLOW, "tensor-parallel identity: its input's dtype"},
     [PIPIT_OP_TP_SUM] = {PREC_FOLLOW, "sums the row-parallel matmul's bf16 partials in fp32, rounded once"},
     [PIPIT_OP_TP_MAX] = {PREC_FOLLOW, "its input's dtype"},
+    [PIPIT_OP_EP_A2A] = {PREC_FOLLOW, "moves its input's bytes"},
+    [PIPIT_OP_EP_A2A_REV] = {PREC_FOLLOW, "as ep_a2a"},
     [PIPIT_OP_TP_PICK] = {PREC_FOLLOW, "its input's dtype"},
     [PIPIT_OP_TOPK] = {PREC_KEEP, "chooses on the scores as they are (fp32 after softmax): no ties made by rounding"},
     [PIPIT_OP_TAKE] = {PREC_KEEP, "moves values: the router's weights stay fp32"},

@@ -18,6 +18,8 @@ static void describe_shard(const pipit__plan *p, pipit__param *pp, const pipit__
     pp->shard_parts = pp->shard_axis >= 0 ? (int)n->iattr[1] : 1;
     if (pp->shard_axis >= 0) pp->full_shape[pp->shard_axis] *= p->T;
     pp->full_numel = pp->numel * (pp->shard_axis >= 0 ? p->T : 1);
+    pp->ep = p->E > 1 && pipit__param_experts(n);
+    if (pp->ep) pp->full_shape[0] *= p->E, pp->full_numel *= p->E;
 }
 
 void pipit__shard_copy(const pipit__param *pp, int T, int t, void *full, void *shard, size_t es, int to_full) {
@@ -293,6 +295,7 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     }
     g = p->g; /* the graph this plan compiles: the user's or its bf16 copy */
     s = check_tp(p);
+    if (!s) s = pipit__check_ep(p);
     if (s) {
         pipit__plan_free(p);
         return s;

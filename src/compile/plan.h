@@ -109,6 +109,9 @@ typedef struct {
      * shard_parts blocks (pipit__shard_copy) */
     int shard_axis, shard_parts, ndim;
     int64_t full_shape[PIPIT_MAX_DIMS], full_numel;
+    /* expert parallelism (E > 1): an expert param; numel is the local block
+     * (replica % E) of full_shape's axis 0 (runtime/ep.c) */
+    int ep;
 } pipit__param;
 
 typedef struct {
@@ -166,6 +169,7 @@ typedef struct {
     int M, threads;
     int D;               /* data-parallel replicas (world ranks = nranks * T * D) */
     int T;               /* tensor-parallel ranks per pipeline rank (the graph's T) */
+    int E;               /* expert-parallel group: E consecutive replicas (the graph's E; divides D) */
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int zero;            /* ZeRO stage 0..3 in effect (0 unless D > 1 and training); zero1 = zero >= 1 */
     int reshard;         /* ZeRO-3 reshard_after_forward in effect: params gathered per task (runtime/zero.c) */
@@ -210,6 +214,11 @@ int pipit__plan_find_param(const pipit__plan *pl, const char *name);
 /* The collective id of the global norm's all-reduce over a stage's T
  * ranks (the others use their node's id, which compile keeps below it). */
 #define PIPIT_TP_NORM_ID 0x0ffffff0
+/* ... and of the expert params' norm terms over an EP group (runtime/ep.c). */
+#define PIPIT_EP_NORM_ID 0x0ffffff1
+/* Sets pl->E from the graph and checks it against the mesh (compile/plan_ep.c):
+ * E divides D; no tensor parallelism or ZeRO with E > 1. */
+pipit_status pipit__check_ep(pipit__plan *pl);
 
 /* Copies shard t of T of param pp between the full tensor and its local
  * shard: full -> shard (to_full = 0) or shard -> full (1); elements of

@@ -874,6 +874,7 @@ pipit_graph *pipit__graph_clone(const pipit_graph *g, int32_t n) {
     c->status = g->status;
     memcpy(c->errmsg, g->errmsg, sizeof c->errmsg);
     c->tp = g->tp;
+    c->ep = g->ep;
     c->documents = g->documents;
     return c;
 oom:

@@ -65,6 +65,7 @@ struct pipit_graph {
     uint8_t cur_flags;
     int32_t tp;                /* tensor-parallel ranks per stage the graph describes one of (0: 1) */
     int32_t documents;         /* 1: the model builders pack documents (pipit_graph_set_documents) */
+    int32_t ep;                /* expert-parallel ranks the graph describes one of (0: 1; ir/ep.c) */
     /* Named nodes by name (open addressing, ids, -1 empty), kept lazily:
      * nodes [0, name_upto) are in it; see pipit__graph_find_name. */
     int32_t *name_index;
@@ -164,6 +165,10 @@ pipit_val pipit__param_as(pipit_graph *g, const char *fn, const char *name, pipi
 static inline int pipit__param_shard_axis(const pipit__node *n) {
     return n->op == PIPIT_OP_PARAM ? (int)n->iattr[0] - 1 : -1;
 }
+/* Expert parallelism (ir/ep.c): an expert param (iattr[2] = 1) holds the
+ * 1/E block of its axis 0 that its replica's EP rank owns. */
+static inline int pipit__param_experts(const pipit__node *n) { return n->op == PIPIT_OP_PARAM && n->iattr[2] == 1; }
+static inline int pipit__graph_ep(const pipit_graph *g) { return g->ep > 0 ? g->ep : 1; }
 /* The graph's T (1 when never set). */
 static inline int pipit__graph_tp(const pipit_graph *g) { return g->tp > 0 ? g->tp : 1; }
 /* Whether value `table` is a param sharded along its rows (axis 0): an

@@ -11,6 +11,7 @@
 
 #include "ir/graph.h"
 #include "ir/head_xent.h"
+#include "ir/ep.h"
 #include "ir/moe.h"
 #include "util/checked.h"
 

@@ -17,6 +17,7 @@
  */
 #include <string.h>
 
+#include "runtime/ep.h"
 #include "runtime/program.h"
 #include "runtime/transport.h"
 
@@ -31,7 +32,7 @@ static int peer(const pipit_program *p, int w, int replica) { return pipit__worl
 static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_t *block, pipit__tag_kind kind,
                                 int mine_to_all, int zc, int fence) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = p->rs[w].replica;
+    int reps[PIPIT_MAX_DP], d = 0, D = pipit__dp_group(p, w, param, reps, &d); /* expert params: D/E */
     pipit__transport *t = p->transport;
     for (int k = 0; k < D; k++) {
         if (k == d) continue;
@@ -40,8 +41,8 @@ static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_
         pipit__dp_shard(pp->numel, D, shard, &a, &b);
         if (b <= a) continue;
         uint64_t tag = pipit__tag(kind, param, shard);
-        pipit_status s = fence ? t->vt->fence(t, w, peer(p, w, k), tag)
-                               : (zc ? t->vt->isend : t->vt->send)(t, w, peer(p, w, k), tag,
+        pipit_status s = fence ? t->vt->fence(t, w, peer(p, w, reps[k]), tag)
+                               : (zc ? t->vt->isend : t->vt->send)(t, w, peer(p, w, reps[k]), tag,
                                                                   block + (size_t)a * esize(pp),
                                                                   (size_t)(b - a) * esize(pp));
         if (s) return s;
@@ -52,14 +53,14 @@ static pipit_status send_shards(pipit_program *p, int w, int param, const uint8_
 /* Receives every other replica's shard k of block into place. */
 static pipit_status recv_shards(pipit_program *p, int w, int param, uint8_t *block, pipit__tag_kind kind) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = p->rs[w].replica;
+    int reps[PIPIT_MAX_DP], d = 0, D = pipit__dp_group(p, w, param, reps, &d);
     pipit__transport *t = p->transport;
     for (int k = 0; k < D; k++) {
         if (k == d) continue;
         int64_t a, b;
         pipit__dp_shard(pp->numel, D, k, &a, &b);
         if (b <= a) continue;
-        pipit_status s = t->vt->recv(t, w, peer(p, w, k), pipit__tag(kind, param, k), block + (size_t)a * esize(pp),
+        pipit_status s = t->vt->recv(t, w, peer(p, w, reps[k]), pipit__tag(kind, param, k), block + (size_t)a * esize(pp),
                                      (size_t)(b - a) * esize(pp));
         if (s) return s;
     }
@@ -70,7 +71,7 @@ static pipit_status recv_shards(pipit_program *p, int w, int param, uint8_t *blo
  * replica k's; mine stays in the gradient block). */
 static pipit_status recv_for_reduce(pipit_program *p, int w, int param) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = p->rs[w].replica;
+    int reps[PIPIT_MAX_DP], d = 0, D = pipit__dp_group(p, w, param, reps, &d);
     int64_t a, b;
     pipit__dp_shard(pp->numel, D, d, &a, &b);
     if (b <= a) return PIPIT_STATUS_OK;
@@ -78,7 +79,7 @@ static pipit_status recv_for_reduce(pipit_program *p, int w, int param) {
     for (int k = 0; k < D; k++) {
         if (k == d) continue;
         uint8_t *slot = p->rs[w].dp_buf + (size_t)k * p->dp_shard_bytes;
-        pipit_status s = t->vt->recv(t, w, peer(p, w, k), pipit__tag(PIPIT_TAG_DP_REDUCE, param, d), slot,
+        pipit_status s = t->vt->recv(t, w, peer(p, w, reps[k]), pipit__tag(PIPIT_TAG_DP_REDUCE, param, d), slot,
                                      (size_t)(b - a) * esize(pp));
         if (s) return s;
     }
@@ -166,7 +167,8 @@ void pipit__dp_compute(pipit_program *p, int w, const pipit__instr *in, int ith,
     if (in->kind != INS_DP_RS_RECV) return;
     const pipit__param *pp = &p->plan.params[in->param];
     pipit__rank_state *rs = &p->rs[w];
-    int D = p->plan.D, d = rs->replica;
+    int reps[PIPIT_MAX_DP], d = 0, D = pipit__dp_group(p, w, in->param, reps, &d);
+    if (D == 1) return; /* an expert param of E = D replicas: nothing to add */
     int64_t a, b, lo, hi;
     pipit__dp_shard(pp->numel, D, d, &a, &b);
     pipit__range(b - a, ith, nth, &lo, &hi);

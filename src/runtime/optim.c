@@ -10,6 +10,7 @@
  */
 #include <math.h>
 
+#include "runtime/ep.h"
 #include "runtime/program.h"
 
 pipit_optimizer pipit_adamw(double lr, double beta1, double beta2, double eps,
@@ -116,6 +117,7 @@ void pipit__post_sumsq_fin(pipit_program *p, int w, int param) {
 pipit_status pipit__post_norm(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
     pipit_status s = pipit__tp_norm_terms(p, w); /* whole tensors' terms, over the stage's T shards */
+    if (!s) s = pipit__ep_norm_terms(p, w); /* each expert once, over the EP group */
     if (s) return s;
     double total = 0;
     for (int i = 0; i < p->plan.nparams; i++) total += rs->sumsq[i];

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/ep.h"
 #include "runtime/program.h"
 #include "runtime/transport.h"
 #include "schedule/schedule.h"
@@ -290,7 +291,8 @@ static size_t max_shard_bytes(const pipit__plan *pl) {
     size_t m = 0;
     for (int i = 0; pl->D > 1 && !pl->forward_only && i < pl->nparams; i++) {
         int64_t a, b;
-        pipit__dp_shard(pl->params[i].numel, pl->D, 0, &a, &b); /* shard 0 is never smaller */
+        /* shard 0 is never smaller; an expert param is shared by D / E replicas (runtime/ep.c) */
+        pipit__dp_shard(pl->params[i].numel, pl->params[i].ep ? pl->D / pl->E : pl->D, 0, &a, &b);
         m = PIPIT_MAX(m, (size_t)(b - a) * pipit__dtype_size(pl->params[i].dtype));
     }
     return (m + 63) / 64 * 64;
@@ -445,10 +447,15 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
                 break;
             case INS_LOSS_RECV: one[m++] = pipit__tag(PIPIT_TAG_LOSS, in->peer, 0); break;
             case INS_TP: /* the in-stage all-reduce: chunk k to its owner, its sum back (transport.h) */
+                if (pipit__is_ep_op(pl->g->nodes[in->node].op)) { /* the EP all-to-all: block k from member k */
+                    for (int c = 0; pl->E > 1 && c < pl->E; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, 2 * pl->E + c);
+                    break;
+                }
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
                 break;
             case INS_NORM:
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, PIPIT_TP_NORM_ID, c);
+                for (int c = 0; pl->E > 1 && c < 2 * pl->E; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, PIPIT_EP_NORM_ID, c);
                 break;
             default: break;
             }

@@ -485,6 +485,18 @@ static pipit_status read_local(const pipit_program *p, int i, int which, int t, 
     return s;
 }
 
+/* An expert param (E > 1): EP rank e's block of axis 0 from replica e. */
+static pipit_status read_experts(const pipit_program *p, int i, int which, uint8_t *data) {
+    const pipit__param *pp = &p->plan.params[i];
+    size_t n = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int e = 0; !s && e < p->plan.E; e++) {
+        int w = pipit__world(p, e, pp->norm_rank, 0);
+        s = fetch(p, w, pipit__is_local(p, w) ? element_at(p, w, i, which, 0) : NULL, data + (size_t)e * n, n);
+    }
+    return s;
+}
+
 /* Reads the whole tensor: a replicated param from tensor-parallel rank 0,
  * a sharded one from each of the T ranks, joined along its axis. */
 static pipit_status read_param(const pipit_program *p, const char *fn, const char *name, void *data, size_t nbytes,
@@ -493,6 +505,7 @@ static pipit_status read_param(const pipit_program *p, const char *fn, const cha
     pipit_status s = copy_param(p, fn, name, data, nbytes, &i);
     if (s) return s;
     const pipit__param *pp = &p->plan.params[i];
+    if (pp->ep) return read_experts(p, i, which, data);
     if (pp->shard_axis < 0 || p->plan.T == 1) return read_local(p, i, which, 0, data);
     size_t es = pipit__dtype_size(pp->dtype);
     uint8_t *local = pipit__malloc((size_t)pp->numel * es);
@@ -526,6 +539,7 @@ static pipit_status write_param(pipit_program *p, const char *fn, const char *na
         if (b <= a) continue;
         if (split) pipit__shard_copy(pp, p->plan.T, p->rs[w].tp, (void *)data, local, es, 0);
         const uint8_t *src = split ? local : (const uint8_t *)data;
+        if (pp->ep) src += (size_t)(p->rs[w].replica % p->plan.E) * (size_t)pp->numel * es; /* its experts */
         pipit__bind_rank(p, w);
         p->be->upload((uint8_t *)element_at(p, w, i, which, a), src + (size_t)a * es, (size_t)(b - a) * es);
         s = p->be->sync(w);

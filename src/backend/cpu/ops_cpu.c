@@ -34,6 +34,8 @@
 #define cpu_TP_COPY NULL
 #define cpu_TP_SUM NULL
 #define cpu_TP_MAX NULL
+#define cpu_EP_A2A NULL /* expert parallelism's all-to-all pair (runtime/ep.c) */
+#define cpu_EP_A2A_REV NULL
 
 /* A vocab-parallel embedding (iattr[1]) holds rows [shard V, shard V + V). */
 static void cpu_EMBED(const pipit__kctx *k, int ith, int nth) {

@@ -814,6 +814,8 @@ static void cuda_HEAD_XENT_DH(const pipit__kctx *k, int ith, int nth) {
 #define cuda_TP_COPY nullptr
 #define cuda_TP_SUM nullptr
 #define cuda_TP_MAX nullptr
+#define cuda_EP_A2A nullptr /* expert parallelism's all-to-all pair (runtime/ep.c) */
+#define cuda_EP_A2A_REV nullptr
 
 /* Generated from ops.def in its order (C++ has no designated array
  * initialisers), so an op without a CUDA kernel is a compile error here. */

@@ -1,0 +1,25 @@
+/*
+ * ep.h — the runtime's side of expert parallelism (runtime/ep.c): the
+ * all-to-all pair of the EP group, the expert params' norm terms, and the
+ * replicas a param's gradient is summed over.
+ */
+#ifndef PIPIT_RUNTIME_EP_H
+#define PIPIT_RUNTIME_EP_H
+
+#include "runtime/program.h"
+
+/* Whether node op is one of the EP all-to-alls (run by pipit__ep_collective). */
+static inline int pipit__is_ep_op(int op) { return op == PIPIT_OP_EP_A2A || op == PIPIT_OP_EP_A2A_REV; }
+/* INS_TP of EP_A2A / EP_A2A_REV: out = the all-to-all of in[0] over w's EP
+ * group (the E consecutive replicas of w's stage), on thread 0. */
+pipit_status pipit__ep_collective(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k);
+/* Before the global norm: the expert params' terms summed over the EP
+ * group in rank order (each expert counted once); every other param keeps
+ * its value (EP rank 0's, the others' zeros added). E = 1: nothing. */
+pipit_status pipit__ep_norm_terms(pipit_program *p, int w);
+/* The replicas whose gradients of param i are summed with world rank w's,
+ * ascending, into reps (n of them, returned): all D, or for an expert param
+ * the D/E holding the same experts (replica = w's mod E). *mine: w's index. */
+int pipit__dp_group(const pipit_program *p, int w, int i, int *reps, int *mine);
+
+#endif
