@@ -403,6 +403,10 @@ double pipit_llama_flops_per_token(const pipit_llama_config *c) {
     }
     /* an untied embedding is only gathered; the tied one is also the head */
     double matmul = (double)n - (c->tied ? 0.0 : (double)c->vocab * c->dim);
+    /* MoE: model FLOPs count the top_k routed experts a token uses, not all
+     * E (empty capacity slots computed on the [E, C] grid are no useful work) */
+    for (int l = 0; l < c->layers; l++)
+        if (pipit__llama_is_moe(c, l)) matmul -= 3.0 * c->dim * (double)ffn_hidden(c) * (c->experts - c->top_k);
     return 6.0 * matmul + 12.0 * c->layers * c->ctx * (double)c->dim;
 }
 
