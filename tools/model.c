@@ -11,6 +11,7 @@
 #include "model.h"
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
+#include "pipit_moe.h"
 
 /* ---- GPT-2 ---- */
 
@@ -26,7 +27,8 @@ static pipit_status gpt2_check(const cli_model *m) {
 /* The graph describes one of the stage's m->tp ranks (pipit.h). */
 static int set_tp(pipit_graph *g, const cli_model *m) {
     return pipit_graph_set_tensor_parallel(g, m->tp > 1 ? m->tp : 1) == PIPIT_STATUS_OK &&
-           pipit_graph_set_documents(g, m->docs != 0) == PIPIT_STATUS_OK; /* packed documents: every build */
+           pipit_graph_set_documents(g, m->docs != 0) == PIPIT_STATUS_OK && /* packed documents: every build */
+           pipit_graph_set_expert_parallel(g, m->ep > 1 ? m->ep : 1) == PIPIT_STATUS_OK; /* pipit_moe.h */
 }
 
 static pipit_val gpt2_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {

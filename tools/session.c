@@ -228,7 +228,7 @@ cli_model model_config(const opts *o, int stages) {
                        o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
                        o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
                        o->aux_loss, o->balance_bias, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset,
-                       o->attn_bias, o->moe_layout, o->shared_gate};
+                       o->attn_bias, o->moe_layout, o->shared_gate, 1 /* ep: open_model sets it */};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
@@ -661,6 +661,24 @@ void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname) {
                 flagname, pipit_checkpoint_path(ck), n, n == 1 ? "" : "s");
 }
 
+/* --ep against the mesh and the model (the library refuses these too, in its words). */
+static void check_ep(const opts *o) {
+    if (o->ep < 1 || o->ep > 64) die("--ep must be in 1..64 (expert-parallel ranks; got %d)", o->ep);
+    if (o->ep == 1) return;
+    if (!o->experts)
+        die("--ep %d splits the experts of mixture-of-experts layers: pass --experts N (or --model moe-tiny)", o->ep);
+    if (o->dp % o->ep)
+        die("--ep %d does not divide --dp %d: the experts split over groups of %d consecutive data-parallel replicas",
+            o->ep, o->dp, o->ep);
+    if (o->experts % o->ep)
+        die("--ep %d does not divide --experts %d: each of the %d expert-parallel ranks holds an equal share of each "
+            "MoE layer's experts", o->ep, o->experts, o->ep);
+    if (o->tp > 1) die("--ep with --tp %d: expert and tensor parallelism together are not built (use one)", o->tp);
+    if (o->zero1 || o->zero > 0)
+        die("--ep with --zero %d: the expert params' optimizer state is not sharded yet (use --zero 0 with --ep)",
+            o->zero1 ? 1 : o->zero);
+}
+
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     const char *mflag = s->mb_flag ? s->mb_flag : "microbatches";
     const char *cmd = c->name;
@@ -699,6 +717,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("tp", o->tp);
     if (o->tp > 64) die("--tp must be at most 64 (got %d)", o->tp);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
+    check_ep(o);
     if (o->zero < 0 || o->zero > 3) die("--zero must be a ZeRO stage in 0..3 (got %d)", o->zero);
     if (o->zero1 && o->zero > 1) die("--zero1 is --zero 1: it contradicts --zero %d (give one of them)", o->zero);
     if (o->zero > 0 && o->dp < 2)
@@ -728,6 +747,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     }
     s->stages = stages;
     s->cfg = model_config(o, o->auto_stages ? 1 : stages);
+    s->cfg.ep = o->ep;
     cli_check(s->cfg.kind->check(&s->cfg), cmd);
     check_tp(&s->cfg);
     if (o->tp > 1 && o->auto_stages)

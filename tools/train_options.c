@@ -132,6 +132,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                                                           "reads it and release it after, not once per "
                                                                           "step: less memory, more messages; bitwise "
                                                                           "the same results (cpu only)", 0}},
+        {3, {"ep", FL_INT, &o->ep, "Llama MoE: expert-parallel ranks E (default 1): each MoE layer's experts split "
+                                   "over E consecutive data-parallel replicas, tokens sent to their experts' owners "
+                                   "(an all-to-all); E divides --dp and --experts", 0}},
         {3, {"tp", FL_INT, &o->tp, "tensor-parallel ranks T per pipeline stage (default 1): P x T x D ranks, a "
                                    "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
                                    "width too)", 0}},
@@ -184,6 +187,7 @@ void default_opts(opts *o) {
     o->pp = 1;
     o->dp = 1;
     o->tp = 1;
+    o->ep = 1;
     o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules, DualPipeV and ZB-V) */
     o->steps = -1;
     o->log_every = 1;

@@ -289,6 +289,12 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
                    "built yet", fn, c->experts, T);
         return (pipit_val){g, -1};
     }
+    if (pipit_graph_expert_parallel(g) > 1 && c->moe_layout != PIPIT_LLAMA_MOE_STACKED) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: llama: expert parallelism with Hugging Face's per-expert weights "
+                   "(moe_layout %d) is not built: each expert is its own param (moe_layout 0 stacks them)", fn,
+                   c->moe_layout);
+        return (pipit_val){g, -1};
+    }
     int64_t bt[2] = {c->batch, c->ctx}, F = ffn_hidden(c);
     pipit_val tok = pipit_input(g, PIPIT_LLAMA_TOKENS, PIPIT_I32, 2, bt);
     pipit_val tgt = pipit_input(g, PIPIT_LLAMA_TARGETS, PIPIT_I32, 2, bt);

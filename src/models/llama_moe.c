@@ -88,7 +88,17 @@ static pipit_val experts3(pipit_graph *g, const pipit_llama_config *c, int l, co
     char name[128];
     if (c->moe_layout == PIPIT_LLAMA_MOE_STACKED) {
         snprintf(name, 32, "experts.%s_proj", what);
+        if (pipit_graph_expert_parallel(g) > 1) { /* this EP member's block of the experts */
+            char full[160];
+            snprintf(full, sizeof full, "model.layers.%d.mlp.%s.weight", l, name);
+            return pipit_param_experts(g, full, c->dtype, 3, (int64_t[]){c->experts, d0, d1});
+        }
         return param3(g, c, l, name, c->experts, d0, d1);
+    }
+    if (pipit_graph_expert_parallel(g) > 1) {
+        pipit__err(PIPIT_STATUS_INVALID, "llama: expert parallelism with Hugging Face's per-expert weights (moe_layout %d) "
+                   "is not built: the experts are stacked from one param each", c->moe_layout);
+        return (pipit_val){g, -1};
     }
     pipit_val *w = pipit__calloc((size_t)c->experts, sizeof *w);
     if (!w) {
@@ -153,8 +163,11 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
     int64_t cap = pipit_moe_capacity(N, c->top_k, c->experts, c->capacity_factor, c->dropless);
     pipit_val slots = pipit_moe_slots(g, idx, c->experts, cap);
     pipit_val xe = pipit_moe_dispatch(g, xf, slots, c->experts, cap, NULL); /* [E, cap, C] */
+    int ep = pipit_graph_expert_parallel(g) > 1; /* to the experts' owners [E/ep, ep cap, C] and back */
+    if (ep) xe = pipit_ep_dispatch(g, xe);
     pipit_val ye = swiglu(g, xe, experts3(g, c, l, "gate", F, C), experts3(g, c, l, "up", F, C),
                           experts3(g, c, l, "down", C, F));
+    if (ep) ye = pipit_ep_combine(g, ye);
     pipit_val y = pipit_moe_combine(g, ye, slots, &w); /* [N, C] */
     if (c->shared_experts > 0) {
         int64_t S = (int64_t)c->shared_experts * F;

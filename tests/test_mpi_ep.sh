@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# test_mpi_ep.sh — expert parallelism under mpirun: one world rank per
+# process gives the bits of the threads run of the same mesh (losses and
+# the saved checkpoint): moe-tiny at --dp 2 --ep 2 over shared memory
+# (vader), and --pp 2 --dp 2 --ep 2 (1f1b) over TCP, where every EP
+# all-to-all crosses processes.
+# Usage: test_mpi_ep.sh PIPIT_CLI SOURCE_DIR   (exit 77: skipped)
+set -u
+source "$(dirname "$0")/mpi_lib.sh"
+mpi_setup "$1" "$2" mpi_ep
+MOE=(--data corpus.txt --model moe-tiny --ctx 16 --micro-batch 2 --microbatches 2 --clip 1.0 --seed 3 --json)
+same_as_threads "moe-tiny D=2 E=2 vader" 2 self,vader "${MOE[@]}" --dp 2 --ep 2 --steps 3
+same_as_threads "moe-tiny 1f1b P=2 D=2 E=2 tcp" 4 self,tcp "${MOE[@]}" --pp 2 --schedule 1f1b --dp 2 --ep 2 --steps 2
+mpi_done
