@@ -12,7 +12,6 @@ simulator of whole training runs (pipit_sim.h).
 Thin wrappers: every number comes from the C library. The text and JSON
 the C functions write to a FILE * come back as str (dict for JSON)."""
 import ctypes
-import ctypes.util
 import json
 from ctypes import byref, c_char_p, c_double, c_int, c_size_t, c_void_p
 
@@ -24,7 +23,9 @@ __all__ = ["partition", "Partition", "SimResult", "Hardware", "simulate", "SimRe
 
 # ------------------------------------------------------- FILE * -> str
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+# the process's global symbols (dlopen(NULL)): the malloc/free the C library's
+# open_memstream uses, also where a sanitizer's allocator is preloaded
+_libc = ctypes.CDLL(None)
 _libc.open_memstream.restype = c_void_p
 _libc.open_memstream.argtypes = [c_void_p, c_void_p]
 _libc.fclose.argtypes = [c_void_p]
