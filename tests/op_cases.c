@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ir/graph.h"
+#include "pipit_cp.h"
 #include "pipit_moe.h"
 #include "util/bf16.h"
 
@@ -198,6 +199,16 @@ static pipit_val doc_case(pipit_graph *g, int hq, int hkv, int causal) {
     return pipit_attention_docs(g, qkv, idx_input(g, "doc", 2, SH(2, 5)), &(pipit_attention_opts){hq, hkv, causal, 0});
 }
 static pipit_val b_attn_doc(pipit_graph *g) { return doc_case(g, 2, 2, 1); }
+/* Context parallelism at C = 1 (the gradient checks run one rank): rope_cp
+ * and attention_cp over this rank's two chunks (the whole sequence), the
+ * gather/scatter pair an identity; tests/test_cp.c checks C > 1. */
+static pipit_val cp_case(pipit_graph *g, int hq, int hkv, int causal) {
+    pipit_val q = pipit_rope_cp(g, P(g, "q", 3, SH(2, 4, hq * 2)), hq, 10000, NULL);
+    pipit_val k = pipit_rope_cp(g, P(g, "k", 3, SH(2, 4, hkv * 2)), hkv, 10000, NULL);
+    return pipit_attention_cp(g, q, k, P(g, "v", 3, SH(2, 4, hkv * 2)), &(pipit_attention_opts){hq, hkv, causal, 0});
+}
+static pipit_val b_attn_cp(pipit_graph *g) { return cp_case(g, 2, 1, 1); }
+static pipit_val b_attn_cp_full(pipit_graph *g) { return cp_case(g, 2, 2, 0); }
 static pipit_val b_attn_doc_gqa(pipit_graph *g) { return doc_case(g, 4, 2, 1); }
 static pipit_val b_attn_doc_full(pipit_graph *g) { return doc_case(g, 2, 1, 0); }
 
@@ -280,7 +291,7 @@ const op_case op_cases[] = {
     {"attention_k_only", b_attn_k_only}, {"cast", b_cast}, {"tp_copy_sum", b_tp_copy_sum},
     {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp}, {"head_xent_mean", b_head_xent},
     {"tp_head_xent_mean", b_tp_head_xent}, {"attention_doc", b_attn_doc}, {"attention_doc_gqa", b_attn_doc_gqa},
-    {"attention_doc_full", b_attn_doc_full},
+    {"attention_doc_full", b_attn_doc_full}, {"attention_cp", b_attn_cp}, {"attention_cp_full", b_attn_cp_full},
 };
 const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);
 

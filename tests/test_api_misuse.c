@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "pipit.h"
+#include "pipit_cp.h"
 #include "pipit_decode.h"
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
@@ -207,6 +208,43 @@ PIPIT_TEST(api_misuse_graph_handles) {
                         pipit_status_name(pipit_graph_status(g)), pipit_status_name(st)); \
         pipit_graph_free(g);                                                             \
     } while (0)
+
+/* Context parallelism (pipit_cp.h): bad handles, C out of range, the
+ * builders on invalid values, NULL options, shapes that are not two
+ * chunks, and the feeding helper's arguments. */
+PIPIT_TEST(api_misuse_context_parallel) {
+    memset(junk, 0x5a, sizeof junk);
+    FAILS(pipit_graph_set_context_parallel(NULL, 2), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_graph_set_context_parallel(JUNK_GRAPH, 2), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_graph_context_parallel(NULL), 0);
+    GIVES(pipit_graph_context_parallel(JUNK_GRAPH), 0);
+    pipit_attention_opts ao = {2, 1, 1, 0};
+    INVALID_VAL(pipit_cp_gather(NULL, (pipit_val){NULL, 0}));
+    INVALID_VAL(pipit_attention_cp(JUNK_GRAPH, (pipit_val){NULL, 0}, (pipit_val){NULL, 0}, (pipit_val){NULL, 0}, &ao));
+    INVALID_VAL(pipit_rope_cp(NULL, (pipit_val){NULL, 0}, 2, 10000, NULL));
+    {
+        pipit_graph *g = pipit_graph_new();
+        FAILS(pipit_graph_set_context_parallel(g, 0), PIPIT_STATUS_INVALID);
+        FAILS(pipit_graph_set_context_parallel(g, INT_MAX), PIPIT_STATUS_INVALID);
+        ASSERT_EQ_I64(pipit_graph_context_parallel(g), 1);
+        pipit_graph_free(g);
+    }
+    ON_FRESH_GRAPH(pipit_cp_gather(g, none), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_cp_gather(g, w), PIPIT_STATUS_SHAPE); /* axis 1 of 3: not two chunks */
+    ON_FRESH_GRAPH(pipit_attention_cp(g, x3, x3, x3, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_cp(g, none, x3, x3, &ao), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_cp(g, x3, x3, x3, &ao), PIPIT_STATUS_SHAPE); /* k's heads x D is not 6 / 2 */
+    ON_FRESH_GRAPH(pipit_rope_cp(g, none, 2, 10000, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_rope_cp(g, x3, 2, -1, NULL), PIPIT_STATUS_SHAPE);
+    int32_t src[8] = {0}, dst[8];
+    FAILS(pipit_cp_slice(NULL, src, 1, 8, 4, 2, 0), PIPIT_STATUS_INVALID);
+    FAILS(pipit_cp_slice(dst, NULL, 1, 8, 4, 2, 0), PIPIT_STATUS_INVALID);
+    FAILS(pipit_cp_slice(dst, src, 0, 8, 4, 2, 0), PIPIT_STATUS_INVALID);
+    FAILS(pipit_cp_slice(dst, src, 1, 8, 4, 2, 2), PIPIT_STATUS_INVALID);
+    FAILS(pipit_cp_slice(dst, src, 1, 8, 4, 0, 0), PIPIT_STATUS_INVALID);
+    FAILS(pipit_cp_slice(dst, src, 1, 6, 4, 2, 0), PIPIT_STATUS_INVALID);
+    FAILS(pipit_cp_slice(dst, src, INT64_MAX, 8, 4, 2, 0), PIPIT_STATUS_INVALID);
+}
 
 PIPIT_TEST(api_misuse_graph_builders) {
     memset(junk, 0x5a, sizeof junk);

@@ -30,6 +30,7 @@ typedef struct pipit__kctx {
     void *out;
     const void *in[PIPIT_MAX_IN];
     int shard;  /* the rank's index t among its stage's T tensor-parallel ranks (vocab-parallel ops) */
+    int cp;     /* the rank's index c in its context-parallel group (ROPE_CP, ATTENTION_CP; ir/cp.h) */
 } pipit__kctx;
 
 typedef void (*pipit__op_kernel)(const pipit__kctx *k, int ith, int nth);

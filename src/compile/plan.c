@@ -295,6 +295,7 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     }
     g = p->g; /* the graph this plan compiles: the user's or its bf16 copy */
     s = check_tp(p);
+    if (!s) s = pipit__check_cp(p);
     if (!s) s = pipit__check_ep(p);
     if (s) {
         pipit__plan_free(p);

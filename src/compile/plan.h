@@ -169,6 +169,8 @@ typedef struct {
     int M, threads;
     int D;               /* data-parallel replicas (world ranks = nranks * T * D) */
     int T;               /* tensor-parallel ranks per pipeline rank (the graph's T) */
+    int C;               /* context-parallel group: C consecutive replicas sharing a sequence (the graph's C;
+                            divides D; compile/plan_cp.c) */
     int E;               /* expert-parallel group: E consecutive replicas (the graph's E; divides D) */
     int zero1;           /* D > 1: optimizer state and update sharded over the replicas */
     int zero;            /* ZeRO stage 0..3 in effect (0 unless D > 1 and training); zero1 = zero >= 1 */
@@ -214,6 +216,8 @@ int pipit__plan_find_param(const pipit__plan *pl, const char *name);
 /* The collective id of the global norm's all-reduce over a stage's T
  * ranks (the others use their node's id, which compile keeps below it). */
 #define PIPIT_TP_NORM_ID 0x0ffffff0
+/* Sets pl->C from the graph and checks it against the mesh (compile/plan_cp.c). */
+pipit_status pipit__check_cp(pipit__plan *pl);
 /* ... and of the expert params' norm terms over an EP group (runtime/ep.c). */
 #define PIPIT_EP_NORM_ID 0x0ffffff1
 /* Sets pl->E from the graph and checks it against the mesh (compile/plan_ep.c):

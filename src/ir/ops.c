@@ -13,6 +13,7 @@
 #include "ir/head_xent.h"
 #include "ir/ep.h"
 #include "ir/moe.h"
+#include "ir/cp.h"
 #include "util/checked.h"
 
 #define IN(i) (&g->nodes[n->in[i]])

@@ -4,6 +4,7 @@
  * transposes, and the lm head reuses wte (logits = h @ wte^T).
  */
 #include "pipit_gpt2.h"
+#include "pipit_cp.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -112,7 +113,11 @@ static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, 
     if (dec) h = decode_attention(dec, c, qkv, l);
     else if (docs.id >= 0) /* packed documents: q | k | v of H/T heads each */
         h = pipit_attention_docs(g, qkv, docs, &(pipit_attention_opts){c->heads / T, c->heads / T, 1, 0});
-    else h = pipit_attention(g, qkv, c->heads / T);
+    else if (pipit_graph_context_parallel(g) > 1) { /* context parallelism: k, v gathered over the group */
+        int64_t w = C / T;
+        h = pipit_attention_cp(g, pipit_slice(g, qkv, 2, 0, w), pipit_slice(g, qkv, 2, w, w),
+                               pipit_slice(g, qkv, 2, 2 * w, w), &(pipit_attention_opts){c->heads / T, 0, 1, 0});
+    } else h = pipit_attention(g, qkv, c->heads / T);
     snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
     x = pipit_add(g, x, linear_split(g, c, h, pre, C, C, tp ? SPLIT_ROWS : SPLIT_NONE, 1));
     snprintf(pre, sizeof pre, "h.%d.ln_2", l);

@@ -6,6 +6,7 @@
  * row's position from its index, so the graph has no positions input.
  */
 #include "pipit_llama.h"
+#include "pipit_cp.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -231,6 +232,11 @@ static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_va
     pipit_val a;
     if (dec) {
         a = decode_attention(dec, c, q, k, v, l);
+    } else if (docs.id < 0 && pipit_graph_context_parallel(g) > 1) { /* context parallelism: global positions,
+                                                                         k, v gathered */
+        q = pipit_rope_cp(g, q, c->heads / T, c->rope_theta, &c->rope_scaling);
+        k = pipit_rope_cp(g, k, kv_of(c) / T, c->rope_theta, &c->rope_scaling);
+        a = pipit_attention_cp(g, q, k, v, &(pipit_attention_opts){c->heads / T, kv_of(c) / T, 1, 0});
     } else {
         q = rope(g, c, q, c->heads / T);
         k = rope(g, c, k, kv_of(c) / T);

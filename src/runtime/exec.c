@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/cp.h"
 #include "runtime/program.h"
 #include "runtime/transport.h"
 
@@ -54,6 +55,7 @@ static void resolve(const exec_ctx *x) {
             x->rs->srcs_ptr[in->srcs_at + u] = loc_ptr(x, &in->srcs[u], 0);
         k->out = loc_ptr(x, &in->out, in->mb);
         k->shard = x->rs->tp;
+        k->cp = pipit__cp_rank(x->p, x->w);
         for (int j = 0; j < PIPIT_MAX_IN; j++) {
             k->in[j] = in->in[j].kind ? loc_ptr(x, &in->in[j], in->mb) : NULL;
             k->in_node[j] = j < k->node->nin ? &g->nodes[k->node->in[j]] : NULL;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/ep.h"
+#include "runtime/cp.h"
 #include "runtime/program.h"
 #include "runtime/transport.h"
 #include "schedule/schedule.h"
@@ -447,6 +448,10 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
                 break;
             case INS_LOSS_RECV: one[m++] = pipit__tag(PIPIT_TAG_LOSS, in->peer, 0); break;
             case INS_TP: /* the in-stage all-reduce: chunk k to its owner, its sum back (transport.h) */
+                if (pipit__is_cp_op(pl->g->nodes[in->node].op)) { /* CP's all-gather / reduce-scatter over C */
+                    for (int c = 0; pl->C > 1 && c < 2 * pl->C; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
+                    break;
+                }
                 if (pipit__is_ep_op(pl->g->nodes[in->node].op)) { /* the EP all-to-all: block k from member k */
                     for (int c = 0; pl->E > 1 && c < pl->E; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, 2 * pl->E + c);
                     break;

@@ -38,7 +38,8 @@ void pipit__gemm_tiles(int64_t M, int64_t N, int64_t K, int64_t *mt, int64_t *nt
  * so the bits never depend on nth. */
 /* One attention problem: q [B,Tq,Hq*D] (head h at column h*D), k and v
  * [B,Tk,Hkv*D]; q head h reads kv head h / (Hq/Hkv); causal masks key j > t
- * (then Tk == Tq). ldq/ldk/ldv/ldo are the row strides of q, k, v and the
+ * + (Tk - Tq): the diagonal at the bottom right, so Tk == Tq is plain causal
+ * and Tk > Tq a block of queries at offset Tk - Tq (context parallelism). ldq/ldk/ldv/ldo are the row strides of q, k, v and the
  * output (the packed GPT-2 qkv [B,T,3C] is q = qkv, k = qkv + C, v = qkv +
  * 2C, each of stride 3C); gradients use the strides of their inputs. */
 typedef struct {

@@ -892,7 +892,9 @@ static void LOC(axpy)(T *restrict y, T a, const T *restrict x, int64_t n) {
 /* One kernel family serves every layout (pipit__attn_dims): GPT-2's packed
  * qkv and separate q, k, v with grouped-query heads. Query t attends to
  * keys [0, t] (causal) or [0, S). */
-static int64_t LOC(att_keys)(const pipit__attn_dims *a, int64_t t) { return a->causal ? t + 1 : a->Tk; }
+static int64_t LOC(att_keys)(const pipit__attn_dims *a, int64_t t) {
+    return a->causal ? t + 1 + (a->Tk - a->Tq) : a->Tk;
+}
 
 /* q, k, v [B,*,*] heads of D; out [B,T,Hq*D] (row stride ldo). Threads split
  * the (b,h) pairs. Per query, keys are scored KERNEL_ATT_CHUNK at a time

@@ -6,6 +6,7 @@
  * compile error here (leaves and aliases have none: they run nothing).
  */
 #include "backend/cpu/attn_doc.h"
+#include "backend/cpu/cp.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/head_xent.h"
 #include "backend/cpu/kernels.h"
@@ -34,6 +35,11 @@
 #define cpu_TP_COPY NULL
 #define cpu_TP_SUM NULL
 #define cpu_TP_MAX NULL
+#define cpu_CP_GATHER NULL /* context parallelism's gather/scatter pair (runtime/cp.c) */
+#define cpu_CP_SCATTER NULL
+#define cpu_ROPE_CP pipit__cpu_ROPE_CP /* context parallelism (cp.c) */
+#define cpu_ATTENTION_CP pipit__cpu_ATTENTION_CP
+#define cpu_ATTN_CP_D pipit__cpu_ATTN_CP_D
 #define cpu_EP_A2A NULL /* expert parallelism's all-to-all pair (runtime/ep.c) */
 #define cpu_EP_A2A_REV NULL
 

@@ -39,6 +39,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "backend/cpu/cp.h"
 #include "backend/cuda/moe_cuda.h"
 #include "backend/cuda/ops_cuda.cuh"
 #include "ir/graph.h"
@@ -814,6 +815,11 @@ static void cuda_HEAD_XENT_DH(const pipit__kctx *k, int ith, int nth) {
 #define cuda_TP_COPY nullptr
 #define cuda_TP_SUM nullptr
 #define cuda_TP_MAX nullptr
+#define cuda_CP_GATHER nullptr /* context parallelism's gather/scatter pair (runtime/cp.c) */
+#define cuda_CP_SCATTER nullptr
+#define cuda_ROPE_CP pipit__cuda_ROPE_CP /* context parallelism: the CPU's kernels on host copies (cp_cuda.cu) */
+#define cuda_ATTENTION_CP pipit__cuda_ATTENTION_CP
+#define cuda_ATTN_CP_D pipit__cuda_ATTN_CP_D
 #define cuda_EP_A2A nullptr /* expert parallelism's all-to-all pair (runtime/ep.c) */
 #define cuda_EP_A2A_REV nullptr
 
