@@ -195,6 +195,13 @@ PIPIT_TEST(llama_moe_params_and_refusals) {
     int64_t C = 16, F = 24;
     ASSERT_EQ_I64(pipit_llama_num_params(&c), n0 + 3 * 3 * C * F + 4 * C + 3 * C * F);
     ASSERT_OK(pipit_llama_check(&c));
+    /* model FLOPs per token: 6 x the params a token's matmuls use, so the
+     * MoE layer counts its router, top_k = 2 of the 4 experts and the
+     * shared one: 6 (2 (3 C F) + 4 C + 3 C F) more than the dense layer's
+     * 6 (3 C F) (the attention term is the same) */
+    pipit_llama_config d = dense();
+    ASSERT_NEAR_F64(pipit_llama_flops_per_token(&c) - pipit_llama_flops_per_token(&d),
+                    6.0 * (double)(2 * 3 * C * F + 4 * C + 3 * C * F - 3 * C * F), 1e-6);
 #define REFUSED(assign, needle)                                       \
     do {                                                              \
         pipit_llama_config c_ = dense();                              \
