@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_cli_ep.sh — expert parallelism from the command line (--ep):
 # moe-tiny at --dp 2 --ep 2 and --dp 4 --ep 2 within 1e-6 of --ep 1 at the
-# same --dp (losses of 4 steps), the same --ep pipelined (--pp 2, 1f1b and
-# gpipe) to the same bits, its token counts equal to --ep 1's (each replica
+# same --dp (losses of 4 steps), the same --ep pipelined (--pp 2: 1f1b,
+# gpipe, zb-h1, interleaved, dualpipev, remat; bf16 1f1b) to the same bits
+# (losses and checkpoint bytes), its token counts equal to --ep 1's (each replica
 # routes its own tokens), a run saved at --ep 2 resumed at --ep 1 = resumed
 # at --ep 2 (checkpoints hold whole tensors), and the refusals by message.
 # Usage: test_cli_ep.sh PIPIT SRCDIR
@@ -41,12 +42,17 @@ for D in 2 4; do
     [ "$(cut -d' ' -f3- <<<"$got" | head -1)" = "$(cut -d' ' -f3- <<<"$ref" | head -1)" ] ||
         fail "--dp $D --ep 2: step 0's token counts differ from --ep 1's"
 done
-expect_ok "$PIPIT" "${A[@]}" --steps 4 --dp 2 --ep 2
+B=(train --model moe-tiny --data text.txt --ctx 16 --micro-batch 2 --microbatches 4 --json) # dualpipev: M >= 2P
+expect_ok "$PIPIT" "${B[@]}" --steps 3 --dp 2 --ep 2 --save p1.st
 ep2=$(losses)
-for s in 1f1b gpipe; do
-    expect_ok "$PIPIT" "${A[@]}" --steps 4 --dp 2 --ep 2 --pp 2 --schedule $s
+for s in "1f1b" "gpipe" "zb-h1" "interleaved-1f1b --virtual 2" "dualpipev" "1f1b --remat"; do
+    expect_ok "$PIPIT" "${B[@]}" --steps 3 --dp 2 --ep 2 --pp 2 --schedule $s --save p2.st
     [ "$(losses)" = "$ep2" ] || fail "--ep 2 --pp 2 $s differs from --pp 1:"$'\n'"$(losses)"$'\n'"vs"$'\n'"$ep2"
+    cmp -s p1.st p2.st || fail "--ep 2 --pp 2 $s: the checkpoint differs from --pp 1's"
 done
+expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 2 --ep 2 --dtype bf16 --save b1.st
+expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 2 --ep 2 --dtype bf16 --pp 2 --schedule 1f1b --save b2.st
+cmp -s b1.st b2.st || fail "bf16 --ep 2 --pp 2: the checkpoint differs from --pp 1's"
 
 # saved at --ep 2, resumed at --ep 1 and at --ep 2: the same step 4 within 1e-6
 expect_ok "$PIPIT" "${A[@]}" --steps 3 --dp 2 --ep 2 --save ep2.st
@@ -65,4 +71,4 @@ expect_fail "--ep must be in 1..64" "$PIPIT" "${A[@]}" --steps 1 --ep 0
 expect_fail "expert and tensor parallelism together are not built" "$PIPIT" "${A[@]}" --steps 1 --dp 2 --ep 2 --tp 2
 
 [ "$failures" -eq 0 ] || exit 1
-echo "ok: --ep 2 within 1e-6 of --ep 1 at --dp 2 and 4, bitwise across --pp 2 1f1b/gpipe, saved at --ep 2 resumed at --ep 1, refusals"
+echo "ok: --ep 2 within 1e-6 of --ep 1 at --dp 2 and 4, bitwise across --pp 2 at 5 schedules, remat and bf16, saved at --ep 2 resumed at --ep 1, refusals"
