@@ -140,6 +140,11 @@ typedef struct {
                                of the dp group (ep divides dp and E); tokens exchanged by all-to-all */
     int expert_ffn;         /* width of one expert (0: the MLP width, as pipit's builder) */
     int no_dropout;         /* 1: no dropout (Llama): no masks kept, no dropout in the residual adds' traffic */
+    int reshard_after_forward; /* with zero1 = 3 (INVALID otherwise): ZeRO-3 per task, as
+                               options.reshard_after_forward: a 32-bit dtype's params are gathered one at a
+                               time before each task that reads them (F, B, BW; not W), inside the task, and
+                               the peak holds the most gathered at once instead of the full block; a 16-bit
+                               dtype's loop reads its 16-bit copies (no gathers, the same peak as stage 3) */
 } pipit_sim_config;
 
 typedef struct {

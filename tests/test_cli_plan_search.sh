@@ -12,6 +12,7 @@ set -u
 
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup cli_plan_search "${1:-}"
+head -c 200000 "${2:?usage: test_cli_plan_search.sh PIPIT SRCDIR}/README.md" >text.txt # for `pipit plan` (a compile)
 
 $PY - "$PIPIT" <<'PYEOF' || fail "search != brute force"
 import json, re, subprocess, sys
@@ -162,7 +163,9 @@ import json, sys
 b = json.loads(sys.argv[1])["best"]
 key = lambda x: (x["schedule"], x["virtual"], x["micro_batch"])
 by = {}
-for x in b: by.setdefault(key(x), {})[x["zero"]] = x
+for x in b:
+    if not x["reshard_after_forward"]:  # (below: ZeRO-3 per task)
+        by.setdefault(key(x), {})[x["zero"]] = x
 assert len(by) > 10, len(by)
 for k, z in by.items():
     assert sorted(z) == [0, 1, 2, 3], (k, sorted(z))
@@ -170,6 +173,75 @@ for k, z in by.items():
     assert p[1] < p[0] and p[2] - p[1] > 0 and abs((p[3] - p[2]) - (p[2] - p[1])) <= 1e-6 * p[0], (k, p)
     assert z[1]["step_s"] == z[2]["step_s"] == z[3]["step_s"] <= z[0]["step_s"], k
 ' "$OUT" || fail "ZeRO stages: peaks and step times"
+
+# ---- ZeRO-3 with --reshard-after-forward (zero 3r) is in the search space
+# (issue 29): priced with each param gathered per task that reads it (F, B,
+# BW) instead of once per step, and its peak holding the most gathered at
+# once instead of the full block. tiny, 8 layers, P = 2, D = 4, G = 16, no
+# recomputation: ZeRO-1's smallest peak is 12.26 MB, ZeRO-3 per task's
+# 11.56 MB (at D = 4 the param, grad and moment shards are less than ZeRO-1's
+# full params), so under 1.2e7 it alone fits and the search picks it; the
+# compiled programs (`pipit plan`'s memory report, an independent count)
+# order the picked config's peaks the same way. Under 1.3e7 ZeRO-1 fits and
+# is faster: the plan is not 3r. At D = 2 its shards add up to ZeRO-1's
+# full params and the gathered params come on top: not in a search under
+# ZeRO-1's peak (the D = 2 case above)
+S4=(plan --search --global-batch 16 --pp 2 --dp 4 --layers 8 --recompute none --json)
+expect_ok "$PIPIT" "${S4[@]}" --no-mem-check --top 100000
+echo "$OUT" >all4.json
+expect_ok "$PIPIT" "${S4[@]}" --mem-limit 1.2e7 --top 100000
+echo "$OUT" >r12.json
+expect_ok "$PIPIT" "${S4[@]}" --mem-limit 1.3e7 --top 100000
+echo "$OUT" >r13.json
+$PY - "$PIPIT" <<'PYEOF' || fail "ZeRO-3 per task in the search"
+import json, subprocess, sys
+pipit = sys.argv[1]
+allb = json.load(open("all4.json"))["best"]
+key = lambda x: (x["schedule"], x["virtual"], x["micro_batch"])
+by = {}
+for x in allb: by.setdefault(key(x), {})[(x["zero"], x["reshard_after_forward"])] = x
+for k, z in by.items():  # offered wherever it lowers the peak, slower than ZeRO-3 (its gathers)
+    r, z1, z3 = z[(3, True)], z[(1, False)], z[(3, False)]
+    assert r["peak_bytes_per_rank"] < z1["peak_bytes_per_rank"] < z3["peak_bytes_per_rank"], (k, r, z1)
+    assert r["step_s"] > z3["step_s"] == z1["step_s"], (k, r, z3)
+assert all(x["recompute"] == "none" for x in allb)
+b = json.load(open("r12.json"))["best"]
+assert b and all(x["zero"] == 3 and x["reshard_after_forward"] for x in b), b
+assert all(x["peak_bytes_per_rank"] <= 1.2e7 for x in b), b
+best = b[0]
+assert best["step_s"] == min(x["step_s"] for x in allb if x["reshard_after_forward"] and x["peak_bytes_per_rank"] <= 1.2e7)
+# the planner's memory report of the compiled programs: the same order
+peak = {}
+for z in (["--zero", "1"], ["--zero", "3"], ["--zero", "3", "--reshard-after-forward"]):
+    out = subprocess.run([pipit, "plan", "--data", "text.txt", "--pp", "2", "--dp", "4", "--layers", "8",
+                          "--microbatches", str(best["microbatches"]), "--micro-batch", str(best["micro_batch"]),
+                          "--schedule", best["schedule"], "--virtual", str(best["virtual"]), "--json"] + z,
+                         capture_output=True, text=True, check=True).stdout
+    peak[" ".join(z)] = max(r["memory"]["total"] for r in json.loads(out)["ranks"])
+assert peak["--zero 3 --reshard-after-forward"] < peak["--zero 1"] < peak["--zero 3"], peak
+# and `pipit sim --reshard-after-forward` prices the row as the search did
+s = json.loads(subprocess.run([pipit, "sim", "--layers", "8", "--hidden", "128", "--heads", "4", "--seq", "64", "--vocab",
+                               "256", "--global-batch", "16", "--micro-batch", str(best["micro_batch"]), "--pp", "2",
+                               "--dp", "4", "--schedule", best["schedule"], "--virtual", str(best["virtual"]), "--zero",
+                               "3", "--reshard-after-forward", "--hw", "cpu", "--json"],
+                              capture_output=True, text=True, check=True).stdout)
+assert s["step_s"] == best["step_s"] and s["peak_bytes_per_rank"] == best["peak_bytes_per_rank"], (s, best)
+b13 = json.load(open("r13.json"))["best"]
+assert b13[0]["zero"] == 1 and not b13[0]["reshard_after_forward"], b13[0]
+assert any(x["reshard_after_forward"] for x in b13), "3r is a runner-up under 1.3e7 too"
+print("reshard ok: picked", best, "planner", peak)
+PYEOF
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --dp 4 --layers 8 --recompute none --mem-limit 1.2e7 --top 2
+grep -q "^ *1  .* 3r  none " <<<"$OUT" && grep -q "^(zero 3r: ZeRO-3 with --reshard-after-forward" <<<"$OUT" ||
+    fail "text: 3r rows and their legend: $OUT"
+# a 16-bit dtype's loop reads its 16-bit copies: per task nothing is gathered, nothing saved, not offered
+expect_ok "$PIPIT" plan --search --global-batch 16 --pp 2 --dp 4 --layers 8 --recompute none --hw a100 --no-mem-check \
+    --json --top 100000
+$PY -c 'import json,sys; b=json.loads(sys.argv[1])["best"]; assert b and not any(x["reshard_after_forward"] for x in b)' "$OUT" ||
+    fail "a100 (bf16): 3r offered"
+expect_fail "reshard_after_forward releases ZeRO-3's gathered parameters: it needs zero1 = 3 (got 1)" "$PIPIT" sim \
+    --layers 2 --hidden 8 --heads 2 --seq 4 --vocab 8 --global-batch 2 --dp 2 --hw cpu --zero 1 --reshard-after-forward
+
 # text: the runner-ups with their zero and remat columns
 expect_ok "$PIPIT" plan --search --global-batch 16 --pp 4 --layers 8 --mem-limit 9e6 --top 4
 grep -q "zero remat" <<<"$OUT" && grep -q "runner-ups" <<<"$OUT" && [ "$(grep -c '^ *[1234]  .* full ' <<<"$OUT")" -eq 4 ] ||

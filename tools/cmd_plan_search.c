@@ -1,7 +1,8 @@
 /*
  * cmd_plan_search.c — `pipit plan --search`: every schedule x V x microbatch
- * size x recompute (x ZeRO stage when dp > 1) (x pp x tp x dp for a GPU
- * count) that fits the memory limit,
+ * size x recompute (x ZeRO stage when dp > 1, stage 3 also with
+ * reshard_after_forward) (x pp x tp x dp for a GPU count) that fits the
+ * memory limit,
  * simulated with the cost model (pipit_sim.h) and ranked by step time; the
  * best few are printed with bubble and memory, and the rejected ones
  * counted by reason (each one with --verbose), with the vocabulary padding
@@ -47,11 +48,17 @@ static const char *remat_name(const pipit_sim_config *c) { return c->recompute ?
 static int cp1(const pipit_sim_config *c) { return c->cp > 1 ? c->cp : 1; }
 static int ep1(const pipit_sim_config *c) { return c->ep > 1 ? c->ep : 1; }
 
+/* the ZeRO column: the stage, "3r" for ZeRO-3 with --reshard-after-forward */
+static const char *zero_name(const pipit_sim_config *c) {
+    static const char *const Z[] = {"0", "1", "2", "3"};
+    return c->reshard_after_forward ? "3r" : Z[c->zero1 & 3];
+}
+
 static void describe(char *buf, size_t n, const pipit_sim_config *c) {
-    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d%s cp=%d dp=%d ep=%d zero=%d remat=%s",
+    snprintf(buf, n, "%s pp=%d V=%d M=%lld b=%d tp=%d%s cp=%d dp=%d ep=%d zero=%s remat=%s",
              pipit_schedule_kind_name((pipit_schedule_kind)c->schedule), c->pp, c->virt,
              (long long)(c->global_batch / ((int64_t)c->micro_batch * c->dp)), c->micro_batch, c->tp,
-             c->sp ? "+sp" : "", cp1(c), c->dp, ep1(c), c->zero1, remat_name(c));
+             c->sp ? "+sp" : "", cp1(c), c->dp, ep1(c), zero_name(c), remat_name(c));
 }
 
 static int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
@@ -69,13 +76,17 @@ static void reject(search *s, const pipit_sim_config *c, int why, const char *de
     printf("rejected  %-44s %s%s%s\n", d, REASON[why], detail ? ": " : "", detail ? detail : "");
 }
 
-static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
+/* Simulates one candidate, keeps it when it fits; returns its peak
+ * (HUGE_VAL when it was not simulated). A candidate whose peak is not below
+ * below_peak is dropped without a trace (reshard_after_forward where it
+ * lowers nothing: a 16-bit dtype's loop reads its copies). */
+static double try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw, double below_peak) {
     s->ncand++;
-    if (c->pp * c->virt > c->layers) return reject(s, c, R_LAYERS, NULL);
+    if (c->pp * c->virt > c->layers) return reject(s, c, R_LAYERS, NULL), HUGE_VAL;
     if (c->heads % c->tp || c->hidden % c->tp || (c->kv_heads ? c->kv_heads : c->heads) % c->tp)
-        return reject(s, c, R_TP, NULL);
+        return reject(s, c, R_TP, NULL), HUGE_VAL;
     if (c->seq % (cp1(c) > 1 ? 2 * cp1(c) : 1) || (c->sp && (c->seq / cp1(c)) % c->tp))
-        return reject(s, c, R_SEQ, NULL);
+        return reject(s, c, R_SEQ, NULL), HUGE_VAL;
     if (c->vocab % c->tp) { /* only the vocabulary: padding it would allow this tp */
         int seen = 0;
         for (int i = 0; i < s->nvocab_tps; i++) seen |= s->vocab_tps[i] == c->tp;
@@ -84,18 +95,20 @@ static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
         char d[96];
         snprintf(d, sizeof d, "vocab %d is not a multiple of tp %d (--vocab %lld would be)", c->vocab, c->tp,
                  (long long)padded_vocab(c->vocab, c->tp));
-        return reject(s, c, R_TP, d);
+        return reject(s, c, R_TP, d), HUGE_VAL;
     }
     pipit_sim_report *r = NULL;
     pipit_status st = pipit_sim_run(c, hw, &r);
-    if (st) return reject(s, c, st == PIPIT_STATUS_SCHEDULE ? R_SCHEDULE : R_OTHER, pipit_errmsg());
+    if (st) return reject(s, c, st == PIPIT_STATUS_SCHEDULE ? R_SCHEDULE : R_OTHER, pipit_errmsg()), HUGE_VAL;
     candidate k = {.c = *c, .order = s->ncand};
     pipit_sim_report_summary(r, &k.u);
     pipit_sim_report_free(r);
+    if (!(k.u.peak_bytes_per_rank < below_peak)) return s->ncand--, HUGE_VAL;
     if (k.u.peak_bytes_per_rank > s->mem_limit) {
         char d[64];
         snprintf(d, sizeof d, "%.3g GB > %.3g GB", k.u.peak_bytes_per_rank / 1e9, s->mem_limit / 1e9);
-        return reject(s, c, R_MEMORY, d);
+        reject(s, c, R_MEMORY, d);
+        return k.u.peak_bytes_per_rank;
     }
     if (s->nfit == s->cap) {
         int cap = s->cap ? 2 * s->cap : 64;
@@ -104,12 +117,14 @@ static void try_one(search *s, const pipit_sim_config *c, const pipit_hw *hw) {
         s->fit = nf, s->cap = cap;
     }
     s->fit[s->nfit++] = k;
+    return k.u.peak_bytes_per_rank;
 }
 
 static int by_step(const void *a, const void *b) {
     const candidate *x = a, *y = b;
     if (x->u.step_s != y->u.step_s) return x->u.step_s < y->u.step_s ? -1 : 1;
-    /* as fast: the one that holds less (ZeRO-1 before 2 and 3, whose peaks add the kept shards) */
+    /* as fast: the one that holds less (ZeRO-1 before 2 and 3, whose peaks add the kept shards; ZeRO-3
+     * with reshard_after_forward holds less than all of them, and is slower: its gathers per task) */
     if (x->u.peak_bytes_per_rank != y->u.peak_bytes_per_rank)
         return x->u.peak_bytes_per_rank < y->u.peak_bytes_per_rank ? -1 : 1;
     return x->order - y->order;
@@ -145,8 +160,13 @@ static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw
                 for (int r = r0; r <= r1; r++)
                     for (int z = z0; z <= z1; z++) {
                         c.schedule = k, c.virt = v, c.micro_batch = (int)b;
-                        c.recompute = (pipit_recompute)r, c.zero1 = z;
-                        try_one(s, &c, hw);
+                        c.recompute = (pipit_recompute)r, c.zero1 = z, c.reshard_after_forward = 0;
+                        double peak = try_one(s, &c, hw, HUGE_VAL);
+                        /* ZeRO-3 per task (--reshard-after-forward): where it lowers the peak */
+                        if (z == 3 && c.dp * cp1(&c) > 1 && peak < HUGE_VAL) {
+                            c.reshard_after_forward = 1;
+                            try_one(s, &c, hw, peak);
+                        }
                     }
             }
 }
@@ -173,11 +193,13 @@ static void print_best(const search *s, int top, int json, int vocab) {
         for (int i = 0; i < n; i++) {
             const candidate *k = &s->fit[i];
             printf("%s{\"schedule\":\"%s\",\"pp\":%d,\"virtual\":%d,\"microbatches\":%d,\"micro_batch\":%d,\"tp\":%d,"
-                   "\"sp\":%s,\"cp\":%d,\"dp\":%d,\"ep\":%d,\"zero\":%d,\"recompute\":\"%s\",\"step_s\":%.9g,"
+                   "\"sp\":%s,\"cp\":%d,\"dp\":%d,\"ep\":%d,\"zero\":%d,\"reshard_after_forward\":%s,"
+                   "\"recompute\":\"%s\",\"step_s\":%.9g,"
                    "\"bubble\":%.6g,\"peak_bytes_per_rank\":%.9g,\"tflops_per_gpu\":%.6g}",
                    i ? "," : "", pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt,
                    k->u.microbatches, k->c.micro_batch, k->c.tp, k->c.sp ? "true" : "false", cp1(&k->c), k->c.dp,
-                   ep1(&k->c), k->c.zero1, remat_name(&k->c), k->u.step_s, k->u.bubble, k->u.peak_bytes_per_rank,
+                   ep1(&k->c), k->c.zero1, k->c.reshard_after_forward ? "true" : "false", remat_name(&k->c),
+                   k->u.step_s, k->u.bubble, k->u.peak_bytes_per_rank,
                    k->u.tflops_per_gpu);
         }
         printf("]}\n");
@@ -197,12 +219,17 @@ static void print_best(const search *s, int top, int json, int vocab) {
            "M", "b", "tp", "sp", "cp", "dp", "ep", "zero", "remat", "step s", "bubble", "peak GB", "TFLOP/s/GPU");
     for (int i = 0; i < n; i++) {
         const candidate *k = &s->fit[i];
-        printf("%4d  %-18s %3d %3d %5d %4d %3d %2s %3d %4d %3d %4d %5s %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
+        printf("%4d  %-18s %3d %3d %5d %4d %3d %2s %3d %4d %3d %4s %5s %10.5g %7.1f%% %10.4g %12.4g\n", i + 1,
                pipit_schedule_kind_name((pipit_schedule_kind)k->c.schedule), k->c.pp, k->c.virt, k->u.microbatches,
-               k->c.micro_batch, k->c.tp, k->c.sp ? "y" : "n", cp1(&k->c), k->c.dp, ep1(&k->c), k->c.zero1,
+               k->c.micro_batch, k->c.tp, k->c.sp ? "y" : "n", cp1(&k->c), k->c.dp, ep1(&k->c), zero_name(&k->c),
                remat_name(&k->c), k->u.step_s, 100 * k->u.bubble, k->u.peak_bytes_per_rank / 1e9, k->u.tflops_per_gpu);
     }
     if (n > 1) printf("(rank 1 is the plan; 2..%d are the runner-ups that fit, by step time)\n", n);
+    for (int i = 0; i < n; i++)
+        if (s->fit[i].c.reshard_after_forward) {
+            printf("(zero 3r: ZeRO-3 with --reshard-after-forward, each param gathered per task that reads it)\n");
+            break;
+        }
 }
 
 int cmd_plan_search(int argc, char **argv) {
@@ -239,7 +266,8 @@ int cmd_plan_search(int argc, char **argv) {
         {"gpus", FL_INT, &gpus, "search pp x tp x dp = GPUS too (pp fixed when --pp is given)", 0},
         {"recompute", FL_STR, &recompute, "none or full (default: both searched)", 0},
         {"zero1", FL_BOOL, &zero1, "shard the optimizer state over dp (= --zero 1)", 0},
-        {"zero", FL_INT, &zero, "ZeRO stage 0..3 (default: 0..3 searched when dp > 1, 0 at dp 1)", 0},
+        {"zero", FL_INT, &zero, "ZeRO stage 0..3 (default: 0..3 searched when dp > 1, 0 at dp 1; stage 3 also "
+                                "with --reshard-after-forward, where that lowers the peak: zero 3r)", 0},
         {"sp", FL_BOOL, &sp, "sequence parallelism at every tp > 1 (default: searched, with and without)", 0},
         {"no-sp", FL_BOOL, &no_sp, "no sequence parallelism (default: searched)", 0},
         {"cp", FL_INT, &cp, "context-parallel ranks per stage (default 1; with --gpus: searched over the divisors "

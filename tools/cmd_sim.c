@@ -197,6 +197,8 @@ int cmd_sim(int argc, char **argv) {
         {"recompute", FL_STR, &recompute, "none (default) or full activation recomputation", 0},
         {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
         {"zero", FL_INT, &c.zero1, "ZeRO stage 0..3 over dp (2: and the gradients, 3: and the parameters)", 0},
+        {"reshard-after-forward", FL_BOOL, &c.reshard_after_forward, "with --zero 3: each param gathered per "
+                                                                       "task that reads it (as train's flag)", 0},
         {"dp-after-flush", FL_BOOL, &c.dp_after_flush, "the DP exchange after each rank's last task (Megatron-LM 2021) "
                                                         "instead of during the backward", 0},
         {"blocking-p2p", FL_BOOL, &c.blocking_p2p, "stage messages occupy their sender (Megatron's blocking P2P) "

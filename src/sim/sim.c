@@ -79,6 +79,49 @@ static double dp_time(const pipit_sim_report *r, const pipit_hw *hw, double byte
     return pipit__hw_allreduce_time(bytes - ebytes, n, bw, lat) + pipit__hw_allreduce_time(ebytes, n / r->m.ep, bw, lat);
 }
 
+/* ZeRO-3 with reshard_after_forward (runtime/zero_reshard.c), under a
+ * 32-bit dtype: each param is gathered over the gradient group before every
+ * task that reads it (F, B, BW; a W reads activations and output gradients,
+ * not params), one param at a time with copied sends, inside the task (its
+ * compute thread waits), instead of once per step; the peak holds the most
+ * gathered at once (one layer's params while its task runs) instead of the
+ * full block. A 16-bit dtype's loop reads the pre-loop's 16-bit copies: the
+ * 32-bit params are gathered once (as stage 3) and nothing changes here. */
+static int reshards(const pipit_sim_report *r) {
+    return r->cfg.reshard_after_forward && r->cfg.zero1 == 3 && grad_group(r) > 1 && r->m.esize == 4;
+}
+static double stage_tensors(const pipit_sim_report *r, int st) { /* param tensors: a layer's, or the ends' one */
+    return PIPIT_MAX(1.0, r->m.layers[st] * (r->cfg.gated_mlp ? 9.0 : 12.0));
+}
+/* The seconds one task of stage st spends gathering the stage's params. */
+static double gather_time(const pipit_sim_report *r, const pipit_hw *hw, int st) {
+    int n = grad_group(r), ne = n / r->m.ep;
+    int intra = (double)r->cfg.tp * n <= hw->gpus_per_node;
+    double bw = intra ? hw->intra_bw : hw->inter_bw, lat = intra ? hw->intra_lat : hw->inter_lat;
+    double k = stage_tensors(r, st), e = r->m.esize, ep = r->m.eparams[st];
+    double t = k * pipit__hw_allgather_time((r->m.params[st] - ep) * e / k, n, bw, lat);
+    double kl = PIPIT_MAX(1.0, r->m.layers[st]); /* the routed experts: a stacked tensor per layer */
+    if (ep > 0 && ne > 1) t += kl * pipit__hw_allgather_time(ep * e / kl, ne, bw, lat);
+    return t;
+}
+static void book_gathers(pipit_sim_report *r, const pipit_hw *hw) {
+    for (int st = 0; st < r->m.S; st++) {
+        double g = gather_time(r, hw, st);
+        r->m.f[st] += g;
+        r->m.b[st] += g; /* B, or BW: the same booking */
+    }
+}
+/* The params stage st holds at once under reshard: its largest layer's
+ * (a stage's params over its layers; the ends' tables counted in) plus, for
+ * a replica at most one gather ahead of another, two params' shards from
+ * each other replica (as `pipit plan`'s report, inspect/memreport.c). */
+static double reshard_gathered(const pipit_sim_report *r, int st) {
+    double layer = r->m.params[st] / PIPIT_MAX(1.0, r->m.layers[st]);
+    int n = grad_group(r);
+    double shard = layer / (r->m.layers[st] > 0 ? (r->cfg.gated_mlp ? 9.0 : 12.0) : 1.0) / n;
+    return (layer + 2.0 * (n - 1) * shard) * r->m.esize;
+}
+
 typedef struct {
     double ready, bytes, ebytes; /* ebytes: of bytes, the routed experts' */
 } dp_chunk;
@@ -173,12 +216,13 @@ static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit
         row->busy = pipit_sim_result_busy(res, q);
         row->act_peak = pipit_sim_result_peak_bytes(res, q);
         row->peak_live = pipit_sim_result_peak_live(res, q);
-        double work = 0, eparams = 0;
+        double work = 0, eparams = 0, gathered = 0;
         for (int st = 0; st < r->m.S; st++)
             if (pipit_schedule_stage_rank(s, st) == q) {
                 row->params += r->m.params[st];
                 eparams += r->m.eparams[st];
                 work = PIPIT_MAX(work, r->m.work[st]);
+                if (reshards(r)) gathered = PIPIT_MAX(gathered, reshard_gathered(r, st));
             }
         /* ZeRO shards over the gradient group: c d for the dense
          * parameters, c d / ep for the experts (each held by those only) */
@@ -186,6 +230,8 @@ static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit
         row->eparams = eparams;
         row->static_bytes = (row->params - eparams) * bytes_per_param(r->m.esize, c->zero1, ng) +
                             eparams * bytes_per_param(r->m.esize, c->zero1, ne);
+        if (reshards(r)) /* the full params' block: the most gathered at once instead */
+            row->static_bytes += gathered - row->params * r->m.esize;
         row->peak_bytes = row->static_bytes + row->act_peak + work;
         r->dp_bytes = PIPIT_MAX(r->dp_bytes, row->params * r->m.esize);
         row->dp_s = PIPIT_MAX(0.0, dp_exchange(r, s, res, q, hw, &row->dp_total_s) - end);
@@ -240,6 +286,7 @@ static pipit_status simulate(pipit_sim_report *r, const pipit_schedule *s, const
     /* pipit: a stage message occupies its link, not its sender (zero-copy sends) */
     int blocking = r->cfg.blocking_p2p;
     if (blocking) book_transfers(&r->m, s);
+    if (reshards(r)) book_gathers(r, hw);
     pipit_sim_costs costs = {.f = r->m.f, .b = r->m.b, .w = r->m.w, .act_bytes = r->m.act, .comm = r->m.comm,
                              .xfer = blocking ? 0 : r->m.p2p_xfer,
                              .pulled = !blocking && r->cfg.eager_limit > 0 && r->m.p2p_bytes > r->cfg.eager_limit};
@@ -265,6 +312,10 @@ static pipit_status run(const pipit_sim_config *cfg, const pipit_hw *hw, pipit_s
     if (cfg->virt < 0) return pipit__err(PIPIT_STATUS_INVALID, "virtual must be >= 1 (got %d)", cfg->virt);
     if (cfg->zero1 < 0 || cfg->zero1 > 3)
         return pipit__err(PIPIT_STATUS_INVALID, "zero1 is the ZeRO stage, 0 to 3 (got %d)", cfg->zero1);
+    if (cfg->reshard_after_forward && cfg->zero1 != 3)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "reshard_after_forward releases ZeRO-3's gathered parameters: it needs zero1 = 3 (got %d)",
+                          cfg->zero1);
     const char *kname = (unsigned)cfg->schedule < PIPIT_SCHED_COUNT
                             ? pipit_schedule_kind_name((pipit_schedule_kind)cfg->schedule) : NULL;
     if (!kname) return pipit__err(PIPIT_STATUS_INVALID, "unknown schedule kind %d", cfg->schedule);
