@@ -52,14 +52,16 @@ class Trainer:
     balance, --balance-bias COEF: the model's balance_bias keyword, given
     here or there). An MoE model's steps also report "moe_counts" (tokens
     per expert of each MoE layer, the step's microbatches and replicas
-    summed) and "moe_imbalance" (max / mean), as `pipit train --json`."""
+    summed) and "moe_imbalance" (max / mean), as `pipit train --json`.
+    reshard_after_forward=True is --reshard-after-forward (with zero=3:
+    each param gathered per task that reads it, memory over speed)."""
 
     def __init__(self, model, loss=None, data=None, schedule=None, pp=1, tp=1, dp=1, virtual=0, microbatches=1,
                  dtype="f32", bf16_policy="autocast", zero1=False, zero=0, threads=1, remat=False, lr=None,
                  optimizer="adamw", beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, clip=0.0,
                  lr_schedule="constant", warmup=0, decay_steps=None, min_lr=None, steps=None, seed=1,
                  data_order="random", data_format="auto", device=None, init=None, resume=None, doc_sep=-1,
-                 doc_pos_reset=False, balance_bias=None):
+                 doc_pos_reset=False, balance_bias=None, reshard_after_forward=False):
         self._handles = []
         self.model = model if isinstance(model, Model) else None
         if balance_bias is not None:
@@ -75,6 +77,8 @@ class Trainer:
                       dtype=dtype, bf16_policy=bf16_policy, microbatches=microbatches, dp=dp, tp=tp, pp=pp,
                       doc_sep=int(doc_sep), doc_pos_reset=int(bool(doc_pos_reset)))
         self.steps, self.seed = int(steps), seed
+        self._reshard = int(bool(reshard_after_forward))  # options.reshard_after_forward (the library refuses it
+        # without zero 3, as the CLI)
         try:
             self._check_zero(zero1, zero, dp)
             self._open(model, loss, schedule, pp, tp, dp, virtual, microbatches, dtype, bf16_policy, zero1, threads,
@@ -162,7 +166,7 @@ class Trainer:
         self.opts = dict(schedule=self.schedule, microbatches=M, threads=threads, remat=int(bool(remat)),
                          optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)), zero=zero,
                          tensor_parallel=tp, lr_schedule=self.lr_sched, dtype=dtype, bf16_policy=bf16_policy,
-                         device=device)
+                         device=device, reshard_after_forward=self._reshard)
         self.program = self._own(Program(self.graph, self.loss, outputs=[v for _, v in self._moe], **self.opts))
         self.eval_program = None
         self.first_step = self.step_count = 0
