@@ -8,7 +8,7 @@ table of steps and a checkpoint that `pipit eval --init` and `pipit train
 
 The flags it shares with `pipit train` have the same meaning and defaults,
 so the same flags give the same losses and the same checkpoint, bit for
-bit (tests/python/test_cli_equal.py): --data --model --steps --pp --tp
+bit (tests/python/test_cli_equal.py): --data --model --steps --pp --tp --sp
 --dp --schedule --virtual --microbatches --micro-batch --seed --data-order
 --lr --lr-schedule --warmup --dtype --threads --zero1 --zero --doc-sep --doc-pos-reset --save --resume, and the model's
 --layers --heads --dim --ctx --vocab --kv-heads and a mixture of experts' --experts --top-k
@@ -33,6 +33,8 @@ def parse(argv):
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the preset's, 100)")
     ap.add_argument("--pp", type=int, default=1, help="pipeline ranks P (default 1)")
     ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks T per stage (default 1)")
+    ap.add_argument("--sp", action="store_true", help="with --tp: sequence parallelism (1/T of the sequence "
+                    "between the tensor-parallel matmuls)")
     ap.add_argument("--dp", type=int, default=1, help="data-parallel replicas D (default 1)")
     ap.add_argument("--schedule", default=None, help="schedule name or file (default 1f1b; interleaved-1f1b "
                                                      "with --virtual > 1)")
@@ -90,7 +92,7 @@ def main(argv=None):
                        virtual=a.virtual, microbatches=a.microbatches, seed=a.seed, data_order=a.data_order,
                        lr=a.lr, lr_schedule=a.lr_schedule, warmup=a.warmup, dtype=a.dtype,
                        threads=a.threads, zero1=a.zero1, zero=a.zero, resume=a.resume,
-                       doc_sep=a.doc_sep, doc_pos_reset=a.doc_pos_reset) as t:
+                       doc_sep=a.doc_sep, doc_pos_reset=a.doc_pos_reset, sp=a.sp) as t:
         say("pipit %s: %r, %d params; %d stage(s), schedule %s; %d rank(s)" %
             (pipit.version(), model, model.num_params(), t.stages, t.schedule.kind if t.schedule else "none",
              t.program.num_ranks))

@@ -457,6 +457,39 @@ PIPIT_API pipit_val pipit_tp_xent_mean(pipit_graph *g, pipit_val logits, pipit_v
  * pipit_head_xent_mean to rounding. */
 PIPIT_API pipit_val pipit_tp_head_xent_mean(pipit_graph *g, pipit_val h, pipit_val W, pipit_val targets);
 
+/* Sequence parallelism (Megatron's, beside tensor parallelism;
+ * docs/architecture.md "The local mesh"): between the tensor-parallel
+ * matmuls (norms, residual adds) rank t of a stage holds block t of the
+ * sequence axis instead of the whole sequence. Three ops along `axis`
+ * (negative: from the end) over the graph's T ranks, blocks in rank order:
+ *   pipit_sp_gather(x)   all-gather: the axis T times longer, rank t's x as
+ *                        block t (enter a column-parallel matmul); its
+ *                        gradient is the reduce-scatter;
+ *   pipit_sp_scatter(x)  reduce-scatter: the axis T times shorter, rank t
+ *                        gets the sum of every rank's block t, added in
+ *                        rank order (the same bits pipit_tp_sum gives those
+ *                        elements; leave a row-parallel matmul); its
+ *                        gradient is the all-gather;
+ *   pipit_sp_split(x)    rank t's block t of a value every rank holds (no
+ *                        message); its gradient is the all-gather.
+ * The scatter and the split need the axis to divide by T (SHAPE
+ * otherwise, naming the axis); at T = 1 all three are the identity. A
+ * param read inside the sequence-parallel region (a norm's weight) gets a
+ * partial gradient on each rank: read it through pipit_tp_copy, whose
+ * gradient is their sum.
+ * pipit_graph_set_sequence_parallel(g, 1) tells the model builders
+ * (pipit_gpt2_build, pipit_llama_build) to build this way: the stream,
+ * norms and residual adds hold [B, S/T, d], pipeline messages 1/T of the
+ * activation, and the results equal the T-rank run without it to
+ * rounding (1e-6; the norms' weight gradients add T partial sums). on is
+ * 0 or 1 (INVALID otherwise), MISUSE for a bad handle;
+ * pipit_graph_sequence_parallel: the setting (0 for a bad handle). */
+PIPIT_API pipit_status pipit_graph_set_sequence_parallel(pipit_graph *g, int on);
+PIPIT_API int pipit_graph_sequence_parallel(const pipit_graph *g);
+PIPIT_API pipit_val pipit_sp_gather(pipit_graph *g, pipit_val x, int axis);
+PIPIT_API pipit_val pipit_sp_scatter(pipit_graph *g, pipit_val x, int axis);
+PIPIT_API pipit_val pipit_sp_split(pipit_graph *g, pipit_val x, int axis);
+
 /* ------------------------------------------------------------- schedules */
 
 typedef enum {

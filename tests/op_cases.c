@@ -219,6 +219,11 @@ static pipit_val b_tp_copy_sum(pipit_graph *g) {
     pipit_val x = pipit_tp_copy(g, P(g, "x", 2, SH(2, 3)));
     return pipit_tp_sum(g, pipit_matmul(g, pipit_gelu(g, x), P(g, "w", 2, SH(3, 4)), 0, 0));
 }
+/* Sequence parallelism at T = 1 (identities; tests/test_sp.c checks T > 1). */
+static pipit_val b_sp_trio(pipit_graph *g) {
+    pipit_val x = pipit_sp_split(g, P(g, "x", 3, SH(2, 4, 3)), 1);
+    return pipit_sp_scatter(g, pipit_gelu(g, pipit_sp_gather(g, x, -2)), 1);
+}
 static pipit_val b_tp_xent(pipit_graph *g) {
     return pipit_tp_xent_mean(g, P(g, "x", 3, SH(2, 3, 5)), idx_input(g, "idx", 2, SH(2, 3)));
 }
@@ -288,7 +293,7 @@ const op_case op_cases[] = {
     {"gather", b_gather},       {"gather_1d", b_gather_1d}, {"rmsnorm", b_rmsnorm},
     {"rope", b_rope},           {"rope_ex_4d", b_rope_ex}, {"rope_llama3", b_rope_llama3}, {"attention_mha", b_attn_mha},
     {"attention_gqa2", b_attn_gqa2}, {"attention_mqa_full", b_attn_mqa}, {"attention_cross", b_attn_cross},
-    {"attention_k_only", b_attn_k_only}, {"cast", b_cast}, {"tp_copy_sum", b_tp_copy_sum},
+    {"attention_k_only", b_attn_k_only}, {"cast", b_cast}, {"tp_copy_sum", b_tp_copy_sum}, {"sp_trio", b_sp_trio},
     {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp}, {"head_xent_mean", b_head_xent},
     {"tp_head_xent_mean", b_tp_head_xent}, {"attention_doc", b_attn_doc}, {"attention_doc_gqa", b_attn_doc_gqa},
     {"attention_doc_full", b_attn_doc_full}, {"attention_cp", b_attn_cp}, {"attention_cp_full", b_attn_cp_full},

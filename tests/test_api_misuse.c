@@ -432,6 +432,35 @@ PIPIT_TEST(api_misuse_tensor_parallel) {
     ON_FRESH_GRAPH(pipit_tp_max(g, none), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_tp_xent_mean(g, w, none), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_tp_xent_mean(g, none, ids), PIPIT_STATUS_INVALID);
+    /* sequence parallelism: the switch, the three ops */
+    FAILS(pipit_graph_set_sequence_parallel(NULL, 1), PIPIT_STATUS_MISUSE);
+    FAILS(pipit_graph_set_sequence_parallel(JUNK_GRAPH, 1), PIPIT_STATUS_MISUSE);
+    GIVES(pipit_graph_sequence_parallel(NULL), 0);
+    GIVES(pipit_graph_sequence_parallel(JUNK_GRAPH), 0);
+    {
+        pipit_graph *g = pipit_graph_new();
+        FAILS(pipit_graph_set_sequence_parallel(g, 2), PIPIT_STATUS_INVALID);
+        FAILS(pipit_graph_set_sequence_parallel(g, INT_MIN), PIPIT_STATUS_INVALID);
+        ASSERT_EQ_I64(pipit_graph_sequence_parallel(g), 0);
+        ASSERT_OK(pipit_graph_set_sequence_parallel(g, 1));
+        ASSERT_EQ_I64(pipit_graph_sequence_parallel(g), 1);
+        pipit_val s = pipit_param(g, "s", PIPIT_F32, 2, SH(4, 6));
+        INVALID_VAL(pipit_sp_gather(NULL, s, 0));
+        INVALID_VAL(pipit_sp_gather(JUNK_GRAPH, s, 0));
+        ASSERT_MSG_HAS("invalid graph handle");
+        INVALID_VAL(pipit_sp_scatter(NULL, s, 0));
+        INVALID_VAL(pipit_sp_scatter(JUNK_GRAPH, s, 0));
+        INVALID_VAL(pipit_sp_split(NULL, s, 0));
+        INVALID_VAL(pipit_sp_split(JUNK_GRAPH, s, 0));
+        pipit_graph_free(g);
+    }
+    ON_FRESH_GRAPH(pipit_sp_gather(g, none, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_sp_scatter(g, none, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_sp_split(g, none, 0), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_sp_gather(g, w, INT_MIN), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_sp_scatter(g, w, INT_MAX), PIPIT_STATUS_SHAPE);
+    ON_FRESH_GRAPH(pipit_sp_split(g, w, 7), PIPIT_STATUS_SHAPE);
+    ASSERT_MSG_HAS("out of range");
 }
 
 /* The general op set: invalid and foreign values, extreme attributes,

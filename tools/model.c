@@ -27,6 +27,7 @@ static pipit_status gpt2_check(const cli_model *m) {
 /* The graph describes one of the stage's m->tp ranks (pipit.h). */
 static int set_tp(pipit_graph *g, const cli_model *m) {
     return pipit_graph_set_tensor_parallel(g, m->tp > 1 ? m->tp : 1) == PIPIT_STATUS_OK &&
+           pipit_graph_set_sequence_parallel(g, m->sp != 0) == PIPIT_STATUS_OK && /* --sp */
            pipit_graph_set_documents(g, m->docs != 0) == PIPIT_STATUS_OK && /* packed documents: every build */
            pipit_graph_set_expert_parallel(g, m->ep > 1 ? m->ep : 1) == PIPIT_STATUS_OK; /* pipit_moe.h */
 }

@@ -228,7 +228,7 @@ cli_model model_config(const opts *o, int stages) {
                        o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
                        o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
                        o->aux_loss, o->balance_bias, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset,
-                       o->attn_bias, o->moe_layout, o->shared_gate, 1 /* ep: open_model sets it */};
+                       o->attn_bias, o->moe_layout, o->shared_gate, 1 /* ep: open_model sets it */, o->sp};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
@@ -716,6 +716,14 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("dp", o->dp);
     check_positive("tp", o->tp);
     if (o->tp > 64) die("--tp must be at most 64 (got %d)", o->tp);
+    if (o->sp && o->tp < 2)
+        die("--sp cuts the sequence over a stage's tensor-parallel ranks: it needs --tp 2 or more (got --tp %d)", o->tp);
+    if (o->sp && o->ctx % o->tp)
+        die("--sp: --tp %d does not divide --ctx %d (each of a stage's %d ranks holds ctx/tp positions between the "
+            "tensor-parallel matmuls)", o->tp, o->ctx, o->tp);
+    if (o->sp && o->experts)
+        die("--sp with --experts %d: mixture-of-experts layers are not built with tensor or sequence parallelism yet "
+            "(drop --sp, or --experts for a dense model)", o->experts);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
     check_ep(o);
     if (o->zero < 0 || o->zero > 3) die("--zero must be a ZeRO stage in 0..3 (got %d)", o->zero);

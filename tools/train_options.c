@@ -138,6 +138,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"tp", FL_INT, &o->tp, "tensor-parallel ranks T per pipeline stage (default 1): P x T x D ranks, a "
                                    "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
                                    "width too)", 0}},
+        {3, {"sp", FL_BOOL, &o->sp, "with --tp: sequence parallelism (Megatron's): the norms and residuals between "
+                                    "the tensor-parallel matmuls, and the stage messages, hold 1/T of the sequence "
+                                    "(all-gather / reduce-scatter instead of all-reduce); --tp divides --ctx", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
         {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|v-half|v-min|FILE", 0}},
         {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},

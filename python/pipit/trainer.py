@@ -54,14 +54,16 @@ class Trainer:
     per expert of each MoE layer, the step's microbatches and replicas
     summed) and "moe_imbalance" (max / mean), as `pipit train --json`.
     reshard_after_forward=True is --reshard-after-forward (with zero=3:
-    each param gathered per task that reads it, memory over speed)."""
+    each param gathered per task that reads it, memory over speed).
+    sp=True is --sp: sequence parallelism over the tp ranks (tp >= 2
+    dividing the model's ctx; not with a mixture of experts)."""
 
     def __init__(self, model, loss=None, data=None, schedule=None, pp=1, tp=1, dp=1, virtual=0, microbatches=1,
                  dtype="f32", bf16_policy="autocast", zero1=False, zero=0, threads=1, remat=False, lr=None,
                  optimizer="adamw", beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, clip=0.0,
                  lr_schedule="constant", warmup=0, decay_steps=None, min_lr=None, steps=None, seed=1,
                  data_order="random", data_format="auto", device=None, init=None, resume=None, doc_sep=-1,
-                 doc_pos_reset=False, balance_bias=None, reshard_after_forward=False):
+                 doc_pos_reset=False, balance_bias=None, reshard_after_forward=False, sp=False):
         self._handles = []
         self.model = model if isinstance(model, Model) else None
         if balance_bias is not None:
@@ -77,6 +79,7 @@ class Trainer:
                       dtype=dtype, bf16_policy=bf16_policy, microbatches=microbatches, dp=dp, tp=tp, pp=pp,
                       doc_sep=int(doc_sep), doc_pos_reset=int(bool(doc_pos_reset)))
         self.steps, self.seed = int(steps), seed
+        self._sp = bool(sp)
         self._reshard = int(bool(reshard_after_forward))  # options.reshard_after_forward (the library refuses it
         # without zero 3, as the CLI)
         try:
@@ -145,7 +148,14 @@ class Trainer:
             agree("pipit.Trainer", [(k, v) for k, v in self.meta() if k not in ("steps", "data_pos")] +
                   [("pp", str(pp)), ("virtual", str(virtual)), ("schedule", str(schedule)),
                    ("data (its tokens)", "%d tokens, crc32c %08x" % (self.data.tokens, self.data.checksum))])
+            if self._sp and (tp < 2 or m.ctx % tp or m.moe):  # the CLI's refusals (tools/session.c)
+                raise InvalidError("sp cuts the sequence over a stage's tensor-parallel ranks: " +
+                                   ("it needs tp 2 or more (got tp %d)" % tp if tp < 2 else
+                                    "tp %d does not divide ctx %d" % (tp, m.ctx) if m.ctx % tp else
+                                    "mixture-of-experts layers are not built with it yet"), C.PIPIT_STATUS_INVALID)
             self.graph = self._own(Graph(tensor_parallel=tp))
+            if self._sp:  # sequence parallelism: the graph setting before the build
+                check(lib.pipit_graph_set_sequence_parallel(self.graph.ptr, 1))
             if self.docs:  # packed documents: the graph setting before the build (input 'documents')
                 check(lib.pipit_graph_set_documents(self.graph.ptr, 1))
             if m.moe:  # the router choices as outputs: tokens per expert, the balance bias
@@ -155,6 +165,9 @@ class Trainer:
         else:
             if not isinstance(model, Graph) or not isinstance(loss, Value):
                 raise TypeError("Trainer(model): a pipit.models Model, or a Graph with loss=Value")
+            if self._sp:
+                raise InvalidError("Trainer: sp applies to a model trained on data (a Graph sets its own: "
+                                   "pipit_graph_set_sequence_parallel before building)", C.PIPIT_STATUS_INVALID)
             if self.o["doc_sep"] != -1 or self.o["doc_pos_reset"]:
                 raise InvalidError("Trainer: doc_sep and doc_pos_reset apply to a model trained on data (a Graph "
                                    "declares and feeds its own inputs)", C.PIPIT_STATUS_INVALID)

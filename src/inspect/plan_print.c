@@ -66,8 +66,13 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     case INS_LOSS_SEND: fprintf(f, "SEND  this replica's losses -> every other rank\n"); break;
     case INS_LOSS_RECV: fprintf(f, "RECV  replica %d's losses <- its rank %d\n", in->peer, in->use); break;
     case INS_TP:
-        fprintf(f, "TP    all-reduce %s node %d mb %d over the stage's %d ranks (%zu bytes, rank order)\n",
-                n->op == PIPIT_OP_TP_MAX ? "max" : "sum", in->node, in->mb, p->T,
+        fprintf(f, "TP    %s node %d mb %d over the stage's %d ranks (%zu bytes out, rank order)\n",
+                n->op == PIPIT_OP_TP_MAX      ? "all-reduce max"
+                : n->op == PIPIT_OP_SP_GATHER  ? "all-gather"
+                : n->op == PIPIT_OP_SP_SCATTER ? "reduce-scatter"
+                : n->op == PIPIT_OP_SP_SPLIT   ? "my sequence block of"
+                                               : "all-reduce sum",
+                in->node, in->mb, p->T,
                 (size_t)in->numel * pipit__dtype_size((pipit_dtype)n->dtype));
         break;
     }

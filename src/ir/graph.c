@@ -876,6 +876,7 @@ pipit_graph *pipit__graph_clone(const pipit_graph *g, int32_t n) {
     c->tp = g->tp;
     c->ep = g->ep;
     c->documents = g->documents;
+    c->sp = g->sp;
     c->cp = g->cp;
     return c;
 oom:

@@ -65,6 +65,7 @@ struct pipit_graph {
     uint8_t cur_flags;
     int32_t tp;                /* tensor-parallel ranks per stage the graph describes one of (0: 1) */
     int32_t documents;         /* 1: the model builders pack documents (pipit_graph_set_documents) */
+    int32_t sp;                /* 1: the model builders cut the sequence over T (pipit_graph_set_sequence_parallel) */
     int32_t cp;                /* context-parallel ranks the graph describes one of (0: 1; ir/cp.h) */
     int32_t ep;                /* expert-parallel ranks the graph describes one of (0: 1; ir/ep.c) */
     /* Named nodes by name (open addressing, ids, -1 empty), kept lazily:

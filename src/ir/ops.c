@@ -717,6 +717,45 @@ static void op_TP_SUM_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din
 #define op_TP_MAX_shape op_SCALE_shape
 #define op_TP_MAX_vjp NULL
 
+/* Sequence parallelism (ir/sp.c), along axis iattr[0] over the T ranks:
+ * SP_GATHER all-gathers (the axis T times longer, rank t's value as block
+ * t), SP_SCATTER reduce-scatters (the axis T times shorter: rank t gets
+ * the rank-order sum of every rank's block t, the all-reduce's bits for
+ * those elements), SP_SPLIT keeps rank t's block t of a value every rank
+ * holds. GATHER and SCATTER are each other's VJP; SPLIT's is GATHER. */
+static pipit_status axis_attr(const pipit__node *x, const pipit__node *n);
+static pipit_status sp_shape(const pipit_graph *g, pipit__node *n, int grow, int summed) {
+    const pipit__node *x = IN(0);
+    int T = pipit__graph_tp(g);
+    if ((summed && need_float(x, "input")) || axis_attr(x, n)) return PIPIT_STATUS_SHAPE;
+    int a = (int)n->iattr[0];
+    int64_t len = x->shape[a], m = 0;
+    if (!grow && len % T)
+        return shape_err("axis %d of %lld elements does not split over %d tensor-parallel ranks", a, (long long)len, T);
+    if (grow && !pipit__mul_le(len, T, PIPIT__MAX_NUMEL, &m))
+        return shape_err("axis %d of %lld elements times %d ranks is too large", a, (long long)len, T);
+    n->dtype = x->dtype;
+    copy_shape(n, x);
+    n->shape[a] = grow ? m : len / T;
+    return PIPIT_STATUS_OK;
+}
+static pipit_status op_SP_GATHER_shape(const pipit_graph *g, pipit__node *n) { return sp_shape(g, n, 1, 0); }
+static pipit_status op_SP_SCATTER_shape(const pipit_graph *g, pipit__node *n) { return sp_shape(g, n, 0, 1); }
+static pipit_status op_SP_SPLIT_shape(const pipit_graph *g, pipit__node *n) { return sp_shape(g, n, 0, 0); }
+static void sp_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din, pipit__opcode op) {
+    int64_t iattr[4] = {g->nodes[id].iattr[0], 0, 0, 0};
+    din[0] = add_node(g, op, 1, &dout, NULL, iattr);
+}
+static void op_SP_GATHER_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    sp_vjp(g, id, dout, din, PIPIT_OP_SP_SCATTER);
+}
+static void op_SP_SCATTER_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    sp_vjp(g, id, dout, din, PIPIT_OP_SP_GATHER);
+}
+static void op_SP_SPLIT_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din) {
+    sp_vjp(g, id, dout, din, PIPIT_OP_SP_GATHER);
+}
+
 /* TP_PICK(z [...,V], y i32 [...]) -> [...]: z[..., y - t V] where rank t
  * holds classes [t V, (t+1) V) of the vocabulary, 0 where y is another
  * rank's (the target logit of the vocab-parallel cross-entropy, summed

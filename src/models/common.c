@@ -135,8 +135,27 @@ pipit_val pipit__models_param(pipit_graph *g, pipit_dtype dt, int T, const char 
     return pipit_param(g, name, dt, nd, shape);
 }
 
-pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x) { return T > 1 ? pipit_tp_copy(g, x) : x; }
-pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x) { return T > 1 ? pipit_tp_sum(g, x) : x; }
+pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x) {
+    return T <= 1 ? x : pipit__models_sp(g) ? pipit_sp_gather(g, x, 1) : pipit_tp_copy(g, x);
+}
+pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x) {
+    return T <= 1 ? x : pipit__models_sp(g) ? pipit_sp_scatter(g, x, 1) : pipit_tp_sum(g, x);
+}
+
+/* ---- sequence parallelism ---- */
+
+int pipit__models_sp(pipit_graph *g) { return pipit_graph_tensor_parallel(g) > 1 && pipit_graph_sequence_parallel(g); }
+pipit_val pipit__models_sp_param(pipit_graph *g, pipit_val w) { return pipit__models_sp(g) ? pipit_tp_copy(g, w) : w; }
+pipit_val pipit__models_sp_split(pipit_graph *g, pipit_val x) { return pipit__models_sp(g) ? pipit_sp_split(g, x, 1) : x; }
+
+pipit_status pipit__models_sp_check(const char *model, pipit_graph *g, int ctx) {
+    int T = pipit_graph_tensor_parallel(g);
+    if (!pipit__models_sp(g) || ctx % T == 0) return PIPIT_STATUS_OK;
+    return pipit__err(PIPIT_STATUS_INVALID,
+                      "%s: sequence parallelism over T = %d ranks does not divide the sequence (ctx %d): each rank "
+                      "holds ctx/T positions between the tensor-parallel matmuls",
+                      model, T, ctx);
+}
 
 pipit_val pipit__models_head_loss(pipit_graph *g, int T, int fused, pipit_val h, pipit_val W, pipit_val targets,
                                   pipit_val *logits) {

@@ -73,7 +73,7 @@ static pipit_val linear_split(pipit_graph *g, const pipit_gpt2_config *c, pipit_
     pipit_val w = pipit__models_param(g, c->dtype, T, wn, 2, in, out, split == SPLIT_NONE ? -1 : cols ? 1 : 0, parts);
     pipit_val b = pipit__models_param(g, c->dtype, T, bn, 1, out, 0, cols ? 0 : -1, parts);
     pipit_val y = pipit_matmul(g, x, w, 0, 0);
-    if (split == SPLIT_ROWS) y = pipit__models_tp_sum(g, T, y);
+    if (split == SPLIT_ROWS) y = pipit__models_tp_sum(g, T, y), b = pipit__models_sp_param(g, b);
     return pipit_bias_add(g, y, b);
 }
 
@@ -84,7 +84,7 @@ static pipit_val layernorm(pipit_graph *g, const pipit_gpt2_config *c, pipit_val
     snprintf(bn, sizeof bn, "%s.bias", prefix);
     pipit_val w = param(g, c, wn, 1, c->dim, 0); /* weight first: params keep HF order */
     pipit_val b = param(g, c, bn, 1, c->dim, 0);
-    return pipit_layernorm(g, x, w, b, 1e-5);
+    return pipit_layernorm(g, x, pipit__models_sp_param(g, w), pipit__models_sp_param(g, b), 1e-5);
 }
 
 /* A decoding graph's attention of the new position (decode.h), from its
@@ -151,7 +151,7 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
         return (pipit_val){g, -1};
     }
     int T = pipit_graph_tensor_parallel(g);
-    if (check_tp(c, T) != PIPIT_STATUS_OK) {
+    if (check_tp(c, T) != PIPIT_STATUS_OK || pipit__models_sp_check("gpt2", g, c->ctx) != PIPIT_STATUS_OK) {
         pipit__err_prefix("%s", fn);
         return (pipit_val){g, -1};
     }
@@ -163,7 +163,7 @@ static pipit_val build(pipit_graph *g, const pipit_gpt2_config *c, pipit_val *lo
     pipit_val wte = pipit__models_param(g, c->dtype, T, "wte.weight", 2, c->vocab, c->dim, 0, 1); /* vocab-parallel */
     pipit_val wpe = param(g, c, "wpe.weight", 2, c->max_ctx, c->dim);
     pipit_val tok_emb = pipit__models_tp_sum(g, T, pipit_embed(g, wte, tok));
-    pipit_val x = pipit_add(g, tok_emb, pipit_embed(g, wpe, pos));
+    pipit_val x = pipit_add(g, tok_emb, pipit__models_sp_split(g, pipit_embed(g, wpe, pos))); /* SP: [B, S/T, C] */
     int stage = 0;
     for (int l = 0; l < c->layers; l++) {
         if (stage + 1 < c->stages && l == pipit_gpt2_stage_first_layer(c, stage + 1)) {

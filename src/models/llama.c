@@ -186,7 +186,7 @@ static pipit_status check_tp(const pipit_llama_config *c, int T) {
 }
 
 static pipit_val rmsnorm(pipit_graph *g, const pipit_llama_config *c, pipit_val x, const char *name) {
-    return pipit_rmsnorm(g, x, param(g, c, name, 1, c->dim, 0), c->norm_eps);
+    return pipit_rmsnorm(g, x, pipit__models_sp_param(g, param(g, c, name, 1, c->dim, 0)), c->norm_eps);
 }
 
 /* RoPE of the model on x [B,T,heads*D] (row t at position t): the one
@@ -281,7 +281,7 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
         return (pipit_val){g, -1};
     }
     int T = pipit_graph_tensor_parallel(g);
-    if (check_tp(c, T) != PIPIT_STATUS_OK) {
+    if (check_tp(c, T) != PIPIT_STATUS_OK || pipit__models_sp_check("llama", g, c->ctx) != PIPIT_STATUS_OK) {
         pipit__err_prefix("%s", fn);
         return (pipit_val){g, -1};
     }

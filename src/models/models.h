@@ -32,9 +32,22 @@ pipit_status pipit__models_tp_check(const char *model, int T, const pipit__tp_co
  * T = 1 graph is the one built without tensor parallelism. */
 pipit_val pipit__models_param(pipit_graph *g, pipit_dtype dt, int T, const char *name, int nd, int64_t d0, int64_t d1,
                               int axis, int parts);
-/* Megatron's f and g: identities when T <= 1 (nothing added to the graph). */
+/* Megatron's f and g: identities when T <= 1 (nothing added to the graph).
+ * With sequence parallelism (pipit_graph_set_sequence_parallel, T > 1) the
+ * stream between them holds [B, S/T, d]: tp_copy is then the all-gather
+ * along the sequence (axis 1) and tp_sum the reduce-scatter. */
 pipit_val pipit__models_tp_copy(pipit_graph *g, int T, pipit_val x);
 pipit_val pipit__models_tp_sum(pipit_graph *g, int T, pipit_val x);
+/* Sequence parallelism (common.c): whether the graph cuts the sequence
+ * (T > 1 and the switch on); a replicated param read between the
+ * collectives (norm weights, a row-parallel bias), through tp_copy then,
+ * whose gradient sums the T ranks' partial ones; rank t's block of the
+ * sequence (axis 1) of a value every rank holds; the check that T divides
+ * the sequence (INVALID naming the model, ctx and T). */
+int pipit__models_sp(pipit_graph *g);
+pipit_val pipit__models_sp_param(pipit_graph *g, pipit_val w);
+pipit_val pipit__models_sp_split(pipit_graph *g, pipit_val x);
+pipit_status pipit__models_sp_check(const char *model, pipit_graph *g, int ctx);
 /* The LM head and its loss from the final hidden h and the head's weight W
  * [V, d] (this rank's V/T rows with T > 1). fused 0: logits = h W^T
  * (pipit_matmul_nt) and pipit_xent_mean (T > 1: pipit_tp_xent_mean) on

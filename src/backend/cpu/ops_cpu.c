@@ -35,6 +35,9 @@
 #define cpu_TP_COPY NULL
 #define cpu_TP_SUM NULL
 #define cpu_TP_MAX NULL
+#define cpu_SP_GATHER NULL /* sequence parallelism (runtime/sp.c) */
+#define cpu_SP_SCATTER NULL
+#define cpu_SP_SPLIT NULL
 #define cpu_CP_GATHER NULL /* context parallelism's gather/scatter pair (runtime/cp.c) */
 #define cpu_CP_SCATTER NULL
 #define cpu_ROPE_CP pipit__cpu_ROPE_CP /* context parallelism (cp.c) */

@@ -815,6 +815,9 @@ static void cuda_HEAD_XENT_DH(const pipit__kctx *k, int ith, int nth) {
 #define cuda_TP_COPY nullptr
 #define cuda_TP_SUM nullptr
 #define cuda_TP_MAX nullptr
+#define cuda_SP_GATHER nullptr /* sequence parallelism (runtime/sp.c) */
+#define cuda_SP_SCATTER nullptr
+#define cuda_SP_SPLIT nullptr
 #define cuda_CP_GATHER nullptr /* context parallelism's gather/scatter pair (runtime/cp.c) */
 #define cuda_CP_SCATTER nullptr
 #define cuda_ROPE_CP pipit__cuda_ROPE_CP /* context parallelism: the CPU's kernels on host copies (cp_cuda.cu) */
