@@ -145,3 +145,21 @@ PIPIT_TEST(sim_rejects_bad_seq_moe_configs) {
     ASSERT_TRUE(run_sim(&base, hw, &u));
     pipit_hw_free(hw);
 }
+
+/* --moe-every N over many layers: the MoE layers counted in closed form
+ * (a billion layers take no time), by hand: layers l with (l + 1) % 3 == 0
+ * among 1,000,000,001 are the multiples of 3 up to it, 333,333,333. */
+PIPIT_TEST(sim_moe_every_counts_by_hand) {
+    pipit_hw *hw = NULL;
+    ASSERT_OK(pipit_hw_load("h100", &hw));
+    pipit_sim_config c = {.layers = 1000000001, .hidden = 64, .heads = 4, .kv_heads = 2, .ffn_hidden = 128,
+                          .gated_mlp = 1, .rope = 1, .seq = 64, .vocab = 256, .micro_batch = 1, .global_batch = 1,
+                          .tp = 1, .pp = 1, .dp = 1, .experts = 4, .top_k = 1, .moe_every = 3};
+    pipit_sim_summary u;
+    ASSERT_TRUE(run_sim(&c, hw, &u));
+    double h = 64, attn = 2 * h * h + 2 * h * 32 + 2 * h, mlp = 3 * 128 * h, ends = 256 * h + h;
+    double nm = 333333333, nd = 1000000001 - nm;
+    ASSERT_NEAR_F64(u.params_total, ends + nd * (attn + mlp) + nm * (attn + 4 * h + 4 * mlp), 1e-6 * u.params_total);
+    ASSERT_NEAR_F64(u.params_active, ends + nd * (attn + mlp) + nm * (attn + 4 * h + mlp), 1e-6 * u.params_active);
+    pipit_hw_free(hw);
+}

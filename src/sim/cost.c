@@ -210,9 +210,12 @@ static int cp_of(const pipit_sim_config *c) { return c->cp > 1 ? c->cp : 1; }
 static int ep_of(const pipit_sim_config *c) { return c->ep > 1 ? c->ep : 1; }
 static int topk_of(const pipit_sim_config *c) { return c->top_k > 0 ? c->top_k : 2; }
 static double expert_width(const pipit_sim_config *c) { return c->expert_ffn > 0 ? (double)c->expert_ffn : ffn_width(c); }
-/* Layer l (from 0) is a MoE layer. */
-static int is_moe(const pipit_sim_config *c, int64_t l) {
-    return c->experts > 0 && (c->moe_every <= 1 || (l + 1) % c->moe_every == 0);
+/* MoE layers among layers [a, b) (from 0): layer l is one when
+ * (l + 1) % moe_every == 0, i.e. the multiples of moe_every in [a+1, b]. */
+static int64_t moe_layers(const pipit_sim_config *c, int64_t a, int64_t b) {
+    if (c->experts <= 0 || b <= a) return 0;
+    if (c->moe_every <= 1) return b - a;
+    return b / c->moe_every - a / c->moe_every;
 }
 
 /* Sequence, context and expert parallelism and the MoE fields, each bad
@@ -411,8 +414,7 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
         /* pipit's builders' cut: the first (slots mod S) stages one layer
          * more; the ends' slots, if counted, are the embedding and the head */
         double Ls = slots / S + (s < slots % S) - (c->ends_as_layers ? (s == 0) + (s == S - 1) : 0);
-        double Lm = 0; /* of which MoE layers */
-        for (int64_t l = first; l < first + (int64_t)Ls; l++) Lm += is_moe(c, l);
+        double Lm = (double)moe_layers(c, first, first + (int64_t)Ls); /* of which MoE layers */
         first += (int64_t)Ls;
         double Ld = Ls - Lm;
         m->layers[s] = Ls;
@@ -459,8 +461,7 @@ double pipit__sim_model_flops_x(const pipit_sim_config *c, int count_recompute, 
      * model FLOPs) and the router */
     double moe_f = attn + 2 * tokens * ((gates + 1) * expert_width(c) * h * (topk_of(c) + c->shared_experts) +
                                         h * c->experts);
-    double nmoe = 0;
-    for (int64_t l = 0; l < c->layers; l++) nmoe += is_moe(c, l);
+    double nmoe = (double)moe_layers(c, 0, c->layers);
     double passes = count_recompute && c->recompute == PIPIT_RECOMPUTE_FULL ? 4 : 3;
     return passes * (layer_f * (c->layers - nmoe) + moe_f * nmoe) + 3 * 2 * tokens * h * c->vocab;
 }
@@ -477,12 +478,9 @@ void pipit__sim_param_counts(const pipit_sim_config *c, double *total, double *a
     double attn = 2 * h * h + 2 * h * kv + bias * (h + 2 * kv) + (c->rope ? 2 * h : 6 * h);
     double dense = (g + 1) * F * h + bias * g * F, expert = (g + 1) * fe * h + bias * g * fe;
     double ends = (double)c->vocab * h + (c->rope ? 0 : (double)c->seq * h) + (c->rope ? h : 2 * h);
-    *total = *active = ends;
-    for (int64_t l = 0; l < c->layers; l++) {
-        int moe = is_moe(c, l);
-        *total += attn + (moe ? c->experts * h + (c->experts + c->shared_experts) * expert : dense);
-        *active += attn + (moe ? c->experts * h + (topk_of(c) + c->shared_experts) * expert : dense);
-    }
+    double nm = (double)moe_layers(c, 0, c->layers), nd = c->layers - nm;
+    *total = ends + nd * (attn + dense) + nm * (attn + c->experts * h + (c->experts + c->shared_experts) * expert);
+    *active = ends + nd * (attn + dense) + nm * (attn + c->experts * h + (topk_of(c) + c->shared_experts) * expert);
 }
 
 /* The attention's score and context FLOPs of a step as the cost model
