@@ -674,9 +674,9 @@ static void check_ep(const opts *o) {
         die("--ep %d does not divide --experts %d: each of the %d expert-parallel ranks holds an equal share of each "
             "MoE layer's experts", o->ep, o->experts, o->ep);
     if (o->tp > 1) die("--ep with --tp %d: expert and tensor parallelism together are not built (use one)", o->tp);
-    if (o->zero1 || o->zero > 0)
-        die("--ep with --zero %d: the expert params' optimizer state is not sharded yet (use --zero 0 with --ep)",
-            o->zero1 ? 1 : o->zero);
+    if (o->zero > 1)
+        die("--ep with --zero %d: ZeRO stages 2 and 3 do not shard the expert params yet (--zero 1 or 0 with --ep)",
+            o->zero);
 }
 
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {

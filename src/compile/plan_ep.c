@@ -17,11 +17,12 @@ pipit_status pipit__check_ep(pipit__plan *p) {
         return pipit__err(PIPIT_STATUS_INVALID,
                           "expert parallelism (E = %d) with tensor parallelism (T = %d) is not built: use one of them",
                           p->E, p->T);
-    if (p->zero1 && !p->forward_only)
+    if (p->zero >= 2)
         return pipit__err(PIPIT_STATUS_INVALID,
-                          "expert parallelism (E = %d) with ZeRO stage %d is not built yet: the expert params' "
-                          "optimizer state would shard over their D/E holders (use ZeRO 0 with E > 1)",
-                          p->E, PIPIT_MAX(p->zero, 1));
+                          "expert parallelism (E = %d) with ZeRO stage %d is not built yet: ZeRO-1 shards the "
+                          "expert params' optimizer state over their D/E holders, stages 2 and 3 do not yet "
+                          "(use --zero 1 or 0 with E > 1)",
+                          p->E, p->zero);
     if (g->n >= PIPIT_TP_NORM_ID)
         return pipit__err(PIPIT_STATUS_INVALID, "an expert-parallel graph may have at most %d nodes (has %d)",
                           PIPIT_TP_NORM_ID, (int)g->n);

@@ -89,7 +89,7 @@ static pipit_status recv_for_reduce(pipit_program *p, int w, int param) {
 /* Chunk partials of shard k live at chunks[a_k / CHUNK ...). */
 static pipit_status exchange_sumsq(pipit_program *p, int w, int param, int sending) {
     const pipit__param *pp = &p->plan.params[param];
-    int D = p->plan.D, d = p->rs[w].replica;
+    int reps[PIPIT_MAX_DP], d = 0, D = pipit__dp_group(p, w, param, reps, &d);
     double *chunks = p->rs[w].chunks;
     pipit__transport *t = p->transport;
     for (int k = 0; k < D; k++) {
@@ -101,8 +101,8 @@ static pipit_status exchange_sumsq(pipit_program *p, int w, int param, int sendi
         int64_t c0 = a / PIPIT_SUMSQ_CHUNK, c1 = (b + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK;
         uint64_t tag = pipit__tag(PIPIT_TAG_DP_SUMSQ, param, shard);
         size_t n = sizeof(double) * (size_t)(c1 - c0);
-        pipit_status s = sending ? t->vt->send(t, w, peer(p, w, k), tag, chunks + c0, n)
-                                 : t->vt->recv(t, w, peer(p, w, k), tag, chunks + c0, n);
+        pipit_status s = sending ? t->vt->send(t, w, peer(p, w, reps[k]), tag, chunks + c0, n)
+                                 : t->vt->recv(t, w, peer(p, w, reps[k]), tag, chunks + c0, n);
         if (s) return s;
     }
     return PIPIT_STATUS_OK;

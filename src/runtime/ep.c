@@ -28,6 +28,11 @@ int pipit__dp_group(const pipit_program *p, int w, int i, int *reps, int *mine) 
     return n;
 }
 
+void pipit__dp_replica_shard(const pipit__plan *pl, int i, int replica, int64_t *a, int64_t *b) {
+    int E = pl->params[i].ep ? pl->E : 1;
+    pipit__dp_shard(pl->params[i].numel, pl->D / E, replica / E, a, b);
+}
+
 /* [A][B][run] -> [B][A][run] (bytes). */
 static void swap_axes(uint8_t *dst, const uint8_t *src, int64_t A, int64_t B, size_t run) {
     for (int64_t a = 0; a < A; a++)

@@ -21,5 +21,9 @@ pipit_status pipit__ep_norm_terms(pipit_program *p, int w);
  * ascending, into reps (n of them, returned): all D, or for an expert param
  * the D/E holding the same experts (replica = w's mod E). *mine: w's index. */
 int pipit__dp_group(const pipit_program *p, int w, int i, int *reps, int *mine);
+/* ZeRO-1: the [a, b) of param i's elements whose optimizer state replica
+ * keeps (pipit__dp_shard over all D, or for an expert param over its D/E
+ * holders, where replica is holder replica / E). */
+void pipit__dp_replica_shard(const pipit__plan *pl, int i, int replica, int64_t *a, int64_t *b);
 
 #endif

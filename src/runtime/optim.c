@@ -90,7 +90,7 @@ void pipit__post_sumsq(pipit_program *p, int w, int param, int my_shard, const v
     int64_t c0 = 0, c1 = num_chunks(pp), lo, hi;
     if (my_shard) {
         int64_t a, b;
-        pipit__dp_shard(pp->numel, p->plan.D, p->rs[w].replica, &a, &b);
+        pipit__dp_replica_shard(&p->plan, param, p->rs[w].replica, &a, &b); /* expert params: of their holders */
         c0 = a / PIPIT_SUMSQ_CHUNK;
         c1 = (b + PIPIT_SUMSQ_CHUNK - 1) / PIPIT_SUMSQ_CHUNK;
     }
@@ -145,7 +145,7 @@ void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth) {
     pipit__rank_state *rs = &p->rs[w];
     size_t es = pipit__dtype_size(pp->dtype);
     int64_t a = 0, b = pp->numel, lo, hi;
-    if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
+    if (p->plan.zero1) pipit__dp_replica_shard(&p->plan, param, rs->replica, &a, &b);
     pipit__range(b - a, ith, nth, &lo, &hi);
     size_t off = p->plan.ranks[rs->prank].param_off[param] + (size_t)a * es;
     /* ZeRO-3 once the loop released the full block: the shard in place */

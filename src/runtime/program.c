@@ -158,7 +158,7 @@ size_t pipit__moment_bytes(const pipit_program *p, int prank, int replica, size_
         if (opt_off) opt_off[i] = SIZE_MAX;
         if (rp->param_off[i] == SIZE_MAX) continue;
         int64_t a = 0, b = pp->numel;
-        if (p->plan.zero1) pipit__dp_shard(pp->numel, p->plan.D, replica, &a, &b);
+        if (p->plan.zero1) pipit__dp_replica_shard(&p->plan, i, replica, &a, &b); /* runtime/ep.c */
         if (opt_off) opt_off[i] = bytes;
         bytes += ((size_t)(b - a) * pipit__dtype_size(pp->dtype) + 63) / 64 * 64;
     }

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "runtime/ep.h"
 #include "runtime/program.h"
 #include "runtime/transport.h"
 #include "util/bf16.h"
@@ -436,7 +437,7 @@ static const uint8_t *element_at(const pipit_program *p, int w, int i, int which
     int zero_shard = (which == BLOCK_GRAD && pipit__zero_grads(p)) || (which == BLOCK_PARAM && pipit__zero_params(p));
     if (which == BLOCK_M || which == BLOCK_V || zero_shard) {
         int64_t first = 0, end;
-        if (p->plan.zero1) pipit__dp_shard(p->plan.params[i].numel, p->plan.D, rs->replica, &first, &end);
+        if (p->plan.zero1) pipit__dp_replica_shard(&p->plan, i, rs->replica, &first, &end);
         const uint8_t *base = which == BLOCK_GRAD ? rs->gshard_block
                               : which == BLOCK_PARAM ? rs->pshard_block
                                                      : block_of(rs, which);
@@ -485,15 +486,22 @@ static pipit_status read_local(const pipit_program *p, int i, int which, int t, 
     return s;
 }
 
-/* An expert param (E > 1): EP rank e's block of axis 0 from replica e. */
+/* An expert param (E > 1): EP rank e's block of axis 0 from replica e, or
+ * with ZeRO-1 each shard k of it from its holder k E + e. */
 static pipit_status read_experts(const pipit_program *p, int i, int which, uint8_t *data) {
     const pipit__param *pp = &p->plan.params[i];
-    size_t n = (size_t)pp->numel * pipit__dtype_size(pp->dtype);
+    int E = p->plan.E, K = sharded(p, which) ? p->plan.D / E : 1;
+    size_t es = pipit__dtype_size(pp->dtype), n = (size_t)pp->numel * es;
     pipit_status s = PIPIT_STATUS_OK;
-    for (int e = 0; !s && e < p->plan.E; e++) {
-        int w = pipit__world(p, e, pp->norm_rank, 0);
-        s = fetch(p, w, pipit__is_local(p, w) ? element_at(p, w, i, which, 0) : NULL, data + (size_t)e * n, n);
-    }
+    for (int e = 0; !s && e < E; e++)
+        for (int k = 0; !s && k < K; k++) {
+            int64_t a = 0, b = pp->numel;
+            if (K > 1) pipit__dp_shard(pp->numel, K, k, &a, &b);
+            if (b <= a) continue;
+            int w = pipit__world(p, k * E + e, pp->norm_rank, 0);
+            s = fetch(p, w, pipit__is_local(p, w) ? element_at(p, w, i, which, a) : NULL,
+                      data + (size_t)e * n + (size_t)a * es, (size_t)(b - a) * es);
+        }
     return s;
 }
 
@@ -535,7 +543,7 @@ static pipit_status write_param(pipit_program *p, const char *fn, const char *na
         int w = p->local[k];
         if (!(pp->holders >> p->rs[w].prank & 1)) continue;
         int64_t a = 0, b = pp->numel;
-        if (sharded(p, which)) pipit__dp_shard(pp->numel, p->plan.D, p->rs[w].replica, &a, &b);
+        if (sharded(p, which)) pipit__dp_replica_shard(&p->plan, i, p->rs[w].replica, &a, &b);
         if (b <= a) continue;
         if (split) pipit__shard_copy(pp, p->plan.T, p->rs[w].tp, (void *)data, local, es, 0);
         const uint8_t *src = split ? local : (const uint8_t *)data;
