@@ -110,6 +110,11 @@ typedef struct {
      * w = "model.layers.<l>.mlp.shared_expert_gate.weight" [1, C]
      * (Qwen2-MoE). Requires shared_experts. 0 (default): no gate. */
     int shared_gate;
+    /* 1: the softmax router's k weights are the chosen probabilities as
+     * they are, not renormalised to sum 1 (Qwen2-MoE's norm_topk_prob
+     * false, its default; pipit_route_opts.normalize 0). Requires experts
+     * and the softmax router. 0 (default): renormalised (Mixtral). */
+    int route_unnormalized;
 } pipit_llama_config;
 
 enum { PIPIT_LLAMA_MOE_STACKED = 0, PIPIT_LLAMA_MOE_MIXTRAL = 1, PIPIT_LLAMA_MOE_QWEN2 = 2 };
@@ -233,8 +238,9 @@ PIPIT_API pipit_status pipit_llama_config_from_checkpoint(const pipit_checkpoint
  * than 0 and a sliding_window below max_position_embeddings refused);
  * "qwen2_moe" PIPIT_LLAMA_MOE_QWEN2, experts num_experts, F
  * moe_intermediate_size, shared_experts shared_expert_intermediate_size /
- * F with shared_gate 1, moe_every decoder_sparse_step (refused:
- * norm_topk_prob false, a non-empty mlp_only_layers, a dense
+ * F with shared_gate 1, moe_every decoder_sparse_step, route_unnormalized
+ * 1 when norm_topk_prob is false or absent (refused: a non-empty
+ * mlp_only_layers, a dense
  * intermediate_size other than F when some layers are dense); both
  * dropless 1 and the softmax router (transformers computes every choice),
  * aux_loss router_aux_loss_coef when output_router_logits is true (else
@@ -260,7 +266,12 @@ PIPIT_API pipit_status pipit_llama_config_from_hf(const char *config_json, pipit
 /* Writes cfg as a Hugging Face config.json (LlamaConfig, the dtype as
  * torch_dtype) to f, so that transformers' from_pretrained opens a folder
  * holding it beside the weights (model.safetensors); `pipit export --hf`
- * writes one. RoPE as "rope_theta" and "rope_scaling" (null, or the llama3
+ * writes one. With attn_bias it is a Qwen2Config (Qwen2ForCausalLM), with
+ * moe_layout PIPIT_LLAMA_MOE_MIXTRAL a MixtralConfig and with
+ * PIPIT_LLAMA_MOE_QWEN2 a Qwen2MoeConfig (their MoE keys from the
+ * experts fields; output_router_logits true when aux_loss > 0); INVALID
+ * naming the field for what neither class has (stacked experts
+ * (moe_layout 0), the sigmoid router, route_bias, ...). RoPE as "rope_theta" and "rope_scaling" (null, or the llama3
  * object), which transformers reads before and after 5; bos_token_id and
  * eos_token_id both the vocabulary's last id (vocab - 1: byte 255 of a
  * byte-level model, which UTF-8 text never holds; GPT-2's <|endoftext|>).

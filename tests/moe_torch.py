@@ -6,8 +6,8 @@ hf), otherwise a straight PyTorch implementation written from transformers'
 modeling_mixtral.py / modeling_qwen2_moe.py / modeling_qwen2.py (--impl
 torch): tests/llama_torch.py's Llama (RMSNorm, RoPE, GQA) with Qwen2's q/k/v
 biases, and the sparse MoE block: router logits x Wg^T, softmax (float32),
-top-k (torch.topk), the k weights renormalised (Mixtral; Qwen2-MoE with
-norm_topk_prob), each token's output the weighted sum of its k experts'
+top-k (torch.topk), the k weights renormalised (Mixtral; Qwen2-MoE only with
+norm_topk_prob true), each token's output the weighted sum of its k experts'
 SwiGLU outputs (every choice computed: dropless), plus (Qwen2-MoE) the shared
 expert times sigmoid(x w_gate). The load-balancing term is transformers'
 load_balancing_loss_func (E sum_e f_e P_e, f_e the fraction of tokens whose
@@ -24,7 +24,8 @@ Usage (any python with torch; transformers optional):
       Qwen2-MoE a shared expert of width 48) written as a save_pretrained
       folder (transformers), or the same files by hand (config.json as
       save_pretrained writes the keys pipit reads, model.safetensors);
-      --aux COEF > 0 sets output_router_logits with router_aux_loss_coef COEF.
+      --aux COEF > 0 sets output_router_logits with router_aux_loss_coef COEF;
+      --no-norm-topk: Qwen2-MoE's norm_topk_prob false (its default).
   moe_torch.py --eval DIR... --data FILE --ctx T --micro-batch B --batches K
       per folder one {"eval": DIR, "loss": x, "ce": .., "aux_layers": ..,
       "aux_transformers": ..} line over sequences 0 .. K*B-1: loss = the mean
@@ -64,7 +65,7 @@ def have_transformers():
         return False
 
 
-def make_config(kind, aux):
+def make_config(kind, aux, norm_topk=True):
     """The config.json dict of a tiny model of this kind (transformers' keys)."""
     c = {"vocab_size": V, "hidden_size": C, "num_hidden_layers": L, "num_attention_heads": H,
          "num_key_value_heads": KV, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 500.0,
@@ -78,7 +79,7 @@ def make_config(kind, aux):
     elif kind == "qwen2_moe":
         c.update(model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], intermediate_size=FF,
                  moe_intermediate_size=FF, shared_expert_intermediate_size=2 * FF, num_experts=E,
-                 num_experts_per_tok=K, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                 num_experts_per_tok=K, norm_topk_prob=norm_topk, decoder_sparse_step=1, mlp_only_layers=[],
                  use_sliding_window=False)
     else:
         raise SystemExit(f"unknown kind {kind}")
@@ -159,7 +160,8 @@ def moe(x, P, p, c):
     logits = x @ P[pre + "gate.weight"].t()
     probs = torch.softmax(logits, dim=-1, dtype=torch.float)
     w, idx = torch.topk(probs, c["num_experts_per_tok"], dim=-1)
-    w = w / w.sum(dim=-1, keepdim=True)
+    if mix or c.get("norm_topk_prob", False):  # Qwen2MoeConfig's default: false, the probabilities as they are
+        w = w / w.sum(dim=-1, keepdim=True)
     names = ("w1", "w3", "w2") if mix else ("gate_proj", "up_proj", "down_proj")
     Y = torch.stack([swiglu(x, *(P[pre + f"experts.{e}.{n}.weight"] for n in names))
                      for e in range(P[pre + "gate.weight"].shape[0])])  # every expert on every token: [E, N, C]
@@ -258,7 +260,7 @@ def model_of(d, impl):
 
 def run_make(args):
     kind, d = args.make
-    c = make_config(kind, args.aux)
+    c = make_config(kind, args.aux, not args.no_norm_topk)
     os.makedirs(d, exist_ok=True)
     torch.manual_seed(args.seed)
     if have_transformers() and args.impl != "torch":
@@ -327,7 +329,7 @@ def selftest(args):
     idx = torch.randint(0, V, (2, 12))
     for kind in ("mixtral", "qwen2_moe", "qwen2"):
         with tempfile.TemporaryDirectory() as d:
-            run_make(argparse.Namespace(make=(kind, d), aux=0.02, seed=3, impl="hf"))
+            run_make(argparse.Namespace(make=(kind, d), aux=0.02, seed=3, impl="hf", no_norm_topk=kind == "qwen2_moe"))
             fh, _, c = model_of(d, "hf")
             fs, _, _ = model_of(d, "torch")
             with torch.no_grad():
@@ -346,6 +348,7 @@ def main(argv=None):
     add_train_args(ap)
     ap.add_argument("--make", nargs=2, metavar=("KIND", "DIR"))
     ap.add_argument("--aux", type=float, default=0.0)
+    ap.add_argument("--no-norm-topk", action="store_true", help="qwen2_moe: norm_topk_prob false")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval", nargs="+")
     ap.add_argument("--train")

@@ -9,7 +9,8 @@
 # ($PIPIT_HF_PYTHON, default /tmp/venv-hf/bin/python), else the straight
 # PyTorch models in that file (Debian's /usr/bin/python3 with torch: CI);
 # the log says which ran. Tiny models (2 layers, GQA; 4 experts top-2,
-# dropless as transformers computes; Qwen2-MoE with a gated shared expert;
+# dropless as transformers computes; Qwen2-MoE with a gated shared expert,
+# norm_topk_prob true, and false (its default) in the balance-loss case;
 # Qwen2's q/k/v biases) are written as save_pretrained folders (by hand
 # without transformers), then:
 #   - `pipit eval --init DIR/model.safetensors` (config.json beside it) =
@@ -21,9 +22,11 @@
 #     per-layer sum, which the oracle computes with transformers' own
 #     load_balancing_loss_func one layer at a time);
 #   - `pipit export --hf` of the trained weights loads in transformers with no
-#     missing, unexpected or mismatched tensor, its loss = pipit eval's;
+#     missing, unexpected or mismatched tensor, its loss = pipit eval's; the
+#     same for pipit's own stacked experts (--experts --dropless, balance
+#     loss on) exported under Mixtral's names (shared experts refused);
 #   - what pipit lacks is refused naming it: a Qwen2 file without its
-#     config.json, norm_topk_prob false, mlp_only_layers, router jitter.
+#     config.json, mlp_only_layers, router jitter, another model_type.
 # Exits 77 when no Python can import torch. ORACLE_KEEP=1 keeps the work dir.
 set -u
 
@@ -63,7 +66,8 @@ CASES="mixtral qwen2_moe qwen2 mixtral_aux qwen2_moe_aux"
 
 for c in $CASES; do
     aux=0; case $c in *_aux) aux=0.02 ;; esac
-    "$PY" "$ORACLE" --make "${c%_aux}" "hf_$c" --aux $aux --seed 3 > "make_$c.log" 2>&1 \
+    norm=(); [ "$c" = qwen2_moe_aux ] && norm=(--no-norm-topk) # norm_topk_prob false: the k weights as they are
+    "$PY" "$ORACLE" --make "${c%_aux}" "hf_$c" --aux $aux --seed 3 "${norm[@]}" > "make_$c.log" 2>&1 \
         || { cat "make_$c.log"; fail "could not write the $c folder"; continue; }
     "$PIPIT" train --init "hf_$c/model.safetensors" "${TRAIN[@]}" --data-order sequential --json \
         --save-weights-only --save "pipit_$c.st" > "pipit_$c.log" 2> "pipit_$c.err" \
@@ -76,8 +80,17 @@ for c in $CASES; do
         || { cat "export_$c.log"; fail "export ($c)"; }
 done
 
+# pipit's own stacked experts (--experts, dropless, the balance loss on) exported under Mixtral's names
+STACKED=(--model llama-tiny --ctx 16 --layers 2 --heads 4 --kv-heads 2 --dim 32 --ffn-hidden 24 --experts 4 --top-k 2
+         --dropless --aux-loss 0.02 --micro-batch 2 --seed 5)
+"$PIPIT" train --data data.txt "${STACKED[@]}" --steps 2 --save-weights-only --save stacked.st > stacked.log 2>&1 \
+    || { cat stacked.log; fail "pipit train (stacked experts)"; }
+"$PIPIT" export --hf export_stacked --init stacked.st > export_stacked.log 2>&1 \
+    || { cat export_stacked.log; fail "export (stacked experts)"; }
+grep -q '"model_type": "mixtral"' export_stacked/config.json || fail "stacked experts not exported as mixtral"
+
 # the oracle's losses of the folders and of pipit's exports, in one run
-targets=""
+targets="export_stacked"
 for c in $CASES; do targets="$targets hf_$c export_$c"; done
 # shellcheck disable=SC2086
 "$PY" "$ORACLE" --eval $targets "${EVAL[@]}" > eval.log 2> eval.err || { cat eval.log eval.err; fail "oracle eval"; }
@@ -105,9 +118,13 @@ for c in $CASES; do
     [ -f "pipit_$c.st" ] || continue
     same_loss "$c pipit export --hf, oracle vs pipit eval" "pipit_$c.st" "export_$c" || fail "$c: the exported folder"
 done
+same_loss "pipit's stacked experts, export --hf as Mixtral, oracle vs pipit eval" stacked.st export_stacked \
+    || fail "stacked experts: the exported folder"
 grep -q '"architectures": \["Qwen2MoeForCausalLM"\]' export_qwen2_moe/config.json || fail "export of qwen2_moe is not Qwen2MoeForCausalLM"
 grep -q '"model_type": "mixtral"' export_mixtral/config.json || fail "export of mixtral is not model_type mixtral"
 grep -q '"output_router_logits": true' export_mixtral_aux/config.json || fail "export lost the balance loss"
+grep -q '"norm_topk_prob": false' export_qwen2_moe_aux/config.json || fail "export lost norm_topk_prob false"
+grep -q '"norm_topk_prob": true' export_qwen2_moe/config.json || fail "export lost norm_topk_prob true"
 
 # refusals, each naming what pipit lacks
 refused() { # NAME WORD FILE [pipit eval flags...]: pipit eval of FILE fails naming WORD
@@ -124,14 +141,17 @@ import json, sys
 c = json.load(open(sys.argv[1])); exec(sys.argv[2]); json.dump(c, open(sys.argv[1], "w"))
 EOF
 }
-edit_config hf_qwen2_moe q_norm 'c["norm_topk_prob"] = False'
-refused "Qwen2-MoE norm_topk_prob false" norm_topk_prob q_norm/model.safetensors
 edit_config hf_qwen2_moe q_only 'c["mlp_only_layers"] = [1]'
 refused "Qwen2-MoE mlp_only_layers" mlp_only_layers q_only/model.safetensors
 edit_config hf_mixtral m_jit 'c["router_jitter_noise"] = 0.1'
 refused "Mixtral router jitter" router_jitter_noise m_jit/model.safetensors
 edit_config hf_mixtral m_type 'c["model_type"] = "deepseek_v3"'
 refused "another model type" model_type m_type/model.safetensors
+"$PIPIT" train --data data.txt "${STACKED[@]}" --shared-experts 1 --steps 0 --save-weights-only --save shared.st \
+    > shared.log 2>&1 || { cat shared.log; fail "pipit train (stacked, shared expert)"; }
+if out=$("$PIPIT" export --hf export_shared --init shared.st 2>&1); then fail "export of stacked shared experts accepted"
+else echo "$out" | grep -q "no Hugging Face model" && echo "[refused] export of stacked shared experts: $out" \
+    || fail "export of stacked shared experts: $out"; fi
 
 [ $status = 0 ] && echo "PASS: pipit's Mixtral, Qwen2-MoE and Qwen2 match the oracle" \
     || echo "FAIL: pipit's Hugging Face MoE models differ from the oracle"

@@ -99,9 +99,63 @@ static int export_gpt2(const export_args *a, const char *weights, FILE *config) 
 
 /* ----------------------------------------------------------------- llama */
 
+/* The tensor of a stacked-experts program (pipit's own MoE layout) that a
+ * Mixtral-named param `name` comes from: the router, or expert e's slice of
+ * a stacked [E, d0, d1] weight (*e set); else the same name. */
+static void stacked_source(const char *name, char *src, size_t n, int *e) {
+    int l = -1, x = -1, off = 0;
+    char w[3] = "";
+    *e = -1;
+    if (sscanf(name, "model.layers.%d.block_sparse_moe.gate.weight%n", &l, &off) == 1 && name[off] == 0) {
+        snprintf(src, n, "model.layers.%d.mlp.router.weight", l);
+        return;
+    }
+    if (sscanf(name, "model.layers.%d.block_sparse_moe.experts.%d.%2[w0-9].weight%n", &l, &x, w, &off) == 3 &&
+        name[off] == 0) {
+        snprintf(src, n, "model.layers.%d.mlp.experts.%s_proj.weight", l,
+                 strcmp(w, "w1") == 0 ? "gate" : strcmp(w, "w3") == 0 ? "up" : "down");
+        *e = x;
+        return;
+    }
+    snprintf(src, n, "%s", name);
+}
+
+/* pipit's stacked experts (moe_layout 0) as Mixtral's per-expert params:
+ * a program of the Mixtral layout (*lc changed to it) holding p's weights
+ * (expert e of a stacked [E, d0, d1] is its contiguous slice e). */
+static pipit_program *stacked_to_mixtral(pipit_program *p, pipit_llama_config *lc, pipit_graph **g2) {
+    lc->moe_layout = PIPIT_LLAMA_MOE_MIXTRAL;
+    if (pipit_llama_check(lc)) die("--hf: no Hugging Face model for this mixture of experts: %s", pipit_errmsg());
+    *g2 = pipit_graph_new();
+    if (!*g2) die("out of memory");
+    pipit_val loss = pipit_llama_build(*g2, lc);
+    pipit_program *q = NULL;
+    if (pipit_graph_status(*g2) || pipit_compile(*g2, loss, &(pipit_options){.forward_only = 1}, &q))
+        die("model: %s", pipit_errmsg());
+    for (int i = 0, n = pipit_program_num_params(q); i < n; i++) {
+        const char *name = pipit_program_param_name(q, i);
+        char src[256];
+        int e = 0;
+        int64_t want = 0, have = 0;
+        stacked_source(name, src, sizeof src, &e);
+        if (pipit_program_param_numel(q, name, &want) || pipit_program_param_numel(p, src, &have))
+            die("--hf: %s", pipit_errmsg());
+        float *buf = malloc(sizeof(float) * (size_t)have);
+        if (!buf) die("out of memory");
+        if (pipit_program_get_param(p, src, buf, sizeof(float) * (size_t)have)) die("--hf: %s", pipit_errmsg());
+        size_t at = e < 0 ? 0 : (size_t)e * (size_t)want;
+        if (pipit_program_set_param(q, name, buf + at, sizeof(float) * (size_t)want)) die("--hf: %s", pipit_errmsg());
+        free(buf);
+    }
+    return q;
+}
+
 /* LlamaForCausalLM's config and the weights under its names (pipit's own):
  * the sizes from the file's tensors, heads and the rest from its metadata
- * or a config.json beside it, as `pipit train --init` reads them. */
+ * or a config.json beside it, as `pipit train --init` reads them. Qwen2,
+ * Mixtral and Qwen2-MoE models (their layouts, pipit_llama_config) keep
+ * their classes' names; pipit's own stacked experts are renamed as
+ * Mixtral's (MixtralForCausalLM computes every choice: dropless). */
 static int export_llama(const export_args *a, const char *weights, FILE *config) {
     opts o;
     default_opts(&o);
@@ -119,6 +173,16 @@ static int export_llama(const export_args *a, const char *weights, FILE *config)
     if (pipit_graph_status(g) || pipit_compile(g, loss, &(pipit_options){.forward_only = 1}, &p))
         die("model: %s", pipit_errmsg());
     if (pipit_checkpoint_load_into(p, a->ck)) die("--init: %s", pipit_errmsg());
+    pipit_graph *g2 = NULL;
+    if (lc.experts && lc.moe_layout == PIPIT_LLAMA_MOE_STACKED) { /* pipit's stacked experts: Mixtral's names */
+        pipit_program *q = stacked_to_mixtral(p, &lc, &g2);
+        pipit_program_free(p);
+        p = q;
+        if (!lc.dropless)
+            fprintf(stderr, "pipit: note: the model was trained with capacity factor %g (tokens past an expert's "
+                            "capacity dropped); transformers' Mixtral computes every choice (dropless)\n",
+                    lc.capacity_factor);
+    }
     cli_model_meta mm; /* "format": "pt" for transformers; the model's fields for pipit */
     cli_model_meta_fill(&m, &mm);
     const char *meta[2 + NFLAGS(mm.kv) + 1] = {"format", "pt"};
@@ -126,6 +190,7 @@ static int export_llama(const export_args *a, const char *weights, FILE *config)
     if (pipit_checkpoint_save(p, weights, meta)) die("--hf: %s", pipit_errmsg());
     if (pipit_llama_write_hf_config_ex(&lc, a->bos, a->eos, config)) die("--hf: %s", pipit_errmsg());
     pipit_program_free(p);
+    pipit_graph_free(g2);
     pipit_graph_free(g);
     return lc.max_ctx;
 }

@@ -82,7 +82,8 @@ pipit_llama_config cli_model_llama(const cli_model *m) {
                                 .capacity_factor = m->capacity_factor, .dropless = m->dropless,
                                 .shared_experts = m->shared_experts, .moe_every = m->moe_every, .router = m->router,
                                 .aux_loss = m->aux_loss, .route_bias = m->balance_bias > 0,
-                                .attn_bias = m->attn_bias, .moe_layout = m->moe_layout, .shared_gate = m->shared_gate};
+                                .attn_bias = m->attn_bias, .moe_layout = m->moe_layout, .shared_gate = m->shared_gate,
+                                .route_unnormalized = m->route_unnormalized};
 }
 static pipit_status llama_check(const cli_model *m) {
     pipit_llama_config c = cli_model_llama(m);
@@ -121,6 +122,7 @@ static pipit_status llama_from_checkpoint(const pipit_checkpoint *ck, cli_model 
         m->shared_experts = c.shared_experts, m->moe_every = c.moe_every, m->router = c.router;
         m->aux_loss = c.aux_loss; /* MoE: the metadata's (as given for a dense file) */
         m->attn_bias = c.attn_bias, m->moe_layout = c.moe_layout, m->shared_gate = c.shared_gate; /* from the tensors */
+        m->route_unnormalized = c.route_unnormalized;
         const char *bb = pipit_checkpoint_meta(ck, "balance_bias"); /* its routing bias's coefficient */
         m->balance_bias = c.route_bias && bb ? strtod(bb, NULL) : 0;
     }
@@ -227,6 +229,7 @@ void cli_model_meta_fill(const cli_model *m, cli_model_meta *o) {
         o->kv[o->n++] = "router";
         o->kv[o->n++] = m->router ? "sigmoid" : "softmax";
         meta_add(o, "aux_loss", "%.17g", m->aux_loss, 0);
+        if (m->route_unnormalized) meta_add(o, "route_unnormalized", "%d", 1, 1);
     }
     const pipit_rope_scaling *r = &m->rope_scaling; /* "default" recorded too: a config.json cannot add scaling */
     o->kv[o->n++] = "rope_type";

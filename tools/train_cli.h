@@ -60,6 +60,7 @@ typedef struct {
     double capacity_factor, aux_loss, balance_bias;
     const char *router;
     int attn_bias, moe_layout, shared_gate; /* Llama: Qwen2's q/k/v biases and HF's MoE layouts, from a checkpoint (no flag) */
+    int route_unnormalized;                 /* Llama MoE: Qwen2-MoE's norm_topk_prob false, from a checkpoint (no flag) */
     int no_mem_check;         /* --no-mem-check: skip the memory admission */
     double mem_limit;         /* --mem-limit BYTES: the limit the admission uses (0: detected) */
     int resume_dp, resume_microbatches; /* --resume: the checkpoint's --dp and --microbatches */

@@ -158,6 +158,7 @@ STRUCTS = [
         ('attn_bias', 'c_int', None),
         ('moe_layout', 'c_int', None),
         ('shared_gate', 'c_int', None),
+        ('route_unnormalized', 'c_int', None),
     ]),
     ('pipit_route_opts', [
         ('top_k', 'c_int', None),

@@ -695,7 +695,7 @@ static double hf_nonneg(hf_ctx *h, const char *key, double dflt) {
 static void hf_family(hf_ctx *h, int type, pipit_llama_config *f, int *has) {
     f->attn_bias = type == HF_QWEN2 || type == HF_QWEN2_MOE;
     f->experts = f->top_k = f->dropless = f->shared_experts = f->moe_every = f->router = 0;
-    f->moe_layout = f->shared_gate = 0, f->capacity_factor = f->aux_loss = 0;
+    f->moe_layout = f->shared_gate = f->route_unnormalized = 0, f->capacity_factor = f->aux_loss = 0;
     if (f->attn_bias && hf_bool(h, "use_sliding_window", 0))
         hf_fail(h, PIPIT_STATUS_INVALID, "\"use_sliding_window\" is true: pipit has no sliding-window attention");
     if (type == HF_LLAMA || type == HF_QWEN2) return;
@@ -721,10 +721,7 @@ static void hf_family(hf_ctx *h, int type, pipit_llama_config *f, int *has) {
                     w, maxp);
         return;
     }
-    if (!hf_bool(h, "norm_topk_prob", 0))
-        hf_fail(h, PIPIT_STATUS_INVALID,
-                "\"norm_topk_prob\" is false (or absent: Qwen2MoeConfig's default): pipit's softmax router renormalises "
-                "the top-k weights (norm_topk_prob true); unnormalised weights are not built");
+    f->route_unnormalized = !hf_bool(h, "norm_topk_prob", 0); /* absent: Qwen2MoeConfig's default, false */
     const cJSON *only = hf_get(h, "mlp_only_layers");
     if (only && (!cJSON_IsArray(only) || cJSON_GetArraySize(only) != 0))
         hf_fail(h, PIPIT_STATUS_INVALID,
@@ -961,7 +958,7 @@ static int hf_kind_of(const pipit_llama_config *c, const char *fn) {
     int qwen = c->moe_layout == PIPIT_LLAMA_MOE_QWEN2;
     if (c->moe_layout == PIPIT_LLAMA_MOE_STACKED)
         why = "pipit's stacked experts ('mlp.experts.*_proj.weight' [E, F, C]) are not under Mixtral's or Qwen2-MoE's "
-              "per-expert names (moe_layout 0; renaming them is not built)";
+              "per-expert names (moe_layout 0: `pipit export --hf` renames them as Mixtral's)";
     else if (c->router != PIPIT_ROUTER_SOFTMAX) why = "the sigmoid router (DeepSeek-V3's) is neither Mixtral's nor Qwen2-MoE's";
     else if (c->route_bias) why = "the routing bias (route_bias, --balance-bias) is in neither Mixtral nor Qwen2-MoE";
     else if (qwen && !c->attn_bias) why = "Qwen2-MoE's q/k/v projections have biases (attn_bias 1)";
@@ -969,6 +966,7 @@ static int hf_kind_of(const pipit_llama_config *c, const char *fn) {
         why = "Qwen2-MoE has one shared expert with its sigmoid gate (shared_experts >= 1, shared_gate 1)";
     else if (!qwen && c->attn_bias) why = "Mixtral's attention has no biases (attn_bias 1)";
     else if (!qwen && c->moe_every > 1) why = "every Mixtral layer is MoE (moe_every > 1)";
+    else if (!qwen && c->route_unnormalized) why = "Mixtral renormalises the top-k weights (route_unnormalized 1)";
     if (why) {
         pipit__err(PIPIT_STATUS_INVALID, "%s: no Hugging Face model for this mixture of experts: %s", fn, why);
         return -1;
@@ -1025,8 +1023,9 @@ static pipit_status write_hf_config(const pipit_llama_config *c, int bos, int eo
         if (kind == HF_MIXTRAL) fprintf(f, "  \"router_jitter_noise\": 0.0,\n");
         else
             fprintf(f, "  \"moe_intermediate_size\": %d,\n  \"shared_expert_intermediate_size\": %lld,\n"
-                       "  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": true,\n",
-                    ffn_hidden(c), (long long)c->shared_experts * ffn_hidden(c), c->moe_every > 1 ? c->moe_every : 1);
+                       "  \"decoder_sparse_step\": %d,\n  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": %s,\n",
+                    ffn_hidden(c), (long long)c->shared_experts * ffn_hidden(c), c->moe_every > 1 ? c->moe_every : 1,
+                    c->route_unnormalized ? "false" : "true");
     }
     fprintf(f,
             "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %s,\n"

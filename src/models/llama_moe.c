@@ -21,10 +21,10 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
     if (c->experts < 0) return pipit__err(PIPIT_STATUS_INVALID, "llama: experts %d must be >= 1 (0: dense MLPs)", c->experts);
     if (c->experts == 0) {
         if (c->top_k || c->capacity_factor != 0 || c->dropless || c->shared_experts || c->moe_every || c->router ||
-            c->aux_loss != 0 || c->route_bias || c->moe_layout || c->shared_gate)
+            c->aux_loss != 0 || c->route_bias || c->moe_layout || c->shared_gate || c->route_unnormalized)
             return pipit__err(PIPIT_STATUS_INVALID,
                               "llama: top_k, capacity_factor, dropless, shared_experts, moe_every, router, aux_loss or route_bias "
-                              "given without experts (experts 0: dense MLPs; moe_layout and shared_gate too)");
+                              "given without experts (experts 0: dense MLPs; moe_layout, shared_gate and route_unnormalized too)");
         return PIPIT_STATUS_OK;
     }
     if (c->top_k < 1 || c->top_k > c->experts)
@@ -51,6 +51,9 @@ pipit_status pipit__llama_moe_check(const pipit_llama_config *c) {
     if (c->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL && c->shared_experts)
         return pipit__err(PIPIT_STATUS_INVALID, "llama: moe_layout 1 (Mixtral) has no shared experts (got %d)",
                           c->shared_experts);
+    if (c->route_unnormalized != 0 && (c->route_unnormalized != 1 || c->router != PIPIT_ROUTER_SOFTMAX))
+        return pipit__err(PIPIT_STATUS_INVALID, "llama: route_unnormalized %d must be 0, or 1 with the softmax router (router 0)",
+                          c->route_unnormalized);
     if (c->shared_gate != 0 && (c->shared_gate != 1 || c->shared_experts < 1))
         return pipit__err(PIPIT_STATUS_INVALID, "llama: shared_gate %d must be 0, or 1 with shared_experts >= 1 (got %d)",
                           c->shared_gate, c->shared_experts);
@@ -156,7 +159,7 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
     char bname[96];
     snprintf(bname, sizeof bname, "model.layers.%d.mlp.route_bias", l);
     pipit_val rb = c->route_bias ? pipit_param(g, bname, c->dtype, 1, (int64_t[]){E}) : (pipit_val){g, -1};
-    pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, 1, c->route_bias ? &rb : NULL};
+    pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, !c->route_unnormalized, c->route_bias ? &rb : NULL};
     pipit_val w = pipit_moe_route(g, logits, &ro, &idx);
     if (choice) *choice = idx;
     /* the config check refuses what the capacity rule would (-1: the slots refuse it) */

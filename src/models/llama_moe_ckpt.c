@@ -13,6 +13,19 @@
 #include "models/llama_moe.h"
 #include "util/common.h"
 
+/* Metadata "route_unnormalized" (absent: 0, a file from before it or of a renormalising model): 0 or 1 into
+ * *out, or a FORMAT message. */
+static int meta_unnormalized(const pipit_checkpoint *ck, int *out) {
+    const char *h = pipit_checkpoint_meta(ck, "route_unnormalized");
+    *out = h && strcmp(h, "1") == 0;
+    if (h && strcmp(h, "0") != 0 && strcmp(h, "1") != 0) {
+        pipit__err(PIPIT_STATUS_FORMAT, "checkpoint '%s': metadata 'route_unnormalized' is '%s', not 0 or 1",
+                   pipit_checkpoint_path(ck), h);
+        return 0;
+    }
+    return 1;
+}
+
 /* Metadata `key` as a number >= 0 (an integer when `integer`): 1 and *out, or a FORMAT message (absent too). */
 static int meta_nonneg(const pipit_checkpoint *ck, const char *key, int integer, double *out) {
     const char *h = pipit_checkpoint_meta(ck, key);
@@ -88,6 +101,7 @@ static pipit_status hf_layout(const pipit_checkpoint *ck, int layout, int first,
         if (!meta_nonneg(ck, "capacity_factor", 0, &cf) || !meta_nonneg(ck, "aux_loss", 0, &aux)) return PIPIT_STATUS_FORMAT;
         g.top_k = (int)v[0], g.dropless = (int)v[1], g.moe_every = (int)v[2], g.capacity_factor = cf, g.aux_loss = aux;
         g.router = 0; /* softmax */
+        if (!meta_unnormalized(ck, &g.route_unnormalized)) return PIPIT_STATUS_FORMAT;
         if (pipit__llama_moe_check(&g)) return PIPIT_STATUS_FORMAT;
         if (!pipit__llama_is_moe(&g, first))
             return pipit__err(PIPIT_STATUS_FORMAT,
@@ -125,6 +139,7 @@ pipit_status pipit__llama_moe_from_checkpoint(const pipit_checkpoint *ck, int L,
     g.moe_layout = PIPIT_LLAMA_MOE_STACKED, g.shared_gate = 0;
     g.experts = (int)v[0], g.top_k = (int)v[1], g.dropless = (int)v[2], g.shared_experts = (int)v[3];
     g.moe_every = (int)v[4], g.capacity_factor = cf, g.aux_loss = aux, g.router = strcmp(router, "sigmoid") == 0;
+    if (!meta_unnormalized(ck, &g.route_unnormalized)) return PIPIT_STATUS_FORMAT;
     if (pipit__llama_moe_check(&g)) return PIPIT_STATUS_FORMAT;
     if (!pipit__llama_is_moe(&g, first))
         return pipit__err(PIPIT_STATUS_FORMAT,
