@@ -166,9 +166,10 @@ static void llama_from_checkpoint(const pipit_checkpoint *ck, opts *o, const fla
                 json, j.moe_layout == PIPIT_LLAMA_MOE_MIXTRAL ? "mixtral" : "qwen2_moe", j.experts, j.shared_experts,
                 j.moe_every, path, arch, f->experts, f->shared_experts, f->moe_every - 1);
         hf.top_k = j.top_k, hf.dropless = j.dropless, hf.capacity_factor = j.capacity_factor, hf.router = j.router;
-        hf.aux_loss = j.aux_loss;
+        hf.aux_loss = j.aux_loss, hf.route_unnormalized = j.route_unnormalized;
         f = &hf;
     }
+    o->route_unnormalized = f->route_unnormalized;
     if (f->experts) { /* mixture of experts: its metadata's fields; a flag given must agree */
         take(c, "experts", &o->experts, f->experts, 1, path);
         take(c, "top-k", &o->top_k, f->top_k, 1, path);
@@ -228,7 +229,8 @@ cli_model model_config(const opts *o, int stages) {
                        o->shared_experts, o->moe_every, o->router && strcmp(o->router, "sigmoid") == 0,
                        o->experts && !o->dropless && o->capacity_factor == 0 ? 1.25 : o->capacity_factor,
                        o->aux_loss, o->balance_bias, o->doc_sep >= 0, o->doc_sep, o->doc_pos_reset,
-                       o->attn_bias, o->moe_layout, o->shared_gate, 1 /* ep: open_model sets it */, o->sp};
+                       o->attn_bias, o->moe_layout, o->shared_gate, o->route_unnormalized, 1 /* ep: open_model sets it */,
+                       o->sp};
 }
 
 /* Microbatch feeds for sequences first .. first+B-1. */
