@@ -258,7 +258,7 @@ def run(args):
 rc, out, err = run(["sim", "--layers", "2", "--hidden", "8", "--heads", "2", "--seq", "4", "--vocab", "8",
                     "--global-batch", "1", "--hw", "cpu", "--schedule", "nope"])
 names = re.search(r"expected one of (.*?)(;|$)", err).group(1).split(", ")
-# (L h a kv F s V) = (1 64 4 2 352 64 256), G = 2, 4 GPUs, pp 1, 4 experts top-2 (one case: it
+# (L h a kv F s V) = (1 64 4 2 352 64 256), G = 2, 2 GPUs, pp 1, 4 experts top-2 (one case: it
 # searches all three; the dense search is the same code with ep fixed at 1)
 for moe in (True,):
     model = ["--layers", "1", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ctx", "64", "--vocab", "256"]
@@ -267,18 +267,18 @@ for moe in (True,):
     if moe:
         model += ["--experts", "4"]
         simm += ["--experts", "4", "--top-k", "2"]
-    rc, out, err = run(["plan", "--search", "--model", "llama-tiny", "--global-batch", "2", "--gpus", "4", "--pp", "1",
+    rc, out, err = run(["plan", "--search", "--model", "llama-tiny", "--global-batch", "2", "--gpus", "2", "--pp", "1",
                         "--hw", "a100", "--no-mem-check", "--recompute", "none", "--zero", "0", "--json", "--top", "100000"]
                        + model)
     assert rc == 0, err
     j = json.loads(out)
     best, total = None, 0
     seen = set()
-    for t in (1, 2, 4):
-        for c in (1, 2, 4):
-            if 4 % (t * c):
+    for t in (1, 2):
+        for c in (1, 2):
+            if 2 % (t * c):
                 continue
-            d = 4 // t // c
+            d = 2 // t // c
             if 2 % d:
                 continue
             for sp in ((0, 1) if t > 1 else (0,)):
@@ -304,9 +304,8 @@ for moe in (True,):
     assert abs(got - best) <= 1e-9 * best, (moe, got, best)
     found = {(x["tp"], x["cp"], int(x["sp"]), x["ep"]) for x in j["best"]}
     assert found == seen, (moe, sorted(found ^ seen))
-    assert {x[1] for x in found} == {1, 2, 4} and any(x[2] for x in found), found
-    if moe:  # (dp is at most 2 here; tp 4 does not divide the 2 kv heads)
-        assert {x[3] for x in found} == {1, 2} and {x[0] for x in found} == {1, 2}, found
+    assert {x[0] for x in found} == {x[1] for x in found} == {x[3] for x in found} == {1, 2}, found
+    assert any(x[2] for x in found), found  # sp at tp 2
     print("ok", "moe" if moe else "dense", "best", j["best"][0], "of", total)
 PYEOF
 expect_fail "--top-k is a mixture-of-experts flag: give --experts too" "$PIPIT" plan --search --global-batch 8 --top-k 2
