@@ -496,12 +496,14 @@ static void write_profile(const char *path, double t_mm, double t_attn, double t
     FILE *f = fopen(path, "w");
     if (!f) return;
     /* two ranks: the fit adds them; a --tp run's all-reduces (tp_sum,
-     * tp_max: the links' time, waiting included) are left out of the fit */
+     * tp_max: the links' time, waiting included) and --sp's all-gathers and
+     * reduce-scatters are left out of the fit */
     fprintf(f,
             "{\"model\":{\"layers\":4,\"dim\":128,\"heads\":4,\"ctx\":64,\"vocab\":256,\"micro_batch\":8,"
             "\"microbatches\":4,\"pp\":2},\"steps\":2,\"step_s\":0.1,\"profile\":{\"ranks\":["
             "{\"rank\":0,\"ops\":{\"matmul\":%.17g,\"attention\":%.17g,\"layernorm\":%.17g},\"instructions\":{}},"
-            "{\"rank\":1,\"ops\":{\"matmul\":%.17g,\"attn_dqkv\":%.17g,\"gelu\":%.17g,\"tp_sum\":1.5,\"tp_max\":0.5},"
+            "{\"rank\":1,\"ops\":{\"matmul\":%.17g,\"attn_dqkv\":%.17g,\"gelu\":%.17g,\"tp_sum\":1.5,\"tp_max\":0.5,"
+            "\"sp_gather\":0.7,\"sp_scatter\":0.3,\"sp_split\":0.1},"
             "\"instructions\":{}}]}}\n",
             t_mm, t_attn, t_elem, t_mm, t_attn, t_elem);
     fclose(f);

@@ -41,7 +41,7 @@ typedef struct {
     int attn_bias, moe_layout, shared_gate;
     int route_unnormalized; /* Llama MoE: the top-k weights not renormalised (Qwen2-MoE's norm_topk_prob false) */
     int ep; /* --ep: expert-parallel ranks the graph describes one of (pipit_graph_set_expert_parallel; 0 or 1: none; set after model_config) */
-    int sp; /* --sp: sequence parallelism (pipit_graph_set_sequence_parallel on every build; set after model_config) */
+    int sp; /* --sp: sequence parallelism (pipit_graph_set_sequence_parallel on every build; model_config sets it) */
 } cli_model;
 
 struct cli_model_kind {

@@ -71,8 +71,10 @@ static int add_rank(const cJSON *rank, profile *p, const char **why) {
         if (!seconds(e)) return *why = e->string, 0;
         double s = e->valuedouble;
         if (strcmp(e->string, "matmul") == 0) p->t_matmul += s;
-        else if (!strcmp(e->string, "tp_copy") || !strcmp(e->string, "tp_sum") || !strcmp(e->string, "tp_max"))
-            continue; /* the in-stage all-reduce (--tp): the links' time, measured apart, not an elementwise op's */
+        else if (!strcmp(e->string, "tp_copy") || !strcmp(e->string, "tp_sum") || !strcmp(e->string, "tp_max") ||
+                 !strncmp(e->string, "sp_", 3))
+            continue; /* the in-stage all-reduce (--tp; --sp's gather/scatter): the links' time, measured apart,
+                       * not an elementwise op's */
         else if (strcmp(e->string, "attention") == 0 || strcmp(e->string, "attn_dqkv") == 0 ||
                  strcmp(e->string, "attention_qkv") == 0 || strcmp(e->string, "attn_qkv_d") == 0)
             p->t_attn += s;

@@ -141,3 +141,14 @@ def test_moe_counts_and_balance_bias_are_the_clis(cli, text_file):
         pipit.Trainer(pipit.models.preset("tiny"), data=text_file, balance_bias=0.1)
     with pytest.raises(pipit.InvalidError, match=">= 0"):
         pipit.models.preset("moe-tiny", balance_bias=-1.0)
+
+
+def test_trainer_sp_refusals(text_file):
+    """Trainer(sp=True) refuses what `pipit train --sp` refuses (tools/session.c)."""
+    import pipit
+    m = pipit.models.preset("tiny", layers=2, ctx=16, micro_batch=2)
+    with pytest.raises(pipit.InvalidError, match=r"it needs tp 2 or more \(got tp 1\)"):
+        pipit.Trainer(m, data=text_file, steps=1, sp=True)
+    m = pipit.models.preset("tiny", layers=2, ctx=18, micro_batch=2)
+    with pytest.raises(pipit.InvalidError, match="tp 4 does not divide ctx 18"):
+        pipit.Trainer(m, data=text_file, steps=1, tp=4, sp=True)
