@@ -3,7 +3,7 @@
 # moe-tiny at --dp 2 --ep 2 and --dp 4 --ep 2 within 1e-6 of --ep 1 at the
 # same --dp (losses of 4 steps), the same --ep pipelined (--pp 2: 1f1b,
 # gpipe, zb-h1, interleaved, dualpipev, remat; bf16 1f1b) to the same bits
-# (losses and checkpoint bytes), --zero 1 the bytes of --zero 0, its token counts equal to --ep 1's (each replica
+# (losses and checkpoint bytes), --zero 1 and 3 the bytes of --zero 0, its token counts equal to --ep 1's (each replica
 # routes its own tokens), a run saved at --ep 2 resumed at --ep 1 = resumed
 # at --ep 2 (checkpoints hold whole tensors), and the refusals by message.
 # Usage: test_cli_ep.sh PIPIT SRCDIR
@@ -54,10 +54,12 @@ expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 2 --ep 2 --dtype bf16 --save b1.st
 expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 2 --ep 2 --dtype bf16 --pp 2 --schedule 1f1b --save b2.st
 cmp -s b1.st b2.st || fail "bf16 --ep 2 --pp 2: the checkpoint differs from --pp 1's"
 
-# ZeRO-1: the expert params' moments shard over their --dp / --ep holders; the bytes of --zero 0
+# ZeRO 1 and 3: the expert params' state shards over their --dp / --ep holders; the bytes of --zero 0
 expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 4 --ep 2 --save z0.st
 expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 4 --ep 2 --zero 1 --save z1.st
 cmp -s z0.st z1.st || fail "--dp 4 --ep 2 --zero 1: the checkpoint differs from --zero 0's"
+expect_ok "$PIPIT" "${A[@]}" --steps 2 --dp 4 --ep 2 --zero 3 --save z3.st
+cmp -s z0.st z3.st || fail "--dp 4 --ep 2 --zero 3: the checkpoint differs from --zero 0's"
 
 # saved at --ep 2, resumed at --ep 1 and at --ep 2: the same step 4 within 1e-6
 expect_ok "$PIPIT" "${A[@]}" --steps 3 --dp 2 --ep 2 --save ep2.st
@@ -71,9 +73,9 @@ close "$r2" "$r1" || fail "resumed at --ep 1:"$'\n'"$r1"$'\n'"vs --ep 2:"$'\n'"$
 expect_fail "--ep 2 does not divide --dp 3" "$PIPIT" "${A[@]}" --steps 1 --dp 3 --ep 2
 expect_fail "--ep 3 does not divide --experts 8" "$PIPIT" "${A[@]}" --steps 1 --dp 3 --ep 3
 expect_fail "pass --experts N" "$PIPIT" train --model llama-tiny --data text.txt --steps 1 --dp 2 --ep 2
-expect_fail "--ep with --zero 2" "$PIPIT" "${A[@]}" --steps 1 --dp 2 --ep 2 --zero 2
+expect_fail "--ep with --reshard-after-forward" "$PIPIT" "${A[@]}" --steps 1 --dp 2 --ep 2 --zero 3 --reshard-after-forward
 expect_fail "--ep must be in 1..64" "$PIPIT" "${A[@]}" --steps 1 --ep 0
 expect_fail "expert and tensor parallelism together are not built" "$PIPIT" "${A[@]}" --steps 1 --dp 2 --ep 2 --tp 2
 
 [ "$failures" -eq 0 ] || exit 1
-echo "ok: --ep 2 within 1e-6 of --ep 1 at --dp 2 and 4, bitwise across --pp 2 at 5 schedules, remat and bf16, --zero 1 = --zero 0, saved at --ep 2 resumed at --ep 1, refusals"
+echo "ok: --ep 2 within 1e-6 of --ep 1 at --dp 2 and 4, bitwise across --pp 2 at 5 schedules, remat and bf16, --zero 1 and 3 = --zero 0, saved at --ep 2 resumed at --ep 1, refusals"

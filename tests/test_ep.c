@@ -10,8 +10,8 @@
  *   - at a fixed EP, P = 2 at GPipe and 1F1B: the bits of P = 1;
  *   - the whole tensors read back at EP = 2 and set into an EP = 1 program
  *     (moments too) continue to the same losses: the layout is free;
- *   - ZeRO-1 at E = 2: the bits of ZeRO-0 (the expert params' state
- *     sharded over their holders);
+ *   - ZeRO 1, 2, 3 at E = 2: the bits of ZeRO-0 (the expert params'
+ *     state sharded over their holders);
  *   - the refusals by message.
  */
 #include <math.h>
@@ -247,20 +247,21 @@ PIPIT_TEST(ep_layout_free_state) {
     drop(&b);
 }
 
-/* ZeRO-1 at E = 2: the expert params' moments shard over their D/E = 2
- * holders (experts of 4 x 256 x 64: each EP rank's 2 x 256 x 64 block is 2
- * sum-of-squares chunks, one per holder), the rest over all D = 4; the
- * params, moments and losses are ZeRO-0's bit for bit, and so are D = 2's
- * (one holder per block). */
-PIPIT_TEST(ep_zero1_equals_zero0) {
+/* ZeRO 1, 2 and 3 at E = 2: the expert params' moments (and gradients,
+ * and parameters) shard over their D/E = 2 holders (experts of 4 x 256 x
+ * 64: each EP rank's 2 x 256 x 64 block is 2 sum-of-squares chunks, one
+ * per holder), the rest over all D = 4; the params, moments and losses
+ * are ZeRO-0's bit for bit, and so are D = 2's (one holder per block). */
+PIPIT_TEST(ep_zero_equals_zero0) {
     pipit_llama_config c = moe_cfg();
     c.dim = 64, c.ffn_hidden = 256;
     for (int D = 2; D <= 4; D += 2) {
+      for (int stage = 1; stage <= 3; stage++) {
         model z0, z1;
         double l0[STEPS], l1[STEPS];
         zero_stage = 0;
         ASSERT_OK(make(&z0, &c, 1, D, 2, NULL));
-        zero_stage = 1;
+        zero_stage = stage;
         ASSERT_OK(make(&z1, &c, 1, D, 2, NULL));
         zero_stage = 0;
         ASSERT_OK(run(&z0, &c, 1, D, l0));
@@ -273,11 +274,14 @@ PIPIT_TEST(ep_zero1_equals_zero0) {
                 int same = 0;
                 float *x = read_all(z0.p, name, which, &n), *y = read_all(z1.p, name, which, &nb);
                 ASSERT_TRUE(rel_diff(x, y, n, nb, &same) >= 0);
-                if (!same) PIPIT_FAIL_("D %d: %s (%s) differs between ZeRO 1 and 0", D, name, which < 0 ? "param" : "moment");
+                if (!same)
+                    PIPIT_FAIL_("D %d: %s (%s) differs between ZeRO %d and 0", D, name, which < 0 ? "param" : "moment",
+                                stage);
             }
         }
         drop(&z0);
         drop(&z1);
+      }
     }
 }
 
@@ -300,9 +304,11 @@ PIPIT_TEST(ep_refusals) {
     m.g = pipit_graph_new();
     ASSERT_OK(pipit_graph_set_expert_parallel(m.g, 2));
     pipit_val loss = pipit_llama_build(m.g, &c);
-    ASSERT_EQ_I64(pipit_compile(m.g, loss, &(pipit_options){.microbatches = 1, .data_parallel = 2, .zero = 2}, &m.p),
+    ASSERT_EQ_I64(pipit_compile(m.g, loss,
+                                &(pipit_options){.microbatches = 1, .data_parallel = 2, .zero = 3, .reshard_after_forward = 1},
+                                &m.p),
                   PIPIT_STATUS_INVALID);
-    ASSERT_MSG_HAS("with ZeRO stage 2 is not built yet");
+    ASSERT_MSG_HAS("with options.reshard_after_forward is not built yet");
     ASSERT_EQ_I64(pipit_graph_set_expert_parallel(m.g, 4), PIPIT_STATUS_INVALID); /* it holds expert params */
     ASSERT_MSG_HAS("set E = 4 before the first of them");
     ASSERT_EQ_I64(pipit_graph_set_expert_parallel(m.g, 0), PIPIT_STATUS_INVALID);

@@ -676,9 +676,9 @@ static void check_ep(const opts *o) {
         die("--ep %d does not divide --experts %d: each of the %d expert-parallel ranks holds an equal share of each "
             "MoE layer's experts", o->ep, o->experts, o->ep);
     if (o->tp > 1) die("--ep with --tp %d: expert and tensor parallelism together are not built (use one)", o->tp);
-    if (o->zero > 1)
-        die("--ep with --zero %d: ZeRO stages 2 and 3 do not shard the expert params yet (--zero 1 or 0 with --ep)",
-            o->zero);
+    if (o->reshard_after_forward)
+        die("--ep with --reshard-after-forward: ZeRO-3's per-task gathers of the expert params are not built yet "
+            "(--zero 3 without it gathers once per step)");
 }
 
 void open_model(session *s, opts *o, const flag_cmd *c, int M) {

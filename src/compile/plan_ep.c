@@ -17,12 +17,11 @@ pipit_status pipit__check_ep(pipit__plan *p) {
         return pipit__err(PIPIT_STATUS_INVALID,
                           "expert parallelism (E = %d) with tensor parallelism (T = %d) is not built: use one of them",
                           p->E, p->T);
-    if (p->zero >= 2)
+    if (p->reshard)
         return pipit__err(PIPIT_STATUS_INVALID,
-                          "expert parallelism (E = %d) with ZeRO stage %d is not built yet: ZeRO-1 shards the "
-                          "expert params' optimizer state over their D/E holders, stages 2 and 3 do not yet "
-                          "(use --zero 1 or 0 with E > 1)",
-                          p->E, p->zero);
+                          "expert parallelism (E = %d) with options.reshard_after_forward is not built yet: ZeRO-3's "
+                          "per-task gathers do not know the expert params' D/E holders (gather once per step)",
+                          p->E);
     if (g->n >= PIPIT_TP_NORM_ID)
         return pipit__err(PIPIT_STATUS_INVALID, "an expert-parallel graph may have at most %d nodes (has %d)",
                           PIPIT_TP_NORM_ID, (int)g->n);

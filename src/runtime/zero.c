@@ -21,6 +21,7 @@
  * The bits are ZeRO-1's: the same gradients, the same sums in replica
  * order, the same update of the same shard; the gather moves bytes.
  */
+#include "runtime/ep.h"
 #include "runtime/program.h"
 
 int pipit__zero_grads(const pipit_program *p) { return p->plan.zero >= 2 && !p->plan.g->ngradset; /* as pipit__dp_sharded_grads */ }
@@ -38,7 +39,7 @@ static void move_shards(const pipit_program *p, const pipit__rank_state *rs, uin
         const pipit__param *pp = &p->plan.params[i];
         size_t es = pipit__dtype_size(pp->dtype);
         int64_t a, b;
-        pipit__dp_shard(pp->numel, p->plan.D, rs->replica, &a, &b);
+        pipit__dp_replica_shard(&p->plan, i, rs->replica, &a, &b); /* expert params: of their D/E holders */
         if (b <= a) continue;
         uint8_t *f = full + rp->param_off[i] + (size_t)a * es, *s = shard + rs->opt_off[i];
         size_t n = (size_t)(b - a) * es;
