@@ -484,10 +484,11 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
             c->recompute ? "full" : "none", pipit__hw_dtype_name(r->m.dtype));
     if (c->experts) {
         char tot[32], act[32];
-        fprintf(f, "moe     %d experts (top-%d, %d shared) in every %d%s layer, %s params, %s active; %.0f slots per "
+        char every[32] = "every layer";
+        if (c->moe_every > 1) snprintf(every, sizeof every, "every %d-th layer", c->moe_every);
+        fprintf(f, "moe     %d experts (top-%d, %d shared) in %s, %s params, %s active; %.0f slots per "
                    "expert; ep %d\n",
-                c->experts, c->top_k ? c->top_k : 2, c->shared_experts, c->moe_every > 1 ? c->moe_every : 1,
-                c->moe_every > 1 ? "th" : "", count_text(tot, sizeof tot, u->params_total),
+                c->experts, c->top_k ? c->top_k : 2, c->shared_experts, every, count_text(tot, sizeof tot, u->params_total),
                 count_text(act, sizeof act, u->params_active), u->expert_slots, r->m.ep);
     }
     if (r->m.cp > 1 || c->sp)
