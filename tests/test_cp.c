@@ -16,6 +16,7 @@
 #include "pipit_cp.h"
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
+#include "pipit_moe.h"
 #include "test.h"
 
 enum { V = 29, S = 16, NB = 2, MAXM = 2, MAXR = 8 }; /* S: the whole sequence; NB sequences per microbatch */
@@ -331,6 +332,14 @@ PIPIT_TEST(cp_refusals) {
     loss = pipit_gpt2_build(g, &gc);
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 2}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("packed documents");
+    pipit_graph_free(g);
+    /* with expert parallelism: not built, named */
+    g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_context_parallel(g, 2));
+    ASSERT_OK(pipit_graph_set_expert_parallel(g, 2));
+    loss = pipit_gpt2_build(g, &gc);
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 2}, &p), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("with expert parallelism (E = 2) is not built");
     pipit_graph_free(g);
     /* C out of range; a change after CP ops */
     g = pipit_graph_new();

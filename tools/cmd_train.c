@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "cp_feeds.h"
 #include "progress.h"
 #include "pipit_inspect.h"
 #include "train_cli.h"
@@ -95,6 +96,7 @@ typedef struct {
     int profiling;        /* --profile or --profile-out */
     mb_buf *bufs;         /* G microbatch buffers and their feeds */
     pipit_feed *feeds;
+    cli_cp_feeds cp;      /* --cp: the D x C replicas' chunks of the feeds (tools/cp_feeds.c) */
     cli_progress prog;
     int64_t first_step, last_step, data_pos; /* steps first .. last-1; the data stream's position at the first */
     char *default_save;   /* where an interrupted run without --save saves (NULL with --save) */
@@ -118,6 +120,7 @@ static void open_run(train_run *r) {
     r->val_batches = open_validation(&r->s, o, &r->args.c, r->G);
     if (r->val_batches) open_validation_program(&r->s);
     r->bufs = mb_bufs_new(r->G, r->B, r->T, &r->feeds);
+    cli_cp_feeds_open(&r->cp, o->cp, r->G, o->microbatches, cli_model_nfeeds(&r->s.cfg), r->B, r->T);
     r->profiling = o->profile || o->profile_out;
     if (r->profiling) cli_check(pipit_program_set_profile(r->s.p, 1), "--profile");
     r->prog.ranks = r->s.sched ? pipit_schedule_ranks(r->s.sched) : 1;
@@ -128,14 +131,14 @@ static void open_run(train_run *r) {
 static void set_peak(train_run *r, int on_gpu) {
     const opts *o = &r->args.o;
     double rank_peak = o->peak_flops > 0 ? o->peak_flops : on_gpu ? 0 : cli_sgemm_flops() * o->threads;
-    r->prog.peak = rank_peak * r->prog.ranks * o->tp * o->dp;
+    r->prog.peak = rank_peak * r->prog.ranks * o->tp * o->dp * o->cp;
 }
 
 /* The header line: the model, the batch, the mesh and the MFU's peak. */
 static void print_header(train_run *r) {
     const opts *o = &r->args.o;
     const session *s = &r->s;
-    int on_gpu = o->device && strcmp(o->device, "cuda") == 0, ranks = r->prog.ranks * o->tp * o->dp;
+    int on_gpu = o->device && strcmp(o->device, "cuda") == 0, ranks = r->prog.ranks * o->tp * o->dp * o->cp;
     set_peak(r, on_gpu);
     char what[160];
     cli_model_describe(&s->cfg, what, sizeof what);
@@ -147,6 +150,7 @@ static void print_header(train_run *r) {
     if (o->tp > 1) printf("; x %d tensor-parallel ranks per stage", o->tp);
     if (o->dp > 1 && (o->zero1 || o->zero > 0)) printf("; x %d data-parallel replicas (ZeRO-%d)", o->dp, o->zero1 ? 1 : o->zero);
     else if (o->dp > 1) printf("; x %d data-parallel replicas", o->dp);
+    if (o->cp > 1) printf("; x %d context-parallel ranks per sequence", o->cp);
     if (pipit_process_count() > 1) printf("; %d MPI processes", pipit_process_count());
     if (on_gpu)
         printf("; device cuda (%d GPU%s)%s", pipit_cuda_device_count(), pipit_cuda_device_count() == 1 ? "" : "s",
@@ -215,6 +219,7 @@ static run_pos position(const train_run *r, int64_t step) {
 /* Nothing left allocated at exit (the sanitizer build checks). */
 static void close_run(train_run *r) {
     mb_bufs_free(r->bufs, r->G, r->feeds);
+    cli_cp_feeds_close(&r->cp);
     free(r->default_save);
     close_session(&r->s);
 }
@@ -245,7 +250,8 @@ static void run_step(train_run *r, int64_t step, double flops) {
         fill_microbatch(r->s.data, &r->s.cfg, at.data_pos + (int64_t)m * r->B, &r->bufs[m], r->feeds + nf * m);
     pipit_metrics met;
     if (r->s.cfg.balance_bias > 0) cli_moe_bias_load(&r->s.moe, r->s.p); /* the first time: init or the file's */
-    if (pipit_step_feeds(r->s.p, r->feeds, (int64_t)r->G * nf, nf, 1, &met))
+    const pipit_feed *feeds = r->cp.C > 1 ? cli_cp_feeds_cut(&r->cp, r->feeds, r->B, r->T) : r->feeds;
+    if (pipit_step_feeds(r->s.p, feeds, (int64_t)r->G * (r->cp.C > 1 ? r->cp.C : 1) * nf, nf, 1, &met))
         die("step %lld: %s", (long long)step, pipit_program_errmsg(r->s.p));
     cli_progress_step(&r->prog, &met, tokens);
     if (r->s.moe.n && (o->json || r->s.cfg.balance_bias > 0)) cli_moe_count(&r->s.moe, r->s.p, r->G); /* collective */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "pipit_cp.h"
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
 #include "pipit_moe.h"
@@ -32,9 +33,16 @@ static int set_tp(pipit_graph *g, const cli_model *m) {
            pipit_graph_set_expert_parallel(g, m->ep > 1 ? m->ep : 1) == PIPIT_STATUS_OK; /* pipit_moe.h */
 }
 
+/* --cp: the graph describes one of a context group's C ranks, whose
+ * sequence inputs hold ctx / C tokens (tools/cp_feeds.c cuts them). */
+static int set_cp(pipit_graph *g, const cli_model *m, int *ctx) {
+    if (m->cp > 1) *ctx /= m->cp;
+    return pipit_graph_set_context_parallel(g, m->cp > 1 ? m->cp : 1) == PIPIT_STATUS_OK;
+}
+
 static pipit_val gpt2_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
     pipit_gpt2_config c = gpt2_cfg(m);
-    if (!set_tp(g, m)) return (pipit_val){g, -1};
+    if (!set_tp(g, m) || !set_cp(g, m, &c.ctx)) return (pipit_val){g, -1};
     return pipit_gpt2_build_logits(g, &c, logits);
 }
 static pipit_status gpt2_init(pipit_program *p, const cli_model *m, uint64_t seed) {
@@ -91,12 +99,12 @@ static pipit_status llama_check(const cli_model *m) {
 }
 static pipit_val llama_build(pipit_graph *g, const cli_model *m, pipit_val *logits) {
     pipit_llama_config c = cli_model_llama(m);
-    if (!set_tp(g, m)) return (pipit_val){g, -1};
+    if (!set_tp(g, m) || !set_cp(g, m, &c.ctx)) return (pipit_val){g, -1};
     return pipit_llama_build_logits(g, &c, logits);
 }
 pipit_val cli_model_build_moe(pipit_graph *g, const cli_model *m, pipit_val *choices) {
     pipit_llama_config c = cli_model_llama(m);
-    if (!set_tp(g, m)) return (pipit_val){g, -1};
+    if (!set_tp(g, m) || !set_cp(g, m, &c.ctx)) return (pipit_val){g, -1};
     return pipit_llama_build_moe(g, &c, NULL, choices);
 }
 static pipit_status llama_init(pipit_program *p, const cli_model *m, uint64_t seed) {

@@ -24,6 +24,7 @@ typedef struct {
     const cli_model_kind *kind;
     int vocab, max_ctx, ctx, layers, heads, dim, batch, stages;
     int tp; /* tensor-parallel ranks per stage: the graph describes one (0 or 1: none) */
+    int cp; /* --cp: context-parallel ranks the graph describes one of, its ctx / cp tokens (0 or 1: none; set after model_config) */
     /* Llama only (pipit_llama_config) */
     int kv_heads, ffn_hidden, multiple_of, tied;
     double ffn_dim_multiplier, norm_eps, rope_theta;

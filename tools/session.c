@@ -13,6 +13,7 @@
 #include "pipit_llama.h"
 #include "progress.h"
 #include "train_cli.h"
+#include "cp_feeds.h"
 
 /* tools/cmd_schedule.c */
 pipit_status pipit_cli_schedule_open(const char *flagname, const char *name, int P, int V, int M, pipit_schedule **out);
@@ -222,7 +223,7 @@ void model_from_checkpoint(const pipit_checkpoint *ck, opts *o, const flag_cmd *
 
 cli_model model_config(const opts *o, int stages) {
     return (cli_model){cli_model_kind_find(o->arch), o->vocab, o->max_ctx ? o->max_ctx : o->ctx, o->ctx, o->layers,
-                       o->heads, o->dim, o->micro_batch, stages, o->tp, o->kv_heads, o->ffn_hidden, o->multiple_of,
+                       o->heads, o->dim, o->micro_batch, stages, o->tp, 1 /* cp: open_model sets it */, o->kv_heads, o->ffn_hidden, o->multiple_of,
                        o->untied ? 0 : o->tied, o->ffn_dim_multiplier, o->norm_eps, o->rope_theta, o->rope_scaling,
                        o->fused_head, o->experts, /* MoE: top-k 2 and capacity factor 1.25 unless given */
                        o->experts ? (o->top_k ? o->top_k : (o->experts < 2 ? o->experts : 2)) : 0, o->dropless,
@@ -717,6 +718,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("pp", o->pp);
     check_positive("dp", o->dp);
     check_positive("tp", o->tp);
+    cli_check_cp(o); /* tools/cp_feeds.c */
     if (o->tp > 64) die("--tp must be at most 64 (got %d)", o->tp);
     if (o->sp && o->tp < 2)
         die("--sp cuts the sequence over a stage's tensor-parallel ranks: it needs --tp 2 or more (got --tp %d)", o->tp);
@@ -757,6 +759,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     }
     s->stages = stages;
     s->cfg = model_config(o, o->auto_stages ? 1 : stages);
+    s->cfg.cp = o->cp;
     s->cfg.ep = o->ep;
     cli_check(s->cfg.kind->check(&s->cfg), cmd);
     check_tp(&s->cfg);
@@ -781,7 +784,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
                         .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
-                        .data_parallel = o->dp, .zero1 = o->zero1, .zero = o->zero,
+                        .data_parallel = o->dp * o->cp, .zero1 = o->zero1, .zero = o->zero,
                         .reshard_after_forward = o->reshard_after_forward, .tensor_parallel = o->tp,
                         .lr_schedule = make_lr_schedule(o),
                         .forward_only = s->forward_only, .device = o->device, .tf32 = o->tf32,

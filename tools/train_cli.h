@@ -22,6 +22,7 @@ typedef struct {
     const char *data, *init, *save, *optimizer, *data_order, *schedule, *trace, *init_opt, *save_opt;
     const char *resume; /* --resume FILE */
     int save_every, keep, weights_only;
+    int cp; /* --cp: context-parallel ranks C per sequence (tools/cp_feeds.c; 1: none) */
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
     int pp, virt, remat, batches, profile, verbose, dp, zero1, tp;
     int sp; /* --sp: sequence parallelism over a stage's tp ranks */

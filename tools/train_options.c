@@ -122,6 +122,9 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"doc-pos-reset", FL_BOOL, &o->doc_pos_reset, "with --doc-sep: GPT-2's positions restart at 0 in each "
                                                           "document (Llama: RoPE is relative, nothing to reset)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
+        {1, {"cp", FL_INT, &o->cp, "context-parallel ranks C per sequence (default 1): the sequence cut into 2C "
+                                   "chunks, rank c holding chunks c and 2C-1-c; K and V all-gathered for attention; "
+                                   "P x T x D x C ranks; 2C divides --ctx", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
         {3, {"zero1", FL_BOOL, &o->zero1, "with --dp: shard the optimizer state over the replicas (ZeRO-1)", 0}},
         {3, {"zero", FL_INT, &o->zero, "with --dp: ZeRO stage 0..3 over the replicas: 1 optimizer state (--zero1), 2 "
@@ -190,6 +193,7 @@ void default_opts(opts *o) {
     o->pp = 1;
     o->dp = 1;
     o->tp = 1;
+    o->cp = 1;
     o->ep = 1;
     o->virt = 0; /* 0: the schedule's own (1, or 2 for interleaved schedules, DualPipeV and ZB-V) */
     o->steps = -1;

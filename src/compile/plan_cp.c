@@ -15,6 +15,10 @@ pipit_status pipit__check_cp(pipit__plan *p) {
                           "which must divide options.data_parallel (%d): the context groups are %d consecutive "
                           "replicas sharing a sequence",
                           p->C, p->D, p->C);
+    if (pipit__graph_ep(g) > 1)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "context parallelism (C = %d) with expert parallelism (E = %d) is not built: use one of them",
+                          p->C, pipit__graph_ep(g));
     for (int32_t i = 0; i < g->n; i++)
         if (g->nodes[i].op == PIPIT_OP_ATTENTION_DOC)
             return pipit__err(PIPIT_STATUS_INVALID,

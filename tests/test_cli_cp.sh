@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test_cli_cp.sh — `pipit train --cp C` end to end (threads): the losses of
+# C = 2 and C = 4 follow C = 1's to 1e-5 relative over 4 AdamW steps for
+# GPT-2 and Llama (GQA, with --tp 2 and --pp 2 too); at a fixed C the
+# 1F1B and GPipe pipelines give the same bits; a training checkpoint saved
+# at --cp 2 resumes at --cp 1 with its first loss equal to the
+# uninterrupted run's to 1e-6 (parameters are replicated over C: the file
+# does not depend on it); every refusal names the flag and the value.
+# Usage: test_cli_cp.sh PIPIT SRCDIR
+set -u
+
+source "$(dirname "$0")/cli_lib.sh"
+cli_setup cli_cp "${1:-}"
+
+run() { # run LOG cmd...: stdout to LOG, stderr to LOG.err
+    local log=$1
+    shift
+    "$@" >"$log" 2>"$log.err" || fail "exit $?: $*"$'\n'"$(cat "$log.err")"
+}
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+# close A_LOG B_LOG TOL WHAT: every loss of B within TOL relative of A's, in order
+close() {
+    $PY - "$3" <(losses "$1") <(losses "$2") <<'EOF' || fail "$4: $(losses "$1" | tr '\n' ' ') vs $(losses "$2" | tr '\n' ' ')"
+import sys
+tol = float(sys.argv[1])
+a = [float(x) for x in open(sys.argv[2])]
+b = [float(x) for x in open(sys.argv[3])]
+sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
+EOF
+}
+refused() { # refused NEEDLE cmd...: a non-zero exit whose message has NEEDLE
+    local needle=$1
+    shift
+    "$@" >ref.log 2>&1 && fail "accepted: $*"
+    grep -qF -- "$needle" ref.log || fail "refusal of '$*' lacks '$needle': $(cat ref.log)"
+}
+
+cli_words_text 7 4000
+GPT2=(--data text.txt --ctx 16 --layers 2 --heads 4 --dim 32 --micro-batch 2 --lr 3e-3 --seed 3 --json
+      --microbatches 2)
+LLAMA=(--data text.txt --model llama-tiny --ctx 16 --layers 2 --dim 32 --ffn-hidden 48 --kv-heads 2 --micro-batch 2
+       --lr 3e-3 --seed 3 --json --microbatches 2)
+
+# ---- C > 1 follows C = 1 (rounding of the split sums only)
+for m in GPT2 LLAMA; do
+    declare -n model=$m
+    run c1.log "$PIPIT" train "${model[@]}" --steps 4
+    run c2.log "$PIPIT" train "${model[@]}" --steps 4 --cp 2
+    close c1.log c2.log 1e-5 "$m --cp 2 vs --cp 1"
+    run c4.log "$PIPIT" train "${model[@]}" --steps 4 --cp 4 --pp 2
+    close c1.log c4.log 1e-5 "$m --cp 4 --pp 2 vs --cp 1"
+    run g.log "$PIPIT" train "${model[@]}" --steps 4 --cp 4 --pp 2 --schedule gpipe
+    [ "$(losses g.log | tr '\n' ' ')" = "$(losses c4.log | tr '\n' ' ')" ] ||
+        fail "$m --cp 4 --pp 2: gpipe $(losses g.log | tr '\n' ' ') vs 1f1b $(losses c4.log | tr '\n' ' ')"
+    unset -n model
+done
+run t2.log "$PIPIT" train "${LLAMA[@]}" --steps 4 --cp 2 --tp 2
+run t1.log "$PIPIT" train "${LLAMA[@]}" --steps 4 --tp 2
+close t1.log t2.log 1e-5 "llama --cp 2 --tp 2 vs --tp 2"
+
+# ---- checkpoints do not depend on C: saved at --cp 2, resumed at --cp 1
+run full.log "$PIPIT" train "${GPT2[@]}" --cp 2 --steps 3 --save full.st
+run part.log "$PIPIT" train "${GPT2[@]}" --cp 2 --steps 2 --save part.st
+run res.log "$PIPIT" train --resume part.st --steps 3 --json
+$PY - "$(losses res.log | head -1)" "$(losses full.log | tail -1)" 1e-6 <<'EOF' ||
+import sys
+a, b, tol = map(float, sys.argv[1:])
+sys.exit(0 if abs(a - b) <= tol * abs(b) else 1)
+EOF
+    fail "resume at --cp 1: loss $(losses res.log | head -1) vs $(losses full.log | tail -1)"
+
+# ---- refusals
+refused "--ctx 12 is not a multiple of 8" "$PIPIT" train --data text.txt --ctx 12 --layers 2 --heads 4 --dim 32 --steps 1 --cp 4
+refused "--cp must be in 1..64" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 0
+refused "--cp with --doc-sep" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 2 --doc-sep 3
+refused "--cp with --val-data" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 2 --val-data text.txt
+
+echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
+[ "$failures" -eq 0 ]
