@@ -25,6 +25,7 @@ typedef struct {
     int llama, C, D, P, T, M;
     pipit_dtype dt;
     pipit_schedule_kind sched;
+    int bf16; /* options.dtype bf16 (fp32 masters) */
 } cfg;
 
 static pipit_program *cp_program(const cfg *c, pipit_graph **gp) {
@@ -47,7 +48,8 @@ static pipit_program *cp_program(const cfg *c, pipit_graph **gp) {
     pipit_program *p = NULL;
     pipit_status s = pipit_compile(
         g, loss,
-        &(pipit_options){.schedule = sch, .microbatches = c->M, .data_parallel = c->D * c->C, .tensor_parallel = c->T},
+        &(pipit_options){.schedule = sch, .microbatches = c->M, .data_parallel = c->D * c->C, .tensor_parallel = c->T,
+                         .dtype = c->bf16 ? PIPIT_BF16 : 0},
         &p);
     pipit_schedule_free(sch);
     if (s) fprintf(stderr, "cp_program: %s\n", pipit_errmsg());
@@ -196,7 +198,7 @@ static void assert_bitwise(const result *a, const result *b) {
  * chunks, the parameter gradients C replicas' sums, the loss the mean of
  * C means. */
 static void matches_c1(int llama, double tol) {
-    cfg one = {llama, 1, 1, 1, 1, 2, PIPIT_F32, PIPIT_SCHED_1F1B};
+    cfg one = {llama, 1, 1, 1, 1, 2, PIPIT_F32, PIPIT_SCHED_1F1B, 0};
     result r1 = run(&one);
     for (int C = 2; C <= 4; C *= 2) {
         cfg cc = one;
@@ -214,7 +216,7 @@ PIPIT_TEST(cp_llama_matches_c1) { matches_c1(1, 1e-6); }
  * D = 2 and T = 2 too (8 threads), and D = 2 against D = 1 to 1e-6. */
 PIPIT_TEST(cp_layouts_bitwise) {
     for (int llama = 0; llama < 2; llama++) {
-        cfg base = {llama, 2, 1, 1, 1, 2, PIPIT_F32, PIPIT_SCHED_1F1B};
+        cfg base = {llama, 2, 1, 1, 1, 2, PIPIT_F32, PIPIT_SCHED_1F1B, 0};
         result r0 = run(&base);
         cfg c1 = base;
         c1.P = 2;
@@ -241,13 +243,41 @@ PIPIT_TEST(cp_layouts_bitwise) {
     }
 }
 
+/* bf16 compute (fp32 masters): C = 2 against C = 1 within the bf16 bound
+ * (u = 2^-8: the loss to 2u relative, every gradient to 8u of the
+ * largest; the runs differ in summation order only, each sum rounded to
+ * bf16), and P = 2 (1F1B) = P = 1 bitwise at C = 2. */
+PIPIT_TEST(cp_bf16_bound) {
+    for (int llama = 0; llama < 2; llama++) {
+        cfg one = {llama, 1, 1, 1, 1, 2, PIPIT_F32, PIPIT_SCHED_1F1B, 1};
+        cfg two = one;
+        two.C = 2;
+        result r1 = run(&one), r2 = run(&two);
+        double u = 0x1p-8, gmax = 0, emax = 0;
+        for (int64_t k = 0; k < r1.n; k++) {
+            gmax = fmax(gmax, fabs(r1.grad[k]));
+            emax = fmax(emax, fabs(r2.grad[k] - r1.grad[k]));
+        }
+        fprintf(stderr, "  %s bf16: loss %.6g vs %.6g, next %.6g vs %.6g, grad max err %.3g of %.3g\n",
+                llama ? "llama" : "gpt2", r2.loss, r1.loss, r2.loss2, r1.loss2, emax, gmax);
+        ASSERT_NEAR_F64(r2.loss, r1.loss, 2 * u * fabs(r1.loss));
+        ASSERT_NEAR_F64(r2.loss2, r1.loss2, 2 * u * fabs(r1.loss2));
+        ASSERT_TRUE(gmax > 0 && emax <= 8 * u * gmax);
+        cfg p2 = two;
+        p2.P = 2;
+        result r3 = run(&p2);
+        assert_bitwise(&r3, &r2);
+        free(r1.grad), free(r2.grad), free(r3.grad);
+    }
+}
+
 /* f64, C = 2: the gradient of a few elements of the weights that reach
  * the gathered keys and values (and through RoPE at global positions)
  * against central differences of the loss; and C = 2 against C = 1 to
  * 1e-12. */
 PIPIT_TEST(cp_f64_finite_differences) {
     for (int llama = 0; llama < 2; llama++) {
-        cfg c = {llama, 2, 1, 1, 1, 1, PIPIT_F64, PIPIT_SCHED_1F1B};
+        cfg c = {llama, 2, 1, 1, 1, 1, PIPIT_F64, PIPIT_SCHED_1F1B, 0};
         cfg one = c;
         one.C = 1;
         result r2 = run(&c), r1 = run(&one);
