@@ -17,11 +17,20 @@ time of Trainer.step() around the library's step (filling the batch
 through pipit_data_batch and the model's feeds, the ctypes calls, the dict)
 minus metrics.ms. The first two steps of each run are left out (page
 faults). The library Python loads: pipit.library_path (PIPIT_LIBRARY).
+
+--cpu: processor time instead of wall time, for a machine others load
+(its wall time is theirs as much as ours). Every variant runs as a child
+process (Python's Trainer too: `python3 bench/python_step.py --child`),
+twice per repetition, with --steps and with 2 steps; the child's user +
+system time (getrusage of the children) of the longer run less the
+shorter one's, over the steps between them, is the processor time of a
+step, setup and the first steps excluded.
 """
 import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,7 +48,14 @@ def main():
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--ctx", type=int, default=None, help="override the preset's ctx")
     ap.add_argument("--micro-batch", type=int, default=None, help="override the preset's micro-batch")
+    ap.add_argument("--cpu", action="store_true", help="processor time per step of child processes (see above)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # the data file: run the Trainer, exit
     a = ap.parse_args()
+    if a.child:
+        over = {k: v for k, v in (("ctx", a.ctx), ("micro_batch", a.micro_batch)) if v is not None}
+        with pipit.Trainer(pipit.models.preset(a.model, **over), data=a.child, steps=a.steps, pp=a.pp) as t:
+            t.train()
+        return 0
     over = {k: v for k, v in (("ctx", a.ctx), ("micro_batch", a.micro_batch)) if v is not None}
     d = tempfile.mkdtemp()
     data = os.path.join(d, "text.txt")
@@ -66,6 +82,8 @@ def main():
         ms[name] += got
         rep_med[name].append(statistics.median(got))
 
+    if a.cpu:
+        return cpu_times(a, names, flags, data)
     for rep in range(a.reps):
         k = rep % len(names)
         for n in names[k:] + names[:k]:
@@ -80,6 +98,39 @@ def main():
                                                             " ".join("%.3f" % x for x in ratios))
         print(line)
     print("  Python overhead per step   %8.3f ms (Trainer.step wall - metrics.ms)" % statistics.median(py_wall))
+    return 0
+
+
+def cpu_times(a, names, flags, data):
+    def child_cpu(cmd):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(cmd, capture_output=True, check=True)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+    def cmd(name, steps):
+        f = [x if x != str(a.steps) or i == 0 or flags[i - 1] != "--steps" else str(steps) for i, x in enumerate(flags)]
+        if name == "python":
+            extra = ["--model", a.model, "--steps", str(steps), "--pp", str(a.pp)]
+            extra += ["--ctx", str(a.ctx)] if a.ctx else []
+            extra += ["--micro-batch", str(a.micro_batch)] if a.micro_batch else []
+            return [sys.executable, os.path.abspath(__file__), "x", "--child", data] + extra
+        return [name, "train"] + f
+
+    per = {n: [] for n in names}
+    for rep in range(a.reps):
+        k = rep % len(names)
+        for n in names[k:] + names[:k]:
+            long_, short = child_cpu(cmd(n, a.steps)), child_cpu(cmd(n, 2))
+            per[n].append((long_ - short) / (a.steps - 2) * 1e3)
+    print("model %s, pp %d: processor time per step (user + system, ms; %d steps less 2, %d interleaved runs); "
+          "Python loads %s" % (a.model, a.pp, a.steps, a.reps, pipit.library_path))
+    for n in names:
+        line = "  %-40s %9.2f ms (runs: %s)" % (n, statistics.median(per[n]), " ".join("%.1f" % x for x in per[n]))
+        if n != "python":
+            ratios = [p / c for p, c in zip(per["python"], per[n])]
+            line += "   Python / this: %.4f (runs: %s)" % (statistics.median(ratios), " ".join("%.3f" % x for x in ratios))
+        print(line)
     return 0
 
 
