@@ -314,7 +314,7 @@ PIPIT_TEST(llama_hf_config_round_trip_and_refusals) {
     HF_REFUSED("\"head_dim\": 8", "\"head_dim\" 8 is not hidden_size 16 / num_attention_heads 4");
     HF_REFUSED("\"hidden_act\": \"gelu\"", "\"hidden_act\" is \"gelu\", not \"silu\"");
     HF_REFUSED("\"attention_dropout\": 0.1", "\"attention_dropout\" is not 0");
-    HF_REFUSED("\"model_type\": \"mistral\"", "\"model_type\" is \"mistral\", not \"llama\"");
+    HF_REFUSED("\"model_type\": \"mistral\"", "\"model_type\" is \"mistral\": pipit builds \"llama\"");
     ASSERT_STATUS(hf_with("\"num_key_value_heads\": 2.5", &has), PIPIT_STATUS_FORMAT);
     ASSERT_MSG_HAS("\"num_key_value_heads\" must be a positive integer");
     ASSERT_STATUS(hf_with("\"tie_word_embeddings\": 1", &has), PIPIT_STATUS_FORMAT);
@@ -455,8 +455,7 @@ PIPIT_TEST(llama_checkpoint_scaling_and_unused_tensors) {
     const struct {
         const char *name;
         int refused;
-    } extra[] = {{"model.layers.0.self_attn.q_proj.bias", 1},    /* a Qwen2 */
-                 {"model.layers.2.mlp.up_proj.weight", 1},        /* a layer past the last */
+    } extra[] = {{"model.layers.2.mlp.up_proj.weight", 1}, /* a layer past the last (Qwen2 q/k/v biases: attn_bias, test_llama_hf_layout.c) */
                  {"model.layers.01.mlp.up_proj.weight", 1},       /* not a name the builder forms */
                  {"lm_head.bias", 1},
                  {"opt.m.model.norm.weight", 0},                  /* pipit's optimizer state */
