@@ -70,3 +70,25 @@ words = ["the ", "cat ", "sat ", "on ", "a ", "mat. ", "dog ", "ran ", "to ", "p
 open("text.txt", "w").write("".join(r.choice(words) for _ in range(int(sys.argv[2]))))
 PYEOF
 }
+
+# cli_loss_helpers: defines, for the scripts that compare runs' losses,
+#   run LOG cmd...            stdout to LOG, stderr to LOG.err; a failure names the command
+#   losses LOG                the "loss" of every --json line of LOG, one per line
+#   close A_LOG B_LOG TOL WHAT every loss of B within TOL relative of A's, in order
+cli_loss_helpers() {
+    run() {
+        local log=$1
+        shift
+        "$@" >"$log" 2>"$log.err" || fail "exit $?: $*"$'\n'"$(cat "$log.err")"
+    }
+    losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+    close() {
+        $PY - "$3" <(losses "$1") <(losses "$2") <<'PYEOF' || fail "$4: $(losses "$1" | tr '\n' ' ') vs $(losses "$2" | tr '\n' ' ')"
+import sys
+tol = float(sys.argv[1])
+a = [float(x) for x in open(sys.argv[2])]
+b = [float(x) for x in open(sys.argv[3])]
+sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
+PYEOF
+    }
+}

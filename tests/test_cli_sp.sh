@@ -12,22 +12,7 @@ set -u
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup cli_sp "${1:-}"
 
-run() { # run LOG cmd...: stdout to LOG, stderr to LOG.err
-    local log=$1
-    shift
-    "$@" >"$log" 2>"$log.err" || fail "exit $?: $*"$'\n'"$(cat "$log.err")"
-}
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-# close A_LOG B_LOG TOL WHAT: every loss of B within TOL relative of A's, in order
-close() {
-    $PY - "$3" <(losses "$1") <(losses "$2") <<'PYEOF' || fail "$4: $(losses "$1" | tr '\n' ' ') vs $(losses "$2" | tr '\n' ' ')"
-import sys
-tol = float(sys.argv[1])
-a = [float(x) for x in open(sys.argv[2])]
-b = [float(x) for x in open(sys.argv[3])]
-sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
-PYEOF
-}
+cli_loss_helpers # run, losses, close (cli_lib.sh)
 
 cli_words_text 7 4000 || { echo "cannot write test data"; exit 1; }
 GPT2=(--data text.txt --ctx 16 --layers 4 --heads 4 --dim 32 --micro-batch 2 --lr 3e-3 --seed 3 --json)

@@ -14,22 +14,7 @@ set -u
 source "$(dirname "$0")/cli_lib.sh"
 cli_setup cli_tp "${1:-}"
 
-run() { # run LOG cmd...: stdout to LOG, stderr to LOG.err
-    local log=$1
-    shift
-    "$@" >"$log" 2>"$log.err" || fail "exit $?: $*"$'\n'"$(cat "$log.err")"
-}
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-# close A_LOG B_LOG TOL WHAT: every loss of B within TOL relative of A's, in order
-close() {
-    $PY - "$3" <(losses "$1") <(losses "$2") <<'EOF' || fail "$4: $(losses "$1" | tr '\n' ' ') vs $(losses "$2" | tr '\n' ' ')"
-import sys
-tol = float(sys.argv[1])
-a = [float(x) for x in open(sys.argv[2])]
-b = [float(x) for x in open(sys.argv[3])]
-sys.exit(0 if a and len(a) == len(b) and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
-EOF
-}
+cli_loss_helpers # run, losses, close (cli_lib.sh)
 
 $PY - <<'EOF' || { echo "cannot write test data"; exit 1; }
 import random
