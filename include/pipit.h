@@ -869,6 +869,17 @@ typedef struct {
  * next pipit_step. */
 PIPIT_API pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_rank_step *out);
 
+/* The bytes a world rank this process runs holds now (INVALID for another
+ * process's, or a plan-only program), by kind: its live parameter,
+ * gradient or AdamW-moment blocks (both moments), as the runtime keeps
+ * them at the time of the call. Between steps that is what stays: under
+ * options.zero 2 (D > 1) the replica's gradient shards (on host memory
+ * the pages past them are given back to the system), under 3 also its
+ * parameter shards; during a step (a callback) the full blocks too. A
+ * shard is whole 16384-element chunks of each param, 64-byte aligned. */
+typedef enum { PIPIT_HELD_PARAMS, PIPIT_HELD_GRADS, PIPIT_HELD_MOMENTS } pipit_held_kind;
+PIPIT_API pipit_status pipit_program_held_bytes(const pipit_program *p, int rank, pipit_held_kind kind, size_t *bytes);
+
 /* Writes the last step as a Chrome / Perfetto trace (JSON, one track per
  * world rank this process ran, one slice per task), or as an SVG timeline
  * when `path` ends in ".svg"; atomically. PIPIT_STATUS_IO on failure. */

@@ -201,6 +201,7 @@ static int plan_only_child(void) {
         {"pipit_program_get_output", pipit_program_get_output(p, loss, 0, &one, sizeof one)},
         {"pipit_program_set_profile", pipit_program_set_profile(p, 1)},
         {"pipit_program_last_step", pipit_program_last_step(p, 0, &rs)},
+        {"pipit_program_held_bytes", pipit_program_held_bytes(p, 0, PIPIT_HELD_GRADS, &(size_t){0})},
         {"pipit_program_print_profile", pipit_program_print_profile(null, p)},
         {"pipit_program_write_trace", pipit_program_write_trace(p, "/dev/null")},
     };

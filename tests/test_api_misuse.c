@@ -752,6 +752,7 @@ PIPIT_TEST(api_misuse_program) {
     int64_t shape[PIPIT_MAX_DIMS], n64 = 0;
     pipit_dtype dt;
     pipit_rank_step rs;
+    size_t held = 0;
     pipit_metrics met;
     pipit_feed f = {"x", buf, sizeof buf};
     /* NULL and junk program handles */
@@ -777,6 +778,7 @@ PIPIT_TEST(api_misuse_program) {
         GIVES(pipit_program_num_ranks(q), 0);
         GIVES(pipit_program_step_wall(q), 0);
         FAILS(pipit_program_last_step(q, 0, &rs), PIPIT_STATUS_MISUSE);
+        FAILS(pipit_program_held_bytes(q, 0, PIPIT_HELD_GRADS, &held), PIPIT_STATUS_MISUSE);
         FAILS(pipit_program_write_trace(q, mpath("t.json")), PIPIT_STATUS_MISUSE);
         if (k == 1) ASSERT_MSG_HAS("invalid program handle");
     }
@@ -826,6 +828,16 @@ PIPIT_TEST(api_misuse_program) {
     FAILS(pipit_program_last_step(p, 0, NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_program_last_step(p, -1, &rs), PIPIT_STATUS_INVALID);
     FAILS(pipit_program_last_step(p, INT_MAX, &rs), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_held_bytes(p, 0, PIPIT_HELD_GRADS, NULL), PIPIT_STATUS_MISUSE);
+    ASSERT_MSG_HAS("bytes is NULL");
+    FAILS(pipit_program_held_bytes(p, -1, PIPIT_HELD_GRADS, &held), PIPIT_STATUS_INVALID);
+    FAILS(pipit_program_held_bytes(p, INT_MAX, PIPIT_HELD_PARAMS, &held), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("out of range");
+    FAILS(pipit_program_held_bytes(p, 0, (pipit_held_kind)3, &held), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("kind 3");
+    FAILS(pipit_program_held_bytes(p, 0, (pipit_held_kind)-1, &held), PIPIT_STATUS_INVALID);
+    ASSERT_OK(pipit_program_held_bytes(p, 0, PIPIT_HELD_MOMENTS, &held));
+    ASSERT_TRUE(held > 0);
     FAILS(pipit_program_write_trace(p, NULL), PIPIT_STATUS_INVALID);
     FAILS(pipit_program_write_trace(p, "/nonexistent-dir/t.json"), PIPIT_STATUS_IO);
     /* a freed-then-reused pattern stays detectable through the magic:

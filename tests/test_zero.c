@@ -15,6 +15,8 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "gpt2_feeds.h"
 #include "pipit_gpt2.h"
@@ -235,6 +237,85 @@ PIPIT_TEST(zero23_resident_bytes) {
         pipit_program_free(p);
         pipit_graph_free(g);
     }
+}
+
+/* Whole pages of [a, a + n) resident in memory (mincore). */
+static size_t resident_pages(const uint8_t *a, size_t n, size_t *pages) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)a + page - 1) / page * page,
+           hi = ((uintptr_t)a + n) / page * page, in = 0;
+    *pages = hi > lo ? (hi - lo) / page : 0;
+    if (!*pages) return 0;
+    unsigned char *v = malloc(*pages);
+    if (v && mincore((void *)lo, hi - lo, v) == 0)
+        for (size_t k = 0; k < *pages; k++) in += v[k] & 1;
+    free(v);
+    return in;
+}
+
+/* What a world rank holds between steps, measured through the public API
+ * (pipit_program_held_bytes) at ZeRO 0..3, D = 2: gradients of each
+ * replica = its chunk shards (64-byte aligned each), about half of the
+ * stage's (the planner's ceil(stage / D) up to whole chunks) under ZeRO-2
+ * and 3, the full block under 0 and 1; the planner's report (replica 0)
+ * says the same, and its peak counts ZeRO-1's gradient bytes for ZeRO-2
+ * (the shards lie in the full block). On host memory the gradient block's
+ * pages past the shards are really given back (mincore). */
+PIPIT_TEST(zero_held_grad_bytes) {
+    double grads_peak[4] = {0};
+    for (int zero = 0; zero <= 3; zero++) {
+        pipit_graph *g = NULL;
+        pipit_program *p = NULL;
+        ASSERT_OK(big_program(zero, &g, &p));
+        int32_t buf[3 * 8 * 4];
+        pipit_feed feeds[3 * 4];
+        for (int step = 0; step < 2; step++) { /* the second step reuses the block */
+            test_gpt2_feeds(4, step, 1, 8, 256, buf, feeds);
+            ASSERT_OK(pipit_step(p, feeds, 3, 1, NULL));
+        }
+        cJSON *j = plan_json(p);
+        ASSERT_TRUE(j != NULL);
+        for (int w = 0; w < pipit_program_num_ranks(p); w++) {
+            int prank = p->rs[w].prank, d = p->rs[w].replica;
+            const cJSON *rj = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ranks"), prank);
+            double shard, whole, stage = field(rj, "grad_bytes"); /* the stage's gradient block (64-aligned params) */
+            shard_bytes(p, prank, d, &shard, &whole);
+            size_t grads = 0, params = 0, moments = 0;
+            ASSERT_OK(pipit_program_held_bytes(p, w, PIPIT_HELD_GRADS, &grads));
+            ASSERT_OK(pipit_program_held_bytes(p, w, PIPIT_HELD_PARAMS, &params));
+            ASSERT_OK(pipit_program_held_bytes(p, w, PIPIT_HELD_MOMENTS, &moments));
+            ASSERT_NEAR_F64((double)grads, zero >= 2 ? shard : stage, 0);
+            ASSERT_NEAR_F64((double)params, zero >= 3 ? shard : stage, 0);
+            double unsharded = 0; /* every held param whole, 64-byte aligned */
+            for (int i = 0; i < p->plan.nparams; i++)
+                if (p->plan.ranks[prank].param_off[i] != SIZE_MAX)
+                    unsharded += (double)(((size_t)p->plan.params[i].numel * 4 + 63) / 64 * 64);
+            ASSERT_NEAR_F64((double)moments, 2 * (zero >= 1 ? shard : unsharded), 0);
+            if (zero >= 2) { /* 1/D of the stage, up to whole chunks: within 20% of ceil(stage / D) */
+                double ceil_half = (double)(((size_t)stage + 1) / 2);
+                ASSERT_TRUE(grads > 0.8 * ceil_half && grads < 1.2 * ceil_half);
+            }
+            if (d == 0) { /* the planner's report is replica 0's */
+                ASSERT_NEAR_F64(field(rj, "resident_grad_bytes"), (double)grads, 0);
+                ASSERT_NEAR_F64(field(rj, "resident_param_bytes"), (double)params, 0);
+                ASSERT_NEAR_F64(field(rj, "moment_bytes"), (double)moments, 0); /* both */
+                if (w == 0) grads_peak[zero] = cJSON_GetObjectItem(cJSON_GetObjectItem(rj, "memory"), "grads")->valuedouble;
+            }
+            if (w == 0)
+                fprintf(stderr, "ZeRO-%d world rank 0 between steps: grads %zu, params %zu, moments %zu bytes (stage's "
+                                "gradient block %.0f)\n", zero, grads, params, moments, stage);
+            if (zero == 2 && p->be->host_memory) { /* the gradient allocation's pages past the shards are gone */
+                size_t pages = 0, in = resident_pages(p->rs[w].gshard_block + (size_t)shard, (size_t)(stage - shard), &pages);
+                ASSERT_TRUE(pages > 0);
+                ASSERT_EQ_I64((int64_t)in, 0);
+            }
+        }
+        cJSON_Delete(j);
+        pipit_program_free(p);
+        pipit_graph_free(g);
+    }
+    /* the step's peak: ZeRO-2 and 3 hold ZeRO-1's full gradient block, no more on host memory */
+    ASSERT_NEAR_F64(grads_peak[2], grads_peak[1], 0);
+    ASSERT_NEAR_F64(grads_peak[3], grads_peak[1], 0);
 }
 
 /* Params, moments and the step count of a snapshot into program p. */

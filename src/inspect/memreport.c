@@ -4,9 +4,11 @@
  * adds up: parameters, gradients, AdamW moments, gradient accumulators,
  * the activation arena and the data-parallel buffer, with ZeRO-2/3's kept
  * shards. ZeRO-2/3's full blocks exist during a step only (runtime/zero.c)
- * but do at its peak, so they count here. The arena is split into the
- * loop's buffers at their peak (activations) and the rest (transient),
- * which also holds ZeRO-3's all-gather: copied sends of this replica's
+ * but do at its peak, so they count here (on host memory ZeRO-2's
+ * gradient shards lie in the full block's allocation: not counted twice).
+ * The arena is split into the loop's buffers at their peak (activations)
+ * and the rest (transient), which also holds ZeRO-3's all-gather: copied
+ * sends of this replica's
  * shard to the D - 1 others, all in flight before the first receive
  * (runtime/zero.c). With reshard_after_forward the parameters count the
  * most of them gathered at once (the block's other pages are not touched),
@@ -32,7 +34,9 @@ void pipit__rank_memory(const pipit_program *p, int prank, pipit__rank_mem *m) {
     /* reshard_after_forward: the most params gathered at once (runtime/zero_reshard.c) */
     double gathered = pipit__zero_reshard(p) ? (double)pipit__reshard_peak(p, prank) : (double)rp->param_bytes;
     m->params = gathered + (sharded && pipit__zero_params(p) ? shard : 0);
-    m->grads = pl->forward_only ? 0 : (double)rp->param_bytes + (sharded && pipit__zero_grads(p) ? shard : 0);
+    /* ZeRO-2 on host memory: the shards lie in the full block's allocation (runtime/zero.c) */
+    int grad_shard_apart = sharded && pipit__zero_grads(p) && !p->be->host_memory;
+    m->grads = pl->forward_only ? 0 : (double)rp->param_bytes + (grad_shard_apart ? shard : 0);
     m->moments = 2 * shard;
     m->accumulators = (double)rp->acc_bytes;
     m->dp_buffer = sharded ? (double)pl->D * (double)p->dp_shard_bytes : 0;

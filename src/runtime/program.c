@@ -182,6 +182,17 @@ enum { NBLOCKS = 9 };
  * gradients and parameters). */
 static int block_category(int k) { return k == 7 ? 1 : k == 8 ? 0 : k <= 1 ? k : k <= 3 ? 2 : k - 1; }
 
+/* The bytes reserved for block k of world rank w: its own (zeroed), but
+ * ZeRO-2's shards on host memory lie in an allocation of the full
+ * gradient block's size (runtime/zero.c). What it adds to a rank's peak:
+ * its bytes, but none for those shards (counted as the gradients). */
+static size_t reserve_bytes(const pipit_program *p, int w, int k, const rank_block *b) {
+    return k == 7 && pipit__zero_grads(p) ? pipit__zero_grad_alloc_bytes(p, pipit__prank_of(p, w), b->bytes) : b->bytes;
+}
+static double peak_bytes_of(const pipit_program *p, int k, const rank_block *b) {
+    return k == 7 && pipit__zero_grads(p) && p->be->host_memory ? 0 : (double)b->bytes;
+}
+
 static int rank_blocks(const pipit_program *p, int w, pipit__rank_state *rs, size_t opt_bytes, rank_block *blk) {
     const pipit__rank_plan *rp = &p->plan.ranks[pipit__prank_of(p, w)];
     /* a forward-only program has no gradients and no optimizer state */
@@ -254,12 +265,13 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
             return pipit__err(PIPIT_STATUS_NOMEM, "rank %d needs more than 2^56 bytes (limit of one rank's memory) at its %s",
                               w, blk[i].what);
     for (int i = 0; i < nblk; i++)
-        if (!blk[i].per_step && !(*blk[i].at = (uint8_t *)be->reserve(blk[i].bytes)))
+        if (!blk[i].per_step && !(*blk[i].at = (uint8_t *)be->reserve(reserve_bytes(p, w, i, &blk[i]))))
             return be->sync(w) ? PIPIT_STATUS_RUNTIME /* not memory: the device failed (its message) */
                                : pipit__err(PIPIT_STATUS_NOMEM,
                               "out of memory for rank %d: its %s (%zu bytes) failed; the rank needs %zu bytes in all "
                               "(%zu of parameters, %zu-byte activation arena)",
-                              w, blk[i].what, blk[i].bytes, total, rp->param_bytes, rp->arena_bytes);
+                              w, blk[i].what, reserve_bytes(p, w, i, &blk[i]), total, rp->param_bytes,
+                              rp->arena_bytes);
     for (int i = 0; i < nblk; i++)
         if (!blk[i].per_step) be->zero(*blk[i].at, blk[i].bytes);
     rs->seed = be->alloc(sizeof(double));
@@ -369,7 +381,7 @@ static pipit_status admit_plan_ranks(const pipit_program *p) {
         rank_block blk[NBLOCKS];
         double sum[6] = {0}, total = 0;
         int n = rank_blocks(p, w, NULL, pipit__moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
-        for (int k = 0; k < n; k++) sum[block_category(k)] += (double)blk[k].bytes, total += (double)blk[k].bytes;
+        for (int k = 0; k < n; k++) sum[block_category(k)] += peak_bytes_of(p, k, &blk[k]), total += peak_bytes_of(p, k, &blk[k]);
         if (total > best_total) best_total = total, best_w = w, memcpy(best, sum, sizeof best);
     }
     pipit__mem_item items[7];
@@ -394,7 +406,7 @@ static pipit_status admit_plan(const pipit_program *p) {
         int w = p->local[i];
         rank_block blk[NBLOCKS];
         int n = rank_blocks(p, w, NULL, pipit__moment_bytes(p, pipit__prank_of(p, w), pipit__replica_of(p, w), NULL), blk);
-        for (int k = 0; k < n; k++) sum[block_category(k)] += (double)blk[k].bytes;
+        for (int k = 0; k < n; k++) sum[block_category(k)] += peak_bytes_of(p, k, &blk[k]);
     }
     double plan = plan_bytes(&p->plan);
     pipit__mem_item items[8];
@@ -650,7 +662,7 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     pipit__free(rs->losses);
     p->be->free(rs->dp_buf);
     p->be->free(rs->param_block);
-    p->be->free(rs->grad_block);
+    if (rs->grad_block != rs->gshard_block) p->be->free(rs->grad_block); /* ZeRO-2 on host: one allocation */
     p->be->free(rs->gshard_block);
     p->be->free(rs->pshard_block);
     pipit__reshard_free(rs->reshard);

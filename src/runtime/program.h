@@ -106,6 +106,17 @@ int pipit__zero_params(const pipit_program *p);
  * after a failure): keeps this replica's shards and releases the blocks. */
 pipit_status pipit__zero_begin_step(pipit_program *p, int w);
 void pipit__zero_end_step(pipit_program *p, int w);
+/* ZeRO-2: the bytes of gshard_block's allocation on pipeline rank prank
+ * whose shards take shard_bytes: on host memory the full gradient block
+ * (the step accumulates in it, and only the shards' pages stay resident
+ * between steps), else shard_bytes. */
+size_t pipit__zero_grad_alloc_bytes(const pipit_program *p, int prank, size_t shard_bytes);
+/* Gives the whole pages of [a, a + n) back to the system: they read as
+ * zeros when touched again (host memory only; runtime/zero_reshard.c). */
+void pipit__discard_pages(uint8_t *a, size_t n);
+/* pipit_program_held_bytes of world rank state rs: kind 0 parameters,
+ * 1 gradients, 2 both AdamW moments, from the blocks it holds now. */
+size_t pipit__held_bytes(const pipit_program *p, const pipit__rank_state *rs, int kind);
 /* ZeRO-3: whether world rank w releases its full parameter block when its
  * loop ends (its post-loop does not read params; checked before the step)
  * and, at that point, the release itself: the shard kept, the block gone;

@@ -86,6 +86,25 @@ pipit_status pipit_program_last_step(const pipit_program *p, int rank, pipit_ran
     return PIPIT_STATUS_OK;
 }
 
+pipit_status pipit_program_held_bytes(const pipit_program *p, int rank, pipit_held_kind kind, size_t *bytes) {
+    pipit_status s = check(p, __func__);
+    if (!s) s = pipit__check_runnable(p, __func__);
+    if (s) return s;
+    if (!bytes) return pipit__err(PIPIT_STATUS_MISUSE, "%s: bytes is NULL", __func__);
+    if (rank < 0 || rank >= p->W)
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d out of range [0, %d)", __func__, rank, p->W);
+    if (!pipit__is_local(p, rank))
+        return pipit__err(PIPIT_STATUS_INVALID, "%s: rank %d runs in another process (this one runs rank %d)",
+                          __func__, rank, p->local[0]);
+    if ((int)kind < PIPIT_HELD_PARAMS || (int)kind > PIPIT_HELD_MOMENTS)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "%s: kind %d is not PIPIT_HELD_PARAMS (0), PIPIT_HELD_GRADS (1) or PIPIT_HELD_MOMENTS (2)",
+                          __func__, (int)kind);
+    const pipit__rank_state *rs = &p->rs[rank];
+    *bytes = pipit__held_bytes(p, rs, (int)kind);
+    return PIPIT_STATUS_OK;
+}
+
 int pipit_cuda_device_count(void) {
     unsigned long gen0 = pipit__err_gen();
     const pipit__backend *be = pipit__backend_find("cuda");

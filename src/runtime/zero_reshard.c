@@ -173,7 +173,7 @@ size_t pipit__reshard_max_shard(const pipit_program *p, int prank) {
 
 /* Gives the whole pages of [a, a + n) back to the system: they read as
  * zeros when touched again (host memory only). */
-static void discard(uint8_t *a, size_t n) {
+void pipit__discard_pages(uint8_t *a, size_t n) {
 #if defined(MADV_DONTNEED)
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)a + page - 1) / page * page,
               hi = ((uintptr_t)a + n) / page * page;
@@ -188,7 +188,7 @@ pipit_status pipit__reshard_begin(pipit_program *p, int w) {
     if (!rs->reshard && !(rs->reshard = pipit__reshard_build(&p->plan.ranks[rs->prank], p->plan.nparams)))
         return PIPIT_STATUS_NOMEM;
     memset(rs->reshard->present, 0, (size_t)p->plan.nparams);
-    discard(rs->param_block, p->plan.ranks[rs->prank].param_bytes); /* a reused block's pages too */
+    pipit__discard_pages(rs->param_block, p->plan.ranks[rs->prank].param_bytes); /* a reused block's pages too */
     return PIPIT_STATUS_OK;
 }
 
@@ -228,7 +228,7 @@ void pipit__reshard_release_at(pipit_program *p, int w, int32_t i) {
     for (int32_t k = z->rel_off[i]; k < z->rel_off[i + 1]; k++) {
         int q = z->rel[k];
         if (!z->present[q]) continue;
-        discard(rs->param_block + p->plan.ranks[rs->prank].param_off[q], param_bytes(p, q));
+        pipit__discard_pages(rs->param_block + p->plan.ranks[rs->prank].param_off[q], param_bytes(p, q));
         z->present[q] = 0;
     }
 }
