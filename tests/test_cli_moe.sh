@@ -34,6 +34,20 @@ print(2 * V * C + L * (attn + moe + 2 * C) + C)')
 expect_ok "$PIPIT" plan --model moe-tiny --print-config
 [ "$(field params)" = "$want" ] || fail "moe-tiny: $(field params) params, expected $want"
 [ "$(field experts)/$(field top-k)" = "8/2" ] || fail "moe-tiny: experts/top-k $(field experts)/$(field top-k)"
+# moe-100m: V 50257, C 512, L 8, KV 2 of 8 heads, 8 experts of F 768, top-2, tied; its
+# active parameters (embedding, attention, norms, router, 2 of 8 experts) are
+# llama-50m's (the same Llama with one MLP of F 1536) plus the routers' E x C
+read -r want active <<<"$($PY -c '
+V, C, L, H, KV, F, E, K = 50257, 512, 8, 8, 2, 768, 8, 2
+D = C // H
+attn = 2 * C * C + 2 * C * KV * D
+print(V * C + L * (attn + E * C + E * 3 * C * F + 2 * C) + C, V * C + L * (attn + E * C + K * 3 * C * F + 2 * C) + C)')"
+expect_ok "$PIPIT" plan --model moe-100m --print-config
+[ "$(field params)" = "$want" ] || fail "moe-100m: $(field params) params, expected $want"
+[ "$(field experts)/$(field top-k)/$(field ffn-hidden)/$(field tied)" = "8/2/768/True" ] || fail "moe-100m: $OUT"
+expect_ok "$PIPIT" plan --model llama-50m --print-config
+[ "$(field params)" = "$((active - 8 * 8 * 512))" ] || fail "llama-50m: $(field params) params, moe-100m's active $active less its routers"
+[ "$(field ffn-hidden)/$(field kv-heads)" = "1536/2" ] || fail "llama-50m: $OUT"
 
 # ---- it learns: 30 steps of moe-tiny
 expect_ok "$PIPIT" train --model moe-tiny --data text.txt --steps 30 --micro-batch 4 --ctx 32 --json

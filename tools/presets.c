@@ -3,9 +3,11 @@
  * large, xl: vocab 50257, ctx 1024), `tiny`, the default, a model that
  * trains in seconds on a CPU, and the Llama family's `llama-tiny` (the
  * same size class as tiny), `llama-100m` and `moe-tiny` (a Mixtral-style
- * mixture of experts of the same class). Each brings the defaults that
- * go with it (micro-batch, steps, lr); explicit flags and --config keys
- * override any field (precedence: defaults < preset < config < flags).
+ * mixture of experts of the same class), `moe-100m` (Mixtral-style, 106.5M
+ * params, 49.9M active) and `llama-50m` (the dense Llama of its active
+ * size). Each brings the defaults that go with it (micro-batch, steps,
+ * lr); explicit flags and --config keys override any field (precedence:
+ * defaults < preset < config < flags).
  */
 #include <stdio.h>
 #include <string.h>
@@ -31,6 +33,15 @@ static const cli_preset PRESETS[] = {
      * (capacity factor 1.25 unless --dropless): 0.97M params, 0.31M active */
     {"moe-tiny", "llama", 256, 64, 4, 4, 64, 8, 100, 1e-3, "byte-level Mixtral-style MoE, 8 experts top-2, 1.0M params",
      2, 144, 0, 1e-5, 1e4, 8, 2},
+    /* Mixtral-style at GPT-2's vocabulary (its token shards), tied: 8
+     * experts of width 768 per layer, top-2, KV 2 of 8 heads (Mixtral's
+     * 4:1): 106.5M params, 49.9M active per token (embedding, attention,
+     * router and 2 of 8 experts); llama-50m is the dense Llama of the same
+     * active size (F 1536 = 2 x 768: the same MLP FLOPs per token). */
+    {"moe-100m", "llama", 50257, 1024, 8, 8, 512, 1, 100, 6e-4,
+     "Mixtral-style MoE 106.5M, 49.9M active: L8 H8 KV2 C512, 8 experts F768 top-2, tied", 2, 768, 1, 1e-5, 1e4, 8, 2},
+    {"llama-50m", "llama", 50257, 1024, 8, 8, 512, 1, 100, 6e-4,
+     "Llama 49.9M: L8 H8 KV2 C512 F1536, tied (moe-100m's active size)", 2, 1536, 1, 1e-5, 1e4, 0, 0},
 };
 
 int cli_preset_count(void) { return (int)(sizeof PRESETS / sizeof PRESETS[0]); }
