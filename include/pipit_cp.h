@@ -50,6 +50,17 @@ PIPIT_API pipit_val pipit_cp_gather(pipit_graph *g, pipit_val x);
  * pipit_attention_qkv's. -> [B, 2L, heads*D]. */
 PIPIT_API pipit_val pipit_attention_cp(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v,
                                        const pipit_attention_opts *o);
+/* Packed documents under CP: pipit_attention_cp's attention where no
+ * token attends across a document boundary (pipit_attention_docs' mask).
+ * doc is this rank's i32 [B, 2L] document ids (its chunks of the
+ * sequence's ids, fed as the tokens: pipit_cp_slice); they are gathered
+ * over the group with k and v (k and v as one [B, S, 2 kv_heads*D]
+ * gather). The ids must be non-decreasing along the whole sequence:
+ * pipit_step refuses a rank's decreasing chunk, the step fails (RUNTIME,
+ * named) on a decrease between ranks' chunks. One document per sequence
+ * gives pipit_attention_cp's bits. -> [B, 2L, heads*D]. */
+PIPIT_API pipit_val pipit_attention_cp_docs(pipit_graph *g, pipit_val q, pipit_val k, pipit_val v, pipit_val doc,
+                                            const pipit_attention_opts *o);
 /* pipit_rope_scaled of this rank's rows x [B, 2L, heads*D] at their global
  * positions (no offset; scaling NULL: none). */
 PIPIT_API pipit_val pipit_rope_cp(pipit_graph *g, pipit_val x, int heads, double theta,

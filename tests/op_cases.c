@@ -208,6 +208,14 @@ static pipit_val cp_case(pipit_graph *g, int hq, int hkv, int causal) {
     return pipit_attention_cp(g, q, k, P(g, "v", 3, SH(2, 4, hkv * 2)), &(pipit_attention_opts){hq, hkv, causal, 0});
 }
 static pipit_val b_attn_cp(pipit_graph *g) { return cp_case(g, 2, 1, 1); }
+/* Packed documents under CP at C = 1: doc ids "doc" [2, 6] (0 0 0 1 1 1). */
+static pipit_val cp_doc_case(pipit_graph *g, int hq, int hkv, int causal) {
+    pipit_val q = P(g, "q", 3, SH(2, 6, hq * 2)), k = P(g, "k", 3, SH(2, 6, hkv * 2));
+    return pipit_attention_cp_docs(g, q, k, P(g, "v", 3, SH(2, 6, hkv * 2)), idx_input(g, "doc", 2, SH(2, 6)),
+                                   &(pipit_attention_opts){hq, hkv, causal, 0});
+}
+static pipit_val b_attn_cp_doc(pipit_graph *g) { return cp_doc_case(g, 4, 2, 1); }
+static pipit_val b_attn_cp_doc_full(pipit_graph *g) { return cp_doc_case(g, 2, 2, 0); }
 static pipit_val b_attn_cp_full(pipit_graph *g) { return cp_case(g, 2, 2, 0); }
 static pipit_val b_attn_doc_gqa(pipit_graph *g) { return doc_case(g, 4, 2, 1); }
 static pipit_val b_attn_doc_full(pipit_graph *g) { return doc_case(g, 2, 1, 0); }
@@ -297,6 +305,7 @@ const op_case op_cases[] = {
     {"tp_xent_mean", b_tp_xent}, {"embed_vocab_parallel", b_embed_vp}, {"head_xent_mean", b_head_xent},
     {"tp_head_xent_mean", b_tp_head_xent}, {"attention_doc", b_attn_doc}, {"attention_doc_gqa", b_attn_doc_gqa},
     {"attention_doc_full", b_attn_doc_full}, {"attention_cp", b_attn_cp}, {"attention_cp_full", b_attn_cp_full},
+    {"attention_cp_doc", b_attn_cp_doc}, {"attention_cp_doc_full", b_attn_cp_doc_full},
 };
 const int op_ncases = (int)(sizeof op_cases / sizeof op_cases[0]);
 

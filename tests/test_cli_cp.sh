@@ -54,10 +54,36 @@ sys.exit(0 if abs(a - b) <= tol * abs(b) else 1)
 EOF
     fail "resume at --cp 1: loss $(losses res.log | head -1) vs $(losses full.log | tail -1)"
 
+# ---- packed documents under CP (--doc-sep): the ids gathered with k and v,
+# the mask across chunks. 32 (space) ends a document every few tokens, so
+# documents cross the chunks' boundaries; --cp 2 --dp 2 follows one rank
+# on the same data (its 4 microbatches); 3 never occurs: --cp 2's bits.
+# GPT-2's --doc-pos-reset positions are computed on whole sequences and
+# sliced like the tokens.
+ONE=(--microbatches 4)
+CP=(--microbatches 2 --cp 2 --dp 2)
+for m in GPT2 LLAMA; do
+    declare -n model=$m
+    base=("${model[@]:0:${#model[@]}-2}") # without its final "--microbatches 2"
+    run d1.log "$PIPIT" train "${base[@]}" --steps 4 "${ONE[@]}" --doc-sep 32
+    run d2.log "$PIPIT" train "${base[@]}" --steps 4 "${CP[@]}" --doc-sep 32
+    close d1.log d2.log 1e-5 "$m --cp 2 --dp 2 --doc-sep 32 vs one rank"
+    run n0.log "$PIPIT" train "${model[@]}" --steps 4 --cp 2
+    run n1.log "$PIPIT" train "${model[@]}" --steps 4 --cp 2 --doc-sep 3
+    [ "$(losses n0.log | tr '\n' ' ')" = "$(losses n1.log | tr '\n' ' ')" ] ||
+        fail "$m --cp 2 --doc-sep 3 (never in the data): $(losses n1.log | tr '\n' ' ') vs $(losses n0.log | tr '\n' ' ')"
+    [ "$(losses d2.log | tr '\n' ' ')" != "$(losses n0.log | tr '\n' ' ')" ] || fail "$m: --doc-sep 32 masked nothing"
+    unset -n model
+done
+run r1.log "$PIPIT" train "${GPT2[@]}" --steps 4 --doc-sep 46 --doc-pos-reset
+run r2.log "$PIPIT" train "${GPT2[@]}" --steps 4 --cp 2 --doc-sep 46 --doc-pos-reset
+close r1.log r2.log 1e-5 "GPT-2 --cp 2 --doc-sep 46 --doc-pos-reset vs --cp 1"
+run r0.log "$PIPIT" train "${GPT2[@]}" --steps 4 --cp 2 --doc-sep 46
+[ "$(losses r0.log | tr '\n' ' ')" != "$(losses r2.log | tr '\n' ' ')" ] || fail "--doc-pos-reset changed nothing"
+
 # ---- refusals
 refused "--ctx 12 is not a multiple of 8" "$PIPIT" train --data text.txt --ctx 12 --layers 2 --heads 4 --dim 32 --steps 1 --cp 4
 refused "--cp must be in 1..64" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 0
-refused "--cp with --doc-sep" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 2 --doc-sep 3
 refused "--cp with --val-data" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 2 --val-data text.txt
 
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"

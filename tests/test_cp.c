@@ -355,13 +355,14 @@ PIPIT_TEST(cp_refusals) {
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 3}, &p), PIPIT_STATUS_INVALID);
     ASSERT_MSG_HAS("must divide options.data_parallel (3)");
     pipit_graph_free(g);
-    /* packed documents with CP: not built, named */
+    /* the one-rank document mask (attention_doc) in a CP graph: named, with the CP one to use */
     g = pipit_graph_new();
     ASSERT_OK(pipit_graph_set_context_parallel(g, 2));
-    ASSERT_OK(pipit_graph_set_documents(g, 1));
-    loss = pipit_gpt2_build(g, &gc);
+    loss = pipit_sum(g, pipit_attention_docs(g, pipit_param(g, "qkv", PIPIT_F32, 3, (int64_t[]){1, 4, 6}),
+                                             pipit_input(g, "doc", PIPIT_I32, 2, (int64_t[]){1, 4}),
+                                             &(pipit_attention_opts){1, 1, 1, 0}));
     ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 2}, &p), PIPIT_STATUS_INVALID);
-    ASSERT_MSG_HAS("packed documents");
+    ASSERT_MSG_HAS("use pipit_attention_cp_docs");
     pipit_graph_free(g);
     /* with expert parallelism: not built, named */
     g = pipit_graph_new();

@@ -51,9 +51,6 @@ void cli_check_cp(const opts *o) {
     if ((int64_t)o->dp * o->cp > 64)
         die("--dp %d x --cp %d = %d replicas: at most 64 (a context group is --cp consecutive replicas)", o->dp, o->cp,
             o->dp * o->cp);
-    if (o->doc_sep >= 0)
-        die("--cp with --doc-sep: packed documents are not built with context parallelism yet (each chunk would "
-            "need its documents' global offsets)");
     if (o->experts) die("--cp with --experts %d: mixture-of-experts layers are not built with --cp yet", o->experts);
     if (o->val_data) die("--cp with --val-data: validation is not built with context parallelism yet");
     if (o->device && strcmp(o->device, "cuda") == 0)

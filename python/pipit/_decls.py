@@ -263,6 +263,7 @@ FUNCTIONS = {
     'pipit_agree': ('c_int', [('what', 'c_char_p'), ('kv', 'c_void_p')]),
     'pipit_attention': ('S.pipit_val', [('g', 'c_void_p'), ('qkv', 'S.pipit_val'), ('heads', 'c_int')]),
     'pipit_attention_cp': ('S.pipit_val', [('g', 'c_void_p'), ('q', 'S.pipit_val'), ('k', 'S.pipit_val'), ('v', 'S.pipit_val'), ('o', 'c_void_p')]),
+    'pipit_attention_cp_docs': ('S.pipit_val', [('g', 'c_void_p'), ('q', 'S.pipit_val'), ('k', 'S.pipit_val'), ('v', 'S.pipit_val'), ('doc', 'S.pipit_val'), ('o', 'c_void_p')]),
     'pipit_attention_docs': ('S.pipit_val', [('g', 'c_void_p'), ('qkv', 'S.pipit_val'), ('doc', 'S.pipit_val'), ('o', 'c_void_p')]),
     'pipit_attention_qkv': ('S.pipit_val', [('g', 'c_void_p'), ('q', 'S.pipit_val'), ('k', 'S.pipit_val'), ('v', 'S.pipit_val'), ('o', 'c_void_p')]),
     'pipit_bias_add': ('S.pipit_val', [('g', 'c_void_p'), ('x', 'S.pipit_val'), ('bias', 'S.pipit_val')]),

@@ -173,10 +173,13 @@ static pipit_status collect_inputs(pipit__plan *p) {
      * its ids, checked non-decreasing per sequence by pipit_step */
     for (int32_t j = 0; j < p->gr.fwd_end; j++) {
         const pipit__node *n = &g->nodes[j];
-        if (n->op != PIPIT_OP_ATTENTION_DOC || pipit__alias_offset(g, n->in[1]) != 0) continue;
-        int32_t r = pipit__alias_root(g, n->in[1]);
+        int32_t ids = n->op == PIPIT_OP_ATTENTION_DOC ? n->in[1] : -1;
+        if (n->op == PIPIT_OP_ATTENTION_CP_DOC && g->nodes[n->in[2]].op == PIPIT_OP_CP_GATHER) /* this rank's chunks */
+            ids = g->nodes[n->in[2]].in[0];
+        if (ids < 0 || pipit__alias_offset(g, ids) != 0) continue;
+        int32_t r = pipit__alias_root(g, ids);
         for (int i = 0; i < k; i++)
-            if (p->inputs[i].node == r) p->inputs[i].doc_T = g->nodes[n->in[1]].shape[1];
+            if (p->inputs[i].node == r) p->inputs[i].doc_T = g->nodes[ids].shape[1];
     }
     mark_fed_slots(g, p->gr.fwd_end, p->inputs, k);
     pipit__free(lim);

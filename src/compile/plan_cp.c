@@ -22,8 +22,9 @@ pipit_status pipit__check_cp(pipit__plan *p) {
     for (int32_t i = 0; i < g->n; i++)
         if (g->nodes[i].op == PIPIT_OP_ATTENTION_DOC)
             return pipit__err(PIPIT_STATUS_INVALID,
-                              "packed documents (attention_doc, node %d) with context parallelism (C = %d) are not "
-                              "built yet: the document mask would need each chunk's global offsets",
+                              "packed documents (attention_doc, node %d) with context parallelism (C = %d): its "
+                              "mask sees this rank's chunks only; use pipit_attention_cp_docs (the ids gathered "
+                              "over the group)",
                               (int)i, p->C);
     if (g->n >= PIPIT_TP_NORM_ID)
         return pipit__err(PIPIT_STATUS_INVALID, "a context-parallel graph may have at most %d nodes (has %d)",

@@ -58,6 +58,22 @@ pipit_status pipit__op_attn_cp_d_shape(const pipit_graph *g, pipit__node *n);
 #define op_ATTN_CP_D_shape pipit__op_attn_cp_d_shape
 #define op_ATTN_CP_D_vjp NULL
 
+/* Packed documents under CP (ir/cp_doc.c; pipit_attention_cp_docs):
+ *   ATTENTION_CP_DOC(q [B, 2L, Hq*D], kv [B, S, 2*Hkv*D], doc i32 [B, S])
+ *       -> [B, 2L, Hq*D]: kv the gathered rows k | v (CP_GATHER of their
+ *       concat), doc the gathered document ids (non-decreasing along S:
+ *       the kernel refuses a decrease); a query at global position t sees
+ *       the keys of its own document only (causal: up to t). iattr and
+ *       fattr as ATTENTION_CP's. No gradient for doc.
+ *   ATTN_CP_DOC_D(q, kv, dout, doc) -> [dq | dkv] flat. */
+pipit_status pipit__op_attention_cp_doc_shape(const pipit_graph *g, pipit__node *n);
+void pipit__op_attention_cp_doc_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din);
+pipit_status pipit__op_attn_cp_doc_d_shape(const pipit_graph *g, pipit__node *n);
+#define op_ATTENTION_CP_DOC_shape pipit__op_attention_cp_doc_shape
+#define op_ATTENTION_CP_DOC_vjp pipit__op_attention_cp_doc_vjp
+#define op_ATTN_CP_DOC_D_shape pipit__op_attn_cp_doc_d_shape
+#define op_ATTN_CP_DOC_D_vjp NULL
+
 /* Llama's rotary embedding under CP (x as pipit_rope_scaled's, no
  * position offset): ROPE_CP at the graph's C. */
 pipit_val pipit__rope_cp(pipit_graph *g, pipit_val x, int heads, double theta, const double scaling_f[3],

@@ -111,13 +111,14 @@ static pipit_val block(pipit_graph *g, const pipit_gpt2_config *c, pipit_val x, 
     snprintf(pre, sizeof pre, "h.%d.attn.c_attn", l);
     pipit_val qkv = linear_split(g, c, h, pre, C, 3 * C, tp ? SPLIT_COLUMNS : SPLIT_NONE, 3);
     if (dec) h = decode_attention(dec, c, qkv, l);
-    else if (docs.id >= 0) /* packed documents: q | k | v of H/T heads each */
-        h = pipit_attention_docs(g, qkv, docs, &(pipit_attention_opts){c->heads / T, c->heads / T, 1, 0});
-    else if (pipit_graph_context_parallel(g) > 1) { /* context parallelism: k, v gathered over the group */
+    else if (pipit_graph_context_parallel(g) > 1) { /* context parallelism: k, v (and ids) gathered over the group */
         int64_t w = C / T;
-        h = pipit_attention_cp(g, pipit_slice(g, qkv, 2, 0, w), pipit_slice(g, qkv, 2, w, w),
-                               pipit_slice(g, qkv, 2, 2 * w, w), &(pipit_attention_opts){c->heads / T, 0, 1, 0});
-    } else h = pipit_attention(g, qkv, c->heads / T);
+        pipit_val q = pipit_slice(g, qkv, 2, 0, w), k = pipit_slice(g, qkv, 2, w, w), v = pipit_slice(g, qkv, 2, 2 * w, w);
+        pipit_attention_opts o = {c->heads / T, 0, 1, 0};
+        h = docs.id >= 0 ? pipit_attention_cp_docs(g, q, k, v, docs, &o) : pipit_attention_cp(g, q, k, v, &o);
+    } else if (docs.id >= 0) /* packed documents: q | k | v of H/T heads each */
+        h = pipit_attention_docs(g, qkv, docs, &(pipit_attention_opts){c->heads / T, c->heads / T, 1, 0});
+    else h = pipit_attention(g, qkv, c->heads / T);
     snprintf(pre, sizeof pre, "h.%d.attn.c_proj", l);
     x = pipit_add(g, x, linear_split(g, c, h, pre, C, C, tp ? SPLIT_ROWS : SPLIT_NONE, 1));
     snprintf(pre, sizeof pre, "h.%d.ln_2", l);

@@ -232,11 +232,12 @@ static pipit_val attention(pipit_graph *g, const pipit_llama_config *c, pipit_va
     pipit_val a;
     if (dec) {
         a = decode_attention(dec, c, q, k, v, l);
-    } else if (docs.id < 0 && pipit_graph_context_parallel(g) > 1) { /* context parallelism: global positions,
-                                                                         k, v gathered */
+    } else if (pipit_graph_context_parallel(g) > 1) { /* context parallelism: global positions, k, v (and the
+                                                         document ids) gathered */
         q = pipit_rope_cp(g, q, c->heads / T, c->rope_theta, &c->rope_scaling);
         k = pipit_rope_cp(g, k, kv_of(c) / T, c->rope_theta, &c->rope_scaling);
-        a = pipit_attention_cp(g, q, k, v, &(pipit_attention_opts){c->heads / T, kv_of(c) / T, 1, 0});
+        pipit_attention_opts o = {c->heads / T, kv_of(c) / T, 1, 0};
+        a = docs.id >= 0 ? pipit_attention_cp_docs(g, q, k, v, docs, &o) : pipit_attention_cp(g, q, k, v, &o);
     } else {
         q = rope(g, c, q, c->heads / T);
         k = rope(g, c, k, kv_of(c) / T);

@@ -15,11 +15,16 @@ extern "C" {
 void pipit__cpu_ROPE_CP(const pipit__kctx *k, int ith, int nth);
 void pipit__cpu_ATTENTION_CP(const pipit__kctx *k, int ith, int nth);
 void pipit__cpu_ATTN_CP_D(const pipit__kctx *k, int ith, int nth);
+/* Packed documents (cp_doc.c): ATTENTION_CP_DOC and ATTN_CP_DOC_D. */
+void pipit__cpu_ATTENTION_CP_DOC(const pipit__kctx *k, int ith, int nth);
+void pipit__cpu_ATTN_CP_DOC_D(const pipit__kctx *k, int ith, int nth);
 /* The CUDA backend's (cuda/cp_cuda.cu): the kernels above on host copies
  * of the device inputs, the output copied back (the CPU's bits). */
 void pipit__cuda_ROPE_CP(const pipit__kctx *k, int ith, int nth);
 void pipit__cuda_ATTENTION_CP(const pipit__kctx *k, int ith, int nth);
 void pipit__cuda_ATTN_CP_D(const pipit__kctx *k, int ith, int nth);
+void pipit__cuda_ATTENTION_CP_DOC(const pipit__kctx *k, int ith, int nth);
+void pipit__cuda_ATTN_CP_DOC_D(const pipit__kctx *k, int ith, int nth);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,8 @@
 #define cpu_ROPE_CP pipit__cpu_ROPE_CP /* context parallelism (cp.c) */
 #define cpu_ATTENTION_CP pipit__cpu_ATTENTION_CP
 #define cpu_ATTN_CP_D pipit__cpu_ATTN_CP_D
+#define cpu_ATTENTION_CP_DOC pipit__cpu_ATTENTION_CP_DOC /* packed documents under CP (cp_doc.c) */
+#define cpu_ATTN_CP_DOC_D pipit__cpu_ATTN_CP_DOC_D
 #define cpu_EP_A2A NULL /* expert parallelism's all-to-all pair (runtime/ep.c) */
 #define cpu_EP_A2A_REV NULL
 

@@ -51,3 +51,9 @@ extern "C" void pipit__cuda_ATTENTION_CP(const pipit__kctx *k, int ith, int nth)
 extern "C" void pipit__cuda_ATTN_CP_D(const pipit__kctx *k, int ith, int nth) {
     on_host(k, ith, nth, pipit__cpu_ATTN_CP_D, "attn_cp_d (host copy)");
 }
+extern "C" void pipit__cuda_ATTENTION_CP_DOC(const pipit__kctx *k, int ith, int nth) {
+    on_host(k, ith, nth, pipit__cpu_ATTENTION_CP_DOC, "attention_cp_doc (host copy)");
+}
+extern "C" void pipit__cuda_ATTN_CP_DOC_D(const pipit__kctx *k, int ith, int nth) {
+    on_host(k, ith, nth, pipit__cpu_ATTN_CP_DOC_D, "attn_cp_doc_d (host copy)");
+}

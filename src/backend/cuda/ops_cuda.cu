@@ -823,6 +823,8 @@ static void cuda_HEAD_XENT_DH(const pipit__kctx *k, int ith, int nth) {
 #define cuda_ROPE_CP pipit__cuda_ROPE_CP /* context parallelism: the CPU's kernels on host copies (cp_cuda.cu) */
 #define cuda_ATTENTION_CP pipit__cuda_ATTENTION_CP
 #define cuda_ATTN_CP_D pipit__cuda_ATTN_CP_D
+#define cuda_ATTENTION_CP_DOC pipit__cuda_ATTENTION_CP_DOC
+#define cuda_ATTN_CP_DOC_D pipit__cuda_ATTN_CP_DOC_D
 #define cuda_EP_A2A nullptr /* expert parallelism's all-to-all pair (runtime/ep.c) */
 #define cuda_EP_A2A_REV nullptr
 
