@@ -222,6 +222,10 @@ PIPIT_TEST(api_misuse_context_parallel) {
     INVALID_VAL(pipit_cp_gather(NULL, (pipit_val){NULL, 0}));
     INVALID_VAL(pipit_attention_cp(JUNK_GRAPH, (pipit_val){NULL, 0}, (pipit_val){NULL, 0}, (pipit_val){NULL, 0}, &ao));
     INVALID_VAL(pipit_rope_cp(NULL, (pipit_val){NULL, 0}, 2, 10000, NULL));
+    INVALID_VAL(pipit_attention_cp_docs(NULL, (pipit_val){NULL, 0}, (pipit_val){NULL, 0}, (pipit_val){NULL, 0},
+                                        (pipit_val){NULL, 0}, &ao));
+    INVALID_VAL(pipit_attention_cp_docs(JUNK_GRAPH, (pipit_val){NULL, 0}, (pipit_val){NULL, 0}, (pipit_val){NULL, 0},
+                                        (pipit_val){NULL, 0}, &ao));
     {
         pipit_graph *g = pipit_graph_new();
         FAILS(pipit_graph_set_context_parallel(g, 0), PIPIT_STATUS_INVALID);
@@ -234,6 +238,11 @@ PIPIT_TEST(api_misuse_context_parallel) {
     ON_FRESH_GRAPH(pipit_attention_cp(g, x3, x3, x3, NULL), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_attention_cp(g, none, x3, x3, &ao), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_attention_cp(g, x3, x3, x3, &ao), PIPIT_STATUS_SHAPE); /* k's heads x D is not 6 / 2 */
+    ON_FRESH_GRAPH(pipit_attention_cp_docs(g, x3, x3, x3, ids, NULL), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_cp_docs(g, x3, none, x3, ids, &ao), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_cp_docs(g, x3, x3, x3, none, &ao), PIPIT_STATUS_INVALID);
+    ON_FRESH_GRAPH(pipit_attention_cp_docs(g, x3, x3, x3, ids, &ao), PIPIT_STATUS_SHAPE); /* ids [2]: not [B, 2L] */
+    ON_FRESH_GRAPH(pipit_attention_cp_docs(g, x3, x3, x3, x3, &ao), PIPIT_STATUS_SHAPE);  /* f32 ids, k's width */
     ON_FRESH_GRAPH(pipit_rope_cp(g, none, 2, 10000, NULL), PIPIT_STATUS_INVALID);
     ON_FRESH_GRAPH(pipit_rope_cp(g, x3, 2, -1, NULL), PIPIT_STATUS_SHAPE);
     int32_t src[8] = {0}, dst[8];
