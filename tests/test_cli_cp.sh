@@ -6,6 +6,8 @@
 # at --cp 2 resumes at --cp 1 with its first loss equal to the
 # uninterrupted run's to 1e-6 (parameters are replicated over C: the file
 # does not depend on it); every refusal names the flag and the value.
+# Packed documents (--doc-sep) under --cp follow one rank; pipit eval --cp
+# gives --cp 1's loss.
 # Usage: test_cli_cp.sh PIPIT SRCDIR
 set -u
 
@@ -80,6 +82,15 @@ run r2.log "$PIPIT" train "${GPT2[@]}" --steps 4 --cp 2 --doc-sep 46 --doc-pos-r
 close r1.log r2.log 1e-5 "GPT-2 --cp 2 --doc-sep 46 --doc-pos-reset vs --cp 1"
 run r0.log "$PIPIT" train "${GPT2[@]}" --steps 4 --cp 2 --doc-sep 46
 [ "$(losses r0.log | tr '\n' ' ')" != "$(losses r2.log | tr '\n' ' ')" ] || fail "--doc-pos-reset changed nothing"
+
+# ---- pipit eval --cp: the same mean loss as --cp 1, plain and packed
+for sep in "" "--doc-sep 32"; do
+    run e1.log "$PIPIT" eval --init full.st --data text.txt --json $sep
+    for c in 2 4; do
+        run e2.log "$PIPIT" eval --init full.st --data text.txt --json --cp $c $sep
+        close e1.log e2.log 1e-6 "eval --cp $c $sep vs --cp 1"
+    done
+done
 
 # ---- refusals
 refused "--ctx 12 is not a multiple of 8" "$PIPIT" train --data text.txt --ctx 12 --layers 2 --heads 4 --dim 32 --steps 1 --cp 4

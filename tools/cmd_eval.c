@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "commands.h"
+#include "cp_feeds.h"
 #include "train_cli.h"
 
 /* What the flags leave out, from the checkpoint (its training ctx and
@@ -59,6 +60,8 @@ int cmd_eval(int argc, char **argv) {
                                                "so any checkpoint; default: matmul + cross-entropy)", 0},
         {"doc-sep", FL_INT, &o.doc_sep, "packed documents, as train's: token ID ends a document (default: the checkpoint's, else none)", 0},
         {"doc-pos-reset", FL_BOOL, &o.doc_pos_reset, "with --doc-sep: GPT-2's positions restart per document (default: the checkpoint's)", 0},
+        {"cp", FL_INT, &o.cp, "context-parallel ranks C per sequence, as train's (default 1; checkpoints do not "
+                              "depend on C)", 0},
         {"json", FL_BOOL, &o.json, "print {\"loss\":x,\"tokens\":n}", 0},
         {"no-mem-check", FL_BOOL, &o.no_mem_check, "skip the memory admission (docs/refuses.md)", 0},
         {"mem-limit", FL_DBL, &o.mem_limit, "bytes the memory admission allows (default: detected)", 0},
@@ -80,7 +83,12 @@ int cmd_eval(int argc, char **argv) {
     mb_buf *bufs = mb_bufs_new(K, B, T, &feeds);
     for (int k = 0; k < K; k++) fill_microbatch(s.data, &s.cfg, (int64_t)k * B, &bufs[k], feeds + nf * k);
     pipit_metrics met;
-    if (pipit_step_feeds(s.p, feeds, (int64_t)K * nf, nf, 0, &met)) die("eval: %s", pipit_program_errmsg(s.p));
+    cli_cp_feeds cp; /* --cp: the C replicas' chunks of each batch (tools/cp_feeds.c) */
+    cli_cp_feeds_open(&cp, o.cp, K, K, nf, B, T);
+    const pipit_feed *fed = cp.C > 1 ? cli_cp_feeds_cut(&cp, feeds, B, T) : feeds;
+    if (pipit_step_feeds(s.p, fed, (int64_t)K * (cp.C > 1 ? cp.C : 1) * nf, nf, 0, &met))
+        die("eval: %s", pipit_program_errmsg(s.p));
+    cli_cp_feeds_close(&cp);
     long long tokens = (long long)B * T * K;
     if (o.json) printf("{\"loss\":%.9g,\"tokens\":%lld}\n", met.loss, tokens);
     else printf("eval loss %.6f over %lld tokens\n", met.loss, tokens);
