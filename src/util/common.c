@@ -3,6 +3,7 @@
  * failure injection (for OOM-sweep tests), and small formatting helpers.
  */
 #include "util/common.h"
+#include "util/aligned.h"
 
 #include <stdatomic.h>
 #include <string.h>
@@ -90,7 +91,7 @@ static _Atomic long alloc_countdown = -1; /* <= 0: never fail */
 
 void pipit__alloc_fail_after(long k) { alloc_countdown = k; }
 
-static int alloc_should_fail(void) {
+int pipit__alloc_should_fail(void) {
     long c = alloc_countdown;
     while (c > 0) {
         if (atomic_compare_exchange_weak(&alloc_countdown, &c, c == 1 ? -1 : c - 1))
@@ -100,31 +101,23 @@ static int alloc_should_fail(void) {
 }
 
 void *pipit__malloc(size_t n) {
-    if (alloc_should_fail()) return NULL;
+    if (pipit__alloc_should_fail()) return NULL;
     return malloc(n ? n : 1);
 }
 
 void *pipit__calloc(size_t count, size_t size) {
-    if (alloc_should_fail()) return NULL;
+    if (pipit__alloc_should_fail()) return NULL;
     return calloc(count ? count : 1, size ? size : 1);
 }
 
 void *pipit__realloc(void *p, size_t n) {
-    if (alloc_should_fail()) return NULL;
+    if (pipit__alloc_should_fail()) return NULL;
     return realloc(p, n ? n : 1);
 }
 
 void pipit__free(void *p) { free(p); }
 
-void *pipit__malloc_aligned(size_t n) {
-    if (alloc_should_fail()) return NULL;
-    void *p = NULL;
-    if (n > SIZE_MAX - 63) return NULL;
-    if (posix_memalign(&p, 64, n ? (n + 63) / 64 * 64 : 64) != 0) return NULL;
-    return p;
-}
-
-void pipit__free_aligned(void *p) { free(p); }
+/* pipit__malloc_aligned, pipit__free_aligned: util/aligned.c */
 
 char *pipit__strdup(const char *s) {
     size_t n = strlen(s) + 1;
