@@ -14,14 +14,15 @@ Failures raise pipit.Error subclasses carrying pipit's message.
 from ._lib import (C, S, DeadlockError, Error, FormatError, InternalError, InvalidError, IOFailure, MisuseError,
                    NoMemoryError, RuntimeFailure, ScheduleError, ShapeError, finalize, lib, library_path)
 from .core import (DTYPES, Checkpoint, Data, Feeds, Graph, Program, Schedule, Tokenizer, Value, adamw, agree,
-                   build_id, init, lr_at, lr_schedule, process_count, process_rank, schedule_names, sgd, version)
+                   build_id, cpu_bf16_gemm, cuda_device_count, have_cuda, have_mpi, init, lr_at, lr_schedule,
+                   process_count, process_rank, schedule_names, sgd, version)
 from .ops import *  # noqa: F401,F403
 from .ops import __all__ as _ops_all
 from . import models
 from .trainer import Trainer
 from .generate import Decoder, Sampler, sample_token
-from .analysis import (Hardware, Partition, SimReport, SimResult, mem_available, partition, plan, plan_text, profile,
-                       profile_text, schedule_text, simulate)
+from .analysis import (Hardware, Partition, SimReport, SimResult, mem_available, partition, plan, plan_text,
+                       probe_links, profile, profile_text, schedule_text, simulate)
 
 __all__ = ["lib", "S", "C", "library_path", "Error", "InvalidError", "ShapeError", "IOFailure", "FormatError",
            "NoMemoryError", "MisuseError", "ScheduleError", "DeadlockError", "RuntimeFailure", "InternalError",
@@ -29,4 +30,5 @@ __all__ = ["lib", "S", "C", "library_path", "Error", "InvalidError", "ShapeError
            "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id", "models", "Trainer", "init",
            "finalize", "process_rank", "process_count", "agree", "Decoder", "Sampler", "sample_token", "Hardware",
            "Partition", "SimReport", "SimResult", "mem_available", "partition", "plan", "plan_text", "profile",
-           "profile_text", "schedule_text", "simulate"] + _ops_all
+           "profile_text", "schedule_text", "simulate", "probe_links", "have_mpi", "have_cuda", "cuda_device_count",
+           "cpu_bf16_gemm"] + _ops_all

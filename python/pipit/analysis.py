@@ -19,7 +19,7 @@ from ._lib import C, S, Handle, InvalidError, check, cstr, lib, _text
 from .core import Graph, Program, Schedule, Value
 
 __all__ = ["partition", "Partition", "SimResult", "Hardware", "simulate", "SimReport", "schedule_text",
-           "plan_text", "plan", "profile_text", "profile", "mem_available"]
+           "plan_text", "plan", "profile_text", "profile", "mem_available", "probe_links"]
 
 # ------------------------------------------------------- FILE * -> str
 
@@ -285,6 +285,40 @@ class Hardware(Handle):
 
     def json(self):
         return _written(lib.pipit_hw_write, self._ptr)
+
+    @classmethod
+    def calibrate(cls, profile_path):
+        """The CPU description fitted to a profile (pipit_hw_calibrate): the
+        file `pipit train --profile --profile-out FILE` writes, or
+        json.dump(program.profile()) of a profiled Program. Its links stay
+        assumed until apply_probe()."""
+        out = c_void_p()
+        check(lib.pipit_hw_calibrate(cstr(profile_path), byref(out)))
+        return cls(_ptr=out.value)
+
+    def apply_probe(self, probe=None):
+        """Puts measured links into the description (pipit_hw_apply_probe):
+        probe is a dict of probe_links(), measured now when None (about a
+        second). Returns the probe."""
+        if probe is None:
+            probe = probe_links()
+        p = S.pipit_link_probe()
+        for k, v in probe.items():
+            if k not in dict(S.pipit_link_probe._fields_):
+                raise TypeError("apply_probe: unknown field %r" % k)
+            setattr(p, k, v)
+        check(lib.pipit_hw_apply_probe(self._ptr, byref(p)))
+        return probe
+
+
+def probe_links():
+    """Measures the links this job has (pipit_probe_links: a ping-pong through
+    pipit's transport; under mpirun collective, between processes): a dict of
+    pipit_link_probe (processes, hosts, per_host, intra_bw, intra_lat,
+    inter_bw, inter_lat; bytes/s and s, 0 = not measured)."""
+    p = S.pipit_link_probe()
+    check(lib.pipit_probe_links(byref(p)))
+    return {k: getattr(p, k) for k, _ in S.pipit_link_probe._fields_}
 
 
 _SCHED_FIELD = "schedule"

@@ -4,7 +4,7 @@ calls the C library for everything (nothing is reimplemented here)."""
 import array
 import ctypes
 import os
-from ctypes import byref, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, byref, c_double, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 from ._lib import C, S, Error, Handle, InvalidError, MisuseError, check, cstr, cstr_array, error, lib, _text
 
@@ -101,6 +101,33 @@ class Graph(Handle):
     @property
     def tensor_parallel(self):
         return lib.pipit_graph_tensor_parallel(self._ptr)
+
+    @property
+    def sequence_parallel(self):
+        """The model builders' sequence-parallel setting (pipit_graph_set_sequence_parallel)."""
+        return bool(lib.pipit_graph_sequence_parallel(self._ptr))
+
+    @sequence_parallel.setter
+    def sequence_parallel(self, on):
+        check(lib.pipit_graph_set_sequence_parallel(self._ptr, 1 if on else 0))
+
+    @property
+    def context_parallel(self):
+        """The graph's context-parallel C (pipit_cp.h; 1 by default)."""
+        return lib.pipit_graph_context_parallel(self._ptr)
+
+    @context_parallel.setter
+    def context_parallel(self, c):
+        check(lib.pipit_graph_set_context_parallel(self._ptr, int(c)))
+
+    @property
+    def documents(self):
+        """The model builders' packed-documents setting (pipit_graph_set_documents)."""
+        return bool(lib.pipit_graph_documents(self._ptr))
+
+    @documents.setter
+    def documents(self, on):
+        check(lib.pipit_graph_set_documents(self._ptr, 1 if on else 0))
 
 
 class Value:
@@ -216,6 +243,25 @@ class Schedule(Handle):
 
     def check(self):
         check(lib.pipit_schedule_check(self._ptr))
+
+    @property
+    def split_bw(self):
+        """True if the backward is split into B and W tasks (zero-bubble schedules)."""
+        return bool(lib.pipit_schedule_split_bw(self._ptr))
+
+    def stage_rank(self, stage):
+        """The rank that owns stage; -1 out of range."""
+        return lib.pipit_schedule_stage_rank(self._ptr, int(stage))
+
+    def tasks(self, rank):
+        """The rank's task list in order: [(kind "F"/"B"/"W"/"BW", stage, microbatch)]."""
+        out, t = [], S.pipit_task()
+        for i in range(lib.pipit_schedule_num_tasks(self._ptr, int(rank))):
+            check(lib.pipit_schedule_task(self._ptr, int(rank), i, byref(t)))
+            out.append((Program._TASK_KINDS[t.kind] if t.kind < 4 else t.kind, t.stage, t.mb))
+        if not self._ptr or not 0 <= int(rank) < self.ranks:
+            check(lib.pipit_schedule_task(self._ptr, int(rank), 0, byref(t)))  # pipit's message
+        return out
 
 
 def schedule_names():
@@ -429,6 +475,93 @@ class Program(Handle):
     def set_profile(self, on=True):
         check(lib.pipit_program_set_profile(self._ptr, 1 if on else 0))
 
+    def param_numel(self, name):
+        n = c_int64()
+        check(lib.pipit_program_param_numel(self._ptr, cstr(name), byref(n)))
+        return n.value
+
+    def _query(self, fn):
+        """fn(handle)'s value; on a closed program the library's MISUSE
+        message (these calls return 0 for NULL, with the message set)."""
+        v = fn(self._ptr)
+        if not self._ptr:
+            raise error(C.PIPIT_STATUS_MISUSE)
+        return v
+
+    @property
+    def forward_only(self):
+        """True for a program compiled with forward_only=True."""
+        return bool(self._query(lib.pipit_program_forward_only))
+
+    _MOMENTS = {"exp_avg": 0, "exp_avg_sq": 1, 0: 0, 1: 1}
+
+    def get_opt_state(self, name, which="exp_avg"):
+        """A copy of the param's AdamW moment: which = "exp_avg" (0) or
+        "exp_avg_sq" (1) (pipit_program_get_opt_state)."""
+        if which not in self._MOMENTS:
+            raise InvalidError('get_opt_state: which must be "exp_avg" or "exp_avg_sq" (got %r)' % (which,))
+        a = _new_array(self.param_dtype(name), self.param_shape(name))
+        ptr, n = _buffer_ptr(a)
+        check(lib.pipit_program_get_opt_state(self._ptr, cstr(name), self._MOMENTS[which], ptr, n))
+        return a
+
+    def set_opt_state(self, name, which, data):
+        """Sets the moment of every holder of the param (pipit_program_set_opt_state)."""
+        if which not in self._MOMENTS:
+            raise InvalidError('set_opt_state: which must be "exp_avg" or "exp_avg_sq" (got %r)' % (which,))
+        f = Feeds([(name, data)], {name: self.param_dtype(name)})
+        check(lib.pipit_program_set_opt_state(self._ptr, cstr(name), self._MOMENTS[which], f.arr[0].data,
+                                              f.arr[0].nbytes))
+
+    @property
+    def opt_steps(self):
+        """Optimizer updates taken (AdamW's bias correction, the lr schedule's step)."""
+        return self._query(lib.pipit_program_opt_steps)
+
+    @opt_steps.setter
+    def opt_steps(self, steps):
+        check(lib.pipit_program_set_opt_steps(self._ptr, int(steps)))
+
+    @property
+    def step_wall(self):
+        """Seconds of the last step (thread start to join); 0.0 before the first."""
+        return self._query(lib.pipit_program_step_wall)
+
+    _TASK_KINDS = ("F", "B", "W", "BW")
+
+    def last_step(self, rank=0):
+        """The last step on a world rank (pipit_program_last_step): a dict of
+        tasks [(kind "F"/"B"/"W"/"BW", stage, microbatch)] in the schedule's
+        order, their start and end (seconds from the step's start), busy and
+        recv_wait (seconds); copies (the program overwrites its arrays)."""
+        r = S.pipit_rank_step()
+        check(lib.pipit_program_last_step(self._ptr, int(rank), byref(r)), self._err)
+        n = r.ntasks
+        tasks = ctypes.cast(r.tasks, POINTER(S.pipit_task))
+        start = ctypes.cast(r.start, POINTER(c_double))
+        end = ctypes.cast(r.end, POINTER(c_double))
+        return {"tasks": [(self._TASK_KINDS[tasks[i].kind] if tasks[i].kind < 4 else tasks[i].kind, tasks[i].stage,
+                           tasks[i].mb) for i in range(n)],
+                "start": [start[i] for i in range(n)], "end": [end[i] for i in range(n)],
+                "busy": r.busy, "recv_wait": r.recv_wait}
+
+    _HELD = {"params": 0, "grads": 1, "moments": 2}
+
+    def held_bytes(self, rank=0, kind="params"):
+        """Bytes a world rank holds now (pipit_program_held_bytes): kind
+        "params", "grads" or "moments" (both AdamW moments)."""
+        if kind not in self._HELD:
+            raise InvalidError('held_bytes: kind must be "params", "grads" or "moments" (got %r)' % (kind,),
+                               C.PIPIT_STATUS_INVALID)
+        n = c_size_t()
+        check(lib.pipit_program_held_bytes(self._ptr, int(rank), self._HELD[kind], byref(n)))
+        return n.value
+
+    def write_trace(self, path):
+        """The last step as a Chrome / Perfetto trace (JSON), or an SVG
+        timeline when path ends in ".svg" (pipit_program_write_trace)."""
+        check(lib.pipit_program_write_trace(self._ptr, cstr(path)))
+
 
 def _meta_list(meta):
     out = []
@@ -470,6 +603,23 @@ class Checkpoint(Handle):
     @property
     def verified(self):
         return bool(lib.pipit_checkpoint_verified(self._ptr))
+
+    @property
+    def path(self):
+        return _text(lib.pipit_checkpoint_path(self._ptr))
+
+    def dtype(self, name):
+        """The dtype a tensor is stored in: "f32", "f64", "bf16" or "i32"."""
+        d = c_int()
+        check(lib.pipit_checkpoint_tensor_dtype(self._ptr, cstr(name), byref(d)))
+        return _DTYPE_NAMES.get(d.value, d.value)
+
+    def meta_count(self, key, max=2 ** 64 - 1):  # noqa: A002 - the C parameter's name
+        """A metadata value that must be a count (decimal digits, at most max):
+        FormatError naming the key and value otherwise, InvalidError when absent."""
+        n = c_uint64()
+        check(lib.pipit_checkpoint_meta_count(self._ptr, cstr(key), int(max), byref(n)))
+        return n.value
 
 
 # -------------------------------------------------------------------- data
@@ -626,6 +776,26 @@ def build_id():
     return _text(lib.pipit_build_id())
 
 
+def have_mpi():
+    """True if the library was built with the MPI transport."""
+    return bool(lib.pipit_have_mpi())
+
+
+def have_cuda():
+    """True if the library was built with the cuda backend (the machine may still have no GPU)."""
+    return bool(lib.pipit_have_cuda())
+
+
+def cuda_device_count():
+    """CUDA devices this process can use (0 without a GPU or a cuda build)."""
+    return lib.pipit_cuda_device_count()
+
+
+def cpu_bf16_gemm():
+    """How the CPU backend multiplies bf16 matrices here (pipit_cpu_bf16_gemm)."""
+    return _text(lib.pipit_cpu_bf16_gemm())
+
+
 __all__ = ["init", "process_rank", "process_count", "agree", "Graph", "Value", "Schedule", "Program", "Checkpoint", "Data", "Tokenizer", "Feeds", "Error",
            "MisuseError", "adamw", "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id",
-           "DTYPES", "metrics_dict"]
+           "have_mpi", "have_cuda", "cuda_device_count", "cpu_bf16_gemm", "DTYPES", "metrics_dict"]

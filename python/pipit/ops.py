@@ -140,6 +140,45 @@ def head_xent_mean(h, W, targets):
     return _g(h).call("pipit_head_xent_mean", h, W, targets)
 
 
+def tp_head_xent_mean(h, W, targets):
+    """head_xent_mean with W's vocabulary rows split over tensor-parallel ranks (pipit_tp_head_xent_mean)."""
+    return _g(h).call("pipit_tp_head_xent_mean", h, W, targets)
+
+
+def sp_gather(x, axis):
+    """Sequence parallelism: all-gather along axis (pipit_sp_gather)."""
+    return _g(x).call("pipit_sp_gather", x, _axis(x, axis, "sp_gather"))
+
+
+def sp_scatter(x, axis):
+    """Sequence parallelism: reduce-scatter along axis (pipit_sp_scatter)."""
+    return _g(x).call("pipit_sp_scatter", x, _axis(x, axis, "sp_scatter"))
+
+
+def sp_split(x, axis):
+    """Sequence parallelism: this rank's part along axis (pipit_sp_split)."""
+    return _g(x).call("pipit_sp_split", x, _axis(x, axis, "sp_split"))
+
+
+def cp_gather(x):
+    """Context parallelism: every rank's rows of x [B, 2L, ...] -> [B, 2CL, ...] (pipit_cp_gather)."""
+    return _g(x).call("pipit_cp_gather", x)
+
+
+def topk(x, k):
+    """The k largest along the last axis, largest first -> (values, i32 indices) (pipit_topk)."""
+    from ctypes import byref
+    from ._lib import lib
+    g, idx = _g(x), S.pipit_val()
+    v = g._val(lib.pipit_topk(g.ptr, x.c, int(k), byref(idx)))
+    return v, Value(g, idx.id)
+
+
+def take_along(x, idx):
+    """x [..., N] at i32 indices idx [..., k] along the last axis (pipit_take_along)."""
+    return _g(x).call("pipit_take_along", x, idx)
+
+
 def pipeline_yield(x):
     """Marks a pipeline stage boundary after x (pipit_yield): the ops before
     the k-th yield form stage k."""
@@ -156,4 +195,5 @@ __all__ = ["neg", "exp", "log", "sqrt", "rsqrt", "abs", "relu", "silu", "sigmoid
            "matmul_nt", "xent_mean", "tp_xent_mean", "softmax", "log_softmax", "reduce_sum", "reduce_mean",
            "reduce_max", "matmul", "scale", "cast", "reshape", "broadcast_to", "transpose", "slice", "concat",
            "split", "rmsnorm", "layernorm", "rope", "attention", "attention_qkv", "head_xent_mean",
-           "pipeline_yield", "set_grad"]
+           "pipeline_yield", "set_grad", "tp_head_xent_mean", "sp_gather", "sp_scatter", "sp_split", "cp_gather",
+           "topk", "take_along"]
