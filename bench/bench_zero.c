@@ -6,8 +6,10 @@
  * stage the minimum and the median over the steps after a warm-up. The
  * three programs keep the same bits (tests/test_zero.c): only where the
  * parameters and gradients live between steps differs (ZeRO-2: the full
- * gradient block reserved, zeroed and released each step; ZeRO-3: the
- * parameters also, and all-gathered before the loop).
+ * gradient block zeroed each step and, at its end, the replica's shards
+ * moved down and the other pages given back to the system; ZeRO-3: the
+ * parameter block also reserved and released, and all-gathered before the
+ * loop).
  * Usage: bench_zero [STEPS (default 30)] [LAYERS (4)] [DIM (256)]
  */
 #include <stdio.h>
