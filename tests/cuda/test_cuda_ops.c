@@ -44,6 +44,7 @@
 #include "backend/cpu/cpu.h"
 #include "backend/cuda/cuda_backend.h"
 #include "ir/graph.h"
+#include "pipit_cp.h"
 #include "pipit_moe.h"
 #include "test.h"
 #include "util/bf16.h"
@@ -363,6 +364,42 @@ static void c_moe(pipit_graph *g, pipit_dtype dt) {
     pipit_moe_combine(g, y, s, NULL);
 }
 
+/* Context parallelism as rank c = 1 of C = 2 (case_cp): RoPE at the
+ * rank's global positions (chunks 1 and 2 of 4), and attention of its
+ * queries against the whole sequence, causal and not, GQA; the keys and
+ * values of the other member stand in as random rows (run_case). The
+ * backward (attn_cp_d) runs through the VJPs. */
+static int case_cp; /* kctx.cp of every kernel of the case */
+static void c_context_parallel(pipit_graph *g, pipit_dtype dt) {
+    case_cp = 1;
+    pipit_graph_set_context_parallel(g, 2);
+    pipit_val q = pipit_rope_cp(g, in_f(g, dt, "q", 3, SH(2, 6, 4 * 8)), 4, 10000.0, NULL);
+    pipit_val k = pipit_rope_cp(g, in_f(g, dt, "k", 3, SH(2, 6, 2 * 8)), 2, 10000.0, NULL);
+    pipit_val v = in_f(g, dt, "v", 3, SH(2, 6, 2 * 8));
+    pipit_attention_cp(g, q, k, v, &(pipit_attention_opts){4, 2, 1, 0});
+    pipit_val x = in_f(g, dt, "x", 3, SH(1, 10, 3 * 5));
+    pipit_attention_cp(g, x, x, in_f(g, dt, "y", 3, SH(1, 10, 3 * 5)), &(pipit_attention_opts){3, 3, 0, 0});
+}
+
+/* Packed documents under context parallelism as rank c = 1 of C = 2
+ * (case_cp): attention_cp_doc built on its gathered inputs directly (the
+ * gathers are the runtime's), the whole sequence's k | v rows and
+ * document ids "doc<P>_*" (non-decreasing, a new document at a token with
+ * chance P%: documents across the chunks and inside them), causal with
+ * GQA and not; the backward (attn_cp_doc_d) runs through the VJPs. */
+static void c_context_parallel_docs(pipit_graph *g, pipit_dtype dt) {
+    case_cp = 1;
+    pipit_graph_set_context_parallel(g, 2);
+    pipit_val q = in_f(g, dt, "q", 3, SH(2, 6, 4 * 8)), kv = in_f(g, dt, "kv", 3, SH(2, 12, 2 * 2 * 8));
+    pipit__build(g, "c_context_parallel_docs", PIPIT_OP_ATTENTION_CP_DOC, 3,
+                 (pipit_val[]){q, kv, pipit_input(g, "doc30_cp", PIPIT_I32, 2, SH(2, 12))}, (double[4]){0.35, 0},
+                 (int64_t[4]){4, 2, 1, 2});
+    pipit_val x = in_f(g, dt, "x", 3, SH(1, 10, 3 * 5)), y = in_f(g, dt, "y", 3, SH(1, 20, 2 * 3 * 5));
+    pipit__build(g, "c_context_parallel_docs", PIPIT_OP_ATTENTION_CP_DOC, 3,
+                 (pipit_val[]){x, y, pipit_input(g, "doc20_cp", PIPIT_I32, 2, SH(1, 20))}, (double[4]){0.5, 0},
+                 (int64_t[4]){3, 3, 0, 2});
+}
+
 static const parity_case cases[] = {
     {"moe", c_moe},
     {"embed", c_embed},
@@ -390,6 +427,8 @@ static const parity_case cases[] = {
     {"cast", c_cast},
     {"head_xent", c_head_xent},
     {"tp_head_xent", c_tp_head_xent},
+    {"context_parallel", c_context_parallel},
+    {"context_parallel_docs", c_context_parallel_docs},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -565,6 +604,7 @@ static void check_node(run_ctx *rc, const pipit_graph *g, int32_t id, void *cons
     pipit__kctx k = {0};
     k.node = n;
     k.shard = case_shard;
+    k.cp = case_cp;
     void *din[PIPIT_MAX_IN] = {NULL};
     for (int j = 0; j < n->nin; j++) {
         const pipit__node *x = &g->nodes[n->in[j]];
@@ -652,6 +692,7 @@ done:
 static void run_case(run_ctx *rc, const parity_case *c, pipit_dtype dt) {
     pipit_graph *g = pipit_graph_new();
     case_shard = 0;
+    case_cp = 0;
     c->build(g, dt);
     add_vjps(g);
     rc->cname = c->name;
@@ -672,12 +713,16 @@ static void run_case(run_ctx *rc, const parity_case *c, pipit_dtype dt) {
             continue;
         }
         if (!pipit__node_has_kernel(n)) { /* a collective: one rank's group is the identity */
-            memcpy(host[i], host[pipit__alias_root(g, n->in[0])], pipit__node_bytes(n));
+            if (pipit__node_bytes(n) > pipit__node_bytes(&g->nodes[n->in[0]]))
+                fill_input(n, host[i]); /* a gather: the other members' rows, random */
+            else
+                memcpy(host[i], host[pipit__alias_root(g, n->in[0])], pipit__node_bytes(n));
             continue;
         }
         pipit__kctx k = {0};
         k.node = n;
         k.shard = case_shard;
+    k.cp = case_cp;
         k.out = host[i];
         for (int j = 0; j < n->nin; j++) {
             k.in_node[j] = &g->nodes[n->in[j]];

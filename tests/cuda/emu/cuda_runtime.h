@@ -26,6 +26,14 @@ typedef enum {
 typedef struct pipit_emu_stream *cudaStream_t;
 typedef struct pipit_emu_pool *cudaMemPool_t;
 typedef enum { cudaMemPoolAttrReleaseThreshold = 4 } cudaMemPoolAttr;
+/* Device memory is host memory here, so every direction is a memcpy. */
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
+} cudaMemcpyKind;
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +47,7 @@ const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int dev);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void *value);
 #ifdef __cplusplus
