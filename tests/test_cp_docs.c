@@ -9,7 +9,8 @@
  * GQA, documents that span chunks, start at a chunk's first row, or hold
  * one token; thread count does not change the bits; one document per
  * sequence gives attention_cp's bits (f32); ids that decrease between
- * ranks' chunks fail the kernel with a message.
+ * ranks' chunks fail the kernel with a message, and through a GPT-2
+ * program the step (each rank's own ids are checked by pipit_step).
  */
 #include <string.h>
 
@@ -18,6 +19,7 @@
 #include "backend/cpu/kernels.h"
 #include "ir/cp.h"
 #include "pipit_cp.h"
+#include "pipit_gpt2.h"
 #include "test.h"
 
 enum { B = 2, HQ = 4, HKV = 2, D = 3, MAXS = 36 };
@@ -207,4 +209,46 @@ PIPIT_TEST(cp_docs_decreasing_ids_fail) {
     const char *why = pipit__kernel_take_error(-1);
     ASSERT_TRUE(why != NULL && strstr(why, "document ids decrease") != NULL);
     for (int i = 0; i < 4 * F; i++) ASSERT_TRUE(out[i] == 0);
+}
+
+/* Through a GPT-2 program at C = 2 (pipit_graph_set_documents): each
+ * rank's fed ids are checked by pipit_step (INVALID, naming the input);
+ * ids that are non-decreasing on every rank but decrease between the
+ * ranks' chunks fail the step (RUNTIME, named); good ids step. */
+static pipit_status step_with_docs(pipit_program *p, const int32_t docs[2][8]) {
+    static int32_t tok[2][8], tgt[2][8], pos[2][8];
+    pipit_feed f[8];
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < 8; i++) tok[r][i] = (3 * i + r) % 29, tgt[r][i] = (5 * i + 1) % 29;
+        for (int i = 0; i < 8; i++) pos[r][i] = (int32_t)pipit__cp_row(i, 4, 2, r);
+        f[4 * r] = (pipit_feed){PIPIT_GPT2_TOKENS, tok[r], sizeof tok[r]};
+        f[4 * r + 1] = (pipit_feed){PIPIT_GPT2_TARGETS, tgt[r], sizeof tgt[r]};
+        f[4 * r + 2] = (pipit_feed){PIPIT_GPT2_POSITIONS, pos[r], sizeof pos[r]};
+        f[4 * r + 3] = (pipit_feed){PIPIT_GPT2_DOCUMENTS, docs[r], sizeof docs[r]};
+    }
+    pipit_metrics met;
+    return pipit_step_feeds(p, f, 8, 4, 0, &met);
+}
+
+PIPIT_TEST(cp_docs_step_checks_ids) {
+    pipit_graph *g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_context_parallel(g, 2));
+    ASSERT_OK(pipit_graph_set_documents(g, 1));
+    pipit_gpt2_config gc = {.vocab = 32, .max_ctx = 16, .ctx = 8, .layers = 1, .heads = 2, .dim = 8, .batch = 1,
+                            .stages = 1, .dtype = PIPIT_F32};
+    pipit_val loss = pipit_gpt2_build(g, &gc);
+    pipit_program *p = NULL;
+    ASSERT_OK(pipit_compile(g, loss, &(pipit_options){.data_parallel = 2}, &p));
+    /* the sequence 0 0 0 0 | 1 1 1 1 | 1 1 2 2 | 2 3 3 3 in chunks of 4: rank 0 holds chunks 0 and 3 */
+    const int32_t good[2][8] = {{0, 0, 0, 0, 2, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 2, 2}};
+    ASSERT_OK(step_with_docs(p, good));
+    const int32_t local[2][8] = {{0, 0, 0, 0, 2, 3, 3, 3}, {1, 1, 0, 1, 1, 1, 2, 2}}; /* rank 1's rows decrease */
+    ASSERT_STATUS(step_with_docs(p, local), PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("input 'documents' of microbatch 1 holds document ids that decrease");
+    const int32_t across[2][8] = {{0, 0, 0, 0, 2, 3, 3, 3}, {5, 5, 5, 5, 5, 5, 5, 5}}; /* 5 then 2 at chunk 3 */
+    ASSERT_STATUS(step_with_docs(p, across), PIPIT_STATUS_RUNTIME);
+    ASSERT_MSG_HAS("document ids decrease along the sequence gathered over the context group");
+    ASSERT_OK(step_with_docs(p, good)); /* the program still steps */
+    pipit_program_free(p);
+    pipit_graph_free(g);
 }
