@@ -16,8 +16,8 @@
  *   - GPT-2, tiny and with GPT-2 124M's widths (2 layers): the loss and 5
  *     AdamW steps on cuda against cpu, to 1e-5 relative;
  *   - pipelined on one GPU (P = 2 and 4; 1F1B, interleaved 1F1B, ZB-H1,
- *     DualPipeV), data parallel and ZeRO-1: bit for bit the single-rank GPU
- *     run, as on the CPU;
+ *     DualPipeV), data parallel and ZeRO-1, 2, 3: bit for bit the
+ *     single-rank GPU run, as on the CPU;
  *   - checkpoints written from a cuda program load into a cpu program with
  *     the same values, and back; forward-only programs and their outputs.
  * The op kernels themselves are tests/cuda's parity test.
@@ -464,6 +464,7 @@ typedef struct {
     int tf32, threads;
     pipit_schedule *sched;
     int M, D, zero1, steps;
+    int zero; /* options.zero: the ZeRO stage (2, 3), beside zero1 */
     double lr;
     pipit_dtype dtype; /* options.dtype: 0 (f32) or PIPIT_BF16 */
 } run_opts;
@@ -475,7 +476,7 @@ static pipit_status train(const pipit_gpt2_config *c, const run_opts *r, snapsho
     pipit_program *p = NULL;
     pipit_options o = {.schedule = r->sched, .microbatches = r->M, .threads = r->threads,
                        .optimizer = pipit_adamw(r->lr, 0.9, 0.95, 1e-8, 0.1), .clip_norm = 1.0,
-                       .data_parallel = r->D, .zero1 = r->zero1, .device = r->device, .tf32 = r->tf32,
+                       .data_parallel = r->D, .zero1 = r->zero1, .zero = r->zero, .device = r->device, .tf32 = r->tf32,
                        .dtype = r->dtype};
     pipit_status s = pipit_compile(g, loss, &o, &p);
     if (s) {
@@ -651,6 +652,14 @@ PIPIT_TEST(cuda_data_parallel_bitwise) {
     rz.zero1 = 1;
     ASSERT_OK(train(&c, &rz, &z));
     ASSERT_EQ_I64(same_bits(&ref, &z, "cuda D=2 ZeRO-1"), 0);
+    for (int zero = 2; zero <= 3; zero++) { /* device memory: a shard block beside each step's full blocks */
+        snapshot zz = {0};
+        run_opts rzz = r;
+        rzz.zero = zero;
+        ASSERT_OK(train(&c, &rzz, &zz));
+        ASSERT_EQ_I64(same_bits(&ref, &zz, zero == 2 ? "cuda D=2 ZeRO-2" : "cuda D=2 ZeRO-3"), 0);
+        snap_free(&zz);
+    }
     run_opts rc = r;
     rc.device = "cpu";
     ASSERT_OK(train(&c, &rc, &cpu));
