@@ -5,7 +5,8 @@
 # holds the library to the bits and 1e-6), the same losses under two
 # schedules at a fixed T; `pipit plan --json` counts fewer activation bytes
 # on every rank with --sp (the admission adds the same blocks) and shows
-# the all-gathers and reduce-scatters; each refusal names its flags.
+# the all-gathers and reduce-scatters; with --cp 2 too, --sp keeps the
+# losses of the run without it; each refusal names its flags.
 # Usage: test_cli_sp.sh PIPIT SRCDIR
 set -u
 
@@ -27,6 +28,15 @@ for m in GPT2 LLAMA; do
     close tp.log sp.log 1e-6 "$m --sp vs --tp 2 alone"
     run zb.log "$PIPIT" train "${model[@]}" "${MESH[@]}" --sp --schedule zb-h1
     diff <(losses sp.log) <(losses zb.log) >/dev/null || fail "$m --sp: 1f1b and zb-h1 print other losses"
+    unset -n model
+done
+# SP composes with context parallelism: each of the C ranks' 2L tokens is
+# cut over T again (Llama: GQA and CP's RoPE; GPT-2: fed global positions)
+for m in GPT2 LLAMA; do
+    declare -n model=$m
+    run cp.log "$PIPIT" train "${model[@]}" "${MESH[@]}" --cp 2
+    run cpsp.log "$PIPIT" train "${model[@]}" "${MESH[@]}" --cp 2 --sp
+    close cp.log cpsp.log 1e-6 "$m --cp 2 --sp vs --cp 2 alone"
     unset -n model
 done
 
