@@ -634,11 +634,12 @@ static double mem_limit_flag(const session *s, const opts *o, const flag_cmd *c)
 static void check_compile(pipit_status st, const char *mflag) {
     if (st == PIPIT_STATUS_NOMEM && strstr(pipit_errmsg(), "world rank ") && strstr(pipit_errmsg(), " of memory but "))
         die("plan: %s\n  (--mem-limit is what each world rank of the planned job may hold: more --pp stages, --zero1 "
-            "with --dp, --remat, a smaller --micro-batch or fewer --%s need less; --no-mem-check skips this check)",
+            "with --dp, --remat, --cp C (a sequence's activations over C ranks), a smaller --micro-batch or "
+            "fewer --%s need less; --no-mem-check skips this check)",
             pipit_errmsg(), mflag);
     if (st == PIPIT_STATUS_NOMEM && strstr(pipit_errmsg(), " of memory but "))
-        die("compile: %s\n  (on the command line: more --pp stages, --zero1 with --dp, --remat, a smaller --micro-batch "
-            "or fewer --%s need less; --no-mem-check skips this check)",
+        die("compile: %s\n  (on the command line: more --pp stages, --zero1 with --dp, --remat, --cp C (a sequence's "
+            "activations over C ranks), a smaller --micro-batch or fewer --%s need less; --no-mem-check skips this check)",
             pipit_errmsg(), mflag);
     cli_check(st, "compile");
 }

@@ -315,8 +315,9 @@ static size_t max_shard_bytes(const pipit__plan *pl) {
 
 static const char ADMIT_ADVICE[] =
     "a schedule over more pipeline ranks, options.zero1 with data_parallel > 1 (shards the optimizer moments), "
-    "options.remat (keeps only each stage's inputs for the backward), or smaller or fewer microbatches would "
-    "need less; options.no_mem_check = 1 skips this check";
+    "options.remat (keeps only each stage's inputs for the backward), context parallelism (each rank of a "
+    "context group holds 1/C of a sequence's activations: pipit_graph_set_context_parallel), or smaller or fewer "
+    "microbatches would need less; options.no_mem_check = 1 skips this check";
 
 /* Bytes of one microbatch's inputs (the caller's feeds). */
 static double input_bytes(const pipit_graph *g, int32_t n) {
