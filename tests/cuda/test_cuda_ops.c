@@ -381,6 +381,25 @@ static void c_context_parallel(pipit_graph *g, pipit_dtype dt) {
     pipit_attention_cp(g, x, x, in_f(g, dt, "y", 3, SH(1, 10, 3 * 5)), &(pipit_attention_opts){3, 3, 0, 0});
 }
 
+/* Packed documents under context parallelism as rank c = 1 of C = 2
+ * (case_cp): attention_cp_doc built on its gathered inputs directly (the
+ * gathers are the runtime's), the whole sequence's k | v rows and
+ * document ids "doc<P>_*" (non-decreasing, a new document at a token with
+ * chance P%: documents across the chunks and inside them), causal with
+ * GQA and not; the backward (attn_cp_doc_d) runs through the VJPs. */
+static void c_context_parallel_docs(pipit_graph *g, pipit_dtype dt) {
+    case_cp = 1;
+    pipit_graph_set_context_parallel(g, 2);
+    pipit_val q = in_f(g, dt, "q", 3, SH(2, 6, 4 * 8)), kv = in_f(g, dt, "kv", 3, SH(2, 12, 2 * 2 * 8));
+    pipit__build(g, "c_context_parallel_docs", PIPIT_OP_ATTENTION_CP_DOC, 3,
+                 (pipit_val[]){q, kv, pipit_input(g, "doc30_cp", PIPIT_I32, 2, SH(2, 12))}, (double[4]){0.35, 0},
+                 (int64_t[4]){4, 2, 1, 2});
+    pipit_val x = in_f(g, dt, "x", 3, SH(1, 10, 3 * 5)), y = in_f(g, dt, "y", 3, SH(1, 20, 2 * 3 * 5));
+    pipit__build(g, "c_context_parallel_docs", PIPIT_OP_ATTENTION_CP_DOC, 3,
+                 (pipit_val[]){x, y, pipit_input(g, "doc20_cp", PIPIT_I32, 2, SH(1, 20))}, (double[4]){0.5, 0},
+                 (int64_t[4]){3, 3, 0, 2});
+}
+
 static const parity_case cases[] = {
     {"moe", c_moe},
     {"embed", c_embed},
@@ -409,6 +428,7 @@ static const parity_case cases[] = {
     {"head_xent", c_head_xent},
     {"tp_head_xent", c_tp_head_xent},
     {"context_parallel", c_context_parallel},
+    {"context_parallel_docs", c_context_parallel_docs},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
