@@ -10,7 +10,9 @@
  * one token; thread count does not change the bits; one document per
  * sequence gives attention_cp's bits (f32); ids that decrease between
  * ranks' chunks fail the kernel with a message, and through a GPT-2
- * program the step (each rank's own ids are checked by pipit_step).
+ * program the step (each rank's own ids are checked by pipit_step). And
+ * the models: GPT-2 (positions restarted per document) and Llama with
+ * packed documents at C = 2, 3 equal C = 1 in f64 (loss and gradients).
  */
 #include <string.h>
 
@@ -20,6 +22,7 @@
 #include "ir/cp.h"
 #include "pipit_cp.h"
 #include "pipit_gpt2.h"
+#include "pipit_llama.h"
 #include "test.h"
 
 enum { B = 2, HQ = 4, HKV = 2, D = 3, MAXS = 36 };
@@ -251,4 +254,103 @@ PIPIT_TEST(cp_docs_step_checks_ids) {
     ASSERT_OK(step_with_docs(p, good)); /* the program still steps */
     pipit_program_free(p);
     pipit_graph_free(g);
+}
+
+/* Models: tiny GPT-2 (with its positions restarted per document, as
+ * --doc-pos-reset) and Llama (GQA) in f64 with packed documents, at C = 2
+ * and 3 (two sequences of S = 12 each, B = 2) against the same model at C
+ * = 1 on the whole sequences: the loss and every gradient to 1e-12. */
+enum { MS = 12, MB = 2, MV = 23 };
+
+static pipit_program *model_program(int llama, int C, pipit_graph **gp) {
+    pipit_graph *g = *gp = pipit_graph_new();
+    if (pipit_graph_set_context_parallel(g, C) || pipit_graph_set_documents(g, 1)) return NULL;
+    pipit_val loss;
+    if (llama) {
+        pipit_llama_config lc = {.vocab = MV, .max_ctx = 32, .ctx = MS / C, .layers = 2, .heads = 4, .kv_heads = 2,
+                                 .dim = 16, .ffn_hidden = 24, .multiple_of = 1, .norm_eps = 1e-5,
+                                 .rope_theta = 10000, .batch = MB, .stages = 1, .dtype = PIPIT_F64};
+        loss = pipit_llama_build(g, &lc);
+    } else {
+        pipit_gpt2_config gc = {.vocab = MV, .max_ctx = 32, .ctx = MS / C, .layers = 2, .heads = 2, .dim = 16,
+                                .batch = MB, .stages = 1, .dtype = PIPIT_F64};
+        loss = pipit_gpt2_build(g, &gc);
+    }
+    pipit_program *p = NULL;
+    if (pipit_compile(g, loss, &(pipit_options){.data_parallel = C}, &p)) return NULL;
+    for (int i = 0; i < pipit_program_num_params(p); i++) { /* the same params in every program */
+        const char *name = pipit_program_param_name(p, i);
+        int64_t n = 0;
+        if (pipit_program_param_numel(p, name, &n)) return NULL;
+        double *v = malloc(sizeof(double) * (size_t)n);
+        for (int64_t k = 0; k < n; k++)
+            v[k] = 0.3 * sin(1.7 * (double)k + 0.9 * i) + (strstr(name, "norm") || strstr(name, "ln_") ? 1 : 0);
+        pipit_status s = pipit_program_set_param(p, name, v, sizeof(double) * (size_t)n);
+        free(v);
+        if (s) return NULL;
+    }
+    return p;
+}
+
+/* The loss and the gradients (concatenated) of one step at C. */
+static void model_step(int llama, int C, double *loss, double *grad, int64_t *ngrad) {
+    static int32_t full[4][MB * MS], part[3][4][MB * MS];
+    static const char *names[4] = {"tokens", "targets", "positions", "documents"};
+    for (int b = 0; b < MB; b++) {
+        int32_t doc = 0, start = 0;
+        for (int t = 0; t < MS; t++) {
+            int i = b * MS + t;
+            full[0][i] = (7 * t + 5 * b + 2) % MV, full[1][i] = (3 * t + 11 * b + 1) % MV;
+            full[3][i] = doc, full[2][i] = t - start;
+            if (t == (b ? 1 : 4) || t == (b ? 6 : 5) || t == 9) doc++, start = t + 1; /* ends inside and across chunks */
+        }
+    }
+    int nin = llama ? 3 : 4; /* Llama: no positions */
+    pipit_feed f[3 * 4];
+    int nf = 0;
+    for (int c = 0; c < C; c++)
+        for (int k = 0; k < 4; k++) {
+            if (llama && k == 2) continue;
+            ASSERT_OK(pipit_cp_slice(part[c][k], full[k], MB, MS, sizeof(int32_t), C, c));
+            f[nf++] = (pipit_feed){names[k], part[c][k], sizeof(int32_t) * (size_t)(MB * MS / C)};
+        }
+    pipit_graph *g;
+    pipit_program *p = model_program(llama, C, &g);
+    if (!p) {
+        pipit_graph_free(g);
+        PIPIT_FAIL_("model_program: %s", pipit_errmsg());
+    }
+    pipit_metrics met;
+    ASSERT_OK(pipit_step_feeds(p, f, nf, nin, 0, &met));
+    int64_t at = 0;
+    for (int i = 0; i < pipit_program_num_params(p); i++) {
+        const char *name = pipit_program_param_name(p, i);
+        int64_t n = 0;
+        ASSERT_OK(pipit_program_param_numel(p, name, &n));
+        ASSERT_OK(pipit_program_get_grad(p, name, grad + at, sizeof(double) * (size_t)n));
+        at += n;
+    }
+    *ngrad = at, *loss = met.loss;
+    pipit_program_free(p);
+    pipit_graph_free(g);
+}
+
+PIPIT_TEST(cp_docs_models_match_c1_f64) {
+    enum { MAXG = 1 << 14 };
+    static double g1[MAXG], gc[MAXG];
+    for (int llama = 0; llama < 2; llama++) {
+        int64_t n1 = 0, nc = 0;
+        double l1 = 0, lc = 0;
+        model_step(llama, 1, &l1, g1, &n1);
+        for (int C = 2; C <= 3; C++) {
+            model_step(llama, C, &lc, gc, &nc);
+            ASSERT_EQ_I64(nc, n1);
+            double gmax = 0, emax = 0;
+            for (int64_t k = 0; k < n1; k++) gmax = fmax(gmax, fabs(g1[k])), emax = fmax(emax, fabs(gc[k] - g1[k]));
+            fprintf(stderr, "  %s C = %d: loss %.17g vs %.17g, grad max err %.3g of %.3g\n", llama ? "llama" : "gpt2",
+                    C, lc, l1, emax, gmax);
+            ASSERT_NEAR_F64(lc, l1, 1e-12 * fabs(l1));
+            ASSERT_TRUE(gmax > 0 && emax <= 1e-12 * gmax);
+        }
+    }
 }
