@@ -5,7 +5,8 @@
 # holds the library to the bits and 1e-6), the same losses under two
 # schedules at a fixed T; `pipit plan --json` counts fewer activation bytes
 # on every rank with --sp (the admission adds the same blocks) and shows
-# the all-gathers and reduce-scatters; with --cp 2 too, --sp keeps the
+# the all-gathers and reduce-scatters (the backward gathering each
+# gathered input again: Megatron's re-gather); with --cp 2 too, --sp keeps the
 # losses of the run without it; each refusal names its flags.
 # Usage: test_cli_sp.sh PIPIT SRCDIR
 set -u
@@ -56,6 +57,29 @@ PYEOF
 run p1.txt "$PIPIT" plan "${PLAN[@]}" --sp --verbose
 grep -q "TP    all-gather node" p1.txt || fail "plan --sp: no all-gather"
 grep -q "TP    reduce-scatter node" p1.txt || fail "plan --sp: no reduce-scatter"
+# the backward gathers each gathered input again (OPF_REFETCH) beside the
+# all-gathers that are the reduce-scatters' VJPs: per task, backward
+# all-gathers >= forward all-gathers + forward reduce-scatters
+$PY - p1.txt <<'PYEOF' || fail "plan --sp: the backward does not re-gather"
+import re, sys
+count, task = {}, None
+for line in open(sys.argv[1]):
+    m = re.match(r"\s+task (F|BW|B|W)(\d+)\.", line)
+    if m:
+        task = (m.group(1)[0], m.group(2))
+        continue
+    m = re.search(r"TP    (all-gather|reduce-scatter) node", line)
+    if m and task:
+        key = (task[0], task[1], m.group(1))
+        count[key] = count.get(key, 0) + 1
+stages = {k[1] for k in count}
+assert stages, "no tasks"
+for s in stages:
+    fg, fs = count.get(("F", s, "all-gather"), 0), count.get(("F", s, "reduce-scatter"), 0)
+    bg = count.get(("B", s, "all-gather"), 0) + count.get(("W", s, "all-gather"), 0)
+    print(f"stage {s}: forward {fg} all-gathers + {fs} reduce-scatters, backward {bg} all-gathers")
+    assert fg > 0 and bg >= fg + fs, (s, fg, fs, bg)
+PYEOF
 
 # ---- refusals
 expect_fail "it needs --tp 2 or more (got --tp 1)" "$PIPIT" train "${GPT2[@]}" --sp --steps 1

@@ -203,23 +203,47 @@ typedef struct {
     contrib_list *lists;   /* [fwd_end] contributions per forward value */
     contrib_list *loop_uses; /* [fwd_end] targets' uses recorded by the loop pass */
     hop_table hops;        /* the yields contributions passed through */
+    int32_t *refetched;    /* [fwd_end] an OPF_REFETCH value's backward copy, or -1 */
 } ad_state;
 
 static pipit_status oom(void) { return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory"); }
 
+/* The backward copy of forward value r when its op is OPF_REFETCH
+ * (sequence parallelism's all-gather): the same op on the same input,
+ * emitted once in the backward region, so the forward's gathered value
+ * dies after its forward readers and only the 1/T input is kept for the
+ * backward (Megatron's SP re-gathers the column-parallel matmul's input
+ * for its weight gradient). The same bits: a gather is a copy. r itself
+ * otherwise (-1: out of memory). */
+static int32_t refetch(ad_state *a, int32_t r) {
+    pipit_graph *g = a->g;
+    if (r >= a->fwd_end || a->pre[r] || !(pipit__ops[g->nodes[r].op].flags & OPF_REFETCH)) return r;
+    if (a->refetched[r] >= 0) return a->refetched[r];
+    pipit__node n = g->nodes[r];
+    int32_t c = pipit__node_add(g, (pipit__opcode)n.op, n.nin, n.in, n.fattr, n.iattr);
+    if (c >= 0) a->refetched[r] = c;
+    return c;
+}
+
 /* Emits the VJP of node j given its gradient dj, routing each input's
- * gradient into its contribution list. */
+ * gradient into its contribution list. In the loop, the VJP reads an
+ * OPF_REFETCH input through its backward copy (refetch). */
 static pipit_status backprop_node(ad_state *a, int32_t j, int32_t dj) {
     pipit_graph *g = a->g;
-    const pipit__node *nj = &g->nodes[j];
-    const pipit__op_info *info = &pipit__ops[nj->op];
+    const pipit__op_info *info = &pipit__ops[g->nodes[j].op];
     if (!info->vjp) return pipit__err(PIPIT_STATUS_INTERNAL, "autodiff: op %s has no gradient rule", info->name);
     int32_t din[PIPIT_MAX_IN], in[PIPIT_MAX_IN];
     for (int k = 0; k < PIPIT_MAX_IN; k++) din[k] = -1;
-    int nin = nj->nin;
-    memcpy(in, nj->in, sizeof in);
+    int nin = g->nodes[j].nin;
+    memcpy(in, g->nodes[j].in, sizeof in);
     g->cur_origin = j;
+    for (int k = 0; k < nin && !a->pre[j]; k++) {
+        int32_t c = refetch(a, in[k]);
+        if (c < 0) return pipit__err(g->status ? g->status : PIPIT_STATUS_NOMEM, "autodiff: %s", g->errmsg);
+        g->nodes[j].in[k] = c;
+    }
     info->vjp(g, j, dj, din);
+    memcpy(g->nodes[j].in, in, sizeof in);
     if (g->status != PIPIT_STATUS_OK) return pipit__err(g->status, "autodiff: %s", g->errmsg);
     for (int k = nin - 1; k >= 0; k--) {
         if (!(info->nondiff >> k & 1) && a->needs[in[k]] && din[k] >= 0) {
@@ -455,14 +479,16 @@ pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     memset(out, 0, sizeof *out);
     pipit_status s = validate_loss(g, loss);
     if (s) return s;
-    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL, {NULL, 0, 0}};
+    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL, {NULL, 0, 0}, NULL};
     out->fwd_end = a.fwd_end;
     a.needs = mark_needed(g, loss, a.fwd_end);
     a.pre = mark_preloop(g, a.fwd_end, loss);
     a.lists = pipit__calloc((size_t)a.fwd_end, sizeof *a.lists);
     a.loop_uses = pipit__calloc((size_t)a.fwd_end, sizeof *a.loop_uses);
+    a.refetched = pipit__malloc(sizeof(int32_t) * (size_t)(a.fwd_end ? a.fwd_end : 1));
+    for (int32_t i = 0; a.refetched && i < a.fwd_end; i++) a.refetched[i] = -1;
     int32_t *gacc = pipit__malloc(sizeof(int32_t) * (size_t)a.fwd_end);
-    if (!a.needs || !a.pre || !a.lists || !a.loop_uses || !gacc) s = oom();
+    if (!a.needs || !a.pre || !a.lists || !a.loop_uses || !a.refetched || !gacc) s = oom();
     if (!s) s = add_seed(&a, out);
     if (!s) s = loop_pass(&a);
     if (!s) s = post_pass(&a, gacc);
@@ -473,6 +499,7 @@ pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
     for (int32_t i = 0; a.loop_uses && i < a.fwd_end; i++) pipit__free(a.loop_uses[i].c);
     pipit__free(a.lists);
     pipit__free(a.loop_uses);
+    pipit__free(a.refetched);
     pipit__free(a.needs);
     pipit__free(gacc);
     pipit__free(a.hops.hops);

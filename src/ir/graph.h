@@ -15,6 +15,9 @@ extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
 #define OPF_LEAF  1
 #define OPF_NOVJP 2
 #define OPF_COLL  4 /* an in-stage collective (tensor parallelism): lowered to an instruction, no kernel */
+/* Run again in the backward for the VJPs that read the output, rather than
+ * kept from the forward (autodiff.c): a gather whose input is 1/T of it. */
+#define OPF_REFETCH 8
 
 typedef enum {
 #define X(NAME, str, arity, nondiff, alias, flags) PIPIT_OP_##NAME,
