@@ -221,12 +221,17 @@ PIPIT_TEST(llama_moe_params_and_refusals) {
     REFUSED(c_.aux_loss = NAN, "aux_loss nan must be a number >= 0");
     REFUSED(c_.shared_experts = -1, "shared_experts -1 and moe_every 0 must be >= 0");
 #undef REFUSED
-    /* tensor parallelism: not built yet, said so */
+    /* tensor parallelism (test_moe_tp.c): built for the stacked experts; Hugging Face's per-expert params refused */
     c.capacity_factor = 1.0;
     pipit_graph *g = pipit_graph_new();
     ASSERT_OK(pipit_graph_set_tensor_parallel(g, 2));
+    ASSERT_TRUE(pipit_llama_build(g, &c).id >= 0);
+    pipit_graph_free(g);
+    c.moe_layout = PIPIT_LLAMA_MOE_QWEN2;
+    g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_tensor_parallel(g, 2));
     ASSERT_TRUE(pipit_llama_build(g, &c).id < 0);
-    ASSERT_MSG_HAS("MoE layers (experts 4) with tensor parallelism (T = 2) are not built yet");
+    ASSERT_MSG_HAS("tensor parallelism (T = 2) with Hugging Face's per-expert weights (moe_layout 2) is not built");
     pipit_graph_free(g);
 }
 

@@ -726,9 +726,6 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->sp && o->ctx % o->tp)
         die("--sp: --tp %d does not divide --ctx %d (each of a stage's %d ranks holds ctx/tp positions between the "
             "tensor-parallel matmuls)", o->tp, o->ctx, o->tp);
-    if (o->sp && o->experts)
-        die("--sp with --experts %d: mixture-of-experts layers are not built with tensor or sequence parallelism yet "
-            "(drop --sp, or --experts for a dense model)", o->experts);
     if (o->zero1 && o->dp < 2) die("--zero1 shards the optimizer state over data-parallel replicas: it needs --dp 2 or more");
     check_ep(o);
     if (o->zero < 0 || o->zero > 3) die("--zero must be a ZeRO stage in 0..3 (got %d)", o->zero);

@@ -291,9 +291,16 @@ static pipit_val build(pipit_graph *g, const pipit_llama_config *c, pipit_val *l
                    "are not built yet", fn, T);
         return (pipit_val){g, -1};
     }
-    if (T > 1 && c->experts > 0) {
-        pipit__err(PIPIT_STATUS_INVALID, "%s: llama: MoE layers (experts %d) with tensor parallelism (T = %d) are not "
-                   "built yet", fn, c->experts, T);
+    if (T > 1 && c->experts > 0 && c->moe_layout != PIPIT_LLAMA_MOE_STACKED) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: llama: tensor parallelism (T = %d) with Hugging Face's per-expert weights "
+                   "(moe_layout %d) is not built: each expert is its own param (moe_layout 0 stacks them; its experts "
+                   "split their hidden width over the T ranks)", fn, T, c->moe_layout);
+        return (pipit_val){g, -1};
+    }
+    if (T > 1 && c->experts > 0 && pipit_graph_expert_parallel(g) > 1) {
+        pipit__err(PIPIT_STATUS_INVALID, "%s: llama: expert parallelism (E = %d) with tensor parallelism (T = %d) is not "
+                   "built: an expert param is either split over the EP ranks or over the TP ranks, not both (use one)",
+                   fn, pipit_graph_expert_parallel(g), T);
         return (pipit_val){g, -1};
     }
     if (pipit_graph_expert_parallel(g) > 1 && c->moe_layout != PIPIT_LLAMA_MOE_STACKED) {

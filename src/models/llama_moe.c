@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "models/llama_moe.h"
+#include "models/models.h"
 #include "pipit_moe.h"
 #include "util/checked.h"
 #include "util/common.h"
@@ -83,6 +84,25 @@ static pipit_val param3(pipit_graph *g, const pipit_llama_config *c, int l, cons
     return pipit_param(g, name, c->dtype, d2 ? 3 : 2, (int64_t[]){d0, d1, d2});
 }
 
+/* param3 sharded along `axis` over the stage's T > 1 tensor-parallel ranks
+ * (an expert's or the shared experts' hidden width: gate and up
+ * column-, down row-parallel); T = 1: param3. */
+static pipit_val param3_tp(pipit_graph *g, const pipit_llama_config *c, int l, const char *what, int64_t d0, int64_t d1,
+                           int64_t d2, int axis) {
+    if (pipit_graph_tensor_parallel(g) <= 1) return param3(g, c, l, what, d0, d1, d2);
+    char name[112];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.%.64s.weight", l, what);
+    return pipit_param_sharded(g, name, c->dtype, d2 ? 3 : 2, (int64_t[]){d0, d1, d2}, axis, 1);
+}
+
+/* A param every tensor-parallel rank holds whole but that the MoE MLP
+ * reads where the gradients are partial sums over the T ranks (after the
+ * input's tp_copy, before the output's tp_sum): read through tp_copy, so
+ * its gradient is their sum, as sequence parallelism reads the norms'. */
+static pipit_val replicated(pipit_graph *g, pipit_val w) {
+    return pipit_graph_tensor_parallel(g) > 1 ? pipit_tp_copy(g, w) : w;
+}
+
 /* Expert weight `what` ("gate", "up", "down") of E experts stacked [E, d0,
  * d1]: pipit's own stacked param, or (Hugging Face's layouts) the E
  * per-expert params [d0, d1] concatenated. */
@@ -96,7 +116,8 @@ static pipit_val experts3(pipit_graph *g, const pipit_llama_config *c, int l, co
             snprintf(full, sizeof full, "model.layers.%d.mlp.%s.weight", l, name);
             return pipit_param_experts(g, full, c->dtype, 3, (int64_t[]){c->experts, d0, d1});
         }
-        return param3(g, c, l, name, c->experts, d0, d1);
+        /* tensor parallelism: each expert's hidden width F over the T ranks (gate, up [E, F/T, C]; down [E, C, F/T]) */
+        return param3_tp(g, c, l, name, c->experts, d0, d1, what[0] == 'd' ? 2 : 1);
     }
     if (pipit_graph_expert_parallel(g) > 1) {
         pipit__err(PIPIT_STATUS_INVALID, "llama: expert parallelism with Hugging Face's per-expert weights (moe_layout %d) "
@@ -148,17 +169,30 @@ static pipit_val balance_loss(pipit_graph *g, const pipit_llama_config *c, pipit
     return pipit_scale(g, pipit_sum(g, pipit_mul(g, f, P)), (double)c->experts);
 }
 
+/* Tensor parallelism over the stage's Tp ranks (Megatron's expert tensor
+ * parallelism): x enters through tp_copy (sequence parallelism: the
+ * all-gather), the router, the routing and the dispatch run replicated on
+ * the same tokens on every rank (same choices: deterministic), each expert
+ * and the shared experts hold F/Tp of their hidden width, so each rank's
+ * combine is a partial sum that the output's tp_sum (the reduce-scatter)
+ * adds up. Everything between the two collectives receives partial
+ * gradients: the replicated params there (router, routing bias, shared
+ * gate) are read through tp_copy, the combine weights' partial gradients
+ * meet the router's through the input's tp_copy, and the balance term,
+ * whose gradient every rank would take whole, enters as tp_sum(term / Tp). */
 pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipit_val x, int l, int64_t F,
                                pipit_val *aux, pipit_val *choice) {
+    int Tp = pipit_graph_tensor_parallel(g);
+    x = pipit__models_tp_copy(g, Tp, x); /* the whole sequence on every rank */
     int64_t C = c->dim, E = c->experts, B = pipit_val_dim(x, 0), T = pipit_val_dim(x, 1), N = B * T;
     pipit_val xf = pipit_reshape(g, x, 2, (int64_t[]){N, C}), idx;
     char rname[112];
     if (c->moe_layout == PIPIT_LLAMA_MOE_MIXTRAL) snprintf(rname, sizeof rname, "model.layers.%d.block_sparse_moe.gate.weight", l);
     else snprintf(rname, sizeof rname, "model.layers.%d.mlp.%s.weight", l, c->moe_layout ? "gate" : "router");
-    pipit_val logits = pipit_matmul_nt(g, xf, pipit_param(g, rname, c->dtype, 2, (int64_t[]){E, C}));
+    pipit_val logits = pipit_matmul_nt(g, xf, replicated(g, pipit_param(g, rname, c->dtype, 2, (int64_t[]){E, C})));
     char bname[96];
     snprintf(bname, sizeof bname, "model.layers.%d.mlp.route_bias", l);
-    pipit_val rb = c->route_bias ? pipit_param(g, bname, c->dtype, 1, (int64_t[]){E}) : (pipit_val){g, -1};
+    pipit_val rb = c->route_bias ? replicated(g, pipit_param(g, bname, c->dtype, 1, (int64_t[]){E})) : (pipit_val){g, -1};
     pipit_route_opts ro = {c->top_k, (pipit_router_kind)c->router, !c->route_unnormalized, c->route_bias ? &rb : NULL};
     pipit_val w = pipit_moe_route(g, logits, &ro, &idx);
     if (choice) *choice = idx;
@@ -174,16 +208,17 @@ pipit_val pipit__llama_moe_mlp(pipit_graph *g, const pipit_llama_config *c, pipi
     pipit_val y = pipit_moe_combine(g, ye, slots, &w); /* [N, C] */
     if (c->shared_experts > 0) {
         int64_t S = (int64_t)c->shared_experts * F;
-        pipit_val sh = swiglu(g, xf, param3(g, c, l, "shared_expert.gate_proj", S, C, 0),
-                              param3(g, c, l, "shared_expert.up_proj", S, C, 0),
-                              param3(g, c, l, "shared_expert.down_proj", C, S, 0));
+        pipit_val sh = swiglu(g, xf, param3_tp(g, c, l, "shared_expert.gate_proj", S, C, 0, 0),
+                              param3_tp(g, c, l, "shared_expert.up_proj", S, C, 0, 0),
+                              param3_tp(g, c, l, "shared_expert.down_proj", C, S, 0, 1));
         if (c->shared_gate) /* Qwen2-MoE: times sigmoid(x w) [N, 1], broadcast over C */
-            sh = pipit_mul(g, sh, pipit_sigmoid(g, pipit_matmul_nt(g, xf, param3(g, c, l, "shared_expert_gate", 1, C, 0))));
+            sh = pipit_mul(g, sh, pipit_sigmoid(g, pipit_matmul_nt(g, xf, replicated(g, param3(g, c, l, "shared_expert_gate", 1, C, 0)))));
         y = pipit_add(g, y, sh);
     }
     if (aux && c->aux_loss > 0) {
         pipit_val a = balance_loss(g, c, logits, idx, w, N);
+        if (Tp > 1) a = pipit_tp_sum(g, pipit_scale(g, a, 1.0 / Tp)); /* its gradient 1/Tp a rank: a partial sum */
         *aux = aux->id >= 0 ? pipit_add(g, *aux, a) : a;
     }
-    return pipit_reshape(g, y, 3, (int64_t[]){B, T, C});
+    return pipit__models_tp_sum(g, Tp, pipit_reshape(g, y, 3, (int64_t[]){B, T, C}));
 }
