@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_mpi_tp.sh — the local mesh P x T x D under mpirun: one world rank per
 # process (w = (d*P + p)*T + t) gives the bits of the threads run of the
-# same mesh (losses and the saved checkpoint), GPT-2 and Llama, over shared
+# same mesh (losses and the saved checkpoint), GPT-2, Llama and MoE, over shared
 # memory (vader) and TCP, with ZeRO-1, in bf16, and across two emulated hosts
 # (network namespaces, tests/netns_hosts.sh: the ranks alternate between the
 # hosts, so every tensor-parallel all-reduce crosses the link); a launch
@@ -14,10 +14,12 @@ GPT2=(--data corpus.txt --ctx 16 --layers 4 --heads 4 --dim 32 --micro-batch 2 -
       --clip 1.0 --seed 3 --json)
 LLAMA=(--data corpus.txt --model llama-tiny --ctx 16 --layers 4 --dim 32 --kv-heads 2 --ffn-hidden 48
        --micro-batch 2 --lr 3e-3 --weight-decay 0.1 --clip 1.0 --seed 3 --tied --json)
+MOE=(--data corpus.txt --model moe-tiny --ctx 16 --micro-batch 2 --shared-experts 1 --aux-loss 0.01 --seed 3 --json)
 ran=0
 # sched P T D btl model
 for cfg in "1f1b 1 2 1 vader GPT2" "1f1b 2 2 1 vader GPT2" "zb-h1 2 2 2 vader GPT2" "interleaved-1f1b 2 2 1 vader GPT2" \
-           "dualpipev 2 2 1 tcp GPT2" "gpipe 1 4 2 vader GPT2" "1f1b 2 2 1 vader LLAMA" "zb-v 2 2 1 tcp LLAMA"; do
+           "dualpipev 2 2 1 tcp GPT2" "gpipe 1 4 2 vader GPT2" "1f1b 2 2 1 vader LLAMA" "zb-v 2 2 1 tcp LLAMA" \
+           "1f1b 2 2 1 vader MOE"; do
     set -- $cfg
     declare -n model=$6
     same_as_threads "$6 $1 P=$2 T=$3 D=$4 $5" $(($2 * $3 * $4)) "self,$5" "${model[@]}" \
