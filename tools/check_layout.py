@@ -58,6 +58,7 @@ FILE_RULES = {
     "bench/bench_bf16.c": ["backend", "util"],  # the bf16 GEMM against the fp32 one and the CPU's peaks
     "bench/bench_kernel.h": ["util"],  # their shared pool and data (pipit__malloc_aligned)
     "bench/bench_transport.c": ["runtime", "util"],
+    "bench/bench_alltoall.c": ["runtime", "util"],  # the EP all-to-all against raw MPI_Alltoall (white-box, as bench_transport)
 }
 # Top-level folders that are checked.
 CHECKED = ["src", "tools", "examples", "bench"]
