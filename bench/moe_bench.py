@@ -17,6 +17,8 @@ timed steps. Prints one JSON line per run, then the medians and the spread
 Usage: bench/moe_bench.py --pipit BUILD/pipit --torch-python PY [--rounds 3]
     [--threads 1,2] [--ctx 256 --micro-batch 2 --steps 3] [--data FILE]
     [--skip torch-hf,...]
+(pipit-moe-cf1: moe-100m at --capacity-factor 1, no padded slots: the
+experts' FLOPs are then the dense twin's.)
 """
 
 import argparse
@@ -37,8 +39,8 @@ def cpu_s(pid):
     return (int(parts[11]) + int(parts[12])) / TICK  # utime + stime (fields 14, 15)
 
 
-def run_pipit(a, model, threads):
-    cmd = [a.pipit, "train", "--model", model, "--data", a.data, "--ctx", str(a.ctx), "--micro-batch",
+def run_pipit(a, model, threads, extra=()):
+    cmd = [a.pipit, "train", "--model", model, *extra, "--data", a.data, "--ctx", str(a.ctx), "--micro-batch",
            str(a.micro_batch), "--steps", str(a.steps + 1), "--threads", str(threads), "--seed", "7", "--json"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ms, c0, c1, tail = [], None, None, []
@@ -77,6 +79,7 @@ def run_torch(a, dispatch, threads):
 CONFIGS = {
     "pipit-moe": lambda a, t: run_pipit(a, "moe-100m", t),
     "pipit-dense": lambda a, t: run_pipit(a, "llama-50m", t),
+    "pipit-moe-cf1": lambda a, t: run_pipit(a, "moe-100m", t, ("--capacity-factor", "1")),
     "torch-capacity": lambda a, t: run_torch(a, "capacity", t),
     "torch-hf": lambda a, t: run_torch(a, "hf", t),
     "torch-dense": lambda a, t: run_torch(a, "dense", t),
@@ -120,12 +123,14 @@ def main():
         print(f"| {name} | {t} | {med[name, t][0]:.0f} ({min(ms):.0f}-{max(ms):.0f}) | {tokens / med[name, t][0] * 1e3:.0f}"
               f" | {med[name, t][1]:.0f} ({min(cpu):.0f}-{max(cpu):.0f}) |")
     print()
+    pairs = [("pipit-moe", o) for o in ("pipit-dense", "torch-capacity", "torch-hf")] + [
+        ("pipit-moe-cf1", "pipit-dense"), ("torch-capacity", "torch-dense")]
     for t in threads:
-        for other in ("pipit-dense", "torch-capacity", "torch-hf"):
-            if ("pipit-moe", t) in med and (other, t) in med:
-                w = med[other, t][0] / med["pipit-moe", t][0]
-                c = med[other, t][1] / med["pipit-moe", t][1]
-                print(f"threads {t}: pipit-moe tokens/s / {other}: wall {w:.3f}x, CPU {c:.3f}x")
+        for one, other in pairs:
+            if (one, t) in med and (other, t) in med:
+                w = med[other, t][0] / med[one, t][0]
+                c = med[other, t][1] / med[one, t][1]
+                print(f"threads {t}: {one} tokens/s / {other}: wall {w:.3f}x, CPU {c:.3f}x")
     return 0
 
 
