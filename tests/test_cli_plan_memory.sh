@@ -21,6 +21,10 @@
 #    the compiled programs order the peaks as the search did (V-Min <
 #    V-Half < 1F1B) and the search's predicted peak of V-Min (the cost
 #    model of `pipit sim`) is within 10% of the planner's.
+#  - context parallelism: `plan --cp 2` against `--cp 1` (the replicated
+#    state equal, the activations between 1/2 and 3/4), its admission of
+#    each world rank under --mem-limit, and --cp 2 in the resident-memory
+#    check above.
 # Usage: test_cli_plan_memory.sh PIPIT SRCDIR
 set -u
 
@@ -104,7 +108,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 EOF
     }
     B=(--data text.txt --dim 512 --layers 4 --ctx 16 --micro-batch 1 --microbatches 2 --pp 2)
-    for mesh in "--dp 1" "--dp 2 --zero 3" "--dp 2 --zero 3 --reshard-after-forward"; do
+    for mesh in "--dp 1" "--dp 2 --zero 3" "--dp 2 --zero 3 --reshard-after-forward" "--cp 2"; do
         # shellcheck disable=SC2086
         expect_ok "$PIPIT" plan "${B[@]}" $mesh --json
         predicted=$($PY -c 'import json,sys; j=json.loads(sys.argv[1]); print(int(j["data_parallel"] * sum(r["memory"]["total"] for r in j["ranks"]) / 1024))' "$OUT")
@@ -119,6 +123,35 @@ EOF
             fail "$mesh: measured $measured KiB is not within 10% of the predicted $predicted KiB"
     done
 fi
+
+# ---- context parallelism (issue 28): plan --cp C plans one world rank of
+# each context group (data_parallel = D x C): the parameters, gradients and
+# moments replicated as at C = 1, the activations of half the tokens plus
+# the gathered K and V (between 1/2 and 3/4 of C = 1's); a --mem-limit
+# between the two totals refuses C = 1 (naming --cp) and admits C = 2; a
+# context that 2C does not divide is refused as train refuses it. (The
+# resident-memory check above measures --cp 2 against a real run.)
+Q=(--data text.txt --model llama-tiny --ctx 256 --micro-batch 1)
+expect_ok "$PIPIT" plan "${Q[@]}" --json && echo "$OUT" >cp1.json
+expect_ok "$PIPIT" plan "${Q[@]}" --cp 2 --json && echo "$OUT" >cp2.json
+cplimit=$($PY - <<'PYEOF'
+import json
+a, b = (json.load(open(f"cp{c}.json")) for c in (1, 2))
+assert a["data_parallel"] == 1 and b["data_parallel"] == 2, (a["data_parallel"], b["data_parallel"])
+m1, m2 = a["ranks"][0]["memory"], b["ranks"][0]["memory"]
+for k in ("params", "grads", "moments"):
+    assert m1[k] == m2[k], (k, m1, m2)
+assert 0.5 * m1["activations"] <= m2["activations"] <= 0.75 * m1["activations"], (m1, m2)
+print((m1["total"] + m2["total"]) // 2)
+PYEOF
+) || fail "plan --cp 2 against --cp 1: memory kinds"
+if [ -n "$cplimit" ]; then
+    expect_fail "world rank 0 (the largest of 1) needs" "$PIPIT" plan "${Q[@]}" --mem-limit "$cplimit"
+    expect_fail "--cp C (a sequence's activations over C ranks)" "$PIPIT" plan "${Q[@]}" --mem-limit "$cplimit"
+    expect_ok "$PIPIT" plan "${Q[@]}" --cp 2 --mem-limit "$cplimit"
+    expect_fail "world rank 0 (the largest of 2) needs" "$PIPIT" plan "${Q[@]}" --cp 2 --mem-limit $((cplimit / 2))
+fi
+expect_fail "--ctx 258 is not a multiple of 4" "$PIPIT" plan --data text.txt --model llama-tiny --ctx 258 --cp 2
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
 echo "ok"

@@ -122,7 +122,7 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"doc-pos-reset", FL_BOOL, &o->doc_pos_reset, "with --doc-sep: GPT-2's positions restart at 0 in each "
                                                           "document (Llama: RoPE is relative, nothing to reset)", 0}},
         {3, {"pp", FL_INT, &o->pp, "pipeline ranks P (default 1)", 0}},
-        {1, {"cp", FL_INT, &o->cp, "context-parallel ranks C per sequence (default 1): the sequence cut into 2C "
+        {3, {"cp", FL_INT, &o->cp, "context-parallel ranks C per sequence (default 1): the sequence cut into 2C "
                                    "chunks, rank c holding chunks c and 2C-1-c; K and V all-gathered for attention; "
                                    "P x T x D x C ranks; 2C divides --ctx", 0}},
         {3, {"dp", FL_INT, &o->dp, "data-parallel replicas D of the pipeline (default 1): P x D ranks, threads or MPI processes", 0}},
