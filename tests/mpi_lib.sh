@@ -51,3 +51,29 @@ same_as_threads() {
     diff <(losses t.log) <(losses m.log) > /dev/null || fail "$name: losses differ: $(losses t.log | tail -1) vs $(losses m.log | tail -1)"
     cmp -s t.st m.st || fail "$name: checkpoints differ"
 }
+
+# same_on_hosts NAME NP ARGS...: as same_as_threads, with the NP ranks
+# alternating between two emulated hosts (network namespaces, TCP between
+# them: tests/netns_hosts.sh); said and skipped where the machine cannot
+# make them (not root, no ip, no namespaces).
+same_on_hosts() {
+    local name=$1 np=$2
+    shift 2
+    if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
+        echo "$name: emulated hosts skipped (needs root and ip)"
+        return
+    fi
+    "$CLI" train "$@" --save t.st > t.log 2> t.err || { fail "$name: threads run: $(cat t.err)"; return; }
+    bash "$SRC/tests/netns_hosts.sh" run -np "$np" -x PIPIT_TIMEOUT=120 -- "$CLI" train "$@" --save "$WORK/h.st" \
+        > h.log 2> h.err
+    local rc=$?
+    if [ $rc -eq 77 ]; then
+        echo "$name: emulated hosts skipped: $(tail -1 h.log)"
+    elif [ $rc -ne 0 ]; then
+        fail "$name: emulated hosts: $(tail -3 h.err)"
+    else
+        diff <(losses t.log) <(losses h.log) > /dev/null || fail "$name: emulated hosts: losses differ"
+        cmp -s t.st "$WORK/h.st" || fail "$name: emulated hosts: checkpoints differ"
+        echo "$name on two emulated hosts: the threads run's bits"
+    fi
+}

@@ -14,23 +14,7 @@ MOE=(--data corpus.txt --model moe-tiny --ctx 16 --micro-batch 2 --microbatches 
 same_as_threads "moe-tiny D=2 E=2 vader" 2 self,vader "${MOE[@]}" --dp 2 --ep 2 --steps 3
 same_as_threads "moe-tiny 1f1b P=2 D=2 E=2 tcp" 4 self,tcp "${MOE[@]}" --pp 2 --schedule 1f1b --dp 2 --ep 2 --steps 2
 same_as_threads "moe-tiny D=4 E=2 zero1 vader" 4 self,vader "${MOE[@]}" --dp 4 --ep 2 --zero 1 --steps 2
-# Two emulated hosts (network namespaces, TCP between them): ranks alternate
-# between the hosts, so replicas 0 and 1 (the EP group) talk across the link.
-HOSTS="$SRC/tests/netns_hosts.sh"
-if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    "$CLI" train "${MOE[@]}" --dp 2 --ep 2 --steps 2 --save t.st > t.log || fail "hosts: threads"
-    bash "$HOSTS" run -np 2 -x PIPIT_TIMEOUT=120 -- "$CLI" train "${MOE[@]}" --dp 2 --ep 2 --steps 2 \
-        --save "$WORK/h.st" > h.log 2> h.err
-    rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "emulated hosts skipped: $(tail -1 h.log)"
-    elif [ $rc -ne 0 ]; then
-        fail "emulated hosts: $(tail -3 h.err)"
-    else
-        diff <(losses t.log) <(losses h.log) > /dev/null || fail "emulated hosts: losses differ"
-        cmp -s t.st "$WORK/h.st" || fail "emulated hosts: checkpoints differ"
-        echo "D=2 x E=2 on two emulated hosts: the threads run's bits"
-    fi
-fi
-
+# Two emulated hosts: ranks alternate between them, so replicas 0 and 1
+# (the EP group) talk across the link.
+same_on_hosts "moe-tiny D=2 E=2" 2 "${MOE[@]}" --dp 2 --ep 2 --steps 2
 mpi_done
