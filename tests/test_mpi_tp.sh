@@ -39,23 +39,8 @@ grep -q "this job has 3 processes, but the mesh needs P x T x D = 2 x 2 x 1 = 4"
     fail "bad launch: no process said why: $(head -3 b.err)"
 grep -q '"step"' b.log && fail "bad launch: a step ran"
 
-# Two emulated hosts (network namespaces, TCP between them): ranks alternate
-# between the hosts, so each stage's T = 2 ranks talk across the link.
-HOSTS="$SRC/tests/netns_hosts.sh"
-if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    "$CLI" train "${GPT2[@]}" --pp 2 --tp 2 --microbatches 4 --steps 2 --save t.st > t.log || fail "hosts: threads"
-    bash "$HOSTS" run -np 4 -x PIPIT_TIMEOUT=120 -- "$CLI" train "${GPT2[@]}" --pp 2 --tp 2 \
-        --microbatches 4 --steps 2 --save "$WORK/h.st" > h.log 2> h.err
-    rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "emulated hosts skipped: $(tail -1 h.log)"
-    elif [ $rc -ne 0 ]; then
-        fail "emulated hosts: $(tail -3 h.err)"
-    else
-        diff <(losses t.log) <(losses h.log) > /dev/null || fail "emulated hosts: losses differ"
-        cmp -s t.st "$WORK/h.st" || fail "emulated hosts: checkpoints differ"
-        echo "P=2 x T=2 on two emulated hosts: the threads run's bits"
-    fi
-fi
+# Two emulated hosts: ranks alternate between them, so each stage's T = 2
+# ranks talk across the link.
+same_on_hosts "GPT2 P=2 x T=2" 4 "${GPT2[@]}" --pp 2 --tp 2 --microbatches 4 --steps 2
 
 mpi_done

@@ -136,18 +136,8 @@ echo "bad launch: $n of 3 processes printed the reason before mpirun ended the j
 grep -q '"step"' b.log && fail "bad launch: a step ran"
 
 # Two emulated hosts (network namespaces, TCP between them).
-HOSTS="$SRC/tests/netns_hosts.sh"
-if [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null; then
-    for DP in 1 2; do
-        "$CLI" train "${MODEL[@]}" --pp 2 --dp $DP --microbatches 4 --steps 2 --save t.st > t.log || fail "hosts: threads"
-        bash "$HOSTS" run -np $((2 * DP)) -x PIPIT_TIMEOUT=120 -- "$CLI" train "${MODEL[@]}" --pp 2 --dp $DP \
-            --microbatches 4 --steps 2 --save "$WORK/h.st" > h.log 2> h.err
-        rc=$?
-        [ $rc -eq 77 ] && { echo "emulated hosts skipped: $(tail -1 h.log)"; break; }
-        [ $rc -eq 0 ] || { fail "emulated hosts D=$DP: $(tail -3 h.err)"; continue; }
-        diff <(losses t.log) <(losses h.log) > /dev/null || fail "emulated hosts D=$DP: losses differ"
-        cmp -s t.st "$WORK/h.st" || fail "emulated hosts D=$DP: checkpoints differ"
-    done
-fi
+for DP in 1 2; do
+    same_on_hosts "P=2 D=$DP" $((2 * DP)) "${MODEL[@]}" --pp 2 --dp $DP --microbatches 4 --steps 2
+done
 
 mpi_done
