@@ -55,11 +55,13 @@ pipit_status pipit__op_attention_cp_doc_shape(const pipit_graph *g, pipit__node 
     if (q->shape[1] % 2 != 0)
         return bad("q's axis 1 (%lld) must be 2L: this rank's two chunks of the sequence", (long long)q->shape[1]);
     if (kv->shape[0] != q->shape[0] || kv->shape[1] != q->shape[1] * C || kv->shape[2] != 2 * Hkv * D)
-        return bad("k and v must be [%lld,%lld,%lld] each (this rank's rows of q, kv_heads x head size)",
-                   (long long)q->shape[0], (long long)q->shape[1], (long long)(Hkv * D));
-    if (doc->dtype != PIPIT_I32 || doc->ndim != 2 || doc->shape[0] != q->shape[0] || doc->shape[1] != kv->shape[1])
-        return bad("document ids must be i32 [%lld,%lld] (q's batch and rows)", (long long)q->shape[0],
+        return bad("the gathered k | v must be [%lld,%lld,%lld] (C = %lld times q's %lld rows; k then v, kv_heads x "
+                   "head size each)",
+                   (long long)q->shape[0], (long long)(q->shape[1] * C), (long long)(2 * Hkv * D), (long long)C,
                    (long long)q->shape[1]);
+    if (doc->dtype != PIPIT_I32 || doc->ndim != 2 || doc->shape[0] != q->shape[0] || doc->shape[1] != kv->shape[1])
+        return bad("the gathered document ids must be i32 [%lld,%lld] (q's batch, k | v's rows)",
+                   (long long)q->shape[0], (long long)kv->shape[1]);
     if (!(n->fattr[0] > 0) || !isfinite(n->fattr[0])) return bad("scale must be finite and > 0");
     n->dtype = q->dtype;
     n->ndim = 3;
