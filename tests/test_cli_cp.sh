@@ -7,7 +7,8 @@
 # uninterrupted run's to 1e-6 (parameters are replicated over C: the file
 # does not depend on it); every refusal names the flag and the value.
 # Packed documents (--doc-sep) under --cp follow one rank; pipit eval --cp
-# gives --cp 1's loss.
+# gives --cp 1's loss, and so does train --cp's validation (--val-data,
+# --val-split).
 # Usage: test_cli_cp.sh PIPIT SRCDIR
 set -u
 
@@ -92,10 +93,41 @@ for sep in "" "--doc-sep 32"; do
     done
 done
 
+# ---- train --cp's validation: each validation batch cut over C as a step's
+# is. --lr 0 keeps the runs' parameters equal, so their val losses differ
+# by the rounding of the split sums only: --cp 1's to 1e-6, plain, packed
+# (--doc-sep 32) and --val-split, Llama with --pp 2 and --dp 2 too (the
+# same G = 2 validation microbatches); with a real --lr they follow --cp 1
+# as the training losses do (1e-5).
+vlosses() { grep -o '"val_loss":[^,]*' "$1" | cut -d: -f2; }
+vclose() { # vclose A B TOL WHAT: two val losses each, B's within TOL relative of A's
+    $PY - "$3" <(vlosses "$1") <(vlosses "$2") <<'EOF' || fail "$4: $(vlosses "$1" | tr '\n' ' ') vs $(vlosses "$2" | tr '\n' ' ')"
+import sys
+tol = float(sys.argv[1])
+a = [float(x) for x in open(sys.argv[2])]
+b = [float(x) for x in open(sys.argv[3])]
+sys.exit(0 if len(a) == 2 and len(a) == len(b) and all(abs(x - y) <= tol * abs(x) for x, y in zip(a, b)) else 1)
+EOF
+}
+VAL=(--steps 2 --eval-every 1 --eval-batches 2)
+G0=("${GPT2[@]/#3e-3/0}") # --lr 0
+for v in "--val-data text.txt" "--val-data text.txt --doc-sep 32" "--val-split 0.2"; do
+    run v1.log "$PIPIT" train "${G0[@]}" "${VAL[@]}" $v
+    run v2.log "$PIPIT" train "${G0[@]}" "${VAL[@]}" $v --cp 2
+    vclose v1.log v2.log 1e-6 "GPT-2 val loss --cp 2 $v vs --cp 1"
+done
+base=("${LLAMA[@]:0:${#LLAMA[@]}-2}") # without its final "--microbatches 2"
+base=("${base[@]/#3e-3/0}")           # --lr 0
+run v1.log "$PIPIT" train "${base[@]}" "${VAL[@]}" --microbatches 2 --val-data text.txt --doc-sep 32
+run v2.log "$PIPIT" train "${base[@]}" "${VAL[@]}" --microbatches 1 --dp 2 --cp 2 --pp 2 --val-data text.txt --doc-sep 32
+vclose v1.log v2.log 1e-6 "Llama val loss --cp 2 --pp 2 --dp 2 --doc-sep 32 vs --cp 1"
+run v1.log "$PIPIT" train "${GPT2[@]}" --steps 2 --eval-every 1 --val-data text.txt
+run v2.log "$PIPIT" train "${GPT2[@]}" --steps 2 --eval-every 1 --val-data text.txt --cp 2
+vclose v1.log v2.log 1e-5 "GPT-2 val loss --cp 2 vs --cp 1 after AdamW steps"
+
 # ---- refusals
 refused "--ctx 12 is not a multiple of 8" "$PIPIT" train --data text.txt --ctx 12 --layers 2 --heads 4 --dim 32 --steps 1 --cp 4
 refused "--cp must be in 1..64" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 0
-refused "--cp with --val-data" "$PIPIT" train "${GPT2[@]}" --steps 1 --cp 2 --val-data text.txt
 
 echo "$((failures == 0 ? 1 : 0)) passed, $((failures == 0 ? 0 : 1)) failed"
 [ "$failures" -eq 0 ]

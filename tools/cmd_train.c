@@ -259,7 +259,8 @@ static void run_step(train_run *r, int64_t step, double flops) {
     if (r->speaker && (step % o->log_every == 0 || last)) print_step(o, step, &met, tokens, flops, &r->prog, &r->s.moe);
     if (r->val_batches && ((o->eval_every && (step + 1) % o->eval_every == 0) || step + 1 == r->last_step))
         cli_progress_val(&r->prog, step,
-                         run_validation(&r->s, o, r->val_batches, r->G, r->bufs, r->feeds, step, r->speaker));
+                         run_validation(&r->s, o, r->val_batches, r->G, r->bufs, r->feeds, &r->cp, step,
+                                        r->speaker));
     if (r->speaker && !last) cli_bar_draw(&r->prog, step, met.loss);
     if (step > r->first_step || r->last_step - r->first_step == 1) r->profiled_s += met.ms / 1e3, r->profiled_steps++;
     if (r->profiling && step == r->first_step && r->last_step - r->first_step > 1) /* the first step pays page faults */

@@ -52,7 +52,6 @@ void cli_check_cp(const opts *o) {
         die("--dp %d x --cp %d = %d replicas: at most 64 (a context group is --cp consecutive replicas)", o->dp, o->cp,
             o->dp * o->cp);
     if (o->experts) die("--cp with --experts %d: mixture-of-experts layers are not built with --cp yet", o->experts);
-    if (o->val_data) die("--cp with --val-data: validation is not built with context parallelism yet");
     if (o->device && strcmp(o->device, "cuda") == 0)
         die("--cp runs on the cpu backend only (the CUDA backend runs context parallelism's kernels on host copies, "
             "untested)");

@@ -10,7 +10,7 @@
 #include "pipit.h"
 #include "train_cli.h"
 
-typedef struct {
+typedef struct cli_cp_feeds {
     int C, G, M, nf;   /* C > 1 when in use */
     int64_t rows;      /* B x T tokens of one whole-sequence feed */
     int32_t *buf;      /* G x C x nf slices of rows / C tokens */

@@ -154,8 +154,9 @@ void check_distinct(const pipit_data *d, const char *what, const char *spec, int
                     int64_t per_batch, const char *batches_flag, int T);
 int open_validation(session *s, opts *o, const flag_cmd *c, int G);
 void open_validation_program(session *s);
-double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
-                      int speaker);
+struct cli_cp_feeds; /* tools/cp_feeds.h */
+double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds,
+                      struct cli_cp_feeds *cp, int64_t step, int speaker);
 
 /* The options of train / plan from argv: defaults < preset < config <
  * flags, --resume applied, the checks every command line needs. */

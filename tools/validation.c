@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cp_feeds.h"
 #include "progress.h"
 #include "train_cli.h"
 
@@ -99,9 +100,12 @@ static void copy_params_to_validation(session *s) {
 
 /* Mean loss over validation batches 0 .. K-1 (sequential windows, each a
  * step's G microbatches), with the forward-only program (the same losses,
- * bit for bit, as pipit_step(update = 0) on the training program). */
-double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds, int64_t step,
-                             int speaker) {
+ * bit for bit, as pipit_step(update = 0) on the training program). Under
+ * --cp (cp->C > 1) each batch is cut into the D x C replicas' chunks as a
+ * training step's are (tools/cp_feeds.c; cp's buffers are reused, the
+ * step that filled them being done). */
+double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pipit_feed *feeds,
+                      struct cli_cp_feeds *cp, int64_t step, int speaker) {
     double sum = 0;
     int B = o->micro_batch;
     int nf = cli_model_nfeeds(&s->cfg);
@@ -110,7 +114,9 @@ double run_validation(session *s, const opts *o, int K, int G, mb_buf *bufs, pip
         for (int m = 0; m < G; m++)
             fill_microbatch(s->val, &s->cfg, ((int64_t)k * G + m) * B, &bufs[m], feeds + nf * m);
         pipit_metrics met;
-        if (pipit_step_feeds(s->vp, feeds, (int64_t)G * nf, nf, 0, &met)) die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
+        const pipit_feed *fed = cp->C > 1 ? cli_cp_feeds_cut(cp, feeds, B, o->ctx) : feeds;
+        if (pipit_step_feeds(s->vp, fed, (int64_t)G * (cp->C > 1 ? cp->C : 1) * nf, nf, 0, &met))
+            die("validation at step %lld: %s", (long long)step, pipit_program_errmsg(s->vp));
         sum += met.loss;
     }
     long long tokens = (long long)K * G * B * o->ctx;
