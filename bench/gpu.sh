@@ -34,13 +34,14 @@
 #     echo /.debs/ >> .git/info/exclude
 #     mkdir -p .debs && (cd .debs && apt-get download libopenblas0-pthread \
 #         libopenblas-pthread-dev libcjson1 libcjson-dev libgfortran5 libquadmath0)
+#     (cd .debs && apt-get download libdnnl2 libdnnl-dev ocl-icd-libopencl1)  # oneDNN
 #   then run it with the folder carried: run(command="bash bench/gpu.sh",
 #   carry=[".debs"]) (about 13 MB). Or point PIPIT_DEPS_PREFIX at a folder
 #   where they are unpacked already. With neither, the system's are used.
 #
 # Env: OUT (default ./gpu-out), BUILD (build-gpu), CUDA_ARCH (90), JOBS
 # (nproc), PIPIT_DEBS (.debs), PIPIT_DEPS_PREFIX, STEPS (timed steps, 6),
-# WARMUP (2), SKIP (comma list of phases: build,tests,sanitizer,bench,torch,
+# WARMUP (2), PROFILE_ARGS (the profiled run's precision flags, --tf32), SKIP (comma list of phases: build,tests,sanitizer,bench,torch,
 # profile), BUDGET (seconds, 510).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,8 @@ SKIP=${SKIP:-}
 BUDGET=${BUDGET:-510}
 PEAK_FP32=${PEAK_FP32:-67}
 PEAK_TF32=${PEAK_TF32:-494.7}
+PEAK_BF16=${PEAK_BF16:-989}
+PROFILE_ARGS=${PROFILE_ARGS:---tf32}
 mkdir -p "$OUT"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/pipit_gpu.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -81,7 +84,7 @@ room() {
     echo "- CPU: $(nproc) cores; $(uname -sr)"
     echo "- nvcc: $( (command -v nvcc || echo /usr/local/cuda/bin/nvcc) | xargs -I{} sh -c '{} --version 2>/dev/null | tail -2 | head -1')"
     echo "- python: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>/dev/null || echo 'python3/torch missing')"
-    echo "- MFU peaks (dense, TFLOP/s): fp32 $PEAK_FP32, tf32 $PEAK_TF32 (NVIDIA H200 SXM datasheet; TF32 989 with sparsity)"
+    echo "- MFU peaks (dense, TFLOP/s): fp32 $PEAK_FP32, tf32 $PEAK_TF32, bf16 $PEAK_BF16 (NVIDIA H200 SXM datasheet; TF32 989 and bf16 1979 with sparsity)"
 } >"$WORK/machine.md"
 cat "$WORK/machine.md"
 
@@ -108,17 +111,21 @@ build() {
         PIPIT_DEPS_PREFIX=$P
     fi
     if [ -n "$P" ]; then
-        local blas cblas cjson cjsonh
+        local blas cblas cjson cjsonh dnnl dnnlh
         blas=$(find "$P" -name 'libopenblas.so' | head -n1)
         [ -n "$blas" ] || blas=$(find "$P" -name 'libopenblas.so.0' | head -n1)
         cblas=$(find "$P" -name cblas.h | head -n1)
         cjson=$(find "$P" -name 'libcjson.so' | head -n1)
         [ -n "$cjson" ] || cjson=$(find "$P" -name 'libcjson.so.1' | head -n1)
         cjsonh=$(find "$P" -name cJSON.h | head -n1)
+        dnnl=$(find "$P" -name 'libdnnl.so' | head -n1)
+        dnnlh=$(find "$P" -path '*/include/dnnl.h' | head -n1) # its includes name oneapi/dnnl/...
         [ -n "$blas" ] && deps+=(-DOPENBLAS_LIB="$blas")
         [ -n "$cblas" ] && deps+=(-DCBLAS_INCLUDE_DIR="$(dirname "$cblas")")
         [ -n "$cjson" ] && deps+=(-DCJSON_LIB="$cjson")
         [ -n "$cjsonh" ] && deps+=(-DCJSON_INCLUDE_DIR="$(dirname "$cjsonh")")
+        [ -n "$dnnl" ] && deps+=(-DDNNL_LIB="$dnnl")
+        [ -n "$dnnlh" ] && deps+=(-DDNNL_INCLUDE_DIR="$(dirname "$dnnlh")")
         # libopenblas needs libgfortran from the prefix at link time and at run time
         export LD_LIBRARY_PATH=$(find "$P" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
         echo "dependencies from $P: ${deps[*]}"
@@ -216,6 +223,7 @@ if room bench 90; then
     say "4. benchmark: pipit GPT-2 124M T=1024"
     pipit_run fp32 8
     pipit_run tf32 8 --tf32
+    pipit_run bf16 8 --dtype bf16 --tf32
     # the largest B that fits, at TF32: doubling, then halfway to the first failure
     ok=8 bad=0
     for B in 16 32 64 128; do
@@ -237,6 +245,7 @@ if room bench 90; then
     echo "largest B that fits: $BMAX" >>"$OUT/pipit.log"
     if ((BMAX > 8)) && (($(left) > 60)); then
         pipit_run tf32 "$BMAX" --tf32
+        (($(left) > 45)) && pipit_run bf16 "$BMAX" --dtype bf16 --tf32
         (($(left) > 45)) && pipit_run fp32 "$BMAX"
     fi
     if grep -q '"run":"tf32","batch":8,' "$OUT/pipit.log"; then STATUS+=("bench: ok (largest B $BMAX)")
@@ -246,16 +255,23 @@ torch_run() { # mode precision B
     (($(left) < 25)) && { echo "{\"mode\":\"$1\",\"precision\":\"$2\",\"batch\":$3,\"skipped\":\"time budget\"}" >>"$OUT/torch.log"; return; }
     local peak=$PEAK_FP32
     [ "$2" = tf32 ] && peak=$PEAK_TF32
+    [ "$2" = bf16 ] && peak=$PEAK_BF16
     timeout $(($(left) < 170 ? $(left) - 10 : 160)) python3 bench/gpu_torch.py --mode "$1" --precision "$2" --batch "$3" \
-        --steps "$STEPS" --warmup "$WARMUP" --peak-tflops "$peak" >>"$OUT/torch.log" 2>"$WORK/torch.err" ||
+        --steps "$STEPS" --warmup "$WARMUP" --peak-tflops "$peak" >>"$OUT/torch.log" 2>"$WORK/torch.err"
+    local rc=$?
+    # 3: out of memory, already one JSON line of its own
+    ((rc != 0 && rc != 3)) &&
         echo "{\"mode\":\"$1\",\"precision\":\"$2\",\"batch\":$3,\"error\":\"$(tail -1 "$WORK/torch.err" | tr -d '"\\')\"}" >>"$OUT/torch.log"
+    return 0
 }
 if room torch 60; then
     say "4b. PyTorch (bench/gpu_torch.py)"
     torch_run eager fp32 8
     torch_run eager tf32 8
+    torch_run eager bf16 8
     ((BMAX > 8)) && torch_run eager tf32 "$BMAX"
     torch_run compile tf32 8
+    torch_run compile bf16 8
     torch_run compile fp32 8
     ((BMAX > 8)) && torch_run eager fp32 "$BMAX"
     STATUS+=("torch: ran ($(grep -c ms_per_step "$OUT/torch.log") of $(wc -l <"$OUT/torch.log") runs timed)")
@@ -263,10 +279,10 @@ fi
 
 # ------------------------------------------------------------- 5. profile
 if room profile 30; then
-    say "5. per-op profile (pipit --profile, TF32, B=8)"
+    say "5. per-op profile (pipit --profile $PROFILE_ARGS, B=8)"
     {
         echo "== pipit --profile (steps after the first; every instruction waited for on the device)"
-        timeout 90 "$PIPIT" "${GPT2[@]}" --tf32 --micro-batch 8 --steps 4 --profile 2>&1 >/dev/null
+        timeout 90 "$PIPIT" "${GPT2[@]}" $PROFILE_ARGS --micro-batch 8 --steps 4 --profile 2>&1 >/dev/null
         if command -v nsys >/dev/null; then
             echo "== nsys (cuda_gpu_kern_sum)"
             timeout 90 nsys profile -o "$WORK/nsys" --stats=false "$PIPIT" "${GPT2[@]}" --tf32 --micro-batch 8 --steps 3 >/dev/null 2>&1 &&
@@ -279,11 +295,11 @@ if room profile 30; then
 fi
 
 # ------------------------------------------------------------- summary
-python3 - "$OUT" "$WORK/machine.md" "$PEAK_FP32" "$PEAK_TF32" "$WARMUP" "${STATUS[@]}" <<'EOF'
+python3 - "$OUT" "$WORK/machine.md" "$PEAK_FP32" "$PEAK_TF32" "$PEAK_BF16" "$WARMUP" "${STATUS[@]}" <<'EOF'
 import json, statistics, sys
-out, machine, peak32, peak_tf32, warmup = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
-status = sys.argv[6:]
-peak = {"fp32": peak32, "tf32": peak_tf32}
+out, machine, peak32, peak_tf32, peak_bf16 = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+warmup, status = int(sys.argv[6]), sys.argv[7:]
+peak = {"fp32": peak32, "tf32": peak_tf32, "bf16": peak_bf16}
 runs = {}
 for line in open(f"{out}/pipit.log"):
     if not line.startswith('{"run"'):
@@ -324,7 +340,7 @@ def find(impl, mode, prec, B):
         if r["impl"] == impl and r["mode"] == mode and r["precision"] == prec and r["batch"] == B:
             return r
 lines += ["", "## pipit against PyTorch (same model, precision, batch)", ""]
-for prec in ("tf32", "fp32"):
+for prec in ("bf16", "tf32", "fp32"):
     for B in sorted({r["batch"] for r in rows}):
         p = find("pipit", "-", prec, B)
         if not p:
@@ -334,7 +350,7 @@ for prec in ("tf32", "fp32"):
             if t:
                 lines.append(f"- {prec} B={B}: pipit {p['ms']:.1f} ms vs torch {mode} {t['ms']:.1f} ms: "
                              f"pipit is {t['ms'] / p['ms']:.2f}x the speed of torch {mode}")
-lines += ["", "## Per-op time (pipit --profile, TF32, B=8): profile.txt", ""]
+lines += ["", "## Per-op time (pipit --profile, B=8): profile.txt", ""]
 try:
     share = {"GEMM (matmul)": 0.0, "attention": 0.0, "layernorm": 0.0}
     total = 0.0

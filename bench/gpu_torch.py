@@ -8,8 +8,10 @@ tokens; one full training step is forward, backward and AdamW (betas 0.9,
 bench/gpu.sh), on one GPU, fp32 storage.
 
 Precision: --precision fp32 (torch.backends.cuda.matmul.allow_tf32 = False,
-full fp32 GEMMs, as pipit without --tf32) or tf32 (allow_tf32 = True, as
-pipit --tf32). Attention: --attn sdpa (F.scaled_dot_product_attention,
+full fp32 GEMMs, as pipit without --tf32), tf32 (allow_tf32 = True, as
+pipit --tf32) or bf16 (torch.autocast bf16 around the forward, fp32
+masters and AdamW, TF32 allowed for what stays fp32: as pipit --dtype
+bf16). Attention: --attn sdpa (F.scaled_dot_product_attention,
 causal: what a PyTorch user writes; in fp32 it runs the memory-efficient
 kernel, never materialising [T, T] per head) or math (explicit softmax).
 Mode: --mode eager, or compile (torch.compile of the model; the optimizer
@@ -99,7 +101,7 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--precision", choices=["fp32", "tf32"], default="tf32")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="tf32")
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
     ap.add_argument("--attn", choices=["sdpa", "math"], default="sdpa")
     ap.add_argument("--steps", type=int, default=10)
@@ -111,7 +113,8 @@ def main():
         print(json.dumps({"error": "no CUDA device"}))
         return 2
 
-    tf32 = a.precision == "tf32"
+    # bf16: autocast bf16 around the forward (fp32 masters, AdamW in fp32), TF32 for what stays fp32
+    tf32 = a.precision in ("tf32", "bf16")
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
@@ -136,7 +139,8 @@ def main():
             idx = torch.randint(0, V, (B, T), device=dev, generator=gen)
             tgt = torch.randint(0, V, (B, T), device=dev, generator=gen)
             opt.zero_grad(set_to_none=True)
-            loss = fwd(idx, tgt)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                loss = fwd(idx, tgt)
             loss.backward()
             opt.step()
             return loss
