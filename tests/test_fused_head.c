@@ -121,6 +121,20 @@ static double normwise(const double *a, const double *b, int64_t n) {
     return dm / fmax(bm, 1e-30);
 }
 
+/* The largest |a - b| over one bf16 ulp of max(|a|, |b|) plus 1e-6 of
+ * max|b|: two bf16 roundings of fp32 values that agree to fp32 rounding
+ * are at most one ulp apart, so <= 1 when they do. */
+static double bf16_ulps(const double *a, const double *b, int64_t n) {
+    double bm = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) bm = fmax(bm, fabs(b[i]));
+    for (int64_t i = 0; i < n; i++) {
+        int e;
+        frexp(fmax(fabs(a[i]), fabs(b[i])), &e); /* |v| = m 2^e, m in [0.5, 1): 8 bits, ulp 2^(e-8) */
+        worst = fmax(worst, fabs(a[i] - b[i]) / (ldexp(1.0, e - 8) + 1e-6 * bm));
+    }
+    return worst;
+}
+
 /* errors of x against the reference r: loss (relative), dh, dW */
 static void hx_err(hx_shape s, const hx_out *x, const hx_out *r, double e[3]) {
     e[0] = fabs(x->loss - r->loss) / fabs(r->loss);
@@ -199,8 +213,10 @@ PIPIT_TEST(fused_head_threads_bitwise) {
  * the sgemm path and of the unfused head, bitwise the same for 1 and 3
  * threads; and (2) in bf16 with the kind forced to oneDNN: where oneDNN
  * refuses bf16 (pipit__onednn_bf16_why_not) every call falls back to the
- * fp32 panels, the bits of the panels kind; where it has one, within 1e-5
- * of them (another summation order of the same fp32 products). */
+ * fp32 panels, the bits of the panels kind; where it has one, the loss
+ * within 1e-6 and every dh and dW element within one bf16 ulp of them
+ * (another summation order of the same fp32 products, rounded once: on
+ * an AVX512-BF16 EPYC one dW element of 153k sat one ulp apart). */
 PIPIT_TEST(fused_head_onednn_path) {
     hx_shape s = shapes[1];
     hx_out ref, un, dnn, dnn3;
@@ -241,10 +257,13 @@ PIPIT_TEST(fused_head_onednn_path) {
         ASSERT_TRUE(memcmp(&kind4.loss, &panels.loss, sizeof kind4.loss) == 0);
         ASSERT_TRUE(memcmp(kind4.gh, panels.gh, sizeof(double) * (size_t)(s.N * s.d)) == 0);
         ASSERT_TRUE(memcmp(kind4.gw, panels.gw, sizeof(double) * (size_t)(s.V * s.d)) == 0);
-    } else {
+    } else { /* the same fp32 products summed in another order, dh and dW rounded once to bf16 */
         hx_err(s, &kind4, &panels, e);
-        printf("fused head, bf16 logits through oneDNN vs fp32 panels: loss %.2g dh %.2g dW %.2g\n", e[0], e[1], e[2]);
-        for (int i = 0; i < 3; i++) ASSERT_TRUE(e[i] < 1e-5);
+        double uh = bf16_ulps(kind4.gh, panels.gh, s.N * s.d), uw = bf16_ulps(kind4.gw, panels.gw, s.V * s.d);
+        printf("fused head, bf16 logits through oneDNN vs fp32 panels: loss %.2g dh %.2g dW %.2g; at most %.2g, %.2g "
+               "bf16 ulps apart\n",
+               e[0], e[1], e[2], uh, uw);
+        ASSERT_TRUE(e[0] < 1e-6 && uh <= 1 && uw <= 1);
     }
     hx_free(&panels), hx_free(&kind4);
 }
