@@ -26,6 +26,7 @@
  * inputs, and 2 threads against 1 bitwise, before anything is timed.
  * Usage: bench_bf16 [seconds per measurement, default 0.5]
  */
+#include <cblas.h>
 #include <dlfcn.h>
 #include <dnnl.h>
 #include <math.h>
@@ -346,7 +347,7 @@ int main(int argc, char **argv) {
     int bf = have_avx512bf16(), z = have_avx512f();
     const char *why = pipit__onednn_bf16_why_not();
     int dnnl_dt = why ? PIPIT_F32 : PIPIT_BF16;
-    printf("bf16 GEMM on this CPU: %s\n", pipit__gemm_bf16_kind());
+    printf("bf16 GEMM on this CPU: %s; OpenBLAS kernels: %s\n", pipit__gemm_bf16_kind(), openblas_get_corename());
     if (why) printf("oneDNN bf16 matmul: not here (%s); the oneDNN columns are its f32 matmul, for comparison\n", why);
     double pk32[3] = {0}, pk16[3] = {0};
     for (int nth = 1; nth <= 2; nth++) {

@@ -179,6 +179,9 @@ int main(int argc, char **argv) {
            md.llama ? "Llama" : "GPT-2", cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, nparams,
            fpt * tokens * 1e-9);
     if (bf16) printf("  bf16 GEMM: %s\n", pipit_cpu_bf16_gemm());
+    /* OpenBLAS picks its kernels by the CPU it knows: on a CPU newer than
+     * the library, OPENBLAS_CORETYPE can pick better ones (docs/benchmarks.md 14) */
+    printf("  OpenBLAS kernels: %s%s\n", openblas_get_corename(), getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "");
     printf("  step ms: median %.2f  min %.2f  mean %.2f  (%d steps after %d warm-up; loss %.4f)\n", med, mn,
            mean, steps, warmup, last_loss);
     printf("  %.0f tokens/s  %.2f GFLOP/s | sgemm ceiling (%d thr): 256x3072x768 %.1f, 1024^3 %.1f GFLOP/s"
@@ -188,10 +191,10 @@ int main(int argc, char **argv) {
            "\"steps\":%d,\"ms_median\":%.3f,\"ms_min\":%.3f,\"ms_mean\":%.3f,\"tokens_per_s\":%.1f,"
            "\"gflops\":%.3f,\"sgemm_mlp_gflops\":%.2f,\"sgemm_square_gflops\":%.2f,\"ratio_ceiling\":%.4f,"
            "\"cpu_per_wall\":%.3f,\"cpu_ms_per_step\":%.1f,\"sys_per_wall\":%.3f,\"minor_faults_per_step\":%ld,\"peak_rss_mb\":%.1f,"
-           "\"dtype\":\"%s\",\"arena_mb\":%.1f,\"bf16_gemm\":\"%s\"}\n",
+           "\"dtype\":\"%s\",\"arena_mb\":%.1f,\"bf16_gemm\":\"%s\",\"blas_core\":\"%s\"}\n",
            cfg.vocab, T, cfg.layers, cfg.heads, cfg.dim, B, threads, steps, med, mn, mean,
            tokens / (med / 1e3), gf, ceil_mlp, ceil_sq, gf / ceil, cpu_per_wall, cpu * 1e3 / steps, sys_per_wall, faults, (double)ru.ru_maxrss / 1024.0,
-           bf16 ? "bf16" : "f32", (double)arena / 1048576.0, pipit_cpu_bf16_gemm());
+           bf16 ? "bf16" : "f32", (double)arena / 1048576.0, pipit_cpu_bf16_gemm(), openblas_get_corename());
     free(ms), free(tok), free(tgt), free(pos);
     pipit_program_free(p);
     pipit_graph_free(g);
