@@ -105,6 +105,18 @@ PIPIT_API const char *pipit_build_id(void);
  * panels" (PIPIT_BF16_GEMM=onednn|pairs|panels forces one where the CPU
  * can run it). Static storage; for benchmarks and logs. */
 PIPIT_API const char *pipit_cpu_bf16_gemm(void);
+/* Which kernels OpenBLAS (the CPU's f32 and f64 GEMMs) runs in this
+ * process: its core name ("Haswell", "SkylakeX", ...), which OpenBLAS
+ * picks when it is loaded from the CPU models it knows, or from the
+ * environment variable OPENBLAS_CORETYPE. Static storage; for benchmarks
+ * and logs. */
+PIPIT_API const char *pipit_cpu_blas_kernels(void);
+/* NULL, or one line of advice when OpenBLAS runs kernels narrower than
+ * this CPU's vectors: an OpenBLAS older than the CPU (Debian 12's 0.3.21
+ * on AMD Zen 4 / 5) runs its 256-bit Haswell or Zen kernels on a CPU with
+ * AVX-512, where OPENBLAS_CORETYPE=SKYLAKEX picks its AVX-512 ones (1.9x
+ * the sgemm rate measured on such an EPYC). Static storage. */
+PIPIT_API const char *pipit_cpu_blas_advice(void);
 /* 1 if this build has the cuda backend (configured with -DPIPIT_CUDA=ON),
  * else 0; whether the machine has a GPU is another matter
  * (pipit_cuda_device_count). */

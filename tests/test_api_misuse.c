@@ -145,6 +145,10 @@ PIPIT_TEST(api_misuse_status_and_process) {
     stale();
     ASSERT_TRUE(pipit_cpu_bf16_gemm() != NULL && pipit_cpu_bf16_gemm()[0] != 0);
     ASSERT_TRUE(strcmp(pipit_errmsg(), STALE_TEXT) == 0); /* naming the way leaves the message */
+    ASSERT_TRUE(pipit_cpu_blas_kernels() != NULL && pipit_cpu_blas_kernels()[0] != 0);
+    const char *advice = pipit_cpu_blas_advice();
+    ASSERT_TRUE(advice == NULL || strstr(advice, "OPENBLAS_CORETYPE") != NULL);
+    ASSERT_TRUE(strcmp(pipit_errmsg(), STALE_TEXT) == 0);
     ASSERT_TRUE(pipit_cuda_device_count() >= 0);
     if (!pipit_have_cuda()) GIVES(pipit_cuda_device_count(), 0); /* the message says there is no backend */
     ASSERT_TRUE(pipit_process_rank() >= 0);
@@ -1560,6 +1564,8 @@ static const char *const CANNOT_FAIL[][2] = {
     {"pipit_sgd", "a value constructor (compile judges the values)"},
     {"pipit_hw_builtin_count", "a build fact"},
     {"pipit_cpu_bf16_gemm", "a run-time fact: names the bf16 GEMM way this CPU got"},
+    {"pipit_cpu_blas_kernels", "a run-time fact: OpenBLAS's core name"},
+    {"pipit_cpu_blas_advice", "a run-time fact: NULL or a line of advice"},
 };
 
 static int cannot_fail(const char *name) {

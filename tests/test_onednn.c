@@ -15,11 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <dirent.h>
 #include <unistd.h>
 
 #include "backend/cpu/kernels.h"
+#include "pipit.h"
 #include "test.h"
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -349,4 +351,55 @@ PIPIT_TEST(onednn_max_isa_forces_fallback) {
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) PIPIT_FAIL_("the child failed (status %d): %s", st, text);
     ASSERT_TRUE(strstr(text, "PIPIT_BF16_GEMM=onednn refused") != NULL);
     ASSERT_TRUE(strstr(text, "ONEDNN_MAX_CPU_ISA") != NULL);
+}
+
+/* ------------------------------------------------- OpenBLAS's kernels */
+
+/* 1 when /proc/cpuinfo's flags hold what OpenBLAS's SkylakeX kernels need
+ * (read independently of the library's cpuid check). */
+static int cpuinfo_has_avx512_skx(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return -1;
+    char line[8192];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        found = strstr(line, " avx512f ") && strstr(line, " avx512bw ") && strstr(line, " avx512dq ") &&
+                strstr(line, " avx512vl ");
+    }
+    fclose(f);
+    return found;
+}
+
+/* Advice exactly where OpenBLAS runs its 256-bit kernels (Haswell, Zen) on
+ * a CPU with AVX-512; forced both ways through OPENBLAS_CORETYPE in child
+ * processes (OpenBLAS reads it when it is loaded). */
+PIPIT_TEST(blas_advice_follows_the_kernels) {
+    const char *want = getenv("PIPIT_TEST_BLAS_CHILD");
+    int skx = cpuinfo_has_avx512_skx();
+    if (skx < 0) PIPIT_SKIP("no /proc/cpuinfo flags line");
+    const char *k = pipit_cpu_blas_kernels(), *advice = pipit_cpu_blas_advice();
+    int narrow = strcasecmp(k, "haswell") == 0 || strcasecmp(k, "zen") == 0;
+    printf("OpenBLAS kernels %s, AVX-512 (F, BW, DQ, VL) %s: advice %s\n", k, skx ? "yes" : "no",
+           advice ? advice : "none");
+    ASSERT_EQ_I64(advice != NULL, narrow && skx);
+    if (want) { /* the child: OpenBLAS took the forced kernels */
+        ASSERT_TRUE(strcasecmp(k, want) == 0);
+        return;
+    }
+    const char *force[2] = {"Haswell", "SkylakeX"};
+    for (int i = 0; i < (skx ? 2 : 1); i++) { /* SkylakeX kernels only where the CPU can run them */
+        fflush(stdout), fflush(stderr);
+        pid_t pid = fork();
+        ASSERT_TRUE(pid >= 0);
+        if (pid == 0) {
+            setenv("PIPIT_TEST_BLAS_CHILD", force[i], 1);
+            setenv("OPENBLAS_CORETYPE", force[i], 1);
+            execl("/proc/self/exe", "pipit_tests", "blas_advice_follows_the_kernels", (char *)NULL);
+            _exit(4);
+        }
+        int st = 0;
+        ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) PIPIT_FAIL_("the child with OPENBLAS_CORETYPE=%s failed (status %d)", force[i], st);
+    }
 }

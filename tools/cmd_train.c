@@ -161,6 +161,7 @@ static void print_header(train_run *r) {
         printf("; MFU vs measured sgemm peak %.1f GFLOP/s per rank (1-thread sgemm x %d thread(s))",
                r->prog.peak / ranks / 1e9, o->threads);
     if (ranks > 1 && r->prog.peak > 0) printf(" x %d ranks", ranks);
+    if (!on_gpu && pipit_cpu_blas_advice()) printf("; %s", pipit_cpu_blas_advice());
     printf("\n");
 }
 

@@ -14,7 +14,7 @@ Failures raise pipit.Error subclasses carrying pipit's message.
 from ._lib import (C, S, DeadlockError, Error, FormatError, InternalError, InvalidError, IOFailure, MisuseError,
                    NoMemoryError, RuntimeFailure, ScheduleError, ShapeError, finalize, lib, library_path)
 from .core import (DTYPES, Checkpoint, Data, Feeds, Graph, Program, Schedule, Tokenizer, Value, adamw, agree,
-                   build_id, cpu_bf16_gemm, cuda_device_count, have_cuda, have_mpi, init, lr_at, lr_schedule,
+                   build_id, cpu_bf16_gemm, cpu_blas_advice, cpu_blas_kernels, cuda_device_count, have_cuda, have_mpi, init, lr_at, lr_schedule,
                    process_count, process_rank, schedule_names, sgd, version)
 from .ops import *  # noqa: F401,F403
 from .ops import __all__ as _ops_all
@@ -31,4 +31,4 @@ __all__ = ["lib", "S", "C", "library_path", "Error", "InvalidError", "ShapeError
            "finalize", "process_rank", "process_count", "agree", "Decoder", "Sampler", "sample_token", "Hardware",
            "Partition", "SimReport", "SimResult", "mem_available", "partition", "plan", "plan_text", "profile",
            "profile_text", "schedule_text", "simulate", "probe_links", "have_mpi", "have_cuda", "cuda_device_count",
-           "cpu_bf16_gemm"] + _ops_all
+           "cpu_bf16_gemm", "cpu_blas_kernels", "cpu_blas_advice"] + _ops_all

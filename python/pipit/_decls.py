@@ -291,6 +291,8 @@ FUNCTIONS = {
     'pipit_cp_gather': ('S.pipit_val', [('g', 'c_void_p'), ('x', 'S.pipit_val')]),
     'pipit_cp_slice': ('c_int', [('dst', 'c_void_p'), ('src', 'c_void_p'), ('B', 'c_int64'), ('S', 'c_int64'), ('row_bytes', 'c_int64'), ('C', 'c_int'), ('c', 'c_int')]),
     'pipit_cpu_bf16_gemm': ('c_char_p', []),
+    'pipit_cpu_blas_advice': ('c_char_p', []),
+    'pipit_cpu_blas_kernels': ('c_char_p', []),
     'pipit_cuda_device_count': ('c_int', []),
     'pipit_data_batch': ('c_int', [('d', 'c_void_p'), ('first', 'c_int64'), ('B', 'c_int'), ('inputs', 'c_void_p'), ('targets', 'c_void_p')]),
     'pipit_data_checksum': ('c_uint32', [('d', 'c_void_p')]),

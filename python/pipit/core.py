@@ -796,6 +796,18 @@ def cpu_bf16_gemm():
     return _text(lib.pipit_cpu_bf16_gemm())
 
 
+def cpu_blas_kernels():
+    """The kernels OpenBLAS runs here, by its core name (pipit_cpu_blas_kernels)."""
+    return _text(lib.pipit_cpu_blas_kernels())
+
+
+def cpu_blas_advice():
+    """None, or a line of advice on OpenBLAS's kernels (pipit_cpu_blas_advice)."""
+    r = lib.pipit_cpu_blas_advice()
+    return None if r is None else _text(r)
+
+
 __all__ = ["init", "process_rank", "process_count", "agree", "Graph", "Value", "Schedule", "Program", "Checkpoint", "Data", "Tokenizer", "Feeds", "Error",
            "MisuseError", "adamw", "sgd", "lr_schedule", "lr_at", "schedule_names", "version", "build_id",
-           "have_mpi", "have_cuda", "cuda_device_count", "cpu_bf16_gemm", "DTYPES", "metrics_dict"]
+           "have_mpi", "have_cuda", "cuda_device_count", "cpu_bf16_gemm", "cpu_blas_kernels",
+           "cpu_blas_advice", "DTYPES", "metrics_dict"]

@@ -102,6 +102,9 @@ def test_build_queries():
     n = pipit.cuda_device_count()
     assert n >= 0 and (pipit.have_cuda() or n == 0)
     assert pipit.cpu_bf16_gemm()  # a name, e.g. "fp32 panels" on an AVX2 CPU
+    assert pipit.cpu_blas_kernels()  # OpenBLAS's core name, e.g. "Haswell"
+    advice = pipit.cpu_blas_advice()
+    assert advice is None or "OPENBLAS_CORETYPE" in advice
 
 
 def test_probe_links_one_process():

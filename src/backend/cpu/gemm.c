@@ -8,6 +8,7 @@
  */
 #include <cblas.h>
 #include <string.h>
+#include <strings.h>
 
 #include "backend/cpu/kernels.h"
 #include "util/common.h"
@@ -27,6 +28,30 @@
 #define GEMM_TILE_FLOPS (1 << 22)
 
 void pipit__gemm_init(void) { openblas_set_num_threads(1); }
+
+const char *pipit_cpu_blas_kernels(void) {
+    const char *name = openblas_get_corename();
+    return name && *name ? name : "unknown";
+}
+
+static int cpu_has_avx512_skx(void) { /* what OpenBLAS's SkylakeX kernels need */
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+#else
+    return 0;
+#endif
+}
+
+const char *pipit_cpu_blas_advice(void) {
+    const char *k = pipit_cpu_blas_kernels();
+    int narrow = strcasecmp(k, "haswell") == 0 || strcasecmp(k, "zen") == 0;
+    return narrow && cpu_has_avx512_skx()
+               ? "OpenBLAS runs its 256-bit kernels on this AVX-512 CPU: OPENBLAS_CORETYPE=SKYLAKEX picks faster ones "
+                 "(README, 'Performance on the CPU')"
+               : NULL;
+}
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t cdiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
