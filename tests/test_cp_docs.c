@@ -262,31 +262,39 @@ PIPIT_TEST(cp_docs_step_checks_ids) {
  * = 1 on the whole sequences: the loss and every gradient to 1e-12. */
 enum { MS = 12, MB = 2, MV = 23 };
 
+static int model_bf16; /* the models in f32 compiled with options.dtype bf16 (cp_docs_models_bf16_bound) */
+
 static pipit_program *model_program(int llama, int C, pipit_graph **gp) {
+    pipit_dtype dt = model_bf16 ? PIPIT_F32 : PIPIT_F64;
     pipit_graph *g = *gp = pipit_graph_new();
     if (pipit_graph_set_context_parallel(g, C) || pipit_graph_set_documents(g, 1)) return NULL;
     pipit_val loss;
     if (llama) {
         pipit_llama_config lc = {.vocab = MV, .max_ctx = 32, .ctx = MS / C, .layers = 2, .heads = 4, .kv_heads = 2,
                                  .dim = 16, .ffn_hidden = 24, .multiple_of = 1, .norm_eps = 1e-5,
-                                 .rope_theta = 10000, .batch = MB, .stages = 1, .dtype = PIPIT_F64};
+                                 .rope_theta = 10000, .batch = MB, .stages = 1, .dtype = dt};
         loss = pipit_llama_build(g, &lc);
     } else {
         pipit_gpt2_config gc = {.vocab = MV, .max_ctx = 32, .ctx = MS / C, .layers = 2, .heads = 2, .dim = 16,
-                                .batch = MB, .stages = 1, .dtype = PIPIT_F64};
+                                .batch = MB, .stages = 1, .dtype = dt};
         loss = pipit_gpt2_build(g, &gc);
     }
     pipit_program *p = NULL;
-    if (pipit_compile(g, loss, &(pipit_options){.data_parallel = C}, &p)) return NULL;
+    if (pipit_compile(g, loss, &(pipit_options){.data_parallel = C, .dtype = model_bf16 ? PIPIT_BF16 : 0}, &p))
+        return NULL;
     for (int i = 0; i < pipit_program_num_params(p); i++) { /* the same params in every program */
         const char *name = pipit_program_param_name(p, i);
         int64_t n = 0;
         if (pipit_program_param_numel(p, name, &n)) return NULL;
         double *v = malloc(sizeof(double) * (size_t)n);
-        for (int64_t k = 0; k < n; k++)
+        float *vf = malloc(sizeof(float) * (size_t)n);
+        for (int64_t k = 0; k < n; k++) {
             v[k] = 0.3 * sin(1.7 * (double)k + 0.9 * i) + (strstr(name, "norm") || strstr(name, "ln_") ? 1 : 0);
-        pipit_status s = pipit_program_set_param(p, name, v, sizeof(double) * (size_t)n);
-        free(v);
+            vf[k] = (float)v[k];
+        }
+        pipit_status s = model_bf16 ? pipit_program_set_param(p, name, vf, sizeof(float) * (size_t)n)
+                                    : pipit_program_set_param(p, name, v, sizeof(double) * (size_t)n);
+        free(v), free(vf);
         if (s) return NULL;
     }
     return p;
@@ -327,7 +335,14 @@ static void model_step(int llama, int C, double *loss, double *grad, int64_t *ng
         const char *name = pipit_program_param_name(p, i);
         int64_t n = 0;
         ASSERT_OK(pipit_program_param_numel(p, name, &n));
-        ASSERT_OK(pipit_program_get_grad(p, name, grad + at, sizeof(double) * (size_t)n));
+        if (model_bf16) {
+            static float gf[1 << 14];
+            ASSERT_TRUE(n <= (int64_t)(sizeof gf / sizeof gf[0]));
+            ASSERT_OK(pipit_program_get_grad(p, name, gf, sizeof(float) * (size_t)n));
+            for (int64_t k = 0; k < n; k++) grad[at + k] = gf[k];
+        } else {
+            ASSERT_OK(pipit_program_get_grad(p, name, grad + at, sizeof(double) * (size_t)n));
+        }
         at += n;
     }
     *ngrad = at, *loss = met.loss;
@@ -353,4 +368,32 @@ PIPIT_TEST(cp_docs_models_match_c1_f64) {
             ASSERT_TRUE(gmax > 0 && emax <= 1e-12 * gmax);
         }
     }
+}
+
+/* bf16 (f32 models, options.dtype bf16: the attention's q, k, v in bf16):
+ * C = 2 and 3 against C = 1 within the bf16 bounds of cp_bf16_bound (the
+ * loss to 2u, every gradient to 8u of the largest, u = 2^-8); the
+ * documents' mask is the same mask in every precision. */
+PIPIT_TEST(cp_docs_models_bf16_bound) {
+    enum { MAXG = 1 << 14 };
+    static double g1[MAXG], gc[MAXG];
+    const double u = 0x1p-8;
+    model_bf16 = 1;
+    for (int llama = 0; llama < 2; llama++) {
+        int64_t n1 = 0, nc = 0;
+        double l1 = 0, lc = 0;
+        model_step(llama, 1, &l1, g1, &n1);
+        for (int C = 2; C <= 3; C++) {
+            model_step(llama, C, &lc, gc, &nc);
+            double gmax = 0, emax = 0;
+            for (int64_t k = 0; k < n1; k++) gmax = fmax(gmax, fabs(g1[k])), emax = fmax(emax, fabs(gc[k] - g1[k]));
+            fprintf(stderr, "  %s bf16 C = %d: loss %.9g vs %.9g, grad max err %.3g of %.3g\n", llama ? "llama" : "gpt2",
+                    C, lc, l1, emax, gmax);
+            if (nc != n1 || !(fabs(lc - l1) <= 2 * u * fabs(l1)) || !(gmax > 0 && emax <= 8 * u * gmax)) {
+                model_bf16 = 0;
+                PIPIT_FAIL_("%s bf16 C = %d outside the bf16 bounds", llama ? "llama" : "gpt2", C);
+            }
+        }
+    }
+    model_bf16 = 0;
 }
