@@ -7,6 +7,9 @@
 #      against the cpu backend, the per-op parity test, GPT-2 tiny and with
 #      124M's widths against cpu, pipelined = single-rank bit for bit,
 #      checkpoints both ways);
+#   2b. tests/cuda/cli_parity.sh: the CLI's mesh axes and model kinds (PP,
+#      TP, SP, DP with ZeRO, CP, documents, MoE with EP, bf16, the fused
+#      head) on cuda against the cpu, losses to rounding;
 #   3. compute-sanitizer: memcheck on a 2-step training run of a small
 #      GPT-2, racecheck on one step of a smaller one (both on --device cuda);
 #   4. benchmark: GPT-2 124M, T = 1024, B = 8 and the largest B that fits
@@ -22,7 +25,9 @@
 #      when it is on the PATH.
 # It writes 8 files under $OUT (the device tool brings back at most 8):
 # summary.md (the tables), results.json, build.log, tests.log,
-# sanitizer.log, pipit.log, torch.log, profile.txt. Every phase has its own
+# sanitizer.log, pipit.log, torch.log, profile.txt (and parity.log: a
+# ninth file, so a full run loses one; run the parity phase alone with
+# SKIP=tests,sanitizer,bench,torch,profile). Every phase has its own
 # time limit and the script skips what would run past ~8.5 minutes in all;
 # a failing phase is reported and the next one runs.
 #
@@ -41,7 +46,7 @@
 #
 # Env: OUT (default ./gpu-out), BUILD (build-gpu), CUDA_ARCH (90), JOBS
 # (nproc), PIPIT_DEBS (.debs), PIPIT_DEPS_PREFIX, STEPS (timed steps, 6),
-# WARMUP (2), PROFILE_ARGS (the profiled run's precision flags, --tf32), SKIP (comma list of phases: build,tests,sanitizer,bench,torch,
+# WARMUP (2), PROFILE_ARGS (the profiled run's precision flags, --tf32), SKIP (comma list of phases: build,tests,parity,sanitizer,bench,torch,
 # profile), BUDGET (seconds, 510).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -150,10 +155,10 @@ elif [ -n "${PIPIT_DEPS_PREFIX:-}" ]; then
 fi
 if [ ! -x "$PIPIT" ]; then
     STATUS+=("everything else: skipped (no $PIPIT)")
-    SKIP=tests,sanitizer,bench,torch,profile
+    SKIP=tests,parity,sanitizer,bench,torch,profile
 elif ! nvidia-smi -L >/dev/null 2>&1; then
     STATUS+=("everything else: skipped (no GPU: nvidia-smi -L fails)")
-    SKIP=tests,sanitizer,bench,torch,profile
+    SKIP=tests,parity,sanitizer,bench,torch,profile
 fi
 
 # ------------------------------------------------------------- 2. tests
@@ -181,6 +186,17 @@ except ImportError:
     import array
     array.array('H', (r.randrange(50257) for _ in range(6_000_000))).tofile(open('$WORK/tokens.u16', 'wb'))
 " || echo "cannot write the benchmark data"
+
+# ------------------------------------------------------------- 2b. CLI parity
+if room parity 60; then
+    say "2b. CLI parity: every mesh axis and model kind, cuda vs cpu (tests/cuda/cli_parity.sh)"
+    if timeout 240 bash tests/cuda/cli_parity.sh "$PIPIT" >"$OUT/parity.log" 2>&1; then
+        STATUS+=("parity: ok ($(grep -c ' ok ' "$OUT/parity.log") configurations)")
+    else
+        STATUS+=("parity: FAILED ($(grep -c -E ' (DIFFERS|FAILED) ' "$OUT/parity.log") of $(($(wc -l <"$OUT/parity.log") - 1)); parity.log)")
+    fi
+    cat "$OUT/parity.log"
+fi
 
 # ------------------------------------------------------------- 3. sanitizer
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
