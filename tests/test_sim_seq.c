@@ -45,7 +45,8 @@ static pipit_sim_config llama405(int seq, int cp, int dp, int sp) {
  * the s^2 square counted (what flash-style kernels execute) is within 15%
  * of all three rows, Megatron's whole-square count of none (+19%, +20%,
  * +40%: the 131K row's attention is most of its FLOPs; docs/sim.md). SP
- * cuts the fullest rank's memory by more than 2.2x. */
+ * cuts the fullest rank's memory by more than 2.1x (2.26x, 2.25x, 2.15x: the
+ * SwiGLU's four kept F-wide tensors are cut by TP alone). */
 PIPIT_TEST(sim_llama3_405b_table4_sp_cp) {
     pipit_hw *hw = NULL;
     ASSERT_OK(pipit_hw_load("h100", &hw));
@@ -66,7 +67,7 @@ PIPIT_TEST(sim_llama3_405b_table4_sp_cp) {
         ASSERT_TRUE(u.tflops_causal < u.tflops_per_gpu);
         c.sp = 0;
         ASSERT_TRUE(run_sim(&c, hw, &nosp));
-        ASSERT_TRUE(u.peak_bytes_per_rank * 2.2 < nosp.peak_bytes_per_rank);
+        ASSERT_TRUE(u.peak_bytes_per_rank * 2.1 < nosp.peak_bytes_per_rank);
     }
     pipit_hw_free(hw);
 }

@@ -36,6 +36,7 @@ typedef struct {
     double cp_fwd, a2a_fwd; /* its forward's K/V all-gather and MoE all-to-all seconds (the backward's the same) */
     double eparams;        /* of params, the routed experts' */
     double act_full;       /* bytes of activations kept for its backward (no recompute) */
+    double bwd_work;       /* bytes its backward holds for a moment beyond the kept ones */
     double params;
 } layer_cost;
 
@@ -152,12 +153,21 @@ static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int mo
      * layer keeps, for each of its rows, the dispatched input and the
      * expert's output (the combine's weight gradient) and the expert's
      * activations, the shared experts' as a dense MLP's, the router's fp32
-     * probabilities and the k weights and indices of each token */
-    double mlp_keep = moe ? (rows * (2 * h * e + (x->gates + 1) * e * x->fe) + T * x->S * (x->gates + 1) * e * x->fe) / t +
+     * probabilities and the k weights and indices of each token. The MLP
+     * keeps what pipit's autodiff keeps: GELU its input and output (2 F),
+     * SwiGLU the gate and up outputs, silu(gate) and their product (4 F:
+     * the silu's output is a tensor of its own, read by the product's
+     * backward) */
+    double mlp_rows = 2 * x->gates; /* kept MLP-width values per row */
+    double mlp_keep = moe ? (rows * (2 * h * e + mlp_rows * e * x->fe) + T * x->S * mlp_rows * e * x->fe) / t +
                                 T * (4 * x->E + 8 * x->k)
-                          : T * (x->gates + 1) * e * x->fh / t;
+                          : T * mlp_rows * e * x->fh / t;
     c.act_full = T * h * (4 * e + 2 * x->mask) / x->tsp + T * h * (2 + 2 * kv / h) * e / t + mlp_keep +
                  cp_kv_bytes(x) + (x->flash ? 0 : sq * (2 * e + 1));
+    /* the backward's own buffers at its fullest: the gradient arriving at
+     * the layer (T h) and one MLP-width gradient (T F / t; a MoE layer's
+     * on its E slots rows) alive together, as pipit's planner lays them */
+    c.bwd_work = (T * h + (moe ? rows * x->fe : T * x->fh) / t) * e;
     /* with rotary positions (Llama) no biases and RMSNorm's h weights;
      * else (GPT) the biases and LayerNorm's 2h */
     double bias = x->rope ? 0 : 1;
@@ -189,7 +199,7 @@ static double xent_allreduces(const pipit_hw *hw, const dims *x) { return 3 * tp
 /* Final LayerNorm, logits against the (tied) embedding, cross-entropy on the
  * last stage; its input gradient is all-reduced over TP. */
 static void head(const pipit_hw *hw, const dims *x, int own_copy, double *f, double *b, double *w, double *params,
-                 double *work) {
+                 double *act, double *work) {
     double T = x->T, Vt = x->V / x->t;
     double logits = pipit__hw_gemm_time(hw, x->d, 1, T, Vt, x->h);
     *f += pipit__hw_mem_time(hw, 2 * x->e * T * x->h / x->tsp + T * Vt * (x->e + 4)) + logits + xent_allreduces(hw, x);
@@ -198,7 +208,23 @@ static void head(const pipit_hw *hw, const dims *x, int own_copy, double *f, dou
     *w += logits;
     /* the tied embedding: a copy of its own when the first stage is on another rank */
     *params += (own_copy ? Vt * x->h : 0) + (x->rope ? 1 : 2) * x->h; /* RMSNorm or LayerNorm */
-    *work += T * Vt * (x->e + 4); /* logits and their fp32 softmax, while the loss runs */
+    /* the final norm's input and output, kept for the backward */
+    *act += 2 * T * x->h * x->e / x->tsp;
+    /* the logits and their gradient while the loss runs: T x V/t of each
+     * (e + 4 bytes: the gradient of a 16-bit run's fp32 cross-entropy);
+     * the larger of that and a layer's backward buffers */
+    *work = fmax(*work, T * Vt * (x->e + 4));
+}
+
+/* The largest D shards of one parameter a rank's data-parallel exchange
+ * buffer holds (pipit__sim_model.dpbuf), in elements: the embedding V h/t,
+ * a layer's fused QKV (h + 2 kvw) h/t, an MLP matrix F h/t, or a MoE
+ * layer's stacked experts (a rank's E/ep of them sharded over the D/ep
+ * replicas holding them: D shards are E fe h/t whatever ep). */
+static double largest_param(const dims *x) {
+    double m = fmax(x->V * x->h, fmax((x->h + 2 * x->kvw) * x->h, x->fh * x->h));
+    if (x->E > 0) m = fmax(m, x->E * x->fe * x->h);
+    return m / x->t;
 }
 
 /* The MLP width F and the kv heads a config means (its zeros resolved). */
@@ -354,10 +380,10 @@ void pipit__sim_model_free(pipit__sim_model *m) {
 
 static pipit_status model_alloc(pipit__sim_model *m, int S) {
     memset(m, 0, sizeof *m);
-    m->f = pipit__calloc((size_t)S * 8, sizeof(double));
+    m->f = pipit__calloc((size_t)S * 9, sizeof(double));
     if (!m->f) return pipit__err(PIPIT_STATUS_NOMEM, "sim: out of memory");
     m->b = m->f + S, m->w = m->f + 2 * S, m->act = m->f + 3 * S, m->work = m->f + 4 * S, m->params = m->f + 5 * S;
-    m->layers = m->f + 6 * S, m->eparams = m->f + 7 * S;
+    m->layers = m->f + 6 * S, m->eparams = m->f + 7 * S, m->accum = m->f + 8 * S;
     m->S = S;
     return PIPIT_STATUS_OK;
 }
@@ -422,15 +448,28 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
         m->params[s] = Ld * lc.params + Lm * lm.params, m->eparams[s] = Lm * lm.eparams;
         /* full recompute keeps each layer's input; its backward rebuilds one layer at a time */
         m->act[s] = full ? Ls * x.T * x.h * x.e / x.tsp : Ld * lc.act_full + Lm * lm.act_full;
-        m->work[s] = full ? fmax(Ld > 0 ? lc.act_full : 0, Lm > 0 ? lm.act_full : 0) : 0;
+        /* a backward's own buffers; with full recompute on top of the
+         * one layer it rebuilds */
+        m->work[s] = fmax(Ld > 0 ? lc.bwd_work + (full ? lc.act_full : 0) : 0,
+                          Lm > 0 ? lm.bwd_work + (full ? lm.act_full : 0) : 0);
         if (s == 0) embedding(hw, &x, &m->f[s], &m->w[s], &m->params[s]);
-        if (s == S - 1) head(hw, &x, !head_with_first, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->work[s]);
+        if (s == S - 1) {
+            head(hw, &x, !head_with_first, &m->f[s], &m->b[s], &m->w[s], &m->params[s], &m->act[s], &m->work[s]);
+            /* the tied embedding's second use (the head): pipit sums each
+             * use of a param apart, the first in the gradient block, the
+             * others in accumulators of their own, V h/t on the head's rank */
+            m->accum[s] = x.V * x.h / x.t * x.e;
+        }
         if (Ls > most || (Ls == most && Lm > most_moe)) most = Ls, most_moe = Lm;
     }
     m->tp_s_per_mb = most * (full ? 3 : 2) * lc.tp_fwd;
     m->cp_s_per_mb = most * (full ? 3 : 2) * lc.cp_fwd;
     m->a2a_s_per_mb = most_moe * (full ? 3 : 2) * lm.a2a_fwd;
     m->cp_bytes_per_layer = cp_kv_bytes(&x);
+    /* the gradient exchange over the c d replicas: each rank's buffer of
+     * c d shards of the largest parameter (runtime/program.c) */
+    double ng = (double)cp * c->dp;
+    m->dpbuf = ng > 1 ? ng * ceil(largest_param(&x) / ng) * x.e : 0;
     m->a2a_bytes_per_layer = c->experts ? a2a_bytes(&x) : 0;
     pipit__sim_param_counts(c, &m->params_total, &m->params_active);
     m->tp_bytes_per_step = (double)c->layers / c->pp * (full ? 6 : 4) * x.T * x.h * x.e * (double)M;

@@ -216,12 +216,13 @@ static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit
         row->busy = pipit_sim_result_busy(res, q);
         row->act_peak = pipit_sim_result_peak_bytes(res, q);
         row->peak_live = pipit_sim_result_peak_live(res, q);
-        double work = 0, eparams = 0, gathered = 0;
+        double work = 0, eparams = 0, gathered = 0, accum = 0;
         for (int st = 0; st < r->m.S; st++)
             if (pipit_schedule_stage_rank(s, st) == q) {
                 row->params += r->m.params[st];
                 eparams += r->m.eparams[st];
                 work = PIPIT_MAX(work, r->m.work[st]);
+                accum += r->m.accum[st];
                 if (reshards(r)) gathered = PIPIT_MAX(gathered, reshard_gathered(r, st));
             }
         /* ZeRO shards over the gradient group: c d for the dense
@@ -232,6 +233,7 @@ static void fill_ranks(pipit_sim_report *r, const pipit_schedule *s, const pipit
                             eparams * bytes_per_param(r->m.esize, c->zero1, ne);
         if (reshards(r)) /* the full params' block: the most gathered at once instead */
             row->static_bytes += gathered - row->params * r->m.esize;
+        row->static_bytes += accum + r->m.dpbuf; /* held all step, as the runtime's blocks */
         row->peak_bytes = row->static_bytes + row->act_peak + work;
         r->dp_bytes = PIPIT_MAX(r->dp_bytes, row->params * r->m.esize);
         row->dp_s = PIPIT_MAX(0.0, dp_exchange(r, s, res, q, hw, &row->dp_total_s) - end);

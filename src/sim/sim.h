@@ -57,6 +57,8 @@ typedef struct {
     double *params;              /* [S] parameters of stage s on one GPU of its TP group */
     double *eparams;             /* [S] of which expert parameters (sharded over ep, reduced over cp dp / ep) */
     double *layers;              /* [S] transformer layers of stage s */
+    double *accum;               /* [S] gradient accumulators stage s holds all step (the tied embedding's head use) */
+    double dpbuf;                /* bytes of every rank's data-parallel exchange buffer (0 without c d > 1) */
     double comm;                 /* latency of one stage-to-stage message (the simulator's edge cost) */
     double p2p_xfer;             /* seconds the sender spends moving one message */
     double p2p_bytes;            /* bytes of one stage-to-stage message per GPU */
