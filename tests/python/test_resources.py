@@ -106,10 +106,17 @@ def test_two_threads_step_two_programs_at_once():
         progs.append((g, p))
     feeds = cm.batches(8, 0)
     spans = [[], []]
+    # Both threads start together and step for at least 0.4 s each: a step
+    # of this model takes ~2 ms, so four steps alone could finish before
+    # the other thread had even started (seen under CI's load), and that
+    # would say nothing about the GIL.
+    start = threading.Barrier(2)
 
     def run(i):
         p = progs[i][1]
-        for _ in range(4):
+        start.wait()
+        end = time.perf_counter() + 0.4
+        while len(spans[i]) < 4 or time.perf_counter() < end:
             t0 = time.perf_counter()
             p.step(feeds)
             spans[i].append((t0, time.perf_counter()))
