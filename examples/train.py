@@ -48,6 +48,8 @@ def parse(argv):
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     ap.add_argument("--threads", type=int, default=1, help="compute threads per rank (default 1)")
+    ap.add_argument("--recompute", default="none", choices=["none", "pointwise", "full"],
+                    help="what the backward computes again instead of keeping (default none)")
     ap.add_argument("--zero1", action="store_true", help="with --dp: shard the optimizer state (ZeRO-1)")
     ap.add_argument("--zero", type=int, default=0, help="with --dp: ZeRO stage 0..3 over the replicas (default 0)")
     ap.add_argument("--doc-sep", type=int, default=-1, help="packed documents: token ID ends a document "
@@ -91,7 +93,7 @@ def main(argv=None):
     with pipit.Trainer(model, data=a.data, steps=a.steps, pp=a.pp, tp=a.tp, dp=a.dp, schedule=a.schedule,
                        virtual=a.virtual, microbatches=a.microbatches, seed=a.seed, data_order=a.data_order,
                        lr=a.lr, lr_schedule=a.lr_schedule, warmup=a.warmup, dtype=a.dtype,
-                       threads=a.threads, zero1=a.zero1, zero=a.zero, resume=a.resume,
+                       threads=a.threads, remat=a.recompute, zero1=a.zero1, zero=a.zero, resume=a.resume,
                        doc_sep=a.doc_sep, doc_pos_reset=a.doc_pos_reset, sp=a.sp) as t:
         say("pipit %s: %r, %d params; %d stage(s), schedule %s; %d rank(s)" %
             (pipit.version(), model, model.num_params(), t.stages, t.schedule.kind if t.schedule else "none",

@@ -180,6 +180,9 @@ typedef enum { PIPIT_F32 = 0, PIPIT_F64 = 1, PIPIT_I32 = 2, PIPIT_BF16 = 3 } pip
 /* Which values a bf16 program keeps in bf16 (pipit_options.bf16_policy). */
 typedef enum { PIPIT_BF16_AUTOCAST = 0, PIPIT_BF16_ALL = 1 } pipit_bf16_policy;
 
+/* pipit_options.remat: what the backward recomputes (see there). */
+typedef enum { PIPIT_REMAT_NONE = 0, PIPIT_REMAT_FULL = 1, PIPIT_REMAT_POINTWISE = 2 } pipit_remat;
+
 #define PIPIT_MAX_DIMS 4
 /* Size limits (docs/ops.md "Limits"): elements of one tensor, microbatches
  * per step, stages of a schedule, compute threads per rank. Larger values
@@ -628,7 +631,17 @@ typedef struct {
     pipit_schedule *schedule;   /* NULL: one rank, sequential (borrowed) */
     int microbatches;           /* M, default 1 */
     int threads;                /* compute threads per rank, default 1 */
-    int remat;                  /* recompute forward inside backward */
+    /* What the backward recomputes instead of keeping from the forward
+     * (pipit_remat; the same bits either way):
+     * PIPIT_REMAT_NONE (0) keeps every value a backward reads;
+     * PIPIT_REMAT_FULL (1) keeps only each stage's inputs and runs the
+     *   stage's forward again inside its backward (about +1/3 compute);
+     * PIPIT_REMAT_POINTWISE (2) recomputes the cheap elementwise values
+     *   whose inputs the backward keeps anyway: GELU/SiLU outputs from
+     *   their inputs, a product of two such values, and their casts
+     *   (SwiGLU keeps its gate and up, not silu(gate) nor the product;
+     *   GPT-2's MLP keeps the GELU's input only); no matmul runs twice. */
+    int remat;
     pipit_optimizer optimizer;  /* default: AdamW(3e-4, .9, .95, 1e-8, 0) */
     double clip_norm;           /* 0: no clipping */
     /* Data parallelism: D replicas of the pipeline (world ranks w = d*P + p,

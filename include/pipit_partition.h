@@ -77,10 +77,12 @@ typedef struct {
      * flight) must fit. A rank holding V stages gives each limit / V. */
     double mem_limit;
     int optimizer_slots;
-    /* The program recomputes each stage's forward in its backward
-     * (pipit_options.remat): an op costs twice its forward plus its
-     * backward, and a stage keeps only its input per microbatch in flight
-     * (estimated as its largest forward value). */
+    /* pipit_options.remat of the program. PIPIT_REMAT_FULL: an op costs
+     * twice its forward plus its backward, and a stage keeps only its
+     * input per microbatch in flight (estimated as its largest forward
+     * value). PIPIT_REMAT_POINTWISE: the recomputed elementwise ops count
+     * in the backward; the activations are estimated as without remat
+     * (every forward value: an upper bound). Other values are INVALID. */
     int remat;
 } pipit_partition_options;
 

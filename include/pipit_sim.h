@@ -80,7 +80,11 @@ PIPIT_API pipit_status pipit_hw_calibrate(const char *profile_path, pipit_hw **o
 
 /* ---------------------------------------------------------------- model */
 
-typedef enum { PIPIT_RECOMPUTE_NONE = 0, PIPIT_RECOMPUTE_FULL = 1 } pipit_recompute;
+/* What the backward recomputes (pipit_options.remat's values): nothing;
+ * each layer's forward (Megatron's full recomputation); or the pointwise
+ * activations whose inputs are kept anyway (GELU's output, SwiGLU's
+ * silu(gate) and product: the MLP keeps half the width-F values). */
+typedef enum { PIPIT_RECOMPUTE_NONE = 0, PIPIT_RECOMPUTE_FULL = 1, PIPIT_RECOMPUTE_POINTWISE = 2 } pipit_recompute;
 
 typedef struct {
     /* the model: a decoder-only transformer. layers need not divide into

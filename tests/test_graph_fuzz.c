@@ -16,7 +16,7 @@
  * stages read; i32 slices of the token ids, a bf16 detour, at times a
  * gradient transform (pipit_set_grad) reading another param's gradient and
  * an options.outputs value. The loss is a cross-entropy in the last stage.
- * Compiles vary remat, bf16, forward-only, data parallelism and outputs; a
+ * Compiles vary remat (none, full, pointwise), bf16, forward-only, data parallelism and outputs; a
  * run compares loss, gradients, updated params and outputs with the same
  * step on one rank.
  *
@@ -469,7 +469,7 @@ static int fuzz_graph(uint64_t seed, int S, int run, int *compiled, int *ran, in
                     pipit_schedule_free(sch);
                     continue;
                 }
-                config c = {.kind = kind, .P = P, .V = nv, .M = M, .remat = pick(&r, 3) == 0, .bf16 = pick(&r, 5) == 0,
+                config c = {.kind = kind, .P = P, .V = nv, .M = M, .remat = pick(&r, 6) % 3, .bf16 = pick(&r, 5) == 0,
                             .fwd = pick(&r, 8) == 0, .dp = pick(&r, 6) == 0 ? 2 : 1, .out = pick(&r, 4) == 0};
                 c.run = run && !c.fwd && pick(&r, 2) == 0;
                 result got = {0};

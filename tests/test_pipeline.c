@@ -1,7 +1,7 @@
 /*
  * test_pipeline.c — the pipelined step equals the sequential one, bit for
- * bit: for every built-in schedule x P x M (x V) x remat, a tiny GPT-2 is
- * trained 3 AdamW steps and every gradient of the first step and every
+ * bit: for every built-in schedule x P x M (x V) x remat (none, full,
+ * pointwise), a tiny GPT-2 is trained 3 AdamW steps and every gradient of the first step and every
  * parameter after the last are compared with memcmp against the
  * single-rank run of the unstaged graph; the same in bf16 (mixed
  * precision), for the general op set, for graphs whose values are read
@@ -160,7 +160,7 @@ static int equivalence_at(const model *md, int P, int M, int *ran_kind) {
                 pipit_schedule_free(sch);
                 continue;
             }
-            for (int remat = 0; remat < 2; remat++) {
+            for (int remat = 0; remat <= PIPIT_REMAT_POINTWISE; remat++) {
                 snapshot got = {0};
                 char what[128];
                 snprintf(what, sizeof what, "%s P=%d V=%d M=%d remat=%d",

@@ -10,6 +10,7 @@
 #include "flags.h"
 #include "model.h"
 #include "pipit_io.h"
+#include "pipit_sim.h"
 #include "pipit_text.h"
 
 /* A candidate `word` may have meant (compared lower-case, '_' as '-'):
@@ -149,5 +150,9 @@ void cli_paths_free(cli_paths *p);
 pipit_tokenizer *cli_tokenizer_open(const char *path, const char *merges);
 /* The ids of text[0 .. len-1] (*n of them; malloc'd); dies naming `what`. */
 int32_t *cli_encode(const pipit_tokenizer *t, const char *what, const char *text, size_t len, size_t *n);
+
+/* --recompute's value: none, pointwise or full (tools/cmd_sim.c); dies
+ * naming the flag otherwise. The same numbers as pipit_options.remat. */
+pipit_recompute pipit_cli_recompute(const char *s);
 
 #endif

@@ -21,7 +21,6 @@
 #include "commands.h"
 /* tools/cmd_sim.c */
 pipit_hw *pipit_cli_open_hw(const char *name);
-pipit_recompute pipit_cli_recompute(const char *s);
 
 enum { R_LAYERS, R_TP, R_SEQ, R_SCHEDULE, R_MEMORY, R_OTHER, R_COUNT };
 static const char *const REASON[R_COUNT] = {

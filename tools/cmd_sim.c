@@ -46,11 +46,11 @@ int pipit_cli_schedule_kind(const char *flagname, const char *name) {
         cli_did_you_mean(name, cands, PIPIT_SCHED_COUNT, ""));
 }
 
-pipit_recompute pipit_cli_recompute(const char *s);
 pipit_recompute pipit_cli_recompute(const char *s) {
     if (strcmp(s, "none") == 0) return PIPIT_RECOMPUTE_NONE;
     if (strcmp(s, "full") == 0) return PIPIT_RECOMPUTE_FULL;
-    die("bad value '%s' for --recompute: expected none or full", s);
+    if (strcmp(s, "pointwise") == 0) return PIPIT_RECOMPUTE_POINTWISE;
+    die("bad value '%s' for --recompute: expected none, pointwise or full", s);
 }
 
 /* The CPU description fitted to the profile, with the links this job has
@@ -194,7 +194,7 @@ int cmd_sim(int argc, char **argv) {
         {"dp", FL_INT, &c.dp, "data-parallel replicas d (default 1)", 0},
         {"schedule", FL_STR, &schedule, "a built-in schedule name (default 1f1b)", 0},
         {"virtual", FL_INT, &c.virt, "stages per pipeline rank V (default: the schedule's own)", 0},
-        {"recompute", FL_STR, &recompute, "none (default) or full activation recomputation", 0},
+        {"recompute", FL_STR, &recompute, "none (default), pointwise (GELU/SiLU outputs and their products again in the backward) or full activation recomputation", 0},
         {"zero1", FL_BOOL, &c.zero1, "shard the optimizer state over dp (ZeRO-1)", 0},
         {"zero", FL_INT, &c.zero1, "ZeRO stage 0..3 over dp (2: and the gradients, 3: and the parameters)", 0},
         {"reshard-after-forward", FL_BOOL, &c.reshard_after_forward, "with --zero 3: each param gathered per "
@@ -235,7 +235,7 @@ int cmd_sim(int argc, char **argv) {
     flag_cmd cmd = {"sim",
                     "--layers L --hidden H --heads A [--kv-heads K] --seq S --vocab V [--arch gpt|llama]\n"
                     "       --micro-batch b --global-batch B\n"
-                    "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|full] --hw NAME|FILE [--json]\n"
+                    "       --tp t --pp p --dp d --schedule NAME [--virtual v] [--recompute none|pointwise|full] --hw NAME|FILE [--json]\n"
                     "       [--sp] [--cp c] [--experts E --top-k k --shared-experts S --moe-every N --capacity-factor F\n"
                     "        | --dropless] [--expert-ffn-hidden F] [--ep e]\n"
                     "       [--link inter=BW[:LAT],intra=BW[:LAT],gpus-per-node=N | --inter-node-bw BW ...]\n"

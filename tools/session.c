@@ -666,6 +666,16 @@ void cli_note_bf16(const pipit_checkpoint *ck, const char *flagname) {
 }
 
 /* --ep against the mesh and the model (the library refuses these too, in its words). */
+/* --recompute into o->remat (pipit_options.remat's values); --remat is
+ * its "full". */
+static void cli_resolve_recompute(opts *o) {
+    if (!o->recompute) return;
+    int r = (int)pipit_cli_recompute(o->recompute);
+    if (o->remat && r != PIPIT_REMAT_FULL)
+        die("--remat is --recompute full: it contradicts --recompute %s (give one of them)", o->recompute);
+    o->remat = r;
+}
+
 static void check_ep(const opts *o) {
     if (o->ep < 1 || o->ep > 64) die("--ep must be in 1..64 (expert-parallel ranks; got %d)", o->ep);
     if (o->ep == 1) return;
@@ -721,6 +731,7 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     check_positive("tp", o->tp);
     cli_check_cp(o); /* tools/cp_feeds.c */
     if (o->tp > 64) die("--tp must be at most 64 (got %d)", o->tp);
+    cli_resolve_recompute(o);
     if (o->sp && o->tp < 2)
         die("--sp cuts the sequence over a stage's tensor-parallel ranks: it needs --tp 2 or more (got --tp %d)", o->tp);
     if (o->sp && o->ctx % o->tp)

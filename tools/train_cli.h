@@ -26,6 +26,7 @@ typedef struct {
     int ctx, max_ctx, vocab, layers, heads, dim, micro_batch, microbatches, steps, threads, json;
     int pp, virt, remat, batches, profile, verbose, dp, zero1, tp;
     int sp; /* --sp: sequence parallelism over a stage's tp ranks */
+    const char *recompute; /* --recompute none|pointwise|full (--remat: full) */
     int ep; /* --ep E: expert parallelism over E consecutive data-parallel replicas (1: none) */
     int zero; /* --zero N: the ZeRO stage (--zero1 spells 1) */
     int reshard_after_forward; /* --reshard-after-forward: ZeRO-3's params gathered per task, not per step */

@@ -146,7 +146,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
                                     "(all-gather / reduce-scatter instead of all-reduce); --tp divides --ctx", 0}},
         {3, {"virtual", FL_INT, &o->virt, "stages per rank V (default: the schedule's own; S = P*V)", 0}},
         {3, {"schedule", FL_STR, &o->schedule, "gpipe|1f1b|eager-1f1b|interleaved-1f1b|interleaved-gpipe|zb-h1|dualpipev|zb-h2|zb-v|interleaved-zb|v-half|v-min|FILE", 0}},
-        {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward", 0}},
+        {3, {"remat", FL_BOOL, &o->remat, "recompute each stage's forward inside its backward (--recompute full)", 0}},
+        {3, {"recompute", FL_STR, &o->recompute, "what the backward computes again instead of keeping: none (default), "
+                                                 "pointwise (GELU/SiLU outputs and their products: the MLP keeps half "
+                                                 "its width-F values, no matmul twice) or full (= --remat)", 0}},
         {3, {"auto-stages", FL_BOOL, &o->auto_stages, "cut the stages where the predicted forward+backward cost is "
                                                       "balanced (pipit_partition, docs/partition.md) instead of evenly by layers", 0}},
         {3, {"stage-costs", FL_STR, &o->stage_costs, "with --auto-stages: model (default: FLOPs at 50 GFLOP/s, bytes "

@@ -16,7 +16,7 @@ import json
 from ctypes import byref, c_char_p, c_double, c_int, c_size_t, c_void_p
 
 from ._lib import C, S, Handle, InvalidError, check, cstr, lib, _text
-from .core import Graph, Program, Schedule, Value
+from .core import Graph, Program, Schedule, Value, remat_code
 
 __all__ = ["partition", "Partition", "SimResult", "Hardware", "simulate", "SimReport", "schedule_text",
            "plan_text", "plan", "profile_text", "profile", "mem_available", "probe_links"]
@@ -124,7 +124,7 @@ def partition(graph, loss, stages=0, schedule=None, yields="replace", gemm_flops
     o.stages, o.yields = int(stages), _YIELDS[yields]
     o.gemm_flops, o.mem_bandwidth, o.exp_rate = float(gemm_flops), float(mem_bandwidth), float(exp_rate)
     o.profile = profile.ptr if profile is not None else None
-    o.mem_limit, o.optimizer_slots, o.remat = float(mem_limit), int(optimizer_slots), int(bool(remat))
+    o.mem_limit, o.optimizer_slots, o.remat = float(mem_limit), int(optimizer_slots), remat_code(remat)
     out = c_void_p()
     check(lib.pipit_partition(graph.ptr, loss.c, byref(o), byref(out)))
     return Partition(out.value)

@@ -330,6 +330,19 @@ def _flatten(x):
 _OPTION_FIELDS = {f for f, _ in S.pipit_options._fields_}
 
 
+_REMAT = {"none": C.PIPIT_REMAT_NONE, "full": C.PIPIT_REMAT_FULL, "pointwise": C.PIPIT_REMAT_POINTWISE}
+
+
+def remat_code(remat):
+    """pipit_options.remat from "none", "full", "pointwise" (or False /
+    True: none / full, or the number itself)."""
+    if isinstance(remat, str):
+        if remat not in _REMAT:
+            raise InvalidError("bad remat %r: expected none, full or pointwise" % (remat,), C.PIPIT_STATUS_INVALID)
+        return _REMAT[remat]
+    return int(remat)
+
+
 def adamw(lr=3e-4, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0):
     return lib.pipit_adamw(lr, beta1, beta2, eps, weight_decay)
 
@@ -370,7 +383,7 @@ class Program(Handle):
         for k, v in options.items():
             if k not in _OPTION_FIELDS:
                 raise TypeError("Program: unknown option %r (pipit_options has %s)" % (k, ", ".join(sorted(_OPTION_FIELDS))))
-            setattr(o, k, v)
+            setattr(o, k, remat_code(v) if k == "remat" else v)
         o.schedule = schedule.ptr if schedule is not None else None
         o.dtype = dtype_code(dtype)
         o.bf16_policy = {"autocast": C.PIPIT_BF16_AUTOCAST, "all": C.PIPIT_BF16_ALL}.get(bf16_policy, -1)

@@ -19,7 +19,7 @@ from ctypes import byref, c_int64, sizeof
 from ._lib import C, S, InvalidError, check, cstr, cstr_array, lib
 from .core import Checkpoint, Data, Graph, Program, Schedule, Value, _new_array, _buffer_ptr, adamw, agree, sgd
 from .core import lr_schedule as _lr_schedule
-from .core import metrics_dict
+from .core import metrics_dict, remat_code
 from .models import Model
 
 
@@ -41,7 +41,7 @@ class Trainer:
     interleaved-1f1b with virtual > 1, when pp > 1 or virtual > 1), pp, tp,
     dp, virtual, microbatches, dtype ("f32", "bf16"), bf16_policy, zero1,
     zero (the ZeRO stage 0..3 over dp; zero1=True is zero=1), threads,
-    remat, lr (default: the preset's), optimizer ("adamw", "sgd"),
+    remat (False, True = "full", "none", "full", "pointwise"), lr (default: the preset's), optimizer ("adamw", "sgd"),
     beta1, beta2, eps, weight_decay, clip, lr_schedule ("constant",
     "cosine", "linear"), warmup, decay_steps, min_lr, steps (default: the
     preset's), seed, data_order ("random", "sequential"), data_format,
@@ -176,7 +176,7 @@ class Trainer:
                if self.o["optimizer"] == "adamw" else sgd(self.o["lr"]))
         if self.o["optimizer"] not in ("adamw", "sgd"):
             raise InvalidError("bad optimizer %r: expected adamw or sgd" % self.o["optimizer"], C.PIPIT_STATUS_INVALID)
-        self.opts = dict(schedule=self.schedule, microbatches=M, threads=threads, remat=int(bool(remat)),
+        self.opts = dict(schedule=self.schedule, microbatches=M, threads=threads, remat=remat_code(remat),
                          optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)), zero=zero,
                          tensor_parallel=tp, lr_schedule=self.lr_sched, dtype=dtype, bf16_policy=bf16_policy,
                          device=device, reshard_after_forward=self._reshard)

@@ -204,22 +204,46 @@ typedef struct {
     contrib_list *loop_uses; /* [fwd_end] targets' uses recorded by the loop pass */
     hop_table hops;        /* the yields contributions passed through */
     int32_t *refetched;    /* [fwd_end] an OPF_REFETCH value's backward copy, or -1 */
+    int pointwise;         /* PIPIT_REMAT_POINTWISE: cheap elementwise values are refetched too */
 } ad_state;
 
 static pipit_status oom(void) { return pipit__err(PIPIT_STATUS_NOMEM, "autodiff: out of memory"); }
 
+/* A loop value of the forward that the backward computes again rather
+ * than keeps (pipit_options.remat = PIPIT_REMAT_POINTWISE): a GELU or SiLU
+ * output (its own VJP reads its input, so the input is kept anyway), a
+ * product whose VJP reads both factors (each kept, or itself recomputed),
+ * and a cast of such a value. Recomputing it keeps no value alive that the
+ * backward would not keep without it, so memory only falls. */
+static int pointwise_recompute(const ad_state *a, int32_t r) {
+    const pipit__node *n = &a->g->nodes[r];
+    if (!a->pointwise || !a->needs[r]) return 0;
+    switch (n->op) {
+    case PIPIT_OP_GELU:
+    case PIPIT_OP_SILU: return a->needs[n->in[0]];
+    case PIPIT_OP_MUL: return a->needs[n->in[0]] && a->needs[n->in[1]];
+    case PIPIT_OP_CAST: return !a->pre[n->in[0]] && pointwise_recompute(a, n->in[0]);
+    default: return 0;
+    }
+}
+
 /* The backward copy of forward value r when its op is OPF_REFETCH
- * (sequence parallelism's all-gather): the same op on the same input,
- * emitted once in the backward region, so the forward's gathered value
- * dies after its forward readers and only the 1/T input is kept for the
- * backward (Megatron's SP re-gathers the column-parallel matmul's input
- * for its weight gradient). The same bits: a gather is a copy. r itself
- * otherwise (-1: out of memory). */
+ * (sequence parallelism's all-gather) or r is recomputed pointwise: the
+ * same op on the same inputs (or their own backward copies), emitted once
+ * in the backward region, so the forward's value dies after its forward
+ * readers and only the inputs are kept for the backward (Megatron's SP
+ * re-gathers the column-parallel matmul's input for its weight gradient;
+ * torch.compile's partitioner recomputes pointwise ops the same way). The
+ * same bits: the same kernel on the same inputs. r itself otherwise (-1:
+ * out of memory). */
 static int32_t refetch(ad_state *a, int32_t r) {
     pipit_graph *g = a->g;
-    if (r >= a->fwd_end || a->pre[r] || !(pipit__ops[g->nodes[r].op].flags & OPF_REFETCH)) return r;
+    if (r >= a->fwd_end || a->pre[r]) return r;
+    if (!(pipit__ops[g->nodes[r].op].flags & OPF_REFETCH) && !pointwise_recompute(a, r)) return r;
     if (a->refetched[r] >= 0) return a->refetched[r];
     pipit__node n = g->nodes[r];
+    for (int k = 0; k < n.nin; k++)
+        if ((n.in[k] = refetch(a, n.in[k])) < 0) return -1;
     int32_t c = pipit__node_add(g, (pipit__opcode)n.op, n.nin, n.in, n.fattr, n.iattr);
     if (c >= 0) a->refetched[r] = c;
     return c;
@@ -475,11 +499,11 @@ static pipit_status add_seed(ad_state *a, pipit__grads *out) {
     return list_push(&a->lists[a->loss], out->seed, contrib_key(INT32_MAX, 0), -1) ? PIPIT_STATUS_OK : oom();
 }
 
-pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out) {
+pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, int remat, pipit__grads *out) {
     memset(out, 0, sizeof *out);
     pipit_status s = validate_loss(g, loss);
     if (s) return s;
-    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL, {NULL, 0, 0}, NULL};
+    ad_state a = {g, loss, g->n, NULL, NULL, NULL, NULL, {NULL, 0, 0}, NULL, remat == PIPIT_REMAT_POINTWISE};
     out->fwd_end = a.fwd_end;
     a.needs = mark_needed(g, loss, a.fwd_end);
     a.pre = mark_preloop(g, a.fwd_end, loss);

@@ -34,8 +34,11 @@ typedef struct {
 } pipit__grads;
 
 /* Appends the backward graph of `loss` (a scalar) to g. Backward nodes of
- * the post-loop region carry NODE_POST. */
-pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, pipit__grads *out);
+ * the post-loop region carry NODE_POST. remat (pipit_options.remat):
+ * PIPIT_REMAT_POINTWISE makes the backward recompute the cheap elementwise
+ * values it reads (autodiff.c, pointwise_recompute); other values add
+ * nothing here (full remat is the lowering's). */
+pipit_status pipit__autodiff(pipit_graph *g, int32_t loss, int remat, pipit__grads *out);
 /* Forward-only programs: the targets (every param, no uses) and the
  * pre-loop marks, without appending anything to g; seed = -1. */
 pipit_status pipit__forward_targets(pipit_graph *g, int32_t loss, pipit__grads *out);

@@ -307,7 +307,7 @@ static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, 
 static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int me) {
     pipit__plan *p = L->p;
     pipit__emit_mark(e, ti, 0);
-    if (p->opt.remat && (t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW))
+    if (p->opt.remat == PIPIT_REMAT_FULL && (t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW))
         run_nodes(L, e, t.kind, t.stage, t.mb, me, 1); /* recompute the stage's forward */
     run_nodes(L, e, t.kind, t.stage, t.mb, me, 0);
     if (t.kind == PIPIT_TASK_F && t.stage == L->st->stage[p->loss]) pipit__emit_loss(e, p->loss, t.mb);

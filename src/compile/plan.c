@@ -312,7 +312,7 @@ pipit_status pipit__plan_build(pipit_graph *g, int32_t loss, const pipit_options
     else if (compiled)
         s = pipit__err(PIPIT_STATUS_MISUSE, "this graph was already compiled (compile each graph once)");
     else
-        s = pipit__autodiff(g, loss, &p->gr);
+        s = pipit__autodiff(g, loss, opt->remat, &p->gr);
     if (!s) s = describe_params(p);
     if (!s) s = index_param_names(p);
     if (!s) s = collect_inputs(p);

@@ -177,12 +177,13 @@ fail:
     return NULL;
 }
 
-pipit_status pipit__backward_costs(const pipit__cost_model *m, const pipit_graph *g, int32_t loss, double *bwd) {
+pipit_status pipit__backward_costs(const pipit__cost_model *m, const pipit_graph *g, int32_t loss, int remat,
+                                   double *bwd) {
     pipit_graph *c = copy_graph(g);
     if (!c) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
     pipit__grads gr;
     memset(&gr, 0, sizeof gr);
-    pipit_status s = pipit__autodiff(c, loss, &gr);
+    pipit_status s = pipit__autodiff(c, loss, remat, &gr);
     if (!s) {
         for (int32_t i = gr.fwd_end; i < c->n; i++) {
             const pipit__node *n = &c->nodes[i];

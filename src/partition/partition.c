@@ -117,11 +117,11 @@ static pipit_status op_costs(an_ctx *c, int32_t loss) {
     if (s) return s;
     double *bwd = pipit__calloc((size_t)c->g->n, sizeof *bwd);
     if (!bwd) return pipit__err(PIPIT_STATUS_NOMEM, "pipit_partition: out of memory");
-    s = pipit__backward_costs(&m, c->g, loss, bwd);
+    s = pipit__backward_costs(&m, c->g, loss, c->opt->remat, bwd);
     for (int i = 0; i < c->n && !s; i++) {
         int32_t id = c->op_node[i];
         c->fwd[i] = pipit__node_cost(&m, c->g, id);
-        c->cost[i] = (c->opt->remat ? 2 * c->fwd[i] : c->fwd[i]) + bwd[id];
+        c->cost[i] = (c->opt->remat == PIPIT_REMAT_FULL ? 2 * c->fwd[i] : c->fwd[i]) + bwd[id];
         c->act_bytes[i] = pipit__node_runs(&c->g->nodes[id]) ? (double)pipit__node_bytes(&c->g->nodes[id]) : 0;
     }
     pipit__free(bwd);
@@ -166,7 +166,7 @@ static double stage_bytes(void *ctx, int s, int a, int b) {
     double fixed = 0, act = 0;
     c->now++;
     for (int i = a; i < b; i++) {
-        act = c->opt->remat ? PIPIT_MAX(act, c->act_bytes[i]) : act + c->act_bytes[i];
+        act = c->opt->remat == PIPIT_REMAT_FULL ? PIPIT_MAX(act, c->act_bytes[i]) : act + c->act_bytes[i];
         const pipit__node *n = &g->nodes[c->op_node[i]];
         for (int k = 0; k < n->nin; k++) {
             int32_t r = pipit__unyield(g, n->in[k]);
@@ -203,6 +203,9 @@ static pipit_status check_args(const pipit_graph *g, pipit_val loss, const pipit
                           PIPIT_MAX_STAGES, *S);
     if ((unsigned)opt->yields > PIPIT_PARTITION_YIELDS_AS_CUTS)
         return pipit__err(PIPIT_STATUS_INVALID, "pipit_partition: yields = %d is not a pipit_partition_yields", (int)opt->yields);
+    if (opt->remat < PIPIT_REMAT_NONE || opt->remat > PIPIT_REMAT_POINTWISE)
+        return pipit__err(PIPIT_STATUS_INVALID, "pipit_partition: remat must be 0 (none), 1 (full) or 2 (pointwise), got %d",
+                          opt->remat);
     if (!(opt->mem_limit >= 0) || !isfinite(opt->mem_limit) || opt->optimizer_slots < 0)
         return pipit__err(PIPIT_STATUS_INVALID, "pipit_partition: mem_limit (%g) and optimizer_slots (%d) must be >= 0",
                           opt->mem_limit, opt->optimizer_slots);

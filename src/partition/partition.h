@@ -75,7 +75,10 @@ double pipit__acc_cost(const pipit__cost_model *m, double bytes);
 /* bwd[i] (n = g->n entries, zeroed by the caller) += the cost of the
  * backward of forward node i: the VJP nodes autodiff emits for it (on a
  * copy of g) and the accumulation of the param gradients it contributes. */
-pipit_status pipit__backward_costs(const pipit__cost_model *m, const pipit_graph *g, int32_t loss, double *bwd);
+/* remat: pipit_options.remat (pointwise recomputes are counted as the
+ * backward of the op that reads them) */
+pipit_status pipit__backward_costs(const pipit__cost_model *m, const pipit_graph *g, int32_t loss, int remat,
+                                   double *bwd);
 
 /* ---- the partition object (partition.c), read by apply.c */
 

@@ -38,6 +38,11 @@ static pipit_status check_options(const pipit_options *o) {
     if (!in_range(o->clip_norm, 0, HUGE_VAL, 0))
         return pipit__err(PIPIT_STATUS_INVALID, "options.clip_norm must be a finite number >= 0 (0: no clipping), got %g",
                           o->clip_norm);
+    if (o->remat < PIPIT_REMAT_NONE || o->remat > PIPIT_REMAT_POINTWISE)
+        return pipit__err(PIPIT_STATUS_INVALID,
+                          "options.remat must be PIPIT_REMAT_NONE (0), PIPIT_REMAT_FULL (1: the stage's forward again "
+                          "in its backward) or PIPIT_REMAT_POINTWISE (2: elementwise values again), got %d",
+                          o->remat);
     if (o->tf32 != 0 && o->tf32 != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "options.tf32 must be 0 (fp32 GEMMs) or 1 (TF32 tensor cores), got %d",
                           o->tf32);

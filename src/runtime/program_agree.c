@@ -105,7 +105,7 @@ pipit_status pipit__program_agree(const pipit_program *p, pipit_status local) {
         for (int i = 0; i < 6; i++) snprintf(val[1 + i], VAL_LEN, "%.17g", num[i]);
         snprintf(val[7], VAL_LEN, "kind %d, warmup %lld, decay_steps %lld, min_lr %.17g", (int)ls->kind,
                  (long long)ls->warmup, (long long)ls->decay_steps, ls->min_lr);
-        const int ints[] = {pl->M, pl->D, pl->zero1 ? PIPIT_MAX(pl->zero, 1) : 0, pl->opt.remat != 0, pl->forward_only, p->tf32};
+        const int ints[] = {pl->M, pl->D, pl->zero1 ? PIPIT_MAX(pl->zero, 1) : 0, pl->opt.remat, pl->forward_only, p->tf32};
         for (int i = 0; i < 6; i++) snprintf(val[8 + i], VAL_LEN, "%d", ints[i]);
         if (pl->reshard) snprintf(val[10], VAL_LEN, "%d, reshard_after_forward", ints[2]);
         uint64_t h = mix(0xcbf29ce484222325ull, pl->outputs, sizeof *pl->outputs * (size_t)pl->noutputs);

@@ -26,6 +26,9 @@ CASES = [
     ("gpt2-docsep-posreset", ["--model", "tiny", "--doc-sep", "32", "--doc-pos-reset", "--pp", "2"]),
     ("llama-docsep", ["--model", "llama-tiny", "--doc-sep", "32", "--dp", "2"]),
     ("gpt2-P2T2-sp", ["--model", "tiny", "--pp", "2", "--tp", "2", "--sp", "--microbatches", "2"]),
+    ("llama-pp2-recompute-pointwise", ["--model", "llama-tiny", "--pp", "2", "--microbatches", "2", "--recompute",
+                                       "pointwise"]),
+    ("gpt2-recompute-full-bf16", ["--model", "tiny", "--recompute", "full", "--dtype", "bf16"]),
     ("moe-balance-bias", ["--model", "moe-tiny", "--balance-bias", "0.01", "--pp", "2", "--microbatches", "2"]),
 ]
 SMALL = ["--layers", "4", "--ctx", "16", "--micro-batch", "2", "--steps", "3"]
