@@ -42,7 +42,7 @@ typedef struct {
     int vocab_tps[32], nvocab_tps; /* those degrees, as met (the first 32) */
 } search;
 
-static const char *remat_name(const pipit_sim_config *c) { return c->recompute ? "full" : "none"; }
+static const char *remat_name(const pipit_sim_config *c) { return pipit_recompute_name(c->recompute); }
 
 static int cp1(const pipit_sim_config *c) { return c->cp > 1 ? c->cp : 1; }
 static int ep1(const pipit_sim_config *c) { return c->ep > 1 ? c->ep : 1; }
@@ -151,7 +151,7 @@ static void enumerate_pipeline(search *s, pipit_sim_config c, const pipit_hw *hw
     c.ep = ep > 0 ? ep : 1;
     int64_t per_replica = c.global_batch / c.dp;
     int z0 = zero >= 0 ? zero : 0, z1 = zero >= 0 ? zero : c.dp > 1 ? 3 : 0;
-    int r0 = recompute >= 0 ? recompute : 0, r1 = recompute >= 0 ? recompute : 1;
+    int r0 = recompute >= 0 ? recompute : 0, r1 = recompute >= 0 ? recompute : PIPIT_RECOMPUTE_POINTWISE;
     for (int k = 0; k < PIPIT_SCHED_COUNT; k++)
         for (int v = 1; v <= c.layers / c.pp; v++)
             for (int64_t b = 1; b <= per_replica && b <= 1 << 16; b++) {

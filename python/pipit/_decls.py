@@ -443,6 +443,7 @@ FUNCTIONS = {
     'pipit_program_write_plan_json': ('c_int', [('f', 'c_void_p'), ('p', 'c_void_p')]),
     'pipit_program_write_profile_json': ('c_int', [('f', 'c_void_p'), ('p', 'c_void_p')]),
     'pipit_program_write_trace': ('c_int', [('p', 'c_void_p'), ('path', 'c_char_p')]),
+    'pipit_recompute_name': ('c_char_p', [('r', 'c_int')]),
     'pipit_reduce_max': ('S.pipit_val', [('g', 'c_void_p'), ('x', 'S.pipit_val'), ('axis', 'c_int'), ('keepdim', 'c_int')]),
     'pipit_reduce_mean': ('S.pipit_val', [('g', 'c_void_p'), ('x', 'S.pipit_val'), ('axis', 'c_int'), ('keepdim', 'c_int')]),
     'pipit_reduce_sum': ('S.pipit_val', [('g', 'c_void_p'), ('x', 'S.pipit_val'), ('axis', 'c_int'), ('keepdim', 'c_int')]),

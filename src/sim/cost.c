@@ -101,7 +101,7 @@ static double moe_gemms(const pipit_hw *hw, const dims *x) {
     return routed + shared + pipit__hw_gemm_time(hw, x->d, 1, x->T, x->E, x->h);
 }
 
-static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int moe) {
+static layer_cost layer(const pipit_hw *hw, const dims *x, pipit_recompute recompute, int moe) {
     layer_cost c = {0};
     double T = x->T, h = x->h, t = x->t, kv = x->kvw;
     /* the GEMMs of the layer: QKV (k and v kv wide: grouped-query), the
@@ -120,8 +120,8 @@ static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int mo
     double e = x->e, sq = x->b * (x->a / t) * x->sq * x->s;
     double act_fn = x->gates > 1 ? 3 * e : 2 * e;
     double rows = x->E * x->slots; /* routed rows one GPU computes (E/ep experts x ep x slots) */
-    double mlp_f = moe ? (rows + T * x->S) * (x->fe / t) * act_fn + 2 * (rows + T) * h * e / t + T * x->E * 12
-                       : T * (x->fh / t) * act_fn;
+    double act_f = moe ? (rows + T * x->S) * (x->fe / t) * act_fn : T * (x->fh / t) * act_fn; /* the activation */
+    double mlp_f = act_f + (moe ? 2 * (rows + T) * h * e / t + T * x->E * 12 : 0);
     double mem_f = T * h * (10 * e + 2 * x->mask) / x->tsp + mlp_f + (x->rope ? 2 * e * T * (h + kv) / t : 0) +
                    (x->flash ? 0 : sq * (4 * e + 1));
     /* with sequence parallelism each all-reduce is an all-gather and a
@@ -142,7 +142,10 @@ static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int mo
      * all-gathers them again for the weight gradients: two all-gathers,
      * one all-reduce's time (Korthikanti et al. 2022, section 4.2.2) */
     if (x->tsp > 1) c.b += ar;
-    if (recompute) c.b += c.f;
+    if (recompute == PIPIT_RECOMPUTE_FULL) c.b += c.f;
+    /* pointwise: the MLP's activation (GELU; SwiGLU's silu and product)
+     * again, its elementwise traffic once more, no GEMM */
+    if (recompute == PIPIT_RECOMPUTE_POINTWISE) c.b += pipit__hw_mem_time(hw, act_f) + 2 * hw->kernel_overhead;
     c.w = dense;
     /* Korthikanti et al. 2022, eq. 2, generalised to any element size, MLP
      * width and kv width (q, k, v and the projection's input are kept);
@@ -157,8 +160,9 @@ static layer_cost layer(const pipit_hw *hw, const dims *x, int recompute, int mo
      * keeps what pipit's autodiff keeps: GELU its input and output (2 F),
      * SwiGLU the gate and up outputs, silu(gate) and their product (4 F:
      * the silu's output is a tensor of its own, read by the product's
-     * backward) */
-    double mlp_rows = 2 * x->gates; /* kept MLP-width values per row */
+     * backward); with pointwise recompute GELU its input (1 F), SwiGLU the
+     * gate and up (2 F): the backward computes the rest again */
+    double mlp_rows = (recompute == PIPIT_RECOMPUTE_POINTWISE ? 1 : 2) * x->gates; /* kept MLP-width values per row */
     double mlp_keep = moe ? (rows * (2 * h * e + mlp_rows * e * x->fe) + T * x->S * mlp_rows * e * x->fe) / t +
                                 T * (4 * x->E + 8 * x->k)
                           : T * mlp_rows * e * x->fh / t;
@@ -326,8 +330,9 @@ static pipit_status check_config(const pipit_sim_config *c, const pipit_hw *hw, 
     if (c->ffn_hidden > 0 && c->ffn_mult > 0)
         return pipit__err(PIPIT_STATUS_INVALID, "give the MLP width as ffn hidden %d or as ffn multiplier %g, not both",
                           c->ffn_hidden, c->ffn_mult);
-    if (c->recompute != PIPIT_RECOMPUTE_NONE && c->recompute != PIPIT_RECOMPUTE_FULL)
-        return pipit__err(PIPIT_STATUS_INVALID, "recompute must be none or full");
+    if (c->recompute != PIPIT_RECOMPUTE_NONE && c->recompute != PIPIT_RECOMPUTE_FULL &&
+        c->recompute != PIPIT_RECOMPUTE_POINTWISE)
+        return pipit__err(PIPIT_STATUS_INVALID, "recompute must be none, full or pointwise (got %d)", (int)c->recompute);
     if (c->hidden % c->heads)
         return pipit__err(PIPIT_STATUS_INVALID, "hidden %d is not divisible by heads %d", c->hidden, c->heads);
     if (c->heads % c->tp)
@@ -432,7 +437,7 @@ pipit_status pipit__sim_model_build(const pipit_sim_config *c, const pipit_hw *h
     m->P = c->pp, m->V = V, m->M = (int)M, m->dtype = d, m->esize = (int)x.e, m->peak = hw->peak[d], m->ffn = x.fh;
     m->cp = cp, m->ep = ep_of(c), m->slots = x.slots;
     int full = c->recompute == PIPIT_RECOMPUTE_FULL;
-    layer_cost lc = layer(hw, &x, full, 0), lm = c->experts ? layer(hw, &x, full, 1) : lc;
+    layer_cost lc = layer(hw, &x, c->recompute, 0), lm = c->experts ? layer(hw, &x, c->recompute, 1) : lc;
     int slots = c->layers + (c->ends_as_layers ? 2 : 0);
     int64_t first = 0; /* the stage's first transformer layer */
     double most = 0, most_moe = 0; /* the fullest stage (not stage 0 when the embedding counts as a layer) */

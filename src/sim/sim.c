@@ -53,6 +53,15 @@ void pipit_sim_report_free(pipit_sim_report *r) {
  * (runtime/zero.c), ZeRO-2 and ZeRO-3 hold the full gradient (and
  * parameter) block during a step and keep a 1/dp shard of it between
  * steps: the peak grows by that shard, what stays between steps shrinks. */
+const char *pipit_recompute_name(pipit_recompute r) {
+    switch (r) {
+    case PIPIT_RECOMPUTE_NONE: return "none";
+    case PIPIT_RECOMPUTE_FULL: return "full";
+    case PIPIT_RECOMPUTE_POINTWISE: return "pointwise";
+    }
+    return "?";
+}
+
 static double bytes_per_param(int esize, int zero, int dp) {
     if (dp < 1) dp = 1;
     double opt = esize == 4 ? 8.0 : 12.0;
@@ -432,7 +441,7 @@ pipit_status pipit_sim_report_write_json(FILE *f, const pipit_sim_report *r) {
             r->hw_name, r->sched_name, pipit__hw_dtype_name(r->m.dtype), c->layers, c->hidden, c->heads,
             c->kv_heads ? c->kv_heads : c->heads, r->m.ffn, c->gated_mlp ? "swiglu" : "gelu", c->rope ? "rope" : "learned",
             c->unfused_attention ? "unfused" : "flash", c->seq, c->vocab, c->micro_batch, (long long)c->global_batch,
-            c->recompute ? "full" : "none", c->tp, c->pp, c->dp, u->virt, u->microbatches, u->gpus,
+            pipit_recompute_name(c->recompute), c->tp, c->pp, c->dp, u->virt, u->microbatches, u->gpus,
             c->sp ? "true" : "false", r->m.cp, c->experts, c->experts ? (c->top_k ? c->top_k : 2) : 0,
             c->shared_experts, c->experts ? (c->moe_every > 1 ? c->moe_every : 1) : 0, r->m.ep);
     fprintf(f,
@@ -483,7 +492,7 @@ pipit_status pipit_sim_report_print(FILE *f, const pipit_sim_report *r) {
                "recompute %s, %s\n",
             c->layers, c->hidden, c->heads, c->kv_heads ? c->kv_heads : c->heads, r->m.ffn, c->gated_mlp ? "SwiGLU" : "GELU",
             c->rope ? "rotary" : "learned", c->seq, c->vocab, c->unfused_attention ? "unfused" : "flash-style",
-            c->recompute ? "full" : "none", pipit__hw_dtype_name(r->m.dtype));
+            pipit_recompute_name(c->recompute), pipit__hw_dtype_name(r->m.dtype));
     if (c->experts) {
         char tot[32], act[32];
         char every[32] = "every layer";
