@@ -347,7 +347,7 @@ static void keep_global_batch(opts *o, const flag_cmd *c) {
 /* --resume FILE: the model and training config come from the file; a flag
  * given as well must agree with it, except the layout flags (--pp, --tp,
  * --virtual, --schedule, --dp with --microbatches keeping the global
- * batch, --zero1, --threads, --remat, --device, --tf32), --data and
+ * batch, --zero1, --threads, --remat, --recompute, --device, --tf32), --data and
  * --val-data (the same data may have moved), --steps (the new total),
  * --save, --save-every, --keep and the logging and validation cadence
  * (--log-every, --eval-every, --eval-batches). */

@@ -366,8 +366,8 @@ def simulate(hw, **config):
             if kind < 0:
                 raise InvalidError("unknown schedule %r" % (v,), C.PIPIT_STATUS_INVALID)
             v = kind
-        elif k == "recompute" and isinstance(v, (bool, str)):
-            v = C.PIPIT_RECOMPUTE_FULL if v in (True, "full") else C.PIPIT_RECOMPUTE_NONE
+        elif k == "recompute":
+            v = remat_code(v)  # pipit_recompute has pipit_options.remat's values
         elif k == "dtype":
             keep.append(cstr(v))
             v = keep[-1]

@@ -111,6 +111,20 @@ def test_simulate_is_pipit_sims(cli):
         s = rep.summary
         assert s["gpus"] == 8 and s["stages"] == 2 and 0 < s["mfu"] < 1 and s["step_s"] > 0
         assert rep.rank_peak_bytes(0) > 0 and rep.rank_busy(1) > 0 and "MFU" in rep.text()
+    # recompute by name, as the CLI's --recompute: pointwise keeps less than none, full less than pointwise
+    for mode in ("pointwise", "full"):
+        out = subprocess.run([cli, "sim", "--layers", "12", "--hidden", "768", "--heads", "12", "--seq", "1024",
+                              "--vocab", "50304", "--micro-batch", "1", "--global-batch", "8", "--tp", "2", "--pp",
+                              "2", "--dp", "2", "--schedule", "1f1b", "--hw", "h100", "--recompute", mode, "--json"],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        with pipit.simulate("h100", recompute=mode, **SIM) as rep:
+            assert rep.json() == json.loads(out.stdout)
+    with pipit.simulate("h100", **SIM) as a, pipit.simulate("h100", recompute="pointwise", **SIM) as b, \
+            pipit.simulate("h100", recompute=True, **SIM) as c:
+        assert a.rank_peak_bytes(0) > b.rank_peak_bytes(0) > c.rank_peak_bytes(0)
+    with pytest.raises(pipit.InvalidError, match="pointwise"):
+        pipit.simulate("h100", recompute="some", **SIM)
 
 
 def test_hardware_and_refusals():
