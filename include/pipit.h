@@ -761,6 +761,17 @@ typedef struct {
      * hold: its blocks and its process's feeds). 0 (default): a program
      * that runs. */
     int plan_only;
+    /* Expert parallelism (E > 1): by default, where a rank's task list has
+     * a forward and a backward of different microbatches side by side (F
+     * then B/BW, or B/BW then F), each containing an all-to-all, and the
+     * schedule stays deadlock-free with the two run as one, they are
+     * lowered as an overlapped pair: each task runs up to its next
+     * all-to-all's start, then the other does, so one microbatch's blocks
+     * move while the other computes (DualPipeV's overlapped chunks,
+     * Megatron's combined 1F1B). The same bits either way. 1: no pairs
+     * (every all-to-all ends before the rank computes on); INVALID for
+     * another value. */
+    int no_a2a_overlap;
 } pipit_options;
 
 /* Differentiates `loss` (a scalar) w.r.t. every param, infers stages from

@@ -85,7 +85,8 @@ PIPIT_API pipit_status pipit_hw_calibrate(const char *profile_path, pipit_hw **o
  * activations whose inputs are kept anyway (GELU's output, SwiGLU's
  * silu(gate) and product: the MLP keeps half the width-F values). */
 typedef enum { PIPIT_RECOMPUTE_NONE = 0, PIPIT_RECOMPUTE_FULL = 1, PIPIT_RECOMPUTE_POINTWISE = 2 } pipit_recompute;
-/* "none", "full", "pointwise"; "?" for a value outside the enum. */
+/* "none", "full", "pointwise"; "unknown" (and the message set) for a
+ * value outside the enum. */
 PIPIT_API const char *pipit_recompute_name(pipit_recompute r);
 
 typedef struct {

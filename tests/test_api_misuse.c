@@ -1367,6 +1367,8 @@ PIPIT_TEST(api_misuse_sim) {
     pipit_sim_report *r = NULL;
     pipit_sim_summary u;
     FAILS(pipit_hw_load(NULL, &hw), PIPIT_STATUS_MISUSE);
+    GIVES(strcmp(pipit_recompute_name((pipit_recompute)-1), "unknown"), 0);
+    GIVES(strcmp(pipit_recompute_name((pipit_recompute)3), "unknown"), 0);
     FAILS(pipit_hw_load("a100", NULL), PIPIT_STATUS_MISUSE);
     FAILS(pipit_hw_parse(NULL, "x", &hw), PIPIT_STATUS_MISUSE);
     FAILS(pipit_hw_parse("{}", "x.json", &hw), PIPIT_STATUS_FORMAT);

@@ -39,8 +39,8 @@ declare -A CASE=(
     [optimizer]="sgd|" [seed]="7|" [data-order]="sequential|" [init]="x.st|" [save]="out.st|"
     [save-every]="5|--save s.st" [keep]="2|" [save-weights-only]="|" [resume]="ck.st|"
     [save-optimizer]="o.st|" [init-optimizer]="o.st|--init x.st" [threads]="2|" [device]="cuda|"
-    [tf32]="|--device cuda" [dtype]="bf16|" [bf16-policy]="all|--dtype bf16" [fused-head]="|" [doc-sep]="46|" [doc-pos-reset]="|--doc-sep 46" [pp]="2|" [dp]="2|" [zero1]="|--dp 2" [zero]="2|--dp 2" [reshard-after-forward]="|--dp 2 --zero 3" [tp]="2|" [sp]="|--tp 2" [cp]="2|--dp 2" [ep]="2|--model moe-tiny --dp 2"
-    [virtual]="2|--pp 2" [schedule]="zb-h1|" [remat]="|" [auto-stages]="|" [stage-costs]="measured|--auto-stages"
+    [tf32]="|--device cuda" [dtype]="bf16|" [bf16-policy]="all|--dtype bf16" [fused-head]="|" [doc-sep]="46|" [doc-pos-reset]="|--doc-sep 46" [pp]="2|" [dp]="2|" [zero1]="|--dp 2" [zero]="2|--dp 2" [reshard-after-forward]="|--dp 2 --zero 3" [tp]="2|" [sp]="|--tp 2" [cp]="2|--dp 2" [ep]="2|--model moe-tiny --dp 2" [no-a2a-overlap]="|--model moe-tiny --dp 2 --ep 2"
+    [virtual]="2|--pp 2" [schedule]="zb-h1|" [remat]="|" [recompute]="pointwise|" [auto-stages]="|" [stage-costs]="measured|--auto-stages"
     [stage-mem-limit]="1e9|--auto-stages" [no-mem-check]="|" [mem-limit]="1e9|" [json]="|" [trace]="t.json|"
     [profile]="|" [peak-flops]="1e12|" [profile-out]="p.json|" [json-summary]="|--json"
 )

@@ -69,6 +69,19 @@ expect_ok "$PIPIT" "${A[@]}" --resume ep2.st --steps 5 --dp 2 --save r1.st
 r1=$(losses)
 close "$r2" "$r1" || fail "resumed at --ep 1:"$'\n'"$r1"$'\n'"vs --ep 2:"$'\n'"$r2"
 
+# overlapped pairs (one microbatch's all-to-all moving while another computes): the bytes of
+# --no-a2a-overlap, sequential (B0|F1 ...) and DualPipeV; `plan --json` counts the pairs
+M4=(--model moe-tiny --data text.txt --ctx 16 --micro-batch 2 --microbatches 4 --dp 2 --ep 2)
+for sched in "" "--pp 2 --schedule dualpipev"; do
+    expect_ok "$PIPIT" train "${M4[@]}" --steps 2 $sched --save ov.st
+    expect_ok "$PIPIT" train "${M4[@]}" --steps 2 $sched --no-a2a-overlap --save ser.st
+    cmp -s ov.st ser.st || fail "--ep 2 $sched: overlapped pairs saved other bytes than --no-a2a-overlap"
+    pairs() { "$PIPIT" plan "${M4[@]}" $sched "$@" --json |
+        $PY -c 'import json,sys; print(sum(r["overlapped_pairs"] for r in json.load(sys.stdin)["ranks"]))'; }
+    [ "$(pairs)" -gt 0 ] || fail "--ep 2 $sched: no overlapped pairs in the plan"
+    [ "$(pairs --no-a2a-overlap)" = 0 ] || fail "--ep 2 $sched --no-a2a-overlap: the plan has overlapped pairs"
+done
+
 # refusals
 expect_fail "--ep 2 does not divide --dp 3" "$PIPIT" "${A[@]}" --steps 1 --dp 3 --ep 2
 expect_fail "--ep 3 does not divide --experts 8" "$PIPIT" "${A[@]}" --steps 1 --dp 3 --ep 3
@@ -78,4 +91,4 @@ expect_fail "--ep must be in 1..64" "$PIPIT" "${A[@]}" --steps 1 --ep 0
 expect_fail "expert and tensor parallelism together are not built" "$PIPIT" "${A[@]}" --steps 1 --dp 2 --ep 2 --tp 2
 
 [ "$failures" -eq 0 ] || exit 1
-echo "ok: --ep 2 within 1e-6 of --ep 1 at --dp 2 and 4, bitwise across --pp 2 at 5 schedules, remat and bf16, --zero 1 and 3 = --zero 0, saved at --ep 2 resumed at --ep 1, refusals"
+echo "ok: --ep 2 within 1e-6 of --ep 1 at --dp 2 and 4, bitwise across --pp 2 at 5 schedules, remat and bf16, --zero 1 and 3 = --zero 0, overlapped pairs = --no-a2a-overlap, saved at --ep 2 resumed at --ep 1, refusals"

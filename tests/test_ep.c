@@ -12,6 +12,11 @@
  *     (moments too) continue to the same losses: the layout is free;
  *   - ZeRO 1, 2, 3 at E = 2: the bits of ZeRO-0 (the expert params'
  *     state sharded over their holders);
+ *   - overlapped pairs (pipit_options.no_a2a_overlap): every schedule at
+ *     P = 2 and the sequential P = 1 give the bits of the run without
+ *     pairs; the pairs exist, interleave (a kernel of the other microbatch
+ *     between an all-to-all's start and finish) and are refused where they
+ *     would deadlock (GPipe's first rank);
  *   - the refusals by message.
  */
 #include <math.h>
@@ -21,6 +26,7 @@
 #include "pipit.h"
 #include "pipit_llama.h"
 #include "pipit_moe.h"
+#include "runtime/program.h"
 #include "test.h"
 
 static pipit_llama_config moe_cfg(void) {
@@ -39,6 +45,7 @@ static int use_sgd; /* 1: SGD, linear in the gradient, so rounding stays roundin
                        about lr sign(g), which turns a last-bit difference of a near-zero g into lr) */
 
 static int zero_stage; /* options.zero of the next make() */
+static int no_overlap; /* options.no_a2a_overlap of the next make() */
 
 static pipit_status make(model *m, const pipit_llama_config *c, int M, int D, int E, pipit_schedule *sch) {
     m->g = pipit_graph_new();
@@ -49,6 +56,7 @@ static pipit_status make(model *m, const pipit_llama_config *c, int M, int D, in
     if (loss.id < 0 && pipit_graph_status(m->g) == PIPIT_STATUS_OK) return PIPIT_STATUS_INVALID; /* refused: its message stands */
     s = pipit_compile(m->g, loss,
                       &(pipit_options){.microbatches = M, .data_parallel = D, .schedule = sch, .zero = zero_stage,
+                                       .no_a2a_overlap = no_overlap,
                                        .optimizer = use_sgd ? pipit_sgd(0.05) : pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1),
                                        .clip_norm = 0.5},
                       &m->p);
@@ -216,6 +224,108 @@ PIPIT_TEST(ep_bitwise_schedules_and_p) {
         pipit_schedule_free(sch);
     }
     drop(&ref);
+}
+
+/* Overlapped pairs on rank q of p: how many, and how many all-to-alls
+ * have a kernel of another microbatch between their start and finish. */
+static int interleaved_a2a(const pipit_program *p, int q, int *pairs) {
+    const pipit__rank_plan *r = &p->plan.ranks[q];
+    int n = 0;
+    *pairs = r->npairs;
+    for (int32_t i = 0; i < r->n; i++) {
+        if (r->ins[i].kind != INS_A2A_FINISH) continue;
+        int other = 0;
+        for (int32_t k = r->ins[i].use + 1; k < i; k++)
+            other |= r->ins[k].kind == INS_RUN && r->ins[k].mb != r->ins[i].mb;
+        n += other;
+    }
+    return n;
+}
+
+/* Every schedule kind at P = 2 (its own V), and P = 1 (the sequential
+ * list F0 B0 F1 B1 ...: B(m) pairs with F(m+1)): with overlapped pairs the
+ * losses and every parameter are the bits of the run without them. */
+PIPIT_TEST(ep_overlap_pairs_bitwise) {
+    pipit_llama_config c = moe_cfg();
+    const int M = 4, D = 2, E = 2;
+    int ran = 0, with_pairs = 0;
+    for (int kind = -1; kind < PIPIT_SCHED_COUNT; kind++) {
+        pipit_schedule *sch = NULL;
+        pipit_llama_config c2 = c;
+        if (kind >= 0) {
+            if (pipit_schedule_build((pipit_schedule_kind)kind, 2, 0, M, &sch)) continue;
+            c2.stages = pipit_schedule_stages(sch);
+            c2.layers = c2.stages > c2.layers ? c2.stages : c2.layers; /* whole blocks per stage */
+        }
+        const char *name = kind >= 0 ? pipit_schedule_kind_name((pipit_schedule_kind)kind) : "sequential";
+        model ser, ov;
+        double want[STEPS], got[STEPS];
+        no_overlap = 1;
+        ASSERT_OK(make(&ser, &c2, M, D, E, sch));
+        no_overlap = 0;
+        ASSERT_OK(make(&ov, &c2, M, D, E, sch));
+        ASSERT_OK(run(&ser, &c, M, D, want));
+        ASSERT_OK(run(&ov, &c, M, D, got));
+        int pairs = 0, inter = 0, none = 0;
+        for (int q = 0; q < ov.p->plan.nranks; q++) {
+            int np = 0;
+            inter += interleaved_a2a(ov.p, q, &np);
+            pairs += np;
+            interleaved_a2a(ser.p, q, &np);
+            none += np;
+        }
+        fprintf(stderr, "%-16s P %d: %d overlapped pairs, %d all-to-alls with the other microbatch's kernels inside\n",
+                name, ov.p->plan.nranks, pairs, inter);
+        ASSERT_EQ_I64(none, 0);
+        ASSERT_TRUE(pairs == 0 || inter > 0);
+        with_pairs += pairs > 0;
+        for (int s = 0; s < STEPS; s++)
+            if (memcmp(&got[s], &want[s], sizeof got[s]) != 0)
+                PIPIT_FAIL_("%s step %d: loss %.17g, without pairs %.17g", name, s, got[s], want[s]);
+        for (int i = 0; i < pipit_program_num_params(ser.p); i++) {
+            const char *pn = pipit_program_param_name(ser.p, i);
+            int same = 0;
+            param_diff(ser.p, ov.p, pn, &same);
+            if (!same) PIPIT_FAIL_("%s: %s differs with overlapped pairs", name, pn);
+        }
+        ran++;
+        drop(&ser);
+        drop(&ov);
+        pipit_schedule_free(sch);
+    }
+    ASSERT_TRUE(ran >= 8);
+    ASSERT_TRUE(with_pairs >= 4);
+}
+
+/* GPipe at P = 2, M = 2: rank 0 runs F0 F1 B0 B1 and rank 1 the same.
+ * Rank 0 pairing F1 with B0 would wait for B1.0, which rank 1 reaches only
+ * after F1.1, which needs rank 0's F0.1 from inside the pair: refused. Rank
+ * 1's pair (F1.1, B1.0) is kept. */
+PIPIT_TEST(ep_overlap_refuses_a_deadlocking_pair) {
+    pipit_llama_config c = moe_cfg();
+    c.stages = 2;
+    pipit_schedule *sch = NULL;
+    ASSERT_OK(pipit_schedule_build(PIPIT_SCHED_GPIPE, 2, 1, 2, &sch));
+    model m;
+    ASSERT_OK(make(&m, &c, 2, 2, 2, sch));
+    ASSERT_EQ_I64(m.p->plan.ranks[0].npairs, 0);
+    ASSERT_EQ_I64(m.p->plan.ranks[1].npairs, 1);
+    double loss[STEPS];
+    ASSERT_OK(run(&m, &c, 2, 2, loss)); /* and it runs: no deadlock */
+    drop(&m);
+    pipit_schedule_free(sch);
+}
+
+PIPIT_TEST(ep_overlap_option_checked) {
+    pipit_llama_config c = moe_cfg();
+    pipit_graph *g = pipit_graph_new();
+    ASSERT_OK(pipit_graph_set_expert_parallel(g, 2));
+    pipit_val loss = pipit_llama_build(g, &c);
+    pipit_program *p = NULL;
+    ASSERT_STATUS(pipit_compile(g, loss, &(pipit_options){.data_parallel = 2, .no_a2a_overlap = 2}, &p),
+                  PIPIT_STATUS_INVALID);
+    ASSERT_MSG_HAS("options.no_a2a_overlap must be 0");
+    pipit_graph_free(g);
 }
 
 /* Params and moments read whole at EP = 2 and set into EP = 1 at the same

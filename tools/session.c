@@ -792,7 +792,8 @@ void open_model(session *s, opts *o, const flag_cmd *c, int M) {
     if (o->auto_stages) auto_stages(s, o, M);
     pipit_val loss = s->loss;
     pipit_options po = {.schedule = s->sched, .microbatches = M, .threads = o->threads,
-                        .remat = o->remat, .optimizer = make_optimizer(o), .clip_norm = o->clip,
+                        .remat = o->remat, .no_a2a_overlap = o->no_a2a_overlap, .optimizer = make_optimizer(o),
+                        .clip_norm = o->clip,
                         .data_parallel = o->dp * o->cp, .zero1 = o->zero1, .zero = o->zero,
                         .reshard_after_forward = o->reshard_after_forward, .tensor_parallel = o->tp,
                         .lr_schedule = make_lr_schedule(o),

@@ -28,6 +28,7 @@ typedef struct {
     int sp; /* --sp: sequence parallelism over a stage's tp ranks */
     const char *recompute; /* --recompute none|pointwise|full (--remat: full) */
     int ep; /* --ep E: expert parallelism over E consecutive data-parallel replicas (1: none) */
+    int no_a2a_overlap; /* --no-a2a-overlap: no overlapped pairs of tasks (pipit_options.no_a2a_overlap) */
     int zero; /* --zero N: the ZeRO stage (--zero1 spells 1) */
     int reshard_after_forward; /* --reshard-after-forward: ZeRO-3's params gathered per task, not per step */
     double lr, wd, beta1, beta2, eps, clip;

@@ -138,6 +138,10 @@ int train_plan_flags(opts *o, int cmd, flag *out, int cap) {
         {3, {"ep", FL_INT, &o->ep, "Llama MoE: expert-parallel ranks E (default 1): each MoE layer's experts split "
                                    "over E consecutive data-parallel replicas, tokens sent to their experts' owners "
                                    "(an all-to-all); E divides --dp and --experts", 0}},
+        {3, {"no-a2a-overlap", FL_BOOL, &o->no_a2a_overlap, "with --ep: every all-to-all ends before the rank "
+                                                            "computes on (default: a forward and a backward of two "
+                                                            "microbatches side by side run as an overlapped pair, one's "
+                                                            "all-to-all moving while the other computes; the same bits)", 0}},
         {3, {"tp", FL_INT, &o->tp, "tensor-parallel ranks T per pipeline stage (default 1): P x T x D ranks, a "
                                    "stage's T consecutive; T divides --heads and --vocab (Llama: --kv-heads and the MLP "
                                    "width too)", 0}},

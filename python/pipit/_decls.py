@@ -72,6 +72,7 @@ STRUCTS = [
         ('dtype', 'c_int', None),
         ('bf16_policy', 'c_int', None),
         ('plan_only', 'c_int', None),
+        ('no_a2a_overlap', 'c_int', None),
     ]),
     ('pipit_feed', [
         ('name', 'c_char_p', None),

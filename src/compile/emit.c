@@ -167,6 +167,38 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
     in->out = (pipit__loc){LOC_ARENA, b, 0};
 }
 
+int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb) {
+    if (e->status) return -1;
+    const pipit__node *n = &e->p->g->nodes[node];
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return -1;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_A2A_START;
+    in->node = node;
+    in->mb = mb;
+    in->numel = pipit__node_numel(n);
+    in->in[0] = read_loc(e, n->in[0], mb, at); /* staged on the host here: the input may die at once */
+    return at;
+}
+
+void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start) {
+    if (e->status) return;
+    const pipit__node *n = &e->p->g->nodes[node];
+    pipit__instr *in = pipit__emit_push(e);
+    if (!in) return;
+    int32_t at = e->r->n - 1;
+    in->kind = INS_A2A_FINISH;
+    in->node = node;
+    in->mb = mb;
+    in->use = start;
+    in->numel = pipit__node_numel(n);
+    if (e->p->E == 1) in->in[0] = read_loc(e, n->in[0], mb, at); /* E = 1: the identity copies it */
+    int32_t b = pipit__emit_buf(e, pipit__node_bytes(n), at);
+    if (b < 0) return;
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b;
+    in->out = (pipit__loc){LOC_ARENA, b, 0};
+}
+
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first, pipit_dtype acc_dt) {
     if (e->status) return;
     pipit__instr *in = pipit__emit_push(e);

@@ -22,6 +22,12 @@ typedef struct {
 
 pipit_status pipit__emitter_init(pipit__emitter *e, pipit__plan *p, pipit__rank_plan *r);
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
+/* An EP all-to-all node in two halves (runtime/ep.c): the start reads its
+ * input (returns the instruction's index, -1 on failure), the finish
+ * (given that index) writes its output; other instructions may come
+ * between them. */
+int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb);
+void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start);
 /* acc (of dtype acc_dt) = or += contrib (of its node's dtype: bf16 is added into fp32) */
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first, pipit_dtype acc_dt);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);

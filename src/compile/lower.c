@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "compile/lowering.h"
+#include "ir/ep.h"
 #include "schedule/schedule.h"
 #include "util/checked.h"
 
@@ -262,19 +263,6 @@ static void acc_use(lowering *L, pipit__emitter *e, int i, int u, int mb, int me
     pipit__dp_after_acc(L, e, i, mb, me);
 }
 
-static void run_nodes(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me, int remat_only) {
-    const pipit_graph *g = L->p->g;
-    for (int32_t j = 0; j < g->n; j++) {
-        int ph = L->st->phase[j];
-        if (!is_loop_phase(ph) || L->st->stage[j] != s) continue;
-        if (remat_only ? ph != PH_F : !task_has_phase(kind, ph)) continue;
-        recv_inputs(L, e, j, mb, me);
-        pipit__emit_run(e, j, mb);
-        for (int32_t k = L->acc_first[j]; !remat_only && k < L->acc_first[j + 1]; k++)
-            acc_use(L, e, L->acc_tgt[k], L->acc_use[k], mb, me);
-    }
-}
-
 static void send_outputs(lowering *L, pipit__emitter *e, int kind, int s, int mb, int me) {
     const pipit_graph *g = L->p->g;
     for (int32_t j = 0; j < g->n; j++) {
@@ -304,16 +292,98 @@ static void accumulate(lowering *L, pipit__emitter *e, int kind, int s, int mb, 
     }
 }
 
-static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int me) {
+/* Where the lowering of one task stands: an overlapped pair interleaves
+ * two of them, each stopping after an all-to-all's start. */
+typedef struct {
+    int ti, me;
+    pipit_task t;
+    int pass;              /* 0: full remat's forward again (a B/BW), 1: the task's own nodes, 2: done */
+    int32_t j;             /* the pass's next node */
+    int32_t a2a, a2a_at;   /* an all-to-all started, not finished: its node and START index; -1: none */
+} task_cursor;
+
+static task_cursor cursor_at(const lowering *L, int ti, pipit_task t, int me) {
+    int remat = L->p->opt.remat == PIPIT_REMAT_FULL && (t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW);
+    return (task_cursor){.ti = ti, .me = me, .t = t, .pass = remat ? 0 : 1, .j = 0, .a2a = -1, .a2a_at = -1};
+}
+
+static void acc_uses_of(lowering *L, pipit__emitter *e, const task_cursor *c, int32_t j) {
+    for (int32_t k = L->acc_first[j]; c->pass == 1 && k < L->acc_first[j + 1]; k++)
+        acc_use(L, e, L->acc_tgt[k], L->acc_use[k], c->t.mb, c->me);
+}
+
+/* Emits the task's nodes, in graph order, from where the cursor stands
+ * (RECV of what another rank sends just before its first reader; ACC of
+ * each gradient use right after its kernel); stops right after the start
+ * of an EP all-to-all (1) or at the end of the nodes (0). */
+static int advance(lowering *L, pipit__emitter *e, task_cursor *c) {
+    const pipit_graph *g = L->p->g;
+    for (; c->pass < 2; c->pass++, c->j = 0) {
+        for (; c->j < g->n; c->j++) {
+            int32_t j = c->j;
+            int ph = L->st->phase[j];
+            if (!is_loop_phase(ph) || L->st->stage[j] != c->t.stage) continue;
+            if (c->pass == 0 ? ph != PH_F : !task_has_phase(c->t.kind, ph)) continue;
+            recv_inputs(L, e, j, c->t.mb, c->me);
+            if (pipit__is_ep_op(g->nodes[j].op)) {
+                c->a2a = j;
+                c->a2a_at = pipit__emit_a2a_start(e, j, c->t.mb);
+                c->j++;
+                return 1;
+            }
+            pipit__emit_run(e, j, c->t.mb);
+            acc_uses_of(L, e, c, j);
+        }
+    }
+    return 0;
+}
+
+/* The end of a task: its loss, the gradient uses no kernel computes, its
+ * messages to other ranks, its end mark. */
+static void task_tail(lowering *L, pipit__emitter *e, const task_cursor *c) {
     pipit__plan *p = L->p;
-    pipit__emit_mark(e, ti, 0);
-    if (p->opt.remat == PIPIT_REMAT_FULL && (t.kind == PIPIT_TASK_B || t.kind == PIPIT_TASK_BW))
-        run_nodes(L, e, t.kind, t.stage, t.mb, me, 1); /* recompute the stage's forward */
-    run_nodes(L, e, t.kind, t.stage, t.mb, me, 0);
+    pipit_task t = c->t;
     if (t.kind == PIPIT_TASK_F && t.stage == L->st->stage[p->loss]) pipit__emit_loss(e, p->loss, t.mb);
-    accumulate(L, e, t.kind, t.stage, t.mb, me);
-    send_outputs(L, e, t.kind, t.stage, t.mb, me);
-    pipit__emit_mark(e, ti, 1);
+    accumulate(L, e, t.kind, t.stage, t.mb, c->me);
+    send_outputs(L, e, t.kind, t.stage, t.mb, c->me);
+    pipit__emit_mark(e, c->ti, 1);
+}
+
+/* Finishes the all-to-all the cursor stopped at (if any) and emits the
+ * task up to its next start (1), or to its end and its tail (0). */
+static int next_segment(lowering *L, pipit__emitter *e, task_cursor *c) {
+    if (c->a2a >= 0) {
+        pipit__emit_a2a_finish(e, c->a2a, c->t.mb, c->a2a_at);
+        acc_uses_of(L, e, c, c->a2a);
+        c->a2a = -1;
+    }
+    if (advance(L, e, c)) return 1;
+    task_tail(L, e, c);
+    return 0;
+}
+
+static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int me) {
+    task_cursor c = cursor_at(L, ti, t, me);
+    pipit__emit_mark(e, ti, 0);
+    while (next_segment(L, e, &c)) {
+    }
+}
+
+/* Two adjacent tasks of different microbatches lowered as one (an
+ * overlapped pair, choose_overlaps): each runs up to its next all-to-all's
+ * start, then the other does, so one task's blocks move while the other
+ * computes (DualPipeV's overlapped F and B; Megatron's combined 1F1B). Each
+ * task's instructions keep their order, only the two are interleaved: the
+ * same kernels on the same values, the same bits. */
+static void lower_pair(lowering *L, pipit__emitter *e, int ti, const pipit_task *t, int me) {
+    task_cursor a = cursor_at(L, ti, t[0], me), b = cursor_at(L, ti + 1, t[1], me);
+    pipit__emit_mark(e, ti, 0);
+    pipit__emit_mark(e, ti + 1, 0);
+    int more_a = next_segment(L, e, &a), more_b = next_segment(L, e, &b);
+    while (more_a || more_b) {
+        if (more_a) more_a = next_segment(L, e, &a);
+        if (more_b) more_b = next_segment(L, e, &b);
+    }
 }
 
 /* The pre-loop and post-loop regions run on every rank that needs them. */
@@ -757,6 +827,61 @@ static pipit_status copy_tasks(pipit__rank_plan *r, const pipit_schedule *sch, i
     return PIPIT_STATUS_OK;
 }
 
+/* ------------------------------------------------------ overlapped pairs */
+
+/* Whether task t runs an EP all-to-all: a[ph * S + s], stage s's nodes
+ * of phase ph (PH_F, PH_B, PH_W) have one. */
+static int task_has_a2a(const lowering *L, pipit_task t, const uint8_t *a) {
+    int S = L->p->S, s = t.stage;
+    if (t.kind == PIPIT_TASK_F) return a[PH_F * S + s];
+    if (t.kind == PIPIT_TASK_W) return 0;
+    int remat = L->p->opt.remat == PIPIT_REMAT_FULL && a[PH_F * S + s];
+    return a[PH_B * S + s] || (t.kind == PIPIT_TASK_BW && a[PH_W * S + s]) || remat;
+}
+
+/* Tasks i and i + 1 of a rank may pair: a forward and a backward (either
+ * order), both with an all-to-all, the second not waiting for the first. */
+static int pair_candidate(const lowering *L, const pipit_task *t, const uint8_t *a) {
+    int fb = t[0].kind == PIPIT_TASK_F && (t[1].kind == PIPIT_TASK_B || t[1].kind == PIPIT_TASK_BW);
+    int bf = t[1].kind == PIPIT_TASK_F && (t[0].kind == PIPIT_TASK_B || t[0].kind == PIPIT_TASK_BW);
+    if (!fb && !bf) return 0;
+    if (fb && t[0].stage == t[1].stage && t[0].mb == t[1].mb) return 0; /* B needs its own F */
+    return task_has_a2a(L, t[0], a) && task_has_a2a(L, t[1], a);
+}
+
+/* Which adjacent tasks each rank lowers as an overlapped pair
+ * (pipit_options.no_a2a_overlap): greedily, in rank and list order, each
+ * candidate kept if the schedule with every pair kept so far stays
+ * deadlock-free (pipit__schedule_check_paired). paired[q][i] = 1: task i
+ * pairs with i + 1. */
+static pipit_status choose_overlaps(lowering *L, const pipit_schedule *sch, uint8_t **paired) {
+    pipit__plan *p = L->p;
+    if (p->E <= 1 || p->forward_only || p->opt.no_a2a_overlap) return PIPIT_STATUS_OK;
+    int nph = PIPIT_MAX(PH_F, PIPIT_MAX(PH_B, PH_W)) + 1;
+    uint8_t *a = pipit__calloc((size_t)p->S * (size_t)nph, 1);
+    if (!a) return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    for (int32_t j = 0; j < p->g->n; j++) {
+        int ph = L->st->phase[j];
+        if (pipit__is_ep_op(p->g->nodes[j].op) && is_loop_phase(ph)) a[ph * p->S + L->st->stage[j]] = 1;
+    }
+    pipit_status s = PIPIT_STATUS_OK;
+    for (int q = 0; !s && q < sch->P; q++)
+        for (int i = 0; !s && i + 1 < sch->ntasks[q]; i++) {
+            if (!pair_candidate(L, &sch->tasks[q][i], a)) continue;
+            paired[q][i] = 1;
+            s = pipit__schedule_check_paired(sch, (const uint8_t *const *)paired);
+            if (s == PIPIT_STATUS_DEADLOCK) {
+                paired[q][i] = 0;
+                s = PIPIT_STATUS_OK;
+                pipit__set_errmsg(""); /* a refused pair is no error */
+            } else {
+                i++; /* task i + 1 is taken */
+            }
+        }
+    pipit__free(a);
+    return s;
+}
+
 /* Pre-loop and loop on every rank, then placement of params, then the
  * post-loop; only then are arenas planned, since post-loop buffers share them. */
 static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
@@ -771,13 +896,27 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
         s = pipit__emitter_init(&em[q], p, &p->ranks[q]); /* sets e->r even when it fails */
         inited++;
     }
+    uint8_t **paired = s ? NULL : pipit__calloc((size_t)p->nranks, sizeof *paired);
+    if (!s && !paired) s = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    for (int q = 0; !s && q < p->nranks; q++)
+        if (!(paired[q] = pipit__calloc((size_t)PIPIT_MAX(sch->ntasks[q], 1), 1)))
+            s = pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    if (!s) s = choose_overlaps(L, sch, paired);
     if (!s) s = place_uses(L);
     if (!s) s = pipit__dp_find_early(L);
     for (int q = 0; !s && q < p->nranks; q++) {
         s = pipit__dp_begin_rank(L, q);
         if (s) break;
         run_region(L, &em[q], PH_PRE, q);
-        for (int i = 0; i < p->ranks[q].ntasks; i++) lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
+        for (int i = 0; i < p->ranks[q].ntasks; i++) {
+            if (paired[q][i]) {
+                lower_pair(L, &em[q], i, &p->ranks[q].tasks[i], q);
+                p->ranks[q].npairs++;
+                i++;
+            } else {
+                lower_task(L, &em[q], i, p->ranks[q].tasks[i], q);
+            }
+        }
         p->ranks[q].post_at = p->ranks[q].n;
         s = em[q].status;
     }
@@ -794,6 +933,8 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
         if (!s) s = s2;
     }
     if (!s) patch_params(p);
+    for (int q = 0; paired && q < p->nranks; q++) pipit__free(paired[q]);
+    pipit__free(paired);
     pipit__free(em);
     return s;
 }

@@ -63,8 +63,12 @@ typedef enum {
     INS_LOSS_RECV,    /* receive replica `peer`'s M losses from its loss rank `use` */
     INS_OUTPUT,       /* no-op at the end of the list: keeps output (node, mb) in[0] alive for
                          pipit_program_get_output */
-    INS_TP            /* tensor parallelism: out = the T ranks' in[0] of (node, mb) combined in rank
+    INS_TP,           /* tensor parallelism: out = the T ranks' in[0] of (node, mb) combined in rank
                          order by the transport's all-reduce (TP_SUM: sum, TP_MAX: max); numel elements */
+    INS_A2A_START,    /* expert parallelism: the all-to-all of EP node (node, mb) starts: in[0] staged
+                         and its blocks sent (runtime/ep.c) */
+    INS_A2A_FINISH    /* ... and ends: the blocks received into out; `use` = its START's index. Other
+                         instructions may run between the two (an overlapped pair of tasks) */
 } pipit__ins_kind;
 
 typedef struct {
@@ -143,6 +147,7 @@ typedef struct {
     int rank;
     int ntasks;
     pipit_task *tasks;   /* the schedule's list for this rank (a copy) */
+    int npairs;          /* adjacent tasks lowered as overlapped pairs (EP all-to-alls, lower.c) */
     int32_t post_at;     /* the first instruction of the post-loop (n: none) */
     pipit__fence *fences;/* [nfences] ordered by at */
     int32_t nfences;

@@ -75,6 +75,11 @@ static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
                 in->node, in->mb, p->T,
                 (size_t)in->numel * pipit__dtype_size((pipit_dtype)n->dtype));
         break;
+    case INS_A2A_START:
+        fprintf(f, "A2A   start the all-to-all of node %d mb %d over the EP group's %d ranks (%zu bytes)\n", in->node,
+                in->mb, p->E, (size_t)in->numel * pipit__dtype_size((pipit_dtype)n->dtype));
+        break;
+    case INS_A2A_FINISH: fprintf(f, "A2A   finish node %d mb %d (started at instruction %d)\n", in->node, in->mb, in->use); break;
     }
 }
 
@@ -161,7 +166,8 @@ static const char *ins_name(int kind) {
                                   "grad sum", "sum of squares", "sumsq final", "norm send", "norm recv", "norm",
                                   "optimizer update", "copy", "dp reduce send", "dp reduce", "dp gather send",
                                   "dp gather", "dp sumsq send", "dp sumsq recv", "dp param send", "dp param recv",
-                                  "loss send", "loss recv", "output", "tp all-reduce"};
+                                  "loss send", "loss recv", "output", "tp all-reduce", "a2a start",
+                                  "a2a finish"};
     return kind >= 0 && kind < (int)(sizeof names / sizeof names[0]) ? names[kind] : "?";
 }
 
@@ -306,7 +312,8 @@ static cJSON *rank_json(const pipit_program *program, int r) {
     for (size_t k = 0; mj && k < sizeof by_kind / sizeof *by_kind; k++)
         cJSON_AddNumberToObject(mj, by_kind[k].k, by_kind[k].v);
     cJSON_AddNumberToObject(o, "instructions", rp->n);
-    enum { NKINDS = INS_TP + 1 };
+    cJSON_AddNumberToObject(o, "overlapped_pairs", rp->npairs);
+    enum { NKINDS = INS_A2A_FINISH + 1 };
     int count[NKINDS] = {0};
     for (int32_t i = 0; i < rp->n; i++)
         if (rp->ins[i].kind < NKINDS) count[rp->ins[i].kind]++;

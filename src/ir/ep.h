@@ -13,6 +13,10 @@
 
 #include "ir/graph.h"
 
+/* Whether node op is one of the two EP all-to-alls (lowered to the pair
+ * INS_A2A_START / INS_A2A_FINISH, compile/lower.c, runtime/ep.c). */
+static inline int pipit__is_ep_op(int op) { return op == PIPIT_OP_EP_A2A || op == PIPIT_OP_EP_A2A_REV; }
+
 pipit_status pipit__op_ep_a2a_shape(const pipit_graph *g, pipit__node *n);
 void pipit__op_ep_a2a_vjp(pipit_graph *g, int32_t id, int32_t dout, int32_t *din);
 pipit_status pipit__op_ep_a2a_rev_shape(const pipit_graph *g, pipit__node *n);

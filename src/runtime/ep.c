@@ -39,41 +39,73 @@ static void swap_axes(uint8_t *dst, const uint8_t *src, int64_t A, int64_t B, si
         for (int64_t b = 0; b < B; b++) memcpy(dst + ((size_t)b * (size_t)A + (size_t)a) * run, src + ((size_t)a * (size_t)B + (size_t)b) * run, run);
 }
 
-pipit_status pipit__ep_collective(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k) {
-    const pipit__backend *be = p->be;
+/* One all-to-all of an EP op: its sizes, and the host staging between the
+ * halves: `send` holds the blocks by destination, `recv` receives them. */
+typedef struct {
+    pipit_dtype dt;
+    size_t bytes, run; /* the tensor's bytes; one expert's slots of one member */
+    int64_t Xl;        /* the local experts X/E */
+    int E, fwd;
+} a2a_shape;
+
+static pipit_status a2a_shape_of(const pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k,
+                                 a2a_shape *a) {
     const pipit__node *n = k->node;
-    pipit_dtype dt = (pipit_dtype)n->dtype;
-    size_t es = pipit__dtype_size(dt), bytes = (size_t)in->numel * es;
-    int E = p->plan.E, fwd = n->op == PIPIT_OP_EP_A2A, group[PIPIT_MAX_COLL];
-    if (n->iattr[0] != E)
+    a->dt = (pipit_dtype)n->dtype;
+    a->bytes = (size_t)in->numel * pipit__dtype_size(a->dt);
+    a->E = p->plan.E, a->fwd = n->op == PIPIT_OP_EP_A2A;
+    if (n->iattr[0] != a->E)
         return pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: an all-to-all built for E = %lld in a program of E = %d", w,
-                          (long long)n->iattr[0], E);
-    if (E == 1) { /* the identity */
-        if (k->out != k->in[0]) be->copy(k->out, k->in[0], bytes, 0, 1);
+                          (long long)n->iattr[0], a->E);
+    a->Xl = a->fwd ? n->shape[0] : n->shape[0] / a->E;
+    a->run = a->bytes / (size_t)a->E / (size_t)a->Xl;
+    return PIPIT_STATUS_OK;
+}
+
+pipit_status pipit__ep_start(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void **staging) {
+    const pipit__backend *be = p->be;
+    a2a_shape a;
+    int group[PIPIT_MAX_COLL];
+    *staging = NULL;
+    pipit_status s = a2a_shape_of(p, w, in, k, &a);
+    if (s || a.E == 1) return s; /* E = 1: the identity, at finish */
+    uint8_t *host = pipit__malloc(2 * (a.bytes ? a.bytes : 1));
+    if (!host) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory for a %zu-byte all-to-all", w, a.bytes);
+    uint8_t *x = host, *send = host, *recv = host + a.bytes;
+    if (!a.fwd) x = recv; /* the reverse swaps its axes into the send half first */
+    if (be->host_memory) memcpy(x, k->in[0], a.bytes);
+    else be->download(x, k->in[0], a.bytes);
+    /* forward: [E (to), Xl, run] as it is; reverse: [Xl, E (to), run] -> [E, Xl, run] */
+    if (!a.fwd) swap_axes(send, recv, a.Xl, a.E, a.run);
+    ep_group(p, w, group);
+    *staging = host;
+    return pipit__transport_alltoall_start(p->transport, w, group, a.E, in->node, in->mb, a.dt, send,
+                                           in->numel / a.E);
+}
+
+pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void *staging) {
+    const pipit__backend *be = p->be;
+    a2a_shape a;
+    int group[PIPIT_MAX_COLL];
+    pipit_status s = a2a_shape_of(p, w, in, k, &a);
+    if (s) return s;
+    if (a.E == 1) { /* the identity */
+        if (k->out != k->in[0]) be->copy(k->out, k->in[0], a.bytes, 0, 1);
         return PIPIT_STATUS_OK;
     }
-    /* the local experts X/E and one expert's slots of one member (C x the rest) in bytes */
-    int64_t Xl = fwd ? n->shape[0] : n->shape[0] / E;
-    size_t run = bytes / (size_t)E / (size_t)Xl;
-    uint8_t *host = pipit__malloc(2 * (bytes ? bytes : 1));
-    if (!host) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory for a %zu-byte all-to-all", w, bytes);
-    uint8_t *a = host, *b = host + bytes;
-    if (be->host_memory) memcpy(a, k->in[0], bytes);
-    else be->download(a, k->in[0], bytes);
+    if (!staging) return pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: an all-to-all finished that never started", w);
+    uint8_t *send = staging, *recv = send + a.bytes, *y = recv;
     ep_group(p, w, group);
-    pipit_status s;
-    if (fwd) { /* [E (to), Xl, run] -> [E (from), Xl, run] -> [Xl, E, run] */
-        s = pipit__transport_alltoall(p->transport, w, group, E, in->node, dt, a, b, in->numel / E);
-        if (!s) swap_axes(a, b, E, Xl, run);
-    } else { /* [Xl, E (to), run] -> [E, Xl, run] -> [E (from): its experts, Xl, run] */
-        swap_axes(b, a, Xl, E, run);
-        s = pipit__transport_alltoall(p->transport, w, group, E, in->node, dt, b, a, in->numel / E);
-    }
+    s = pipit__transport_alltoall_finish(p->transport, w, group, a.E, in->node, in->mb, a.dt, send, recv,
+                                         in->numel / a.E);
+    /* forward: [E (from), Xl, run] -> [Xl, E, run] into the send half, free after the fence;
+     * reverse: [E (from): its experts, Xl, run] as it is */
+    if (!s && a.fwd) swap_axes(send, recv, a.E, a.Xl, a.run), y = send;
     if (!s) {
-        if (be->host_memory) memcpy(k->out, a, bytes);
-        else be->upload(k->out, a, bytes);
+        if (be->host_memory) memcpy(k->out, y, a.bytes);
+        else be->upload(k->out, y, a.bytes);
     }
-    pipit__free(host);
+    pipit__free(staging);
     return s;
 }
 

@@ -6,13 +6,17 @@
 #ifndef PIPIT_RUNTIME_EP_H
 #define PIPIT_RUNTIME_EP_H
 
+#include "ir/ep.h"
 #include "runtime/program.h"
 
-/* Whether node op is one of the EP all-to-alls (run by pipit__ep_collective). */
-static inline int pipit__is_ep_op(int op) { return op == PIPIT_OP_EP_A2A || op == PIPIT_OP_EP_A2A_REV; }
-/* INS_TP of EP_A2A / EP_A2A_REV: out = the all-to-all of in[0] over w's EP
- * group (the E consecutive replicas of w's stage), on thread 0. */
-pipit_status pipit__ep_collective(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k);
+/* EP_A2A / EP_A2A_REV in two halves, on thread 0: out = the all-to-all of
+ * in[0] over w's EP group (the E consecutive replicas of w's stage); the
+ * rank may compute between them while the blocks move. start reads in[0]
+ * into a host staging buffer (*staging; NULL when E = 1) and sends its
+ * blocks; finish receives the others, writes out and frees the staging
+ * (also when it fails). */
+pipit_status pipit__ep_start(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void **staging);
+pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void *staging);
 /* Before the global norm: the expert params' terms summed over the EP
  * group in rank order (each expert counted once); every other param keeps
  * its value (EP rank 0's, the others' zeros added). E = 1: nothing. */

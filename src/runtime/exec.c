@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "runtime/cp.h"
+#include "runtime/ep.h"
 #include "runtime/program.h"
 #include "runtime/transport.h"
 
@@ -23,6 +24,7 @@ typedef struct {
     int kick_due; /* sends went out since the rank last computed (thread 0) */
     int zero_release; /* ZeRO-3: release the full parameter block when the loop ends (runtime/zero.c) */
     int reshard;      /* ZeRO-3 reshard_after_forward: params gathered per task (runtime/zero_reshard.c) */
+    double busy_until; /* the last task end counted as busy (an overlapped pair's tasks overlap in time) */
 } exec_ctx;
 
 static void *loc_ptr(const exec_ctx *x, const pipit__loc *l, int mb) {
@@ -152,7 +154,8 @@ static void mark_task(exec_ctx *x, const pipit__instr *in) {
     double now = pipit__now() - x->p->step_t0;
     if (in->first) {
         rs->t_end[in->task] = now;
-        rs->busy += now - rs->t_start[in->task];
+        rs->busy += now - PIPIT_MAX(rs->t_start[in->task], x->busy_until); /* a time counted once */
+        x->busy_until = now;
         if (x->r->tasks[in->task].kind != PIPIT_TASK_F) rs->backward_end = now;
     } else {
         rs->t_start[in->task] = now;
@@ -178,6 +181,12 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     case INS_NORM_RECV: return timed_recv(x, in->peer, norm, &rs->sumsq[in->param], sizeof(double), 0);
     case INS_NORM: return pipit__post_norm(p, x->w);
     case INS_TP: return pipit__tp_collective(p, x->w, in, k); /* busy time: the stage's T ranks work in step */
+    case INS_A2A_START: return pipit__ep_start(p, x->w, in, k, &rs->a2a_host[i]);
+    case INS_A2A_FINISH: {
+        void *staging = rs->a2a_host[in->use];
+        rs->a2a_host[in->use] = NULL;
+        return pipit__ep_finish(p, x->w, in, k, staging);
+    }
     case INS_MARK: mark_task(x, in); break;
     default:
         if (pipit__is_dp_instr(in->kind)) {
@@ -251,11 +260,12 @@ static void profile_wait(exec_ctx *x) {
  * works without calling the transport (not a send, a receive, a collective
  * or a task mark), so sends still moving need someone else to move them. */
 static int sends(pipit__ins_kind k) {
-    return k == INS_SEND || k == INS_ACC_SEND || k == INS_DP_RS_SEND || k == INS_DP_AG_SEND || k == INS_DP_PARAM_SEND;
+    return k == INS_SEND || k == INS_ACC_SEND || k == INS_DP_RS_SEND || k == INS_DP_AG_SEND || k == INS_DP_PARAM_SEND ||
+           k == INS_A2A_START;
 }
 static int computes(pipit__ins_kind k) {
     return !(sends(k) || k == INS_RECV || k == INS_ACC_RECV || k == INS_NORM_SEND || k == INS_NORM_RECV ||
-             k == INS_TP || k == INS_MARK || pipit__is_dp_instr(k));
+             k == INS_TP || k == INS_A2A_FINISH || k == INS_MARK || pipit__is_dp_instr(k));
 }
 
 /* Before the rank computes after sending, the transport takes over the
@@ -327,7 +337,7 @@ static void exec_worker(void *arg, int ith, int nth) {
 }
 
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
-    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0, 0, 0};
+    exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0, 0, 0, 0};
     pipit__bind_rank(p, w);
     pipit_status zs = pipit__zero_begin_step(p, w); /* ZeRO-2/3: the step's full blocks, gathered */
     if (zs) {
@@ -342,6 +352,10 @@ pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     x.rs->busy = x.rs->wait = 0;
     x.rs->dp_first_send = x.rs->backward_end = -1;
     pipit__pool_run(x.rs->pool, exec_worker, &x);
+    for (int32_t i = 0; i < x.r->n; i++) { /* a failed step leaves all-to-alls started, never finished */
+        pipit__free(x.rs->a2a_host[i]);
+        x.rs->a2a_host[i] = NULL;
+    }
     /* A device backend's queued work ends here; its first error (a kernel
      * or a copy that failed) is the rank's failure, reported like any. */
     pipit_status s = p->be->sync(w);

@@ -43,6 +43,9 @@ static pipit_status check_options(const pipit_options *o) {
                           "options.remat must be PIPIT_REMAT_NONE (0), PIPIT_REMAT_FULL (1: the stage's forward again "
                           "in its backward) or PIPIT_REMAT_POINTWISE (2: elementwise values again), got %d",
                           o->remat);
+    if (o->no_a2a_overlap != 0 && o->no_a2a_overlap != 1)
+        return pipit__err(PIPIT_STATUS_INVALID, "options.no_a2a_overlap must be 0 (overlap all-to-alls where the "
+                          "schedule allows) or 1 (never), got %d", o->no_a2a_overlap);
     if (o->tf32 != 0 && o->tf32 != 1)
         return pipit__err(PIPIT_STATUS_INVALID, "options.tf32 must be 0 (fp32 GEMMs) or 1 (TF32 tensor cores), got %d",
                           o->tf32);
@@ -285,6 +288,7 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     rs->sumsq = pipit__calloc((size_t)PIPIT_MAX(p->plan.nparams, 1), sizeof *rs->sumsq);
     rs->chunks = pipit__calloc((size_t)PIPIT_MAX(rp->max_chunks, 1), sizeof *rs->chunks);
     rs->kc = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rs->kc);
+    rs->a2a_host = pipit__calloc((size_t)PIPIT_MAX(rp->n, 1), sizeof *rs->a2a_host);
     rs->t_start = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_start);
     rs->t_end = pipit__calloc((size_t)PIPIT_MAX(rp->ntasks, 1), sizeof *rs->t_end);
     /* device backends: one host thread per rank queues the work */
@@ -294,7 +298,7 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
     if (!rs->opt_off || !(zp ? rs->pshard_block : rs->param_block) || !(zg ? rs->gshard_block : rs->grad_block) ||
         !rs->m_block || !rs->v_block || !rs->acc_block ||
         !rs->arena || !rs->seed || (p->plan.D > 1 && !rs->dp_buf) || !rs->losses || !rs->srcs_ptr || !rs->sumsq ||
-        !rs->chunks || !rs->kc || !rs->t_start || !rs->t_end || !rs->pool)
+        !rs->chunks || !rs->kc || !rs->a2a_host || !rs->t_start || !rs->t_end || !rs->pool)
         return pipit__err(PIPIT_STATUS_NOMEM,
                           "out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)", w,
                           rp->param_bytes, rp->arena_bytes);
@@ -470,11 +474,11 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
                     for (int c = 0; pl->C > 1 && c < 2 * pl->C; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
                     break;
                 }
-                if (pipit__is_ep_op(pl->g->nodes[in->node].op)) { /* the EP all-to-all: block k from member k */
-                    for (int c = 0; pl->E > 1 && c < pl->E; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, 2 * pl->E + c);
-                    break;
-                }
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
+                break;
+            case INS_A2A_START: /* the EP all-to-all: block k of microbatch mb from member k (transport.c) */
+                for (int c = 0; pl->E > 1 && c < pl->E; c++)
+                    one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, 2 * pl->E + in->mb * pl->E + c);
                 break;
             case INS_NORM:
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, PIPIT_TP_NORM_ID, c);
@@ -681,6 +685,7 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     pipit__free(rs->sumsq);
     pipit__free(rs->chunks);
     pipit__free(rs->kc);
+    pipit__free(rs->a2a_host);
     pipit__free(rs->t_start);
     pipit__free(rs->t_end);
     pipit__pool_free(rs->pool);

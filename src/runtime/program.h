@@ -41,6 +41,7 @@ typedef struct {
                             SIZE_MAX: this rank reads no input i */
     double *losses;      /* [M * D] every replica's per-microbatch losses of the last step */
     pipit__kctx *kc;     /* [n] resolved kernel contexts (per step) */
+    void **a2a_host;     /* [n] INS_A2A_START i's host staging until its finish (runtime/ep.c) */
     void **srcs_ptr;     /* [nsrcs] resolved pointers of every GRADSUM's per-use sums */
     pipit__pool *pool;
     double *t_start, *t_end; /* [ntasks] measured task times of the last step (s, from step start) */

@@ -9,7 +9,6 @@
  */
 #include <string.h>
 
-#include "runtime/ep.h"
 #include "runtime/cp.h"
 #include "runtime/program.h"
 #include "runtime/sp.h"
@@ -44,7 +43,6 @@ static pipit_status reduce_host(pipit_program *p, int w, const int *group, const
 pipit_status pipit__tp_collective(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k) {
     if (pipit__is_sp_op(k->node->op)) return pipit__sp_collective(p, w, in, k); /* runtime/sp.c */
     if (pipit__is_cp_op(k->node->op)) return pipit__cp_collective(p, w, in, k); /* runtime/cp.c */
-    if (pipit__is_ep_op(k->node->op)) return pipit__ep_collective(p, w, in, k); /* runtime/ep.c */
     const pipit__backend *be = p->be;
     pipit_dtype dt = (pipit_dtype)k->node->dtype;
     size_t bytes = (size_t)in->numel * pipit__dtype_size(dt);

@@ -219,8 +219,9 @@ pipit_status pipit__transport_allreduce_op(pipit__transport *t, int me, const in
  * belongs to member k (group[k]); every send is zero-copy and fenced
  * before the call returns, so the caller may reuse the memory at once.
  * Tags: PIPIT_TAG_COLL (id, b) with b = k for the reduce-scatter's block k
- * (as the all-reduce's chunks), n + k for what member k gathers out, 2n + j
- * for the all-to-all block sent by member j: distinct ids (graph nodes)
+ * (as the all-reduce's chunks), n + k for what member k gathers out,
+ * 2n + mb n + j for the all-to-all block of microbatch mb sent by member
+ * j: distinct ids (graph nodes)
  * never meet, and one collective's messages between two members keep their
  * order. */
 
@@ -263,21 +264,44 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
     return s;
 }
 
-pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
-                                       pipit_dtype dtype, const void *in, void *out, int64_t count) {
+/* The all-to-all's tag for the block member j sends, of microbatch mb: two
+ * microbatches of one node may be in flight at once (an overlapped pair
+ * with full remat runs the forward's all-to-all again in a backward). */
+static uint64_t a2a_tag(int n, int32_t id, int mb, int j) { return pipit__tag(PIPIT_TAG_COLL, id, 2 * n + mb * n + j); }
+
+pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                                             pipit_dtype dtype, const void *in, int64_t count) {
+    int mine = 0;
+    pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
+    if (s || count == 0) return s;
+    if (mb < 0 || (int64_t)mb * n > INT32_MAX / 2)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: microbatch %d out of the tag's range", mb);
+    size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
+    for (int k = 0; k < n && !s; k++)
+        if (k != mine) s = t->vt->isend(t, me, group[k], a2a_tag(n, id, mb, mine), BLOCK(in, k), bytes);
+    return s;
+}
+
+pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                                              pipit_dtype dtype, const void *in, void *out, int64_t count) {
     int mine = 0;
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
     if (s || count == 0) return s;
     size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
     if (in == out && n > 1)
         return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: the input and output blocks must not be the same memory");
+    if (BLOCK(out, mine) != BLOCK(in, mine)) memcpy(BLOCK(out, mine), BLOCK(in, mine), bytes);
     for (int k = 0; k < n && !s; k++)
-        if (k != mine) s = t->vt->isend(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, 2 * n + mine), BLOCK(in, k), bytes);
-    if (!s && BLOCK(out, mine) != BLOCK(in, mine)) memcpy(BLOCK(out, mine), BLOCK(in, mine), bytes);
+        if (k != mine) s = t->vt->recv(t, me, group[k], a2a_tag(n, id, mb, k), BLOCK(out, k), bytes);
     for (int k = 0; k < n && !s; k++)
-        if (k != mine) s = t->vt->recv(t, me, group[k], pipit__tag(PIPIT_TAG_COLL, id, 2 * n + k), BLOCK(out, k), bytes);
-    if (!s) s = fence_all(t, me, group, n, mine, id, 2 * n + mine, count);
+        if (k != mine) s = t->vt->fence(t, me, group[k], a2a_tag(n, id, mb, mine));
     return s;
+}
+
+pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
+                                       pipit_dtype dtype, const void *in, void *out, int64_t count) {
+    pipit_status s = pipit__transport_alltoall_start(t, me, group, n, id, 0, dtype, in, count);
+    return s ? s : pipit__transport_alltoall_finish(t, me, group, n, id, 0, dtype, in, out, count);
 }
 
 #undef BLOCK

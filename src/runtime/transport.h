@@ -168,6 +168,15 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
  * (in and out distinct). Any dtype. */
 pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                        pipit_dtype dtype, const void *in, void *out, int64_t count);
+/* The same in two halves, so the member computes while the blocks move
+ * (an overlapped pair of tasks, compile/lower.c): start sends every block
+ * of `in` but its own (in must stay untouched until finish returns);
+ * finish copies its own block, receives the others into `out` and fences
+ * the sends. mb tells one node's all-to-alls of two microbatches apart. */
+pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                                             pipit_dtype dtype, const void *in, int64_t count);
+pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                                              pipit_dtype dtype, const void *in, void *out, int64_t count);
 
 /* What a message carries. */
 typedef enum {

@@ -69,6 +69,11 @@ typedef struct {
  * (PIPIT_STATUS_DEADLOCK, e.g. "rank 0 waits at B0.1 for B1.1 (rank 1), rank 1
  * waits at F1.2 for F0.2 (rank 0)"). Other problems: PIPIT_STATUS_SCHEDULE. */
 pipit_status pipit__schedule_check(const pipit_schedule *s);
+/* The same order simulation with paired[r][i] = 1 running task i of rank
+ * r and task i + 1 as one (an overlapped pair, compile/lower.c): both
+ * start once the dependencies of both are met. DEADLOCK when that stalls
+ * (a pair whose second task depends on its first always does). */
+pipit_status pipit__schedule_check_paired(const pipit_schedule *s, const uint8_t *const *paired);
 
 /* Simulates the (checked) schedule: each rank runs its list in order; a task
  * starts when its rank is free and its dependencies have finished (+comm if

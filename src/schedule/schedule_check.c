@@ -35,6 +35,7 @@ typedef struct {
     double *bk_start, *bk_end;
     int32_t *bk_next, nbk;
     int32_t *bk_tail, *bk_cursor; /* [P * P]: the last transfer; the first one a reply may still wait for */
+    const uint8_t *const *paired; /* [P][ntasks] 1: task i runs as one with task i + 1 (NULL: none) */
 } walk_ctx;
 
 static size_t slot(const walk_ctx *c, int stage, int mb) {
@@ -317,8 +318,24 @@ static void send_output(walk_ctx *c, int r, pipit_task t, const pipit__sim_costs
 
 /* Runs the next task of rank r if its inputs are ready (with res != NULL
  * also timing it); returns 1 if it ran. */
+/* An overlapped pair (check only): both tasks start when the
+ * dependencies of both are met and both end together, which is when the
+ * rank's interleaved instructions send the first of their messages at
+ * the latest and receive the last at the earliest. */
+static int run_pair(walk_ctx *c, int r) {
+    int i = c->pos[r];
+    pipit_task a = c->s->tasks[r][i], b = c->s->tasks[r][i + 1], dep;
+    if (first_unmet(c, a, &dep) >= 0 || first_unmet(c, b, &dep) >= 0) return 0;
+    c->done[a.kind][slot(c, a.stage, a.mb)] = 1;
+    c->done[b.kind][slot(c, b.stage, b.mb)] = 1;
+    c->pos[r] += 2;
+    return 2;
+}
+
+/* Runs rank r's next task (or pair) if it is ready: how many ran. */
 static int run_next(walk_ctx *c, int r, const pipit__sim_costs *costs, pipit__sim_result *res) {
     int i = c->pos[r];
+    if (c->paired && c->paired[r][i] && i + 1 < c->s->ntasks[r]) return run_pair(c, r);
     pipit_task t = c->s->tasks[r][i], dep;
     if (first_unmet(c, t, &dep) >= 0) return 0;
     size_t k = slot(c, t.stage, t.mb);
@@ -341,7 +358,7 @@ static long walk(walk_ctx *c, const pipit__sim_costs *costs, pipit__sim_result *
     do {
         before = ran;
         for (int r = 0; r < c->s->P; r++)
-            while (c->pos[r] < c->s->ntasks[r] && run_next(c, r, costs, res)) ran++;
+            for (int k; c->pos[r] < c->s->ntasks[r] && (k = run_next(c, r, costs, res));) ran += k;
     } while (ran > before);
     return ran;
 }
@@ -469,6 +486,17 @@ pipit_status pipit__schedule_check(const pipit_schedule *s) {
     if ((st = ctx_init(&c, s, 0, 0))) return st;
     st = check_static(&c);
     if (!st && walk(&c, NULL, NULL) < total_tasks(s)) st = report_deadlock(&c);
+    ctx_free(&c);
+    return st;
+}
+
+pipit_status pipit__schedule_check_paired(const pipit_schedule *s, const uint8_t *const *paired) {
+    walk_ctx c;
+    pipit_status st = ctx_init(&c, s, 0, 0);
+    if (st) return st;
+    c.paired = paired;
+    st = check_static(&c);
+    if (!st && walk(&c, NULL, NULL) < total_tasks(s)) st = pipit__err(PIPIT_STATUS_DEADLOCK, "overlapped pairs deadlock");
     ctx_free(&c);
     return st;
 }

@@ -59,7 +59,8 @@ const char *pipit_recompute_name(pipit_recompute r) {
     case PIPIT_RECOMPUTE_FULL: return "full";
     case PIPIT_RECOMPUTE_POINTWISE: return "pointwise";
     }
-    return "?";
+    pipit__err(PIPIT_STATUS_INVALID, "%s: %d is not a pipit_recompute", __func__, (int)r);
+    return "unknown";
 }
 
 static double bytes_per_param(int esize, int zero, int dp) {
