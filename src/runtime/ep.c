@@ -79,7 +79,7 @@ pipit_status pipit__ep_start(pipit_program *p, int w, const pipit__instr *in, co
     if (!a.fwd) swap_axes(send, recv, a.Xl, a.E, a.run);
     ep_group(p, w, group);
     *staging = host;
-    return pipit__transport_alltoall_start(p->transport, w, group, a.E, in->node, in->mb, a.dt, send,
+    return pipit__transport_alltoall_start(p->transport, w, group, a.E, in->node, in->mb, a.dt, send, recv,
                                            in->numel / a.E);
 }
 

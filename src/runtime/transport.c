@@ -270,13 +270,17 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
 static uint64_t a2a_tag(int n, int32_t id, int mb, int j) { return pipit__tag(PIPIT_TAG_COLL, id, 2 * n + mb * n + j); }
 
 pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
-                                             pipit_dtype dtype, const void *in, int64_t count) {
+                                             pipit_dtype dtype, const void *in, void *out, int64_t count) {
     int mine = 0;
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
     if (s || count == 0) return s;
     if (mb < 0 || (int64_t)mb * n > INT32_MAX / 2)
         return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: microbatch %d out of the tag's range", mb);
+    if (in == out && n > 1)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: the input and output blocks must not be the same memory");
     size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
+    for (int k = 0; k < n && !s && t->vt->irecv; k++) /* posted first: the blocks land while the rank computes */
+        if (k != mine) s = t->vt->irecv(t, me, group[k], a2a_tag(n, id, mb, k), BLOCK(out, k), bytes);
     for (int k = 0; k < n && !s; k++)
         if (k != mine) s = t->vt->isend(t, me, group[k], a2a_tag(n, id, mb, mine), BLOCK(in, k), bytes);
     return s;
@@ -288,11 +292,12 @@ pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
     if (s || count == 0) return s;
     size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
-    if (in == out && n > 1)
-        return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: the input and output blocks must not be the same memory");
     if (BLOCK(out, mine) != BLOCK(in, mine)) memcpy(BLOCK(out, mine), BLOCK(in, mine), bytes);
-    for (int k = 0; k < n && !s; k++)
-        if (k != mine) s = t->vt->recv(t, me, group[k], a2a_tag(n, id, mb, k), BLOCK(out, k), bytes);
+    for (int k = 0; k < n && !s; k++) {
+        if (k == mine) continue;
+        uint64_t tag = a2a_tag(n, id, mb, k);
+        s = t->vt->irecv ? t->vt->wait_recv(t, me, group[k], tag) : t->vt->recv(t, me, group[k], tag, BLOCK(out, k), bytes);
+    }
     for (int k = 0; k < n && !s; k++)
         if (k != mine) s = t->vt->fence(t, me, group[k], a2a_tag(n, id, mb, mine));
     return s;
@@ -300,7 +305,7 @@ pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const
 
 pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                        pipit_dtype dtype, const void *in, void *out, int64_t count) {
-    pipit_status s = pipit__transport_alltoall_start(t, me, group, n, id, 0, dtype, in, count);
+    pipit_status s = pipit__transport_alltoall_start(t, me, group, n, id, 0, dtype, in, out, count);
     return s ? s : pipit__transport_alltoall_finish(t, me, group, n, id, 0, dtype, in, out, count);
 }
 

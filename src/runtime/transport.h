@@ -80,6 +80,15 @@ typedef struct {
      * Sends do not wake anyone themselves: a rank that waits next moves
      * them in its own wait, so a ping-pong pays no thread wake-up. */
     void (*kick)(pipit__transport *t, int src);
+    /* Optional (NULL: the caller receives with recv instead). Posts a
+     * receive at world rank dst (of this process) of (src, tag) into host
+     * memory `data` (n bytes; a tag of device memory is INTERNAL) and returns
+     * at once, so the message can land while the rank computes;
+     * wait_recv(t, dst, src, tag) completes it with recv's checks and
+     * errors. Every irecv that returned OK takes exactly one wait_recv (a
+     * failed step's are cancelled when the transport is freed). */
+    pipit_status (*irecv)(pipit__transport *t, int dst, int src, uint64_t tag, void *data, size_t n);
+    pipit_status (*wait_recv)(pipit__transport *t, int dst, int src, uint64_t tag);
 } pipit__transport_i;
 
 /* Copies n bytes between a buffer of backend memory and host memory. */
@@ -169,12 +178,13 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
 pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                        pipit_dtype dtype, const void *in, void *out, int64_t count);
 /* The same in two halves, so the member computes while the blocks move
- * (an overlapped pair of tasks, compile/lower.c): start sends every block
- * of `in` but its own (in must stay untouched until finish returns);
- * finish copies its own block, receives the others into `out` and fences
- * the sends. mb tells one node's all-to-alls of two microbatches apart. */
+ * (an overlapped pair of tasks, compile/lower.c): start posts the
+ * receives into `out` (transports with irecv) and sends every block of
+ * `in` but its own; until finish returns, neither buffer may be touched.
+ * finish copies its own block, completes the receives and fences the
+ * sends. mb tells one node's all-to-alls of two microbatches apart. */
 pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
-                                             pipit_dtype dtype, const void *in, int64_t count);
+                                             pipit_dtype dtype, const void *in, void *out, int64_t count);
 pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
                                               pipit_dtype dtype, const void *in, void *out, int64_t count);
 

@@ -306,7 +306,7 @@ static pipit_status local_bcast(pipit__transport *tt, int root, void *data, size
 
 static const pipit__transport_i local_vt = {local_send,  local_isend, local_fence, local_recv,
                                             local_abort, local_reset, local_bcast, local_free,
-                                            NULL};
+                                            NULL,        NULL,        NULL};
 
 pipit__transport *pipit__transport_local_new(int P) {
     local_transport *t = pipit__calloc(1, sizeof *t);

@@ -93,6 +93,14 @@ typedef struct { /* a copying send: its buffer goes back to the cache */
     size_t cap;
 } pending;
 
+typedef struct { /* an irecv, until its wait_recv (the rank thread's alone) */
+    MPI_Request req;
+    int src, mt;
+    uint64_t tag;
+    void *data;
+    size_t n;
+} zrecv;
+
 typedef struct { /* an isend, until its fence */
     MPI_Request req;
     int dst;
@@ -119,6 +127,8 @@ typedef struct {
     int nsends, nsends_cap;
     zsend *zs;
     int nzs, nzs_cap;
+    zrecv *zr; /* posted receives (irecv): the rank thread's, not the monitor's */
+    int nzr, nzr_cap;
     MPI_Request *reqs; /* scratch for Testsome */
     int *idx, *at, nreqs_cap; /* Testsome's indices; what each scratch entry is */
     cached cache[CACHE_MAX_COUNT];
@@ -680,6 +690,47 @@ static pipit_status mpi_recv(pipit__transport *tt, int dst, int src, uint64_t ta
     return s;
 }
 
+static pipit_status mpi_irecv(pipit__transport *tt, int dst, int src, uint64_t tag, void *data, size_t n) {
+    mpi_transport *t = (mpi_transport *)tt;
+    int mt;
+    pipit_status s = check_msg(t, dst, src, tag, n, "receive", &mt);
+    if (s) return s;
+    if (tt->from_host && pipit__tag_on_device(tag))
+        return pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: a posted receive of device memory (tag 0x%016llx)", dst,
+                          (unsigned long long)tag);
+    zrecv *room = grow(t->zr, t->nzr, &t->nzr_cap, sizeof *t->zr);
+    if (!room) return pipit__err(PIPIT_STATUS_NOMEM, "rank %d: out of memory receiving from rank %d", dst, src);
+    t->zr = room;
+    zrecv z = {MPI_REQUEST_NULL, src, mt, tag, data, n};
+    int rc = MPI_Irecv(data, (int)n, MPI_BYTE, src, mt, t->data_comm, &z.req);
+    if (rc != MPI_SUCCESS) return mpi_fail(t, rc, "MPI_Irecv", src);
+    t->zr[t->nzr++] = z;
+    return PIPIT_STATUS_OK;
+}
+
+static pipit_status mpi_wait_recv(pipit__transport *tt, int dst, int src, uint64_t tag) {
+    mpi_transport *t = (mpi_transport *)tt;
+    int i = 0;
+    while (i < t->nzr && !(t->zr[i].src == src && t->zr[i].tag == tag)) i++;
+    if (i == t->nzr)
+        return pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: wait for a receive from rank %d (tag 0x%016llx) never posted",
+                          dst, src, (unsigned long long)tag);
+    zrecv z = t->zr[i];
+    t->zr[i] = t->zr[--t->nzr];
+    MPI_Status st;
+    int rc, count = 0;
+    wait_result w = wait_req(t, &z.req, &st, t->timeout, &rc);
+    if (w) {
+        cancel_recv(t, &z.req);
+        return recv_failed(t, w, rc, dst, src, z.n);
+    }
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    if ((size_t)count != z.n)
+        return pipit__err(PIPIT_STATUS_RUNTIME, "rank %d: message from rank %d has %d bytes, expected %zu", dst, src,
+                          count, z.n);
+    return tt->debug_sends ? check_sum(t, dst, src, z.mt, tag, z.data, z.n) : PIPIT_STATUS_OK;
+}
+
 /* ---------------------------------------------------------------- bcast */
 
 static pipit_status mpi_bcast(pipit__transport *tt, int root, void *data, size_t n) {
@@ -946,6 +997,8 @@ static void finish_sends(mpi_transport *t) {
     }
     for (int i = 0; i < t->nsends; i++) drop_request(&t->sends[i].req); /* its buffer may still be read: leaked */
     for (int i = 0; i < t->nzs; i++) drop_request(&t->zs[i].req);
+    for (int i = 0; i < t->nzr; i++) drop_request(&t->zr[i].req); /* a failed step's posted receives */
+    t->nzr = 0;
     for (int i = 0; i < t->nabandoned; i++) drop_request(&t->abandoned[i]);
     for (int i = 0; t->beats && i < t->nwatch; i++) drop_request(&t->beats[i]);
     t->nsends = t->nzs = t->nabandoned = 0;
@@ -982,6 +1035,7 @@ static void mpi_free(pipit__transport *tt) {
     pthread_cond_destroy(&t->cv);
     pipit__free(t->sends);
     pipit__free(t->zs);
+    pipit__free(t->zr);
     pipit__free(t->reqs);
     pipit__free(t->idx);
     pipit__free(t->at);
@@ -997,7 +1051,7 @@ static void mpi_free(pipit__transport *tt) {
 
 static const pipit__transport_i mpi_vt = {mpi_send,  mpi_isend, mpi_fence, mpi_recv,
                                           mpi_abort, mpi_reset, mpi_bcast, mpi_free,
-                                          mpi_kick};
+                                          mpi_kick,  mpi_irecv, mpi_wait_recv};
 
 static pipit_status dup_comm(mpi_transport *t, MPI_Comm *c) {
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, c);
