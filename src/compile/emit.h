@@ -24,10 +24,10 @@ pipit_status pipit__emitter_init(pipit__emitter *e, pipit__plan *p, pipit__rank_
 void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
 /* An EP all-to-all node in two halves (runtime/ep.c): the start reads its
  * input (returns the instruction's index, -1 on failure), the finish
- * (given that index) writes its output; other instructions may come
- * between them. */
-int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb);
-void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start);
+ * (given that index) writes its output; post = 1 (both): other
+ * instructions come between them, so the receives are posted at the start. */
+int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post);
+void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start, int post);
 /* acc (of dtype acc_dt) = or += contrib (of its node's dtype: bf16 is added into fp32) */
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first, pipit_dtype acc_dt);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);

@@ -66,9 +66,10 @@ typedef enum {
     INS_TP,           /* tensor parallelism: out = the T ranks' in[0] of (node, mb) combined in rank
                          order by the transport's all-reduce (TP_SUM: sum, TP_MAX: max); numel elements */
     INS_A2A_START,    /* expert parallelism: the all-to-all of EP node (node, mb) starts: in[0] staged
-                         and its blocks sent (runtime/ep.c) */
-    INS_A2A_FINISH    /* ... and ends: the blocks received into out; `use` = its START's index. Other
-                         instructions may run between the two (an overlapped pair of tasks) */
+                         and its blocks sent (runtime/ep.c); first = 1: in an overlapped pair, the
+                         receives posted here too */
+    INS_A2A_FINISH    /* ... and ends: the blocks received into out; `use` = its START's index, first
+                         its START's. Other instructions may run between the two (an overlapped pair) */
 } pipit__ins_kind;
 
 typedef struct {

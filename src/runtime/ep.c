@@ -80,7 +80,7 @@ pipit_status pipit__ep_start(pipit_program *p, int w, const pipit__instr *in, co
     ep_group(p, w, group);
     *staging = host;
     return pipit__transport_alltoall_start(p->transport, w, group, a.E, in->node, in->mb, a.dt, send, recv,
-                                           in->numel / a.E);
+                                           in->numel / a.E, in->first);
 }
 
 pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void *staging) {
@@ -97,7 +97,7 @@ pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, c
     uint8_t *send = staging, *recv = send + a.bytes, *y = recv;
     ep_group(p, w, group);
     s = pipit__transport_alltoall_finish(p->transport, w, group, a.E, in->node, in->mb, a.dt, send, recv,
-                                         in->numel / a.E);
+                                         in->numel / a.E, in->first);
     /* forward: [E (from), Xl, run] -> [Xl, E, run] into the send half, free after the fence;
      * reverse: [E (from): its experts, Xl, run] as it is */
     if (!s && a.fwd) swap_axes(send, recv, a.E, a.Xl, a.run), y = send;

@@ -269,8 +269,8 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
  * with full remat runs the forward's all-to-all again in a backward). */
 static uint64_t a2a_tag(int n, int32_t id, int mb, int j) { return pipit__tag(PIPIT_TAG_COLL, id, 2 * n + mb * n + j); }
 
-pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
-                                             pipit_dtype dtype, const void *in, void *out, int64_t count) {
+static pipit_status a2a_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                              pipit_dtype dtype, const void *in, void *out, int64_t count, int post) {
     int mine = 0;
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
     if (s || count == 0) return s;
@@ -279,15 +279,20 @@ pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const 
     if (in == out && n > 1)
         return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: the input and output blocks must not be the same memory");
     size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
-    for (int k = 0; k < n && !s && t->vt->irecv; k++) /* posted first: the blocks land while the rank computes */
+    for (int k = 0; k < n && !s && post; k++) /* posted first: the blocks land while the rank computes */
         if (k != mine) s = t->vt->irecv(t, me, group[k], a2a_tag(n, id, mb, k), BLOCK(out, k), bytes);
     for (int k = 0; k < n && !s; k++)
         if (k != mine) s = t->vt->isend(t, me, group[k], a2a_tag(n, id, mb, mine), BLOCK(in, k), bytes);
     return s;
 }
 
-pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
-                                              pipit_dtype dtype, const void *in, void *out, int64_t count) {
+pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                                             pipit_dtype dtype, const void *in, void *out, int64_t count, int post) {
+    return a2a_start(t, me, group, n, id, mb, dtype, in, out, count, post && t->vt->irecv);
+}
+
+static pipit_status a2a_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                               pipit_dtype dtype, const void *in, void *out, int64_t count, int posted) {
     int mine = 0;
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
     if (s || count == 0) return s;
@@ -296,17 +301,23 @@ pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const
     for (int k = 0; k < n && !s; k++) {
         if (k == mine) continue;
         uint64_t tag = a2a_tag(n, id, mb, k);
-        s = t->vt->irecv ? t->vt->wait_recv(t, me, group[k], tag) : t->vt->recv(t, me, group[k], tag, BLOCK(out, k), bytes);
+        s = posted ? t->vt->wait_recv(t, me, group[k], tag) : t->vt->recv(t, me, group[k], tag, BLOCK(out, k), bytes);
     }
     for (int k = 0; k < n && !s; k++)
         if (k != mine) s = t->vt->fence(t, me, group[k], a2a_tag(n, id, mb, mine));
     return s;
 }
 
+pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+                                              pipit_dtype dtype, const void *in, void *out, int64_t count, int post) {
+    return a2a_finish(t, me, group, n, id, mb, dtype, in, out, count, post && t->vt->irecv);
+}
+
+/* Nothing computes between the halves: the receives are not posted ahead. */
 pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                        pipit_dtype dtype, const void *in, void *out, int64_t count) {
-    pipit_status s = pipit__transport_alltoall_start(t, me, group, n, id, 0, dtype, in, out, count);
-    return s ? s : pipit__transport_alltoall_finish(t, me, group, n, id, 0, dtype, in, out, count);
+    pipit_status s = a2a_start(t, me, group, n, id, 0, dtype, in, out, count, 0);
+    return s ? s : a2a_finish(t, me, group, n, id, 0, dtype, in, out, count, 0);
 }
 
 #undef BLOCK

@@ -178,15 +178,19 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
 pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *group, int n, int32_t id,
                                        pipit_dtype dtype, const void *in, void *out, int64_t count);
 /* The same in two halves, so the member computes while the blocks move
- * (an overlapped pair of tasks, compile/lower.c): start posts the
- * receives into `out` (transports with irecv) and sends every block of
- * `in` but its own; until finish returns, neither buffer may be touched.
- * finish copies its own block, completes the receives and fences the
- * sends. mb tells one node's all-to-alls of two microbatches apart. */
+ * (an overlapped pair of tasks, compile/lower.c): start sends every block
+ * of `in` but its own, and with post = 1 (the same at finish) first posts
+ * the receives into `out` (transports with irecv), so the blocks land
+ * while the rank computes; until finish returns, neither buffer may be
+ * touched. finish copies its own block, completes the receives and fences
+ * the sends. mb tells one node's all-to-alls of two microbatches apart.
+ * post = 0 where nothing runs between the halves: a receive posted ahead
+ * costs Open MPI's shared memory 10-15% at 2.5-16 MiB (docs/benchmarks.md
+ * §21). */
 pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
-                                             pipit_dtype dtype, const void *in, void *out, int64_t count);
+                                             pipit_dtype dtype, const void *in, void *out, int64_t count, int post);
 pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
-                                              pipit_dtype dtype, const void *in, void *out, int64_t count);
+                                              pipit_dtype dtype, const void *in, void *out, int64_t count, int post);
 
 /* What a message carries. */
 typedef enum {
