@@ -80,6 +80,8 @@ for sched in "" "--pp 2 --schedule dualpipev"; do
         $PY -c 'import json,sys; print(sum(r["overlapped_pairs"] for r in json.load(sys.stdin)["ranks"]))'; }
     [ "$(pairs)" -gt 0 ] || fail "--ep 2 $sched: no overlapped pairs in the plan"
     [ "$(pairs --no-a2a-overlap)" = 0 ] || fail "--ep 2 $sched --no-a2a-overlap: the plan has overlapped pairs"
+    expect_ok "$PIPIT" plan "${M4[@]}" $sched
+    grep -q "^overlapped pairs: [1-9]" <<<"$OUT" || fail "--ep 2 $sched: pipit plan does not name the overlapped pairs"
 done
 
 # refusals

@@ -114,6 +114,10 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
                        "moments %zu\n",
                     p->zero, p->D, pipit__zero_params(prog) ? mom / 2 : rp->param_bytes,
                     pipit__zero_grads(prog) ? mom / 2 : rp->param_bytes, mom);
+        if (rp->npairs > 0)
+            fprintf(f, "overlapped pairs: %d (a forward and a backward of two microbatches interleaved at their "
+                       "all-to-alls; options.no_a2a_overlap turns them off)\n",
+                    rp->npairs);
         pipit__rank_mem mem;
         pipit__rank_memory(prog, r, &mem);
         fprintf(f, "memory per world rank at a step's peak: %.3f MiB = activations %.3f + parameters %.3f + gradients "
