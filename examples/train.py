@@ -36,6 +36,9 @@ def parse(argv):
     ap.add_argument("--sp", action="store_true", help="with --tp: sequence parallelism (1/T of the sequence "
                     "between the tensor-parallel matmuls)")
     ap.add_argument("--dp", type=int, default=1, help="data-parallel replicas D (default 1)")
+    ap.add_argument("--ep", type=int, default=1, help="MoE: expert-parallel ranks E over consecutive dp replicas "
+                                                      "(default 1)")
+    ap.add_argument("--no-a2a-overlap", action="store_true", help="with --ep: no overlapped pairs")
     ap.add_argument("--schedule", default=None, help="schedule name or file (default 1f1b; interleaved-1f1b "
                                                      "with --virtual > 1)")
     ap.add_argument("--virtual", type=int, default=0, help="stages per rank V (default: the schedule's own)")
@@ -94,7 +97,8 @@ def main(argv=None):
                        virtual=a.virtual, microbatches=a.microbatches, seed=a.seed, data_order=a.data_order,
                        lr=a.lr, lr_schedule=a.lr_schedule, warmup=a.warmup, dtype=a.dtype,
                        threads=a.threads, remat=a.recompute, zero1=a.zero1, zero=a.zero, resume=a.resume,
-                       doc_sep=a.doc_sep, doc_pos_reset=a.doc_pos_reset, sp=a.sp) as t:
+                       doc_sep=a.doc_sep, doc_pos_reset=a.doc_pos_reset, sp=a.sp, ep=a.ep,
+                       no_a2a_overlap=a.no_a2a_overlap) as t:
         say("pipit %s: %r, %d params; %d stage(s), schedule %s; %d rank(s)" %
             (pipit.version(), model, model.num_params(), t.stages, t.schedule.kind if t.schedule else "none",
              t.program.num_ranks))

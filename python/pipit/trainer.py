@@ -56,14 +56,18 @@ class Trainer:
     reshard_after_forward=True is --reshard-after-forward (with zero=3:
     each param gathered per task that reads it, memory over speed).
     sp=True is --sp: sequence parallelism over the tp ranks (tp >= 2
-    dividing the model's ctx; not with a mixture of experts)."""
+    dividing the model's ctx; not with a mixture of experts). ep=E is
+    --ep: a mixture of experts' experts split over E consecutive
+    data-parallel replicas (E divides dp and the experts);
+    no_a2a_overlap=True is --no-a2a-overlap."""
 
     def __init__(self, model, loss=None, data=None, schedule=None, pp=1, tp=1, dp=1, virtual=0, microbatches=1,
                  dtype="f32", bf16_policy="autocast", zero1=False, zero=0, threads=1, remat=False, lr=None,
                  optimizer="adamw", beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0, clip=0.0,
                  lr_schedule="constant", warmup=0, decay_steps=None, min_lr=None, steps=None, seed=1,
                  data_order="random", data_format="auto", device=None, init=None, resume=None, doc_sep=-1,
-                 doc_pos_reset=False, balance_bias=None, reshard_after_forward=False, sp=False):
+                 doc_pos_reset=False, balance_bias=None, reshard_after_forward=False, sp=False, ep=1,
+                 no_a2a_overlap=False):
         self._handles = []
         self.model = model if isinstance(model, Model) else None
         if balance_bias is not None:
@@ -80,6 +84,7 @@ class Trainer:
                       doc_sep=int(doc_sep), doc_pos_reset=int(bool(doc_pos_reset)))
         self.steps, self.seed = int(steps), seed
         self._sp = bool(sp)
+        self._ep, self._no_a2a_overlap = ep, int(bool(no_a2a_overlap))
         self._reshard = int(bool(reshard_after_forward))  # options.reshard_after_forward (the library refuses it
         # without zero 3, as the CLI)
         try:
@@ -91,6 +96,26 @@ class Trainer:
             raise
 
     # ------------------------------------------------------------ opening
+    def _check_ep(self, m, dp, tp):
+        """The CLI's refusals of --ep (tools/session.c check_ep)."""
+        E, experts, bad = self._ep, m.fields.get("experts", 0) if m.arch == "llama" else 0, None
+        if not isinstance(E, int) or E < 1 or E > 64:
+            bad = "ep must be in 1..64 (expert-parallel ranks; got %r)" % (E,)
+        elif E == 1:
+            return
+        elif not experts:
+            bad = "ep %d splits the experts of mixture-of-experts layers: pass experts=N" % E
+        elif dp % E:
+            bad = "ep %d does not divide dp %d" % (E, dp)
+        elif experts % E:
+            bad = "ep %d does not divide experts %d" % (E, experts)
+        elif tp > 1:
+            bad = "ep with tp %d: expert and tensor parallelism together are not built (use one)" % tp
+        elif self._reshard:
+            bad = "ep with reshard_after_forward: ZeRO-3's per-task gathers of the expert params are not built yet"
+        if bad:
+            raise InvalidError("Trainer: " + bad, C.PIPIT_STATUS_INVALID)
+
     @staticmethod
     def _check_zero(zero1, zero, dp):
         """The CLI's refusals of --zero1 / --zero (tools/session.c)."""
@@ -153,7 +178,10 @@ class Trainer:
                                    ("it needs tp 2 or more (got tp %d)" % tp if tp < 2 else
                                     "tp %d does not divide ctx %d" % (tp, m.ctx) if m.ctx % tp else
                                     "mixture-of-experts layers are not built with it yet"), C.PIPIT_STATUS_INVALID)
+            self._check_ep(m, dp, tp)
             self.graph = self._own(Graph(tensor_parallel=tp))
+            if self._ep > 1:  # expert parallelism: the graph setting before the build
+                check(lib.pipit_graph_set_expert_parallel(self.graph.ptr, self._ep))
             if self._sp:  # sequence parallelism: the graph setting before the build
                 check(lib.pipit_graph_set_sequence_parallel(self.graph.ptr, 1))
             if self.docs:  # packed documents: the graph setting before the build (input 'documents')
@@ -168,6 +196,9 @@ class Trainer:
             if self._sp:
                 raise InvalidError("Trainer: sp applies to a model trained on data (a Graph sets its own: "
                                    "pipit_graph_set_sequence_parallel before building)", C.PIPIT_STATUS_INVALID)
+            if self._ep != 1:
+                raise InvalidError("Trainer: ep applies to a model trained on data (a Graph sets its own: "
+                                   "pipit_graph_set_expert_parallel before building)", C.PIPIT_STATUS_INVALID)
             if self.o["doc_sep"] != -1 or self.o["doc_pos_reset"]:
                 raise InvalidError("Trainer: doc_sep and doc_pos_reset apply to a model trained on data (a Graph "
                                    "declares and feeds its own inputs)", C.PIPIT_STATUS_INVALID)
@@ -179,7 +210,7 @@ class Trainer:
         self.opts = dict(schedule=self.schedule, microbatches=M, threads=threads, remat=remat_code(remat),
                          optimizer=opt, clip_norm=float(clip), data_parallel=dp, zero1=int(bool(zero1)), zero=zero,
                          tensor_parallel=tp, lr_schedule=self.lr_sched, dtype=dtype, bf16_policy=bf16_policy,
-                         device=device, reshard_after_forward=self._reshard)
+                         device=device, reshard_after_forward=self._reshard, no_a2a_overlap=self._no_a2a_overlap)
         self.program = self._own(Program(self.graph, self.loss, outputs=[v for _, v in self._moe], **self.opts))
         self.eval_program = None
         self.first_step = self.step_count = 0

@@ -29,6 +29,11 @@ CASES = [
     ("llama-pp2-recompute-pointwise", ["--model", "llama-tiny", "--pp", "2", "--microbatches", "2", "--recompute",
                                        "pointwise"]),
     ("gpt2-recompute-full-bf16", ["--model", "tiny", "--recompute", "full", "--dtype", "bf16"]),
+    ("moe-dp2-ep2", ["--model", "moe-tiny", "--dp", "2", "--ep", "2", "--microbatches", "2"]),
+    ("moe-dualpipev-ep2", ["--model", "moe-tiny", "--pp", "2", "--schedule", "dualpipev", "--dp", "2", "--ep", "2",
+                           "--microbatches", "4"]),
+    ("moe-ep2-no-overlap", ["--model", "moe-tiny", "--dp", "2", "--ep", "2", "--microbatches", "2",
+                            "--no-a2a-overlap"]),
     ("moe-balance-bias", ["--model", "moe-tiny", "--balance-bias", "0.01", "--pp", "2", "--microbatches", "2"]),
 ]
 SMALL = ["--layers", "4", "--ctx", "16", "--micro-batch", "2", "--steps", "3"]
@@ -155,3 +160,19 @@ def test_trainer_sp_refusals(text_file):
     m = pipit.models.preset("tiny", layers=2, ctx=18, micro_batch=2)
     with pytest.raises(pipit.InvalidError, match="tp 4 does not divide ctx 18"):
         pipit.Trainer(m, data=text_file, steps=1, tp=4, sp=True)
+
+
+def test_trainer_ep_refusals(text_file):
+    """Trainer(ep=E) refuses what `pipit train --ep` refuses (tools/session.c check_ep)."""
+    import pipit
+    moe = pipit.models.preset("moe-tiny", layers=2, ctx=16, micro_batch=2)
+    with pytest.raises(pipit.InvalidError, match="pass experts=N"):
+        pipit.Trainer(pipit.models.preset("llama-tiny", layers=2, ctx=16), data=text_file, steps=1, dp=2, ep=2)
+    with pytest.raises(pipit.InvalidError, match="ep 2 does not divide dp 3"):
+        pipit.Trainer(moe, data=text_file, steps=1, dp=3, ep=2)
+    with pytest.raises(pipit.InvalidError, match="ep 3 does not divide experts 8"):
+        pipit.Trainer(moe, data=text_file, steps=1, dp=3, ep=3)
+    with pytest.raises(pipit.InvalidError, match="expert and tensor parallelism together are not built"):
+        pipit.Trainer(moe, data=text_file, steps=1, dp=2, ep=2, tp=2)
+    with pytest.raises(pipit.InvalidError, match=r"ep must be in 1\.\.64"):
+        pipit.Trainer(moe, data=text_file, steps=1, ep=0)
