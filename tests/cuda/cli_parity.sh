@@ -40,6 +40,9 @@ CONFIGS=(
     "llama cp 2 documents|--model llama-tiny --cp 2 --doc-sep 32"
     "moe tiny|--model moe-tiny"
     "moe tiny dp 2 ep 2|--model moe-tiny --dp 2 --ep 2"
+    "moe dualpipev ep 2 pairs|--model moe-tiny --pp 2 --schedule dualpipev --dp 2 --ep 2 --microbatches 4"
+    "llama recompute pointwise|--model llama-tiny --pp 2 --microbatches 2 --recompute pointwise"
+    "gpt2 recompute pointwise bf16|--model tiny --recompute pointwise --dtype bf16"
     "moe tiny bf16|--model moe-tiny --dtype bf16"
 )
 losses() { # the per-step losses of pipit train --json, one per line
