@@ -101,12 +101,11 @@ pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, c
     /* forward: [E (from), Xl, run] -> [Xl, E, run] into the send half, free after the fence;
      * reverse: [E (from): its experts, Xl, run] as it is */
     if (!s && a.fwd) swap_axes(send, recv, a.E, a.Xl, a.run), y = send;
-    if (!s) {
-        if (be->host_memory) memcpy(k->out, y, a.bytes);
-        else be->upload(k->out, y, a.bytes);
-    }
+    if (s) return s; /* the transport may still touch the staging: the caller keeps it (runtime/exec.c) */
+    if (be->host_memory) memcpy(k->out, y, a.bytes);
+    else be->upload(k->out, y, a.bytes);
     pipit__free(staging);
-    return s;
+    return PIPIT_STATUS_OK;
 }
 
 pipit_status pipit__ep_norm_terms(pipit_program *p, int w) {

@@ -14,7 +14,8 @@
  * rank may compute between them while the blocks move. start reads in[0]
  * into a host staging buffer (*staging; NULL when E = 1) and sends its
  * blocks; finish receives the others, writes out and frees the staging
- * (also when it fails). */
+ * (when it fails, the staging is left to the caller: the transport may
+ * still use it). */
 pipit_status pipit__ep_start(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void **staging);
 pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, const pipit__kctx *k, void *staging);
 /* Before the global norm: the expert params' terms summed over the EP

@@ -183,9 +183,9 @@ static pipit_status run_serial(exec_ctx *x, int32_t i) {
     case INS_TP: return pipit__tp_collective(p, x->w, in, k); /* busy time: the stage's T ranks work in step */
     case INS_A2A_START: return pipit__ep_start(p, x->w, in, k, &rs->a2a_host[i]);
     case INS_A2A_FINISH: {
-        void *staging = rs->a2a_host[in->use];
-        rs->a2a_host[in->use] = NULL;
-        return pipit__ep_finish(p, x->w, in, k, staging);
+        pipit_status s = pipit__ep_finish(p, x->w, in, k, rs->a2a_host[in->use]);
+        if (!s) rs->a2a_host[in->use] = NULL; /* freed; a failure leaves it to release_staging */
+        return s;
     }
     case INS_MARK: mark_task(x, in); break;
     default:
@@ -336,6 +336,21 @@ static void exec_worker(void *arg, int ith, int nth) {
     if (ith == 0 && post_start) rs->busy += pipit__now() - post_start;
 }
 
+/* The host staging of all-to-alls a failed step started and never
+ * finished. The transport may still read their sends or write their
+ * posted receives until it forgets the step: the local transport's reset
+ * (the start of this step) drops them; an MPI transport keeps its posted
+ * receives until it is freed (an abort is final there), so the staging
+ * stays with the rank until pipit_program_free, after the transport
+ * (free_rank), as the rank's other memory does. */
+static void release_staging(const exec_ctx *x) {
+    if (x->p->transport && x->p->transport->vt->irecv) return;
+    for (int32_t i = 0; i < x->r->n; i++) {
+        pipit__free(x->rs->a2a_host[i]);
+        x->rs->a2a_host[i] = NULL;
+    }
+}
+
 pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     exec_ctx x = {p, &p->plan.ranks[p->rs[w].prank], &p->rs[w], w, feed_ptrs, PIPIT_STATUS_OK, "", 0, 0, 0, 0};
     pipit__bind_rank(p, w);
@@ -349,13 +364,10 @@ pipit_status pipit__exec_rank(pipit_program *p, int w, const void **feed_ptrs) {
     x.reshard = pipit__zero_reshard(p) && p->rs[w].param_block;
     upload_feeds(&x);
     resolve(&x);
+    release_staging(&x);
     x.rs->busy = x.rs->wait = 0;
     x.rs->dp_first_send = x.rs->backward_end = -1;
     pipit__pool_run(x.rs->pool, exec_worker, &x);
-    for (int32_t i = 0; i < x.r->n; i++) { /* a failed step leaves all-to-alls started, never finished */
-        pipit__free(x.rs->a2a_host[i]);
-        x.rs->a2a_host[i] = NULL;
-    }
     /* A device backend's queued work ends here; its first error (a kernel
      * or a copy that failed) is the rank's failure, reported like any. */
     pipit_status s = p->be->sync(w);

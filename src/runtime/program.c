@@ -685,6 +685,8 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     pipit__free(rs->sumsq);
     pipit__free(rs->chunks);
     pipit__free(rs->kc);
+    for (int32_t i = 0; rs->a2a_host && i < p->plan.ranks[rs->prank].n; i++) /* a failed step's staging */
+        pipit__free(rs->a2a_host[i]);
     pipit__free(rs->a2a_host);
     pipit__free(rs->t_start);
     pipit__free(rs->t_end);

@@ -316,8 +316,6 @@ static void send_output(walk_ctx *c, int r, pipit_task t, const pipit__sim_costs
     c->arr[t.kind][k] = *link + (costs ? costs->comm : 0.0);
 }
 
-/* Runs the next task of rank r if its inputs are ready (with res != NULL
- * also timing it); returns 1 if it ran. */
 /* An overlapped pair (check only): both tasks start when the
  * dependencies of both are met and both end together, which is when the
  * rank's interleaved instructions send the first of their messages at
@@ -332,7 +330,8 @@ static int run_pair(walk_ctx *c, int r) {
     return 2;
 }
 
-/* Runs rank r's next task (or pair) if it is ready: how many ran. */
+/* Runs rank r's next task (or pair) if its inputs are ready (with res !=
+ * NULL also timing it; pairs only in the check): how many ran. */
 static int run_next(walk_ctx *c, int r, const pipit__sim_costs *costs, pipit__sim_result *res) {
     int i = c->pos[r];
     if (c->paired && c->paired[r][i] && i + 1 < c->s->ntasks[r]) return run_pair(c, r);
