@@ -12,19 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-bench} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-6} CTX=${CTX:-256} B=${B:-4}
 MODELS=${MODELS:-gpt2 llama-100m} DTYPES=${DTYPES:-f32 bf16}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" --target pipit_cli -- -j2 >/dev/null
-PIPIT=$(realpath "$BUILD/pipit")
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cat README.md docs/*.md > "$WORK/corpus.txt"
-cd "$WORK"
-echo "nproc: $(nproc); $(uptime | sed 's/.*load/load/'); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-median_ms() { # median of the "ms" of steps >= 2 in a --json log
-    python3 -c 'import json,sys,statistics as s
-v=[json.loads(l)["ms"] for l in open(sys.argv[1]) if l.startswith("{\"step\"") and json.loads(l)["step"]>=2]
-print("%.1f" % s.median(v))' "$1"
-}
+source bench/bench_lib.sh
+bench_build "$BUILD"
+bench_workdir
 for model in $MODELS; do
     for dt in $DTYPES; do
         args=(--data corpus.txt --model "$model" --ctx "$CTX" --micro-batch "$B" --microbatches 2 --dtype "$dt")

@@ -15,11 +15,8 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build} ROUNDS=${ROUNDS:-2} STEPS=${STEPS:-8} MB=${MB:-2} M=${M:-8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 PIPIT=$(realpath "$BUILD/pipit")
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cat README.md docs/*.md > "$WORK/corpus.txt"
-cd "$WORK"
-echo "nproc: $(nproc); $(uptime | sed 's/.*load/load/'); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+source bench/bench_lib.sh
+bench_workdir
 ARGS=(--data corpus.txt --layers 4 --dim 128 --heads 4 --ctx 128 --micro-batch "$MB" --microbatches "$M" --pp 2)
 SCHEDS=(1f1b v-half v-min zb-v)
 stats() { # stats LOG: median ms of steps >= 2, tokens/s at that median

@@ -17,23 +17,13 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-bench} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-12} MPI=${MPI:-1} NETNS=${NETNS:-0}
 NETNS_SH=$(realpath tests/netns_hosts.sh)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" --target pipit_cli -- -j2 >/dev/null
-PIPIT=$(realpath "$BUILD/pipit")
-WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-cat README.md docs/*.md > "$WORK/corpus.txt"
-cd "$WORK"
-echo "nproc: $(nproc); $(uptime | sed 's/.*load/load/'); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+source bench/bench_lib.sh
+bench_build "$BUILD"
+bench_workdir
 SIZE=(--layers 4 --dim 256 --heads 4 --ctx 64 --micro-batch 4)
 [ "${SMALL:-0}" = 1 ] && SIZE=(--layers 2 --dim 128 --heads 2 --ctx 32 --micro-batch 2) # 0.4M params
 ARGS=(--data corpus.txt "${SIZE[@]}" --pp 2 --dp 2 --microbatches 4 --steps "$STEPS" --json)
 ARGS1=(--data "$WORK/corpus.txt" "${SIZE[@]}" --dp 2 --microbatches 4 --steps "$STEPS" --json) # P = 1
-median_ms() { # median of the "ms" of steps >= 2 in a --json log
-    python3 -c 'import json,sys,statistics as s
-v=[json.loads(l)["ms"] for l in open(sys.argv[1]) if l.startswith("{") and json.loads(l).get("step",0)>=2 and "ms" in json.loads(l)]
-print("%.1f" % s.median(v))' "$1"
-}
 declare -A ALL
 modes=(threads)
 [ "$MPI" = 1 ] && command -v mpirun >/dev/null && modes+=(mpi)
