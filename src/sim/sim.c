@@ -46,13 +46,6 @@ void pipit_sim_report_free(pipit_sim_report *r) {
     pipit__free(r);
 }
 
-/* Bytes per parameter at a step's peak: weights + gradients in the
- * training dtype, and the optimizer's state (Adam's two moments, plus fp32
- * master weights when the weights are 16-bit: ZeRO's 16 bytes per
- * parameter), sharded from ZeRO stage 1 on. As pipit's runtime does
- * (runtime/zero.c), ZeRO-2 and ZeRO-3 hold the full gradient (and
- * parameter) block during a step and keep a 1/dp shard of it between
- * steps: the peak grows by that shard, what stays between steps shrinks. */
 const char *pipit_recompute_name(pipit_recompute r) {
     switch (r) {
     case PIPIT_RECOMPUTE_NONE: return "none";
@@ -63,6 +56,13 @@ const char *pipit_recompute_name(pipit_recompute r) {
     return "unknown";
 }
 
+/* Bytes per parameter at a step's peak: weights + gradients in the
+ * training dtype, and the optimizer's state (Adam's two moments, plus fp32
+ * master weights when the weights are 16-bit: ZeRO's 16 bytes per
+ * parameter), sharded from ZeRO stage 1 on. As pipit's runtime does
+ * (runtime/zero.c), ZeRO-2 and ZeRO-3 hold the full gradient (and
+ * parameter) block during a step and keep a 1/dp shard of it between
+ * steps: the peak grows by that shard, what stays between steps shrinks. */
 static double bytes_per_param(int esize, int zero, int dp) {
     if (dp < 1) dp = 1;
     double opt = esize == 4 ? 8.0 : 12.0;
