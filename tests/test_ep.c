@@ -46,6 +46,7 @@ static int use_sgd; /* 1: SGD, linear in the gradient, so rounding stays roundin
 
 static int zero_stage; /* options.zero of the next make() */
 static int no_overlap; /* options.no_a2a_overlap of the next make() */
+static int remat_mode; /* options.remat of the next make() */
 
 static pipit_status make(model *m, const pipit_llama_config *c, int M, int D, int E, pipit_schedule *sch) {
     m->g = pipit_graph_new();
@@ -56,7 +57,7 @@ static pipit_status make(model *m, const pipit_llama_config *c, int M, int D, in
     if (loss.id < 0 && pipit_graph_status(m->g) == PIPIT_STATUS_OK) return PIPIT_STATUS_INVALID; /* refused: its message stands */
     s = pipit_compile(m->g, loss,
                       &(pipit_options){.microbatches = M, .data_parallel = D, .schedule = sch, .zero = zero_stage,
-                                       .no_a2a_overlap = no_overlap,
+                                       .no_a2a_overlap = no_overlap, .remat = remat_mode,
                                        .optimizer = use_sgd ? pipit_sgd(0.05) : pipit_adamw(1e-2, 0.9, 0.95, 1e-8, 0.1),
                                        .clip_norm = 0.5},
                       &m->p);
@@ -243,14 +244,18 @@ static int interleaved_a2a(const pipit_program *p, int q, int *pairs) {
 }
 
 /* Every schedule kind at P = 2 (its own V), and P = 1 (the sequential
- * list F0 B0 F1 B1 ...: B(m) pairs with F(m+1)): with overlapped pairs the
- * losses and every parameter are the bits of one rank running the same
- * model without them. */
+ * list F0 B0 F1 B1 ...: B(m) pairs with F(m+1)), with each remat mode (full
+ * remat runs the forward's all-to-alls again in a backward, so a pair may
+ * have one node's all-to-all in flight twice: the pair slot in the tags
+ * tells them apart): with overlapped pairs the losses and every parameter
+ * are the bits of one rank running the same model without them. */
 PIPIT_TEST(ep_overlap_pairs_bitwise) {
     pipit_llama_config c = moe_cfg();
     const int M = 4, D = 2, E = 2;
     int ran = 0, with_pairs = 0;
-    for (int kind = -1; kind < PIPIT_SCHED_COUNT; kind++) {
+    for (int kk = -1; kk < 3 * PIPIT_SCHED_COUNT; kk++) {
+        int kind = kk < 0 ? -1 : kk % PIPIT_SCHED_COUNT;
+        remat_mode = kk < 0 ? 0 : kk / PIPIT_SCHED_COUNT;
         pipit_schedule *sch = NULL;
         pipit_llama_config c2 = c;
         if (kind >= 0) {
@@ -276,27 +281,29 @@ PIPIT_TEST(ep_overlap_pairs_bitwise) {
             pairs += np;
         }
         interleaved_a2a(ser.p, 0, &none);
-        fprintf(stderr, "%-16s P %d: %d overlapped pairs, %d all-to-alls with the other microbatch's kernels inside\n",
-                name, ov.p->plan.nranks, pairs, inter);
+        fprintf(stderr, "%-17s remat %d P %d: %d overlapped pairs, %d all-to-alls with the other microbatch's "
+                "kernels inside\n", name, remat_mode, ov.p->plan.nranks, pairs, inter);
         ASSERT_EQ_I64(none, 0);
         ASSERT_TRUE(pairs == 0 || inter > 0);
         with_pairs += pairs > 0;
         for (int s = 0; s < STEPS; s++)
             if (memcmp(&got[s], &want[s], sizeof got[s]) != 0)
-                PIPIT_FAIL_("%s step %d: loss %.17g, one rank without pairs %.17g", name, s, got[s], want[s]);
+                PIPIT_FAIL_("%s remat %d step %d: loss %.17g, one rank without pairs %.17g", name, remat_mode, s,
+                            got[s], want[s]);
         for (int i = 0; i < pipit_program_num_params(ser.p); i++) {
             const char *pn = pipit_program_param_name(ser.p, i);
             int same = 0;
             param_diff(ser.p, ov.p, pn, &same);
-            if (!same) PIPIT_FAIL_("%s: %s differs from one rank without pairs", name, pn);
+            if (!same) PIPIT_FAIL_("%s remat %d: %s differs from one rank without pairs", name, remat_mode, pn);
         }
         ran++;
         drop(&ser);
         drop(&ov);
         pipit_schedule_free(sch);
     }
-    ASSERT_TRUE(ran >= 8);
-    ASSERT_TRUE(with_pairs >= 4);
+    remat_mode = 0;
+    ASSERT_TRUE(ran >= 3 * 8);
+    ASSERT_TRUE(with_pairs >= 3 * 4);
 }
 
 /* GPipe at P = 2, M = 2: rank 0 runs F0 F1 B0 B1 and rank 1 the same.

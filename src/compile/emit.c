@@ -167,7 +167,7 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb) {
     in->out = (pipit__loc){LOC_ARENA, b, 0};
 }
 
-int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post) {
+int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post, int slot) {
     if (e->status) return -1;
     const pipit__node *n = &e->p->g->nodes[node];
     pipit__instr *in = pipit__emit_push(e);
@@ -175,6 +175,7 @@ int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post)
     int32_t at = e->r->n - 1;
     in->kind = INS_A2A_START;
     in->first = (uint8_t)post;
+    in->param = slot;
     in->node = node;
     in->mb = mb;
     in->numel = pipit__node_numel(n);
@@ -182,7 +183,7 @@ int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post)
     return at;
 }
 
-void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start, int post) {
+void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start, int post, int slot) {
     if (e->status) return;
     const pipit__node *n = &e->p->g->nodes[node];
     pipit__instr *in = pipit__emit_push(e);
@@ -190,6 +191,7 @@ void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t sta
     int32_t at = e->r->n - 1;
     in->kind = INS_A2A_FINISH;
     in->first = (uint8_t)post;
+    in->param = slot;
     in->node = node;
     in->mb = mb;
     in->use = start;

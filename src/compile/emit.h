@@ -25,9 +25,11 @@ void pipit__emit_run(pipit__emitter *e, int32_t node, int mb);
 /* An EP all-to-all node in two halves (runtime/ep.c): the start reads its
  * input (returns the instruction's index, -1 on failure), the finish
  * (given that index) writes its output; post = 1 (both): other
- * instructions come between them, so the receives are posted at the start. */
-int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post);
-void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start, int post);
+ * instructions come between them, so the receives are posted at the start;
+ * slot: the task's place in its overlapped pair (0, 1; 0 outside one),
+ * part of the messages' tags. */
+int32_t pipit__emit_a2a_start(pipit__emitter *e, int32_t node, int mb, int post, int slot);
+void pipit__emit_a2a_finish(pipit__emitter *e, int32_t node, int mb, int32_t start, int post, int slot);
 /* acc (of dtype acc_dt) = or += contrib (of its node's dtype: bf16 is added into fp32) */
 void pipit__emit_acc(pipit__emitter *e, int32_t contrib, int mb, pipit__loc acc, int first, pipit_dtype acc_dt);
 void pipit__emit_loss(pipit__emitter *e, int32_t loss, int mb);

@@ -301,6 +301,7 @@ typedef struct {
     int32_t j;             /* the pass's next node */
     int32_t a2a, a2a_at;   /* an all-to-all started, not finished: its node and START index; -1: none */
     int paired;            /* 1: in an overlapped pair (other instructions come between start and finish) */
+    int slot;              /* its place in the pair: 0 (also outside one) or 1 (the all-to-alls' tags) */
 } task_cursor;
 
 static task_cursor cursor_at(const lowering *L, int ti, pipit_task t, int me) {
@@ -328,7 +329,7 @@ static int advance(lowering *L, pipit__emitter *e, task_cursor *c) {
             recv_inputs(L, e, j, c->t.mb, c->me);
             if (pipit__is_ep_op(g->nodes[j].op)) {
                 c->a2a = j;
-                c->a2a_at = pipit__emit_a2a_start(e, j, c->t.mb, c->paired);
+                c->a2a_at = pipit__emit_a2a_start(e, j, c->t.mb, c->paired, c->slot);
                 c->j++;
                 return 1;
             }
@@ -354,7 +355,7 @@ static void task_tail(lowering *L, pipit__emitter *e, const task_cursor *c) {
  * task up to its next start (1), or to its end and its tail (0). */
 static int next_segment(lowering *L, pipit__emitter *e, task_cursor *c) {
     if (c->a2a >= 0) {
-        pipit__emit_a2a_finish(e, c->a2a, c->t.mb, c->a2a_at, c->paired);
+        pipit__emit_a2a_finish(e, c->a2a, c->t.mb, c->a2a_at, c->paired, c->slot);
         acc_uses_of(L, e, c, c->a2a);
         c->a2a = -1;
     }
@@ -379,6 +380,7 @@ static void lower_task(lowering *L, pipit__emitter *e, int ti, pipit_task t, int
 static void lower_pair(lowering *L, pipit__emitter *e, int ti, const pipit_task *t, int me) {
     task_cursor a = cursor_at(L, ti, t[0], me), b = cursor_at(L, ti + 1, t[1], me);
     a.paired = b.paired = 1;
+    b.slot = 1;
     pipit__emit_mark(e, ti, 0);
     pipit__emit_mark(e, ti + 1, 0);
     int more_a = next_segment(L, e, &a), more_b = next_segment(L, e, &b);

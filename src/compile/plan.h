@@ -85,7 +85,8 @@ typedef struct {
     uint8_t zc;          /* a send: 1 = zero-copy (its buffer is the transport's until its fence) */
     int32_t task;        /* INS_MARK: index in the rank's task list */
     size_t bytes;        /* INS_SEND / INS_RECV */
-    int32_t param, use;  /* post-loop instructions */
+    int32_t param, use;  /* post-loop instructions; INS_A2A_START / FINISH: param = the task's slot in its
+                            overlapped pair (0, or 1 for the second task), use (FINISH) = its START */
     pipit__loc *srcs;    /* INS_GRADSUM: [nuses] per-use sums, in use order (owned) */
     int64_t srcs_at;     /* INS_GRADSUM: where their pointers start in the rank's srcs_ptr */
 } pipit__instr;

@@ -79,7 +79,7 @@ pipit_status pipit__ep_start(pipit_program *p, int w, const pipit__instr *in, co
     if (!a.fwd) swap_axes(send, recv, a.Xl, a.E, a.run);
     ep_group(p, w, group);
     *staging = host;
-    return pipit__transport_alltoall_start(p->transport, w, group, a.E, in->node, in->mb, a.dt, send, recv,
+    return pipit__transport_alltoall_start(p->transport, w, group, a.E, in->node, in->param, a.dt, send, recv,
                                            in->numel / a.E, in->first);
 }
 
@@ -96,7 +96,7 @@ pipit_status pipit__ep_finish(pipit_program *p, int w, const pipit__instr *in, c
     if (!staging) return pipit__err(PIPIT_STATUS_INTERNAL, "rank %d: an all-to-all finished that never started", w);
     uint8_t *send = staging, *recv = send + a.bytes, *y = recv;
     ep_group(p, w, group);
-    s = pipit__transport_alltoall_finish(p->transport, w, group, a.E, in->node, in->mb, a.dt, send, recv,
+    s = pipit__transport_alltoall_finish(p->transport, w, group, a.E, in->node, in->param, a.dt, send, recv,
                                          in->numel / a.E, in->first);
     /* forward: [E (from), Xl, run] -> [Xl, E, run] into the send half, free after the fence;
      * reverse: [E (from): its experts, Xl, run] as it is */

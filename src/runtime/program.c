@@ -476,9 +476,9 @@ static pipit_status message_tags(const pipit__plan *pl, uint64_t **out, size_t *
                 }
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, c);
                 break;
-            case INS_A2A_START: /* the EP all-to-all: block k of microbatch mb from member k (transport.c) */
+            case INS_A2A_START: /* the EP all-to-all: block k from member k, of pair slot `param` (transport.c) */
                 for (int c = 0; pl->E > 1 && c < pl->E; c++)
-                    one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, 2 * pl->E + in->mb * pl->E + c);
+                    one[m++] = pipit__tag(PIPIT_TAG_COLL, in->node, 2 * pl->E + in->param * pl->E + c);
                 break;
             case INS_NORM:
                 for (int c = 0; pl->T > 1 && c < 2 * pl->T; c++) one[m++] = pipit__tag(PIPIT_TAG_COLL, PIPIT_TP_NORM_ID, c);

@@ -220,8 +220,8 @@ pipit_status pipit__transport_allreduce_op(pipit__transport *t, int me, const in
  * before the call returns, so the caller may reuse the memory at once.
  * Tags: PIPIT_TAG_COLL (id, b) with b = k for the reduce-scatter's block k
  * (as the all-reduce's chunks), n + k for what member k gathers out,
- * 2n + mb n + j for the all-to-all block of microbatch mb sent by member
- * j: distinct ids (graph nodes)
+ * 2n + s n + j for the all-to-all block sent by member j from slot s of
+ * an overlapped pair (0 outside one): distinct ids (graph nodes)
  * never meet, and one collective's messages between two members keep their
  * order. */
 
@@ -264,34 +264,36 @@ pipit_status pipit__transport_reduce_scatter(pipit__transport *t, int me, const 
     return s;
 }
 
-/* The all-to-all's tag for the block member j sends, of microbatch mb: two
- * microbatches of one node may be in flight at once (an overlapped pair
- * with full remat runs the forward's all-to-all again in a backward). */
-static uint64_t a2a_tag(int n, int32_t id, int mb, int j) { return pipit__tag(PIPIT_TAG_COLL, id, 2 * n + mb * n + j); }
+/* The all-to-all's tag for the block member j sends, from slot 0 or 1 of
+ * an overlapped pair: the pair's two tasks may have one node's all-to-all
+ * in flight at once (full remat runs the forward's again in the backward),
+ * and a fence must find its own send. Otherwise one node's all-to-alls
+ * follow each other, matched in order (every member sends and receives
+ * them in the same instruction order). */
+static uint64_t a2a_tag(int n, int32_t id, int slot, int j) { return pipit__tag(PIPIT_TAG_COLL, id, 2 * n + slot * n + j); }
 
-static pipit_status a2a_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+static pipit_status a2a_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int slot,
                               pipit_dtype dtype, const void *in, void *out, int64_t count, int post) {
     int mine = 0;
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
     if (s || count == 0) return s;
-    if (mb < 0 || (int64_t)mb * n > INT32_MAX / 2)
-        return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: microbatch %d out of the tag's range", mb);
+    if (slot != 0 && slot != 1) return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: pair slot %d", slot);
     if (in == out && n > 1)
         return pipit__err(PIPIT_STATUS_INTERNAL, "all-to-all: the input and output blocks must not be the same memory");
     size_t es = pipit__dtype_size(dtype), bytes = (size_t)count * es;
     for (int k = 0; k < n && !s && post; k++) /* posted first: the blocks land while the rank computes */
-        if (k != mine) s = t->vt->irecv(t, me, group[k], a2a_tag(n, id, mb, k), BLOCK(out, k), bytes);
+        if (k != mine) s = t->vt->irecv(t, me, group[k], a2a_tag(n, id, slot, k), BLOCK(out, k), bytes);
     for (int k = 0; k < n && !s; k++)
-        if (k != mine) s = t->vt->isend(t, me, group[k], a2a_tag(n, id, mb, mine), BLOCK(in, k), bytes);
+        if (k != mine) s = t->vt->isend(t, me, group[k], a2a_tag(n, id, slot, mine), BLOCK(in, k), bytes);
     return s;
 }
 
-pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int slot,
                                              pipit_dtype dtype, const void *in, void *out, int64_t count, int post) {
-    return a2a_start(t, me, group, n, id, mb, dtype, in, out, count, post && t->vt->irecv);
+    return a2a_start(t, me, group, n, id, slot, dtype, in, out, count, post && t->vt->irecv);
 }
 
-static pipit_status a2a_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+static pipit_status a2a_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int slot,
                                pipit_dtype dtype, const void *in, void *out, int64_t count, int posted) {
     int mine = 0;
     pipit_status s = check_members("all-to-all", me, group, n, dtype, 0, count, &mine);
@@ -300,17 +302,17 @@ static pipit_status a2a_finish(pipit__transport *t, int me, const int *group, in
     if (BLOCK(out, mine) != BLOCK(in, mine)) memcpy(BLOCK(out, mine), BLOCK(in, mine), bytes);
     for (int k = 0; k < n && !s; k++) {
         if (k == mine) continue;
-        uint64_t tag = a2a_tag(n, id, mb, k);
+        uint64_t tag = a2a_tag(n, id, slot, k);
         s = posted ? t->vt->wait_recv(t, me, group[k], tag) : t->vt->recv(t, me, group[k], tag, BLOCK(out, k), bytes);
     }
     for (int k = 0; k < n && !s; k++)
-        if (k != mine) s = t->vt->fence(t, me, group[k], a2a_tag(n, id, mb, mine));
+        if (k != mine) s = t->vt->fence(t, me, group[k], a2a_tag(n, id, slot, mine));
     return s;
 }
 
-pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int slot,
                                               pipit_dtype dtype, const void *in, void *out, int64_t count, int post) {
-    return a2a_finish(t, me, group, n, id, mb, dtype, in, out, count, post && t->vt->irecv);
+    return a2a_finish(t, me, group, n, id, slot, dtype, in, out, count, post && t->vt->irecv);
 }
 
 /* Nothing computes between the halves: the receives are not posted ahead. */

@@ -183,13 +183,14 @@ pipit_status pipit__transport_alltoall(pipit__transport *t, int me, const int *g
  * the receives into `out` (transports with irecv), so the blocks land
  * while the rank computes; until finish returns, neither buffer may be
  * touched. finish copies its own block, completes the receives and fences
- * the sends. mb tells one node's all-to-alls of two microbatches apart.
+ * the sends. slot (0, or 1 for the second task of an overlapped pair)
+ * tells apart one node's all-to-alls that the pair's two tasks run at once.
  * post = 0 where nothing runs between the halves: a receive posted ahead
  * costs Open MPI's shared memory 10-15% at 2.5-16 MiB (docs/benchmarks.md
  * §21). */
-pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+pipit_status pipit__transport_alltoall_start(pipit__transport *t, int me, const int *group, int n, int32_t id, int slot,
                                              pipit_dtype dtype, const void *in, void *out, int64_t count, int post);
-pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int mb,
+pipit_status pipit__transport_alltoall_finish(pipit__transport *t, int me, const int *group, int n, int32_t id, int slot,
                                               pipit_dtype dtype, const void *in, void *out, int64_t count, int post);
 
 /* What a message carries. */
