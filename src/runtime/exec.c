@@ -344,7 +344,7 @@ static void exec_worker(void *arg, int ith, int nth) {
  * stays with the rank until pipit_program_free, after the transport
  * (free_rank), as the rank's other memory does. */
 static void release_staging(const exec_ctx *x) {
-    if (x->p->transport && x->p->transport->vt->irecv) return;
+    if (x->p->plan.E <= 1 || (x->p->transport && x->p->transport->vt->irecv)) return; /* none, or not yet */
     for (int32_t i = 0; i < x->r->n; i++) {
         pipit__free(x->rs->a2a_host[i]);
         x->rs->a2a_host[i] = NULL;
