@@ -368,7 +368,8 @@ static size_t send_bytes(const pipit_program *p, int r, int *count) {
  * policy keeps the residual in 4 bytes and the rest in 2: (2C*4 + 14C*2)
  * / (16C*4) = 36/64 = 56.25% per block; rank 1 (2 blocks, C = 16, V = 64):
  * (2*36C + 4C + 2C + 2V) / (2*64C + 8C + 4V) = 1376/2432 = 56.6%. The
- * planner's peak must be within 1 point of these; the messages carry the
+ * planner's peak must be within 1 point above these, 3 below (below: the
+ * backward's transients that the weight-gradient fusion removed); the messages carry the
  * fp32 residual, so they keep fp32's bytes. */
 PIPIT_TEST(bf16_memory_and_messages_halve) {
     pipit_schedule *sch = NULL;
@@ -392,7 +393,12 @@ PIPIT_TEST(bf16_memory_and_messages_halve) {
                 r, act32, act, 100.0 * (double)act / (double)act32, 100 * want[r], copies, all,
                 100.0 * (double)all / (double)act32);
         ASSERT_TRUE(act32 > 0 && all <= 0.55 * (double)act32);
-        ASSERT_NEAR_F64((double)act / (double)act32, want[r], 0.01);
+        /* at most 1 point above the hand count; up to 3 below: the peak
+         * falls in the backward, where a weight's gradient once sat in a bf16
+         * buffer beside the kept values (2 points on rank 0) and now goes
+         * straight into its fp32 accumulator (lower.c fuses_wgrad) */
+        ASSERT_TRUE((double)act / (double)act32 <= want[r] + 0.01);
+        ASSERT_TRUE((double)act / (double)act32 >= want[r] - 0.03);
         ASSERT_TRUE(copies > 0 && pipit__preloop_bytes(a) > 0); /* the bf16 copies of the rank's params */
         int nf, nb, na;
         size_t sf = send_bytes(p[0], r, &nf), sb = send_bytes(p[1], r, &nb), sa = send_bytes(p[2], r, &na);

@@ -31,6 +31,7 @@ typedef struct pipit__kctx {
     const void *in[PIPIT_MAX_IN];
     int shard;  /* the rank's index t among its stage's T tensor-parallel ranks (vocab-parallel ops) */
     int cp;     /* the rank's index c in its context-parallel group (ROPE_CP, ATTENTION_CP; ir/cp.h) */
+    int acc_f32; /* MATMUL (bf16): out is an fp32 accumulator, written (1) or added into (2) in fp32 */
 } pipit__kctx;
 
 typedef void (*pipit__op_kernel)(const pipit__kctx *k, int ith, int nth);

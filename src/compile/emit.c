@@ -138,6 +138,15 @@ int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst
     return 1;
 }
 
+int pipit__emit_retarget_f32(pipit__emitter *e, int32_t node, int mb, pipit__loc dst, int first) {
+    int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
+    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0;
+    int32_t w = e->bufs[b].first;
+    if (!pipit__emit_retarget(e, node, mb, dst)) return 0;
+    e->r->ins[w].acc_f32 = first ? 1 : 2;
+    return 1;
+}
+
 int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
     int32_t b = redirect_sole_write(e, node, mb, dst);
     if (b < 0) return 0;

@@ -49,6 +49,9 @@ void pipit__emit_bind(pipit__emitter *e, int32_t node, int32_t b);
  * instruction has read its arena buffer yet (returns 1); the caller must
  * know that none will. */
 int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);
+/* The same, and the kernel writes its value into dst as fp32 (first) or
+ * adds it there in fp32 (the instruction's acc_f32; lower.c fuses_wgrad). */
+int pipit__emit_retarget_f32(pipit__emitter *e, int32_t node, int mb, pipit__loc dst, int first);
 /* The same for a value that is still read after: its kernel writes it at
  * dst, and every later reader of (node, mb) reads it there (returns 1). */
 int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);

@@ -145,17 +145,33 @@ static size_t tail_lead(const lowering *L, int i, int u) {
     return pipit__alias_offset(p->g, c);
 }
 
+/* The weight-gradient accumulation fusion: a bf16 matmul whose product is
+ * an fp32 accumulator's only input (a weight's gradient under autocast)
+ * writes it there in fp32, adding from the second microbatch on: no bf16
+ * rounding of the product, no bf16 buffer, no INS_ACC pass. The CPU
+ * kernels have it (pipit__gemm_bf16_f32); the CUDA backend not yet, so its
+ * plans keep INS_ACC. */
+static int fuses_wgrad(const pipit__plan *p, const pipit__node *n, pipit_dtype acc) {
+    const char *dev = p->opt.device;
+    int cpu = !dev || !*dev || strcmp(dev, "cpu") == 0;
+    return cpu && n->op == PIPIT_OP_MATMUL && n->dtype == PIPIT_BF16 && acc == PIPIT_F32;
+}
+
 /* First microbatch: let the kernel write the use's sum directly (no copy),
  * when nothing else reads the value; otherwise accumulate. Never through
  * a view of part of its producer's output: the producer writes all of it;
  * nor when the accumulator's dtype is another (a bf16 contribution to an
- * fp32 gradient is converted as it is added). */
+ * fp32 gradient is converted as it is added), unless the producer is a
+ * bf16 matmul that can write fp32 (fuses_wgrad): then every microbatch's. */
 static void acc_or_retarget(lowering *L, pipit__emitter *e, int i, int32_t c, int mb, pipit__loc dst) {
     const pipit_graph *g = L->p->g;
     int32_t r = pipit__alias_root(g, c);
     pipit_dtype dt = L->p->params[i].dtype;
     int whole = pipit__alias_offset(g, c) == 0 && pipit__node_bytes(&g->nodes[c]) == pipit__node_bytes(&g->nodes[r]);
     if (mb == 0 && L->sole_acc[r] && whole && g->nodes[c].dtype == dt && pipit__emit_retarget(e, r, mb, dst)) return;
+    if (L->sole_acc[r] && c == r && fuses_wgrad(L->p, &g->nodes[r], dt) &&
+        pipit__emit_retarget_f32(e, r, mb, dst, mb == 0))
+        return;
     pipit__emit_acc(e, c, mb, dst, mb == 0, dt);
 }
 

@@ -77,6 +77,8 @@ typedef struct {
     uint8_t first;       /* INS_ACC: first microbatch, copy instead of add; INS_SUMSQ: my DP shard only */
     uint8_t dtype;       /* INS_ACC: the accumulator's dtype (the contribution has its node's: a bf16
                             contribution is converted as it is added into an fp32 accumulator) */
+    uint8_t acc_f32;     /* INS_RUN: 0, or its out is an fp32 accumulator (a gradient use's, the value's only
+                            reader) that a bf16 matmul writes (1) or adds into (2) in fp32: no INS_ACC */
     int32_t node;        /* INS_RUN: node; INS_ACC: contribution node */
     int32_t mb;
     pipit__loc out, in[PIPIT_MAX_IN];

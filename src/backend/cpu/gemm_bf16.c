@@ -142,6 +142,11 @@ static void scratch_put(void *p) {
 
 static int64_t cdiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
+/* Element off of C, bf16 or (c32) fp32. */
+static void *c_tile(void *C, int c32, int64_t off) {
+    return c32 ? (void *)((float *)C + off) : (void *)((pipit__bf16 *)C + off);
+}
+
 /* dst [r, c] (row stride c) = src [r, c] of row stride ld, widened */
 static void widen(float *dst, const pipit__bf16 *src, int64_t r, int64_t c, int64_t ld) {
     for (int64_t i = 0; i < r; i++) pipit__bf16_widen_n(dst + i * c, src + i * ld, c);
@@ -154,9 +159,16 @@ static void narrow(pipit__bf16 *dst, int64_t ld, const float *src, int64_t r, in
 
 /* One tile [m, n] of C from the fp32 panels af (op(A)'s m rows, stored as
  * in A: [m, K] or [K, m], packed) and bf (op(B)'s n columns: [K, n] or
- * [n, K]); cf holds m*n floats. */
+ * [n, K]); cf holds m*n floats. An fp32 C (c32) is formed in place. */
 static void tile_panels(int ta, int tb, int64_t m, int64_t n, int64_t K, const float *af, const float *bf,
-                        pipit__bf16 *c, int64_t ldc, int accumulate, float *cf) {
+                        void *cv, int c32, int64_t ldc, int accumulate, float *cf) {
+    if (c32) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
+                    (blasint)n, (blasint)K, 1.0f, af, (blasint)(ta ? m : K), bf, (blasint)(tb ? K : n),
+                    accumulate ? 1.0f : 0.0f, cv, (blasint)ldc);
+        return;
+    }
+    pipit__bf16 *c = cv;
     if (accumulate) widen(cf, c, m, n, ldc);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
                 (blasint)K, 1.0f, af, (blasint)(ta ? m : K), bf, (blasint)(tb ? K : n), accumulate ? 1.0f : 0.0f, cf,
@@ -182,7 +194,7 @@ static int64_t panels_tile(int colmajor, int64_t idx, int64_t tiles, int64_t tm,
  * same cblas_sgemm on the same fp32 values as when every tile converted
  * its own panels. s holds mt*K + K*nt + mt*nt floats. */
 static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
-                        int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, pipit__bf16 *C,
+                        int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, void *C, int c32,
                         int64_t ldc, int64_t sC, int accumulate, int ith, int nth, int64_t mt, int64_t nt, float *s) {
     int64_t tm = cdiv(M, mt), tn = cdiv(N, nt), tiles = tm * tn, total = batch * tiles;
     float *af = s, *bf = af + mt * K, *cf = bf + K * nt;
@@ -205,7 +217,7 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
         if (u % nth != ith) continue;
         int64_t b = u / tiles, t = u % tiles, i0 = t / tn * mt, j0 = t % tn * nt;
         int64_t m = PIPIT_MIN(mt, M - i0), n = PIPIT_MIN(nt, N - j0);
-        pipit__bf16 *c = C + b * sC + i0 * ldc + j0; /* tile [m,n] of C[b] */
+        void *c = c_tile(C, c32, b * sC + i0 * ldc + j0); /* tile [m,n] of C[b] */
         const pipit__bf16 *a = A + b * sA + (ta ? i0 : i0 * lda), *bb = B + b * sB + (tb ? j0 * ldb : j0);
         if (a != ka) { /* within a row block, m is the same for every tile */
             if (ta) widen(af, a, K, m, lda);
@@ -217,7 +229,7 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
             else widen(bf, bb, K, n, ldb);
             kb = bb;
         }
-        tile_panels(ta, tb, m, n, K, af, bf, c, ldc, accumulate, cf);
+        tile_panels(ta, tb, m, n, K, af, bf, c, c32, ldc, accumulate, cf);
     }
 }
 
@@ -326,7 +338,7 @@ static void kernel_avx512(const uint32_t *ap, int64_t K2, const uint32_t *bp, in
 /* One tile [m, n] of C by pairs; s holds the packed panels and an fp32
  * tile: m*K2 + K2*n32 lanes, m*n32 floats. */
 static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
-                       const pipit__bf16 *b, int64_t ldb, pipit__bf16 *c, int64_t ldc, int accumulate, uint32_t *s,
+                       const pipit__bf16 *b, int64_t ldb, void *cv, int c32, int64_t ldc, int accumulate, uint32_t *s,
                        pair_kernel kern) {
     int64_t K2 = (K + 1) / 2, n32 = (n + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS;
     uint32_t *ap = s, *bp = ap + m * K2;
@@ -335,6 +347,13 @@ static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
     for (int64_t i = 0; i < m; i += PAIR_ROWS)
         for (int64_t j = 0; j < n32; j += PAIR_COLS)
             kern(ap + i * K2, K2, bp + j, n32, cf + i * n32 + j, n32, (int)PIPIT_MIN(PAIR_ROWS, m - i));
+    if (c32) { /* fp32 C: the sum (plus the old C) stored as it is */
+        float *c = cv;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = cf[i * n32 + j] + (accumulate ? c[i * ldc + j] : 0.0f);
+        return;
+    }
+    pipit__bf16 *c = cv;
     if (accumulate)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) cf[i * n32 + j] += pipit__bf16_to_f32(c[i * ldc + j]);
@@ -343,8 +362,9 @@ static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
 
 /* ------------------------------------------------------------ the GEMM */
 
-void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
-                      int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, pipit__bf16 *C,
+/* The GEMM on bf16 operands into a bf16 C or (c32) an fp32 C. */
+static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
+                      int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, void *C, int c32,
                       int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     PIPIT_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX);
@@ -353,7 +373,7 @@ void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     int64_t tn = cdiv(N, nt), tiles = cdiv(M, mt) * tn;
     int kind = current_kind();
     if (kind == KIND_ONEDNN) { /* the whole GEMM, unless oneDNN lacks one of its tile shapes */
-        if (!pipit__gemm_onednn(PIPIT_BF16, PIPIT_BF16, trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C,
+        if (!pipit__gemm_onednn(PIPIT_BF16, c32 ? PIPIT_F32 : PIPIT_BF16, trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C,
                                 ldc, sC, accumulate, ith, nth))
             return;
         kind = fallback_kind();
@@ -362,8 +382,8 @@ void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     size_t words = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) : (size_t)(mt * K2 + K2 * n32 + mt * n32);
     void *s = ith < batch * tiles ? scratch_get(4 * words) : NULL;
     if (kind == KIND_PANELS && K > 0 && s) {
-        gemm_panels(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, ldc, sC, accumulate, ith, nth, mt, nt,
-                    s);
+        gemm_panels(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, c32, ldc, sC, accumulate, ith, nth, mt,
+                    nt, s);
         scratch_put(s);
         return;
     }
@@ -371,16 +391,29 @@ void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
         int64_t b = u / tiles, t = u % tiles;
         int64_t i0 = t / tn * mt, j0 = t % tn * nt;
         int64_t m = PIPIT_MIN(mt, M - i0), n = PIPIT_MIN(nt, N - j0);
-        pipit__bf16 *c = C + b * sC + i0 * ldc + j0; /* tile [m,n] of C[b] */
+        void *c = c_tile(C, c32, b * sC + i0 * ldc + j0); /* tile [m,n] of C[b] */
         if (K <= 0 || !s) {
-            for (int64_t i = 0; !accumulate && i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof *c);
+            size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
+            for (int64_t i = 0; !accumulate && i < m; i++) memset((char *)c + (size_t)(i * ldc) * ec, 0, (size_t)n * ec);
             continue;
         }
         const pipit__bf16 *a = A + b * sA + (trans_a ? i0 : i0 * lda);
         const pipit__bf16 *bb = B + b * sB + (trans_b ? j0 * ldb : j0);
-        tile_pairs(trans_a, trans_b, m, n, K, a, lda, bb, ldb, c, ldc, accumulate, s,
+        tile_pairs(trans_a, trans_b, m, n, K, a, lda, bb, ldb, c, c32, ldc, accumulate, s,
                    kind == KIND_AVX512 ? kernel_avx512 : kernel_emulated);
     }
     if (!s && K > 0 && ith < batch * tiles) pipit__kernel_fail("matmul (bf16): out of memory for its fp32 tiles");
     scratch_put(s);
+}
+
+void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
+                      int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, pipit__bf16 *C,
+                      int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, 0, ldc, sC, accumulate, ith, nth);
+}
+
+void pipit__gemm_bf16_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                          const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
+                          float *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, 1, ldc, sC, accumulate, ith, nth);
 }

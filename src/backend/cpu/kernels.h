@@ -237,6 +237,14 @@ const char *pipit__kernel_take_error(int rank);
 /* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
  * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */
 void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, int64_t n, int ith, int nth);
+/* The bf16 GEMM (pipit__gemm_bf16's arguments) into an fp32 C: each
+ * element the fp32 sum of its products (plus the old C when accumulating),
+ * never rounded to bf16. The weight-gradient accumulation fusion
+ * (kctx.acc_f32): a bf16 matmul writes its product straight into its
+ * fp32 accumulator. The same tiles and ways as pipit__gemm_bf16. */
+void pipit__gemm_bf16_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                          const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
+                          float *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth);
 /* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
  * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
  * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.

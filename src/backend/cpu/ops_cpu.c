@@ -164,6 +164,11 @@ static void cpu_MATMUL(const pipit__kctx *k, int ith, int nth) {
     if (d.broadcast) { M *= batch; batch = 1; } /* rows of a flatten into M */
     int64_t sA = a->shape[a->ndim - 1] * a->shape[a->ndim - 2];
     int64_t sB = b->ndim == 2 ? 0 : b->shape[b->ndim - 1] * b->shape[b->ndim - 2];
+    if (k->acc_f32) { /* the weight-gradient accumulation fusion (kernels.h) */
+        pipit__gemm_bf16_f32(d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb, sB, k->out, d.N,
+                             d.M * d.N, k->acc_f32 == 2, ith, nth);
+        return;
+    }
     DISPATCH(k, pipit__gemm, d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb,
              sB, k->out, d.N, d.M * d.N, 0, ith, nth);
 }
