@@ -571,3 +571,39 @@ PIPIT_TEST(kernel_xent) {
             free(x), free(dl), free(loss), free(g), free(t), free(ref), free(rx), free(rl);
         }
 }
+
+/* fast_expf8 (8 lanes, the sums of softmax and cross-entropy) is fast_expf
+ * lane for lane, bit for bit: every 97th fp32 bit pattern (NaNs, infinities,
+ * subnormals, both signs), each at a different lane, plus the edges. */
+#include "backend/cpu/fast_exp.h"
+PIPIT_TEST(fast_expf8_is_fast_expf_lane_by_lane) {
+    float xs[8], ys[8];
+    int64_t bad = 0, n = 0;
+    const float edge[8] = {-87.33654f, 88.37626f, -0.0f, 0.0f, INFINITY, -INFINITY, NAN, 1e-45f};
+    for (uint64_t u = 0; u <= 0xffffffffull + 8 * 97; u += 8 * 97) {
+        for (int j = 0; j < 8; j++) {
+            uint32_t b = (uint32_t)(u + (uint64_t)j * 97);
+            memcpy(&xs[j], &b, sizeof b);
+        }
+        if (u == 0) memcpy(xs, edge, sizeof xs);
+        pipit__v8f v = fast_expf8(v8f_load(xs));
+        memcpy(ys, &v, sizeof ys);
+        for (int j = 0; j < 8; j++, n++) {
+            float want = fast_expf(xs[j]);
+            bad += memcmp(&want, &ys[j], sizeof want) != 0;
+        }
+    }
+    ASSERT_TRUE(n > 40000000);
+    ASSERT_EQ_I64(bad, 0);
+    for (uint32_t h = 0; h < 65536; h += 8) { /* v8f_load_bf16: every bf16 value widened exactly */
+        pipit__bf16 in[8];
+        for (int j = 0; j < 8; j++) in[j].bits = (uint16_t)(h + (uint32_t)j);
+        pipit__v8f v = v8f_load_bf16(in);
+        memcpy(ys, &v, sizeof ys);
+        for (int j = 0; j < 8; j++) {
+            float want = pipit__bf16_to_f32(in[j]);
+            bad += memcmp(&want, &ys[j], sizeof want) != 0;
+        }
+    }
+    ASSERT_EQ_I64(bad, 0);
+}

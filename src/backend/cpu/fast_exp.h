@@ -11,6 +11,20 @@
 #include <stdint.h>
 #include <string.h>
 
+/* The reduction and polynomial of fast_expf, for a float or a vector of
+ * floats of type TY (the same operators on either): leaves n (x / ln2
+ * rounded) and p (exp of the remainder). */
+#define FAST_EXPF_POLY(TY, x, n, p)                                                     \
+    TY t_ = x * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: rounds x/ln2 */        \
+    TY n = t_ - 12582912.0f;                                                             \
+    TY r_ = x - n * 0.693359375f - n * -2.12194440e-4f; /* ln2 in two parts */           \
+    TY p = r_ * 1.9875691500e-4f + 1.3981999507e-3f;                                     \
+    p = p * r_ + 8.3334519073e-3f;                                                       \
+    p = p * r_ + 4.1665795894e-2f;                                                       \
+    p = p * r_ + 1.6666665459e-1f;                                                       \
+    p = p * r_ + 5.0000001201e-1f;                                                       \
+    p = p * (r_ * r_) + r_ + 1.0f
+
 /* exp(x) in float, branch-free so loops calling it vectorise (libm's expf
  * does not, and costs ~4x more). Cephes expf: x = n ln2 + r, a degree-6
  * polynomial for exp(r), 2^n from exponent bits; <= 1 ulp on normal
@@ -19,16 +33,7 @@
  * without undefined behaviour on the way.
  * Plain IEEE arithmetic, so the bits are the same on every x86-64. */
 static inline float fast_expf(float x) {
-    float t = x * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23: rounds x/ln2 */
-    float n = t - 12582912.0f;
-    float r = x - n * 0.693359375f - n * -2.12194440e-4f; /* ln2 in two parts */
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
+    FAST_EXPF_POLY(float, x, n, p);
     /* n is out of int32 range for |x| > 1.5e9 and NaN for x = NaN or inf:
      * converting that is undefined behaviour. Clamp first (NaN goes to the
      * low side, the result is NaN anyway): any |n| >= 200 ends at the same
@@ -45,6 +50,61 @@ static inline float fast_expf(float x) {
     y = x < -87.33654f ? 0.0f : y;
     y = x > 88.37626f ? INFINITY : y;
     return x != x ? x : y;
+}
+
+/* fast_expf on 8 lanes at once (GCC/Clang vector extensions: one ymm
+ * register under AVX2), lane for lane the same operations in the same
+ * order as fast_expf, so the same bits. Loops whose exponentials feed a
+ * sum in several lanes (the softmax and cross-entropy sums) call it: the
+ * compiler vectorised fast_expf there 4 wide, with the sums spilled. */
+typedef float pipit__v8f __attribute__((vector_size(32)));
+typedef int32_t pipit__v8i __attribute__((vector_size(32)));
+
+static inline pipit__v8f v8f_select(pipit__v8i mask, pipit__v8f a, pipit__v8f b) {
+    pipit__v8i ai, bi, r;
+    memcpy(&ai, &a, sizeof ai);
+    memcpy(&bi, &b, sizeof bi);
+    r = (mask & ai) | (~mask & bi);
+    pipit__v8f out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+
+/* 8 fp32 values from p; 8 bf16 values (their bit patterns) from p,
+ * widened exactly. One vector load each: building the vector from two
+ * halves stored to memory costs a failed store forwarding per use. */
+static inline pipit__v8f v8f_load(const float *p) {
+    pipit__v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline pipit__v8f v8f_load_bf16(const void *p) {
+    typedef uint16_t v8u16 __attribute__((vector_size(16)));
+    v8u16 h;
+    memcpy(&h, p, sizeof h);
+    pipit__v8i w = __builtin_convertvector(h, pipit__v8i) << 16;
+    pipit__v8f v;
+    memcpy(&v, &w, sizeof v);
+    return v;
+}
+
+static inline pipit__v8f fast_expf8(pipit__v8f x) {
+    const pipit__v8f zero = {0};
+    FAST_EXPF_POLY(pipit__v8f, x, n, p);
+    pipit__v8f nc = v8f_select(n > -200.0f, n, zero - 200.0f);
+    nc = v8f_select(nc < 200.0f, nc, zero + 200.0f);
+    pipit__v8i e = __builtin_convertvector(nc, pipit__v8i) + 127;
+    pipit__v8i lo = e < 1, hi = e > 254; /* lanes: -1 where true */
+    e = (lo & 1) | (~lo & e);
+    e = (hi & 254) | (~hi & e);
+    pipit__v8i bits = e << 23;
+    pipit__v8f sc;
+    memcpy(&sc, &bits, sizeof sc);
+    pipit__v8f y = p * sc;
+    y = v8f_select(x < -87.33654f, zero, y);
+    y = v8f_select(x > 88.37626f, zero + INFINITY, y);
+    return v8f_select(x != x, x, y);
 }
 
 #endif

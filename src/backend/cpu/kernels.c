@@ -31,6 +31,7 @@
 
 /* The fp32 math, shared by f32 and bf16 (whose arithmetic is fp32). */
 #define EXP fast_expf
+#define EXP8 fast_expf8 /* 8 lanes of EXP (fast_exp.h) */
 #define LOG logf
 #define SQRT sqrtf
 #define TANH tanhf
@@ -44,6 +45,7 @@
 #define ST(v) (v)
 #define STD(d) ((float)(d))
 #define KERNEL_NARROW 0
+#define LD8 v8f_load /* 8 elements into fp32 lanes (fast_exp.h) */
 #define BLAS_GEMM cblas_sgemm
 #include "backend/cpu/kernels_impl.h" /* it undefines T, A, S, LD, ST, STD, KERNEL_NARROW */
 #undef BLAS_GEMM
@@ -56,8 +58,10 @@
 #define ST(v) pipit__bf16_from_f32(v)
 #define STD(d) pipit__bf16_from_f64(d)
 #define KERNEL_NARROW 1
+#define LD8 v8f_load_bf16
 #include "backend/cpu/kernels_impl.h"
 #undef EXP
+#undef EXP8
 #undef LOG
 #undef SQRT
 #undef TANH

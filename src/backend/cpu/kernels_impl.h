@@ -55,6 +55,29 @@ static A LOC(maxv)(const T *restrict x, int64_t n) {
     return m;
 }
 
+/* sum of exp(x[i] - m) over x [n] in double, in 8 fixed lanes (sum_d's
+ * order). Where the includer gives EXP8 (EXP on 8 lanes, fp32), the 8
+ * exponentials of a step are one vector: the same operations in the same
+ * order as EXP lane by lane, so the same bits, at twice the width the
+ * compiler found for the scalar form (which also spilled the sums). */
+static double LOC(sum_exp_d)(const T *restrict x, int64_t n, A m) {
+    double acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        A e[8];
+#ifdef EXP8
+        pipit__v8f v = EXP8(LD8(x + i) - m);
+        memcpy(e, &v, sizeof v);
+#else
+        for (int j = 0; j < 8; j++) e[j] = EXP(LD(x[i + j]) - m);
+#endif
+        for (int j = 0; j < 8; j++) acc[j] += (double)e[j];
+    }
+    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += (double)EXP(LD(x[i]) - m);
+    return s;
+}
+
 /* ------------------------------------------------------------ elementwise */
 
 void FN(add)(T *out, const T *a, const T *b, int64_t n, int ith, int nth) {
@@ -360,15 +383,7 @@ void FN(max_dx)(T *dx, const T *x, const T *d, int64_t outer, int64_t n, int64_t
 /* sum of exp(x - m) over a row [C] in double (8 lanes, as sum_d), the
  * exponentials formed in fp32 and never stored: a narrow row has nowhere
  * to keep them without rounding. */
-static double LOC(sum_exp)(const T *restrict x, int64_t C, A m) {
-    double acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= C; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += (double)EXP(LD(x[i + j]) - m);
-    double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < C; i++) s += (double)EXP(LD(x[i]) - m);
-    return s;
-}
+static double LOC(sum_exp)(const T *restrict x, int64_t C, A m) { return LOC(sum_exp_d)(x, C, m); }
 
 /* y [rows, C] = softmax of each row of x: exp(x - max) / sum, the sum in
  * double over unrounded exponentials, each output rounded once. */
@@ -1143,12 +1158,7 @@ void FN(xent_rows)(A *loss, const T *logits, const int32_t *targets, int64_t row
         const T *x = logits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
         A m = LOC(maxv)(x, V);
-        double acc[8] = {0}; /* fixed 8 lanes, as in sum_d */
-        int64_t j = 0;
-        for (; j + 8 <= V; j += 8)
-            for (int k = 0; k < 8; k++) acc[k] += (double)EXP(LD(x[j + k]) - m);
-        double sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-        for (; j < V; j++) sum += (double)EXP(LD(x[j]) - m);
+        double sum = LOC(sum_exp_d)(x, V, m); /* fixed 8 lanes, as in sum_d */
         loss[r] = (A)((double)m + log(sum) - (double)LD(x[targets[r]]));
     }
 }
@@ -1166,7 +1176,7 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
         A m = LOC(maxv)(x, V);
 #if KERNEL_NARROW /* the exponentials are recomputed, never kept rounded */
         A f = (A)((double)dloss[r] / LOC(sum_exp)(x, V, m));
-        for (int64_t j = 0; j < V; j++) g[j] = ST(EXP(LD(x[j]) - m) * f);
+        for (int64_t j = 0; j < V; j++) g[j] = ST(EXP(LD(x[j]) - m) * f); /* vectorised as it is (EXP8 was slower) */
         g[targets[r]] = ST(EXP(LD(x[targets[r]]) - m) * f - dloss[r]);
 #else
         for (int64_t j = 0; j < V; j++) g[j] = EXP(x[j] - m);
@@ -1190,3 +1200,4 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
 #undef ST
 #undef STD
 #undef KERNEL_NARROW
+#undef LD8
