@@ -104,8 +104,8 @@ static void run_rank(const prob *p, int c, int nth, double *out, double *grad) {
     on.iattr[0] = HQ, on.iattr[1] = HKV, on.iattr[2] = p->causal, on.iattr[3] = p->C;
     gn = on;
     gn.op = PIPIT_OP_ATTN_CP_DOC_D, gn.ndim = 1, gn.shape[0] = B * Lc * F + B * S * K2;
-    pipit__kctx f = {&on, {&qn, &kvn, &docn}, out, {ql, kv, p->doc}, 0, c, 0};
-    pipit__kctx g = {&gn, {&qn, &kvn, &dn, &docn}, grad, {ql, kv, dl, p->doc}, 0, c, 0};
+    pipit__kctx f = {&on, {&qn, &kvn, &docn}, out, {ql, kv, p->doc}, 0, c, 0, 0};
+    pipit__kctx g = {&gn, {&qn, &kvn, &dn, &docn}, grad, {ql, kv, dl, p->doc}, 0, c, 0, 0};
     for (int i = 0; i < nth; i++) pipit__cpu_ATTENTION_CP_DOC(&f, i, nth);
     for (int i = 0; i < nth; i++) pipit__cpu_ATTN_CP_DOC_D(&g, i, nth);
 }
@@ -175,10 +175,10 @@ PIPIT_TEST(cp_docs_one_document_is_attention_cp) {
     gn = on, pg = pn;
     gn.ndim = pg.ndim = 1, gn.shape[0] = pg.shape[0] = B * Lc * F + 2 * B * S * KW;
     for (int c = 0; c < C; c++) {
-        pipit__kctx f = {&on, {&qn, &kvn, &docn}, o1, {q, kv, doc}, 0, c, 0};
-        pipit__kctx fp = {&pn, {&qn, &kn, &kn}, o2, {q, k, v}, 0, c, 0};
-        pipit__kctx g = {&gn, {&qn, &kvn, &qn, &docn}, g1, {q, kv, dout, doc}, 0, c, 0};
-        pipit__kctx gp = {&pg, {&qn, &kn, &kn, &qn}, g2, {q, k, v, dout}, 0, c, 0};
+        pipit__kctx f = {&on, {&qn, &kvn, &docn}, o1, {q, kv, doc}, 0, c, 0, 0};
+        pipit__kctx fp = {&pn, {&qn, &kn, &kn}, o2, {q, k, v}, 0, c, 0, 0};
+        pipit__kctx g = {&gn, {&qn, &kvn, &qn, &docn}, g1, {q, kv, dout, doc}, 0, c, 0, 0};
+        pipit__kctx gp = {&pg, {&qn, &kn, &kn, &qn}, g2, {q, k, v, dout}, 0, c, 0, 0};
         pipit__cpu_ATTENTION_CP_DOC(&f, 0, 1);
         pipit__cpu_ATTENTION_CP(&fp, 0, 1);
         pipit__cpu_ATTN_CP_DOC_D(&g, 0, 1);
@@ -207,7 +207,7 @@ PIPIT_TEST(cp_docs_decreasing_ids_fail) {
     on.fattr[0] = 1, on.iattr[0] = HQ, on.iattr[1] = HKV, on.iattr[2] = 1, on.iattr[3] = C;
     pipit__kernel_bind(-1);
     (void)pipit__kernel_take_error(-1);
-    pipit__kctx f = {&on, {&qn, &kvn, &docn}, out, {q, kv, doc}, 0, 0, 0};
+    pipit__kctx f = {&on, {&qn, &kvn, &docn}, out, {q, kv, doc}, 0, 0, 0, 0};
     pipit__cpu_ATTENTION_CP_DOC(&f, 0, 1);
     const char *why = pipit__kernel_take_error(-1);
     ASSERT_TRUE(why != NULL && strstr(why, "document ids decrease") != NULL);

@@ -32,6 +32,7 @@ typedef struct pipit__kctx {
     int shard;  /* the rank's index t among its stage's T tensor-parallel ranks (vocab-parallel ops) */
     int cp;     /* the rank's index c in its context-parallel group (ROPE_CP, ATTENTION_CP; ir/cp.h) */
     int acc_f32; /* MATMUL (bf16): out is an fp32 accumulator, written (1) or added into (2) in fp32 */
+    int epi_bias; /* MATMUL (bf16): in[2] is a bias [N] added to each row before the rounding */
 } pipit__kctx;
 
 typedef void (*pipit__op_kernel)(const pipit__kctx *k, int ith, int nth);

@@ -147,6 +147,22 @@ int pipit__emit_retarget_f32(pipit__emitter *e, int32_t node, int mb, pipit__loc
     return 1;
 }
 
+int pipit__emit_fuse_bias(pipit__emitter *e, int32_t node, int mb) {
+    if (e->status) return 0;
+    const pipit__node *n = &e->p->g->nodes[node];
+    int32_t r = n->in[0];
+    int32_t b = e->buf_of[(size_t)r * (size_t)e->p->M + (size_t)mb];
+    if (b < 0 || e->bufs[b].last != e->bufs[b].first || e->moved[b].kind != LOC_NONE) return 0;
+    int32_t w = e->bufs[b].first;
+    pipit__instr *in = &e->r->ins[w];
+    if (in->kind != INS_RUN || in->node != r || in->acc_f32 || in->epi) return 0;
+    in->in[2] = read_loc(e, n->in[1], mb, w);
+    in->epi = 1;
+    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = b; /* the matmul's kernel writes the sum */
+    e->buf_of[(size_t)r * (size_t)e->p->M + (size_t)mb] = -1;   /* and its own value is never seen */
+    return 1;
+}
+
 int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
     int32_t b = redirect_sole_write(e, node, mb, dst);
     if (b < 0) return 0;

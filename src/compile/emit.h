@@ -52,6 +52,10 @@ int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst
 /* The same, and the kernel writes its value into dst as fp32 (first) or
  * adds it there in fp32 (the instruction's acc_f32; lower.c fuses_wgrad). */
 int pipit__emit_retarget_f32(pipit__emitter *e, int32_t node, int mb, pipit__loc dst, int first);
+/* BIAS_ADD node of microbatch mb (its matmul input's only reader) runs in
+ * the epilogue of that matmul's kernel, if that kernel's output is still
+ * unread (returns 1; lower.c find_bias_epi): no instruction of its own. */
+int pipit__emit_fuse_bias(pipit__emitter *e, int32_t node, int mb);
 /* The same for a value that is still read after: its kernel writes it at
  * dst, and every later reader of (node, mb) reads it there (returns 1). */
 int pipit__emit_relocate(pipit__emitter *e, int32_t node, int mb, pipit__loc dst);

@@ -134,6 +134,50 @@ static void find_tail_acc(lowering *L) {
     for (int32_t j = 0; j < g->n; j++) t[j] = t[j] == 1;
 }
 
+/* The kernel fusions below (bias epilogue, weight-gradient accumulation)
+ * have CPU kernels only: a plan for another device keeps the ops apart. */
+static int cpu_plan(const pipit__plan *p) {
+    const char *dev = p->opt.device;
+    return !dev || !*dev || strcmp(dev, "cpu") == 0;
+}
+
+/* The bias epilogue: a bf16 BIAS_ADD whose input is a bf16 matmul's output
+ * (not a view of it) read by nothing else, with a bias of params alone (a
+ * param's bf16 copy, made before the loop), runs inside the matmul: the
+ * kernel adds the bias to each fp32 sum before its one rounding
+ * (pipit__gemm_bf16_bias; before, the product was rounded, then the sum).
+ * The matmul's output never exists; its buffer holds the BIAS_ADD's. The
+ * CPU kernels have it; CUDA plans keep the two instructions. Marks such
+ * BIAS_ADDs; the emitter fuses each where the matmul's kernel is on the
+ * same rank and still unread (pipit__emit_fuse_bias). */
+static void find_bias_epi(lowering *L, uint8_t *readers) {
+    const pipit__plan *p = L->p;
+    const pipit_graph *g = p->g;
+    if (!cpu_plan(p)) return;
+    for (int32_t j = 0; j < g->n; j++) { /* readers of each root: 2 = more than one, or not a node */
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || !pipit__node_runs(n)) continue;
+        for (int k = 0; k < n->nin; k++) {
+            uint8_t *c = &readers[pipit__alias_root(g, n->in[k])];
+            *c = *c ? 2 : 1;
+        }
+    }
+    for (int i = 0; i < p->ntargets; i++)
+        for (int u = 0; u < p->gr.t[i].nuses; u++) readers[pipit__alias_root(g, p->gr.t[i].contrib[u])] = 2;
+    for (int i = 0; i < p->noutputs; i++) readers[pipit__alias_root(g, p->outputs[i])] = 2;
+    readers[p->loss] = 2;
+    for (int32_t j = 0; j < g->n; j++) {
+        const pipit__node *n = &g->nodes[j];
+        if (!L->st->live[j] || n->op != PIPIT_OP_BIAS_ADD || n->dtype != PIPIT_BF16) continue;
+        int32_t r = n->in[0], b = pipit__alias_root(g, n->in[1]);
+        const pipit__node *mm = &g->nodes[r];
+        int bias_pre = g->nodes[b].op == PIPIT_OP_PARAM || (b < p->gr.fwd_end && p->gr.preloop[b]);
+        L->bias_epi[j] = mm->op == PIPIT_OP_MATMUL && mm->dtype == PIPIT_BF16 && pipit__alias_root(g, r) == r &&
+                         readers[r] == 1 && bias_pre && L->st->live[r] && L->st->stage[r] == L->st->stage[j] &&
+                         L->st->phase[r] == L->st->phase[j];
+    }
+}
+
 /* The bytes use u of target i keeps free before its accumulator (or, for
  * a param's direct first use, before its gradient): its contribution's
  * offset in a tail_acc value of the accumulator's dtype; else 0. */
@@ -152,9 +196,7 @@ static size_t tail_lead(const lowering *L, int i, int u) {
  * kernels have it (pipit__gemm_bf16_f32); the CUDA backend not yet, so its
  * plans keep INS_ACC. */
 static int fuses_wgrad(const pipit__plan *p, const pipit__node *n, pipit_dtype acc) {
-    const char *dev = p->opt.device;
-    int cpu = !dev || !*dev || strcmp(dev, "cpu") == 0;
-    return cpu && n->op == PIPIT_OP_MATMUL && n->dtype == PIPIT_BF16 && acc == PIPIT_F32;
+    return cpu_plan(p) && n->op == PIPIT_OP_MATMUL && n->dtype == PIPIT_BF16 && acc == PIPIT_F32;
 }
 
 /* First microbatch: let the kernel write the use's sum directly (no copy),
@@ -215,10 +257,16 @@ static pipit_status find_consumers(lowering *L) {
     L->consumer_ranks = pipit__calloc((size_t)g->n, sizeof *L->consumer_ranks);
     L->sole_acc = pipit__calloc((size_t)g->n, 1);
     L->tail_acc = pipit__calloc((size_t)g->n, 1);
-    if (!L->consumer_ranks || !L->sole_acc || !L->tail_acc)
+    L->bias_epi = pipit__calloc((size_t)g->n, 1);
+    uint8_t *readers = pipit__calloc((size_t)g->n, 1);
+    if (!L->consumer_ranks || !L->sole_acc || !L->tail_acc || !L->bias_epi || !readers) {
+        pipit__free(readers);
         return pipit__err(PIPIT_STATUS_NOMEM, "lowering: out of memory");
+    }
     find_sole_acc(L);
     find_tail_acc(L);
+    find_bias_epi(L, readers);
+    pipit__free(readers);
     pipit_status s = index_acc_roots(L);
     if (s) return s;
     for (int32_t j = 0; j < g->n; j++) {
@@ -349,7 +397,7 @@ static int advance(lowering *L, pipit__emitter *e, task_cursor *c) {
                 c->j++;
                 return 1;
             }
-            pipit__emit_run(e, j, c->t.mb);
+            if (!L->bias_epi[j] || !pipit__emit_fuse_bias(e, j, c->t.mb)) pipit__emit_run(e, j, c->t.mb);
             acc_uses_of(L, e, c, j);
         }
     }
@@ -998,6 +1046,7 @@ pipit_status pipit__lower(pipit__plan *p, const pipit_schedule *user_sch) {
     pipit__free(L.consumer_ranks);
     pipit__free(L.sole_acc);
     pipit__free(L.tail_acc);
+    pipit__free(L.bias_epi);
     pipit__free(L.acc_first);
     pipit__free(L.acc_tgt);
     pipit__free(L.acc_use);

@@ -21,6 +21,7 @@ typedef struct {
     uint8_t *sole_acc;        /* [n] 1: the value's only reader is one gradient accumulation */
     uint8_t *tail_acc;        /* [n] 1: one gradient accumulation reads the value's tail, the rest only
                                  its head (a fused head's [partials | dW]; lower.c tail_lead) */
+    uint8_t *bias_epi;        /* [n] 1: BIAS_ADD j runs in the epilogue of the matmul it reads (lower.c) */
     int32_t *acc_first;       /* [n + 1] the loop uses whose contribution's root is node j are */
     int32_t *acc_tgt, *acc_use; /*   (acc_tgt[k], acc_use[k]) for k in [acc_first[j], acc_first[j+1]) */
     int *early_rank;          /* [nparams] the rank that alone holds param i and exchanges it in the loop, or -1 */

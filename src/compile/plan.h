@@ -79,6 +79,8 @@ typedef struct {
                             contribution is converted as it is added into an fp32 accumulator) */
     uint8_t acc_f32;     /* INS_RUN: 0, or its out is an fp32 accumulator (a gradient use's, the value's only
                             reader) that a bf16 matmul writes (1) or adds into (2) in fp32: no INS_ACC */
+    uint8_t epi;         /* INS_RUN of a bf16 MATMUL: 1 = the BIAS_ADD reading it runs in its epilogue, bias
+                            in[2], out the sum's value (lower.c find_bias_epi) */
     int32_t node;        /* INS_RUN: node; INS_ACC: contribution node */
     int32_t mb;
     pipit__loc out, in[PIPIT_MAX_IN];

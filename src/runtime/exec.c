@@ -57,6 +57,7 @@ static void resolve(const exec_ctx *x) {
             x->rs->srcs_ptr[in->srcs_at + u] = loc_ptr(x, &in->srcs[u], 0);
         k->out = loc_ptr(x, &in->out, in->mb);
         k->acc_f32 = in->kind == INS_RUN ? in->acc_f32 : 0;
+        k->epi_bias = in->kind == INS_RUN ? in->epi : 0;
         k->shard = x->rs->tp;
         k->cp = pipit__cp_rank(x->p, x->w);
         for (int j = 0; j < PIPIT_MAX_IN; j++) {

@@ -152,6 +152,12 @@ static void widen(float *dst, const pipit__bf16 *src, int64_t r, int64_t c, int6
     for (int64_t i = 0; i < r; i++) pipit__bf16_widen_n(dst + i * c, src + i * ld, c);
 }
 
+/* cf [r, c] of row stride c0 += bias [c] on every row (none: bias NULL) */
+static void add_bias(float *cf, int64_t c0, const pipit__bf16 *bias, int64_t r, int64_t c) {
+    for (int64_t i = 0; bias && i < r; i++)
+        for (int64_t j = 0; j < c; j++) cf[i * c0 + j] += pipit__bf16_to_f32(bias[j]);
+}
+
 /* dst [r, c] of row stride ld = src [r, c0] (row stride c0, first c columns), rounded */
 static void narrow(pipit__bf16 *dst, int64_t ld, const float *src, int64_t r, int64_t c, int64_t c0) {
     for (int64_t i = 0; i < r; i++) pipit__bf16_narrow_n(dst + i * ld, src + i * c0, c);
@@ -161,7 +167,7 @@ static void narrow(pipit__bf16 *dst, int64_t ld, const float *src, int64_t r, in
  * in A: [m, K] or [K, m], packed) and bf (op(B)'s n columns: [K, n] or
  * [n, K]); cf holds m*n floats. An fp32 C (c32) is formed in place. */
 static void tile_panels(int ta, int tb, int64_t m, int64_t n, int64_t K, const float *af, const float *bf,
-                        void *cv, int c32, int64_t ldc, int accumulate, float *cf) {
+                        const pipit__bf16 *bias, void *cv, int c32, int64_t ldc, int accumulate, float *cf) {
     if (c32) {
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
                     (blasint)n, (blasint)K, 1.0f, af, (blasint)(ta ? m : K), bf, (blasint)(tb ? K : n),
@@ -173,6 +179,7 @@ static void tile_panels(int ta, int tb, int64_t m, int64_t n, int64_t K, const f
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m, (blasint)n,
                 (blasint)K, 1.0f, af, (blasint)(ta ? m : K), bf, (blasint)(tb ? K : n), accumulate ? 1.0f : 0.0f, cf,
                 (blasint)n);
+    add_bias(cf, n, bias, m, n);
     narrow(c, ldc, cf, m, n, n);
 }
 
@@ -194,8 +201,9 @@ static int64_t panels_tile(int colmajor, int64_t idx, int64_t tiles, int64_t tm,
  * same cblas_sgemm on the same fp32 values as when every tile converted
  * its own panels. s holds mt*K + K*nt + mt*nt floats. */
 static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
-                        int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, void *C, int c32,
-                        int64_t ldc, int64_t sC, int accumulate, int ith, int nth, int64_t mt, int64_t nt, float *s) {
+                        int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, const pipit__bf16 *bias,
+                        void *C, int c32, int64_t ldc, int64_t sC, int accumulate, int ith, int nth, int64_t mt,
+                        int64_t nt, float *s) {
     int64_t tm = cdiv(M, mt), tn = cdiv(N, nt), tiles = tm * tn, total = batch * tiles;
     float *af = s, *bf = af + mt * K, *cf = bf + K * nt;
     int64_t best = 0, cost[2] = {0, 0};
@@ -229,7 +237,7 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
             else widen(bf, bb, K, n, ldb);
             kb = bb;
         }
-        tile_panels(ta, tb, m, n, K, af, bf, c, c32, ldc, accumulate, cf);
+        tile_panels(ta, tb, m, n, K, af, bf, bias ? bias + j0 : NULL, c, c32, ldc, accumulate, cf);
     }
 }
 
@@ -338,8 +346,8 @@ static void kernel_avx512(const uint32_t *ap, int64_t K2, const uint32_t *bp, in
 /* One tile [m, n] of C by pairs; s holds the packed panels and an fp32
  * tile: m*K2 + K2*n32 lanes, m*n32 floats. */
 static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
-                       const pipit__bf16 *b, int64_t ldb, void *cv, int c32, int64_t ldc, int accumulate, uint32_t *s,
-                       pair_kernel kern) {
+                       const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *cv, int c32, int64_t ldc,
+                       int accumulate, uint32_t *s, pair_kernel kern) {
     int64_t K2 = (K + 1) / 2, n32 = (n + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS;
     uint32_t *ap = s, *bp = ap + m * K2;
     float *cf = (float *)(bp + K2 * n32);
@@ -354,6 +362,7 @@ static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
         return;
     }
     pipit__bf16 *c = cv;
+    add_bias(cf, n32, bias, m, n);
     if (accumulate)
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) cf[i * n32 + j] += pipit__bf16_to_f32(c[i * ldc + j]);
@@ -362,10 +371,11 @@ static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
 
 /* ------------------------------------------------------------ the GEMM */
 
-/* The GEMM on bf16 operands into a bf16 C or (c32) an fp32 C. */
+/* The GEMM on bf16 operands into a bf16 C or (c32) an fp32 C; bias (bf16
+ * C only, or NULL): a row added in fp32 before the rounding. */
 static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
-                      int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, void *C, int c32,
-                      int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+                      int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, const pipit__bf16 *bias,
+                      void *C, int c32, int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
     PIPIT_ASSERT(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX);
     int64_t mt, nt;
@@ -373,8 +383,8 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     int64_t tn = cdiv(N, nt), tiles = cdiv(M, mt) * tn;
     int kind = current_kind();
     if (kind == KIND_ONEDNN) { /* the whole GEMM, unless oneDNN lacks one of its tile shapes */
-        if (!pipit__gemm_onednn(PIPIT_BF16, c32 ? PIPIT_F32 : PIPIT_BF16, trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C,
-                                ldc, sC, accumulate, ith, nth))
+        if (!pipit__gemm_onednn_bias(PIPIT_BF16, c32 ? PIPIT_F32 : PIPIT_BF16, trans_a, trans_b, batch, M, N, K, A, lda,
+                                     sA, B, ldb, sB, bias, C, ldc, sC, accumulate, ith, nth))
             return;
         kind = fallback_kind();
     }
@@ -382,8 +392,8 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     size_t words = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) : (size_t)(mt * K2 + K2 * n32 + mt * n32);
     void *s = ith < batch * tiles ? scratch_get(4 * words) : NULL;
     if (kind == KIND_PANELS && K > 0 && s) {
-        gemm_panels(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, c32, ldc, sC, accumulate, ith, nth, mt,
-                    nt, s);
+        gemm_panels(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, bias, C, c32, ldc, sC, accumulate, ith, nth,
+                    mt, nt, s);
         scratch_put(s);
         return;
     }
@@ -395,11 +405,14 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
         if (K <= 0 || !s) {
             size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
             for (int64_t i = 0; !accumulate && i < m; i++) memset((char *)c + (size_t)(i * ldc) * ec, 0, (size_t)n * ec);
+            for (int64_t i = 0; bias && i < m; i++) /* an empty sum: 0 + bias, as the BIAS_ADD would */
+                for (int64_t j = 0; j < n; j++)
+                    ((pipit__bf16 *)c)[i * ldc + j] = pipit__bf16_from_f32(0.0f + pipit__bf16_to_f32(bias[j0 + j]));
             continue;
         }
         const pipit__bf16 *a = A + b * sA + (trans_a ? i0 : i0 * lda);
         const pipit__bf16 *bb = B + b * sB + (trans_b ? j0 * ldb : j0);
-        tile_pairs(trans_a, trans_b, m, n, K, a, lda, bb, ldb, c, c32, ldc, accumulate, s,
+        tile_pairs(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate, s,
                    kind == KIND_AVX512 ? kernel_avx512 : kernel_emulated);
     }
     if (!s && K > 0 && ith < batch * tiles) pipit__kernel_fail("matmul (bf16): out of memory for its fp32 tiles");
@@ -409,11 +422,17 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
 void pipit__gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K, const pipit__bf16 *A,
                       int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB, pipit__bf16 *C,
                       int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
-    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, 0, ldc, sC, accumulate, ith, nth);
+    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, NULL, C, 0, ldc, sC, accumulate, ith, nth);
 }
 
 void pipit__gemm_bf16_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                           const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
                           float *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
-    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, C, 1, ldc, sC, accumulate, ith, nth);
+    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, NULL, C, 1, ldc, sC, accumulate, ith, nth);
+}
+
+void pipit__gemm_bf16_bias(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
+                           const pipit__bf16 *bias, pipit__bf16 *C, int64_t ldc, int64_t sC, int ith, int nth) {
+    gemm_bf16(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, bias, C, 0, ldc, sC, 0, ith, nth);
 }

@@ -45,7 +45,7 @@
 #define IMPL_LEN 64
 
 typedef struct {
-    int dab, dc, ta, tb, acc;
+    int dab, dc, ta, tb, acc, bias; /* bias: a row of n values of type dab added before the rounding */
     int64_t m, n, K, lda, ldb, ldc;
 } tile_key;
 
@@ -54,7 +54,7 @@ typedef struct {
     int used;
     int ok;                /* oneDNN has a non-reference implementation */
     dnnl_primitive_t prim; /* NULL unless ok */
-    dnnl_memory_desc_t ma, mb, mc, ms;
+    dnnl_memory_desc_t ma, mb, mc, ms, mbias;
     size_t scratch; /* bytes of the user scratchpad */
     char impl[IMPL_LEN];
 } entry;
@@ -103,14 +103,15 @@ static void one_thread_end(int old) {
 static dnnl_data_type_t dnnl_type(int dt) { return dt == PIPIT_BF16 ? dnnl_bf16 : dnnl_f32; }
 
 static uint64_t key_hash(const tile_key *k) {
-    int64_t f[11] = {k->dab, k->dc, k->ta, k->tb, k->acc, k->m, k->n, k->K, k->lda, k->ldb, k->ldc};
+    int64_t f[12] = {k->dab, k->dc, k->ta, k->tb, k->acc, k->bias, k->m, k->n, k->K, k->lda, k->ldb, k->ldc};
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 11; i++) h = (h ^ (uint64_t)f[i]) * 1099511628211ull;
+    for (int i = 0; i < 12; i++) h = (h ^ (uint64_t)f[i]) * 1099511628211ull;
     return h ^ h >> 29;
 }
 
 static int key_eq(const tile_key *a, const tile_key *b) {
     return a->dab == b->dab && a->dc == b->dc && a->ta == b->ta && a->tb == b->tb && a->acc == b->acc &&
+           a->bias == b->bias &&
            a->m == b->m && a->n == b->n && a->K == b->K && a->lda == b->lda && a->ldb == b->ldb && a->ldc == b->ldc;
 }
 
@@ -122,16 +123,17 @@ static int make(entry *e) {
     dnnl_dims_t da = {k->m, k->K}, db = {k->K, k->n}, dc = {k->m, k->n};
     /* op(A) [m,K]: stored [m,K] (row stride lda) or [K,m]; op(B) [K,n]: stored [K,n] or [n,K] */
     dnnl_dims_t sa = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1}, sb = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
-    dnnl_dims_t sc = {k->ldc, 1};
+    dnnl_dims_t sc = {k->ldc, 1}, dbias = {1, k->n}, sbias = {k->n, 1};
     e->ok = 0;
     e->prim = NULL;
     snprintf(e->impl, IMPL_LEN, "none");
     if (dnnl_memory_desc_init_by_strides(&e->ma, 2, da, dnnl_type(k->dab), sa) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&e->mb, 2, db, dnnl_type(k->dab), sb) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&e->mc, 2, dc, dnnl_type(k->dc), sc) != dnnl_success)
+        dnnl_memory_desc_init_by_strides(&e->mc, 2, dc, dnnl_type(k->dc), sc) != dnnl_success ||
+        (k->bias && dnnl_memory_desc_init_by_strides(&e->mbias, 2, dbias, dnnl_type(k->dab), sbias) != dnnl_success))
         return 0;
     dnnl_matmul_desc_t md;
-    if (dnnl_matmul_desc_init(&md, &e->ma, &e->mb, NULL, &e->mc) != dnnl_success) return 0;
+    if (dnnl_matmul_desc_init(&md, &e->ma, &e->mb, k->bias ? &e->mbias : NULL, &e->mc) != dnnl_success) return 0;
     dnnl_primitive_attr_t attr;
     if (dnnl_primitive_attr_create(&attr) != dnnl_success) return -1;
     dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
@@ -208,29 +210,34 @@ static void drop(const entry *e, const entry *tmp) {
     if (e == tmp && e->prim) dnnl_primitive_destroy(e->prim);
 }
 
-/* One tile: C = op(A) op(B) (+ C) by e's primitive; 0 on success. */
-static int run(const entry *e, dnnl_stream_t stream, const void *a, const void *b, void *c, void *scratch) {
-    dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
+/* One tile: C = op(A) op(B) (+ bias) (+ C) by e's primitive; 0 on success. */
+static int run(const entry *e, dnnl_stream_t stream, const void *a, const void *b, const void *bias, void *c,
+               void *scratch) {
+    dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
     int ok = dnnl_memory_create(&m[0], &e->ma, engine, (void *)a) == dnnl_success &&
              dnnl_memory_create(&m[1], &e->mb, engine, (void *)b) == dnnl_success &&
              dnnl_memory_create(&m[2], &e->mc, engine, c) == dnnl_success &&
-             (!e->scratch || dnnl_memory_create(&m[3], &e->ms, engine, scratch) == dnnl_success);
+             (!e->scratch || dnnl_memory_create(&m[3], &e->ms, engine, scratch) == dnnl_success) &&
+             (!e->key.bias || dnnl_memory_create(&m[4], &e->mbias, engine, (void *)bias) == dnnl_success);
     if (ok) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]},
-                                   {DNNL_ARG_SCRATCHPAD, m[3]}};
-        ok = dnnl_primitive_execute(e->prim, stream, e->scratch ? 4 : 3, args) == dnnl_success &&
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]}, {DNNL_ARG_DST, m[2]}};
+        int n = 3;
+        if (e->scratch) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[3]};
+        if (e->key.bias) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, m[4]};
+        ok = dnnl_primitive_execute(e->prim, stream, n, args) == dnnl_success &&
              dnnl_stream_wait(stream) == dnnl_success;
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (m[i]) dnnl_memory_destroy(m[i]);
     return ok ? 0 : -1;
 }
 
 static int64_t cdiv(int64_t x, int64_t m) { return (x + m - 1) / m; }
 
-int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
-                       int64_t K, const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
-                       void *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+int pipit__gemm_onednn_bias(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b, int64_t batch, int64_t M,
+                            int64_t N, int64_t K, const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb,
+                            int64_t sB, const void *bias, void *C, int64_t ldc, int64_t sC, int accumulate, int ith,
+                            int nth) {
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
     if (K <= 0 || (dab != PIPIT_F32 && dab != PIPIT_BF16) || (dc != PIPIT_F32 && dc != PIPIT_BF16)) return 1;
     pthread_once(&init_once, init);
@@ -252,7 +259,7 @@ int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b
         for (int q = 0; q < 2; q++) {
             int64_t m = r ? M - (tm - 1) * mt : mt, n = q ? N - (tn - 1) * nt : nt;
             if ((r && m == mt) || (q && n == nt)) continue; /* the same as the full tile */
-            tile_key key = {(int)dab, (int)dc, trans_a, trans_b, accumulate, m, n, K, lda, ldb, ldc};
+            tile_key key = {(int)dab, (int)dc, trans_a, trans_b, accumulate, bias != NULL, m, n, K, lda, ldb, ldc};
             ent[r][q] = lookup(&key, &tmp[r][q]);
             if (!ent[r][q]) failed = 1;
             else if (!ent[r][q]->ok) missing = 1;
@@ -273,7 +280,8 @@ int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b
         const char *a = (const char *)A + (size_t)(b * sA + (trans_a ? i0 : i0 * lda)) * ea;
         const char *bb = (const char *)B + (size_t)(b * sB + (trans_b ? j0 * ldb : j0)) * ea;
         const entry *e = ent[m != mt][n != nt];
-        if (failed || run(e, stream, a, bb, c, s) != 0) {
+        const char *bj = bias ? (const char *)bias + (size_t)j0 * ea : NULL; /* the tile's columns of the bias */
+        if (failed || run(e, stream, a, bb, bj, c, s) != 0) {
             failed = 1;
             for (int64_t i = 0; !accumulate && i < m; i++) memset(c + (size_t)(i * ldc) * ec, 0, (size_t)n * ec);
         }
@@ -286,6 +294,13 @@ int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b
     one_thread_end(old);
     if (failed && !missing) pipit__kernel_fail("matmul (oneDNN): out of memory, or oneDNN failed to run a tile");
     return missing;
+}
+
+int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
+                       int64_t K, const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
+                       void *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth) {
+    return pipit__gemm_onednn_bias(dab, dc, trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, NULL, C, ldc, sC,
+                                   accumulate, ith, nth);
 }
 
 static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
@@ -310,7 +325,7 @@ static void bf16_probe(void) {
     int old = one_thread_begin();
     entry e;
     memset(&e, 0, sizeof e);
-    e.key = (tile_key){PIPIT_BF16, PIPIT_BF16, 0, 0, 1, 256, 192, 768, 768, 3072, 3072};
+    e.key = (tile_key){PIPIT_BF16, PIPIT_BF16, 0, 0, 1, 0, 256, 192, 768, 768, 3072, 3072};
     int r = make(&e);
     one_thread_end(old);
     if (r < 0) {

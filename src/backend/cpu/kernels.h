@@ -245,6 +245,12 @@ void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, 
 void pipit__gemm_bf16_f32(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                           const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
                           float *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth);
+/* The bf16 GEMM (not accumulating) with bias [N] added to every row of each
+ * product in fp32 before the one rounding to bf16: a matmul with the
+ * BIAS_ADD that reads it in its epilogue (kctx.epi_bias). */
+void pipit__gemm_bf16_bias(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
+                           const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
+                           const pipit__bf16 *bias, pipit__bf16 *C, int64_t ldc, int64_t sC, int ith, int nth);
 /* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
  * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
  * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.
@@ -270,6 +276,12 @@ int pipit__gemm_bf16_onednn(void);
 int pipit__gemm_onednn(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N,
                        int64_t K, const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb, int64_t sB,
                        void *C, int64_t ldc, int64_t sC, int accumulate, int ith, int nth);
+/* The same with a bias row (bias [N] of type dab, or NULL) added to each
+ * row of each op(A) op(B) in fp32 before C's one rounding: oneDNN's bias. */
+int pipit__gemm_onednn_bias(pipit_dtype dab, pipit_dtype dc, int trans_a, int trans_b, int64_t batch, int64_t M,
+                            int64_t N, int64_t K, const void *A, int64_t lda, int64_t sA, const void *B, int64_t ldb,
+                            int64_t sB, const void *bias, void *C, int64_t ldc, int64_t sC, int accumulate, int ith,
+                            int nth);
 /* NULL where oneDNN has a bf16 matmul that is not a reference one on an ISA
  * with bf16 arithmetic (ONEDNN_MAX_CPU_ISA can cap it), else why not. */
 const char *pipit__onednn_bf16_why_not(void);

@@ -169,6 +169,11 @@ static void cpu_MATMUL(const pipit__kctx *k, int ith, int nth) {
                              d.M * d.N, k->acc_f32 == 2, ith, nth);
         return;
     }
+    if (k->epi_bias) { /* the BIAS_ADD in the epilogue (kernels.h) */
+        pipit__gemm_bf16_bias(d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb, sB, k->in[2], k->out,
+                              d.N, d.M * d.N, ith, nth);
+        return;
+    }
     DISPATCH(k, pipit__gemm, d.ta, d.tb, batch, M, d.N, d.K, k->in[0], lda, sA, k->in[1], ldb,
              sB, k->out, d.N, d.M * d.N, 0, ith, nth);
 }
