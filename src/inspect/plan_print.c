@@ -34,11 +34,24 @@ static const char *target_name(const pipit__plan *p, int i, char *buf, size_t n)
     return buf;
 }
 
+/* The rank's bf16 GEMMs with the bias in their epilogue, and those writing
+ * a weight gradient into its fp32 accumulator (compile/lower.c). */
+static void fusion_counts(const pipit__rank_plan *rp, int *epi, int *wgrad) {
+    *epi = *wgrad = 0;
+    for (int32_t i = 0; i < rp->n; i++) *epi += rp->ins[i].epi != 0, *wgrad += rp->ins[i].acc_f32 != 0;
+}
+
 static void print_instr(FILE *f, const pipit__plan *p, const pipit__instr *in) {
     char tb[48];
     const pipit__node *n = &p->g->nodes[in->node];
     switch ((pipit__ins_kind)in->kind) {
-    case INS_RUN: fprintf(f, "RUN   %-12s node %-5d mb %d\n", pipit__ops[n->op].name, in->node, in->mb); break;
+    case INS_RUN:
+        fprintf(f, "RUN   %-12s node %-5d mb %d%s\n", pipit__ops[n->op].name, in->node, in->mb,
+                in->epi            ? " + bias in the epilogue"
+                : in->acc_f32 == 1 ? " -> fp32 gradient accumulator (first)"
+                : in->acc_f32 == 2 ? " += fp32 gradient accumulator"
+                                   : "");
+        break;
     case INS_ACC: fprintf(f, "ACC   grad contribution node %d mb %d%s\n", in->node, in->mb, in->first ? " (first)" : ""); break;
     case INS_LOSS: fprintf(f, "LOSS  mb %d\n", in->mb); break;
     case INS_SEND: fprintf(f, "SEND  node %d mb %d -> rank %d (%zu bytes%s)\n", in->node, in->mb, in->peer, in->bytes, in->zc ? ", zero-copy" : ", copied"); break;
@@ -114,6 +127,12 @@ void pipit__plan_print(FILE *f, const pipit_program *prog, int verbose) {
                        "moments %zu\n",
                     p->zero, p->D, pipit__zero_params(prog) ? mom / 2 : rp->param_bytes,
                     pipit__zero_grads(prog) ? mom / 2 : rp->param_bytes, mom);
+        int epi, wgrad;
+        fusion_counts(rp, &epi, &wgrad);
+        if (epi || wgrad)
+            fprintf(f, "bf16 GEMM fusions: %d with the bias in the epilogue, %d writing a weight gradient into its fp32 "
+                       "accumulator (docs/architecture.md \"Precision\")\n",
+                    epi, wgrad);
         if (rp->npairs > 0)
             fprintf(f, "overlapped pairs: %d (a forward and a backward of two microbatches interleaved at their "
                        "all-to-alls; options.no_a2a_overlap turns them off)\n",
@@ -317,6 +336,10 @@ static cJSON *rank_json(const pipit_program *program, int r) {
         cJSON_AddNumberToObject(mj, by_kind[k].k, by_kind[k].v);
     cJSON_AddNumberToObject(o, "instructions", rp->n);
     cJSON_AddNumberToObject(o, "overlapped_pairs", rp->npairs);
+    int epi, wgrad;
+    fusion_counts(rp, &epi, &wgrad);
+    cJSON_AddNumberToObject(o, "bias_epilogues", epi);
+    cJSON_AddNumberToObject(o, "fp32_weight_gradients", wgrad);
     enum { NKINDS = INS_A2A_FINISH + 1 };
     int count[NKINDS] = {0};
     for (int32_t i = 0; i < rp->n; i++)
