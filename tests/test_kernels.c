@@ -577,6 +577,9 @@ PIPIT_TEST(kernel_xent) {
  * subnormals, both signs), each at a different lane, plus the edges. */
 #include "backend/cpu/fast_exp.h"
 PIPIT_TEST(fast_expf8_is_fast_expf_lane_by_lane) {
+#ifndef PIPIT_HAVE_EXPF8
+    PIPIT_SKIP("built without AVX: the kernels use the scalar fast_expf only");
+#else
     float xs[8], ys[8];
     int64_t bad = 0, n = 0;
     const float edge[8] = {-87.33654f, 88.37626f, -0.0f, 0.0f, INFINITY, -INFINITY, NAN, 1e-45f};
@@ -606,4 +609,5 @@ PIPIT_TEST(fast_expf8_is_fast_expf_lane_by_lane) {
         }
     }
     ASSERT_EQ_I64(bad, 0);
+#endif
 }

@@ -31,7 +31,9 @@
 
 /* The fp32 math, shared by f32 and bf16 (whose arithmetic is fp32). */
 #define EXP fast_expf
-#define EXP8 fast_expf8 /* 8 lanes of EXP (fast_exp.h) */
+#ifdef PIPIT_HAVE_EXPF8
+#define EXP8 fast_expf8 /* 8 lanes of EXP (fast_exp.h; AVX builds) */
+#endif
 #define LOG logf
 #define SQRT sqrtf
 #define TANH tanhf
