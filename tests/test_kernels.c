@@ -6,6 +6,7 @@
  */
 #include <pthread.h>
 
+#include "backend/cpu/fast_exp.h"
 #include "kernel_check.h"
 
 /* ------------------------------------------------------------ GEMM */
@@ -575,7 +576,6 @@ PIPIT_TEST(kernel_xent) {
 /* fast_expf8 (8 lanes, the sums of softmax and cross-entropy) is fast_expf
  * lane for lane, bit for bit: every 97th fp32 bit pattern (NaNs, infinities,
  * subnormals, both signs), each at a different lane, plus the edges. */
-#include "backend/cpu/fast_exp.h"
 PIPIT_TEST(fast_expf8_is_fast_expf_lane_by_lane) {
 #ifndef PIPIT_HAVE_EXPF8
     PIPIT_SKIP("built without AVX: the kernels use the scalar fast_expf only");

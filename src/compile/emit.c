@@ -132,18 +132,22 @@ static int32_t redirect_sole_write(pipit__emitter *e, int32_t node, int mb, pipi
     return b;
 }
 
+/* redirect_sole_write, and (node, mb) is nobody's to read any more; returns
+ * the buffer (its first instruction is the kernel), or -1. */
+static int32_t retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
+    int32_t b = redirect_sole_write(e, node, mb, dst);
+    if (b >= 0) e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = -1;
+    return b;
+}
+
 int pipit__emit_retarget(pipit__emitter *e, int32_t node, int mb, pipit__loc dst) {
-    if (redirect_sole_write(e, node, mb, dst) < 0) return 0;
-    e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb] = -1;
-    return 1;
+    return retarget(e, node, mb, dst) >= 0;
 }
 
 int pipit__emit_retarget_f32(pipit__emitter *e, int32_t node, int mb, pipit__loc dst, int first) {
-    int32_t b = e->buf_of[(size_t)node * (size_t)e->p->M + (size_t)mb];
-    if (b < 0 || e->bufs[b].last != e->bufs[b].first) return 0;
-    int32_t w = e->bufs[b].first;
-    if (!pipit__emit_retarget(e, node, mb, dst)) return 0;
-    e->r->ins[w].acc_f32 = first ? 1 : 2;
+    int32_t b = retarget(e, node, mb, dst);
+    if (b < 0) return 0;
+    e->r->ins[e->bufs[b].first].acc_f32 = first ? 1 : 2;
     return 1;
 }
 

@@ -56,10 +56,10 @@ static inline float fast_expf(float x) {
  * register under AVX2), lane for lane the same operations in the same
  * order as fast_expf, so the same bits. Loops whose exponentials feed a
  * sum in several lanes (the softmax and cross-entropy sums) call it: the
- * compiler vectorised fast_expf there 4 wide, with the sums spilled. */
-/* Only where the build has AVX (-march=x86-64-v3, the Release default on
- * such hosts): without it the compilers refuse 32-byte vectors passed by
- * value, and the kernels take the scalar form, which gives the same bits. */
+ * compiler vectorised fast_expf there 4 wide, with the sums spilled. Only
+ * where the build has AVX (-march=x86-64-v3, the Release default on such
+ * hosts): without it the compilers refuse 32-byte vectors passed by value,
+ * and the kernels take the scalar form, which gives the same bits. */
 #if defined(__AVX__)
 #define PIPIT_HAVE_EXPF8 1
 typedef float pipit__v8f __attribute__((vector_size(32)));

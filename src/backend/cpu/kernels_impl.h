@@ -56,11 +56,13 @@ static A LOC(maxv)(const T *restrict x, int64_t n) {
 }
 
 /* sum of exp(x[i] - m) over x [n] in double, in 8 fixed lanes (sum_d's
- * order). Where the includer gives EXP8 (EXP on 8 lanes, fp32), the 8
+ * order), the exponentials formed in the arithmetic type and never stored
+ * (a narrow row has nowhere to keep them without rounding). Where the
+ * includer gives EXP8 (EXP on 8 lanes, fp32), the 8
  * exponentials of a step are one vector: the same operations in the same
  * order as EXP lane by lane, so the same bits, at twice the width the
  * compiler found for the scalar form (which also spilled the sums). */
-static double LOC(sum_exp_d)(const T *restrict x, int64_t n, A m) {
+static double LOC(sum_exp)(const T *restrict x, int64_t n, A m) {
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -380,10 +382,6 @@ void FN(max_dx)(T *dx, const T *x, const T *d, int64_t outer, int64_t n, int64_t
 }
 
 #if KERNEL_NARROW
-/* sum of exp(x - m) over a row [C] in double (8 lanes, as sum_d), the
- * exponentials formed in fp32 and never stored: a narrow row has nowhere
- * to keep them without rounding. */
-static double LOC(sum_exp)(const T *restrict x, int64_t C, A m) { return LOC(sum_exp_d)(x, C, m); }
 
 /* y [rows, C] = softmax of each row of x: exp(x - max) / sum, the sum in
  * double over unrounded exponentials, each output rounded once. */
@@ -1158,7 +1156,7 @@ void FN(xent_rows)(A *loss, const T *logits, const int32_t *targets, int64_t row
         const T *x = logits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
         A m = LOC(maxv)(x, V);
-        double sum = LOC(sum_exp_d)(x, V, m); /* fixed 8 lanes, as in sum_d */
+        double sum = LOC(sum_exp)(x, V, m);
         loss[r] = (A)((double)m + log(sum) - (double)LD(x[targets[r]]));
     }
 }
