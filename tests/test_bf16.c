@@ -307,6 +307,10 @@ static int gemm_cases(void) {
         {1, 1, 0, 1, 33, 65, 2, 1},   {0, 0, 1, 3, 7, 9, 5, 1},    {0, 1, 0, 2, 9, 70, 12, 0},
         {0, 0, 0, 1, 300, 260, 130, 1}, /* several tiles (gemm.c's rule) */
         {0, 1, 0, 1, 1, 1, 1, 1},     {0, 0, 0, 1, 4, 3, 0, 1}, /* K = 0: C = 0 */
+        /* the pairs' vector packing (16 x 16 blocks, 16-column runs) beside
+         * its scalar edges; rows past a multiple of 6, columns past 64 */
+        {0, 1, 0, 1, 50, 70, 100, 1}, {1, 1, 1, 1, 37, 90, 67, 1}, {1, 0, 0, 1, 45, 130, 66, 1},
+        {0, 0, 1, 2, 13, 200, 97, 1},
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += check_gemm(&cases[i]);
@@ -329,6 +333,39 @@ PIPIT_TEST(bf16_gemm_every_way) {
     } else {
         printf("this CPU has no AVX512-BF16: its kernel was not run (the packing was, emulated)\n");
     }
+    pipit__gemm_bf16_set_kind(0);
+}
+
+/* The vdpbf16ps micro-kernel with its vector packing gives the bits of the
+ * emulated instruction with the scalar packing, on every layout and edge. */
+PIPIT_TEST(bf16_pairs_kernel_is_the_emulation_bit_for_bit) {
+    const char *way = pipit__gemm_bf16_kind();
+    if (strcmp(way, "avx512bf16") != 0 && strncmp(way, "onednn", 6) != 0) {
+        printf("this CPU has no AVX512-BF16: nothing to compare\n");
+        return;
+    }
+    static const int64_t shapes[][3] = {{50, 70, 100}, {37, 90, 67}, {6, 64, 32}, {13, 200, 97}, {64, 192, 96}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int l = 0; l < 4; l++) {
+            int ta = l & 1, tb = l >> 1;
+            int64_t M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            pipit__bf16 *A = malloc(sizeof *A * (size_t)(M * K)), *B = malloc(sizeof *B * (size_t)(K * N));
+            float *C2 = calloc((size_t)(M * N), sizeof *C2), *C3 = calloc((size_t)(M * N), sizeof *C3);
+            ASSERT_TRUE(A && B && C2 && C3);
+            for (int64_t i = 0; i < M * K; i++) A[i] = pipit__bf16_from_f32(bf16_rand());
+            for (int64_t i = 0; i < K * N; i++) B[i] = pipit__bf16_from_f32(bf16_rand());
+            int64_t lda = ta ? M : K, ldb = tb ? K : N;
+            pipit__gemm_bf16_set_kind(3);
+            pipit__gemm_bf16_f32(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, C3, N, 0, 0, 0, 1);
+            pipit__gemm_bf16_set_kind(2);
+            pipit__gemm_bf16_f32(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, C2, N, 0, 0, 0, 1);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < M * N; i++) diff += memcmp(&C2[i], &C3[i], sizeof(float)) != 0;
+            if (diff) fprintf(stderr, "%lldx%lldx%lld ta=%d tb=%d: %lld elements differ\n", (long long)M, (long long)N,
+                              (long long)K, ta, tb, (long long)diff);
+            ASSERT_EQ_I64(diff, 0);
+            free(A), free(B), free(C2), free(C3);
+        }
     pipit__gemm_bf16_set_kind(0);
 }
 

@@ -264,16 +264,21 @@ static int check_bf16(const mm_case *c, uint64_t seed, pipit__bf16 **out) {
 }
 
 /* Where oneDNN has no bf16 matmul (this CPU without AVX512-BF16) the kind
- * refuses and the fallback runs, bit for bit; where it has one, every case
- * through oneDNN and through fp32 panels within the bf16 bound of the same
- * double product, and nth-invariant. */
+ * refuses and the fallback runs, bit for bit; where it has one, the default
+ * is oneDNN with AMX and pipit's pairs kernel without (the faster), and
+ * every case through the oneDNN kind and through fp32 panels is within the
+ * bf16 bound of the same double product, and nth-invariant. */
 PIPIT_TEST(onednn_bf16_kind) {
     pipit__gemm_init();
     pipit__gemm_bf16_set_kind(0);
     const char *why = pipit__onednn_bf16_why_not(), *kind = pipit__gemm_bf16_kind();
     int have = why == NULL;
     const char *forced = getenv("PIPIT_BF16_GEMM");
-    if (!forced || !*forced) ASSERT_EQ_I64(strncmp(kind, "onednn (", 8) == 0, have); /* chosen exactly where available */
+    if ((!forced || !*forced) && !have) ASSERT_TRUE(strncmp(kind, "onednn", 6) != 0);
+    if ((!forced || !*forced) && have) { /* the default by speed: oneDNN with AMX, else pipit's pairs kernel */
+        int amx = strstr(pipit__onednn_bf16_impl(), "amx") != NULL;
+        ASSERT_TRUE(strcmp(kind, amx ? pipit__onednn_bf16_name() : "avx512bf16") == 0);
+    }
     if (have) {
         ASSERT_TRUE(pipit__onednn_bf16_impl() && strncmp(pipit__onednn_bf16_impl(), "ref", 3) != 0);
     } else {

@@ -13,6 +13,7 @@
 #include "pipit_gpt2.h"
 #include "pipit_llama.h"
 #include "pipit_partition.h"
+#include "backend/cpu/kernels.h"
 #include "runtime/program.h"
 #include "schedule/schedule.h"
 #include "gpt2_feeds.h"
@@ -413,6 +414,24 @@ PIPIT_TEST(pipeline_equivalence_bf16) {
     matrix_dtype = PIPIT_F32;
     ASSERT_EQ_I64(gpt2, 0);
     ASSERT_EQ_I64(ops, 0);
+    ASSERT_EQ_I64(llama, 0);
+}
+
+/* The same matrix with the bf16 GEMMs through oneDNN, where this CPU's
+ * default is another kind (pipit's pairs kernel on AVX512-BF16 without
+ * AMX): every way a bf16 GEMM can run keeps the guarantee. */
+PIPIT_TEST(pipeline_equivalence_bf16_onednn) {
+    if (pipit__onednn_bf16_why_not()) {
+        printf("oneDNN has no bf16 matmul here (%s): the default kind ran the matrix\n", pipit__onednn_bf16_why_not());
+        return;
+    }
+    static const int Ps[] = {2, 4};
+    pipit__gemm_bf16_set_kind(4);
+    matrix_dtype = PIPIT_BF16;
+    int gpt2 = equivalence_matrix(&gpt2_model, Ps, 2, 1), llama = equivalence_matrix(&hf_llama_tied, Ps, 2, 1);
+    matrix_dtype = PIPIT_F32;
+    pipit__gemm_bf16_set_kind(0);
+    ASSERT_EQ_I64(gpt2, 0);
     ASSERT_EQ_I64(llama, 0);
 }
 

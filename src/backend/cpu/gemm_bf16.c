@@ -6,14 +6,15 @@
  *   fp32 panels (any CPU): the tile's rows of op(A) and columns of op(B)
  *     are converted to fp32 (exactly) and one single-threaded cblas_sgemm
  *     forms it: bf16 at the fp32 BLAS's speed, less the conversions;
- *   avx512bf16 (chosen at run time on CPUs that have AVX512-BF16): the
- *     panels are packed as bf16 pairs along K and a micro-kernel of
- *     vdpbf16ps (two bf16 products added into an fp32 lane) forms 4 x 32
- *     blocks of it.
- *   onednn (chosen at run time where oneDNN has a bf16 matmul that is not
- *     a reference one: AVX512-BF16, AMX): each tile one single-threaded
- *     oneDNN matmul, its primitive cached per tile shape (gemm_onednn.c);
- *     the way above that this CPU has runs the shapes oneDNN lacks.
+ *   avx512bf16 (the default on CPUs that have AVX512-BF16 and no AMX):
+ *     operands read as bf16 pairs along K and a micro-kernel of vdpbf16ps
+ *     (two bf16 products added into an fp32 lane) forms 6 x 64 blocks of
+ *     it (gemm_pairs.c);
+ *   onednn (the default where oneDNN has an AMX bf16 matmul; chosen too
+ *     where it has a bf16 matmul that is not a reference one and the CPU
+ *     lacks AVX512-BF16): each tile one single-threaded oneDNN matmul, its
+ *     primitive cached per tile shape (gemm_onednn.c); the way above that
+ *     this CPU has runs the shapes oneDNN lacks.
  * The ways differ in the last bits (their sums run in other orders); none
  * depends on the thread count. PIPIT_BF16_GEMM=onednn|pairs|panels forces
  * one (refused with a line on stderr where the CPU cannot run it). The
@@ -38,7 +39,8 @@ static _Atomic int gemm_kind;
 static int cpu_has_avx512bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bf16");
 #else
     return 0;
 #endif
@@ -53,9 +55,21 @@ static int fallback_kind(void) { return cpu_has_avx512bf16() ? KIND_AVX512 : KIN
 static _Atomic int said;
 #define SAY(...) (atomic_exchange(&said, 1) ? (void)0 : (void)fprintf(stderr, __VA_ARGS__))
 
-/* oneDNN where it has a bf16 matmul that is not a reference one, else the
- * fallback; PIPIT_BF16_GEMM=onednn|pairs|panels forces one (refused, with
- * a line on stderr, where this CPU cannot run it). */
+/* The default, by speed: on AVX512-BF16 without AMX, pipit's pairs kernel
+ * (GPT-2 124M's bf16 step 2-3% faster than through oneDNN's tiles: its
+ * GEMMs 0.85-0.92 of the vdpbf16ps peak against oneDNN tiles' 0.80-0.87,
+ * docs/benchmarks.md §14); where oneDNN has an AMX kernel, oneDNN (tile
+ * matrix multiply: several times vdpbf16ps's rate); otherwise oneDNN where
+ * it has a bf16 matmul that is not a reference one, else fp32 panels. */
+static int default_kind(const char *why_not_onednn) {
+    const char *impl = why_not_onednn ? NULL : pipit__onednn_bf16_impl();
+    if (impl && strstr(impl, "amx")) return KIND_ONEDNN;
+    if (cpu_has_avx512bf16()) return KIND_AVX512;
+    return why_not_onednn ? KIND_PANELS : KIND_ONEDNN;
+}
+
+/* The default kind, or the one PIPIT_BF16_GEMM=onednn|pairs|panels forces
+ * (refused, with a line on stderr, where this CPU cannot run it). */
 static int kind_of_cpu(void) {
     const char *e = getenv("PIPIT_BF16_GEMM");
     if (e && *e && strcmp(e, "panels") == 0) return KIND_PANELS;
@@ -73,7 +87,7 @@ static int kind_of_cpu(void) {
     }
     if (e && *e)
         SAY("pipit: PIPIT_BF16_GEMM=%s is none of onednn, pairs, panels; choosing by the CPU\n", e);
-    return why ? fallback_kind() : KIND_ONEDNN;
+    return default_kind(why);
 }
 
 static int current_kind(void) {
@@ -97,6 +111,11 @@ const char *pipit__gemm_bf16_kind(void) {
 void pipit__gemm_bf16_set_kind(int kind) { atomic_store(&gemm_kind, kind); }
 
 int pipit__gemm_bf16_onednn(void) { return current_kind() == KIND_ONEDNN; }
+
+int pipit__gemm_bf16_direct(void) {
+    int k = current_kind();
+    return k == KIND_ONEDNN || k == KIND_AVX512;
+}
 
 /* ------------------------------------------------------------ scratch */
 
@@ -241,134 +260,6 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
     }
 }
 
-/* ------------------------------------------------------------ bf16 pairs */
-
-#define PAIR_ROWS 4
-#define PAIR_COLS 32
-
-/* A pair of bf16 values as one 32-bit lane: lo in the low half. */
-static uint32_t pair(pipit__bf16 lo, pipit__bf16 hi) { return (uint32_t)lo.bits | (uint32_t)hi.bits << 16; }
-
-/* op(X)[i][k] of a stored X (trans: X is [K, rows]) */
-static pipit__bf16 at(const pipit__bf16 *x, int64_t ld, int trans, int64_t i, int64_t k) {
-    return trans ? x[k * ld + i] : x[i * ld + k];
-}
-
-static const pipit__bf16 zero_bf16 = {0};
-
-/* ap [m][K2]: op(A) row i's elements 2k, 2k+1; bp [K2][n32]: op(B)'s rows
- * 2k, 2k+1 of column j; zero past K and past n. */
-static void pack_pairs(int ta, int tb, int64_t m, int64_t n, int64_t n32, int64_t K, const pipit__bf16 *a, int64_t lda,
-                       const pipit__bf16 *b, int64_t ldb, uint32_t *ap, uint32_t *bp) {
-    int64_t K2 = (K + 1) / 2;
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t k = 0; k < K2; k++)
-            ap[i * K2 + k] = pair(at(a, lda, ta, i, 2 * k), 2 * k + 1 < K ? at(a, lda, ta, i, 2 * k + 1) : zero_bf16);
-    for (int64_t k = 0; k < K2; k++)
-        for (int64_t j = 0; j < n32; j++) {
-            int in = j < n;
-            pipit__bf16 lo = in ? at(b, ldb, !tb, j, 2 * k) : zero_bf16;
-            pipit__bf16 hi = in && 2 * k + 1 < K ? at(b, ldb, !tb, j, 2 * k + 1) : zero_bf16;
-            bp[k * n32 + j] = pair(lo, hi);
-        }
-}
-
-/* c [rows][PAIR_COLS] (row stride ldc) = the rows' ap pairs dotted with
- * bp's PAIR_COLS columns (row stride ldb), summed in fp32 over k. */
-typedef void (*pair_kernel)(const uint32_t *ap, int64_t K2, const uint32_t *bp, int64_t ldb, float *c, int64_t ldc,
-                            int rows);
-
-/* vdpbf16ps as the instruction set reference states it, lane by lane
- * (the odd product first): tests run the packing through it. */
-static void kernel_emulated(const uint32_t *ap, int64_t K2, const uint32_t *bp, int64_t ldb, float *c, int64_t ldc,
-                            int rows) {
-    for (int r = 0; r < rows; r++)
-        for (int j = 0; j < PAIR_COLS; j++) {
-            float acc = 0;
-            for (int64_t k = 0; k < K2; k++) {
-                uint32_t x = ap[r * K2 + k], y = bp[k * ldb + j];
-                acc += pipit__bf16_to_f32((pipit__bf16){(uint16_t)(x >> 16)}) *
-                       pipit__bf16_to_f32((pipit__bf16){(uint16_t)(y >> 16)});
-                acc += pipit__bf16_to_f32((pipit__bf16){(uint16_t)x}) * pipit__bf16_to_f32((pipit__bf16){(uint16_t)y});
-            }
-            c[r * ldc + j] = acc;
-        }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-
-/* PAIR_ROWS rows: 8 accumulators, 2 loads and 4 broadcasts per pair of k. */
-__attribute__((target("avx512f,avx512bf16"))) static void kernel4_avx512(const uint32_t *ap, int64_t K2,
-                                                                         const uint32_t *bp, int64_t ldb, float *c,
-                                                                         int64_t ldc) {
-    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
-    for (int64_t k = 0; k < K2; k++) {
-        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + k * ldb);
-        __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + k * ldb + 16);
-        __m512bh a0 = (__m512bh)_mm512_set1_epi32((int)ap[k]), a1 = (__m512bh)_mm512_set1_epi32((int)ap[K2 + k]);
-        __m512bh a2 = (__m512bh)_mm512_set1_epi32((int)ap[2 * K2 + k]);
-        __m512bh a3 = (__m512bh)_mm512_set1_epi32((int)ap[3 * K2 + k]);
-        c00 = _mm512_dpbf16_ps(c00, a0, b0), c01 = _mm512_dpbf16_ps(c01, a0, b1);
-        c10 = _mm512_dpbf16_ps(c10, a1, b0), c11 = _mm512_dpbf16_ps(c11, a1, b1);
-        c20 = _mm512_dpbf16_ps(c20, a2, b0), c21 = _mm512_dpbf16_ps(c21, a2, b1);
-        c30 = _mm512_dpbf16_ps(c30, a3, b0), c31 = _mm512_dpbf16_ps(c31, a3, b1);
-    }
-    _mm512_storeu_ps(c, c00), _mm512_storeu_ps(c + 16, c01);
-    _mm512_storeu_ps(c + ldc, c10), _mm512_storeu_ps(c + ldc + 16, c11);
-    _mm512_storeu_ps(c + 2 * ldc, c20), _mm512_storeu_ps(c + 2 * ldc + 16, c21);
-    _mm512_storeu_ps(c + 3 * ldc, c30), _mm512_storeu_ps(c + 3 * ldc + 16, c31);
-}
-
-__attribute__((target("avx512f,avx512bf16"))) static void kernel1_avx512(const uint32_t *ap, int64_t K2,
-                                                                         const uint32_t *bp, int64_t ldb, float *c) {
-    __m512 c0 = _mm512_setzero_ps(), c1 = c0;
-    for (int64_t k = 0; k < K2; k++) {
-        __m512bh a = (__m512bh)_mm512_set1_epi32((int)ap[k]);
-        c0 = _mm512_dpbf16_ps(c0, a, (__m512bh)_mm512_loadu_si512(bp + k * ldb));
-        c1 = _mm512_dpbf16_ps(c1, a, (__m512bh)_mm512_loadu_si512(bp + k * ldb + 16));
-    }
-    _mm512_storeu_ps(c, c0), _mm512_storeu_ps(c + 16, c1);
-}
-
-static void kernel_avx512(const uint32_t *ap, int64_t K2, const uint32_t *bp, int64_t ldb, float *c, int64_t ldc,
-                          int rows) {
-    if (rows == PAIR_ROWS) {
-        kernel4_avx512(ap, K2, bp, ldb, c, ldc);
-        return;
-    }
-    for (int r = 0; r < rows; r++) kernel1_avx512(ap + r * K2, K2, bp, ldb, c + r * ldc);
-}
-#else
-#define kernel_avx512 kernel_emulated /* never chosen off x86-64 */
-#endif
-
-/* One tile [m, n] of C by pairs; s holds the packed panels and an fp32
- * tile: m*K2 + K2*n32 lanes, m*n32 floats. */
-static void tile_pairs(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
-                       const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *cv, int c32, int64_t ldc,
-                       int accumulate, uint32_t *s, pair_kernel kern) {
-    int64_t K2 = (K + 1) / 2, n32 = (n + PAIR_COLS - 1) / PAIR_COLS * PAIR_COLS;
-    uint32_t *ap = s, *bp = ap + m * K2;
-    float *cf = (float *)(bp + K2 * n32);
-    pack_pairs(ta, tb, m, n, n32, K, a, lda, b, ldb, ap, bp);
-    for (int64_t i = 0; i < m; i += PAIR_ROWS)
-        for (int64_t j = 0; j < n32; j += PAIR_COLS)
-            kern(ap + i * K2, K2, bp + j, n32, cf + i * n32 + j, n32, (int)PIPIT_MIN(PAIR_ROWS, m - i));
-    if (c32) { /* fp32 C: the sum (plus the old C) stored as it is */
-        float *c = cv;
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = cf[i * n32 + j] + (accumulate ? c[i * ldc + j] : 0.0f);
-        return;
-    }
-    pipit__bf16 *c = cv;
-    add_bias(cf, n32, bias, m, n);
-    if (accumulate)
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) cf[i * n32 + j] += pipit__bf16_to_f32(c[i * ldc + j]);
-    narrow(c, ldc, cf, m, n, n32);
-}
-
 /* ------------------------------------------------------------ the GEMM */
 
 /* The GEMM on bf16 operands into a bf16 C or (c32) an fp32 C; bias (bf16
@@ -388,9 +279,9 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
             return;
         kind = fallback_kind();
     }
-    int64_t Kp = PIPIT_MAX(K, 1), K2 = (Kp + 1) / 2, n32 = cdiv(nt, PAIR_COLS) * PAIR_COLS;
-    size_t words = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) : (size_t)(mt * K2 + K2 * n32 + mt * n32);
-    void *s = ith < batch * tiles ? scratch_get(4 * words) : NULL;
+    int64_t Kp = PIPIT_MAX(K, 1);
+    size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4 : pipit__pairs_scratch_bytes(mt, nt, K);
+    void *s = ith < batch * tiles ? scratch_get(bytes) : NULL;
     if (kind == KIND_PANELS && K > 0 && s) {
         gemm_panels(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, bias, C, c32, ldc, sC, accumulate, ith, nth,
                     mt, nt, s);
@@ -412,8 +303,8 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
         }
         const pipit__bf16 *a = A + b * sA + (trans_a ? i0 : i0 * lda);
         const pipit__bf16 *bb = B + b * sB + (trans_b ? j0 * ldb : j0);
-        tile_pairs(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate, s,
-                   kind == KIND_AVX512 ? kernel_avx512 : kernel_emulated);
+        pipit__pairs_tile(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate, s,
+                          kind == KIND_AVX512);
     }
     if (!s && K > 0 && ith < batch * tiles) pipit__kernel_fail("matmul (bf16): out of memory for its fp32 tiles");
     scratch_put(s);

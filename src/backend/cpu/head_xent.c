@@ -56,7 +56,7 @@ void pipit__head_xent_f32_onednn(int on) { atomic_store(&f32_onednn, on != 0); }
 #define GEMM_A pipit__gemm_f32
 #define NARROW 1
 #define HX_ONEDNN_F32 0
-#define HX_DNN() pipit__gemm_bf16_onednn() /* the bf16 GEMM kind is oneDNN */
+#define HX_DNN() pipit__gemm_bf16_direct() /* the bf16 GEMM kind multiplies bf16 */
 #include "backend/cpu/head_xent_impl.h"
 
 #define T double

@@ -7,13 +7,12 @@
  * W are widened into fp32 panels first, the logits and every sum stay in
  * fp32, and dW is rounded once). Not a header to include elsewhere.
  *
- * The logits GEMMs (forward and backward) through oneDNN: where the bf16
- * GEMM kind is oneDNN (pipit__gemm_bf16_onednn(), kernels.h), the bf16
- * kernel computes each chunk's fp32 logits h W_chunk^T straight from the bf16
- * h and W (pipit__gemm_onednn, bf16 in, fp32 out; single-threaded, its
- * tiles by shape only, so the bits still never depend on the thread
- * count), with no fp32 panels; if oneDNN lacks one of the GEMM's tile
- * shapes (its status 1) that chunk widens into fp32 panels as before. The
+ * The logits GEMMs (forward and backward) straight from bf16: where the
+ * bf16 GEMM kind multiplies bf16 itself (oneDNN or the pairs kernel:
+ * pipit__gemm_bf16_direct(), kernels.h), the bf16 kernel computes each
+ * chunk's fp32 logits h W_chunk^T from the bf16 h and W
+ * (pipit__gemm_bf16_f32; single-threaded, its tiles by shape only, so the
+ * bits still never depend on the thread count), with no fp32 panels. The
  * backward's dW = dz^T h and dh = dz W keep the fp32 panels and sgemm: dz is
  * fp32 and rounding it to bf16 would change the math, and oneDNN 2.6 (and
  * pipit__gemm_onednn) takes A and B of one type. Bits then differ from
@@ -64,13 +63,17 @@ static const A *LOC(hx_wide)(const T *x, int64_t n, A *buf) {
 #endif
 }
 
-/* Z [m, n] (A) = x [m, d] y [n, d]^T of T through oneDNN when dnn:
- * 1 done, 0 not (the caller runs its own GEMM). bf16: bf16 in, fp32
- * out; f32: f32 in and out (the same code, the test hook); never f64. */
+/* Z [m, n] (A) = x [m, d] y [n, d]^T of T straight from T when dnn:
+ * 1 done, 0 not (the caller runs its own GEMM). bf16: bf16 in, fp32 out,
+ * by the bf16 GEMM's kind (oneDNN or the pairs kernel; single-threaded,
+ * its tiles by shape only); f32: f32 in and out through oneDNN (the test
+ * hook); never f64. */
 static int LOC(hx_onednn)(int dnn, A *Z, const T *x, const T *y, int64_t m, int64_t n, int64_t d) {
-#if NARROW || HX_ONEDNN_F32
-    pipit_dtype dab = NARROW ? PIPIT_BF16 : PIPIT_F32;
-    return dnn && pipit__gemm_onednn(dab, PIPIT_F32, 0, 1, 1, m, n, d, x, d, 0, y, d, 0, Z, n, 0, 0, 0, 1) == 0;
+#if NARROW
+    if (dnn) pipit__gemm_bf16_f32(0, 1, 1, m, n, d, x, d, 0, y, d, 0, Z, n, 0, 0, 0, 1);
+    return dnn;
+#elif HX_ONEDNN_F32
+    return dnn && pipit__gemm_onednn(PIPIT_F32, PIPIT_F32, 0, 1, 1, m, n, d, x, d, 0, y, d, 0, Z, n, 0, 0, 0, 1) == 0;
 #else
     (void)dnn, (void)Z, (void)x, (void)y, (void)m, (void)n, (void)d;
     return 0;

@@ -251,6 +251,16 @@ void pipit__gemm_bf16_f32(int trans_a, int trans_b, int64_t batch, int64_t M, in
 void pipit__gemm_bf16_bias(int trans_a, int trans_b, int64_t batch, int64_t M, int64_t N, int64_t K,
                            const pipit__bf16 *A, int64_t lda, int64_t sA, const pipit__bf16 *B, int64_t ldb, int64_t sB,
                            const pipit__bf16 *bias, pipit__bf16 *C, int64_t ldc, int64_t sC, int ith, int nth);
+/* One tile [m, n] of the bf16 GEMM by pairs (gemm_pairs.c): op(A) rows a,
+ * op(B) columns b (stored as pipit__gemm_bf16 takes them), into a bf16 C
+ * (bias added, may be NULL) or an fp32 C (c32); scratch holds
+ * pipit__pairs_scratch_bytes(m or more, n or more, K). avx512: the
+ * vdpbf16ps micro-kernel (only where the CPU has it), else the same sums
+ * through an emulated instruction. */
+size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K);
+void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
+                       const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
+                       int accumulate, void *scratch, int avx512);
 /* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
  * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
  * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.
@@ -262,8 +272,12 @@ const char *pipit__gemm_bf16_kind(void);
  * pipit__onednn_bf16_why_not() says why); 0 chooses by the CPU again. */
 void pipit__gemm_bf16_set_kind(int kind);
 /* 1 where that kind is oneDNN (pipit__gemm_bf16 tries pipit__gemm_onednn
- * first), else 0: the fused head's bf16 logits GEMMs ask (head_xent.c). */
+ * first), else 0. */
 int pipit__gemm_bf16_onednn(void);
+/* 1 where that kind multiplies bf16 itself (oneDNN, or the pairs kernel on
+ * AVX512-BF16), 0 for the fp32 panels and the tests' emulation: the fused
+ * head's bf16 logits GEMMs ask (head_xent.c). */
+int pipit__gemm_bf16_direct(void);
 
 /* gemm_onednn.c: the GEMM above (pipit__gemm_##S's arguments) as one
  * single-threaded oneDNN matmul per tile of gemm.c's rule, A and B of type

@@ -1,0 +1,366 @@
+/*
+ * gemm_pairs.c — one tile of the bf16 GEMM by vdpbf16ps (gemm_bf16.c deals
+ * the tiles). vdpbf16ps adds two bf16 products into an fp32 lane, so both
+ * operands are read as pairs along K: op(A)'s row i as the 32-bit pairs
+ * (2k, 2k+1), broadcast one row at a time; op(B)'s column j packed as
+ * bp[k][j] = (op(B)[2k][j], op(B)[2k+1][j]), 16 columns to a zmm.
+ *
+ * The micro-kernel forms 6 rows x 64 columns: 24 zmm accumulators, four
+ * loads of B and six broadcasts of A per pair of K (the shape that keeps
+ * two FMA-class pipes busy: 24 independent chains hide vdpbf16ps's latency,
+ * one load or broadcast per 4 dot products leaves the load ports room). A
+ * tile's 64-column blocks are the outer loop and its 6-row blocks the inner
+ * one, so one block of packed B (K/2 x 64 pairs, at most 393 KB for
+ * K = 3072) stays in L2 while the rows of A stream past. Measured first as
+ * a prototype (docs/benchmarks.md §14): 500-540 GFLOP/s on GPT-2's shapes
+ * on one Zen 4 core against oneDNN tiles' 440-460.
+ *
+ * How the operands are read, by layout (op(X) is X or its transpose):
+ *   op(A) = A [m, K]: in place (a pair is two adjacent elements; an odd
+ *     K's last element is read alone, as the pair (x, 0));
+ *   op(A) = A^T, A [K, m] (weight gradients, X^T dY): packed k-major,
+ *     ap[k][i] = (A[2k][i], A[2k+1][i]), the interleave that packs B;
+ *   op(B) = B [K, n]: that interleave of rows 2k and 2k+1;
+ *   op(B) = B^T, B [n, K] (input gradients, dY W^T): op(B)'s pairs are
+ *     adjacent in B's rows, so packing is a 32-bit transpose (16 x 16
+ *     blocks in registers).
+ * Each element of C is one fp32 lane that starts at zero and takes K's
+ * pairs in order, whatever the tile, the block or the thread: the bits
+ * depend on none of them, and equal the emulated kernel's (tests run the
+ * packing through it on any CPU). The sums land in an fp32 tile; the
+ * epilogue adds the bias and the old C and rounds, as the other ways do.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+#define ROWS 6  /* rows of the micro-kernel */
+#define COLS 64 /* its columns: four zmm of fp32 */
+
+
+static uint32_t load32(const uint16_t *p) {
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static uint32_t pair16(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
+
+/* The 32-bit lanes from 64-byte boundaries: packed panels start aligned. */
+static uint32_t *align64(void *p) { return (uint32_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K) {
+    (void)nt;
+    int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2;
+    return (size_t)(mt * K2 + K2 * COLS + COLS + 3 * 16) * 4;
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/* Where a block's sums go: C's element (r, j) of the block at c (row
+ * stride ldc), for j < cols; fp32 C (c32) plus the old C when accumulating,
+ * or bf16 C: plus the bias (bias[j], fp32, NULL: none), plus the old C,
+ * rounded once. */
+typedef struct {
+    void *c;
+    int64_t ldc;
+    const float *bias;
+    int c32, accumulate, cols;
+} pair_out;
+
+static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
+
+static void out_scalar(const pair_out *o, int64_t r, int64_t j, float v) {
+    if (o->c32) {
+        float *c = (float *)o->c + r * o->ldc + j;
+        *c = v + (o->accumulate ? *c : 0.0f);
+        return;
+    }
+    pipit__bf16 *c = (pipit__bf16 *)o->c + r * o->ldc + j;
+    if (o->bias) v += o->bias[j];
+    if (o->accumulate) v += pipit__bf16_to_f32(*c);
+    *c = pipit__bf16_from_f32(v);
+}
+
+/* rows x COLS sums: the pair of op(A) row r at a + r*rs + k*ks (in bf16
+ * elements), k < K2, dotted with bp [k][COLS] (row stride ldb); tail: one
+ * more pair, (a[r*rs + K2*ks], 0), the last element of an odd K read in
+ * place (bp's row K2 holds its pairs (b, 0)). */
+typedef void (*pair_kernel)(const uint16_t *a, int64_t rs, int64_t ks, int64_t K2, int tail, const uint32_t *bp,
+                            int64_t ldb, const pair_out *o, int rows);
+
+static uint32_t a_pair(const uint16_t *a, int64_t k, int64_t K2) { return k < K2 ? load32(a) : a[0]; }
+
+/* vdpbf16ps as the instruction set reference states it, lane by lane (the
+ * odd products first): tests run the packing through it. */
+static void kernel_emulated(const uint16_t *a, int64_t rs, int64_t ks, int64_t K2, int tail, const uint32_t *bp,
+                            int64_t ldb, const pair_out *o, int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < o->cols; j++) {
+            float acc = 0;
+            for (int64_t k = 0; k < K2 + tail; k++) {
+                uint32_t x = a_pair(a + r * rs + k * ks, k, K2), y = bp[k * ldb + j];
+                acc += bf16_bits_to_f32(x >> 16) * bf16_bits_to_f32(y >> 16);
+                acc += bf16_bits_to_f32(x & 0xffff) * bf16_bits_to_f32(y & 0xffff);
+            }
+            out_scalar(o, r, j, acc);
+        }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PAIRS_X86 1
+#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* 16 fp32 to bf16: util/bf16.h's rounding (nearest even, NaN quieted),
+ * not vcvtneps2bf16, which flushes subnormals. */
+TGT static inline __m256i narrow16(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+    __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    __mmask16 is_nan =
+        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, is_nan, nan));
+}
+
+/* out_scalar on the 16 columns 16q.. of row r */
+TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, int64_t r, int q, __m512 v) {
+    int w = o->cols - 16 * q;
+    if (w <= 0) return;
+    __mmask16 m = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+    int64_t off = r * o->ldc + 16 * q;
+    if (o->c32) {
+        float *c = (float *)o->c + off;
+        if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
+        _mm512_mask_storeu_ps(c, m, v);
+        return;
+    }
+    uint16_t *c = (uint16_t *)o->c + off;
+    if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
+    if (o->accumulate)
+        v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
+    _mm256_mask_storeu_epi16(c, m, narrow16(v));
+}
+
+#define ACC(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
+#define STEP(r, LOAD)                                                                                 \
+    if (R > (r)) {                                                                                    \
+        __m512bh x = (__m512bh)_mm512_set1_epi32((int)LOAD(a + (r) * rs));                            \
+        c##r##0 = _mm512_dpbf16_ps(c##r##0, x, b0), c##r##1 = _mm512_dpbf16_ps(c##r##1, x, b1);      \
+        c##r##2 = _mm512_dpbf16_ps(c##r##2, x, b2), c##r##3 = _mm512_dpbf16_ps(c##r##3, x, b3);      \
+    }
+#define OUT(r)                                                                                        \
+    if (R > (r)) {                                                                                    \
+        out16(o, r, 0, c##r##0), out16(o, r, 1, c##r##1), out16(o, r, 2, c##r##2), out16(o, r, 3, c##r##3); \
+    }
+
+/* R rows (a constant where inlined: the unused accumulators vanish) */
+TGT static inline __attribute__((always_inline)) void kernel_r(int R, const uint16_t *a, int64_t rs, int64_t ks,
+                                                               int64_t K2, int tail, const uint32_t *bp,
+                                                               int64_t ldb, const pair_out *o) {
+    ACC(0);
+    ACC(1);
+    ACC(2);
+    ACC(3);
+    ACC(4);
+    ACC(5);
+    for (int64_t k = 0; k < K2 + tail; k++, a += ks, bp += ldb) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp), b1 = (__m512bh)_mm512_loadu_si512(bp + 16);
+        __m512bh b2 = (__m512bh)_mm512_loadu_si512(bp + 32), b3 = (__m512bh)_mm512_loadu_si512(bp + 48);
+        if (k < K2) {
+            STEP(0, load32) STEP(1, load32) STEP(2, load32) STEP(3, load32) STEP(4, load32) STEP(5, load32)
+        } else {
+            STEP(0, *) STEP(1, *) STEP(2, *) STEP(3, *) STEP(4, *) STEP(5, *)
+        }
+    }
+    OUT(0) OUT(1) OUT(2) OUT(3) OUT(4) OUT(5)
+}
+
+#define KERNEL_R(R)                                                                                                \
+    TGT static void kernel##R(const uint16_t *a, int64_t rs, int64_t ks, int64_t K2, int tail, const uint32_t *bp, \
+                              int64_t ldb, const pair_out *o) {                                                    \
+        kernel_r(R, a, rs, ks, K2, tail, bp, ldb, o);                                                              \
+    }
+KERNEL_R(1)
+KERNEL_R(2)
+KERNEL_R(3)
+KERNEL_R(4)
+KERNEL_R(5)
+KERNEL_R(6)
+
+static void kernel_avx512(const uint16_t *a, int64_t rs, int64_t ks, int64_t K2, int tail, const uint32_t *bp,
+                          int64_t ldb, const pair_out *o, int rows) {
+    switch (rows) {
+    case 6: kernel6(a, rs, ks, K2, tail, bp, ldb, o); break;
+    case 5: kernel5(a, rs, ks, K2, tail, bp, ldb, o); break;
+    case 4: kernel4(a, rs, ks, K2, tail, bp, ldb, o); break;
+    case 3: kernel3(a, rs, ks, K2, tail, bp, ldb, o); break;
+    case 2: kernel2(a, rs, ks, K2, tail, bp, ldb, o); break;
+    default: kernel1(a, rs, ks, K2, tail, bp, ldb, o); break;
+    }
+}
+#else
+#define PAIRS_X86 0
+#define kernel_avx512 kernel_emulated /* never chosen off x86-64 */
+#endif
+
+/* ------------------------------------------------------------ packing */
+
+/* dst [K2][ldp] = the pairs (x[2k][j], x[2k+1][j]) for j < w, x [K, w] of
+ * row stride ld; zero for w <= j < wp and for the missing row of an odd K.
+ * B's rows as op(B) = B, and A's as op(A) = A^T. */
+static void interleave_rows(const uint16_t *x, int64_t ld, int64_t K, int64_t w, int64_t wp, uint32_t *dst,
+                            int64_t ldp, int vector);
+
+static void interleave_rows_scalar(const uint16_t *x, int64_t ld, int64_t K, int64_t w, int64_t wp, uint32_t *dst,
+                                   int64_t ldp, int64_t j0) {
+    for (int64_t k = 0; 2 * k < K; k++) {
+        const uint16_t *r0 = x + 2 * k * ld, *r1 = 2 * k + 1 < K ? r0 + ld : NULL;
+        for (int64_t j = j0; j < wp; j++)
+            dst[k * ldp + j] = j < w ? pair16(r0[j], r1 ? r1[j] : 0) : 0;
+    }
+}
+
+#if PAIRS_X86
+TGT static void interleave_rows_avx512(const uint16_t *x, int64_t ld, int64_t K, int64_t w16, uint32_t *dst,
+                                       int64_t ldp) {
+    for (int64_t k = 0; 2 * k + 1 < K; k++) {
+        const uint16_t *r0 = x + 2 * k * ld, *r1 = r0 + ld;
+        for (int64_t j = 0; j < w16; j += 16) {
+            __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + j)));
+            __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + j)));
+            _mm512_storeu_si512(dst + k * ldp + j, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+    }
+}
+#endif
+
+static void interleave_rows(const uint16_t *x, int64_t ld, int64_t K, int64_t w, int64_t wp, uint32_t *dst,
+                            int64_t ldp, int vector) {
+    int64_t w16 = 0;
+#if PAIRS_X86
+    if (vector && K >= 2) {
+        w16 = w / 16 * 16;
+        interleave_rows_avx512(x, ld, K, w16, dst, ldp);
+        if (K % 2) /* the last pair of an odd K: its own scalar pass */
+            interleave_rows_scalar(x + (K - 1) * ld, ld, 1, w16, w16, dst + K / 2 * ldp, ldp, 0);
+    }
+#else
+    (void)vector;
+#endif
+    interleave_rows_scalar(x, ld, K, w, wp, dst, ldp, w16);
+}
+
+/* bp [K2][ldp] = the pairs (x[j][2k], x[j][2k+1]) for j < n, x [n, K] of row
+ * stride ld (op(B) = B^T); zero for n <= j < ldp and past an odd K. */
+static void transpose_pairs_scalar(const uint16_t *x, int64_t ld, int64_t n, int64_t K, uint32_t *bp, int64_t ldp,
+                                   int64_t j0, int64_t k0) {
+    int64_t K2 = (K + 1) / 2;
+    for (int64_t k = 0; k < K2; k++)
+        for (int64_t j = k < k0 ? j0 : 0; j < ldp; j++) {
+            uint16_t lo = j < n ? x[j * ld + 2 * k] : 0, hi = j < n && 2 * k + 1 < K ? x[j * ld + 2 * k + 1] : 0;
+            bp[k * ldp + j] = pair16(lo, hi);
+        }
+}
+
+#if PAIRS_X86
+/* 16 x 16 32-bit lanes: r[i] holds row i; on return r[i] holds column i. */
+TGT static inline __attribute__((always_inline)) void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 4; i++) { /* 128-bit blocks: rows i, i+4 and i+8, i+12 */
+        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    _Pragma("GCC unroll 16") for (int i = 0; i < 4; i++) {
+        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
+        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
+    }
+}
+
+/* The full 16 x 16 blocks: columns j < n16, pairs k < k16; x's rows
+ * below ahead may be prefetched (the tile's next columns too: a block of
+ * 16 rows of B^T is 16 streams, more than the hardware prefetcher follows). */
+TGT static void transpose_pairs_avx512(const uint16_t *x, int64_t ld, int64_t n16, int64_t k16, uint32_t *bp,
+                                       int64_t ldp, int64_t ahead) {
+    __m512i r[16];
+    for (int64_t j = 0; j < n16; j += 16)
+        for (int64_t k = 0; k < k16; k += 16) {
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(x + (j + i) * ld + 2 * k);
+            for (int i = 0; i < 16 && j + 16 + i < ahead; i++) /* the next 16 columns' lines: 16 streams at once */
+                _mm_prefetch((const char *)(x + (j + 16 + i) * ld + 2 * k), _MM_HINT_T0);
+            transpose16(r);
+            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) _mm512_storeu_si512(bp + (k + i) * ldp + j, r[i]);
+        }
+}
+#endif
+
+static void transpose_pairs(const uint16_t *x, int64_t ld, int64_t n, int64_t K, uint32_t *bp, int64_t ldp,
+                            int vector, int64_t ahead) {
+    int64_t n16 = 0, k16 = 0;
+#if PAIRS_X86
+    if (vector) {
+        n16 = n / 16 * 16, k16 = K / 32 * 16; /* whole pairs only */
+        transpose_pairs_avx512(x, ld, n16, k16, bp, ldp, ahead);
+    }
+#else
+    (void)vector, (void)ahead;
+#endif
+    transpose_pairs_scalar(x, ld, n, K, bp, ldp, n16, k16);
+}
+
+/* ------------------------------------------------------------ a tile */
+
+/* op(A)'s rows as the kernel reads them: *pa, the row stride *rs and the
+ * pair stride *ks, in bf16 elements, *K2 whole pairs and *tail (an odd K's
+ * last element read alone); ap holds what needs packing. */
+static void rows_of_a(int ta, int64_t m, int64_t K, const uint16_t *a, int64_t lda, uint32_t *ap, int avx512,
+                      const uint16_t **pa, int64_t *rs, int64_t *ks, int64_t *K2, int *tail) {
+    if (ta) { /* A [K, m]: k-major pairs, row i is lane i; an odd K's last pair (x, 0) */
+        interleave_rows(a, lda, K, m, m, ap, m, avx512);
+        *pa = (const uint16_t *)ap, *rs = 2, *ks = 2 * m, *K2 = (K + 1) / 2, *tail = 0;
+    } else { /* in place */
+        *pa = a, *rs = lda, *ks = 2, *K2 = K / 2, *tail = (int)(K % 2);
+    }
+}
+
+void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
+                       const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
+                       int accumulate, void *scratch, int avx512) {
+    avx512 = avx512 && PAIRS_X86;
+    int64_t K2 = (K + 1) / 2;
+    uint32_t *ap = align64(scratch), *bp = align64(ap + m * K2);
+    float *bias_f = (float *)align64(bp + K2 * COLS);
+    const uint16_t *pa, *pb = (const uint16_t *)b;
+    int64_t rs, ks, Ka;
+    int tail;
+    rows_of_a(ta, m, K, (const uint16_t *)a, lda, ap, avx512, &pa, &rs, &ks, &Ka, &tail);
+    size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
+    pair_kernel kern = avx512 ? kernel_avx512 : kernel_emulated;
+    for (int64_t j = 0; j < n; j += COLS) { /* B's block packed where it is used: it stays in L2 */
+        int cols = (int)PIPIT_MIN(COLS, n - j);
+        if (tb)
+            transpose_pairs(pb + j * ldb, ldb, cols, K, bp, COLS, avx512, n - j);
+        else
+            interleave_rows(pb + j, ldb, K, cols, COLS, bp, COLS, avx512);
+        if (bias) pipit__bf16_widen_n(bias_f, bias + j, cols);
+        pair_out o = {(char *)c + (size_t)j * ec, ldc, bias ? bias_f : NULL, c32, accumulate, cols};
+        for (int64_t i = 0; i < m; i += ROWS, o.c = (char *)o.c + (size_t)(ROWS * ldc) * ec)
+            kern(pa + i * rs, rs, ks, Ka, tail, bp, COLS, &o, (int)PIPIT_MIN(ROWS, m - i));
+    }
+}
