@@ -310,7 +310,7 @@ static int gemm_cases(void) {
         /* the pairs' vector packing (16 x 16 blocks, 16-column runs) beside
          * its scalar edges; rows past a multiple of 6, columns past 64 */
         {0, 1, 0, 1, 50, 70, 100, 1}, {1, 1, 1, 1, 37, 90, 67, 1}, {1, 0, 0, 1, 45, 130, 66, 1},
-        {0, 0, 1, 2, 13, 200, 97, 1},
+        {0, 0, 1, 2, 13, 200, 97, 1}, {1, 1, 1, 1, 13, 70, 4133, 1}, /* K in chunks */
     };
     int bad = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) bad += check_gemm(&cases[i]);
@@ -344,7 +344,8 @@ PIPIT_TEST(bf16_pairs_kernel_is_the_emulation_bit_for_bit) {
         printf("this CPU has no AVX512-BF16: nothing to compare\n");
         return;
     }
-    static const int64_t shapes[][3] = {{50, 70, 100}, {37, 90, 67}, {6, 64, 32}, {13, 200, 97}, {64, 192, 96}};
+    static const int64_t shapes[][3] = {{50, 70, 100}, {37, 90, 67}, {6, 64, 32}, {13, 200, 97}, {64, 192, 96},
+                                        {13, 70, 4133}, {7, 20, 4096}}; /* K summed in chunks (odd, even) */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int l = 0; l < 4; l++) {
             int ta = l & 1, tb = l >> 1;

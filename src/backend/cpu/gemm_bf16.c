@@ -279,6 +279,10 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
             return;
         kind = fallback_kind();
     }
+    if (kind != KIND_PANELS && trans_a) { /* pairs: no bit depends on the tiles; A^T's packed rows kept L2-sized */
+        mt = pipit__pairs_rows(mt, K);
+        tiles = cdiv(M, mt) * tn;
+    }
     int64_t Kp = PIPIT_MAX(K, 1);
     size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4 : pipit__pairs_scratch_bytes(mt, nt, K);
     void *s = ith < batch * tiles ? scratch_get(bytes) : NULL;

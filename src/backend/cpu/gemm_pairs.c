@@ -37,6 +37,11 @@
 
 #define ROWS 6  /* rows of the micro-kernel */
 #define COLS 64 /* its columns: four zmm of fp32 */
+/* The longest K summed in one pass, in pairs: a B block of 1024 x 64 pairs
+ * is 256 KB, held in L2 while the rows of A stream past */
+#ifndef KC_MAX
+#define KC_MAX 1024
+#endif
 
 
 static uint32_t load32(const uint16_t *p) {
@@ -53,7 +58,16 @@ static uint32_t *align64(void *p) { return (uint32_t *)(((uintptr_t)p + 63) & ~(
 size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K) {
     (void)nt;
     int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2;
-    return (size_t)(mt * K2 + K2 * COLS + COLS + 3 * 16) * 4;
+    return (size_t)((mt + 32) * K2 + PIPIT_MIN(K2, KC_MAX) * COLS + COLS + mt * COLS + 4 * 16) * 4;
+}
+
+/* A's packed pairs up to 512 KB: GPT-2's LM head dW (op(A) = dlogits^T,
+ * 50257 rows) packed 3200 rows at a time read 1.6 MB per column block. */
+#define A_PACK_BYTES ((int64_t)512 << 10)
+
+int64_t pipit__pairs_rows(int64_t mt, int64_t K) {
+    int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2, fit = A_PACK_BYTES / (4 * K2) / ROWS * ROWS;
+    return PIPIT_MIN(mt, PIPIT_MAX(fit, 8 * ROWS));
 }
 
 /* ------------------------------------------------------------ kernels */
@@ -61,12 +75,15 @@ size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K) {
 /* Where a block's sums go: C's element (r, j) of the block at c (row
  * stride ldc), for j < cols; fp32 C (c32) plus the old C when accumulating,
  * or bf16 C: plus the bias (bias[j], fp32, NULL: none), plus the old C,
- * rounded once. */
+ * rounded once. A long K is summed in chunks (the B block of each stays in
+ * L2): the sums start from the fp32 partials part [r][COLS] unless first,
+ * and go back there unless last; fp32 partials change no bit. */
 typedef struct {
     void *c;
     int64_t ldc;
     const float *bias;
-    int c32, accumulate, cols;
+    float *part;
+    int c32, accumulate, cols, first, last;
 } pair_out;
 
 static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
@@ -98,13 +115,16 @@ static void kernel_emulated(const uint16_t *a, int64_t rs, int64_t ks, int64_t K
                             int64_t ldb, const pair_out *o, int rows) {
     for (int r = 0; r < rows; r++)
         for (int j = 0; j < o->cols; j++) {
-            float acc = 0;
+            float acc = o->first ? 0.0f : o->part[r * COLS + j];
             for (int64_t k = 0; k < K2 + tail; k++) {
                 uint32_t x = a_pair(a + r * rs + k * ks, k, K2), y = bp[k * ldb + j];
                 acc += bf16_bits_to_f32(x >> 16) * bf16_bits_to_f32(y >> 16);
                 acc += bf16_bits_to_f32(x & 0xffff) * bf16_bits_to_f32(y & 0xffff);
             }
-            out_scalar(o, r, j, acc);
+            if (o->last)
+                out_scalar(o, r, j, acc);
+            else
+                o->part[r * COLS + j] = acc;
         }
 }
 
@@ -144,7 +164,8 @@ TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, i
     _mm256_mask_storeu_epi16(c, m, narrow16(v));
 }
 
-#define ACC(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
+#define ACC(r) __m512 c##r##0 = part_in(o, R, r, 0), c##r##1 = part_in(o, R, r, 1), c##r##2 = part_in(o, R, r, 2), \
+                     c##r##3 = part_in(o, R, r, 3)
 #define STEP(r, LOAD)                                                                                 \
     if (R > (r)) {                                                                                    \
         __m512bh x = (__m512bh)_mm512_set1_epi32((int)LOAD(a + (r) * rs));                            \
@@ -152,9 +173,17 @@ TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, i
         c##r##2 = _mm512_dpbf16_ps(c##r##2, x, b2), c##r##3 = _mm512_dpbf16_ps(c##r##3, x, b3);      \
     }
 #define OUT(r)                                                                                        \
-    if (R > (r)) {                                                                                    \
+    if (R > (r) && o->last) {                                                                         \
         out16(o, r, 0, c##r##0), out16(o, r, 1, c##r##1), out16(o, r, 2, c##r##2), out16(o, r, 3, c##r##3); \
+    } else if (R > (r)) {                                                                             \
+        _mm512_storeu_ps(o->part + (r) * COLS, c##r##0), _mm512_storeu_ps(o->part + (r) * COLS + 16, c##r##1); \
+        _mm512_storeu_ps(o->part + (r) * COLS + 32, c##r##2), _mm512_storeu_ps(o->part + (r) * COLS + 48, c##r##3); \
     }
+
+/* row r's accumulator q at the start of a chunk */
+TGT static inline __attribute__((always_inline)) __m512 part_in(const pair_out *o, int R, int r, int q) {
+    return R > r && !o->first ? _mm512_loadu_ps(o->part + r * COLS + 16 * q) : _mm512_setzero_ps();
+}
 
 /* R rows (a constant where inlined: the unused accumulators vanish) */
 TGT static inline __attribute__((always_inline)) void kernel_r(int R, const uint16_t *a, int64_t rs, int64_t ks,
@@ -326,14 +355,24 @@ static void transpose_pairs(const uint16_t *x, int64_t ld, int64_t n, int64_t K,
 
 /* ------------------------------------------------------------ a tile */
 
+/* The k-major A's row stride, in pairs: a whole number of 64-byte lines,
+ * and an odd one, so that the lines one block of rows reads down K fall in
+ * every L1 set (at 768 rows, 48 lines apart, they fell in 4 of 64 and
+ * missed L1 at every step). */
+static int64_t a_pack_stride(int64_t m) {
+    int64_t ld = (m + 15) / 16 * 16;
+    return ld / 16 % 2 ? ld : ld + 16;
+}
+
 /* op(A)'s rows as the kernel reads them: *pa, the row stride *rs and the
  * pair stride *ks, in bf16 elements, *K2 whole pairs and *tail (an odd K's
  * last element read alone); ap holds what needs packing. */
 static void rows_of_a(int ta, int64_t m, int64_t K, const uint16_t *a, int64_t lda, uint32_t *ap, int avx512,
                       const uint16_t **pa, int64_t *rs, int64_t *ks, int64_t *K2, int *tail) {
     if (ta) { /* A [K, m]: k-major pairs, row i is lane i; an odd K's last pair (x, 0) */
-        interleave_rows(a, lda, K, m, m, ap, m, avx512);
-        *pa = (const uint16_t *)ap, *rs = 2, *ks = 2 * m, *K2 = (K + 1) / 2, *tail = 0;
+        int64_t ld = a_pack_stride(m);
+        interleave_rows(a, lda, K, m, m, ap, ld, avx512);
+        *pa = (const uint16_t *)ap, *rs = 2, *ks = 2 * ld, *K2 = (K + 1) / 2, *tail = 0;
     } else { /* in place */
         *pa = a, *rs = lda, *ks = 2, *K2 = K / 2, *tail = (int)(K % 2);
     }
@@ -343,24 +382,30 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
                        const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
                        int accumulate, void *scratch, int avx512) {
     avx512 = avx512 && PAIRS_X86;
-    int64_t K2 = (K + 1) / 2;
-    uint32_t *ap = align64(scratch), *bp = align64(ap + m * K2);
-    float *bias_f = (float *)align64(bp + K2 * COLS);
+    int64_t K2 = (K + 1) / 2, nk = (K2 + KC_MAX - 1) / KC_MAX, kc = (K2 + nk - 1) / nk; /* chunks of kc pairs */
+    uint32_t *ap = align64(scratch), *bp = align64(ap + a_pack_stride(m) * K2);
+    float *bias_f = (float *)align64(bp + kc * COLS), *part = (float *)align64(bias_f + COLS);
     const uint16_t *pa, *pb = (const uint16_t *)b;
     int64_t rs, ks, Ka;
     int tail;
     rows_of_a(ta, m, K, (const uint16_t *)a, lda, ap, avx512, &pa, &rs, &ks, &Ka, &tail);
     size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
     pair_kernel kern = avx512 ? kernel_avx512 : kernel_emulated;
-    for (int64_t j = 0; j < n; j += COLS) { /* B's block packed where it is used: it stays in L2 */
+    for (int64_t j = 0; j < n; j += COLS) {
         int cols = (int)PIPIT_MIN(COLS, n - j);
-        if (tb)
-            transpose_pairs(pb + j * ldb, ldb, cols, K, bp, COLS, avx512, n - j);
-        else
-            interleave_rows(pb + j, ldb, K, cols, COLS, bp, COLS, avx512);
         if (bias) pipit__bf16_widen_n(bias_f, bias + j, cols);
-        pair_out o = {(char *)c + (size_t)j * ec, ldc, bias ? bias_f : NULL, c32, accumulate, cols};
-        for (int64_t i = 0; i < m; i += ROWS, o.c = (char *)o.c + (size_t)(ROWS * ldc) * ec)
-            kern(pa + i * rs, rs, ks, Ka, tail, bp, COLS, &o, (int)PIPIT_MIN(ROWS, m - i));
+        for (int64_t p0 = 0; p0 < K2; p0 += kc) { /* B's block packed where it is used: it stays in L2 */
+            int64_t p1 = PIPIT_MIN(K2, p0 + kc), k0 = 2 * p0, kn = PIPIT_MIN(K, 2 * p1) - k0;
+            if (tb)
+                transpose_pairs(pb + j * ldb + k0, ldb, cols, kn, bp, COLS, avx512, n - j);
+            else
+                interleave_rows(pb + k0 * ldb + j, ldb, kn, cols, COLS, bp, COLS, avx512);
+            int64_t whole = PIPIT_MIN(p1, Ka) - p0; /* the pairs read whole; an odd K's tail is in the last chunk */
+            pair_out o = {(char *)c + (size_t)j * ec, ldc, bias ? bias_f : NULL, part, c32, accumulate, cols,
+                          p0 == 0, p1 == K2};
+            for (int64_t i = 0; i < m; i += ROWS, o.c = (char *)o.c + (size_t)(ROWS * ldc) * ec, o.part += ROWS * COLS)
+                kern(pa + i * rs + p0 * ks, rs, ks, whole, p1 > Ka ? tail : 0, bp, COLS, &o,
+                     (int)PIPIT_MIN(ROWS, m - i));
+        }
     }
 }
