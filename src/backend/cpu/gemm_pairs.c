@@ -255,9 +255,19 @@ static void interleave_rows_scalar(const uint16_t *x, int64_t ld, int64_t K, int
 #if PAIRS_X86
 TGT static void interleave_rows_avx512(const uint16_t *x, int64_t ld, int64_t K, int64_t w16, uint32_t *dst,
                                        int64_t ldp) {
+    /* 32 columns at a time: one two-source permute per 16 pairs */
+    const __m512i lo_idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                            37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    const __m512i hi_idx = _mm512_add_epi16(lo_idx, _mm512_set1_epi16(16));
     for (int64_t k = 0; 2 * k + 1 < K; k++) {
         const uint16_t *r0 = x + 2 * k * ld, *r1 = r0 + ld;
-        for (int64_t j = 0; j < w16; j += 16) {
+        int64_t j = 0;
+        for (; j + 32 <= w16; j += 32) {
+            __m512i a = _mm512_loadu_si512(r0 + j), b = _mm512_loadu_si512(r1 + j);
+            _mm512_storeu_si512(dst + k * ldp + j, _mm512_permutex2var_epi16(a, lo_idx, b));
+            _mm512_storeu_si512(dst + k * ldp + j + 16, _mm512_permutex2var_epi16(a, hi_idx, b));
+        }
+        for (; j < w16; j += 16) {
             __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + j)));
             __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + j)));
             _mm512_storeu_si512(dst + k * ldp + j, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
