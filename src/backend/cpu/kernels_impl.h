@@ -62,7 +62,7 @@ static A LOC(maxv)(const T *restrict x, int64_t n) {
  * exponentials of a step are one vector: the same operations in the same
  * order as EXP lane by lane, so the same bits, at twice the width the
  * compiler found for the scalar form (which also spilled the sums). */
-static double LOC(sum_exp)(const T *restrict x, int64_t n, A m) {
+static double LOC(sum_exp_kept)(const T *restrict x, int64_t n, A m, A *restrict kept) {
     double acc[8] = {0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -73,12 +73,20 @@ static double LOC(sum_exp)(const T *restrict x, int64_t n, A m) {
 #else
         for (int j = 0; j < 8; j++) e[j] = EXP(LD(x[i + j]) - m);
 #endif
+        if (kept) memcpy(kept + i, e, sizeof e);
         for (int j = 0; j < 8; j++) acc[j] += (double)e[j];
     }
     double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += (double)EXP(LD(x[i]) - m);
+    for (; i < n; i++) {
+        A e = EXP(LD(x[i]) - m);
+        if (kept) kept[i] = e;
+        s += (double)e;
+    }
     return s;
 }
+
+/* kept (when not NULL) [n]: the exponentials themselves, in A */
+static double LOC(sum_exp)(const T *restrict x, int64_t n, A m) { return LOC(sum_exp_kept)(x, n, m, NULL); }
 
 /* ------------------------------------------------------------ elementwise */
 
@@ -1167,14 +1175,20 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
                       int64_t rows, int64_t V, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(rows, ith, nth, &lo, &hi);
+#if KERNEL_NARROW /* a row's exponentials kept in fp32 (never rounded) for the second pass, else recomputed */
+    A *kept = lo < hi ? malloc(sizeof *kept * (size_t)V) : NULL;
+#endif
     for (int64_t r = lo; r < hi; r++) {
         const T *x = logits + r * V;
         T *g = dlogits + r * V;
         PIPIT_ASSERT(targets[r] >= 0 && targets[r] < V);
         A m = LOC(maxv)(x, V);
-#if KERNEL_NARROW /* the exponentials are recomputed, never kept rounded */
-        A f = (A)((double)dloss[r] / LOC(sum_exp)(x, V, m));
-        for (int64_t j = 0; j < V; j++) g[j] = ST(EXP(LD(x[j]) - m) * f); /* vectorised as it is (EXP8 was slower) */
+#if KERNEL_NARROW
+        A f = (A)((double)dloss[r] / LOC(sum_exp_kept)(x, V, m, kept));
+        if (kept)
+            for (int64_t j = 0; j < V; j++) g[j] = ST(kept[j] * f);
+        else
+            for (int64_t j = 0; j < V; j++) g[j] = ST(EXP(LD(x[j]) - m) * f);
         g[targets[r]] = ST(EXP(LD(x[targets[r]]) - m) * f - dloss[r]);
 #else
         for (int64_t j = 0; j < V; j++) g[j] = EXP(x[j] - m);
@@ -1184,6 +1198,9 @@ void FN(xent_dlogits)(T *dlogits, const T *logits, const int32_t *targets, const
         g[targets[r]] -= dloss[r];
 #endif
     }
+#if KERNEL_NARROW
+    free(kept);
+#endif
 }
 
 #undef FN
