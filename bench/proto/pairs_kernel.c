@@ -1,7 +1,8 @@
 /*
  * pairs_kernel.c — a prototype, not part of the build: how fast a pipit-owned
  * bf16 GEMM on AVX512-BF16 can be (issue 26; docs/benchmarks.md §14, "The way
- * forward"). A 6 x 64 vdpbf16ps micro-kernel (24 zmm accumulators; a bf16
+ * forward"). Landed since, for every layout, as src/backend/cpu/gemm_pairs.c;
+ * kept as the record of the measurement that led there. A 6 x 64 vdpbf16ps micro-kernel (24 zmm accumulators; a bf16
  * pair of A broadcast, four zmm of B pairs per pair of K), A read in place
  * (row-major, even K: its pairs are adjacent), B packed per 192-column tile
  * as [K/2][64] pairs, 64-column blocks outer and 6-row blocks inner so the
