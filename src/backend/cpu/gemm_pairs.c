@@ -10,10 +10,10 @@
  * two FMA-class pipes busy: 24 independent chains hide vdpbf16ps's latency,
  * one load or broadcast per 4 dot products leaves the load ports room). A
  * tile's 64-column blocks are the outer loop and its 6-row blocks the inner
- * one, so one block of packed B (K/2 x 64 pairs, at most 393 KB for
- * K = 3072) stays in L2 while the rows of A stream past. Measured first as
- * a prototype (docs/benchmarks.md §14): 500-540 GFLOP/s on GPT-2's shapes
- * on one Zen 4 core against oneDNN tiles' 440-460.
+ * one, so one block of packed B (at most KC_MAX pairs of K x 64: 256 KB; a
+ * longer K is summed in chunks) stays in L2 while the rows of A stream
+ * past. 450-500 GFLOP/s at GPT-2's shapes on one Zen 4 core, 0.82-0.89 of
+ * the instruction's peak (docs/benchmarks.md §14).
  *
  * How the operands are read, by layout (op(X) is X or its transpose):
  *   op(A) = A [m, K]: in place (a pair is two adjacent elements; an odd
@@ -25,10 +25,12 @@
  *     adjacent in B's rows, so packing is a 32-bit transpose (16 x 16
  *     blocks in registers).
  * Each element of C is one fp32 lane that starts at zero and takes K's
- * pairs in order, whatever the tile, the block or the thread: the bits
- * depend on none of them, and equal the emulated kernel's (tests run the
- * packing through it on any CPU). The sums land in an fp32 tile; the
- * epilogue adds the bias and the old C and rounds, as the other ways do.
+ * pairs in order, whatever the tile, the block or the thread (a chunked K
+ * parks its partial sums in fp32): the bits depend on none of them, and
+ * equal the emulated kernel's for normal values (tests run the packing
+ * through it on any CPU; the instruction flushes subnormal inputs and
+ * results, the emulation does not). The kernel's epilogue adds the bias and
+ * the old C in fp32 and rounds once, in registers, as the other ways do.
  */
 #include <stdint.h>
 #include <string.h>
@@ -42,7 +44,6 @@
 #ifndef KC_MAX
 #define KC_MAX 1024
 #endif
-
 
 static uint32_t load32(const uint16_t *p) {
     uint32_t v;
@@ -411,11 +412,12 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
             else
                 interleave_rows(pb + k0 * ldb + j, ldb, kn, cols, COLS, bp, COLS, avx512);
             int64_t whole = PIPIT_MIN(p1, Ka) - p0; /* the pairs read whole; an odd K's tail is in the last chunk */
-            pair_out o = {(char *)c + (size_t)j * ec, ldc, bias ? bias_f : NULL, part, c32, accumulate, cols,
-                          p0 == 0, p1 == K2};
-            for (int64_t i = 0; i < m; i += ROWS, o.c = (char *)o.c + (size_t)(ROWS * ldc) * ec, o.part += ROWS * COLS)
+            pair_out o = {NULL, ldc, bias ? bias_f : NULL, NULL, c32, accumulate, cols, p0 == 0, p1 == K2};
+            for (int64_t i = 0; i < m; i += ROWS) {
+                o.c = (char *)c + (size_t)(i * ldc + j) * ec, o.part = part + i * COLS;
                 kern(pa + i * rs + p0 * ks, rs, ks, whole, p1 > Ka ? tail : 0, bp, COLS, &o,
                      (int)PIPIT_MIN(ROWS, m - i));
+            }
         }
     }
 }
