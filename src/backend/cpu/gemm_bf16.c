@@ -57,7 +57,7 @@ static _Atomic int said;
 
 /* The default, by speed: on AVX512-BF16 without AMX, pipit's pairs kernel
  * (GPT-2 124M's bf16 step 2-3% faster than through oneDNN's tiles: its
- * GEMMs 0.85-0.92 of the vdpbf16ps peak against oneDNN tiles' 0.80-0.87,
+ * GEMMs 0.82-0.95 of the vdpbf16ps peak against oneDNN tiles' 0.80-0.90,
  * docs/benchmarks.md §14); where oneDNN has an AMX kernel, oneDNN (tile
  * matrix multiply: several times vdpbf16ps's rate); otherwise oneDNN where
  * it has a bf16 matmul that is not a reference one, else fp32 panels. */
@@ -119,7 +119,7 @@ int pipit__gemm_bf16_direct(void) {
 
 /* ------------------------------------------------------------ scratch */
 
-/* The tiles' buffers (panels, packed pairs, the fp32 tile) are the calling
+/* The tiles' buffers (panels, packed pairs, partial sums) are the calling
  * thread's, kept from one GEMM to the next up to SCRATCH_KEEP bytes: the
  * largest (GPT-2 124M's LM head backward at 256 tokens: 90 MB of fp32
  * panels) is beyond glibc's mmap threshold, so a fresh malloc of it is a
