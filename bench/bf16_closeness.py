@@ -78,6 +78,9 @@ def main():
     ap.add_argument("--data")
     ap.add_argument("--torch-python", default="/usr/bin/python3")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--torch-linear", choices=["add", "fused"], default="add",
+                    help="PyTorch's biased layers: x @ W + b (the bias add promotes to fp32 under autocast) or "
+                         "F.linear (bf16 out, as nn.Linear under autocast and as pipit's policy)")
     ap.add_argument("--no-all", action="store_true", help="skip --bf16-policy all (the policy before)")
     ap.add_argument("--json", help="write every curve and gap here")
     ap.add_argument("--table", help="print the table of an earlier --json file and exit")
@@ -111,7 +114,7 @@ def main():
                 return losses(run([a.pipit, "train", *model, "--init", init, "--steps", str(a.steps), "--seed",
                                    str(s), "--json", *extra]))
             return losses(run([a.torch_python, os.path.join(SRC, "tests", "gpt2_torch.py"), "--init", init,
-                               *torch_model, "--steps", str(a.steps), *extra]))
+                               *torch_model, "--steps", str(a.steps), "--linear", a.torch_linear, *extra]))
 
         curves["pipit f32"] = curve("pipit", ["--dtype", "f32"])
         if not a.no_torch:

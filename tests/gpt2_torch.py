@@ -13,7 +13,7 @@ Usage (run with Debian's /usr/bin/python3, which has torch):
   gpt2_torch.py --init init.safetensors --data FILE --ctx T --micro-batch B \
       --microbatches M --steps N --lr X [--weight-decay X --beta1 X --beta2 X
       --eps X --clip X --optimizer adamw|sgd --heads H --threads N]
-      [--save OUT.safetensors] [--json] [--autocast bf16]
+      [--save OUT.safetensors] [--json] [--autocast bf16] [--linear add|fused]
   gpt2_torch.py --selftest      # checks the model against a naive einsum
                                 # version, the optimizer and safetensors I/O
 
@@ -36,6 +36,17 @@ import torch.nn.functional as F
 from gpt2_init import init_params, param_names  # noqa: F401 (numpy-only, shared with bench/)
 
 LN_EPS = 1e-5
+# How a biased linear layer is written: "add" (x @ W + b: under autocast the
+# bf16 product plus the fp32 bias promotes to fp32, so the layer's output,
+# and GELU after it, stay fp32) or "fused" (F.linear, what nn.Linear runs:
+# under autocast the bias joins the bf16 matmul and the output is bf16).
+# --linear sets it; "add" is what the oracle tests were written against.
+LINEAR = "add"
+
+
+def linear(x, W, b):
+    """x @ W + b with W [in, out], as LINEAR says."""
+    return F.linear(x, W.t(), b) if LINEAR == "fused" else x @ W + b
 
 # ----------------------------------------------------------------- safetensors
 
@@ -140,7 +151,7 @@ def check_shapes(params, heads):
 def attention(x, P, p, H):
     """Causal multi-head self-attention of block prefix p; x is [B,T,C]."""
     B, T, C = x.shape
-    qkv = x @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+    qkv = linear(x, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"])
     q, k, v = qkv.split(C, dim=2)
     D = C // H
     q = q.view(B, T, H, D).transpose(1, 2)
@@ -151,13 +162,13 @@ def attention(x, P, p, H):
     att = att.masked_fill(~mask, float("-inf"))
     att = torch.softmax(att, dim=-1)
     y = (att @ v).transpose(1, 2).reshape(B, T, C)
-    return y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"]
+    return linear(y, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])
 
 
 def mlp(x, P, p):
-    h = x @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"]
+    h = linear(x, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"])
     h = F.gelu(h, approximate="tanh")
-    return h @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
+    return linear(h, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"])
 
 
 def block(x, P, i, H):
@@ -337,6 +348,11 @@ def selftest():
     check("loss vs naive einsum", abs(la.item() - lb.item()) < 1e-10, f"{la.item():.12f} {lb.item():.12f}")
     gerr = max(float((a - b).abs().max()) for a, b in zip(ga, gb))
     check("grads vs naive einsum", gerr < 1e-10, f"max diff {gerr:.3e}")
+    global LINEAR  # the F.linear form (--linear fused) is the same function
+    LINEAR = "fused"
+    lf = loss_fn(P64, idx, tgt, H, L)
+    LINEAR = "add"
+    check("--linear fused vs add", abs(lf.item() - la.item()) < 1e-12, f"{lf.item():.15f} {la.item():.15f}")
 
     # Causality: changing a later token must not change earlier logits.
     with torch.no_grad():
@@ -448,6 +464,8 @@ def add_train_args(ap):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--save")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--linear", choices=["add", "fused"], default="add",
+                    help="biased layers as x @ W + b (fp32 under autocast) or F.linear (bf16 under autocast, nn.Linear's)")
     ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
                     help="bf16: torch.autocast on CPU around each microbatch's forward")
 
@@ -456,6 +474,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_train_args(ap)
     args = ap.parse_args(argv)
+    global LINEAR
+    LINEAR = args.linear
 
     torch.set_num_threads(max(1, args.threads))
     if args.selftest:
