@@ -56,9 +56,9 @@ static A LOC(maxv)(const T *restrict x, int64_t n) {
 }
 
 /* sum of exp(x[i] - m) over x [n] in double, in 8 fixed lanes (sum_d's
- * order), the exponentials formed in the arithmetic type and never stored
- * (a narrow row has nowhere to keep them without rounding). Where the
- * includer gives EXP8 (EXP on 8 lanes, fp32), the 8
+ * order), the exponentials formed in the arithmetic type; kept (when not
+ * NULL) [n] receives them unrounded (a narrow row's own buffer could not
+ * hold them without rounding). Where the includer gives EXP8 (EXP on 8 lanes, fp32), the 8
  * exponentials of a step are one vector: the same operations in the same
  * order as EXP lane by lane, so the same bits, at twice the width the
  * compiler found for the scalar form (which also spilled the sums). */
@@ -85,7 +85,7 @@ static double LOC(sum_exp_kept)(const T *restrict x, int64_t n, A m, A *restrict
     return s;
 }
 
-/* kept (when not NULL) [n]: the exponentials themselves, in A */
+/* the sum alone */
 static double LOC(sum_exp)(const T *restrict x, int64_t n, A m) { return LOC(sum_exp_kept)(x, n, m, NULL); }
 
 /* ------------------------------------------------------------ elementwise */
