@@ -17,6 +17,7 @@
 #define PIPIT_BACKEND_H
 
 #include "ir/graph.h"
+#include "util/bf16.h"
 
 #ifdef __cplusplus
 extern "C" { /* the CUDA backend (.cu files) includes this header from C++ */
@@ -85,6 +86,12 @@ typedef struct pipit__backend {
     void (*adamw)(pipit_dtype dt, const pipit__adamw_coef *c, void *w, const void *g, void *m, void *v,
                   int64_t lo, int64_t hi);
     void (*sgd)(pipit_dtype dt, double lr, double clip, void *w, const void *g, int64_t lo, int64_t hi);
+    /* adamw of an fp32 param that also writes shadow[lo, hi) = the new w
+     * rounded to bf16 as the cast kernel rounds (a param's bf16 copy that
+     * the next step reads instead of casting: lower.c mark_shadows); NULL:
+     * no shadows on this backend. */
+    void (*adamw_bf16)(const pipit__adamw_coef *c, float *w, const float *g, float *m, float *v,
+                       pipit__bf16 *shadow, int64_t lo, int64_t hi);
 
     /* ---- devices (added with the cuda backend; on cpu: host memory and
      * no-ops, so the CPU path does exactly what it did before) ---- */

@@ -318,9 +318,27 @@ void pipit__emit_touch(pipit__emitter *e, int32_t b, int32_t at) {
     if (e->bufs[b].last < at) e->bufs[b].last = at;
 }
 
+/* A param's bf16 shadow (lower.c mark_shadows) keeps its bytes from one
+ * step to the next: its buffer holds its arena slot from the first
+ * instruction to the last, so no other buffer is ever placed there. */
+static void pin_shadows(pipit__emitter *e) {
+    for (int32_t i = 0; i < e->r->n; i++) {
+        pipit__instr *in = &e->r->ins[i];
+        if (!in->shadow) continue;
+        pipit__mp_buf *b = &e->bufs[in->out.idx];
+        if (in->out.kind != LOC_ARENA || e->moved[in->out.idx].kind != LOC_NONE || !b->size) { /* redirected */
+            in->shadow = 0;
+            continue;
+        }
+        b->first = 0;
+        b->hold = e->r->n - 1;
+    }
+}
+
 pipit_status pipit__emitter_finish(pipit__emitter *e) {
     pipit_status s = e->status;
     if (!s) {
+        pin_shadows(e);
         size_t peak = pipit__memplan(e->bufs, e->nbufs);
         if (peak == (size_t)-1) s = pipit__err(PIPIT_STATUS_NOMEM, "compile: out of memory");
         else if (peak == PIPIT__MEMPLAN_TOO_LARGE)

@@ -950,6 +950,32 @@ static pipit_status choose_overlaps(lowering *L, const pipit_schedule *sch, uint
     return s;
 }
 
+/* A bf16 step reads each fp32 param through a pre-loop cast, which the
+ * update can write instead: AdamW rounds the param it has just computed
+ * (the cast's rounding, so the same bits) into the cast's buffer, pinned
+ * in the arena for the whole step (emit.c), and the next step skips the
+ * cast (runtime/exec.c). Only where the update writes every element of
+ * the rank's copy of the whole param: AdamW without ZeRO (with ZeRO each
+ * replica updates its shard and receives the rest), on the CPU backend
+ * (its AdamW writes the shadow). From instruction `from` on: the pre-loop
+ * just emitted. */
+static void mark_shadows(lowering *L, pipit__emitter *e, int32_t from) {
+    const pipit__plan *p = L->p;
+    if (!cpu_plan(p) || p->forward_only || p->zero || p->reshard || p->opt.optimizer.kind != PIPIT_OPT_ADAMW) return;
+    for (int32_t i = from; i < e->r->n; i++) {
+        pipit__instr *in = &e->r->ins[i];
+        const pipit__node *n = &p->g->nodes[in->node];
+        if (in->kind != INS_RUN || n->op != PIPIT_OP_CAST || n->dtype != PIPIT_BF16 || in->out.kind != LOC_ARENA ||
+            in->in[0].kind != LOC_PARAM || in->in[0].off != 0)
+            continue;
+        if (in->in[0].idx >= p->nparams) continue; /* a pre-loop boundary value, not a param */
+        const pipit__param *pp = &p->params[in->in[0].idx];
+        if (pp->dtype != PIPIT_F32 || pp->numel != pipit__node_numel(n)) continue;
+        in->shadow = 1;
+        in->param = in->in[0].idx;
+    }
+}
+
 /* Pre-loop and loop on every rank, then placement of params, then the
  * post-loop; only then are arenas planned, since post-loop buffers share them. */
 static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
@@ -975,7 +1001,9 @@ static pipit_status lower_all(lowering *L, const pipit_schedule *sch) {
     for (int q = 0; !s && q < p->nranks; q++) {
         s = pipit__dp_begin_rank(L, q);
         if (s) break;
+        int32_t pre_at = p->ranks[q].n;
         run_region(L, &em[q], PH_PRE, q);
+        mark_shadows(L, &em[q], pre_at);
         for (int i = 0; i < p->ranks[q].ntasks; i++) {
             if (paired[q][i]) {
                 lower_pair(L, &em[q], i, &p->ranks[q].tasks[i], q);

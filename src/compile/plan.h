@@ -81,6 +81,9 @@ typedef struct {
                             reader) that a bf16 matmul writes (1) or adds into (2) in fp32: no INS_ACC */
     uint8_t epi;         /* INS_RUN of a bf16 MATMUL: 1 = the BIAS_ADD reading it runs in its epilogue, bias
                             in[2], out the sum's value (lower.c find_bias_epi) */
+    uint8_t shadow;      /* INS_RUN of a pre-loop cast of param `param` to bf16: 1 = its output is the
+                            param's bf16 shadow, kept in the arena across steps and rewritten by the update,
+                            so a step whose shadow is current skips it (lower.c mark_shadows) */
     int32_t node;        /* INS_RUN: node; INS_ACC: contribution node */
     int32_t mb;
     pipit__loc out, in[PIPIT_MAX_IN];

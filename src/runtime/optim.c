@@ -153,6 +153,12 @@ void pipit__post_update(pipit_program *p, int w, int param, int ith, int nth) {
     uint8_t *g = rs->grad_block + off;
     if (p->plan.opt.optimizer.kind == PIPIT_OPT_ADAMW) {
         pipit__adamw_coef c = adamw_coefs(p, pp, rs->clip_scale);
+        if (rs->shadow_off && rs->shadow_off[param] != SIZE_MAX) { /* and its bf16 copy (no ZeRO: a = 0) */
+            p->be->adamw_bf16(&c, (float *)wt, (const float *)g, (float *)(rs->m_block + rs->opt_off[param]),
+                              (float *)(rs->v_block + rs->opt_off[param]),
+                              (pipit__bf16 *)(rs->arena + rs->shadow_off[param]), lo, hi);
+            return;
+        }
         p->be->adamw(pp->dtype, &c, wt, g, rs->m_block + rs->opt_off[param], rs->v_block + rs->opt_off[param], lo, hi);
         return;
     }

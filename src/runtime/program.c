@@ -252,6 +252,20 @@ static pipit_status alloc_feeds(pipit_program *p, pipit__rank_state *rs) {
     return PIPIT_STATUS_OK;
 }
 
+/* Where the update writes each param's bf16 shadow (the arena slot of its
+ * pre-loop cast), where the backend can; PIPIT_BF16_SHADOW=0 turns them
+ * off (every step casts: the tests compare the two). */
+static pipit_status find_shadows(const pipit_program *p, pipit__rank_state *rs, const pipit__rank_plan *rp) {
+    rs->shadow_off = pipit__malloc(sizeof *rs->shadow_off * (size_t)PIPIT_MAX(p->plan.nparams, 1));
+    if (!rs->shadow_off) return pipit__err(PIPIT_STATUS_NOMEM, "out of memory");
+    for (int i = 0; i < p->plan.nparams; i++) rs->shadow_off[i] = SIZE_MAX;
+    const char *env = getenv("PIPIT_BF16_SHADOW");
+    int on = p->be->adamw_bf16 && !(env && strcmp(env, "0") == 0);
+    for (int32_t k = 0; on && k < rp->n; k++)
+        if (rp->ins[k].shadow) rs->shadow_off[rp->ins[k].param] = rp->ins[k].out.off, rs->has_shadows = 1;
+    return PIPIT_STATUS_OK;
+}
+
 static pipit_status alloc_rank(pipit_program *p, int w) {
     pipit__rank_state *rs = &p->rs[w];
     rs->world = w;
@@ -303,6 +317,7 @@ static pipit_status alloc_rank(pipit_program *p, int w) {
                           "out of memory for rank %d (%zu bytes of parameters, %zu-byte activation arena)", w,
                           rp->param_bytes, rp->arena_bytes);
     pipit_status s = alloc_feeds(p, rs);
+    if (!s) s = find_shadows(p, rs, rp);
     if (s) return s;
     upload_seed(p, rs);
     return be->sync(w); /* the zeroing and the seed are done, or the device's error */
@@ -683,6 +698,7 @@ static void free_rank(const pipit_program *p, pipit__rank_state *rs) {
     p->be->free(rs->seed);
     pipit__free(rs->srcs_ptr);
     pipit__free(rs->sumsq);
+    pipit__free(rs->shadow_off);
     pipit__free(rs->chunks);
     pipit__free(rs->kc);
     for (int32_t i = 0; rs->a2a_host && i < p->plan.ranks[rs->prank].n; i++) /* a failed step's staging */

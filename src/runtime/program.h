@@ -52,6 +52,11 @@ typedef struct {
     double *sumsq;       /* [nparams] per-param sums of squares of the last step */
     double *chunks;      /* [max_chunks] scratch for per-chunk partial sums */
     double norm, clip_scale; /* of the last step (equal on every rank) */
+    size_t *shadow_off;  /* [nparams] arena offset of param i's bf16 shadow (lower.c mark_shadows), written by
+                            its update; SIZE_MAX: none (or a backend without adamw_bf16: the cast always runs) */
+    int has_shadows;     /* any shadow_off set */
+    int shadow_ok;       /* every shadow holds its param rounded as the param is now: the steps skip the casts.
+                            0 after any write of a param from outside a step and after a failed step */
     double prof[PIPIT_OP_COUNT + 32]; /* profile: seconds per op (RUN) or per instruction kind */
 } pipit__rank_state;
 

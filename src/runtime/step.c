@@ -314,6 +314,9 @@ pipit_status pipit_step(pipit_program *p, const pipit_feed *feeds, int nfeed, in
     p->step_lr = pipit__lr_at(&po->lr_schedule, po->optimizer.lr,
                               update || p->opt_step == INT64_MAX ? PIPIT_MAX(p->opt_step, 1) : p->opt_step + 1);
     s = pipit__err_fresh(run_ranks(p, ptrs), gen0, "pipit_step");
+    /* every rank ran to its end: each param's shadow is its cast or its update's (or, the update skipped,
+       the cast of the unchanged param); after a failure none is trusted */
+    for (int i = 0; i < p->nlocal; i++) p->rs[p->local[i]].shadow_ok = !s && p->rs[p->local[i]].has_shadows;
     if (!p->broken) pipit__free(ptrs); /* else a hung rank may still read it */
     p->step_wall = pipit__now() - t0;
     if (p->profile && !s) p->profile_steps++; /* the profile's per-step means (partition) */
@@ -534,6 +537,8 @@ static pipit_status write_param(pipit_program *p, const char *fn, const char *na
     int i;
     pipit_status s = copy_param(p, fn, name, data, nbytes, &i);
     if (s) return s;
+    if (which == BLOCK_PARAM) /* the next step casts the params again */
+        for (int k = 0; k < p->nlocal; k++) p->rs[p->local[k]].shadow_ok = 0;
     const pipit__param *pp = &p->plan.params[i];
     size_t es = pipit__dtype_size(pp->dtype);
     int split = pp->shard_axis >= 0 && p->plan.T > 1;

@@ -125,24 +125,7 @@ static double cpu_sumsq(pipit_dtype dt, const void *x, int64_t a, int64_t b) {
     return sumsq_f32((const float *)x + a, b - a);
 }
 
-/* AdamW as torch.optim.AdamW computes it (single tensor, no foreach):
- * m, v in the param's precision, bias corrections folded into the step
- * size and the denominator. One plain loop per dtype, so it vectorises. */
-static void adamw_f32(const pipit__adamw_coef *c, float *restrict w, const float *restrict gr, float *restrict m,
-                      float *restrict v, int64_t lo, int64_t hi) {
-    const float b1 = (float)c->b1, nb1 = (float)(1.0 - c->b1), b2 = (float)c->b2, nb2 = (float)(1.0 - c->b2);
-    const float step = (float)c->step_size, bc2 = (float)c->bc2_sqrt, eps = (float)c->eps;
-    const float decay = (float)c->decay, clip = (float)c->clip;
-    for (int64_t i = lo; i < hi; i++) {
-        float g = gr[i] * clip;
-        float mi = b1 * m[i] + nb1 * g;
-        float vi = b2 * v[i] + nb2 * (g * g);
-        m[i] = mi;
-        v[i] = vi;
-        w[i] = w[i] * decay - step * (mi / (sqrtf(vi) / bc2 + eps));
-    }
-}
-
+/* AdamW: fp32 in adamw.c; fp64 here, the same formula. */
 static void adamw_f64(const pipit__adamw_coef *c, double *restrict w, const double *restrict gr,
                       double *restrict m, double *restrict v, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) {
@@ -158,7 +141,7 @@ static void adamw_f64(const pipit__adamw_coef *c, double *restrict w, const doub
 static void cpu_adamw(pipit_dtype dt, const pipit__adamw_coef *c, void *w, const void *g, void *m, void *v,
                       int64_t lo, int64_t hi) {
     if (dt == PIPIT_F64) adamw_f64(c, w, g, m, v, lo, hi);
-    else adamw_f32(c, w, g, m, v, lo, hi);
+    else pipit__adamw_f32(c, w, g, m, v, lo, hi);
 }
 
 /* w -= lr * (g * clip), computed in double and rounded once, as before. */
@@ -206,6 +189,7 @@ const pipit__backend pipit__backend_cpu = {
     .sumsq = cpu_sumsq,
     .adamw = cpu_adamw,
     .sgd = cpu_sgd,
+    .adamw_bf16 = pipit__adamw_f32_bf16,
     .host_memory = 1,
     .bf16 = 1,
     .devices = cpu_devices,

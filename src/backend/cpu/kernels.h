@@ -237,6 +237,11 @@ const char *pipit__kernel_take_error(int rank);
 /* pipit__bf16_narrow_n's bits; an output of 4 MB or more is written past
  * the caches (non-temporal stores) where the CPU has AVX2. */
 void pipit__bf16_narrow_large(pipit__bf16 *dst, const float *src, int64_t n);
+/* The same rounding, stored past the caches (where the CPU has AVX2: a
+ * buffer nothing reads soon), unfenced: call pipit__bf16_stream_fence once
+ * after the last of a run of them. */
+void pipit__bf16_narrow_streamed(pipit__bf16 *dst, const float *src, int64_t n);
+void pipit__bf16_stream_fence(void);
 /* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
  * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */
 void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, int64_t n, int ith, int nth);

@@ -62,7 +62,8 @@ __attribute__((target("avx2"))) static inline __m256i round8(__m256i u) {
     return _mm256_blendv_epi8(r, nan, is_nan);
 }
 
-/* pipit__bf16_narrow_n with non-temporal stores (dst's 32-byte blocks) */
+/* pipit__bf16_narrow_n with non-temporal stores (dst's 32-byte blocks);
+ * the caller fences them */
 __attribute__((target("avx2"))) static void narrow_stream(pipit__bf16 *dst, const float *src, int64_t n) {
     int64_t i = 0;
     for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = pipit__bf16_from_f32(src[i]);
@@ -72,7 +73,6 @@ __attribute__((target("avx2"))) static void narrow_stream(pipit__bf16 *dst, cons
         /* packus works per 128-bit lane: lanes 0,2 then 1,3 back in order */
         _mm256_stream_si256((__m256i *)(dst + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8));
     }
-    _mm_sfence();
     pipit__bf16_narrow_n(dst + i, src + i, n - i);
 }
 
@@ -88,10 +88,27 @@ void pipit__bf16_narrow_large(pipit__bf16 *dst, const float *src, int64_t n) {
 #if HAVE_STREAM_NARROW
     if (n * (int64_t)sizeof *dst >= STREAM_BYTES && cpu_has_avx2()) {
         narrow_stream(dst, src, n);
+        _mm_sfence();
         return;
     }
 #endif
     pipit__bf16_narrow_n(dst, src, n);
+}
+
+void pipit__bf16_narrow_streamed(pipit__bf16 *dst, const float *src, int64_t n) {
+#if HAVE_STREAM_NARROW
+    if (cpu_has_avx2()) {
+        narrow_stream(dst, src, n);
+        return;
+    }
+#endif
+    pipit__bf16_narrow_n(dst, src, n);
+}
+
+void pipit__bf16_stream_fence(void) {
+#if HAVE_STREAM_NARROW
+    _mm_sfence();
+#endif
 }
 
 void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, int64_t n, int ith, int nth) {
