@@ -61,7 +61,11 @@
 #define STD(d) pipit__bf16_from_f64(d)
 #define KERNEL_NARROW 1
 #define LD8 v8f_load_bf16
+#define GELU_WIDE pipit__gelu_bf16_wide
+#define GELU_DX_WIDE pipit__gelu_dx_bf16_wide
 #include "backend/cpu/kernels_impl.h"
+#undef GELU_WIDE
+#undef GELU_DX_WIDE
 #undef EXP
 #undef EXP8
 #undef LOG

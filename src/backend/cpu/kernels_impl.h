@@ -621,6 +621,9 @@ void FN(layernorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C,
 void FN(gelu)(T *out, const T *x, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
+#ifdef GELU_WIDE /* the same bits, 16 lanes at a time where the CPU can (kernels_avx512.c) */
+    lo += GELU_WIDE(out + lo, x + lo, hi - lo);
+#endif
     for (int64_t i = lo; i < hi; i++) {
         A v = LD(x[i]);
         A u = GELU_S2PI * (v + GELU_K * v * v * v);
@@ -633,6 +636,9 @@ void FN(gelu)(T *out, const T *x, int64_t n, int ith, int nth) {
 void FN(gelu_dx)(T *dx, const T *x, const T *dout, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
+#ifdef GELU_WIDE
+    lo += GELU_DX_WIDE(dx + lo, x + lo, dout + lo, hi - lo);
+#endif
     for (int64_t i = lo; i < hi; i++) {
         A v = LD(x[i]);
         A sg = (A)1 / ((A)1 + EXP((A)-2 * GELU_S2PI * (v + GELU_K * v * v * v)));
