@@ -15,6 +15,7 @@
  */
 #include <math.h>
 
+#include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 
@@ -65,29 +66,7 @@ void pipit__adamw_f32_bf16_portable(const pipit__adamw_coef *c, float *w, const 
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-
-static int cpu_has_avx512bf16(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-}
-
-/* 16 lanes rounded as pipit__bf16_from_f32: vcvtneps2bf16 rounds to
- * nearest even and quiets NaNs as it does, but reads a subnormal input as
- * zero; such lanes (a param below 1.2e-38: rare, never wrong) take the
- * integer rounding instead. */
-TGT static inline __m256i round16(__m512 x) {
-    __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-    __m512i u = _mm512_castps_si512(x);
-    __mmask16 sub = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff)) &
-                    ~_mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-    if (!sub) return h;
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-    return _mm256_mask_blend_epi16(sub, h, _mm512_cvtepi32_epi16(r));
-}
+#define TGT PIPIT_AVX512BF16
 
 /* adamw_one on 16 lanes, operation for operation, and the shadow's 32
  * bytes streamed (dst aligned to 32 bytes). */
@@ -107,7 +86,7 @@ TGT static void adamw_bf16_avx512(const coef *k, float *restrict w, const float 
         __m512 den = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), bc2), eps);
         __m512 wi = _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(w + i), decay), _mm512_mul_ps(step, _mm512_div_ps(mi, den)));
         _mm512_storeu_ps(w + i, wi);
-        _mm256_stream_si256((__m256i *)(s + i), round16(wi));
+        _mm256_stream_si256((__m256i *)(s + i), pipit__bf16_round16(wi));
     }
     _mm_sfence();
     for (; i < hi; i++) s[i] = pipit__bf16_from_f32(adamw_one(k, w, gr, m, v, i));
@@ -117,7 +96,7 @@ TGT static void adamw_bf16_avx512(const coef *k, float *restrict w, const float 
 void pipit__adamw_f32_bf16(const pipit__adamw_coef *c, float *w, const float *g, float *m, float *v,
                            pipit__bf16 *shadow, int64_t lo, int64_t hi) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (cpu_has_avx512bf16()) {
+    if (pipit__cpu_has_avx512bf16()) {
         const coef k = coefs(c);
         adamw_bf16_avx512(&k, w, g, m, v, shadow, lo, hi);
         return;

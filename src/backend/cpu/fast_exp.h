@@ -52,6 +52,37 @@ static inline float fast_expf(float x) {
     return x != x ? x : y;
 }
 
+/* For vectors VF of floats and VI of int32 lanes (GCC/Clang vector
+ * extensions): SEL_FN, a lane select, and the body of fast_expf on them,
+ * lane for lane its operations in its order (so its bits). fast_expf8
+ * below and kernels_avx512.c's 16-lane form expand them. */
+#define FAST_EXPF_VEC_SELECT(ATTR, SEL_FN, VF, VI)                                        \
+    ATTR static inline VF SEL_FN(VI mask, VF a, VF b) {                                    \
+        VI ai, bi, r;                                                                      \
+        memcpy(&ai, &a, sizeof ai);                                                        \
+        memcpy(&bi, &b, sizeof bi);                                                        \
+        r = (mask & ai) | (~mask & bi);                                                    \
+        VF out;                                                                            \
+        memcpy(&out, &r, sizeof out);                                                      \
+        return out;                                                                        \
+    }
+#define FAST_EXPF_VEC_BODY(VF, VI, SEL_FN, x)                                             \
+    const VF zero = {0};                                                                   \
+    FAST_EXPF_POLY(VF, x, n, p);                                                           \
+    VF nc = SEL_FN(n > -200.0f, n, zero - 200.0f);                                         \
+    nc = SEL_FN(nc < 200.0f, nc, zero + 200.0f);                                           \
+    VI e = __builtin_convertvector(nc, VI) + 127;                                          \
+    VI lo = e < 1, hi = e > 254; /* lanes: -1 where true */                                \
+    e = (lo & 1) | (~lo & e);                                                              \
+    e = (hi & 254) | (~hi & e);                                                            \
+    VI bits = e << 23;                                                                     \
+    VF sc;                                                                                 \
+    memcpy(&sc, &bits, sizeof sc);                                                         \
+    VF y = p * sc;                                                                         \
+    y = SEL_FN(x < -87.33654f, zero, y);                                                   \
+    y = SEL_FN(x > 88.37626f, zero + INFINITY, y);                                         \
+    return SEL_FN(x != x, x, y)
+
 /* fast_expf on 8 lanes at once (GCC/Clang vector extensions: one ymm
  * register under AVX2), lane for lane the same operations in the same
  * order as fast_expf, so the same bits. Loops whose exponentials feed a
@@ -65,15 +96,7 @@ static inline float fast_expf(float x) {
 typedef float pipit__v8f __attribute__((vector_size(32)));
 typedef int32_t pipit__v8i __attribute__((vector_size(32)));
 
-static inline pipit__v8f v8f_select(pipit__v8i mask, pipit__v8f a, pipit__v8f b) {
-    pipit__v8i ai, bi, r;
-    memcpy(&ai, &a, sizeof ai);
-    memcpy(&bi, &b, sizeof bi);
-    r = (mask & ai) | (~mask & bi);
-    pipit__v8f out;
-    memcpy(&out, &r, sizeof out);
-    return out;
-}
+FAST_EXPF_VEC_SELECT(, v8f_select, pipit__v8f, pipit__v8i)
 
 /* 8 fp32 values from p; 8 bf16 values (their bit patterns) from p,
  * widened exactly. One vector load each: building the vector from two
@@ -94,23 +117,7 @@ static inline pipit__v8f v8f_load_bf16(const void *p) {
     return v;
 }
 
-static inline pipit__v8f fast_expf8(pipit__v8f x) {
-    const pipit__v8f zero = {0};
-    FAST_EXPF_POLY(pipit__v8f, x, n, p);
-    pipit__v8f nc = v8f_select(n > -200.0f, n, zero - 200.0f);
-    nc = v8f_select(nc < 200.0f, nc, zero + 200.0f);
-    pipit__v8i e = __builtin_convertvector(nc, pipit__v8i) + 127;
-    pipit__v8i lo = e < 1, hi = e > 254; /* lanes: -1 where true */
-    e = (lo & 1) | (~lo & e);
-    e = (hi & 254) | (~hi & e);
-    pipit__v8i bits = e << 23;
-    pipit__v8f sc;
-    memcpy(&sc, &bits, sizeof sc);
-    pipit__v8f y = p * sc;
-    y = v8f_select(x < -87.33654f, zero, y);
-    y = v8f_select(x > 88.37626f, zero + INFINITY, y);
-    return v8f_select(x != x, x, y);
-}
+static inline pipit__v8f fast_expf8(pipit__v8f x) { FAST_EXPF_VEC_BODY(pipit__v8f, pipit__v8i, v8f_select, x); }
 #endif /* __AVX__ */
 
 #endif

@@ -30,25 +30,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/kernels.h"
 
 enum { KIND_UNSET = 0, KIND_PANELS, KIND_AVX512, KIND_EMULATED, KIND_ONEDNN };
 
 static _Atomic int gemm_kind;
 
-static int cpu_has_avx512bf16(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bf16");
-#else
-    return 0;
-#endif
-}
-
 /* The current kernel: where oneDNN is chosen, the way of the shapes it has
  * no implementation for. */
-static int fallback_kind(void) { return cpu_has_avx512bf16() ? KIND_AVX512 : KIND_PANELS; }
+static int fallback_kind(void) { return pipit__cpu_has_avx512bf16() ? KIND_AVX512 : KIND_PANELS; }
 
 /* The line on stderr about PIPIT_BF16_GEMM, once per process (tests choose
  * again and again). */
@@ -64,7 +55,7 @@ static _Atomic int said;
 static int default_kind(const char *why_not_onednn) {
     const char *impl = why_not_onednn ? NULL : pipit__onednn_bf16_impl();
     if (impl && strstr(impl, "amx")) return KIND_ONEDNN;
-    if (cpu_has_avx512bf16()) return KIND_AVX512;
+    if (pipit__cpu_has_avx512bf16()) return KIND_AVX512;
     return why_not_onednn ? KIND_PANELS : KIND_ONEDNN;
 }
 
@@ -74,7 +65,7 @@ static int kind_of_cpu(void) {
     const char *e = getenv("PIPIT_BF16_GEMM");
     if (e && *e && strcmp(e, "panels") == 0) return KIND_PANELS;
     if (e && *e && strcmp(e, "pairs") == 0) {
-        if (cpu_has_avx512bf16()) return KIND_AVX512;
+        if (pipit__cpu_has_avx512bf16()) return KIND_AVX512;
         SAY("pipit: PIPIT_BF16_GEMM=pairs refused: this CPU has no AVX512-BF16; using fp32 panels\n");
         return KIND_PANELS;
     }
