@@ -246,13 +246,13 @@ PIPIT_TEST(bf16_lean_panels_gemm_matches_reference) {
 
 /* ------------------------------------------------------------ GELU 16 lanes wide */
 
-/* The bf16 GELU and its backward, whose bulk runs 16 lanes at a time on
- * AVX512-BF16 (kernels_avx512.c), give the scalar loop's bits: each
+/* The bf16 GELU, SiLU and their backwards, whose bulk runs 16 lanes at a
+ * time on AVX512-BF16 (kernels_avx512.c), give the scalar loop's bits: each
  * element against the same kernel called on that element alone (below 16
  * elements the scalar loop does all), over every bf16 value (NaNs,
  * infinities, subnormals, values whose exponential overflows) at an odd
  * offset, with a tail. */
-PIPIT_TEST(bf16_lean_gelu_wide_is_the_scalar_bits) {
+PIPIT_TEST(bf16_lean_gelu_silu_wide_are_the_scalar_bits) {
     enum { N = 65536 + 21, OFF = 3 };
     pipit__bf16 *x = malloc(sizeof *x * (N + OFF)), *d = malloc(sizeof *d * (N + OFF)),
                 *y = malloc(sizeof *y * (N + OFF)), *dx = malloc(sizeof *dx * (N + OFF));
@@ -261,16 +261,22 @@ PIPIT_TEST(bf16_lean_gelu_wide_is_the_scalar_bits) {
         x[OFF + i].bits = (uint16_t)(i * 40503u); /* every value once (40503 is odd), then a few again */
         d[OFF + i] = lean_rand();
     }
-    pipit__gelu_bf16(y + OFF, x + OFF, N, 0, 1);
-    pipit__gelu_dx_bf16(dx + OFF, x + OFF, d + OFF, N, 0, 1);
-    int64_t bad = 0;
-    for (int i = 0; i < N; i++) {
-        pipit__bf16 y1, dx1;
-        pipit__gelu_bf16(&y1, x + OFF + i, 1, 0, 1);
-        pipit__gelu_dx_bf16(&dx1, x + OFF + i, d + OFF + i, 1, 0, 1);
-        bad += y1.bits != y[OFF + i].bits;
-        bad += dx1.bits != dx[OFF + i].bits;
+    typedef void (*fwd_fn)(pipit__bf16 *, const pipit__bf16 *, int64_t, int, int);
+    typedef void (*bwd_fn)(pipit__bf16 *, const pipit__bf16 *, const pipit__bf16 *, int64_t, int, int);
+    fwd_fn fwd[2] = {pipit__gelu_bf16, pipit__silu_bf16};
+    bwd_fn bwd[2] = {pipit__gelu_dx_bf16, pipit__silu_dx_bf16};
+    for (int op = 0; op < 2; op++) {
+        fwd[op](y + OFF, x + OFF, N, 0, 1);
+        bwd[op](dx + OFF, x + OFF, d + OFF, N, 0, 1);
+        int64_t bad = 0;
+        for (int i = 0; i < N; i++) {
+            pipit__bf16 y1, dx1;
+            fwd[op](&y1, x + OFF + i, 1, 0, 1);
+            bwd[op](&dx1, x + OFF + i, d + OFF + i, 1, 0, 1);
+            bad += y1.bits != y[OFF + i].bits;
+            bad += dx1.bits != dx[OFF + i].bits;
+        }
+        ASSERT_EQ_I64(bad, 0);
     }
-    ASSERT_EQ_I64(bad, 0);
     free(x), free(d), free(y), free(dx);
 }

@@ -61,11 +61,15 @@
 #define STD(d) pipit__bf16_from_f64(d)
 #define KERNEL_NARROW 1
 #define LD8 v8f_load_bf16
-#define GELU_WIDE pipit__gelu_bf16_wide
-#define GELU_DX_WIDE pipit__gelu_dx_bf16_wide
+#define WIDE_GELU pipit__gelu_bf16_wide
+#define WIDE_GELU_DX pipit__gelu_dx_bf16_wide
+#define WIDE_SILU pipit__silu_bf16_wide
+#define WIDE_SILU_DX pipit__silu_dx_bf16_wide
 #include "backend/cpu/kernels_impl.h"
-#undef GELU_WIDE
-#undef GELU_DX_WIDE
+#undef WIDE_GELU
+#undef WIDE_GELU_DX
+#undef WIDE_SILU
+#undef WIDE_SILU_DX
 #undef EXP
 #undef EXP8
 #undef LOG

@@ -241,11 +241,13 @@ void pipit__bf16_narrow_large(pipit__bf16 *dst, const float *src, int64_t n);
  * buffer nothing reads soon), unfenced: call pipit__bf16_stream_fence once
  * after the last of a run of them. */
 void pipit__bf16_narrow_streamed(pipit__bf16 *dst, const float *src, int64_t n);
-/* The bf16 GELU and its backward on the leading elements, 16 lanes at a
- * time where the CPU has AVX512-BF16, with the scalar kernels' bits;
- * return how many they did (0 without it). kernels_avx512.c */
+/* The bf16 GELU, SiLU and their backwards on the leading elements, 16
+ * lanes at a time where the CPU has AVX512-BF16, with the scalar kernels'
+ * bits; return how many they did (0 without it). kernels_avx512.c */
 int64_t pipit__gelu_bf16_wide(pipit__bf16 *out, const pipit__bf16 *x, int64_t n);
 int64_t pipit__gelu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n);
+int64_t pipit__silu_bf16_wide(pipit__bf16 *out, const pipit__bf16 *x, int64_t n);
+int64_t pipit__silu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n);
 void pipit__bf16_stream_fence(void);
 /* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
  * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */

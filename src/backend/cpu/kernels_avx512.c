@@ -1,7 +1,8 @@
 /*
- * kernels_avx512.c — the bf16 GELU and its backward 16 lanes at a time on
- * CPUs with AVX512-BF16: the expressions of kernels_impl.h's gelu and
- * gelu_dx written again on vectors (GCC/Clang vector extensions), operation
+ * kernels_avx512.c — the bf16 GELU, SiLU and their backwards 16 lanes at a
+ * time on CPUs with AVX512-BF16: the expressions of kernels_impl.h's gelu,
+ * gelu_dx, silu and silu_dx written again on vectors (GCC/Clang vector
+ * extensions), operation
  * for operation, with fast_exp.h's reduction and polynomial and the same
  * clamps; the input widened exactly, the output rounded by vcvtneps2bf16
  * (round to nearest even, NaN quieted: pipit__bf16_from_f32's rounding,
@@ -73,21 +74,38 @@ TGT static int64_t gelu_dx16(pipit__bf16 *dx, const pipit__bf16 *x, const pipit_
     return i;
 }
 
-int64_t pipit__gelu_bf16_wide(pipit__bf16 *out, const pipit__bf16 *x, int64_t n) {
-    return pipit__cpu_has_avx512bf16() ? gelu16(out, x, n) : 0;
+/* kernels_impl.h's silu and silu_dx */
+TGT static int64_t silu16(pipit__bf16 *out, const pipit__bf16 *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v = load16(x + i);
+        store16(out + i, v / ((float)1 + exp16(-v)));
+    }
+    return i;
 }
 
-int64_t pipit__gelu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n) {
-    return pipit__cpu_has_avx512bf16() ? gelu_dx16(dx, x, dout, n) : 0;
+TGT static int64_t silu_dx16(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v = load16(x + i), sg = (float)1 / ((float)1 + exp16(-v));
+        store16(dx + i, load16(d + i) * (sg * ((float)1 + v * ((float)1 - sg))));
+    }
+    return i;
 }
+
+/* the entries: the wide form where the CPU has the instructions */
+#define WIDE(name, params, args) \
+    int64_t pipit__##name##_bf16_wide params { return pipit__cpu_has_avx512bf16() ? name##16 args : 0; }
 #else
-int64_t pipit__gelu_bf16_wide(pipit__bf16 *out, const pipit__bf16 *x, int64_t n) {
-    (void)out, (void)x, (void)n;
+static int64_t none(const void *first, ...) { /* no such instructions: the scalar loop does all */
+    (void)first;
     return 0;
 }
-
-int64_t pipit__gelu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n) {
-    (void)dx, (void)x, (void)dout, (void)n;
-    return 0;
-}
+#define WIDE(name, params, args) \
+    int64_t pipit__##name##_bf16_wide params { return none args; }
 #endif
+
+WIDE(gelu, (pipit__bf16 *out, const pipit__bf16 *x, int64_t n), (out, x, n))
+WIDE(gelu_dx, (pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n), (dx, x, dout, n))
+WIDE(silu, (pipit__bf16 *out, const pipit__bf16 *x, int64_t n), (out, x, n))
+WIDE(silu_dx, (pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n), (dx, x, dout, n))

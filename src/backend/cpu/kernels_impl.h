@@ -223,7 +223,6 @@ UNARY(sqrt, SQRT(v))
 UNARY(rsqrt, (A)1 / SQRT(v))
 UNARY(abs, FABS(v))
 UNARY(relu, v < 0 ? (A)0 : v) /* NaN stays NaN */
-UNARY(silu, v / ((A)1 + EXP(-v)))
 UNARY(sigmoid, (A)1 / ((A)1 + EXP(-v)))
 UNARY(tanh, TANH(v))
 #undef UNARY
@@ -246,10 +245,25 @@ UNARY_DX(sigmoid_dx, g * (v * ((A)1 - v)))
 UNARY_DX(tanh_dx, g * ((A)1 - v * v))
 #undef UNARY_DX
 
+void FN(silu)(T *out, const T *x, int64_t n, int ith, int nth) {
+    int64_t lo, hi;
+    pipit__range(n, ith, nth, &lo, &hi);
+#ifdef WIDE_SILU /* the same bits, 16 lanes at a time where the CPU can (kernels_avx512.c) */
+    lo += WIDE_SILU(out + lo, x + lo, hi - lo);
+#endif
+    for (int64_t i = lo; i < hi; i++) {
+        A v = LD(x[i]);
+        out[i] = ST(v / ((A)1 + EXP(-v)));
+    }
+}
+
 /* silu' = s (1 + x (1 - s)), s = sigmoid(x) */
 void FN(silu_dx)(T *dx, const T *x, const T *d, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
+#ifdef WIDE_SILU
+    lo += WIDE_SILU_DX(dx + lo, x + lo, d + lo, hi - lo);
+#endif
     for (int64_t i = lo; i < hi; i++) {
         A v = LD(x[i]), sg = (A)1 / ((A)1 + EXP(-v));
         dx[i] = ST(LD(d[i]) * (sg * ((A)1 + v * ((A)1 - sg))));
@@ -621,8 +635,8 @@ void FN(layernorm_dw)(T *dw, const T *x, const T *dout, int64_t rows, int64_t C,
 void FN(gelu)(T *out, const T *x, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-#ifdef GELU_WIDE /* the same bits, 16 lanes at a time where the CPU can (kernels_avx512.c) */
-    lo += GELU_WIDE(out + lo, x + lo, hi - lo);
+#ifdef WIDE_GELU /* the same bits, 16 lanes at a time where the CPU can (kernels_avx512.c) */
+    lo += WIDE_GELU(out + lo, x + lo, hi - lo);
 #endif
     for (int64_t i = lo; i < hi; i++) {
         A v = LD(x[i]);
@@ -636,8 +650,8 @@ void FN(gelu)(T *out, const T *x, int64_t n, int ith, int nth) {
 void FN(gelu_dx)(T *dx, const T *x, const T *dout, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(n, ith, nth, &lo, &hi);
-#ifdef GELU_WIDE
-    lo += GELU_DX_WIDE(dx + lo, x + lo, dout + lo, hi - lo);
+#ifdef WIDE_GELU
+    lo += WIDE_GELU_DX(dx + lo, x + lo, dout + lo, hi - lo);
 #endif
     for (int64_t i = lo; i < hi; i++) {
         A v = LD(x[i]);
