@@ -16,11 +16,16 @@
  *     accumulation, batch (B shared too), odd shapes and shapes of several
  *     row and column blocks, at 1, 2 and 3 threads. The kernel reuses a
  *     thread's panels across tiles and keeps its buffers between calls: the
- *     reference does neither.
+ *     reference does neither;
+ *   - the 16-lane AVX512-BF16 forms of GELU, SiLU, their backwards and the
+ *     cross-entropy's passes (kernels_avx512.c) against the scalar loops
+ *     and the stated summation order, lane sums compared in double.
  */
 #include <cblas.h>
+#include <math.h>
 #include <string.h>
 
+#include "backend/cpu/fast_exp.h"
 #include "backend/cpu/kernels.h"
 #include "test.h"
 
@@ -279,4 +284,65 @@ PIPIT_TEST(bf16_lean_gelu_silu_wide_are_the_scalar_bits) {
         ASSERT_EQ_I64(bad, 0);
     }
     free(x), free(d), free(y), free(dx);
+}
+
+/* The bf16 cross-entropy's sums and its gradient's rounding, whose bulk
+ * runs 16 lanes at a time on AVX512-BF16, against the order the kernels
+ * state, written here: m the row's max; exp(x - m) by fast_expf, summed in
+ * double in 8 lanes (element j into lane j mod 8, in order; the tail into
+ * lane-sum order after); loss = m + log(sum) - x[t]; the gradient
+ * exp(x - m) * (dloss / sum) rounded, the target's minus dloss. Rows of
+ * lengths around the 16-lane blocks. */
+PIPIT_TEST(bf16_lean_xent_wide_is_the_stated_order) {
+    static const int64_t Vs[] = {5, 16, 17, 40, 1007};
+    for (int k = 0; k < 5; k++) {
+        int64_t V = Vs[k], rows = 3;
+        pipit__bf16 *x = malloc(sizeof *x * (size_t)(rows * V)), *g = malloc(sizeof *g * (size_t)(rows * V));
+        int32_t t[3] = {0, (int32_t)(V / 2), (int32_t)(V - 1)};
+        float loss[3], dloss[3] = {0.25f, 1.0f / 3, 2.0f};
+        ASSERT_TRUE(x && g);
+        for (int64_t i = 0; i < rows * V; i++) x[i] = pipit__bf16_from_f32(2.0f * ref_widen(lean_rand().bits));
+        pipit__xent_rows_bf16(loss, x, t, rows, V, 0, 1);
+        pipit__xent_dlogits_bf16(g, x, t, dloss, rows, V, 0, 1);
+        for (int64_t r = 0; r < rows; r++) {
+            const pipit__bf16 *xr = x + r * V;
+            float m = ref_widen(xr[0].bits);
+            for (int64_t j = 1; j < V; j++) m = ref_widen(xr[j].bits) > m ? ref_widen(xr[j].bits) : m;
+            double lane[8] = {0};
+            int64_t j = 0;
+            for (; j + 8 <= V; j++) lane[j % 8] += (double)fast_expf(ref_widen(xr[j].bits) - m);
+            double sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+            for (; j < V; j++) sum += (double)fast_expf(ref_widen(xr[j].bits) - m);
+            float want = (float)((double)m + log(sum) - (double)ref_widen(xr[t[r]].bits));
+            ASSERT_TRUE(memcmp(&want, &loss[r], sizeof want) == 0);
+            float f = (float)((double)dloss[r] / sum);
+            int64_t bad = 0;
+            for (j = 0; j < V; j++) {
+                float e = fast_expf(ref_widen(xr[j].bits) - m) * f;
+                if (j == t[r]) e -= dloss[r];
+                bad += g[r * V + j].bits != ref_narrow(e);
+            }
+            ASSERT_EQ_I64(bad, 0);
+        }
+        free(x), free(g);
+    }
+    /* the lanes themselves, in double (the outputs above are rounded to
+     * float, which hides most orders): exponentials over 100 binades, so
+     * the lane sums round and their order shows */
+    enum { N = 4096 + 16 };
+    pipit__bf16 *x = malloc(sizeof *x * N);
+    float *kept = malloc(sizeof *kept * N);
+    ASSERT_TRUE(x && kept);
+    for (int i = 0; i < N; i++) x[i] = pipit__bf16_from_f32(-70.0f * fabsf(ref_widen(lean_rand().bits)) / 4);
+    double acc[8] = {1e-3, 0, 2, 0, 0, 0, 0, 5e-17}, want[8];
+    memcpy(want, acc, sizeof acc);
+    int64_t done = pipit__sum_exp_bf16_wide(x, N, 0.5f, kept, acc);
+    ASSERT_TRUE(done == 0 || done == N); /* 0: a CPU without AVX512-BF16 */
+    for (int64_t i = 0; i < done; i++) {
+        float e = fast_expf(ref_widen(x[i].bits) - 0.5f);
+        want[i % 8] += (double)e;
+        ASSERT_TRUE(memcmp(&e, &kept[i], sizeof e) == 0);
+    }
+    ASSERT_TRUE(memcmp(want, acc, sizeof acc) == 0);
+    free(x), free(kept);
 }

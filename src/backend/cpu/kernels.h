@@ -248,6 +248,11 @@ int64_t pipit__gelu_bf16_wide(pipit__bf16 *out, const pipit__bf16 *x, int64_t n)
 int64_t pipit__gelu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n);
 int64_t pipit__silu_bf16_wide(pipit__bf16 *out, const pipit__bf16 *x, int64_t n);
 int64_t pipit__silu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n);
+/* The cross-entropy's passes the same way: acc[l] += exp(x[i] - m) for
+ * i = l mod 8, in order, the exponentials also into kept (unless NULL);
+ * out = kept * f rounded. */
+int64_t pipit__sum_exp_bf16_wide(const pipit__bf16 *x, int64_t n, float m, float *kept, double acc[8]);
+int64_t pipit__scale_narrow_bf16_wide(pipit__bf16 *out, const float *kept, float f, int64_t n);
 void pipit__bf16_stream_fence(void);
 /* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
  * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */
