@@ -346,3 +346,40 @@ PIPIT_TEST(bf16_lean_xent_wide_is_the_stated_order) {
     ASSERT_TRUE(memcmp(want, acc, sizeof acc) == 0);
     free(x), free(kept);
 }
+
+/* The max's lanes and the column sums (bias gradients) 16 at a time: the
+ * lanes against the stated order written here, with NaNs and signed zeros
+ * (whose winner depends on the order) and sums over 60 binades (whose
+ * rounding does); sum_rows_bf16 against the column sums rounded once. */
+PIPIT_TEST(bf16_lean_maxv_sum_rows_wide_are_the_stated_order) {
+    enum { N = 1024 + 16, ROWS = 37, C = 16 * 5 + 3 };
+    pipit__bf16 *x = malloc(sizeof *x * N), *y = malloc(sizeof *y * ROWS * C), out[C];
+    ASSERT_TRUE(x && y);
+    for (int i = 0; i < N; i++) x[i] = lean_rand();
+    for (int i = 2; i < N; i += 8) x[i].bits |= 0x8000; /* lane 2 all negative but for ... */
+    x[50].bits = 0x8000, x[58].bits = 0x0000;          /* -0 then +0 in one 16-block: the first stays */
+    x[40].bits = 0x7fc0, x[500].bits = 0xffc1;         /* NaNs never win */
+    float acc[8], want[8];
+    for (int j = 0; j < 8; j++) acc[j] = want[j] = j == 2 ? -1e30f : j == 3 ? -0.0f : 0.0f;
+    int64_t done = pipit__maxv_bf16_wide(x, N, acc);
+    ASSERT_TRUE(done == 0 || done == N);
+    for (int64_t i = 0; i < done; i++) {
+        float v = ref_widen(x[i].bits);
+        want[i % 8] = v > want[i % 8] ? v : want[i % 8];
+    }
+    ASSERT_TRUE(memcmp(acc, want, sizeof acc) == 0);
+    ASSERT_TRUE(done == 0 || signbit(acc[2])); /* -0 came first */
+
+    for (int i = 0; i < ROWS * C; i++) y[i] = pipit__bf16_from_f32(ref_widen(lean_rand().bits) * ldexpf(1.0f, i % 60 - 30));
+    double sums[C] = {0}, wsums[C] = {0};
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < C; j++) sums[j] += (double)ref_widen(y[r * C + j].bits);
+    int64_t cols = pipit__sum_rows_bf16_wide(y, ROWS, C, C, wsums);
+    ASSERT_TRUE(cols == 0 || cols == C / 16 * 16);
+    ASSERT_TRUE(memcmp(wsums, sums, sizeof(double) * (size_t)cols) == 0);
+    pipit__sum_rows_bf16(out, y, ROWS, C, 0, 1);
+    int64_t bad = 0;
+    for (int j = 0; j < C; j++) bad += out[j].bits != pipit__bf16_from_f64(sums[j]).bits;
+    ASSERT_EQ_I64(bad, 0);
+    free(x), free(y);
+}

@@ -67,9 +67,13 @@
 #define WIDE_SILU_DX pipit__silu_dx_bf16_wide
 #define WIDE_SUM_EXP pipit__sum_exp_bf16_wide
 #define WIDE_SCALE_NARROW pipit__scale_narrow_bf16_wide
+#define WIDE_MAXV pipit__maxv_bf16_wide
+#define WIDE_SUM_ROWS pipit__sum_rows_bf16_wide
 #include "backend/cpu/kernels_impl.h"
 #undef WIDE_SUM_EXP
 #undef WIDE_SCALE_NARROW
+#undef WIDE_MAXV
+#undef WIDE_SUM_ROWS
 #undef WIDE_GELU
 #undef WIDE_GELU_DX
 #undef WIDE_SILU

@@ -253,6 +253,11 @@ int64_t pipit__silu_dx_bf16_wide(pipit__bf16 *dx, const pipit__bf16 *x, const pi
  * out = kept * f rounded. */
 int64_t pipit__sum_exp_bf16_wide(const pipit__bf16 *x, int64_t n, float m, float *kept, double acc[8]);
 int64_t pipit__scale_narrow_bf16_wide(pipit__bf16 *out, const float *kept, float f, int64_t n);
+/* acc[l] = max(acc[l], x[i]) for i = l mod 8 in order (kernels_impl.h's
+ * maxv lanes); acc[j] += x[r * C + j] over the rows for the leading
+ * columns j < w (returns how many: a multiple of 16). */
+int64_t pipit__maxv_bf16_wide(const pipit__bf16 *x, int64_t n, float acc[8]);
+int64_t pipit__sum_rows_bf16_wide(const pipit__bf16 *x, int64_t rows, int64_t C, int64_t w, double *acc);
 void pipit__bf16_stream_fence(void);
 /* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
  * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */

@@ -122,6 +122,42 @@ TGT static int64_t scale_narrow16(pipit__bf16 *out, const float *kept, float f, 
     return i;
 }
 
+/* kernels_impl.h's maxv lanes: x > acc ? x : acc, the first 8 then the
+ * next 8 (the order decides which NaN or signed zero stays) */
+TGT static int64_t maxv16(const pipit__bf16 *x, int64_t n, float acc[8]) {
+    __m256 a = _mm256_loadu_ps(acc);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        v16f v = load16(x + i);
+        __m512 xv;
+        memcpy(&xv, &v, sizeof xv);
+        __m256 lo = _mm512_castps512_ps256(xv), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xv), 1));
+        a = _mm256_blendv_ps(a, lo, _mm256_cmp_ps(lo, a, _CMP_GT_OQ));
+        a = _mm256_blendv_ps(a, hi, _mm256_cmp_ps(hi, a, _CMP_GT_OQ));
+    }
+    _mm256_storeu_ps(acc, a);
+    return i;
+}
+
+/* kernels_impl.h's sum_rows on 16 columns at a time: each column's rows
+ * added in order, in double */
+TGT static int64_t sum_rows16(const pipit__bf16 *x, int64_t rows, int64_t C, int64_t w, double *acc) {
+    int64_t j = 0;
+    for (; j + 16 <= w; j += 16) {
+        __m512d lo = _mm512_loadu_pd(acc + j), hi = _mm512_loadu_pd(acc + j + 8);
+        for (int64_t r = 0; r < rows; r++) {
+            v16f v = load16(x + r * C + j);
+            __m512 xv;
+            memcpy(&xv, &v, sizeof xv);
+            lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(xv)));
+            hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(xv), 1))));
+        }
+        _mm512_storeu_pd(acc + j, lo);
+        _mm512_storeu_pd(acc + j + 8, hi);
+    }
+    return j;
+}
+
 /* the entries: the wide form where the CPU has the instructions */
 #define WIDE(name, params, args) \
     int64_t pipit__##name##_bf16_wide params { return pipit__cpu_has_avx512bf16() ? name##16 args : 0; }
@@ -140,3 +176,5 @@ WIDE(silu, (pipit__bf16 *out, const pipit__bf16 *x, int64_t n), (out, x, n))
 WIDE(silu_dx, (pipit__bf16 *dx, const pipit__bf16 *x, const pipit__bf16 *dout, int64_t n), (dx, x, dout, n))
 WIDE(sum_exp, (const pipit__bf16 *x, int64_t n, float m, float *kept, double acc[8]), (x, n, m, kept, acc))
 WIDE(scale_narrow, (pipit__bf16 *out, const float *kept, float f, int64_t n), (out, kept, f, n))
+WIDE(maxv, (const pipit__bf16 *x, int64_t n, float acc[8]), (x, n, acc))
+WIDE(sum_rows, (const pipit__bf16 *x, int64_t rows, int64_t C, int64_t w, double *acc), (x, rows, C, w, acc))

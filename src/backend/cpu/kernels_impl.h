@@ -47,6 +47,9 @@ static A LOC(maxv)(const T *restrict x, int64_t n) {
     A acc[8];
     for (int j = 0; j < 8; j++) acc[j] = LD(x[0]);
     int64_t i = 0;
+#ifdef WIDE_MAXV /* the same lanes in the same order, 16 elements a step (kernels_avx512.c) */
+    i = WIDE_MAXV(x, n, acc);
+#endif
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; j++) acc[j] = LD(x[i + j]) > acc[j] ? LD(x[i + j]) : acc[j];
     A m = acc[0];
@@ -132,9 +135,13 @@ void FN(sum_rows)(T *out, const T *x, int64_t rows, int64_t C, int ith, int nth)
     for (int64_t c0 = lo; c0 < hi; c0 += KERNEL_COL_CHUNK) {
         int64_t w = PIPIT_MIN(KERNEL_COL_CHUNK, hi - c0);
         for (int64_t j = 0; j < w; j++) acc[j] = 0;
+        int64_t j0 = 0;
+#ifdef WIDE_SUM_ROWS /* the same sums, 16 columns a step (kernels_avx512.c) */
+        j0 = WIDE_SUM_ROWS(x + c0, rows, C, w, acc);
+#endif
         for (int64_t r = 0; r < rows; r++) {
             const T *xr = x + r * C + c0;
-            for (int64_t j = 0; j < w; j++) acc[j] += (double)LD(xr[j]);
+            for (int64_t j = j0; j < w; j++) acc[j] += (double)LD(xr[j]);
         }
         for (int64_t j = 0; j < w; j++) out[c0 + j] = STD(acc[j]);
     }
