@@ -964,8 +964,9 @@ static void mark_shadows(lowering *L, pipit__emitter *e, int32_t from) {
     if (!cpu_plan(p) || p->forward_only || p->zero || p->reshard || p->opt.optimizer.kind != PIPIT_OPT_ADAMW) return;
     for (int32_t i = from; i < e->r->n; i++) {
         pipit__instr *in = &e->r->ins[i];
+        if (in->kind != INS_RUN) continue;
         const pipit__node *n = &p->g->nodes[in->node];
-        if (in->kind != INS_RUN || n->op != PIPIT_OP_CAST || n->dtype != PIPIT_BF16 || in->out.kind != LOC_ARENA ||
+        if (n->op != PIPIT_OP_CAST || n->dtype != PIPIT_BF16 || in->out.kind != LOC_ARENA ||
             in->in[0].kind != LOC_PARAM || in->in[0].off != 0)
             continue;
         if (in->in[0].idx >= p->nparams) continue; /* a pre-loop boundary value, not a param */

@@ -391,7 +391,7 @@ static void emu_download(void *host, const void *src, size_t n) { memcpy(host, s
 
 const pipit__backend pipit__backend_cuda = {
     "cuda", emu_init, emu_alloc, emu_alloc, NULL, emu_free, emu_upload, emu_download, pipit__cuda_ops,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, /* gemm .. sgd, adamw_bf16 */
     0, 1, NULL, NULL, NULL, NULL, /* host_memory, bf16, devices, bind, sync, sumsq_chunks: unused by the parity test */
 };
 }
