@@ -11,9 +11,12 @@
  * one load or broadcast per 4 dot products leaves the load ports room). A
  * tile's 64-column blocks are the outer loop and its 6-row blocks the inner
  * one, so one block of packed B (at most KC_MAX pairs of K x 64: 256 KB; a
- * longer K is summed in chunks) stays in L2 while the rows of A stream
- * past. 450-500 GFLOP/s at GPT-2's shapes on one Zen 4 core, 0.82-0.89 of
- * the instruction's peak (docs/benchmarks.md §14).
+ * longer K is summed in chunks, the outermost loop) stays in L2 while the
+ * rows of A stream past. op(B) = B is packed a chunk at a time across the
+ * tile's whole width, so each of B's rows is read once as one run (a
+ * weight not in cache was read 64 columns at a time at two thirds of the
+ * transpose's rate). 450-500 GFLOP/s at GPT-2's shapes on one Zen 4 core,
+ * 0.82-0.89 of the instruction's peak (docs/benchmarks.md §14).
  *
  * How the operands are read, by layout (op(X) is X or its transpose):
  *   op(A) = A [m, K]: in place (a pair is two adjacent elements; an odd
@@ -56,10 +59,21 @@ static uint32_t pair16(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32
 /* The 32-bit lanes from 64-byte boundaries: packed panels start aligned. */
 static uint32_t *align64(void *p) { return (uint32_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* The pairs of K summed per pass: at most KC_MAX, in equal chunks. */
+static int64_t chunk_pairs(int64_t K2) {
+    int64_t nk = (K2 + KC_MAX - 1) / KC_MAX;
+    return (K2 + nk - 1) / nk;
+}
+
+/* op(B) = B [K, n] is packed a chunk of K at a time across the tile's whole
+ * width, its n columns (rounded up to blocks) one run: 0.14 ns a cold
+ * element where 64 columns at a time took 0.16 (the transpose: 0.11) */
+static int64_t pad_cols(int64_t n) { return (n + COLS - 1) / COLS * COLS; }
+
 size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K) {
-    (void)nt;
-    int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2;
-    return (size_t)((mt + 32) * K2 + PIPIT_MIN(K2, KC_MAX) * COLS + COLS + mt * COLS + 4 * 16) * 4;
+    int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2, kc = chunk_pairs(K2);
+    int64_t part = kc < K2 ? mt * pad_cols(nt) : mt * COLS; /* every column block's sums between chunks */
+    return (size_t)((mt + 32) * K2 + kc * pad_cols(nt) + COLS + part + 4 * 16) * 4;
 }
 
 /* A's packed pairs up to 512 KB: GPT-2's LM head dW (op(A) = dlogits^T,
@@ -393,30 +407,29 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
                        const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
                        int accumulate, void *scratch, int avx512) {
     avx512 = avx512 && PAIRS_X86;
-    int64_t K2 = (K + 1) / 2, nk = (K2 + KC_MAX - 1) / KC_MAX, kc = (K2 + nk - 1) / nk; /* chunks of kc pairs */
+    int64_t K2 = (K + 1) / 2, kc = chunk_pairs(K2), ldp = tb ? COLS : pad_cols(n);
     uint32_t *ap = align64(scratch), *bp = align64(ap + a_pack_stride(m) * K2);
-    float *bias_f = (float *)align64(bp + kc * COLS), *part = (float *)align64(bias_f + COLS);
+    float *bias_f = (float *)align64(bp + kc * pad_cols(n)), *part = (float *)align64(bias_f + COLS);
     const uint16_t *pa, *pb = (const uint16_t *)b;
     int64_t rs, ks, Ka;
     int tail;
     rows_of_a(ta, m, K, (const uint16_t *)a, lda, ap, avx512, &pa, &rs, &ks, &Ka, &tail);
     size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
     pair_kernel kern = avx512 ? kernel_avx512 : kernel_emulated;
-    for (int64_t j = 0; j < n; j += COLS) {
-        int cols = (int)PIPIT_MIN(COLS, n - j);
-        if (bias) pipit__bf16_widen_n(bias_f, bias + j, cols);
-        for (int64_t p0 = 0; p0 < K2; p0 += kc) { /* B's block packed where it is used: it stays in L2 */
-            int64_t p1 = PIPIT_MIN(K2, p0 + kc), k0 = 2 * p0, kn = PIPIT_MIN(K, 2 * p1) - k0;
-            if (tb)
-                transpose_pairs(pb + j * ldb + k0, ldb, cols, kn, bp, COLS, avx512, n - j);
-            else
-                interleave_rows(pb + k0 * ldb + j, ldb, kn, cols, COLS, bp, COLS, avx512);
-            int64_t whole = PIPIT_MIN(p1, Ka) - p0; /* the pairs read whole; an odd K's tail is in the last chunk */
+    for (int64_t p0 = 0; p0 < K2; p0 += kc) { /* a long K a chunk at a time: B's block stays in L2 */
+        int64_t p1 = PIPIT_MIN(K2, p0 + kc), k0 = 2 * p0, kn = PIPIT_MIN(K, 2 * p1) - k0;
+        int64_t whole = PIPIT_MIN(p1, Ka) - p0; /* the pairs read whole; an odd K's tail is in the last chunk */
+        if (!tb) interleave_rows(pb + k0 * ldb, ldb, kn, n, ldp, bp, ldp, avx512);
+        for (int64_t j = 0; j < n; j += COLS) {
+            int cols = (int)PIPIT_MIN(COLS, n - j);
+            if (bias && p1 == K2) pipit__bf16_widen_n(bias_f, bias + j, cols);
+            if (tb) transpose_pairs(pb + j * ldb + k0, ldb, cols, kn, bp, COLS, avx512, n - j);
             pair_out o = {NULL, ldc, bias ? bias_f : NULL, NULL, c32, accumulate, cols, p0 == 0, p1 == K2};
+            float *pj = part + (kc < K2 ? j * m : 0); /* this block's sums between chunks */
+            const uint32_t *bj = bp + (tb ? 0 : j);
             for (int64_t i = 0; i < m; i += ROWS) {
-                o.c = (char *)c + (size_t)(i * ldc + j) * ec, o.part = part + i * COLS;
-                kern(pa + i * rs + p0 * ks, rs, ks, whole, p1 > Ka ? tail : 0, bp, COLS, &o,
-                     (int)PIPIT_MIN(ROWS, m - i));
+                o.c = (char *)c + (size_t)(i * ldc + j) * ec, o.part = pj + i * COLS;
+                kern(pa + i * rs + p0 * ks, rs, ks, whole, p1 > Ka ? tail : 0, bj, ldp, &o, (int)PIPIT_MIN(ROWS, m - i));
             }
         }
     }
