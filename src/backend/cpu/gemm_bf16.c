@@ -108,6 +108,12 @@ int pipit__gemm_bf16_direct(void) {
     return k == KIND_ONEDNN || k == KIND_AVX512;
 }
 
+int pipit__gemm_bf16_pairs(void) {
+    int k = current_kind();
+    if (k == KIND_AVX512 || (k == KIND_ONEDNN && pipit__cpu_has_avx512bf16())) return 1;
+    return k == KIND_EMULATED ? 2 : 0;
+}
+
 /* ------------------------------------------------------------ scratch */
 
 /* The tiles' buffers (panels, packed pairs, partial sums) are the calling

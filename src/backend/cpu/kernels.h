@@ -220,6 +220,13 @@ typedef struct {
 
 PIPIT_KERNEL_DECLS(float, float, f32)
 PIPIT_KERNEL_DECLS(double, double, f64)
+/* The blocked attention's softmax on a [Tq,Tk] block of scores (keys past
+ * the causal diagonal zeroed), and its backward dP -> dS = P (dP -
+ * rowsum(P dP)) scale, as the kernels above run them. */
+void pipit__attn_softmax_block_f32(float *P, const pipit__attn_dims *a);
+void pipit__attn_dsoftmax_block_f32(float *dP, const float *P, const pipit__attn_dims *a);
+void pipit__attn_softmax_block_f64(double *P, const pipit__attn_dims *a);
+void pipit__attn_dsoftmax_block_f64(double *dP, const double *P, const pipit__attn_dims *a);
 /* bf16 storage, fp32 arithmetic (kernels_impl.h; attention and GEMM on
  * fp32 panels: kernels_bf16.c, gemm_bf16.c) */
 PIPIT_KERNEL_DECLS(pipit__bf16, float, bf16)
@@ -306,6 +313,18 @@ int pipit__gemm_bf16_onednn(void);
  * AVX512-BF16), 0 for the fp32 panels and the tests' emulation: the fused
  * head's bf16 logits GEMMs ask (head_xent.c). */
 int pipit__gemm_bf16_direct(void);
+/* How pipit__pairs_tile may run here: 1 its vdpbf16ps kernel (the kind is
+ * the pairs kernel, or oneDNN on a CPU with AVX512-BF16), 2 its emulated
+ * instruction (the tests' kind 3), 0 not at all (fp32 panels): bf16
+ * attention's products ask (attn_pairs.c). */
+int pipit__gemm_bf16_pairs(void);
+/* attn_pairs.c: bf16 attention (pipit__attn_fwd_bf16's arguments) with
+ * its products on pairs tiles; 0 when it did nothing (the pairs kernel
+ * does not run here, or no scratch): the caller runs the fp32 panels. */
+int pipit__attn_pairs_fwd(pipit__bf16 *out, const pipit__bf16 *q, const pipit__bf16 *k, const pipit__bf16 *v,
+                          const pipit__attn_dims *a, int ith, int nth);
+int pipit__attn_pairs_bwd(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, const pipit__bf16 *q, const pipit__bf16 *k,
+                          const pipit__bf16 *v, const pipit__bf16 *dout, const pipit__attn_dims *a, int ith, int nth);
 
 /* gemm_onednn.c: the GEMM above (pipit__gemm_##S's arguments) as one
  * single-threaded oneDNN matmul per tile of gemm.c's rule, A and B of type

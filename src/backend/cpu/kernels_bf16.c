@@ -217,9 +217,11 @@ static void bwd_panels(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, const 
     free(qf);
 }
 
+/* The blocked kernels: their products on pairs tiles where that kernel
+ * runs (attn_pairs.c), else on fp32 panels. */
 void pipit__attn_fwd_bf16(pipit__bf16 *out, const pipit__bf16 *q, const pipit__bf16 *k, const pipit__bf16 *v,
                           const pipit__attn_dims *a, int ith, int nth) {
-    fwd_panels(out, q, k, v, a, ith, nth, pipit__attn_fwd_f32);
+    if (!pipit__attn_pairs_fwd(out, q, k, v, a, ith, nth)) fwd_panels(out, q, k, v, a, ith, nth, pipit__attn_fwd_f32);
 }
 void pipit__attn_fwd_stream_bf16(pipit__bf16 *out, const pipit__bf16 *q, const pipit__bf16 *k, const pipit__bf16 *v,
                                  const pipit__attn_dims *a, int ith, int nth) {
@@ -227,7 +229,8 @@ void pipit__attn_fwd_stream_bf16(pipit__bf16 *out, const pipit__bf16 *q, const p
 }
 void pipit__attn_bwd_bf16(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, const pipit__bf16 *q, const pipit__bf16 *k,
                           const pipit__bf16 *v, const pipit__bf16 *dout, const pipit__attn_dims *a, int ith, int nth) {
-    bwd_panels(dq, dk, dv, q, k, v, dout, a, ith, nth, pipit__attn_bwd_f32);
+    if (!pipit__attn_pairs_bwd(dq, dk, dv, q, k, v, dout, a, ith, nth))
+        bwd_panels(dq, dk, dv, q, k, v, dout, a, ith, nth, pipit__attn_bwd_f32);
 }
 void pipit__attn_bwd_stream_bf16(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, const pipit__bf16 *q,
                                  const pipit__bf16 *k, const pipit__bf16 *v, const pipit__bf16 *dout,

@@ -1080,6 +1080,24 @@ static void LOC(softmax_block)(T *P, const pipit__attn_dims *a) {
     }
 }
 
+/* dP = dS = P * (dP - rowsum(P * dP)) * scale, zero past the keys: the
+ * softmax's backward on a [Tq,Tk] block (P the probabilities). */
+static void LOC(dsoftmax_block)(T *dP, const T *P, const pipit__attn_dims *a) {
+    T scale = (T)a->scale;
+    for (int64_t t = 0; t < a->Tq; t++) {
+        const T *p = P + t * a->Tk;
+        T *d = dP + t * a->Tk;
+        int64_t n = LOC(att_keys)(a, t);
+        T delta = LOC(dot)(p, d, n);
+        for (int64_t j = 0; j < n; j++) d[j] = p[j] * (d[j] - delta) * scale;
+        for (int64_t j = n; j < a->Tk; j++) d[j] = 0;
+    }
+}
+
+/* The two above for bf16 attention's own products (attn_pairs.c) */
+void FN(attn_softmax_block)(T *P, const pipit__attn_dims *a) { LOC(softmax_block)(P, a); }
+void FN(attn_dsoftmax_block)(T *dP, const T *P, const pipit__attn_dims *a) { LOC(dsoftmax_block)(dP, P, a); }
+
 /* k blocks of [Tq,Tk] scratch, or NULL (then the streaming kernels run)
  * when it cannot be had, its size overflowing included. */
 static T *LOC(att_scratch)(const pipit__attn_dims *a, size_t k) {
@@ -1124,7 +1142,6 @@ void FN(attn_bwd)(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const
     T *dP = P + a->Tq * a->Tk;
     blasint Tq = (blasint)a->Tq, Tk = (blasint)a->Tk, D = (blasint)a->D;
     blasint ldq = (blasint)a->ldq, ldk = (blasint)a->ldk, ldv = (blasint)a->ldv, ldo = (blasint)a->ldo;
-    T scale = (T)a->scale;
     int64_t rep = a->Hq / a->Hkv, lo, hi;
     pipit__range(a->B * a->Hkv, ith, nth, &lo, &hi);
     for (int64_t bg = lo; bg < hi; bg++) {
@@ -1139,14 +1156,7 @@ void FN(attn_bwd)(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const
             /* dv (+)= P^T dO; dP = dO v^T */
             BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, 1, P, Tk, dO, ldo, beta, dvg, ldv);
             BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, Tq, Tk, D, 1, dO, ldo, vg, ldv, 0, dP, Tk);
-            /* dS = P * (dP - rowsum(P * dP)) * scale, into dP */
-            for (int64_t t = 0; t < a->Tq; t++) {
-                T *p = P + t * a->Tk, *d = dP + t * a->Tk;
-                int64_t n = LOC(att_keys)(a, t);
-                T delta = LOC(dot)(p, d, n);
-                for (int64_t j = 0; j < n; j++) d[j] = p[j] * (d[j] - delta) * scale;
-                for (int64_t j = n; j < a->Tk; j++) d[j] = 0;
-            }
+            LOC(dsoftmax_block)(dP, P, a); /* dS, into dP */
             /* dq = dS k; dk (+)= dS^T q */
             BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, Tq, D, Tk, 1, dP, Tk, kg, ldk, 0, dqh, ldq);
             BLAS_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, Tq, 1, dP, Tk, qh, ldq, beta, dkg, ldk);
