@@ -80,6 +80,11 @@ size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K) {
  * 50257 rows) packed 3200 rows at a time read 1.6 MB per column block. */
 #define A_PACK_BYTES ((int64_t)512 << 10)
 
+int64_t pipit__pairs_cols(int64_t nt, int64_t K) {
+    int64_t kc = chunk_pairs((PIPIT_MAX(K, 1) + 1) / 2), fit = A_PACK_BYTES / (4 * kc) / COLS * COLS;
+    return PIPIT_MIN(nt, PIPIT_MAX(fit, COLS));
+}
+
 int64_t pipit__pairs_rows(int64_t mt, int64_t K) {
     int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2, fit = A_PACK_BYTES / (4 * K2) / ROWS * ROWS;
     return PIPIT_MIN(mt, PIPIT_MAX(fit, 8 * ROWS));

@@ -293,6 +293,9 @@ size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K);
 /* The rows of a pairs tile with op(A) = A^T, at most mt: few enough that
  * their packed pairs (rows x K/2 x 4 bytes) stay in L2. */
 int64_t pipit__pairs_rows(int64_t mt, int64_t K);
+/* The columns of a pairs tile, at most nt: few enough that op(B) = B's
+ * packed chunk (K's pairs per pass x columns x 4 bytes) stays in L2. */
+int64_t pipit__pairs_cols(int64_t nt, int64_t K);
 void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
                        const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
                        int accumulate, void *scratch, int avx512);
