@@ -273,6 +273,7 @@ static void interleave_rows_scalar(const uint16_t *x, int64_t ld, int64_t K, int
 }
 
 #if PAIRS_X86
+#define AHEAD 16 /* rows: 0.142 -> 0.121 ns a cold element (8 to L1: 0.122, 12: 0.13, none: 0.142) */
 TGT static void interleave_rows_avx512(const uint16_t *x, int64_t ld, int64_t K, int64_t w16, uint32_t *dst,
                                        int64_t ldp) {
     /* 32 columns at a time: one two-source permute per 16 pairs */
@@ -282,6 +283,11 @@ TGT static void interleave_rows_avx512(const uint16_t *x, int64_t ld, int64_t K,
     for (int64_t k = 0; 2 * k + 1 < K; k++) {
         const uint16_t *r0 = x + 2 * k * ld, *r1 = r0 + ld;
         int64_t j = 0;
+        if (2 * k + AHEAD + 1 < K) /* the rows 16 ahead into L2: a cold B's rows are runs apart */
+            for (int64_t q = 0; q < w16 + 32; q += 32) {
+                _mm_prefetch((const char *)(r0 + AHEAD * ld + q), _MM_HINT_T1);
+                _mm_prefetch((const char *)(r1 + AHEAD * ld + q), _MM_HINT_T1);
+            }
         for (; j + 32 <= w16; j += 32) {
             __m512i a = _mm512_loadu_si512(r0 + j), b = _mm512_loadu_si512(r1 + j);
             _mm512_storeu_si512(dst + k * ldp + j, _mm512_permutex2var_epi16(a, lo_idx, b));
