@@ -268,9 +268,11 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
  * times and B twice, 9 % of the GEMM on one core; one tile packs each once. */
 static void pairs_tiles_ta(int64_t M, int64_t N, int64_t K, int nth, int64_t *mt, int64_t *nt, int64_t *tn,
                            int64_t *tiles) {
+    nth = PIPIT_MAX(nth, 1);
     *mt = pipit__pairs_rows(M, K);
-    int64_t tm = cdiv(M, *mt), per_row = cdiv(PIPIT_MAX(nth, 1), tm); /* column tiles a row block needs */
-    *nt = pipit__pairs_cols(PIPIT_MAX(64, cdiv(cdiv(N, per_row), 64) * 64), K);
+    int64_t tm = cdiv(M, *mt), tn_ = PIPIT_MAX(cdiv(N, pipit__pairs_cols(N, K)), cdiv(nth, tm));
+    while (tn_ < N && (tm * tn_) % nth) tn_++; /* every thread as many tiles (GPT-2's dW at 2 threads had 3) */
+    *nt = cdiv(cdiv(N, tn_), 64) * 64;
     *tn = cdiv(N, *nt);
     *tiles = tm * *tn;
 }
