@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/kernels.h"
 
 #define ROWS 6  /* rows of the micro-kernel */
@@ -153,17 +154,9 @@ static void kernel_emulated(const uint16_t *a, int64_t rs, int64_t ks, int64_t K
 #define PAIRS_X86 1
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
-/* 16 fp32 to bf16: util/bf16.h's rounding (nearest even, NaN quieted),
- * not vcvtneps2bf16, which flushes subnormals. */
-TGT static inline __m256i narrow16(__m512 v) {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
-    __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
-    __mmask16 is_nan =
-        _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, is_nan, nan));
-}
+/* 16 fp32 to bf16: util/bf16.h's rounding (bf16_avx512.h: vcvtneps2bf16,
+ * its subnormal lanes rounded by integers) */
+TGT static inline __m256i narrow16(__m512 v) { return pipit__bf16_round16(v); }
 
 /* out_scalar on the 16 columns 16q.. of row r */
 TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, int64_t r, int q, __m512 v) {
