@@ -58,12 +58,17 @@ static void *carve(char **at, int64_t n, size_t size) {
     return p;
 }
 
+/* Longer sequences or wider heads take the fp32 panels' way (which has its
+ * own limits): 2^24 positions of 4-byte scores squared is 2^50 bytes. */
+#define MAX_SIDE ((int64_t)1 << 24)
+
 /* The buffers for a's shapes (backward: bwd), or 0 when they cannot be had
  * (their size overflowing included). */
 static int attn_buf_get(attn_buf *b, const pipit__attn_dims *a, int bwd) {
     int64_t TT, TD, QD, Tm = PIPIT_MAX(a->Tq, a->Tk);
+    if (Tm > MAX_SIDE || a->D > MAX_SIDE) return 0; /* the tile scratch's products stay far inside int64 */
     if (__builtin_mul_overflow(a->Tq, a->Tk, &TT) || __builtin_mul_overflow(a->Tk, a->D, &TD) ||
-        __builtin_mul_overflow(a->Tq, a->D, &QD) || TT > INT64_MAX / 4)
+        __builtin_mul_overflow(a->Tq, a->D, &QD))
         return 0;
     /* the largest tile: m <= max(Tq, Tk), n <= max(Tk, D), K <= 2 max(Tq, Tk, D) */
     size_t tile = pipit__pairs_scratch_bytes(Tm, PIPIT_MAX(a->Tk, a->D), 2 * PIPIT_MAX(Tm, a->D));
