@@ -17,9 +17,10 @@
  * value twice: K doubles, every product is still exact and summed in
  * fp32, so the attention keeps the fp32 panels' precision (pipit's
  * policy: docs/architecture.md, "Precision"; PyTorch's CPU autocast rounds
- * the probabilities to bf16 instead) at twice the pairs' work, still a
- * third of the fp32 BLAS time. A kv head's dk and dv sum its query heads
- * in head order in fp32 and are rounded once.
+ * the probabilities to bf16 instead) at twice the pairs' work for those
+ * four, the seven together still under half the fp32 BLAS time. A kv
+ * head's dk and dv sum its query heads in head order in fp32 and are
+ * rounded once.
  *
  * A (batch, head) pair is one thread's and every product is one pairs tile
  * whose sums do not depend on anything but the shapes: the bits never
