@@ -21,7 +21,11 @@
  *   dnnl-whl    one oneDNN matmul of the whole GEMM on oneDNN's own OpenMP
  *               threads (the same type): oneDNN's own rate, no tiles
  * at GPT-2 124M's shapes (T=64 B=4: 256 rows; C=768, V=50257) and a 1024^3
- * square; the first three timed alternately (best of each). The bf16 and
+ * square; the first three timed alternately (best of each), with the bf16
+ * peak loop run between them in windows as long as the bf16 GEMM's run
+ * ("pk beside": bf16/pk and til/pk divide by it, two rates of the same
+ * minutes and lengths of time). Every matrix is 64-byte aligned, as
+ * pipit's own blocks are. The bf16 and
  * oneDNN results are checked against the fp32 one of the same (bf16-exact)
  * inputs, and 2 threads against 1 bitwise, before anything is timed.
  * Usage: bench_bf16 [seconds per measurement, default 0.5]
@@ -222,18 +226,34 @@ static void tiles_slice(const void *p, int ith, int nth) {
 
 /* GFLOP/s of each of fn[0..n), timed alternately (0, 1, ..., 0, 1, ...) so
  * that load which comes and goes on a shared machine falls on all alike:
- * the best run of each within `secs` (at least 5 each). */
-static void time_all(const bench_slice_fn *fn, int n, const job *j, int nth, double secs, double *gf) {
+ * the best run of each within `secs` (at least 5 each). *pk: the peak
+ * loop pkf's GFLOP/s, run between them in windows as long as fn[1]'s best
+ * run, the best window: the fractions of the peak then divide two rates
+ * measured side by side over the same lengths of time (this machine's
+ * clock moved the 1 ms peak between 525 and 578 GFLOP/s from one minute to
+ * the next, and a 1 ms window catches a boost a 40 ms GEMM does not). */
+static void time_all(const bench_slice_fn *fn, int n, const job *j, int nth, double secs, double *gf, peak_fn pkf,
+                     double *pk) {
     double flops = 2.0 * (double)j->s->M * (double)j->s->N * (double)j->s->K, best[4] = {1e30, 1e30, 1e30, 1e30};
+    double best_pk = 1e30;
+    peak_job pj = {pkf, 0};
     for (int f = 0; f < n; f++) bench_pool_run(fn[f], j, nth);
     double end = pipit__now() + secs;
-    for (int reps = 0; reps < 5 || pipit__now() < end; reps++)
+    for (int reps = 0; reps < 5 || pipit__now() < end; reps++) {
         for (int f = 0; f < n; f++) {
             double t0 = pipit__now();
             bench_pool_run(fn[f], j, nth);
             best[f] = fmin(best[f], pipit__now() - t0);
         }
+        if (!pkf) continue;
+        double t0 = pipit__now(), t = 0; /* as long a window as pipit's bf16 GEMM took, whole loops */
+        int runs = 0;
+        do bench_pool_run(peak_slice, &pj, nth), runs++;
+        while ((t = pipit__now() - t0) < best[1]);
+        best_pk = fmin(best_pk, t / runs);
+    }
     for (int f = 0; f < n; f++) gf[f] = flops / best[f] * 1e-9;
+    *pk = pkf ? pj.flops * nth / best_pk * 1e-9 : 0;
 }
 
 /* ---- oneDNN's own matmul of the whole GEMM, threaded by oneDNN ---- */
@@ -368,17 +388,21 @@ int main(int argc, char **argv) {
     const char *dn = dnnl_dt == PIPIT_BF16 ? "bf16" : "f32";
     printf("\nGFLOP/s; dnnl tiles = pipit__gemm_onednn (%s), dnnl whole = one oneDNN matmul (%s) on oneDNN's threads\n",
            dn, dn);
-    printf("%-24s %3s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "thr", "sgemm", "bf16", "dnnl-til", "dnnl-whl",
-           "bf16/f32", "f32/peak", "bf16/pk", "til/pk");
+    printf("bf16/pk and til/pk: against the bf16 peak loop run between that shape's GEMMs (pk beside)\n");
+    printf("%-24s %3s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shape", "thr", "sgemm", "bf16", "dnnl-til", "dnnl-whl",
+           "bf16/f32", "f32/peak", "bf16/pk", "til/pk", "pk beside");
     int bad = 0;
     char impl[64] = "";
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
         int64_t nA = s->M * s->K, nB = s->K * s->N, nC = s->M * s->N;
         float *A = bench_rnd(nA), *B = bench_rnd(nB), *C = bench_rnd(nC);
-        pipit__bf16 *Ah = malloc(sizeof *Ah * (size_t)nA), *Bh = malloc(sizeof *Bh * (size_t)nB);
-        pipit__bf16 *Ch = malloc(sizeof *Ch * (size_t)nC);
-        void *Cd = malloc(4 * (size_t)nC);
+        /* 64-byte aligned, as pipit's own blocks are (a malloc'd bf16 C, 16 bytes off a line, cost the head's dW
+         * ~12 %: each row's stores split across lines) */
+        pipit__bf16 *Ah = pipit__malloc_aligned(sizeof *Ah * (size_t)nA);
+        pipit__bf16 *Bh = pipit__malloc_aligned(sizeof *Bh * (size_t)nB);
+        pipit__bf16 *Ch = pipit__malloc_aligned(sizeof *Ch * (size_t)nC);
+        void *Cd = pipit__malloc_aligned(4 * (size_t)nC);
         for (int64_t k = 0; k < nA; k++) A[k] = pipit__bf16_to_f32(Ah[k] = pipit__bf16_from_f32(A[k]));
         for (int64_t k = 0; k < nB; k++) B[k] = pipit__bf16_to_f32(Bh[k] = pipit__bf16_from_f32(B[k]));
         job j = {s, A, B, Ah, Bh, C, Ch, Cd, dnnl_dt, 0};
@@ -386,14 +410,20 @@ int main(int argc, char **argv) {
         for (int nth = 1; nth <= 2 && !bad; nth++) {
             double g[3] = {0, 0, 0};
             bench_slice_fn fns[3] = {sgemm_slice, bgemm_slice, tiles_slice};
-            time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g);
+            double pk = 0;
+#if HAVE_X86
+            time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g, bf ? dpbf16_loop : NULL, &pk);
+#else
+            time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g, NULL, &pk);
+#endif
+            if (!(pk > 0)) pk = pk16[nth];
             double w = dnnl_whole(&j, nth, 2 * secs, impl, sizeof impl);
-            double pkd = dnnl_dt == PIPIT_BF16 ? pk16[nth] : pk32[nth];
-            printf("%-24s %3d %8.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f\n", s->what, nth, g[0], g[1], g[2], w,
-                   g[1] / g[0], g[0] / pk32[nth], g[1] / pk16[nth], g[2] / pkd);
+            double pkd = dnnl_dt == PIPIT_BF16 ? pk : pk32[nth];
+            printf("%-24s %3d %8.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f %8.1f\n", s->what, nth, g[0], g[1], g[2],
+                   w, g[1] / g[0], g[0] / pk32[nth], g[1] / pk, g[2] / pkd, pk);
         }
         pipit__free_aligned(A), pipit__free_aligned(B), pipit__free_aligned(C);
-        free(Ah), free(Bh), free(Ch), free(Cd);
+        pipit__free_aligned(Ah), pipit__free_aligned(Bh), pipit__free_aligned(Ch), pipit__free_aligned(Cd);
     }
     printf("oneDNN's implementation of the whole matmul (last shape): %s\n", impl);
     bench_pool_stop();

@@ -370,6 +370,49 @@ PIPIT_TEST(bf16_pairs_kernel_is_the_emulation_bit_for_bit) {
     pipit__gemm_bf16_set_kind(0);
 }
 
+/* A result of 32 MiB or more is written with streaming stores (around the
+ * caches; gemm_bf16.c's STREAM_BYTES): the same bits as the same rows
+ * computed 64 at a time (small results, ordinary stores), bf16 and fp32,
+ * on one and two threads (each tile ends with a store fence before the
+ * pool's barrier); a row stride that is not whole lines takes the
+ * ordinary stores, and a row past the result stays untouched. */
+static int64_t streamed_vs_blocks(int c32, int64_t ldc, int nth) {
+    const int64_t M = 2048, N = c32 ? 4096 : 8192, K = 6;
+    pipit__bf16 *A = malloc(sizeof *A * (size_t)(M * K)), *B = malloc(sizeof *B * (size_t)(K * N));
+    size_t es = c32 ? 4 : 2, bytes = (size_t)((M + 1) * ldc) * es;
+    char *big = pipit__malloc_aligned(bytes), *blk = pipit__malloc_aligned(bytes);
+    if (!A || !B || !big || !blk) return -1;
+    for (int64_t i = 0; i < M * K; i++) A[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < K * N; i++) B[i] = pipit__bf16_from_f32(bf16_rand());
+    memset(big, 0x5a, bytes), memset(blk, 0x5a, bytes);
+    for (int t = 0; t < nth; t++) /* the thread pool's slices, one after another */
+        if (c32) pipit__gemm_bf16_f32(0, 1, 1, M, N, K, A, K, 0, B, K, 0, (float *)big, ldc, 0, 0, t, nth);
+        else pipit__gemm_bf16(0, 1, 1, M, N, K, A, K, 0, B, K, 0, (pipit__bf16 *)big, ldc, 0, 0, t, nth);
+    for (int64_t i0 = 0; i0 < M; i0 += 64) {
+        char *c = blk + (size_t)(i0 * ldc) * es;
+        if (c32) pipit__gemm_bf16_f32(0, 1, 1, 64, N, K, A + i0 * K, K, 0, B, K, 0, (float *)c, ldc, 0, 0, 0, 1);
+        else pipit__gemm_bf16(0, 1, 1, 64, N, K, A + i0 * K, K, 0, B, K, 0, (pipit__bf16 *)c, ldc, 0, 0, 0, 1);
+    }
+    int64_t diff = 0;
+    for (size_t i = 0; i < bytes; i++) diff += big[i] != blk[i];
+    free(A), free(B), pipit__free_aligned(big), pipit__free_aligned(blk);
+    return diff;
+}
+
+PIPIT_TEST(bf16_gemm_streams_large_results) {
+    const char *way = pipit__gemm_bf16_kind();
+    if (strcmp(way, "avx512bf16") != 0 && strncmp(way, "onednn", 6) != 0) {
+        printf("this CPU has no AVX512-BF16: no streaming stores to check\n");
+        return;
+    }
+    pipit__gemm_bf16_set_kind(2);
+    ASSERT_EQ_I64(streamed_vs_blocks(0, 8192, 1), 0);
+    ASSERT_EQ_I64(streamed_vs_blocks(0, 8192, 2), 0);
+    ASSERT_EQ_I64(streamed_vs_blocks(1, 4096, 2), 0);
+    ASSERT_EQ_I64(streamed_vs_blocks(0, 8195, 1), 0); /* rows not whole lines: ordinary stores */
+    pipit__gemm_bf16_set_kind(0);
+}
+
 /* ------------------------------------------------------------ a model */
 
 enum { TV = 64, TT = 8, TL = 4, TH = 2, TC = 16, TB = 2 };

@@ -138,7 +138,7 @@ static void dup_rows(pipit__bf16 *dst, const pipit__bf16 *x, int64_t ld, int64_t
 /* P = softmax(q_h k_g^T scale) in fp32; q_h [Tq, D] of row stride ldq, k_g
  * [Tk, D] of row stride ldk. */
 static void probs(attn_buf *b, const pipit__bf16 *qh, const pipit__bf16 *kg, const pipit__attn_dims *a, int avx512) {
-    pipit__pairs_tile(0, 1, a->Tq, a->Tk, a->D, qh, a->ldq, kg, a->ldk, NULL, b->P, 1, a->Tk, 0, b->tile, avx512);
+    pipit__pairs_tile(0, 1, a->Tq, a->Tk, a->D, qh, a->ldq, kg, a->ldk, NULL, b->P, 1, a->Tk, 0, 0, b->tile, avx512);
     float scale = (float)a->scale;
     int64_t n = a->Tq * a->Tk;
     for (int64_t i = 0; i < n; i++) b->P[i] *= scale;
@@ -163,7 +163,7 @@ int pipit__attn_pairs_fwd(pipit__bf16 *out, const pipit__bf16 *q, const pipit__b
         probs(&b, q + bi * Tq * a->ldq + h * D, k + bi * Tk * a->ldk + g * D, a, avx512);
         split_cols(b.Ps, b.P, Tq, Tk);
         pipit__pairs_tile(0, 0, Tq, D, 2 * Tk, b.Ps, 2 * Tk, b.vd, D, NULL, out + bi * Tq * a->ldo + h * D, 0, a->ldo, 0,
-                          b.tile, avx512);
+                          0, b.tile, avx512);
     }
     free(b.block);
     return 1;
@@ -188,15 +188,15 @@ static void bwd_head(attn_buf *b, pipit__bf16 *dq, const pipit__bf16 *q, const p
     dup_rows(b->od, dO, a->ldo, Tq, D);
     /* dv (+)= P^T dO; dP = dO v^T */
     split_rows(b->Ps, b->P, Tq, Tk);
-    pipit__pairs_tile(1, 0, Tk, D, 2 * Tq, b->Ps, Tk, b->od, D, NULL, b->dv, 1, D, !first, b->tile, avx512);
-    pipit__pairs_tile(0, 1, Tq, Tk, D, dO, a->ldo, vg, a->ldv, NULL, b->dP, 1, Tk, 0, b->tile, avx512);
+    pipit__pairs_tile(1, 0, Tk, D, 2 * Tq, b->Ps, Tk, b->od, D, NULL, b->dv, 1, D, !first, 0, b->tile, avx512);
+    pipit__pairs_tile(0, 1, Tq, Tk, D, dO, a->ldo, vg, a->ldv, NULL, b->dP, 1, Tk, 0, 0, b->tile, avx512);
     pipit__attn_dsoftmax_block_f32(b->dP, b->P, a); /* dS, into dP */
     /* dq = dS k; dk (+)= dS^T q */
     split_cols(b->dSs, b->dP, Tq, Tk);
     pipit__pairs_tile(0, 0, Tq, D, 2 * Tk, b->dSs, 2 * Tk, b->kd, D, NULL, dq + bi * Tq * a->ldq + h * D, 0, a->ldq, 0,
-                      b->tile, avx512);
+                      0, b->tile, avx512);
     split_rows(b->dSs, b->dP, Tq, Tk);
-    pipit__pairs_tile(1, 0, Tk, D, 2 * Tq, b->dSs, Tk, b->qd, D, NULL, b->dk, 1, D, !first, b->tile, avx512);
+    pipit__pairs_tile(1, 0, Tk, D, 2 * Tq, b->dSs, Tk, b->qd, D, NULL, b->dk, 1, D, !first, 0, b->tile, avx512);
 }
 
 int pipit__attn_pairs_bwd(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, const pipit__bf16 *q, const pipit__bf16 *k,

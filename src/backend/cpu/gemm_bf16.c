@@ -259,6 +259,8 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
 
 /* ------------------------------------------------------------ the GEMM */
 
+#define STREAM_BYTES ((uint64_t)32 << 20) /* the L3 of a Zen 5 CCD */
+
 /* The pairs kernel's tiles where op(A) = A^T (weight gradients): no bit
  * of it depends on the tiles, so they are cut for its packing, not by
  * gemm.c's rule: as many rows as keep A^T's packed pairs L2-sized
@@ -298,6 +300,9 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     }
     if (kind != KIND_PANELS && trans_a) pairs_tiles_ta(M, N, K, nth, &mt, &nt, &tn, &tiles);
     int64_t Kp = PIPIT_MAX(K, 1);
+    /* a C larger than STREAM_BYTES written around the caches: its write-allocate reads cost the LM head's dW (77 MB
+     * of bf16) ~3 % on one core, and no cache keeps it for its next reader */
+    int stream = !accumulate && (uint64_t)batch * (uint64_t)M * (uint64_t)N * (c32 ? 4u : 2u) >= STREAM_BYTES;
     size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4 : pipit__pairs_scratch_bytes(mt, nt, K);
     void *s = ith < batch * tiles ? scratch_get(bytes) : NULL;
     if (kind == KIND_PANELS && K > 0 && s) {
@@ -321,8 +326,8 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
         }
         const pipit__bf16 *a = A + b * sA + (trans_a ? i0 : i0 * lda);
         const pipit__bf16 *bb = B + b * sB + (trans_b ? j0 * ldb : j0);
-        pipit__pairs_tile(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate, s,
-                          kind == KIND_AVX512);
+        pipit__pairs_tile(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate,
+                          stream, s, kind == KIND_AVX512);
     }
     if (!s && K > 0 && ith < batch * tiles) pipit__kernel_fail("matmul (bf16): out of memory for its fp32 tiles");
     scratch_put(s);

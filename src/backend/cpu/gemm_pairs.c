@@ -104,7 +104,7 @@ typedef struct {
     int64_t ldc;
     const float *bias;
     float *part;
-    int c32, accumulate, cols, first, last;
+    int c32, accumulate, cols, first, last, stream;
 } pair_out;
 
 static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
@@ -167,14 +167,18 @@ TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, i
     if (o->c32) {
         float *c = (float *)o->c + off;
         if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
-        _mm512_mask_storeu_ps(c, m, v);
+        if (o->stream && w >= 16) _mm512_stream_ps(c, v); /* a whole line */
+        else _mm512_mask_storeu_ps(c, m, v);
         return;
     }
     uint16_t *c = (uint16_t *)o->c + off;
     if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
     if (o->accumulate)
         v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
-    _mm256_mask_storeu_epi16(c, m, narrow16(v));
+    if (o->stream && w >= 16) /* half a line; the other half next */
+        _mm256_stream_si256((__m256i *)c, narrow16(v));
+    else
+        _mm256_mask_storeu_epi16(c, m, narrow16(v));
 }
 
 #define ACC(r) __m512 c##r##0 = part_in(o, R, r, 0), c##r##1 = part_in(o, R, r, 1), c##r##2 = part_in(o, R, r, 2), \
@@ -384,6 +388,12 @@ static void transpose_pairs(const uint16_t *x, int64_t ld, int64_t n, int64_t K,
 
 /* ------------------------------------------------------------ a tile */
 
+static void store_fence(void) {
+#if PAIRS_X86
+    _mm_sfence();
+#endif
+}
+
 /* The k-major A's row stride, in pairs: a whole number of 64-byte lines,
  * and an odd one, so that the lines one block of rows reads down K fall in
  * every L1 set (at 768 rows, 48 lines apart, they fell in 4 of 64 and
@@ -409,8 +419,10 @@ static void rows_of_a(int ta, int64_t m, int64_t K, const uint16_t *a, int64_t l
 
 void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
                        const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
-                       int accumulate, void *scratch, int avx512) {
+                       int accumulate, int stream, void *scratch, int avx512) {
     avx512 = avx512 && PAIRS_X86;
+    size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
+    stream = stream && avx512 && !accumulate && (uintptr_t)c % 64 == 0 && (size_t)ldc * ec % 64 == 0; /* whole lines */
     int64_t K2 = (K + 1) / 2, kc = chunk_pairs(K2), ldp = tb ? COLS : pad_cols(n);
     uint32_t *ap = align64(scratch), *bp = align64(ap + a_pack_stride(m) * K2);
     float *bias_f = (float *)align64(bp + kc * pad_cols(n)), *part = (float *)align64(bias_f + COLS);
@@ -418,7 +430,6 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
     int64_t rs, ks, Ka;
     int tail;
     rows_of_a(ta, m, K, (const uint16_t *)a, lda, ap, avx512, &pa, &rs, &ks, &Ka, &tail);
-    size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
     pair_kernel kern = avx512 ? kernel_avx512 : kernel_emulated;
     for (int64_t p0 = 0; p0 < K2; p0 += kc) { /* a long K a chunk at a time: B's block stays in L2 */
         int64_t p1 = PIPIT_MIN(K2, p0 + kc), k0 = 2 * p0, kn = PIPIT_MIN(K, 2 * p1) - k0;
@@ -428,7 +439,7 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
             int cols = (int)PIPIT_MIN(COLS, n - j);
             if (bias && p1 == K2) pipit__bf16_widen_n(bias_f, bias + j, cols);
             if (tb) transpose_pairs(pb + j * ldb + k0, ldb, cols, kn, bp, COLS, avx512, n - j);
-            pair_out o = {NULL, ldc, bias ? bias_f : NULL, NULL, c32, accumulate, cols, p0 == 0, p1 == K2};
+            pair_out o = {NULL, ldc, bias ? bias_f : NULL, NULL, c32, accumulate, cols, p0 == 0, p1 == K2, stream};
             float *pj = part + (kc < K2 ? j * m : 0); /* this block's sums between chunks */
             const uint32_t *bj = bp + (tb ? 0 : j);
             for (int64_t i = 0; i < m; i += ROWS) {
@@ -437,4 +448,5 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
             }
         }
     }
+    if (stream) store_fence(); /* the streamed lines visible before the pool's barrier says C is done */
 }

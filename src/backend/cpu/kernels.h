@@ -296,9 +296,12 @@ int64_t pipit__pairs_rows(int64_t mt, int64_t K);
 /* The columns of a pairs tile, at most nt: few enough that op(B) = B's
  * packed chunk (K's pairs per pass x columns x 4 bytes) stays in L2. */
 int64_t pipit__pairs_cols(int64_t nt, int64_t K);
+/* stream (not accumulating): C's whole 64-byte lines written around the
+ * caches (a C too large to be there for its next reader; the tile ends
+ * with a store fence, so whoever the thread pool lets read C next sees it). */
 void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
                        const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
-                       int accumulate, void *scratch, int avx512);
+                       int accumulate, int stream, void *scratch, int avx512);
 /* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
  * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
  * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.
