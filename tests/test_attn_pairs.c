@@ -13,11 +13,17 @@
  * does) moves a third or more of them and fails. Also: the bits at 1 and 3
  * threads, and the vdpbf16ps kernel against its emulation (where the CPU
  * has AVX512-BF16), over causal, full and offset (context-parallel) masks,
- * grouped-query heads, an odd head size and odd lengths.
+ * grouped-query heads, an odd head size and odd lengths. Out of memory
+ * for its buffers (RLIMIT_AS, in a child) the op fails with a message
+ * instead of taking the fp32 panels' way on one thread.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/kernels.h"
@@ -175,4 +181,60 @@ PIPIT_TEST(bf16_attn_pairs_vdpbf16ps_is_its_emulation) {
         problem_free(&p);
     }
     pipit__gemm_bf16_set_kind(0);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define ATTN_SANITIZER 1 /* their shadow memory needs terabytes of address space: no RLIMIT_AS */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define ATTN_SANITIZER 1
+#endif
+#endif
+
+#ifndef ATTN_SANITIZER
+/* In a child under RLIMIT_AS (what is mapped + 32 MiB): one 4096-position
+ * head needs 64 MiB of fp32 scores, so its buffers cannot be had. The
+ * attention must fail with a message (the rank's kernel error), not take
+ * the fp32 panels' way on this thread alone (other last bits than the
+ * threads that got memory). Exit 0 when it does. */
+static int oom_child(void) {
+    pipit__gemm_init();
+    pipit__gemm_bf16_set_kind(3);
+    pipit__kernel_bind(0);
+    problem p;
+    attn_case c = {1, 4096, 4096, 1, 1, 16, 1};
+    if (!problem_make(&p, &c)) return 2;
+    pipit__bf16 *out = malloc(sizeof *out * (size_t)p.nq), *dk = malloc(sizeof *dk * (size_t)p.nk);
+    pipit__bf16 *dv = malloc(sizeof *dv * (size_t)p.nk);
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (!out || !dk || !dv || !f || fscanf(f, "%lu", &pages) != 1) return 3;
+    fclose(f);
+    struct rlimit r;
+    r.rlim_cur = r.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)32 << 20);
+    if (setrlimit(RLIMIT_AS, &r) != 0) return 4;
+    if (pipit__attn_pairs_fwd(out, p.q, p.k, p.v, &p.a, 0, 1) != 1) return 5; /* done: failed, not the panels */
+    const char *why = pipit__kernel_take_error(0);
+    if (!why || !strstr(why, "out of memory")) return 6;
+    fprintf(stderr, "failed as it should: %s\n", why);
+    if (pipit__attn_pairs_bwd(out, dk, dv, p.q, p.k, p.v, p.dout, &p.a, 0, 1) != 1) return 7;
+    why = pipit__kernel_take_error(0);
+    if (!why || !strstr(why, "out of memory")) return 8;
+    return 0;
+}
+#endif
+
+PIPIT_TEST(bf16_attn_pairs_out_of_memory_fails) {
+#ifdef ATTN_SANITIZER
+    PIPIT_SKIP("RLIMIT_AS cannot be set under a sanitizer (its shadow memory needs terabytes of address space)");
+#else
+    fflush(NULL);
+    pid_t pid = fork();
+    ASSERT_TRUE(pid >= 0);
+    if (pid == 0) _exit(oom_child());
+    int st = 0;
+    ASSERT_TRUE(waitpid(pid, &st, 0) == pid);
+    ASSERT_TRUE(WIFEXITED(st));
+    ASSERT_EQ_I64(WEXITSTATUS(st), 0);
+#endif
 }

@@ -25,8 +25,10 @@
  * A (batch, head) pair is one thread's and every product is one pairs tile
  * whose sums do not depend on anything but the shapes: the bits never
  * depend on the thread count. Where the pairs kernel does not run
- * (pipit__gemm_bf16_pairs() == 0) or the scratch cannot be had, the caller
- * keeps the fp32 panels' way (kernels_bf16.c).
+ * (pipit__gemm_bf16_pairs() == 0) or the shapes are past its limits, the
+ * caller keeps the fp32 panels' way (kernels_bf16.c), on every thread
+ * alike; a thread whose buffers cannot be had fails the op (the rank's
+ * kernel error) rather than take that way alone.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -63,14 +65,15 @@ static void *carve(char **at, int64_t n, size_t size) {
  * own limits): 2^24 positions of 4-byte scores squared is 2^50 bytes. */
 #define MAX_SIDE ((int64_t)1 << 24)
 
-/* The buffers for a's shapes (backward: bwd), or 0 when they cannot be had
- * (their size overflowing included). */
+/* The buffers for a's shapes (backward: bwd): 1; 0 when memory for them
+ * cannot be had; -1 for shapes past this way's limits, their sizes
+ * overflowing included (decided from the shapes: every thread alike). */
 static int attn_buf_get(attn_buf *b, const pipit__attn_dims *a, int bwd) {
     int64_t TT, TD, QD, Tm = PIPIT_MAX(a->Tq, a->Tk);
-    if (Tm > MAX_SIDE || a->D > MAX_SIDE) return 0; /* the tile scratch's products stay far inside int64 */
+    if (Tm > MAX_SIDE || a->D > MAX_SIDE) return -1; /* the tile scratch's products stay far inside int64 */
     if (__builtin_mul_overflow(a->Tq, a->Tk, &TT) || __builtin_mul_overflow(a->Tk, a->D, &TD) ||
         __builtin_mul_overflow(a->Tq, a->D, &QD))
-        return 0;
+        return -1;
     /* the largest tile: m <= max(Tq, Tk), n <= max(Tk, D), K <= 2 max(Tq, Tk, D) */
     size_t tile = pipit__pairs_scratch_bytes(Tm, PIPIT_MAX(a->Tk, a->D), 2 * PIPIT_MAX(Tm, a->D));
     int64_t n32[] = {TT, bwd ? TT : 0, bwd ? TD : 0, bwd ? TD : 0};
@@ -79,7 +82,8 @@ static int attn_buf_get(attn_buf *b, const pipit__attn_dims *a, int bwd) {
     for (size_t i = 0; i < sizeof n32 / sizeof n32[0]; i++) total = add_bytes(total, n32[i], sizeof(float));
     for (size_t i = 0; i < sizeof n16 / sizeof n16[0]; i++) total = add_bytes(total, n16[i], sizeof(pipit__bf16));
     total = add_bytes(total, (int64_t)tile, 1);
-    char *at = total && tile ? malloc(total) : NULL;
+    if (!total || !tile) return -1;
+    char *at = malloc(total);
     if (!at) return 0;
     b->block = at;
     at = (char *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
@@ -90,6 +94,17 @@ static int attn_buf_get(attn_buf *b, const pipit__attn_dims *a, int bwd) {
     b->qd = carve(&at, n16[4], sizeof(pipit__bf16)), b->od = carve(&at, n16[5], sizeof(pipit__bf16));
     b->tile = at;
     return 1;
+}
+
+/* attn_buf_get for a thread with heads to do: 1 the buffers are ready; 0
+ * the fp32 panels' way (shapes past the limits: every thread alike); -1
+ * out of memory, the op failed: rather than let this thread alone take the
+ * other way, whose last bits differ (the bits must not depend on which
+ * thread got memory). */
+static int buffers(attn_buf *b, const pipit__attn_dims *a, int bwd) {
+    int got = attn_buf_get(b, a, bwd);
+    if (got == 0) pipit__kernel_fail("attention (bf16): out of memory for its pairs tiles");
+    return got == 0 ? -1 : got < 0 ? 0 : 1;
 }
 
 /* x as the bf16 pair hi = bf16(x), lo = bf16(x - hi) (lo = 0 where x is
@@ -153,7 +168,8 @@ int pipit__attn_pairs_fwd(pipit__bf16 *out, const pipit__bf16 *q, const pipit__b
     pipit__range(a->B * a->Hq, ith, nth, &lo, &hi);
     if (hi <= lo) return 1;
     attn_buf b;
-    if (!attn_buf_get(&b, a, 0)) return 0;
+    int got = buffers(&b, a, 0);
+    if (got != 1) return got < 0; /* failed (done), or the panels' way */
     for (int64_t bh = lo; bh < hi; bh++) {
         int64_t bi = bh / a->Hq, h = bh % a->Hq, g = h / rep;
         if (bi * a->Hkv + g != have) { /* v twice per row, once per kv head */
@@ -207,7 +223,8 @@ int pipit__attn_pairs_bwd(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, con
     pipit__range(a->B * a->Hkv, ith, nth, &lo, &hi);
     if (hi <= lo) return 1;
     attn_buf b;
-    if (!attn_buf_get(&b, a, 1)) return 0;
+    int got = buffers(&b, a, 1);
+    if (got != 1) return got < 0; /* failed (done), or the panels' way */
     for (int64_t bg = lo; bg < hi; bg++) {
         int64_t bi = bg / a->Hkv, g = bg % a->Hkv;
         dup_rows(b.kd, k + bi * Tk * a->ldk + g * D, a->ldk, Tk, D);

@@ -326,7 +326,9 @@ int pipit__gemm_bf16_direct(void);
 int pipit__gemm_bf16_pairs(void);
 /* attn_pairs.c: bf16 attention (pipit__attn_fwd_bf16's arguments) with
  * its products on pairs tiles; 0 when it did nothing (the pairs kernel
- * does not run here, or no scratch): the caller runs the fp32 panels. */
+ * does not run here, or the shapes are past its limits: the same on every
+ * thread): the caller runs the fp32 panels. Out of memory for its buffers:
+ * pipit__kernel_fail, 1. */
 int pipit__attn_pairs_fwd(pipit__bf16 *out, const pipit__bf16 *q, const pipit__bf16 *k, const pipit__bf16 *v,
                           const pipit__attn_dims *a, int ith, int nth);
 int pipit__attn_pairs_bwd(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, const pipit__bf16 *q, const pipit__bf16 *k,
