@@ -370,6 +370,57 @@ PIPIT_TEST(bf16_pairs_kernel_is_the_emulation_bit_for_bit) {
     pipit__gemm_bf16_set_kind(0);
 }
 
+/* The bf16 results too (the epilogue's rounding, with and without a bias)
+ * give the emulation's bits: gemm_pairs.c rounds a whole block's row by
+ * vcvtneps2bf16 unless a sum is subnormal, which that instruction reads
+ * as zero. Row 0 is made so that its first block's sums plus the bias are
+ * subnormal (2^-125 - 1.5 * 2^-126 = 2^-127, a bf16 value): exact there,
+ * and equal to the emulation's. */
+static int64_t bf16_results_vs_emulation(int64_t M, int64_t N, int64_t K, int ta, int tb, int with_bias) {
+    pipit__bf16 *A = malloc(sizeof *A * (size_t)(M * K)), *B = malloc(sizeof *B * (size_t)(K * N));
+    pipit__bf16 *bias = malloc(sizeof *bias * (size_t)N);
+    pipit__bf16 *C2 = calloc((size_t)(M * N), sizeof *C2), *C3 = calloc((size_t)(M * N), sizeof *C3);
+    if (!A || !B || !bias || !C2 || !C3) return -1;
+    for (int64_t i = 0; i < M * K; i++) A[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < K * N; i++) B[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t j = 0; j < N; j++) bias[j] = pipit__bf16_from_f32(bf16_rand());
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    for (int64_t k = 0; with_bias && k < K; k++) { /* row 0 = (2^-60, 0, ...); op(B)[0][j] = 2^-65 for j < 64 */
+        A[ta ? k * lda : k] = pipit__bf16_from_f32(k ? 0.0f : 0x1p-60f);
+        for (int64_t j = 0; j < PIPIT_MIN(N, 64) && k == 0; j++) {
+            B[tb ? j * ldb : j] = pipit__bf16_from_f32(0x1p-65f);
+            bias[j] = pipit__bf16_from_f32(-0x1.8p-126f);
+        }
+    }
+    pipit__gemm_bf16_set_kind(3);
+    if (with_bias) pipit__gemm_bf16_bias(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, bias, C3, N, 0, 0, 1);
+    else pipit__gemm_bf16(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, C3, N, 0, 0, 0, 1);
+    pipit__gemm_bf16_set_kind(2);
+    if (with_bias) pipit__gemm_bf16_bias(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, bias, C2, N, 0, 0, 1);
+    else pipit__gemm_bf16(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, C2, N, 0, 0, 0, 1);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < M * N; i++) diff += C2[i].bits != C3[i].bits;
+    if (with_bias && N >= 64 && C2[0].bits != 0x0040) diff++; /* 2^-127 exactly */
+    if (diff) fprintf(stderr, "bf16 C %lldx%lldx%lld ta=%d tb=%d bias=%d: %lld elements differ\n", (long long)M,
+                      (long long)N, (long long)K, ta, tb, with_bias, (long long)diff);
+    free(A), free(B), free(bias), free(C2), free(C3);
+    return diff;
+}
+
+PIPIT_TEST(bf16_pairs_rounding_is_the_emulation_bit_for_bit) {
+    const char *way = pipit__gemm_bf16_kind();
+    if (strcmp(way, "avx512bf16") != 0 && strncmp(way, "onednn", 6) != 0) {
+        printf("this CPU has no AVX512-BF16: nothing to compare\n");
+        return;
+    }
+    static const int64_t shapes[][3] = {{50, 70, 100}, {7, 130, 34}, {13, 200, 97}, {64, 192, 96}, {13, 70, 2070}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int l = 0; l < 8; l++)
+            ASSERT_EQ_I64(bf16_results_vs_emulation(shapes[s][0], shapes[s][1], shapes[s][2], l & 1, (l >> 1) & 1, l >> 2),
+                          0);
+    pipit__gemm_bf16_set_kind(0);
+}
+
 /* A result of 32 MiB or more is written with streaming stores (around the
  * caches; gemm_bf16.c's STREAM_BYTES): the same bits as the same rows
  * computed 64 at a time (small results, ordinary stores), bf16 and fp32,

@@ -6,12 +6,14 @@
 #ifndef PIPIT_BF16_AVX512_H
 #define PIPIT_BF16_AVX512_H
 
-/* 1 where the CPU has AVX512-F, BW, VL and BF16 */
+/* 1 where the CPU has AVX512-F, BW, VL, DQ and BF16 (every CPU with BF16
+ * has the other four) */
 static inline int pipit__cpu_has_avx512bf16(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512bf16");
 #else
     return 0;
 #endif
