@@ -189,34 +189,28 @@ TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, i
  * a K = 256 tile's time). Any other case takes out16: the same bits. */
 TGT static inline __attribute__((always_inline)) void out_row(const pair_out *o, int64_t r, __m512 v0, __m512 v1,
                                                               __m512 v2, __m512 v3) {
+    __m512 v[4] = {v0, v1, v2, v3};
+    if (o->cols == COLS && !o->accumulate && o->c32) {
+        float *c = (float *)o->c + r * o->ldc;
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+            if (o->stream) _mm512_stream_ps(c + 16 * q, v[q]);
+            else _mm512_storeu_ps(c + 16 * q, v[q]);
+        }
+        return;
+    }
     if (o->cols == COLS && !o->accumulate) {
-        if (o->c32) {
-            float *c = (float *)o->c + r * o->ldc;
-            if (o->stream)
-                _mm512_stream_ps(c, v0), _mm512_stream_ps(c + 16, v1), _mm512_stream_ps(c + 32, v2),
-                    _mm512_stream_ps(c + 48, v3);
-            else
-                _mm512_storeu_ps(c, v0), _mm512_storeu_ps(c + 16, v1), _mm512_storeu_ps(c + 32, v2),
-                    _mm512_storeu_ps(c + 48, v3);
-            return;
+        __mmask16 sub = 0;
+        _Pragma("GCC unroll 4") for (int q = 0; q < 4; q++) {
+            if (o->bias) v[q] = _mm512_add_ps(v[q], _mm512_loadu_ps(o->bias + 16 * q));
+            sub |= _mm512_fpclass_ps_mask(v[q], 0x20); /* 0x20: subnormal */
         }
-        __m512 t0 = v0, t1 = v1, t2 = v2, t3 = v3;
-        if (o->bias)
-            t0 = _mm512_add_ps(t0, _mm512_loadu_ps(o->bias)), t1 = _mm512_add_ps(t1, _mm512_loadu_ps(o->bias + 16)),
-            t2 = _mm512_add_ps(t2, _mm512_loadu_ps(o->bias + 32)), t3 = _mm512_add_ps(t3, _mm512_loadu_ps(o->bias + 48));
-        if (!(_mm512_fpclass_ps_mask(t0, 0x20) | _mm512_fpclass_ps_mask(t1, 0x20) | _mm512_fpclass_ps_mask(t2, 0x20) |
-              _mm512_fpclass_ps_mask(t3, 0x20))) { /* 0x20: subnormal */
-            __m256i h0 = (__m256i)_mm512_cvtneps_pbh(t0), h1 = (__m256i)_mm512_cvtneps_pbh(t1);
-            __m256i h2 = (__m256i)_mm512_cvtneps_pbh(t2), h3 = (__m256i)_mm512_cvtneps_pbh(t3);
-            __m256i *c = (__m256i *)(void *)((uint16_t *)o->c + r * o->ldc);
-            if (o->stream)
-                _mm256_stream_si256(c, h0), _mm256_stream_si256(c + 1, h1), _mm256_stream_si256(c + 2, h2),
-                    _mm256_stream_si256(c + 3, h3);
-            else
-                _mm256_storeu_si256(c, h0), _mm256_storeu_si256(c + 1, h1), _mm256_storeu_si256(c + 2, h2),
-                    _mm256_storeu_si256(c + 3, h3);
-            return;
+        __m256i *c = (__m256i *)(void *)((uint16_t *)o->c + r * o->ldc);
+        _Pragma("GCC unroll 4") for (int q = 0; !sub && q < 4; q++) {
+            __m256i h = (__m256i)_mm512_cvtneps_pbh(v[q]);
+            if (o->stream) _mm256_stream_si256(c + q, h);
+            else _mm256_storeu_si256(c + q, h);
         }
+        if (!sub) return;
     }
     out16(o, r, 0, v0), out16(o, r, 1, v1), out16(o, r, 2, v2), out16(o, r, 3, v3);
 }
