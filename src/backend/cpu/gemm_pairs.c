@@ -15,8 +15,8 @@
  * rows of A stream past. op(B) = B is packed a chunk at a time across the
  * tile's whole width, so each of B's rows is read once as one run (a
  * weight not in cache was read 64 columns at a time at two thirds of the
- * transpose's rate). 450-500 GFLOP/s at GPT-2's shapes on one Zen 5 core,
- * 0.79-0.87 of the instruction's peak (docs/benchmarks.md §14). A large
+ * transpose's rate). 455-532 GFLOP/s at GPT-2's shapes on one Zen 5 core,
+ * 0.83-0.91 of the instruction's peak (docs/benchmarks.md §14). A large
  * result (the caller's stream) is written with non-temporal stores.
  *
  * How the operands are read, by layout (op(X) is X or its transpose):
