@@ -75,7 +75,7 @@ static int attn_buf_get(attn_buf *b, const pipit__attn_dims *a, int bwd) {
         __builtin_mul_overflow(a->Tq, a->D, &QD))
         return -1;
     /* the largest tile: m <= max(Tq, Tk), n <= max(Tk, D), K <= 2 max(Tq, Tk, D) */
-    size_t tile = pipit__pairs_scratch_bytes(Tm, PIPIT_MAX(a->Tk, a->D), 2 * PIPIT_MAX(Tm, a->D));
+    size_t tile = pipit__pairs_scratch_bytes(1, 0, Tm, PIPIT_MAX(a->Tk, a->D), 2 * PIPIT_MAX(Tm, a->D)); /* any layout */
     int64_t n32[] = {TT, bwd ? TT : 0, bwd ? TD : 0, bwd ? TD : 0};
     int64_t n16[] = {2 * TT, bwd ? 2 * TT : 0, bwd ? 2 * TD : 0, bwd ? 0 : 2 * TD, bwd ? 2 * QD : 0, bwd ? 2 * QD : 0};
     size_t total = 64;

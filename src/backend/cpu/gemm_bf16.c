@@ -303,7 +303,8 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     /* a C larger than STREAM_BYTES written around the caches: its write-allocate reads cost the LM head's dW (77 MB
      * of bf16) ~3 % on one core, and no cache keeps it for its next reader */
     int stream = !accumulate && (uint64_t)batch * (uint64_t)M * (uint64_t)N * (c32 ? 4u : 2u) >= STREAM_BYTES;
-    size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4 : pipit__pairs_scratch_bytes(mt, nt, K);
+    size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4
+                                       : pipit__pairs_scratch_bytes(trans_a, trans_b, mt, nt, K);
     void *s = ith < batch * tiles ? scratch_get(bytes) : NULL;
     if (kind == KIND_PANELS && K > 0 && s) {
         gemm_panels(trans_a, trans_b, batch, M, N, K, A, lda, sA, B, ldb, sB, bias, C, c32, ldc, sC, accumulate, ith, nth,

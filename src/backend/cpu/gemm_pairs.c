@@ -72,10 +72,40 @@ static int64_t chunk_pairs(int64_t K2) {
  * element where 64 columns at a time took 0.16 (the transpose: 0.11) */
 static int64_t pad_cols(int64_t n) { return (n + COLS - 1) / COLS * COLS; }
 
-size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K) {
+/* The k-major A's row stride, in pairs: a whole number of 64-byte lines,
+ * and an odd one, so that the lines one block of rows reads down K fall in
+ * every L1 set (at 768 rows, 48 lines apart, they fell in 4 of 64 and
+ * missed L1 at every step). */
+static int64_t a_pack_stride(int64_t m) {
+    int64_t ld = (m + 15) / 16 * 16;
+    return ld / 16 % 2 ? ld : ld + 16;
+}
+
+static int64_t lines(int64_t lanes) { return (lanes + 15) / 16 * 16; } /* 32-bit lanes to whole 64-byte lines */
+
+/* A tile's scratch, in 32-bit lanes from its first 64-byte line: A^T's
+ * packed pairs (op(A) = A^T only), B's packed chunk (op(B) = B: the
+ * tile's whole width; B^T: one block of COLS), the bias widened, every
+ * column block's sums between K's chunks. Each area only grows with m, n
+ * and K (B's is sized for KC_MAX pairs once K is chunked: a chunk of a
+ * longer K can be shorter), so the bytes for the largest tile hold every
+ * smaller one (attention's tiles share one scratch). */
+typedef struct {
+    int64_t b, bias, part, end;
+} pairs_layout;
+
+static pairs_layout layout_of(int ta, int tb, int64_t m, int64_t n, int64_t K) {
     int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2, kc = chunk_pairs(K2);
-    int64_t part = kc < K2 ? mt * pad_cols(nt) : mt * COLS; /* every column block's sums between chunks */
-    return (size_t)((mt + 32) * K2 + kc * pad_cols(nt) + COLS + part + 4 * 16) * 4;
+    pairs_layout l;
+    l.b = lines(ta ? a_pack_stride(m) * K2 : 0);
+    l.bias = l.b + lines(PIPIT_MIN(K2, KC_MAX) * (tb ? COLS : pad_cols(n)));
+    l.part = l.bias + lines(COLS);
+    l.end = l.part + (kc < K2 ? m * pad_cols(n) : m * COLS);
+    return l;
+}
+
+size_t pipit__pairs_scratch_bytes(int ta, int tb, int64_t mt, int64_t nt, int64_t K) {
+    return (size_t)(layout_of(ta, tb, mt, nt, K).end + 16) * 4; /* + the start's alignment */
 }
 
 /* A's packed pairs up to 512 KB: GPT-2's LM head dW (op(A) = dlogits^T,
@@ -429,15 +459,6 @@ static void store_fence(void) {
 #endif
 }
 
-/* The k-major A's row stride, in pairs: a whole number of 64-byte lines,
- * and an odd one, so that the lines one block of rows reads down K fall in
- * every L1 set (at 768 rows, 48 lines apart, they fell in 4 of 64 and
- * missed L1 at every step). */
-static int64_t a_pack_stride(int64_t m) {
-    int64_t ld = (m + 15) / 16 * 16;
-    return ld / 16 % 2 ? ld : ld + 16;
-}
-
 /* op(A)'s rows as the kernel reads them: *pa, the row stride *rs and the
  * pair stride *ks, in bf16 elements, *K2 whole pairs and *tail (an odd K's
  * last element read alone); ap holds what needs packing. */
@@ -459,8 +480,9 @@ void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pi
     size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
     stream = stream && avx512 && !accumulate && (uintptr_t)c % 64 == 0 && (size_t)ldc * ec % 64 == 0; /* whole lines */
     int64_t K2 = (K + 1) / 2, kc = chunk_pairs(K2), ldp = tb ? COLS : pad_cols(n);
-    uint32_t *ap = align64(scratch), *bp = align64(ap + a_pack_stride(m) * K2);
-    float *bias_f = (float *)align64(bp + kc * pad_cols(n)), *part = (float *)align64(bias_f + COLS);
+    pairs_layout l = layout_of(ta, tb, m, n, K);
+    uint32_t *ap = align64(scratch), *bp = ap + l.b;
+    float *bias_f = (float *)(ap + l.bias), *part = (float *)(ap + l.part);
     const uint16_t *pa, *pb = (const uint16_t *)b;
     int64_t rs, ks, Ka;
     int tail;

@@ -286,10 +286,10 @@ void pipit__gemm_bf16_bias(int trans_a, int trans_b, int64_t batch, int64_t M, i
 /* One tile [m, n] of the bf16 GEMM by pairs (gemm_pairs.c): op(A) rows a,
  * op(B) columns b (stored as pipit__gemm_bf16 takes them), into a bf16 C
  * (bias added, may be NULL) or an fp32 C (c32); scratch holds
- * pipit__pairs_scratch_bytes(m or more, n or more, K). avx512: the
+ * pipit__pairs_scratch_bytes(ta, tb, m or more, n or more, K). avx512: the
  * vdpbf16ps micro-kernel (only where the CPU has it), else the same sums
  * through an emulated instruction. */
-size_t pipit__pairs_scratch_bytes(int64_t mt, int64_t nt, int64_t K);
+size_t pipit__pairs_scratch_bytes(int ta, int tb, int64_t mt, int64_t nt, int64_t K);
 /* The rows of a pairs tile with op(A) = A^T, at most mt: few enough that
  * their packed pairs (rows x K/2 x 4 bytes) stay in L2. */
 int64_t pipit__pairs_rows(int64_t mt, int64_t K);
