@@ -15,7 +15,7 @@
  * has AVX512-BF16), over causal, full and offset (context-parallel) masks,
  * grouped-query heads, an odd head size and odd lengths. Out of memory
  * for its buffers (RLIMIT_AS, in a child) the op fails with a message
- * instead of taking the fp32 panels' way on one thread.
+ * and zeroed outputs instead of taking the fp32 panels' way on one thread.
  */
 #include <math.h>
 #include <stdio.h>
@@ -213,13 +213,22 @@ static int oom_child(void) {
     struct rlimit r;
     r.rlim_cur = r.rlim_max = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + ((rlim_t)32 << 20);
     if (setrlimit(RLIMIT_AS, &r) != 0) return 4;
+    memset(out, 0x7f, sizeof *out * (size_t)p.nq), memset(dk, 0x7f, sizeof *dk * (size_t)p.nk);
+    memset(dv, 0x7f, sizeof *dv * (size_t)p.nk);
     if (pipit__attn_pairs_fwd(out, p.q, p.k, p.v, &p.a, 0, 1) != 1) return 5; /* done: failed, not the panels */
     const char *why = pipit__kernel_take_error(0);
     if (!why || !strstr(why, "out of memory")) return 6;
     fprintf(stderr, "failed as it should: %s\n", why);
+    for (int64_t i = 0; i < p.nq; i++)
+        if (out[i].bits) return 9; /* a failed kernel's output is zeroed */
+    memset(out, 0x7f, sizeof *out * (size_t)p.nq);
     if (pipit__attn_pairs_bwd(out, dk, dv, p.q, p.k, p.v, p.dout, &p.a, 0, 1) != 1) return 7;
     why = pipit__kernel_take_error(0);
     if (!why || !strstr(why, "out of memory")) return 8;
+    for (int64_t i = 0; i < p.nq; i++)
+        if (out[i].bits) return 10;
+    for (int64_t i = 0; i < p.nk; i++)
+        if (dk[i].bits || dv[i].bits) return 11;
     return 0;
 }
 #endif

@@ -107,6 +107,12 @@ static int buffers(attn_buf *b, const pipit__attn_dims *a, int bwd) {
     return got == 0 ? -1 : got < 0 ? 0 : 1;
 }
 
+/* A failed op's output, as every kernel that could not run leaves it:
+ * head h's rows [rows, D] of dst (row stride ld) zeroed. */
+static void zero_head(pipit__bf16 *dst, int64_t ld, int64_t rows, int64_t D) {
+    for (int64_t r = 0; r < rows; r++) memset(dst + r * ld, 0, sizeof *dst * (size_t)D);
+}
+
 /* x as the bf16 pair hi = bf16(x), lo = bf16(x - hi) (lo = 0 where x is
  * not finite: hi holds it), hi in the low half: the pair's order in
  * memory. Branch-free, so the loops below vectorise. */
@@ -169,6 +175,8 @@ int pipit__attn_pairs_fwd(pipit__bf16 *out, const pipit__bf16 *q, const pipit__b
     if (hi <= lo) return 1;
     attn_buf b;
     int got = buffers(&b, a, 0);
+    for (int64_t bh = lo; got < 0 && bh < hi; bh++) /* failed: this thread's heads zeroed */
+        zero_head(out + bh / a->Hq * Tq * a->ldo + bh % a->Hq * D, a->ldo, Tq, D);
     if (got != 1) return got < 0; /* failed (done), or the panels' way */
     for (int64_t bh = lo; bh < hi; bh++) {
         int64_t bi = bh / a->Hq, h = bh % a->Hq, g = h / rep;
@@ -224,6 +232,11 @@ int pipit__attn_pairs_bwd(pipit__bf16 *dq, pipit__bf16 *dk, pipit__bf16 *dv, con
     if (hi <= lo) return 1;
     attn_buf b;
     int got = buffers(&b, a, 1);
+    for (int64_t bg = lo; got < 0 && bg < hi; bg++) { /* failed: this thread's kv heads and their query heads zeroed */
+        int64_t bi = bg / a->Hkv, g = bg % a->Hkv;
+        zero_head(dk + bi * Tk * a->ldk + g * D, a->ldk, Tk, D), zero_head(dv + bi * Tk * a->ldv + g * D, a->ldv, Tk, D);
+        for (int64_t h = g * rep; h < (g + 1) * rep; h++) zero_head(dq + bi * a->Tq * a->ldq + h * D, a->ldq, a->Tq, D);
+    }
     if (got != 1) return got < 0; /* failed (done), or the panels' way */
     for (int64_t bg = lo; bg < hi; bg++) {
         int64_t bi = bg / a->Hkv, g = bg % a->Hkv;
