@@ -275,7 +275,9 @@ PIPIT_TEST(onednn_bf16_kind) {
     int have = why == NULL;
     const char *forced = getenv("PIPIT_BF16_GEMM");
     if ((!forced || !*forced) && !have) ASSERT_TRUE(strncmp(kind, "onednn", 6) != 0);
-    if ((!forced || !*forced) && have) { /* the default by speed: oneDNN with AMX, else pipit's pairs kernel */
+    if ((!forced || !*forced) && !pipit__cpu_amx_why_not()) /* the default by speed: pipit's AMX kernel where it runs */
+        ASSERT_TRUE(strcmp(kind, "amx") == 0);
+    else if ((!forced || !*forced) && have) { /* else oneDNN with AMX, else pipit's pairs kernel */
         int amx = strstr(pipit__onednn_bf16_impl(), "amx") != NULL;
         ASSERT_TRUE(strcmp(kind, amx ? pipit__onednn_bf16_name() : "avx512bf16") == 0);
     }

@@ -33,7 +33,7 @@
 #include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/kernels.h"
 
-enum { KIND_UNSET = 0, KIND_PANELS, KIND_AVX512, KIND_EMULATED, KIND_ONEDNN };
+enum { KIND_UNSET = 0, KIND_PANELS, KIND_AVX512, KIND_EMULATED, KIND_ONEDNN, KIND_AMX, KIND_AMX_EMULATED };
 
 static _Atomic int gemm_kind;
 
@@ -53,6 +53,7 @@ static _Atomic int said;
  * matrix multiply: several times vdpbf16ps's rate); otherwise oneDNN where
  * it has a bf16 matmul that is not a reference one, else fp32 panels. */
 static int default_kind(const char *why_not_onednn) {
+    if (!pipit__cpu_amx_why_not()) return KIND_AMX;
     const char *impl = why_not_onednn ? NULL : pipit__onednn_bf16_impl();
     if (impl && strstr(impl, "amx")) return KIND_ONEDNN;
     if (pipit__cpu_has_avx512bf16()) return KIND_AVX512;
@@ -64,6 +65,11 @@ static int default_kind(const char *why_not_onednn) {
 static int kind_of_cpu(void) {
     const char *e = getenv("PIPIT_BF16_GEMM");
     if (e && *e && strcmp(e, "panels") == 0) return KIND_PANELS;
+    if (e && *e && strcmp(e, "amx") == 0) {
+        if (!pipit__cpu_amx_why_not()) return KIND_AMX;
+        SAY("pipit: PIPIT_BF16_GEMM=amx refused: %s; choosing by the CPU\n", pipit__cpu_amx_why_not());
+        e = NULL;
+    }
     if (e && *e && strcmp(e, "pairs") == 0) {
         if (pipit__cpu_has_avx512bf16()) return KIND_AVX512;
         SAY("pipit: PIPIT_BF16_GEMM=pairs refused: this CPU has no AVX512-BF16; using fp32 panels\n");
@@ -77,7 +83,7 @@ static int kind_of_cpu(void) {
         return fallback_kind();
     }
     if (e && *e)
-        SAY("pipit: PIPIT_BF16_GEMM=%s is none of onednn, pairs, panels; choosing by the CPU\n", e);
+        SAY("pipit: PIPIT_BF16_GEMM=%s is none of amx, onednn, pairs, panels; choosing by the CPU\n", e);
     return default_kind(why);
 }
 
@@ -92,6 +98,8 @@ static int current_kind(void) {
 
 const char *pipit__gemm_bf16_kind(void) {
     switch (current_kind()) {
+    case KIND_AMX: return "amx";
+    case KIND_AMX_EMULATED: return "amx tiles (emulated TDPBF16PS, tests only)";
     case KIND_AVX512: return "avx512bf16";
     case KIND_EMULATED: return "bf16 pairs (emulated vdpbf16ps, tests only)";
     case KIND_ONEDNN: return pipit__onednn_bf16_name();
@@ -105,13 +113,13 @@ int pipit__gemm_bf16_onednn(void) { return current_kind() == KIND_ONEDNN; }
 
 int pipit__gemm_bf16_direct(void) {
     int k = current_kind();
-    return k == KIND_ONEDNN || k == KIND_AVX512;
+    return k == KIND_ONEDNN || k == KIND_AVX512 || k == KIND_AMX;
 }
 
 int pipit__gemm_bf16_pairs(void) {
     int k = current_kind();
-    if (k == KIND_AVX512 || (k == KIND_ONEDNN && pipit__cpu_has_avx512bf16())) return 1;
-    return k == KIND_EMULATED ? 2 : 0;
+    if (k == KIND_AVX512 || k == KIND_AMX || (k == KIND_ONEDNN && pipit__cpu_has_avx512bf16())) return 1;
+    return k == KIND_EMULATED || k == KIND_AMX_EMULATED ? 2 : 0;
 }
 
 /* ------------------------------------------------------------ scratch */
@@ -270,10 +278,11 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
  * 256 packed A eight times and B twice (~9 % of that GEMM's time on one
  * core at the packing's 0.06 ns an element); three 768 x 1024 tiles pack
  * A three times and B once. */
-static void pairs_tiles_ta(int64_t M, int64_t N, int64_t K, int nth, int64_t *mt, int64_t *nt, int64_t *tn,
-                           int64_t *tiles) {
+static void pairs_tiles_ta(int64_t M, int64_t N, int64_t K, int nth, int64_t rows, int64_t *mt, int64_t *nt,
+                           int64_t *tn, int64_t *tiles) {
     nth = PIPIT_MAX(nth, 1);
     *mt = pipit__pairs_rows(M, K);
+    if (*mt < M) *mt = PIPIT_MAX(rows, *mt / rows * rows); /* whole groups of the micro-kernel's rows */
     int64_t tm = cdiv(M, *mt), tn_ = PIPIT_MAX(cdiv(N, pipit__pairs_cols(N, K)), cdiv(nth, tm));
     while (tn_ < N && (tm * tn_) % nth) tn_++; /* every thread as many tiles (GPT-2's dW at 2 threads had 3) */
     *nt = cdiv(cdiv(N, tn_), 64) * 64;
@@ -298,12 +307,14 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
             return;
         kind = fallback_kind();
     }
-    if (kind != KIND_PANELS && trans_a) pairs_tiles_ta(M, N, K, nth, &mt, &nt, &tn, &tiles);
+    int amx = kind == KIND_AMX || kind == KIND_AMX_EMULATED;
+    if (kind != KIND_PANELS && trans_a) pairs_tiles_ta(M, N, K, nth, amx ? 32 : 6, &mt, &nt, &tn, &tiles);
     int64_t Kp = PIPIT_MAX(K, 1);
     /* a C larger than STREAM_BYTES written around the caches: its write-allocate reads cost the LM head's dW (77 MB
      * of bf16) ~3 % on one core, and no cache keeps it for its next reader */
     int stream = !accumulate && (uint64_t)batch * (uint64_t)M * (uint64_t)N * (c32 ? 4u : 2u) >= STREAM_BYTES;
     size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4
+                   : amx               ? pipit__amx_scratch_bytes(trans_a, trans_b, mt, nt, K)
                                        : pipit__pairs_scratch_bytes(trans_a, trans_b, mt, nt, K);
     void *s = ith < batch * tiles ? scratch_get(bytes) : NULL;
     if (kind == KIND_PANELS && K > 0 && s) {
@@ -327,8 +338,12 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
         }
         const pipit__bf16 *a = A + b * sA + (trans_a ? i0 : i0 * lda);
         const pipit__bf16 *bb = B + b * sB + (trans_b ? j0 * ldb : j0);
-        pipit__pairs_tile(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate,
-                          stream, s, kind == KIND_AVX512);
+        if (amx)
+            pipit__amx_tile(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc, accumulate,
+                            stream, s, kind == KIND_AMX);
+        else
+            pipit__pairs_tile(trans_a, trans_b, m, n, K, a, lda, bb, ldb, bias ? bias + j0 : NULL, c, c32, ldc,
+                              accumulate, stream, s, kind == KIND_AVX512);
     }
     if (!s && K > 0 && ith < batch * tiles) pipit__kernel_fail("matmul (bf16): out of memory for its fp32 tiles");
     scratch_put(s);

@@ -451,6 +451,17 @@ static void transpose_pairs(const uint16_t *x, int64_t ld, int64_t n, int64_t K,
     transpose_pairs_scalar(x, ld, n, K, bp, ldp, n16, k16);
 }
 
+/* The packings for gemm_amx.c, whose tiles read pairs as these lay them out. */
+void pipit__pairs_interleave(const uint16_t *x, int64_t ld, int64_t K, int64_t w, int64_t wp, uint32_t *dst,
+                             int64_t ldp, int vector) {
+    interleave_rows(x, ld, K, w, wp, dst, ldp, vector && PAIRS_X86);
+}
+
+void pipit__pairs_transpose(const uint16_t *x, int64_t ld, int64_t n, int64_t K, uint32_t *bp, int64_t ldp,
+                            int vector, int64_t ahead) {
+    transpose_pairs(x, ld, n, K, bp, ldp, vector && PAIRS_X86, ahead);
+}
+
 /* ------------------------------------------------------------ a tile */
 
 static void store_fence(void) {

@@ -302,6 +302,28 @@ int64_t pipit__pairs_cols(int64_t nt, int64_t K);
 void pipit__pairs_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
                        const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
                        int accumulate, int stream, void *scratch, int avx512);
+/* gemm_pairs.c's packings, for gemm_amx.c: dst [ceil(K/2)][ldp] = the pairs
+ * (x[2k][j], x[2k+1][j]) for j < w, x [K, w] of row stride ld (zero for
+ * w <= j < wp and for an odd K's missing row); and bp [ceil(K/2)][ldp] =
+ * the pairs (x[j][2k], x[j][2k+1]) for j < n, x [n, K] of row stride ld
+ * (zero for n <= j < ldp and past an odd K), x's rows from n up to ahead
+ * prefetched. vector: AVX-512 (only where the CPU has AVX512-BF16). */
+void pipit__pairs_interleave(const uint16_t *x, int64_t ld, int64_t K, int64_t w, int64_t wp, uint32_t *dst,
+                             int64_t ldp, int vector);
+void pipit__pairs_transpose(const uint16_t *x, int64_t ld, int64_t n, int64_t K, uint32_t *bp, int64_t ldp,
+                            int vector, int64_t ahead);
+/* gemm_amx.c: one tile of the bf16 GEMM as pipit__pairs_tile forms it, by
+ * AMX's tile matrix multiply (amx: only where pipit__cpu_amx_why_not() is
+ * NULL), else the same data movement through an emulated TDPBF16PS whose
+ * sums are the emulated vdpbf16ps's (tests); scratch holds
+ * pipit__amx_scratch_bytes(ta, tb, m or more, n or more, K). */
+size_t pipit__amx_scratch_bytes(int ta, int tb, int64_t mt, int64_t nt, int64_t K);
+void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
+                     const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
+                     int accumulate, int stream, void *scratch, int amx);
+/* NULL where this CPU and OS run AMX-BF16 (the process was granted the
+ * tile state), else why not. */
+const char *pipit__cpu_amx_why_not(void);
 /* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
  * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
  * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.

@@ -1,0 +1,432 @@
+/*
+ * gemm_amx.c — one tile of the bf16 GEMM by AMX's tile matrix multiply
+ * (gemm_bf16.c deals the tiles; the default where the CPU has AMX-BF16).
+ *
+ * TDPBF16PS multiplies a 16 x 32 bf16 tile of op(A) (16 rows, 16 pairs of
+ * K) by a 16 x 16-pair tile of op(B) (16 pairs of K, 16 columns, each pair
+ * one 32-bit lane) into a 16 x 16 fp32 tile of C. The operands are read as
+ * gemm_pairs.c reads them: op(B) packed as pairs along K, bp[k][j] =
+ * (op(B)[2k][j], op(B)[2k+1][j]) (an AMX B tile is 16 of bp's rows, 64
+ * bytes of each); op(A)'s rows in place where op(A) = A (an A tile is 16
+ * rows of 64 bytes, A's row stride apart), or packed row-major as pairs
+ * where op(A) = A^T. The micro-kernel holds 32 rows x 32 columns of C in
+ * the four accumulator tiles, with two A and two B tiles: four products
+ * per four loads. A tile's K is summed in chunks of at most KC pairs
+ * (a multiple of 16), column blocks of 64 (B's packing, as in
+ * gemm_pairs.c), their halves of 32 columns, and the rows 32 at a time.
+ *
+ * Edges: K's last partial step of 16 pairs, and an m that is not a
+ * multiple of 16, are read from zero-padded copies (the tail of every row,
+ * the last rows whole), and B's packing is padded with zero rows, so no
+ * tile load reads past what the operands hold; padded columns are computed
+ * and not stored.
+ *
+ * Bits: each element of C takes K's steps of 16 pairs in order, from zero,
+ * whatever the tile, the block or the thread (chunks park their sums in
+ * fp32 and the chunks are whole steps), so no bit depends on the thread
+ * count. Inside one step the instruction's own summation is not the
+ * sequential fp32 sum of its reference pseudo-code (on random inputs
+ * ~60 % of results differ from every sequential order in their last bit,
+ * measured on a Xeon with AMX): AMX results are compared with the others
+ * within the bf16 bounds. The emulated kernel (tests, any CPU) runs the
+ * same data movement with the emulated vdpbf16ps's sums (gemm_pairs.c):
+ * its results equal that kernel's bit for bit.
+ *
+ * The tile state: the process asks Linux for it once (arch_prctl), and
+ * every tile loads its configuration (oneDNN's AMX kernels may have set
+ * another in between) and releases the state at its end.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/bf16_avx512.h"
+#include "backend/cpu/kernels.h"
+
+#define COLS 64   /* a column block: gemm_pairs.c's packing unit */
+#define HALF 32   /* the micro-kernel's columns: two tiles */
+#define STEP 16   /* pairs of K per tile product */
+#ifndef KC
+#define KC 1024
+#endif
+#define OUT_LD 32 /* the epilogue's buffer: [32][32] fp32 */
+
+static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+static int64_t pad_cols(int64_t n) { return (n + COLS - 1) / COLS * COLS; }
+static int64_t lines(int64_t lanes) { return (lanes + 15) / 16 * 16; } /* 32-bit lanes to whole 64-byte lines */
+static uint32_t *align64(void *p) { return (uint32_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* Pairs per chunk: equal chunks of at most KC, each whole steps. */
+static int64_t chunk_pairs(int64_t K2) {
+    int64_t nk = (K2 + KC - 1) / KC;
+    return round16((K2 + nk - 1) / nk);
+}
+
+/* ------------------------------------------------------------ scratch */
+
+/* A tile's scratch, in 32-bit lanes from its first 64-byte line: where
+ * op(A) = A^T, its packed rows [m16][K2p] and the k-major pairs they are
+ * transposed from [K2][m16]; where op(A) = A, the tail step of every row
+ * [m16][16] and the last partial group of rows [16][kc]; B's packed chunk
+ * [kc][width]; the bias widened; the sums between chunks [m16][width];
+ * the epilogue's [32][32]. Every area grows with m, n and K. */
+typedef struct {
+    int64_t at, tmp, tail, rows, b, bias, part, out, end;
+} amx_layout;
+
+static amx_layout layout_of(int ta, int tb, int64_t m, int64_t n, int64_t K) {
+    int64_t K2 = (PIPIT_MAX(K, 1) + 1) / 2, kc = chunk_pairs(K2), m16 = round16(m), width = tb ? COLS : pad_cols(n);
+    amx_layout l;
+    l.at = 0;
+    l.tmp = l.at + lines(ta ? m16 * round16(K2) : 0);
+    l.tail = l.tmp + lines(ta ? K2 * m16 : 0);
+    l.rows = l.tail + lines(ta ? 0 : m16 * STEP);
+    l.b = l.rows + lines(ta ? 0 : STEP * kc);
+    l.bias = l.b + lines(PIPIT_MIN(round16(K2), kc) * width);
+    l.part = l.bias + lines(COLS);
+    l.out = l.part + lines(kc < K2 ? m16 * pad_cols(n) : 0);
+    l.end = l.out + lines(2 * STEP * OUT_LD);
+    return l;
+}
+
+size_t pipit__amx_scratch_bytes(int ta, int tb, int64_t mt, int64_t nt, int64_t K) {
+    return (size_t)(layout_of(ta, tb, mt, nt, K).end + 16) * 4; /* + the start's alignment */
+}
+
+/* ------------------------------------------------------------ kernels */
+
+/* One call: 16 or 32 rows (groups) x 32 columns of C over steps of K.
+ * Group g's A tile of step s: at a[g] + 64 s (row stride sa[g]) while
+ * s < inplace[g], later at tail[g] (64-byte rows). B's step s: 16 rows of
+ * b from row 16 s (row stride sb bytes), columns 0-15 at +0, 16-31 at
+ * +64. The sums start at zero (first) or from part (fp32 [rows][COLS]),
+ * and go back to part (not last) or to out ([rows][OUT_LD]). */
+typedef struct {
+    const char *a[2], *tail[2];
+    int64_t sa[2], inplace[2];
+    const char *b;
+    int64_t sb, steps;
+    int groups, first, last;
+    float *part, *out;
+} amx_job;
+
+static const char *a_step(const amx_job *j, int g, int64_t s, int64_t *stride) {
+    if (s < j->inplace[g]) {
+        *stride = j->sa[g];
+        return j->a[g] + 64 * s;
+    }
+    *stride = 64;
+    return j->tail[g];
+}
+
+static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
+
+/* The job with gemm_pairs.c's emulated vdpbf16ps per pair (odd product
+ * first): the same sums as its emulated kernel. */
+static void run_emulated(const amx_job *j) {
+    for (int r = 0; r < STEP * j->groups; r++)
+        for (int c = 0; c < HALF; c++) {
+            int g = r / STEP;
+            float acc = j->first ? 0.0f : j->part[r * COLS + c];
+            for (int64_t s = 0; s < j->steps; s++) {
+                int64_t sa;
+                const char *a = a_step(j, g, s, &sa) + (r % STEP) * sa;
+                for (int k = 0; k < STEP; k++) {
+                    uint32_t x, y;
+                    memcpy(&x, a + 4 * k, 4);
+                    memcpy(&y, j->b + (STEP * s + k) * j->sb + 4 * c, 4);
+                    acc += bf16_bits_to_f32(x >> 16) * bf16_bits_to_f32(y >> 16);
+                    acc += bf16_bits_to_f32(x & 0xffff) * bf16_bits_to_f32(y & 0xffff);
+                }
+            }
+            if (j->last)
+                j->out[r * OUT_LD + c] = acc;
+            else
+                j->part[r * COLS + c] = acc;
+        }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define AMX_X86 1
+#define AMX_TGT __attribute__((target("amx-tile,amx-bf16")))
+#define AVX_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+/* The palette: every tile 16 rows of 64 bytes (0-3 C, 4-5 A, 6-7 B). */
+typedef struct __attribute__((packed, aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* ldtilecfg through an operand that covers the whole configuration
+ * (_tile_loadconfig's reads only a pointer's worth: gcc 12 dropped the
+ * stores that set it up). */
+AMX_TGT static void tiles_begin(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = STEP;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+AMX_TGT static void tiles_end(void) { _tile_release(); }
+
+AMX_TGT static inline __attribute__((always_inline)) void run_groups(const amx_job *j, int G) {
+    if (j->first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        if (G == 2) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+    } else {
+        _tile_loadd(0, j->part, COLS * 4);
+        _tile_loadd(1, j->part + 16, COLS * 4);
+        if (G == 2) {
+            _tile_loadd(2, j->part + STEP * COLS, COLS * 4);
+            _tile_loadd(3, j->part + STEP * COLS + 16, COLS * 4);
+        }
+    }
+    const char *b = j->b;
+    for (int64_t s = 0; s < j->steps; s++, b += STEP * j->sb) {
+        int64_t s0, s1;
+        const char *a0 = a_step(j, 0, s, &s0);
+        _tile_loadd(6, b, j->sb);
+        _tile_loadd(7, b + 64, j->sb);
+        _tile_loadd(4, a0, s0);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (G == 2) {
+            const char *a1 = a_step(j, 1, s, &s1);
+            _tile_loadd(5, a1, s1);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    float *d = j->last ? j->out : j->part;
+    int64_t ld = j->last ? OUT_LD : COLS;
+    _tile_stored(0, d, ld * 4);
+    _tile_stored(1, d + 16, ld * 4);
+    if (G == 2) {
+        _tile_stored(2, d + STEP * ld, ld * 4);
+        _tile_stored(3, d + STEP * ld + 16, ld * 4);
+    }
+}
+
+AMX_TGT static void run_amx(const amx_job *j) {
+    if (j->groups == 2) run_groups(j, 2);
+    else run_groups(j, 1);
+}
+
+/* Linux grants the tile data state on request (arch_prctl), per process. */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static const char *amx_why;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d >> 24 & 1) || !(d >> 22 & 1)) {
+        amx_why = "this CPU has no AMX-BF16";
+        return;
+    }
+    if (!pipit__cpu_has_avx512bf16()) { /* the epilogue's rounding */
+        amx_why = "this CPU has AMX-BF16 but no AVX512-BF16";
+        return;
+    }
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        amx_why = "the OS did not grant the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 or later)";
+}
+
+const char *pipit__cpu_amx_why_not(void) {
+    pthread_once(&amx_once, amx_probe);
+    return amx_why;
+}
+#else
+#define AMX_X86 0
+const char *pipit__cpu_amx_why_not(void) { return "AMX is x86-64 only"; }
+#endif
+
+/* ------------------------------------------------------------ epilogue */
+
+/* Where a half's sums go: C's rows from c (row stride ldc), cols of them;
+ * fp32 C (c32) plus the old C when accumulating, or bf16 C: plus the bias
+ * (fp32, NULL: none), plus the old C, rounded once. */
+typedef struct {
+    void *c;
+    int64_t ldc;
+    const float *bias;
+    int c32, accumulate, cols, stream;
+} amx_out;
+
+static void store_rows_scalar(const amx_out *o, const float *s, int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < o->cols; j++) {
+            float v = s[r * OUT_LD + j];
+            if (o->c32) {
+                float *c = (float *)o->c + r * o->ldc + j;
+                *c = v + (o->accumulate ? *c : 0.0f);
+                continue;
+            }
+            pipit__bf16 *c = (pipit__bf16 *)o->c + r * o->ldc + j;
+            if (o->bias) v += o->bias[j];
+            if (o->accumulate) v += pipit__bf16_to_f32(*c);
+            *c = pipit__bf16_from_f32(v);
+        }
+}
+
+#if AMX_X86
+/* store_rows_scalar's results, 16 columns a vector (pipit__bf16_round16:
+ * util/bf16.h's rounding); a whole 16 streamed where o->stream. */
+AVX_TGT static void store_rows_avx512(const amx_out *o, const float *s, int rows) {
+    for (int r = 0; r < rows; r++)
+        for (int q = 0; q < HALF / 16; q++) {
+            int w = o->cols - 16 * q;
+            if (w <= 0) break;
+            __mmask16 m = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+            __m512 v = _mm512_loadu_ps(s + r * OUT_LD + 16 * q);
+            int64_t off = r * o->ldc + 16 * q;
+            if (o->c32) {
+                float *c = (float *)o->c + off;
+                if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
+                if (o->stream && w >= 16) _mm512_stream_ps(c, v);
+                else _mm512_mask_storeu_ps(c, m, v);
+                continue;
+            }
+            uint16_t *c = (uint16_t *)o->c + off;
+            if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
+            if (o->accumulate)
+                v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
+            __m256i h = pipit__bf16_round16(v);
+            if (o->stream && w >= 16) _mm256_stream_si256((__m256i *)c, h);
+            else _mm256_mask_storeu_epi16(c, m, h);
+        }
+}
+#endif
+
+/* ------------------------------------------------------------ packing */
+
+/* op(A) = A^T, A [K, m]: at [m16][K2p] = the pairs (A[2k][i], A[2k+1][i]),
+ * zero past m and past K; by way of the k-major pairs tmp [K2][m16]. */
+static void pack_a_t(int64_t m, int64_t K, const uint16_t *a, int64_t lda, uint32_t *at, uint32_t *tmp, int vec) {
+    int64_t K2 = (K + 1) / 2, m16 = round16(m), K2p = round16(K2);
+    pipit__pairs_interleave(a, lda, K, m, m16, tmp, m16, vec);
+    pipit__pairs_transpose((const uint16_t *)tmp, 2 * m16, K2, 2 * m16, at, K2p, vec, 0);
+}
+
+/* op(A) = A: the pairs p0 + from .. K2 of rows i < m, zero-padded to 16
+ * pairs a row: tail [m16][16] (the rows past m zero). */
+static void pack_tail(int64_t m, int64_t K, const uint16_t *a, int64_t lda, int64_t k0, uint32_t *tail) {
+    int64_t m16 = round16(m);
+    memset(tail, 0, (size_t)(m16 * STEP) * 4);
+    for (int64_t i = 0; i < m; i++) memcpy(tail + i * STEP, a + i * lda + k0, (size_t)(K - k0) * 2);
+}
+
+/* op(A) = A: rows i0 .. m (fewer than 16) of the pairs p0 .. p1, zero-padded
+ * to 16 rows and kp pairs: rows [16][kp]. */
+static void pack_rows(int64_t i0, int64_t m, int64_t K, const uint16_t *a, int64_t lda, int64_t k0, int64_t k1,
+                      int64_t kp, uint32_t *rows) {
+    memset(rows, 0, (size_t)(STEP * kp) * 4);
+    for (int64_t i = i0; i < m; i++)
+        memcpy(rows + (i - i0) * kp, a + i * lda + k0, (size_t)(PIPIT_MIN(k1, K) - k0) * 2);
+}
+
+/* ------------------------------------------------------------ a tile */
+
+/* The A side of one chunk (pairs p0 .. p1) for the row group at i: where
+ * its tiles are read, and the steps each reads in place. */
+typedef struct {
+    int ta;
+    int64_t m, K, K2p, lda, p0, steps, inplace;
+    const uint16_t *a;
+    const uint32_t *at, *tail, *rows;
+} a_side;
+
+static void group_of(const a_side *s, int64_t i, int g, amx_job *j) {
+    if (s->ta) { /* packed, zero-padded: every step in place */
+        j->a[g] = (const char *)(s->at + i * s->K2p + s->p0), j->sa[g] = s->K2p * 4, j->inplace[g] = s->steps;
+        j->tail[g] = NULL;
+    } else if (i + STEP > s->m) { /* the last rows, copied whole */
+        j->a[g] = (const char *)s->rows, j->sa[g] = STEP * s->steps * 4, j->inplace[g] = s->steps, j->tail[g] = NULL;
+    } else {
+        j->a[g] = (const char *)(s->a + i * s->lda + 2 * s->p0), j->sa[g] = s->lda * 2, j->inplace[g] = s->inplace;
+        j->tail[g] = s->tail ? (const char *)(s->tail + i * STEP) : NULL;
+    }
+}
+
+void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
+                     const pipit__bf16 *b, int64_t ldb, const pipit__bf16 *bias, void *c, int c32, int64_t ldc,
+                     int accumulate, int stream, void *scratch, int amx) {
+    amx = amx && AMX_X86;
+    size_t ec = c32 ? sizeof(float) : sizeof(pipit__bf16);
+    stream = stream && amx && !accumulate && (uintptr_t)c % 64 == 0 && (size_t)ldc * ec % 64 == 0; /* whole lines */
+    int64_t K2 = (K + 1) / 2, kc = chunk_pairs(K2), m16 = round16(m), width = tb ? COLS : pad_cols(n);
+    amx_layout l = layout_of(ta, tb, m, n, K);
+    uint32_t *base = align64(scratch), *bp = base + l.b;
+    float *bias_f = (float *)(base + l.bias), *part = (float *)(base + l.part), *out = (float *)(base + l.out);
+    a_side as = {ta, m, K, round16(K2), lda, 0, 0, 0, (const uint16_t *)a, base + l.at, NULL, base + l.rows};
+    if (ta) pack_a_t(m, K, (const uint16_t *)a, lda, base + l.at, base + l.tmp, amx);
+#if AMX_X86
+    if (amx) tiles_begin();
+#endif
+    for (int64_t p0 = 0; p0 < K2; p0 += kc) { /* a long K a chunk at a time: B's block stays in L2 */
+        int64_t p1 = PIPIT_MIN(K2, p0 + kc), k0 = 2 * p0, kn = PIPIT_MIN(K, 2 * p1) - k0, len = p1 - p0;
+        as.p0 = p0, as.steps = (len + STEP - 1) / STEP;
+        as.inplace = (PIPIT_MIN(p1, K / 2) - p0) / STEP; /* whole steps of whole pairs */
+        as.tail = NULL;
+        if (!ta && as.inplace < as.steps) {
+            pack_tail(m, K, (const uint16_t *)a, lda, k0 + 2 * STEP * as.inplace, base + l.tail);
+            as.tail = base + l.tail;
+        }
+        if (!ta && m % STEP) pack_rows(m / STEP * STEP, m, K, (const uint16_t *)a, lda, k0, 2 * p1, STEP * as.steps, base + l.rows);
+        size_t pad = (size_t)((STEP * as.steps - len) * width) * 4; /* B's rows past the chunk: zero */
+        if (!tb) {
+            pipit__pairs_interleave((const uint16_t *)b + k0 * ldb, ldb, kn, n, width, bp, width, amx);
+            memset(bp + len * width, 0, pad);
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += COLS) {
+            int cols = (int)PIPIT_MIN(COLS, n - j0);
+            if (bias && p1 == K2) pipit__bf16_widen_n(bias_f, bias + j0, cols);
+            if (tb) {
+                pipit__pairs_transpose((const uint16_t *)b + j0 * ldb + k0, ldb, cols, kn, bp, COLS, amx, n - j0);
+                memset(bp + len * width, 0, pad);
+            }
+            float *pj = part + (kc < K2 ? j0 * m16 : 0); /* this block's sums between chunks */
+            for (int h = 0; h * HALF < cols; h++) {
+                amx_out o = {NULL, ldc, bias ? bias_f + h * HALF : NULL, c32, accumulate,
+                             (int)PIPIT_MIN(HALF, cols - h * HALF), stream};
+                amx_job jb = {.b = (const char *)(bp + (tb ? 0 : j0) + h * HALF), .sb = width * 4,
+                              .steps = as.steps, .first = p0 == 0, .last = p1 == K2, .out = out};
+                for (int64_t i = 0; i < m; i += 2 * STEP) {
+                    jb.groups = i + STEP < m ? 2 : 1;
+                    group_of(&as, i, 0, &jb);
+                    if (jb.groups == 2) group_of(&as, i + STEP, 1, &jb);
+                    jb.part = pj + i * COLS + h * HALF;
+#if AMX_X86
+                    if (amx) run_amx(&jb);
+                    else
+#endif
+                        run_emulated(&jb);
+                    if (!jb.last) continue;
+                    o.c = (char *)c + (size_t)(i * ldc + j0 + h * HALF) * ec;
+                    int rows = (int)PIPIT_MIN(2 * STEP, m - i);
+#if AMX_X86
+                    if (amx) store_rows_avx512(&o, out, rows);
+                    else
+#endif
+                        store_rows_scalar(&o, out, rows);
+                }
+            }
+        }
+    }
+#if AMX_X86
+    if (amx) tiles_end();
+    if (stream) _mm_sfence(); /* the streamed lines visible before the pool's barrier says C is done */
+#endif
+}
