@@ -25,6 +25,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/kernels.h"
 #include "ir/graph.h"
@@ -320,28 +321,72 @@ static int gemm_cases(void) {
 /* 1, with a line saying what is not checked, where this CPU has no
  * AVX512-BF16 (the pairs kernel's way is not the one it gets) */
 static int no_pairs_kernel(const char *unchecked) {
-    const char *way = pipit__gemm_bf16_kind();
-    if (strcmp(way, "avx512bf16") == 0 || strncmp(way, "onednn", 6) == 0) return 0;
+    if (pipit__cpu_has_avx512bf16()) return 0;
     printf("this CPU has no AVX512-BF16: %s\n", unchecked);
     return 1;
 }
 
-/* kinds of pipit__gemm_bf16_set_kind: 1 fp32 panels, 2 avx512bf16, 3 emulated pairs */
+/* kinds of pipit__gemm_bf16_set_kind: 1 fp32 panels, 2 avx512bf16, 3 emulated pairs, 5 amx, 6 emulated amx */
 PIPIT_TEST(bf16_gemm_every_way) {
     pipit__gemm_init();
-    /* oneDNN is chosen only on CPUs with AVX512-BF16: there the pairs kernel runs too */
-    const char *way = pipit__gemm_bf16_kind();
-    int avx512 = strcmp(way, "avx512bf16") == 0 || strncmp(way, "onednn", 6) == 0;
     pipit__gemm_bf16_set_kind(1);
     ASSERT_EQ_I64(gemm_cases(), 0);
     pipit__gemm_bf16_set_kind(3); /* the pair packing of the AVX512-BF16 way, its instruction emulated */
     ASSERT_EQ_I64(gemm_cases(), 0);
-    if (avx512) {
+    pipit__gemm_bf16_set_kind(6); /* the AMX way's tiles and edges, its instruction emulated */
+    ASSERT_EQ_I64(gemm_cases(), 0);
+    if (pipit__cpu_has_avx512bf16()) {
         pipit__gemm_bf16_set_kind(2);
         ASSERT_EQ_I64(gemm_cases(), 0);
     } else {
         printf("this CPU has no AVX512-BF16: its kernel was not run (the packing was, emulated)\n");
     }
+    if (!pipit__cpu_amx_why_not()) {
+        pipit__gemm_bf16_set_kind(5);
+        ASSERT_EQ_I64(gemm_cases(), 0);
+    } else {
+        printf("AMX not run: %s (its tiles were, emulated)\n", pipit__cpu_amx_why_not());
+    }
+    pipit__gemm_bf16_set_kind(0);
+}
+
+/* The AMX way with its instruction emulated gives the emulated pairs
+ * kernel's bits (each element K's pairs in order from zero) on every layout
+ * and edge: rows past a multiple of 16 and 32, fewer than 16, K's last
+ * step partial or odd, K in chunks, columns past 32 and 64; fp32 results
+ * added into, bf16 ones with a bias. */
+static int64_t amx_vs_pairs_emulated(int64_t M, int64_t N, int64_t K, int ta, int tb, int bf16_out) {
+    pipit__bf16 *A = malloc(sizeof *A * (size_t)(M * K)), *B = malloc(sizeof *B * (size_t)(K * N));
+    pipit__bf16 *bias = malloc(sizeof *bias * (size_t)N);
+    float *C[2] = {malloc(sizeof(float) * (size_t)(M * N)), malloc(sizeof(float) * (size_t)(M * N))};
+    pipit__bf16 *D[2] = {calloc((size_t)(M * N), sizeof(pipit__bf16)), calloc((size_t)(M * N), sizeof(pipit__bf16))};
+    if (!A || !B || !bias || !C[0] || !C[1] || !D[0] || !D[1]) return -1;
+    for (int64_t i = 0; i < M * K; i++) A[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < K * N; i++) B[i] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t j = 0; j < N; j++) bias[j] = pipit__bf16_from_f32(bf16_rand());
+    for (int64_t i = 0; i < M * N; i++) C[0][i] = C[1][i] = bf16_rand();
+    int64_t lda = ta ? M : K, ldb = tb ? K : N, diff = 0;
+    for (int w = 0; w < 2; w++) {
+        pipit__gemm_bf16_set_kind(w ? 6 : 3);
+        if (bf16_out) pipit__gemm_bf16_bias(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, bias, D[w], N, 0, 0, 1);
+        else pipit__gemm_bf16_f32(ta, tb, 1, M, N, K, A, lda, 0, B, ldb, 0, C[w], N, 0, 1, 0, 1);
+    }
+    for (int64_t i = 0; i < M * N; i++)
+        diff += bf16_out ? D[0][i].bits != D[1][i].bits : memcmp(&C[0][i], &C[1][i], sizeof(float)) != 0;
+    if (diff) fprintf(stderr, "amx %lldx%lldx%lld ta=%d tb=%d bf16=%d: %lld elements differ\n", (long long)M,
+                      (long long)N, (long long)K, ta, tb, bf16_out, (long long)diff);
+    free(A), free(B), free(bias), free(C[0]), free(C[1]), free(D[0]), free(D[1]);
+    return diff;
+}
+
+PIPIT_TEST(bf16_amx_tiles_are_the_emulation_bit_for_bit) {
+    pipit__gemm_init();
+    static const int64_t shapes[][3] = {{5, 7, 3},     {16, 32, 32},  {17, 33, 33},   {40, 70, 100},
+                                        {64, 130, 64}, {33, 96, 31},  {13, 65, 2081}, {48, 40, 4100}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int l = 0; l < 8; l++)
+            ASSERT_EQ_I64(amx_vs_pairs_emulated(shapes[s][0], shapes[s][1], shapes[s][2], l & 1, (l >> 1) & 1, l >> 2),
+                          0);
     pipit__gemm_bf16_set_kind(0);
 }
 

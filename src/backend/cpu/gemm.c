@@ -7,6 +7,9 @@
  * fixing both (1 BLAS thread, shape-only tiles) makes results nth-invariant.
  */
 #include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -27,7 +30,53 @@
 /* ... but none with less work than this (flops), so small GEMMs stay whole. */
 #define GEMM_TILE_FLOPS (1 << 22)
 
-void pipit__gemm_init(void) { openblas_set_num_threads(1); }
+static int cpu_has_avx512_skx(void);
+
+/* OpenBLAS (built for many CPUs) picks its kernels by the CPU model when
+ * it is loaded; a model newer than it knows gets its generic fallback
+ * (Debian 12's 0.3.21 on a 5th-generation Xeon: Prescott, SSE3 only: a
+ * sixth of the fp32 rate, and kernels whose sums for one row of C depend
+ * on how many rows the call has, so a batched decode differed from a
+ * single one). Where the user set no OPENBLAS_CORETYPE, that fallback is
+ * replaced by the newest family this CPU runs, chosen again through
+ * OpenBLAS's own start-up (gotoblas_dynamic_init reads the variable). */
+static const char *const generic_cores[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
+                                            "katmai", "coppermine", "northwood", "banias", "unknown"};
+
+static const char *better_core(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (cpu_has_avx512_skx() && __builtin_cpu_supports("avx512bf16") && dlsym(RTLD_DEFAULT, "gotoblas_COOPERLAKE"))
+        return "COOPERLAKE";
+    if (cpu_has_avx512_skx() && dlsym(RTLD_DEFAULT, "gotoblas_SKYLAKEX")) return "SKYLAKEX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && dlsym(RTLD_DEFAULT, "gotoblas_HASWELL"))
+        return "HASWELL";
+#endif
+    return NULL;
+}
+
+static void choose_blas_kernels(void) {
+    const char *now = openblas_get_corename(), *want = better_core();
+    if (getenv("OPENBLAS_CORETYPE") || !now || !want) return;
+    int generic = 0;
+    for (size_t i = 0; i < sizeof generic_cores / sizeof generic_cores[0]; i++)
+        generic |= strcasecmp(now, generic_cores[i]) == 0;
+    void *quit = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"), *init = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
+    if (!generic || !quit || !init) return;
+    void (*quit_fn)(void), (*init_fn)(void);
+    memcpy(&quit_fn, &quit, sizeof quit);
+    memcpy(&init_fn, &init, sizeof init);
+    setenv("OPENBLAS_CORETYPE", want, 0);
+    quit_fn();
+    init_fn();
+}
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+void pipit__gemm_init(void) {
+    pthread_once(&blas_once, choose_blas_kernels);
+    openblas_set_num_threads(1);
+}
 
 const char *pipit_cpu_blas_kernels(void) {
     const char *name = openblas_get_corename();

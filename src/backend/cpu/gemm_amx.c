@@ -69,7 +69,7 @@ static int64_t chunk_pairs(int64_t K2) {
  * transposed from [K2][m16]; where op(A) = A, the tail step of every row
  * [m16][16] and the last partial group of rows [16][kc]; B's packed chunk
  * [kc][width]; the bias widened; the sums between chunks [m16][width];
- * the epilogue's [32][32]. Every area grows with m, n and K. */
+ * the epilogue's two [32][32]. Every area grows with m, n and K. */
 typedef struct {
     int64_t at, tmp, tail, rows, b, bias, part, out, end;
 } amx_layout;
@@ -85,7 +85,7 @@ static amx_layout layout_of(int ta, int tb, int64_t m, int64_t n, int64_t K) {
     l.bias = l.b + lines(PIPIT_MIN(round16(K2), kc) * width);
     l.part = l.bias + lines(COLS);
     l.out = l.part + lines(kc < K2 ? m16 * pad_cols(n) : 0);
-    l.end = l.out + lines(2 * STEP * OUT_LD);
+    l.end = l.out + lines(2 * 2 * STEP * OUT_LD); /* two groups' sums: one rounded while the next is formed */
     return l;
 }
 
@@ -283,30 +283,50 @@ static void store_rows_scalar(const amx_out *o, const float *s, int rows) {
 #if AMX_X86
 /* store_rows_scalar's results, 16 columns a vector (pipit__bf16_round16:
  * util/bf16.h's rounding); a whole 16 streamed where o->stream. */
-AVX_TGT static void store_rows_avx512(const amx_out *o, const float *s, int rows) {
-    for (int r = 0; r < rows; r++)
-        for (int q = 0; q < HALF / 16; q++) {
-            int w = o->cols - 16 * q;
-            if (w <= 0) break;
-            __mmask16 m = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
-            __m512 v = _mm512_loadu_ps(s + r * OUT_LD + 16 * q);
-            int64_t off = r * o->ldc + 16 * q;
-            if (o->c32) {
-                float *c = (float *)o->c + off;
-                if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
-                if (o->stream && w >= 16) _mm512_stream_ps(c, v);
-                else _mm512_mask_storeu_ps(c, m, v);
-                continue;
-            }
-            uint16_t *c = (uint16_t *)o->c + off;
-            if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
-            if (o->accumulate)
-                v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                         _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
-            __m256i h = pipit__bf16_round16(v);
-            if (o->stream && w >= 16) _mm256_stream_si256((__m256i *)c, h);
-            else _mm256_mask_storeu_epi16(c, m, h);
+AVX_TGT static inline __attribute__((always_inline)) void store16(const amx_out *o, const float *s, int64_t r, int q) {
+    int w = o->cols - 16 * q;
+    if (w <= 0) return;
+    __mmask16 m = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+    __m512 v = _mm512_loadu_ps(s + r * OUT_LD + 16 * q);
+    int64_t off = r * o->ldc + 16 * q;
+    if (o->c32) {
+        float *c = (float *)o->c + off;
+        if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
+        if (o->stream && w >= 16) _mm512_stream_ps(c, v);
+        else _mm512_mask_storeu_ps(c, m, v);
+        return;
+    }
+    uint16_t *c = (uint16_t *)o->c + off;
+    if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
+    if (o->accumulate)
+        v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
+                                 _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
+    __m256i h = pipit__bf16_round16(v);
+    if (o->stream && w >= 16) _mm256_stream_si256((__m256i *)c, h);
+    else _mm256_mask_storeu_epi16(c, m, h);
+}
+
+/* The usual case first, a bf16 C not added into, 32 columns: a row is two
+ * loads, the bias, two roundings and two stores (its flags read once: C's
+ * stores may alias anything, a local they cannot). */
+AVX_TGT static void store_rows_avx512(const amx_out *out, const float *s, int rows) {
+    const amx_out local = *out, *o = &local;
+    if (!o->c32 && !o->accumulate && !o->stream && o->cols == HALF) {
+        __m512 b0 = o->bias ? _mm512_loadu_ps(o->bias) : _mm512_setzero_ps();
+        __m512 b1 = o->bias ? _mm512_loadu_ps(o->bias + 16) : _mm512_setzero_ps();
+        for (int r = 0; r < rows; r++) {
+            __m512 v0 = _mm512_loadu_ps(s + r * OUT_LD), v1 = _mm512_loadu_ps(s + r * OUT_LD + 16);
+            if (o->bias) v0 = _mm512_add_ps(v0, b0), v1 = _mm512_add_ps(v1, b1);
+            uint16_t *c = (uint16_t *)o->c + r * o->ldc;
+            _mm256_storeu_si256((__m256i *)c, pipit__bf16_round16(v0));
+            _mm256_storeu_si256((__m256i *)(c + 16), pipit__bf16_round16(v1));
         }
+        return;
+    }
+    for (int r = 0; r < rows; r++) {
+        store16(o, s, r, 0);
+        store16(o, s, r, 1);
+    }
 }
 #endif
 
@@ -338,6 +358,33 @@ static void pack_rows(int64_t i0, int64_t m, int64_t K, const uint16_t *a, int64
 }
 
 /* ------------------------------------------------------------ a tile */
+
+static void run_job(const amx_job *j, int amx) {
+#if AMX_X86
+    if (amx) {
+        run_amx(j);
+        return;
+    }
+#endif
+    (void)amx;
+    run_emulated(j);
+}
+
+/* The sums of the row group at i (up to 32 rows) to C's columns from j0.
+ * Called after the next group's tile products are issued: the rounding
+ * and stores of one group run while the tiles multiply the next. */
+static void store_group(amx_out *o, void *c, int64_t ldc, size_t ec, int64_t i, int64_t j0, int64_t m, const float *s,
+                        int amx) {
+    o->c = (char *)c + (size_t)(i * ldc + j0) * ec;
+    int rows = (int)PIPIT_MIN(2 * STEP, m - i);
+#if AMX_X86
+    if (amx) {
+        store_rows_avx512(o, s, rows);
+        return;
+    }
+#endif
+    store_rows_scalar(o, s, rows);
+}
 
 /* The A side of one chunk (pairs p0 .. p1) for the row group at i: where
  * its tiles are read, and the steps each reads in place. */
@@ -402,26 +449,19 @@ void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipi
                 amx_out o = {NULL, ldc, bias ? bias_f + h * HALF : NULL, c32, accumulate,
                              (int)PIPIT_MIN(HALF, cols - h * HALF), stream};
                 amx_job jb = {.b = (const char *)(bp + (tb ? 0 : j0) + h * HALF), .sb = width * 4,
-                              .steps = as.steps, .first = p0 == 0, .last = p1 == K2, .out = out};
-                for (int64_t i = 0; i < m; i += 2 * STEP) {
+                              .steps = as.steps, .first = p0 == 0, .last = p1 == K2};
+                int64_t prev = -1; /* the group whose sums wait in out[~i & 1] */
+                for (int64_t i = 0, t = 0; i < m; i += 2 * STEP, t ^= 1) {
                     jb.groups = i + STEP < m ? 2 : 1;
                     group_of(&as, i, 0, &jb);
                     if (jb.groups == 2) group_of(&as, i + STEP, 1, &jb);
                     jb.part = pj + i * COLS + h * HALF;
-#if AMX_X86
-                    if (amx) run_amx(&jb);
-                    else
-#endif
-                        run_emulated(&jb);
-                    if (!jb.last) continue;
-                    o.c = (char *)c + (size_t)(i * ldc + j0 + h * HALF) * ec;
-                    int rows = (int)PIPIT_MIN(2 * STEP, m - i);
-#if AMX_X86
-                    if (amx) store_rows_avx512(&o, out, rows);
-                    else
-#endif
-                        store_rows_scalar(&o, out, rows);
+                    jb.out = out + t * 2 * STEP * OUT_LD;
+                    run_job(&jb, amx);
+                    if (jb.last && prev >= 0) store_group(&o, c, ldc, ec, prev, j0 + h * HALF, m, out + (t ^ 1) * 2 * STEP * OUT_LD, amx);
+                    prev = i;
                 }
+                if (jb.last) store_group(&o, c, ldc, ec, prev, j0 + h * HALF, m, jb.out, amx);
             }
         }
     }
