@@ -12,7 +12,9 @@
  *               64 FLOP each) where the CPU has AVX512-BF16; without it
  *               no instruction multiplies bf16, bf16 runs on the fp32
  *               units (pipit widens panels), and its peak IS the fp32 FMA
- *               peak -- printed as such
+ *               peak -- printed as such; where the CPU has AMX-BF16 (and the
+ *               OS grants its tiles), four independent TDPBF16PS tiles
+ *               (16384 FLOP each): the bf16 peak is then AMX's
  *   sgemm       pipit__gemm_f32 (shape-only tiles of single-threaded OpenBLAS)
  *   bf16        pipit__gemm_bf16 in the way this CPU gets (pipit__gemm_bf16_kind)
  *   dnnl-til    pipit__gemm_onednn: one single-threaded oneDNN matmul per
@@ -123,6 +125,40 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16_loop(void) {
 #undef init
 #undef first
     return sink == 12345.0f ? 0 : (double)PEAK_ITERS * 16 * 16 * 4; /* 16 lanes, 2 products, 2 FLOP each */
+}
+
+/* AMX: four independent accumulator tiles, each TDPBF16PS 16 x 16 x 32
+ * products (16384 FLOP), the shape of pipit's micro-kernel without its
+ * loads: PEAK_ITERS / 8 rounds of four, ~1 ms. */
+typedef struct __attribute__((packed, aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_config;
+
+__attribute__((target("amx-tile,amx-bf16"))) static double amx_loop(void) {
+    static const uint16_t ones[16 * 32] = {0}; /* zeros: the values do not change the rate */
+    amx_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (int i = 0; i < PEAK_ITERS / 8; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_release();
+    return (double)(PEAK_ITERS / 8) * 4 * 16 * 16 * 32 * 2;
 }
 #endif
 
@@ -365,24 +401,28 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_bf16: oneDNN made no CPU engine\n");
         return 1;
     }
-    int bf = have_avx512bf16(), z = have_avx512f();
+    int bf = have_avx512bf16(), z = have_avx512f(), amx = HAVE_X86 && !pipit__cpu_amx_why_not();
     const char *why = pipit__onednn_bf16_why_not();
     int dnnl_dt = why ? PIPIT_F32 : PIPIT_BF16;
     printf("bf16 GEMM on this CPU: %s; OpenBLAS kernels: %s\n", pipit__gemm_bf16_kind(), openblas_get_corename());
     if (why) printf("oneDNN bf16 matmul: not here (%s); the oneDNN columns are its f32 matmul, for comparison\n", why);
-    double pk32[3] = {0}, pk16[3] = {0};
+    double pk32[3] = {0}, pk16[3] = {0}, pkdp[3] = {0};
     for (int nth = 1; nth <= 2; nth++) {
         double y = 0, zz = 0;
 #if HAVE_X86
         y = peak(fma256_loop, nth, secs);
         zz = z ? peak(fma512_loop, nth, secs) : 0;
         pk32[nth] = fmax(y, zz);
-        pk16[nth] = bf ? peak(dpbf16_loop, nth, secs) : pk32[nth];
+        pkdp[nth] = bf ? peak(dpbf16_loop, nth, secs) : pk32[nth];
+        pk16[nth] = amx ? peak(amx_loop, nth, secs) : pkdp[nth];
 #endif
-        printf("%d thread%s: fp32 FMA peak %.1f GFLOP/s (ymm %.1f%s); bf16 peak %.1f GFLOP/s%s\n", nth,
+        printf("%d thread%s: fp32 FMA peak %.1f GFLOP/s (ymm %.1f%s); bf16 peak %.1f GFLOP/s%s", nth,
                nth == 1 ? "" : "s", pk32[nth], y, z ? "" : ", no AVX-512", pk16[nth],
-               bf ? " (vdpbf16ps)" : " (no AVX512-BF16: no instruction multiplies bf16, so the bf16 peak is the fp32 "
-                                     "FMA peak)");
+               amx  ? " (AMX tdpbf16ps)"
+               : bf ? " (vdpbf16ps)"
+                    : " (no AVX512-BF16: no instruction multiplies bf16, so the bf16 peak is the fp32 FMA peak)");
+        if (amx) printf("; vdpbf16ps %.1f", pkdp[nth]);
+        printf("\n");
         if (z) printf("           zmm %.1f\n", zz);
     }
     const char *dn = dnnl_dt == PIPIT_BF16 ? "bf16" : "f32";
@@ -412,7 +452,7 @@ int main(int argc, char **argv) {
             bench_slice_fn fns[3] = {sgemm_slice, bgemm_slice, tiles_slice};
             double pk = 0;
 #if HAVE_X86
-            time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g, bf ? dpbf16_loop : NULL, &pk);
+            time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g, amx ? amx_loop : bf ? dpbf16_loop : NULL, &pk);
 #else
             time_all(fns, j.dnnl_rc ? 2 : 3, &j, nth, 2 * secs, g, NULL, &pk);
 #endif

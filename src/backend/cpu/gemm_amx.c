@@ -52,7 +52,7 @@
 #define OUT_LD 32 /* the epilogue's buffer: [32][32] fp32 */
 
 static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
-static int64_t pad_cols(int64_t n) { return (n + COLS - 1) / COLS * COLS; }
+static int64_t pad_cols(int64_t n) { return (n + HALF - 1) / HALF * HALF; } /* B's packed width: whole halves */
 static int64_t lines(int64_t lanes) { return (lanes + 15) / 16 * 16; } /* 32-bit lanes to whole 64-byte lines */
 static uint32_t *align64(void *p) { return (uint32_t *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
@@ -84,7 +84,7 @@ static amx_layout layout_of(int ta, int tb, int64_t m, int64_t n, int64_t K) {
     l.b = l.rows + lines(ta ? 0 : STEP * kc);
     l.bias = l.b + lines(PIPIT_MIN(round16(K2), kc) * width);
     l.part = l.bias + lines(COLS);
-    l.out = l.part + lines(kc < K2 ? m16 * pad_cols(n) : 0);
+    l.out = l.part + lines(kc < K2 ? m16 * ((n + COLS - 1) / COLS * COLS) : 0); /* [m16][COLS] a column block */
     l.end = l.out + lines(2 * 2 * STEP * OUT_LD); /* two groups' sums: one rounded while the next is formed */
     return l;
 }

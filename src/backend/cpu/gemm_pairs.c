@@ -329,8 +329,9 @@ static void interleave_rows_scalar(const uint16_t *x, int64_t ld, int64_t K, int
                                    int64_t ldp, int64_t j0) {
     for (int64_t k = 0; 2 * k < K; k++) {
         const uint16_t *r0 = x + 2 * k * ld, *r1 = 2 * k + 1 < K ? r0 + ld : NULL;
-        for (int64_t j = j0; j < wp; j++)
-            dst[k * ldp + j] = j < w ? pair16(r0[j], r1 ? r1[j] : 0) : 0;
+        for (int64_t j = j0; j < w; j++) dst[k * ldp + j] = pair16(r0[j], r1 ? r1[j] : 0);
+        int64_t z = PIPIT_MAX(j0, w);
+        if (z < wp) memset(dst + k * ldp + z, 0, (size_t)(wp - z) * sizeof *dst); /* the padding */
     }
 }
 
