@@ -43,6 +43,17 @@
 #include "backend/cpu/bf16_avx512.h"
 #include "backend/cpu/kernels.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define AMX_X86 1
+#define AMX_TGT __attribute__((target("amx-tile,amx-bf16")))
+#define AVX_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#else
+#define AMX_X86 0
+#endif
+
 #define COLS 64   /* a column block: gemm_pairs.c's packing unit */
 #define HALF 32   /* the micro-kernel's columns: two tiles */
 #define STEP 16   /* pairs of K per tile product */
@@ -93,165 +104,6 @@ size_t pipit__amx_scratch_bytes(int ta, int tb, int64_t mt, int64_t nt, int64_t 
     return (size_t)(layout_of(ta, tb, mt, nt, K).end + 16) * 4; /* + the start's alignment */
 }
 
-/* ------------------------------------------------------------ kernels */
-
-/* One call: 16 or 32 rows (groups) x 32 columns of C over steps of K.
- * Group g's A tile of step s: at a[g] + 64 s (row stride sa[g]) while
- * s < inplace[g], later at tail[g] (64-byte rows). B's step s: 16 rows of
- * b from row 16 s (row stride sb bytes), columns 0-15 at +0, 16-31 at
- * +64. The sums start at zero (first) or from part (fp32 [rows][COLS]),
- * and go back to part (not last) or to out ([rows][OUT_LD]). */
-typedef struct {
-    const char *a[2], *tail[2];
-    int64_t sa[2], inplace[2];
-    const char *b;
-    int64_t sb, steps;
-    int groups, first, last;
-    float *part, *out;
-} amx_job;
-
-static const char *a_step(const amx_job *j, int g, int64_t s, int64_t *stride) {
-    if (s < j->inplace[g]) {
-        *stride = j->sa[g];
-        return j->a[g] + 64 * s;
-    }
-    *stride = 64;
-    return j->tail[g];
-}
-
-static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
-
-/* The job with gemm_pairs.c's emulated vdpbf16ps per pair (odd product
- * first): the same sums as its emulated kernel. */
-static void run_emulated(const amx_job *j) {
-    for (int r = 0; r < STEP * j->groups; r++)
-        for (int c = 0; c < HALF; c++) {
-            int g = r / STEP;
-            float acc = j->first ? 0.0f : j->part[r * COLS + c];
-            for (int64_t s = 0; s < j->steps; s++) {
-                int64_t sa;
-                const char *a = a_step(j, g, s, &sa) + (r % STEP) * sa;
-                for (int k = 0; k < STEP; k++) {
-                    uint32_t x, y;
-                    memcpy(&x, a + 4 * k, 4);
-                    memcpy(&y, j->b + (STEP * s + k) * j->sb + 4 * c, 4);
-                    acc += bf16_bits_to_f32(x >> 16) * bf16_bits_to_f32(y >> 16);
-                    acc += bf16_bits_to_f32(x & 0xffff) * bf16_bits_to_f32(y & 0xffff);
-                }
-            }
-            if (j->last)
-                j->out[r * OUT_LD + c] = acc;
-            else
-                j->part[r * COLS + c] = acc;
-        }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#define AMX_X86 1
-#define AMX_TGT __attribute__((target("amx-tile,amx-bf16")))
-#define AVX_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-
-/* The palette: every tile 16 rows of 64 bytes (0-3 C, 4-5 A, 6-7 B). */
-typedef struct __attribute__((packed, aligned(64))) {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-/* ldtilecfg through an operand that covers the whole configuration
- * (_tile_loadconfig's reads only a pointer's worth: gcc 12 dropped the
- * stores that set it up). */
-AMX_TGT static void tiles_begin(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = STEP;
-    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
-}
-
-AMX_TGT static void tiles_end(void) { _tile_release(); }
-
-AMX_TGT static inline __attribute__((always_inline)) void run_groups(const amx_job *j, int G) {
-    if (j->first) {
-        _tile_zero(0);
-        _tile_zero(1);
-        if (G == 2) {
-            _tile_zero(2);
-            _tile_zero(3);
-        }
-    } else {
-        _tile_loadd(0, j->part, COLS * 4);
-        _tile_loadd(1, j->part + 16, COLS * 4);
-        if (G == 2) {
-            _tile_loadd(2, j->part + STEP * COLS, COLS * 4);
-            _tile_loadd(3, j->part + STEP * COLS + 16, COLS * 4);
-        }
-    }
-    const char *b = j->b;
-    for (int64_t s = 0; s < j->steps; s++, b += STEP * j->sb) {
-        int64_t s0, s1;
-        const char *a0 = a_step(j, 0, s, &s0);
-        _tile_loadd(6, b, j->sb);
-        _tile_loadd(7, b + 64, j->sb);
-        _tile_loadd(4, a0, s0);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        if (G == 2) {
-            const char *a1 = a_step(j, 1, s, &s1);
-            _tile_loadd(5, a1, s1);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-        }
-    }
-    float *d = j->last ? j->out : j->part;
-    int64_t ld = j->last ? OUT_LD : COLS;
-    _tile_stored(0, d, ld * 4);
-    _tile_stored(1, d + 16, ld * 4);
-    if (G == 2) {
-        _tile_stored(2, d + STEP * ld, ld * 4);
-        _tile_stored(3, d + STEP * ld + 16, ld * 4);
-    }
-}
-
-AMX_TGT static void run_amx(const amx_job *j) {
-    if (j->groups == 2) run_groups(j, 2);
-    else run_groups(j, 1);
-}
-
-/* Linux grants the tile data state on request (arch_prctl), per process. */
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static const char *amx_why;
-static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
-
-static void amx_probe(void) {
-    unsigned a, b, c, d;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    if (!(d >> 24 & 1) || !(d >> 22 & 1)) {
-        amx_why = "this CPU has no AMX-BF16";
-        return;
-    }
-    if (!pipit__cpu_has_avx512bf16()) { /* the epilogue's rounding */
-        amx_why = "this CPU has AMX-BF16 but no AVX512-BF16";
-        return;
-    }
-    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
-        amx_why = "the OS did not grant the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 or later)";
-}
-
-const char *pipit__cpu_amx_why_not(void) {
-    pthread_once(&amx_once, amx_probe);
-    return amx_why;
-}
-#else
-#define AMX_X86 0
-const char *pipit__cpu_amx_why_not(void) { return "AMX is x86-64 only"; }
-#endif
-
 /* ------------------------------------------------------------ epilogue */
 
 /* Where a half's sums go: C's rows from c (row stride ldc), cols of them;
@@ -264,8 +116,9 @@ typedef struct {
     int c32, accumulate, cols, stream;
 } amx_out;
 
-static void store_rows_scalar(const amx_out *o, const float *s, int rows) {
-    for (int r = 0; r < rows; r++)
+/* rows r0 .. r1 of the sums s ([rows][OUT_LD]) to C */
+static void store_rows_scalar(const amx_out *o, const float *s, int r0, int r1) {
+    for (int r = r0; r < r1; r++)
         for (int j = 0; j < o->cols; j++) {
             float v = s[r * OUT_LD + j];
             if (o->c32) {
@@ -309,12 +162,12 @@ AVX_TGT static inline __attribute__((always_inline)) void store16(const amx_out 
 /* The usual case first, a bf16 C not added into, 32 columns: a row is two
  * loads, the bias, two roundings and two stores (its flags read once: C's
  * stores may alias anything, a local they cannot). */
-AVX_TGT static void store_rows_avx512(const amx_out *out, const float *s, int rows) {
+AVX_TGT static void store_rows_avx512(const amx_out *out, const float *s, int r0, int r1) {
     const amx_out local = *out, *o = &local;
     if (!o->c32 && !o->accumulate && !o->stream && o->cols == HALF) {
         __m512 b0 = o->bias ? _mm512_loadu_ps(o->bias) : _mm512_setzero_ps();
         __m512 b1 = o->bias ? _mm512_loadu_ps(o->bias + 16) : _mm512_setzero_ps();
-        for (int r = 0; r < rows; r++) {
+        for (int r = r0; r < r1; r++) {
             __m512 v0 = _mm512_loadu_ps(s + r * OUT_LD), v1 = _mm512_loadu_ps(s + r * OUT_LD + 16);
             if (o->bias) v0 = _mm512_add_ps(v0, b0), v1 = _mm512_add_ps(v1, b1);
             uint16_t *c = (uint16_t *)o->c + r * o->ldc;
@@ -323,11 +176,176 @@ AVX_TGT static void store_rows_avx512(const amx_out *out, const float *s, int ro
         }
         return;
     }
-    for (int r = 0; r < rows; r++) {
+    for (int r = r0; r < r1; r++) {
         store16(o, s, r, 0);
         store16(o, s, r, 1);
     }
 }
+#endif
+
+/* ------------------------------------------------------------ kernels */
+
+/* One call: 16 or 32 rows (groups) x 32 columns of C over steps of K.
+ * Group g's A tile of step s: at a[g] + ast[g] s (row stride sa[g]) while
+ * s < inplace[g], later at tail[g] (64-byte rows). B's step s: 16 rows of
+ * b from row 16 s (row stride sb bytes), columns 0-15 at +0, 16-31 at
+ * +64. The sums start at zero (first) or from part (fp32 [rows][COLS]),
+ * and go back to part (not last) or to out ([rows][OUT_LD]). The previous
+ * group's sums (pend_s, pend_rows rows, to pend's place), if any, are
+ * rounded and stored a few rows a step, between the tile products, which
+ * run on their own unit meanwhile. */
+typedef struct {
+    const char *a[2], *tail[2];
+    int64_t sa[2], ast[2], inplace[2]; /* ast: bytes from one step's A tile to the next */
+    const char *b;
+    int64_t sb, steps;
+    int groups, first, last, pend_rows;
+    float *part, *out;
+    const amx_out *pend;
+    const float *pend_s;
+} amx_job;
+
+static const char *a_step(const amx_job *j, int g, int64_t s, int64_t *stride) {
+    if (s < j->inplace[g]) {
+        *stride = j->sa[g];
+        return j->a[g] + j->ast[g] * s;
+    }
+    *stride = 64;
+    return j->tail[g];
+}
+
+static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
+
+/* The job with gemm_pairs.c's emulated vdpbf16ps per pair (odd product
+ * first): the same sums as its emulated kernel. */
+static void run_emulated(const amx_job *j) {
+    for (int r = 0; r < STEP * j->groups; r++)
+        for (int c = 0; c < HALF; c++) {
+            int g = r / STEP;
+            float acc = j->first ? 0.0f : j->part[r * COLS + c];
+            for (int64_t s = 0; s < j->steps; s++) {
+                int64_t sa;
+                const char *a = a_step(j, g, s, &sa) + (r % STEP) * sa;
+                for (int k = 0; k < STEP; k++) {
+                    uint32_t x, y;
+                    memcpy(&x, a + 4 * k, 4);
+                    memcpy(&y, j->b + (STEP * s + k) * j->sb + 4 * c, 4);
+                    acc += bf16_bits_to_f32(x >> 16) * bf16_bits_to_f32(y >> 16);
+                    acc += bf16_bits_to_f32(x & 0xffff) * bf16_bits_to_f32(y & 0xffff);
+                }
+            }
+            if (j->last)
+                j->out[r * OUT_LD + c] = acc;
+            else
+                j->part[r * COLS + c] = acc;
+        }
+    if (j->pend) store_rows_scalar(j->pend, j->pend_s, 0, j->pend_rows);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+/* The palette: every tile 16 rows of 64 bytes (0-3 C, 4-5 A, 6-7 B). */
+typedef struct __attribute__((packed, aligned(64))) {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+/* ldtilecfg through an operand that covers the whole configuration
+ * (_tile_loadconfig's reads only a pointer's worth: gcc 12 dropped the
+ * stores that set it up). */
+AMX_TGT static void tiles_begin(void) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = STEP;
+    __asm__ volatile("ldtilecfg %0" ::"m"(cfg));
+}
+
+AMX_TGT static void tiles_end(void) { _tile_release(); }
+
+AMX_TGT static inline __attribute__((always_inline)) void run_groups(const amx_job *j, int G) {
+    if (j->first) {
+        _tile_zero(0);
+        _tile_zero(1);
+        if (G == 2) {
+            _tile_zero(2);
+            _tile_zero(3);
+        }
+    } else {
+        _tile_loadd(0, j->part, COLS * 4);
+        _tile_loadd(1, j->part + 16, COLS * 4);
+        if (G == 2) {
+            _tile_loadd(2, j->part + STEP * COLS, COLS * 4);
+            _tile_loadd(3, j->part + STEP * COLS + 16, COLS * 4);
+        }
+    }
+    const char *b = j->b;
+    int per = j->pend ? (int)((j->pend_rows + j->steps - 1) / j->steps) : 0, done = 0; /* pending rows a step */
+    for (int64_t s = 0; s < j->steps; s++, b += STEP * j->sb) {
+        int64_t s0, s1;
+        const char *a0 = a_step(j, 0, s, &s0);
+        _tile_loadd(6, b, j->sb);
+        _tile_loadd(7, b + 64, j->sb);
+        _tile_loadd(4, a0, s0);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        if (G == 2) {
+            const char *a1 = a_step(j, 1, s, &s1);
+            _tile_loadd(5, a1, s1);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        if (done < j->pend_rows) {
+            int r1 = done + per < j->pend_rows ? done + per : j->pend_rows;
+            store_rows_avx512(j->pend, j->pend_s, done, r1);
+            done = r1;
+        }
+    }
+    if (done < j->pend_rows) store_rows_avx512(j->pend, j->pend_s, done, j->pend_rows);
+    float *d = j->last ? j->out : j->part;
+    int64_t ld = j->last ? OUT_LD : COLS;
+    _tile_stored(0, d, ld * 4);
+    _tile_stored(1, d + 16, ld * 4);
+    if (G == 2) {
+        _tile_stored(2, d + STEP * ld, ld * 4);
+        _tile_stored(3, d + STEP * ld + 16, ld * 4);
+    }
+}
+
+AMX_TGT static void run_amx(const amx_job *j) {
+    if (j->groups == 2) run_groups(j, 2);
+    else run_groups(j, 1);
+}
+
+/* Linux grants the tile data state on request (arch_prctl), per process. */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static const char *amx_why;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_probe(void) {
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (!(d >> 24 & 1) || !(d >> 22 & 1)) {
+        amx_why = "this CPU has no AMX-BF16";
+        return;
+    }
+    if (!pipit__cpu_has_avx512bf16()) { /* the epilogue's rounding */
+        amx_why = "this CPU has AMX-BF16 but no AVX512-BF16";
+        return;
+    }
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        amx_why = "the OS did not grant the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM; Linux 5.16 or later)";
+}
+
+const char *pipit__cpu_amx_why_not(void) {
+    pthread_once(&amx_once, amx_probe);
+    return amx_why;
+}
+#else
+const char *pipit__cpu_amx_why_not(void) { return "AMX is x86-64 only"; }
 #endif
 
 /* ------------------------------------------------------------ packing */
@@ -340,16 +358,16 @@ static void pack_a_t(int64_t m, int64_t K, const uint16_t *a, int64_t lda, uint3
     pipit__pairs_transpose((const uint16_t *)tmp, 2 * m16, K2, 2 * m16, at, K2p, vec, 0);
 }
 
-/* op(A) = A: the pairs p0 + from .. K2 of rows i < m, zero-padded to 16
- * pairs a row: tail [m16][16] (the rows past m zero). */
+/* op(A) = A: the elements k0 .. K of rows i < m (at most 32), zero-padded
+ * to 16 pairs a row: tail [m16][16] (the rows past m zero). */
 static void pack_tail(int64_t m, int64_t K, const uint16_t *a, int64_t lda, int64_t k0, uint32_t *tail) {
     int64_t m16 = round16(m);
     memset(tail, 0, (size_t)(m16 * STEP) * 4);
     for (int64_t i = 0; i < m; i++) memcpy(tail + i * STEP, a + i * lda + k0, (size_t)(K - k0) * 2);
 }
 
-/* op(A) = A: rows i0 .. m (fewer than 16) of the pairs p0 .. p1, zero-padded
- * to 16 rows and kp pairs: rows [16][kp]. */
+/* op(A) = A: rows i0 .. m (fewer than 16), elements k0 .. k1 (or K),
+ * zero-padded to 16 rows and kp pairs: rows [16][kp]. */
 static void pack_rows(int64_t i0, int64_t m, int64_t K, const uint16_t *a, int64_t lda, int64_t k0, int64_t k1,
                       int64_t kp, uint32_t *rows) {
     memset(rows, 0, (size_t)(STEP * kp) * 4);
@@ -373,21 +391,19 @@ static void run_job(const amx_job *j, int amx) {
 /* The sums of the row group at i (up to 32 rows) to C's columns from j0.
  * Called after the next group's tile products are issued: the rounding
  * and stores of one group run while the tiles multiply the next. */
-static void store_group(amx_out *o, void *c, int64_t ldc, size_t ec, int64_t i, int64_t j0, int64_t m, const float *s,
-                        int amx) {
-    o->c = (char *)c + (size_t)(i * ldc + j0) * ec;
-    int rows = (int)PIPIT_MIN(2 * STEP, m - i);
+static void store_group(const amx_out *o, const float *s, int rows, int amx) {
 #if AMX_X86
     if (amx) {
-        store_rows_avx512(o, s, rows);
+        store_rows_avx512(o, s, 0, rows);
         return;
     }
 #endif
-    store_rows_scalar(o, s, rows);
+    (void)amx;
+    store_rows_scalar(o, s, 0, rows);
 }
 
-/* The A side of one chunk (pairs p0 .. p1) for the row group at i: where
- * its tiles are read, and the steps each reads in place. */
+/* The A side of one chunk (pairs p0 .. p1 of K): where each row group's
+ * tiles are read and how many steps it reads in place. */
 typedef struct {
     int ta;
     int64_t m, K, K2p, lda, p0, steps, inplace;
@@ -395,7 +411,22 @@ typedef struct {
     const uint32_t *at, *tail, *rows;
 } a_side;
 
+/* s for the chunk p0 .. p1; where op(A) = A in place, the chunk's last
+ * partial step (tail) and its last rows short of 16 (rows) copied. */
+static void a_chunk(a_side *s, int64_t p0, int64_t p1, uint32_t *tail, uint32_t *rows) {
+    s->p0 = p0, s->steps = (p1 - p0 + STEP - 1) / STEP;
+    s->inplace = (PIPIT_MIN(p1, s->K / 2) - p0) / STEP; /* whole steps of whole pairs */
+    s->tail = NULL;
+    if (s->ta) return;
+    if (s->inplace < s->steps) {
+        pack_tail(s->m, s->K, s->a, s->lda, 2 * (p0 + STEP * s->inplace), tail);
+        s->tail = tail;
+    }
+    if (s->m % STEP) pack_rows(s->m / STEP * STEP, s->m, s->K, s->a, s->lda, 2 * p0, 2 * p1, STEP * s->steps, rows);
+}
+
 static void group_of(const a_side *s, int64_t i, int g, amx_job *j) {
+    j->ast[g] = 64;
     if (s->ta) { /* packed, zero-padded: every step in place */
         j->a[g] = (const char *)(s->at + i * s->K2p + s->p0), j->sa[g] = s->K2p * 4, j->inplace[g] = s->steps;
         j->tail[g] = NULL;
@@ -405,6 +436,29 @@ static void group_of(const a_side *s, int64_t i, int g, amx_job *j) {
         j->a[g] = (const char *)(s->a + i * s->lda + 2 * s->p0), j->sa[g] = s->lda * 2, j->inplace[g] = s->inplace;
         j->tail[g] = s->tail ? (const char *)(s->tail + i * STEP) : NULL;
     }
+}
+
+/* One half (32 columns from j0 of C) over the chunk, its row groups in
+ * order: jb holds B's half and the chunk's flags, part the half's sums
+ * between chunks, out two groups' buffers for the epilogue: each group's
+ * sums are rounded and stored during the next group's products. */
+static void run_half(const a_side *as, amx_job *jb, const amx_out *o, void *c, int64_t ldc, size_t ec, int64_t j0,
+                     float *part, float *out, int amx) {
+    int64_t m = as->m;
+    amx_out prev = *o; /* where the group whose sums wait in the other buffer goes */
+    jb->pend = NULL, jb->pend_rows = 0;
+    for (int64_t i = 0, t = 0; i < m; i += 2 * STEP, t ^= 1) {
+        jb->groups = i + STEP < m ? 2 : 1;
+        group_of(as, i, 0, jb);
+        if (jb->groups == 2) group_of(as, i + STEP, 1, jb);
+        jb->part = part + i * COLS;
+        jb->out = out + t * 2 * STEP * OUT_LD;
+        run_job(jb, amx);
+        if (!jb->last) continue;
+        prev.c = (char *)c + (size_t)(i * ldc + j0) * ec;
+        jb->pend = &prev, jb->pend_s = jb->out, jb->pend_rows = (int)PIPIT_MIN(2 * STEP, m - i);
+    }
+    if (jb->pend) store_group(jb->pend, jb->pend_s, jb->pend_rows, amx);
 }
 
 void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipit__bf16 *a, int64_t lda,
@@ -424,14 +478,7 @@ void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipi
 #endif
     for (int64_t p0 = 0; p0 < K2; p0 += kc) { /* a long K a chunk at a time: B's block stays in L2 */
         int64_t p1 = PIPIT_MIN(K2, p0 + kc), k0 = 2 * p0, kn = PIPIT_MIN(K, 2 * p1) - k0, len = p1 - p0;
-        as.p0 = p0, as.steps = (len + STEP - 1) / STEP;
-        as.inplace = (PIPIT_MIN(p1, K / 2) - p0) / STEP; /* whole steps of whole pairs */
-        as.tail = NULL;
-        if (!ta && as.inplace < as.steps) {
-            pack_tail(m, K, (const uint16_t *)a, lda, k0 + 2 * STEP * as.inplace, base + l.tail);
-            as.tail = base + l.tail;
-        }
-        if (!ta && m % STEP) pack_rows(m / STEP * STEP, m, K, (const uint16_t *)a, lda, k0, 2 * p1, STEP * as.steps, base + l.rows);
+        a_chunk(&as, p0, p1, base + l.tail, base + l.rows);
         size_t pad = (size_t)((STEP * as.steps - len) * width) * 4; /* B's rows past the chunk: zero */
         if (!tb) {
             pipit__pairs_interleave((const uint16_t *)b + k0 * ldb, ldb, kn, n, width, bp, width, amx);
@@ -450,18 +497,7 @@ void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipi
                              (int)PIPIT_MIN(HALF, cols - h * HALF), stream};
                 amx_job jb = {.b = (const char *)(bp + (tb ? 0 : j0) + h * HALF), .sb = width * 4,
                               .steps = as.steps, .first = p0 == 0, .last = p1 == K2};
-                int64_t prev = -1; /* the group whose sums wait in out[~i & 1] */
-                for (int64_t i = 0, t = 0; i < m; i += 2 * STEP, t ^= 1) {
-                    jb.groups = i + STEP < m ? 2 : 1;
-                    group_of(&as, i, 0, &jb);
-                    if (jb.groups == 2) group_of(&as, i + STEP, 1, &jb);
-                    jb.part = pj + i * COLS + h * HALF;
-                    jb.out = out + t * 2 * STEP * OUT_LD;
-                    run_job(&jb, amx);
-                    if (jb.last && prev >= 0) store_group(&o, c, ldc, ec, prev, j0 + h * HALF, m, out + (t ^ 1) * 2 * STEP * OUT_LD, amx);
-                    prev = i;
-                }
-                if (jb.last) store_group(&o, c, ldc, ec, prev, j0 + h * HALF, m, jb.out, amx);
+                run_half(&as, &jb, &o, c, ldc, ec, j0 + h * HALF, pj + h * HALF, out, amx);
             }
         }
     }
