@@ -147,24 +147,34 @@ static void hx_err(hx_shape s, const hx_out *x, const hx_out *r, double e[3]) {
  * groups (two rows blocks of 256 and a short one... see head_xent.h) */
 static const hx_shape shapes[] = {{5, 11, 3}, {300, 4133, 37}, {2100, 9001, 5}};
 
+/* The fused head against the unfused ops (matmul + xent_mean), both f32,
+ * and both against the unfused ops in f64: the fused head is as accurate
+ * as the ops it replaces (its error against f64 at most 1.5x theirs plus
+ * 1e-7; their difference is printed). Each is ~1e-6 from f64 at 2100 rows (fp32 sums of 2100 products): on
+ * OpenBLAS's Haswell kernels their errors happened to coincide (1.4e-7
+ * apart), on its AVX-512 ones they do not (1.3e-6 apart). */
 PIPIT_TEST(fused_head_matches_unfused_f32) {
     ASSERT_EQ_I64(pipit__hx_nchunks(2100, 9001), 21); /* the shapes cover what the comment says */
     ASSERT_EQ_I64(pipit__hx_groups(2100, 9001), 16);
     ASSERT_EQ_I64(pipit__hx_nchunks(300, 4133), 3);
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         hx_shape s = shapes[k];
-        hx_out f, u;
+        hx_out f, u, r;
         ASSERT_EQ_I64(hx_run(s, (hx_cfg){1, 1, 1, PIPIT_F32, PIPIT_F32}, 11 + k, &f), 0);
         ASSERT_EQ_I64(hx_run(s, (hx_cfg){0, 1, 1, PIPIT_F32, PIPIT_F32}, 11 + k, &u), 0);
-        double e[3];
+        ASSERT_EQ_I64(hx_run(s, (hx_cfg){0, 1, 1, PIPIT_F32, PIPIT_F64}, 11 + k, &r), 0);
+        double e[3], ef[3], eu[3];
         hx_err(s, &f, &u, e);
-        fprintf(stderr, "N %lld V %lld d %lld: loss %.9g (unfused %.9g), rel. errors loss %.2g dh %.2g dW %.2g; peak "
-                        "%zu vs %zu bytes\n",
-                (long long)s.N, (long long)s.V, (long long)s.d, f.loss, u.loss, e[0], e[1], e[2], f.peak, u.peak);
-        ASSERT_TRUE(e[0] < 1e-6 && e[1] < 1e-6 && e[2] < 1e-6);
+        hx_err(s, &f, &r, ef);
+        hx_err(s, &u, &r, eu);
+        fprintf(stderr, "N %lld V %lld d %lld: loss %.9g (unfused %.9g), rel. errors loss %.2g dh %.2g dW %.2g; against "
+                        "f64 fused %.2g %.2g %.2g, unfused %.2g %.2g %.2g; peak %zu vs %zu bytes\n",
+                (long long)s.N, (long long)s.V, (long long)s.d, f.loss, u.loss, e[0], e[1], e[2], ef[0], ef[1], ef[2],
+                eu[0], eu[1], eu[2], f.peak, u.peak);
+        for (int i = 0; i < 3; i++) ASSERT_TRUE(ef[i] <= 1.5 * eu[i] + 1e-7);
         /* the logits [N, V] and their gradient are not in the plan */
         if (s.V >= 1000) ASSERT_TRUE(f.peak + (size_t)(s.N * s.V) * 3 <= u.peak);
-        hx_free(&f), hx_free(&u);
+        hx_free(&f), hx_free(&u), hx_free(&r);
     }
 }
 
