@@ -99,11 +99,12 @@ PIPIT_API int pipit_have_mpi(void);
  * the same build (pipit_agree checks it). The environment variable
  * PIPIT_BUILD_ID, when set, replaces it (static storage). */
 PIPIT_API const char *pipit_build_id(void);
-/* How the CPU backend multiplies bf16 matrices in this process: "onednn
- * (<oneDNN's implementation>)" where oneDNN has a bf16 matmul for this CPU
- * (AVX512-BF16, AMX), else "avx512bf16" (pipit's vdpbf16ps kernel) or "fp32
- * panels" (PIPIT_BF16_GEMM=onednn|pairs|panels forces one where the CPU
- * can run it). Static storage; for benchmarks and logs. */
+/* How the CPU backend multiplies bf16 matrices in this process: "amx"
+ * (pipit's tile kernel, where the CPU has AMX-BF16 and the OS grants its
+ * tiles), "avx512bf16" (pipit's vdpbf16ps kernel, AVX512-BF16 without
+ * AMX), "onednn (<oneDNN's implementation>)" or "fp32 panels"
+ * (PIPIT_BF16_GEMM=amx|onednn|pairs|panels forces one where the CPU can
+ * run it). Static storage; for benchmarks and logs. */
 PIPIT_API const char *pipit_cpu_bf16_gemm(void);
 /* Which kernels OpenBLAS (the CPU's f32 and f64 GEMMs) runs in this
  * process: its core name ("Haswell", "SkylakeX", ...), which OpenBLAS

@@ -2,7 +2,7 @@
  * gemm_bf16.c — GEMM on bf16 operands, accumulated in fp32 and rounded
  * once per element of C. C is cut into tiles by gemm.c's shape-only rule
  * and tiles are dealt to threads, as for f32; a tile is formed in one of
- * three ways, chosen once per process:
+ * four ways, chosen once per process:
  *   fp32 panels (any CPU): the tile's rows of op(A) and columns of op(B)
  *     are converted to fp32 (exactly) and one single-threaded cblas_sgemm
  *     forms it: bf16 at the fp32 BLAS's speed, less the conversions;
@@ -10,13 +10,16 @@
  *     operands read as bf16 pairs along K and a micro-kernel of vdpbf16ps
  *     (two bf16 products added into an fp32 lane) forms 6 x 64 blocks of
  *     it (gemm_pairs.c);
- *   onednn (the default where oneDNN has an AMX bf16 matmul; chosen too
- *     where it has a bf16 matmul that is not a reference one and the CPU
- *     lacks AVX512-BF16): each tile one single-threaded oneDNN matmul, its
+ *   amx (the default where the CPU has AMX-BF16 and Linux grants the
+ *     process its tiles): TDPBF16PS on the same packed pairs, 32 x 32 of C
+ *     in four accumulator tiles (gemm_amx.c);
+ *   onednn (the default where oneDNN has an AMX bf16 matmul and pipit's
+ *     AMX way cannot run; chosen too where it has a bf16 matmul that is
+ *     not a reference one and the CPU lacks AVX512-BF16): each tile one single-threaded oneDNN matmul, its
  *     primitive cached per tile shape (gemm_onednn.c); the way above that
  *     this CPU has runs the shapes oneDNN lacks.
  * The ways differ in the last bits (their sums run in other orders); none
- * depends on the thread count. PIPIT_BF16_GEMM=onednn|pairs|panels forces
+ * depends on the thread count. PIPIT_BF16_GEMM=amx|onednn|pairs|panels forces
  * one (refused with a line on stderr where the CPU cannot run it). The
  * avx512bf16 kernel is compiled with target attributes, so the build needs
  * no -mavx512* flag; the pair packing around it is tested on every machine
@@ -46,7 +49,9 @@ static int fallback_kind(void) { return pipit__cpu_has_avx512bf16() ? KIND_AVX51
 static _Atomic int said;
 #define SAY(...) (atomic_exchange(&said, 1) ? (void)0 : (void)fprintf(stderr, __VA_ARGS__))
 
-/* The default, by speed: on AVX512-BF16 without AMX, pipit's pairs kernel
+/* The default, by speed: where AMX runs, pipit's AMX tiles (GPT-2 124M's
+ * bf16 step on a 5th-generation Xeon: 808 ms on one core against oneDNN's
+ * tiles' 1003, docs/benchmarks.md §14); on AVX512-BF16 without AMX, pipit's pairs kernel
  * (GPT-2 124M's bf16 step 2-3% faster than through oneDNN's tiles: its
  * GEMMs 0.82-0.95 of the vdpbf16ps peak against oneDNN tiles' 0.80-0.90,
  * docs/benchmarks.md §14); where oneDNN has an AMX kernel, oneDNN (tile

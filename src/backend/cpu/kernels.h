@@ -324,25 +324,26 @@ void pipit__amx_tile(int ta, int tb, int64_t m, int64_t n, int64_t K, const pipi
 /* NULL where this CPU and OS run AMX-BF16 (the process was granted the
  * tile state), else why not. */
 const char *pipit__cpu_amx_why_not(void);
-/* Which bf16 GEMM runs on this CPU: "avx512bf16" (vdpbf16ps, chosen at
- * run time where the CPU has it) or "fp32 panels" (bf16 panels converted
- * to fp32, the fp32 BLAS tiles). PIPIT_BF16_GEMM=panels forces the second.
- * Results differ in the last bits between the two, never between thread
- * counts. */
+/* Which bf16 GEMM runs on this CPU (pipit_cpu_bf16_gemm): "amx",
+ * "avx512bf16", "onednn (...)" or "fp32 panels", chosen at run time by what
+ * the CPU has (gemm_bf16.c). Results differ in the last bits between them,
+ * never between thread counts. */
 const char *pipit__gemm_bf16_kind(void);
 /* Tests: 1 fp32 panels, 2 avx512bf16 (only where the CPU has it), 3 the
  * pair packing with an emulated vdpbf16ps, 4 oneDNN (falls back where
- * pipit__onednn_bf16_why_not() says why); 0 chooses by the CPU again. */
+ * pipit__onednn_bf16_why_not() says why), 5 amx (only where
+ * pipit__cpu_amx_why_not() is NULL), 6 the AMX tiles with an emulated
+ * TDPBF16PS; 0 chooses by the CPU again. */
 void pipit__gemm_bf16_set_kind(int kind);
 /* 1 where that kind is oneDNN (pipit__gemm_bf16 tries pipit__gemm_onednn
  * first), else 0. */
 int pipit__gemm_bf16_onednn(void);
-/* 1 where that kind multiplies bf16 itself (oneDNN, or the pairs kernel on
- * AVX512-BF16), 0 for the fp32 panels and the tests' emulation: the fused
+/* 1 where that kind multiplies bf16 itself (AMX, oneDNN, or the pairs
+ * kernel on AVX512-BF16), 0 for the fp32 panels and the tests' emulation: the fused
  * head's bf16 logits GEMMs ask (head_xent.c). */
 int pipit__gemm_bf16_direct(void);
 /* How pipit__pairs_tile may run here: 1 its vdpbf16ps kernel (the kind is
- * the pairs kernel, or oneDNN on a CPU with AVX512-BF16), 2 its emulated
+ * the pairs kernel, AMX, or oneDNN on a CPU with AVX512-BF16), 2 its emulated
  * instruction (the tests' kind 3), 0 not at all (fp32 panels): bf16
  * attention's products ask (attn_pairs.c). */
 int pipit__gemm_bf16_pairs(void);
