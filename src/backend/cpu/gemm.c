@@ -39,7 +39,9 @@ static int cpu_has_avx512_skx(void);
  * on how many rows the call has, so a batched decode differed from a
  * single one). Where the user set no OPENBLAS_CORETYPE, that fallback is
  * replaced by the newest family this CPU runs, chosen again through
- * OpenBLAS's own start-up (gotoblas_dynamic_init reads the variable). */
+ * OpenBLAS's own start-up (gotoblas_dynamic_init reads the variable),
+ * once, at the CPU backend's first start: before any thread of pipit's
+ * exists or calls BLAS. */
 static const char *const generic_cores[] = {"prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
                                             "katmai", "coppermine", "northwood", "banias", "unknown"};
 

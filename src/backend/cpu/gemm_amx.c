@@ -13,7 +13,9 @@
  * the four accumulator tiles, with two A and two B tiles: four products
  * per four loads. A tile's K is summed in chunks of at most KC pairs
  * (a multiple of 16), column blocks of 64 (B's packing, as in
- * gemm_pairs.c), their halves of 32 columns, and the rows 32 at a time.
+ * gemm_pairs.c), their halves of 32 columns, and the rows 32 at a time;
+ * the sums leave the tiles through memory, and one row group's rounding
+ * runs a few rows a step among the next group's products.
  *
  * Edges: K's last partial step of 16 pairs, and an m that is not a
  * multiple of 16, are read from zero-padded copies (the tail of every row,
@@ -57,6 +59,9 @@
 #define COLS 64   /* a column block: gemm_pairs.c's packing unit */
 #define HALF 32   /* the micro-kernel's columns: two tiles */
 #define STEP 16   /* pairs of K per tile product */
+/* The most pairs of K summed per chunk: a 32-column half of B is then
+ * 128 KB, in L2 while the rows stream past (chunks of 128-384 pairs, B's
+ * half in L1, were slower: the partial sums' traffic cost more). */
 #ifndef KC
 #define KC 1024
 #endif
