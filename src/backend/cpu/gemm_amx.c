@@ -43,9 +43,11 @@
 #include <string.h>
 
 #include "backend/cpu/bf16_avx512.h"
+#include "backend/cpu/gemm_store.h"
 #include "backend/cpu/kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -124,44 +126,17 @@ typedef struct {
 /* rows r0 .. r1 of the sums s ([rows][OUT_LD]) to C */
 static void store_rows_scalar(const amx_out *o, const float *s, int r0, int r1) {
     for (int r = r0; r < r1; r++)
-        for (int j = 0; j < o->cols; j++) {
-            float v = s[r * OUT_LD + j];
-            if (o->c32) {
-                float *c = (float *)o->c + r * o->ldc + j;
-                *c = v + (o->accumulate ? *c : 0.0f);
-                continue;
-            }
-            pipit__bf16 *c = (pipit__bf16 *)o->c + r * o->ldc + j;
-            if (o->bias) v += o->bias[j];
-            if (o->accumulate) v += pipit__bf16_to_f32(*c);
-            *c = pipit__bf16_from_f32(v);
-        }
+        for (int j = 0; j < o->cols; j++)
+            pipit__gemm_store1(o->c, o->ldc, o->c32, o->bias, o->accumulate, r, j, s[r * OUT_LD + j]);
 }
 
 #if AMX_X86
-/* store_rows_scalar's results, 16 columns a vector (pipit__bf16_round16:
- * util/bf16.h's rounding); a whole 16 streamed where o->stream. */
+/* store_rows_scalar's results, 16 columns a vector */
 AVX_TGT static inline __attribute__((always_inline)) void store16(const amx_out *o, const float *s, int64_t r, int q) {
     int w = o->cols - 16 * q;
-    if (w <= 0) return;
-    __mmask16 m = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
-    __m512 v = _mm512_loadu_ps(s + r * OUT_LD + 16 * q);
-    int64_t off = r * o->ldc + 16 * q;
-    if (o->c32) {
-        float *c = (float *)o->c + off;
-        if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
-        if (o->stream && w >= 16) _mm512_stream_ps(c, v);
-        else _mm512_mask_storeu_ps(c, m, v);
-        return;
-    }
-    uint16_t *c = (uint16_t *)o->c + off;
-    if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
-    if (o->accumulate)
-        v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(
-                                 _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
-    __m256i h = pipit__bf16_round16(v);
-    if (o->stream && w >= 16) _mm256_stream_si256((__m256i *)c, h);
-    else _mm256_mask_storeu_epi16(c, m, h);
+    if (w > 0)
+        pipit__gemm_store16(o->c, o->ldc, o->c32, o->bias, o->accumulate, o->stream, r, 16 * q, w,
+                            _mm512_loadu_ps(s + r * OUT_LD + 16 * q));
 }
 
 /* The usual case first, a bf16 C not added into, 32 columns: a row is two
@@ -331,9 +306,8 @@ static const char *amx_why;
 static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
 
 static void amx_probe(void) {
-    unsigned a, b, c, d;
-    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
-    if (!(d >> 24 & 1) || !(d >> 22 & 1)) {
+    unsigned a, b, c, d; /* leaf 7 (checked to exist): EDX bit 22 AMX-BF16, bit 24 AMX-TILE */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 22 & 1)) {
         amx_why = "this CPU has no AMX-BF16";
         return;
     }

@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "backend/cpu/bf16_avx512.h"
+#include "backend/cpu/gemm_store.h"
 #include "backend/cpu/kernels.h"
 
 #define ROWS 6  /* rows of the micro-kernel */
@@ -141,15 +142,7 @@ typedef struct {
 static float bf16_bits_to_f32(uint32_t bits16) { return pipit__bf16_to_f32((pipit__bf16){(uint16_t)bits16}); }
 
 static void out_scalar(const pair_out *o, int64_t r, int64_t j, float v) {
-    if (o->c32) {
-        float *c = (float *)o->c + r * o->ldc + j;
-        *c = v + (o->accumulate ? *c : 0.0f);
-        return;
-    }
-    pipit__bf16 *c = (pipit__bf16 *)o->c + r * o->ldc + j;
-    if (o->bias) v += o->bias[j];
-    if (o->accumulate) v += pipit__bf16_to_f32(*c);
-    *c = pipit__bf16_from_f32(v);
+    pipit__gemm_store1(o->c, o->ldc, o->c32, o->bias, o->accumulate, r, j, v);
 }
 
 /* rows x COLS sums: the pair of op(A) row r at a + r*rs + k*ks (in bf16
@@ -185,31 +178,10 @@ static void kernel_emulated(const uint16_t *a, int64_t rs, int64_t ks, int64_t K
 #define PAIRS_X86 1
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-/* 16 fp32 to bf16: util/bf16.h's rounding (bf16_avx512.h: vcvtneps2bf16,
- * its subnormal lanes rounded by integers) */
-TGT static inline __m256i narrow16(__m512 v) { return pipit__bf16_round16(v); }
-
 /* out_scalar on the 16 columns 16q.. of row r */
 TGT static inline __attribute__((always_inline)) void out16(const pair_out *o, int64_t r, int q, __m512 v) {
     int w = o->cols - 16 * q;
-    if (w <= 0) return;
-    __mmask16 m = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
-    int64_t off = r * o->ldc + 16 * q;
-    if (o->c32) {
-        float *c = (float *)o->c + off;
-        if (o->accumulate) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, c));
-        if (o->stream && w >= 16) _mm512_stream_ps(c, v); /* a whole line */
-        else _mm512_mask_storeu_ps(c, m, v);
-        return;
-    }
-    uint16_t *c = (uint16_t *)o->c + off;
-    if (o->bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, o->bias + 16 * q));
-    if (o->accumulate)
-        v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, c)), 16)));
-    if (o->stream && w >= 16) /* half a line; the other half next */
-        _mm256_stream_si256((__m256i *)c, narrow16(v));
-    else
-        _mm256_mask_storeu_epi16(c, m, narrow16(v));
+    if (w > 0) pipit__gemm_store16(o->c, o->ldc, o->c32, o->bias, o->accumulate, o->stream, r, 16 * q, w, v);
 }
 
 /* Row r's 64 sums in the usual case, a whole block not added into: the
