@@ -50,8 +50,8 @@ static _Atomic int said;
 #define SAY(...) (atomic_exchange(&said, 1) ? (void)0 : (void)fprintf(stderr, __VA_ARGS__))
 
 /* The default, by speed: where AMX runs, pipit's AMX tiles (GPT-2 124M's
- * bf16 step on a 5th-generation Xeon: 808 ms on one core against oneDNN's
- * tiles' 1003, docs/benchmarks.md §14); on AVX512-BF16 without AMX, pipit's pairs kernel
+ * bf16 step on a 5th-generation Xeon: 808 ms on one core against 1003
+ * through oneDNN's tiles, in runs minutes apart, docs/benchmarks.md §14); on AVX512-BF16 without AMX, pipit's pairs kernel
  * (GPT-2 124M's bf16 step 2-3% faster than through oneDNN's tiles: its
  * GEMMs 0.82-0.95 of the vdpbf16ps peak against oneDNN tiles' 0.80-0.90,
  * docs/benchmarks.md §14); where oneDNN has an AMX kernel, oneDNN (tile
