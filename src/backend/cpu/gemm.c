@@ -64,11 +64,21 @@ static void choose_blas_kernels(void) {
     for (size_t i = 0; i < sizeof generic_cores / sizeof generic_cores[0]; i++)
         generic |= strcasecmp(now, generic_cores[i]) == 0;
     void *quit = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"), *init = dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init");
-    if (!generic || !quit || !init) return;
+    void *stop = dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+    if (!generic || !quit || !init || !stop) return;
+    int (*stop_fn)(void);
     void (*quit_fn)(void), (*init_fn)(void);
+    memcpy(&stop_fn, &stop, sizeof stop);
     memcpy(&quit_fn, &quit, sizeof quit);
     memcpy(&init_fn, &init, sizeof init);
     setenv("OPENBLAS_CORETYPE", want, 0);
+    /* OpenBLAS's pool threads, started when it was loaded, run its
+     * start-up themselves on their first buffer (gotoblas_dynamic_init
+     * again): on a busy machine that is still under way now, and the two
+     * start-ups racing on its core pointer crashed a CI run. Joining them
+     * first leaves this thread alone in OpenBLAS; pipit calls it with one
+     * thread, so none is started again. */
+    stop_fn();
     quit_fn();
     init_fn();
 }
