@@ -431,7 +431,7 @@ PIPIT_TEST(blas_kernels_chosen_again_while_its_threads_start) {
             if (pids[i] == 0) {
                 int null = open("/dev/null", O_WRONLY);
                 if (null >= 0) dup2(null, 1), dup2(null, 2);
-                unsetenv("OPENBLAS_CORETYPE"); /* this process's start set it: the child starts as this one did */
+                unsetenv("OPENBLAS_CORETYPE"); /* a start that chooses the kernels again */
                 execl("/proc/self/exe", "pipit_tests", "integrity_crc32c_known_values", (char *)NULL);
                 _exit(4);
             }

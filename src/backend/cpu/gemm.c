@@ -71,7 +71,7 @@ static void choose_blas_kernels(void) {
     memcpy(&stop_fn, &stop, sizeof stop);
     memcpy(&quit_fn, &quit, sizeof quit);
     memcpy(&init_fn, &init, sizeof init);
-    setenv("OPENBLAS_CORETYPE", want, 0);
+    setenv("OPENBLAS_CORETYPE", want, 1);
     /* OpenBLAS's pool threads, started when it was loaded, run its
      * start-up themselves on their first buffer (gotoblas_dynamic_init
      * again): on a busy machine that is still under way now, and the two
@@ -81,6 +81,7 @@ static void choose_blas_kernels(void) {
     stop_fn();
     quit_fn();
     init_fn();
+    unsetenv("OPENBLAS_CORETYPE"); /* read; the process's environment is left as it was */
 }
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
