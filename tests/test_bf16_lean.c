@@ -145,6 +145,30 @@ PIPIT_TEST(bf16_lean_narrow_large_streams_the_same_bits) {
     free(f), free(h);
 }
 
+/* pipit__zero_large: every byte of the range zero and none beside it
+ * touched, at sizes below and above the streaming size, from starts and to
+ * ends off a 32-byte block (memset's result, whichever way it is written). */
+PIPIT_TEST(zero_large_zeroes_exactly_its_bytes) {
+    enum { PAD = 64 };
+    static const size_t sizes[] = {0, 1, 31, 33, 4096 + 7, ((size_t)8 << 20) - 1, ((size_t)8 << 20) + 45};
+    static const size_t offs[] = {0, 1, 17, 32};
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (size_t oi = 0; oi < sizeof offs / sizeof offs[0]; oi++) {
+            size_t n = sizes[si], off = offs[oi], total = n + off + 2 * PAD;
+            unsigned char *buf = malloc(total);
+            ASSERT_TRUE(buf != NULL);
+            memset(buf, 0xa5, total);
+            pipit__zero_large(buf + PAD + off, n);
+            size_t bad = 0;
+            for (size_t i = 0; i < total; i++) {
+                int in = i >= PAD + off && i < PAD + off + n;
+                bad += buf[i] != (in ? 0 : 0xa5);
+            }
+            if (bad) PIPIT_FAIL_("size %zu at offset %zu: %zu bytes wrong", n, off, bad);
+            free(buf);
+        }
+}
+
 /* ------------------------------------------------------------ the panels GEMM */
 
 typedef struct {

@@ -266,6 +266,9 @@ int64_t pipit__scale_narrow_bf16_wide(pipit__bf16 *out, const float *kept, float
 int64_t pipit__maxv_bf16_wide(const pipit__bf16 *x, int64_t n, float acc[8]);
 int64_t pipit__sum_rows_bf16_wide(const pipit__bf16 *x, int64_t rows, int64_t C, int64_t w, double *acc);
 void pipit__bf16_stream_fence(void);
+/* memset(p, 0, bytes); 8 MB or more written past the caches where the CPU
+ * has AVX2 (kernels_bf16.c, beside the other streaming stores). */
+void pipit__zero_large(void *p, size_t bytes);
 /* out [n] = x [n] converted from dtype xdt to dtype odt (f32, f64, bf16),
  * rounded to nearest even (from f64 to bf16 correctly, in one rounding). */
 void pipit__convert(void *out, pipit_dtype odt, const void *x, pipit_dtype xdt, int64_t n, int ith, int nth);

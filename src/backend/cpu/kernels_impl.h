@@ -857,7 +857,7 @@ static void LOC(embed_dtable_off)(T *dtable, const int32_t *idx, const T *dout, 
                                   int64_t off, int ith, int nth) {
     int64_t lo, hi;
     pipit__range(V, ith, nth, &lo, &hi);
-    if (hi > lo) memset(dtable + lo * C, 0, (size_t)((hi - lo) * C) * sizeof(T));
+    if (hi > lo) pipit__zero_large(dtable + lo * C, (size_t)((hi - lo) * C) * sizeof(T)); /* 154 MB at GPT-2 */
     for (int64_t i = 0; i < n; i++) {
         int64_t v = (int64_t)idx[i] - off;
         if (v < lo || v >= hi) continue;
