@@ -76,8 +76,9 @@ static void choose_blas_kernels(void) {
      * start-up themselves on their first buffer (gotoblas_dynamic_init
      * again): on a busy machine that is still under way now, and the two
      * start-ups racing on its core pointer crashed a CI run. Joining them
-     * first leaves this thread alone in OpenBLAS; pipit calls it with one
-     * thread, so none is started again. */
+     * first leaves this thread alone in OpenBLAS (the pool that
+     * openblas_set_num_threads starts again later finds it done, and
+     * never gets work: pipit calls OpenBLAS with one thread). */
     stop_fn();
     quit_fn();
     init_fn();
