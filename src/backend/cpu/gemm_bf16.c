@@ -15,9 +15,10 @@
  *     in four accumulator tiles (gemm_amx.c);
  *   onednn (the default where oneDNN has an AMX bf16 matmul and pipit's
  *     AMX way cannot run; chosen too where it has a bf16 matmul that is
- *     not a reference one and the CPU lacks AVX512-BF16): each tile one single-threaded oneDNN matmul, its
- *     primitive cached per tile shape (gemm_onednn.c); the way above that
- *     this CPU has runs the shapes oneDNN lacks.
+ *     not a reference one and the CPU lacks AVX512-BF16): each tile one
+ *     single-threaded oneDNN matmul, its primitive cached per tile shape
+ *     (gemm_onednn.c); the way above that this CPU has runs the shapes
+ *     oneDNN lacks.
  * The ways differ in the last bits (their sums run in other orders); none
  * depends on the thread count. PIPIT_BF16_GEMM=amx|onednn|pairs|panels forces
  * one (refused with a line on stderr where the CPU cannot run it). The
@@ -51,12 +52,13 @@ static _Atomic int said;
 
 /* The default, by speed: where AMX runs, pipit's AMX tiles (GPT-2 124M's
  * bf16 step on a 5th-generation Xeon: 808 ms on one core against 1003
- * through oneDNN's tiles, in runs minutes apart, docs/benchmarks.md §14); on AVX512-BF16 without AMX, pipit's pairs kernel
- * (GPT-2 124M's bf16 step 2-3% faster than through oneDNN's tiles: its
- * GEMMs 0.82-0.95 of the vdpbf16ps peak against oneDNN tiles' 0.80-0.90,
- * docs/benchmarks.md §14); where oneDNN has an AMX kernel, oneDNN (tile
- * matrix multiply: several times vdpbf16ps's rate); otherwise oneDNN where
- * it has a bf16 matmul that is not a reference one, else fp32 panels. */
+ * through oneDNN's tiles, in runs minutes apart, docs/benchmarks.md §14);
+ * on AVX512-BF16 without AMX, pipit's pairs kernel (GPT-2 124M's bf16 step
+ * 2-3% faster than through oneDNN's tiles: its GEMMs 0.82-0.95 of the
+ * vdpbf16ps peak against oneDNN tiles' 0.80-0.90, docs/benchmarks.md §14);
+ * where oneDNN has an AMX kernel and pipit's cannot run (the OS refused
+ * pipit's probe the tiles, or no AVX512-BF16 for its rounding), oneDNN; otherwise oneDNN where it
+ * has a bf16 matmul that is not a reference one, else fp32 panels. */
 static int default_kind(const char *why_not_onednn) {
     if (!pipit__cpu_amx_why_not()) return KIND_AMX;
     const char *impl = why_not_onednn ? NULL : pipit__onednn_bf16_impl();
@@ -65,7 +67,7 @@ static int default_kind(const char *why_not_onednn) {
     return why_not_onednn ? KIND_PANELS : KIND_ONEDNN;
 }
 
-/* The default kind, or the one PIPIT_BF16_GEMM=onednn|pairs|panels forces
+/* The default kind, or the one PIPIT_BF16_GEMM=amx|onednn|pairs|panels forces
  * (refused, with a line on stderr, where this CPU cannot run it). */
 static int kind_of_cpu(void) {
     const char *e = getenv("PIPIT_BF16_GEMM");
