@@ -57,6 +57,8 @@ static const char *better_core(void) {
     return NULL;
 }
 
+static int chosen_again;
+
 static void choose_blas_kernels(void) {
     const char *now = openblas_get_corename(), *want = better_core();
     if (getenv("OPENBLAS_CORETYPE") || !now || !want) return;
@@ -83,9 +85,15 @@ static void choose_blas_kernels(void) {
     quit_fn();
     init_fn();
     unsetenv("OPENBLAS_CORETYPE"); /* read; the process's environment is left as it was */
+    chosen_again = 1;
 }
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+int pipit__blas_chosen_again(void) {
+    pthread_once(&blas_once, choose_blas_kernels);
+    return chosen_again;
+}
 
 void pipit__gemm_init(void) {
     pthread_once(&blas_once, choose_blas_kernels);

@@ -25,6 +25,9 @@
  * single-threaded, since pipit parallelises GEMMs itself by a shape-only
  * split (see gemm.c). */
 void pipit__gemm_init(void);
+/* 1 where that start chose OpenBLAS's kernels again (it had fallen back to
+ * its generic ones for a CPU it does not know), else 0 (tests). */
+int pipit__blas_chosen_again(void);
 
 /* The GEMM tile rule, exposed for tests and benchmarks: C [M,N] is cut into
  * tiles of *mt rows by *nt columns (the last ones smaller), from (M,N,K) only. */
