@@ -467,14 +467,14 @@ PIPIT_TEST(bf16_pairs_rounding_is_the_emulation_bit_for_bit) {
     pipit__gemm_bf16_set_kind(0);
 }
 
-/* A result of 32 MiB or more is written with streaming stores (around the
- * caches; gemm_bf16.c's STREAM_BYTES): the same bits as the same rows
- * computed 64 at a time (small results, ordinary stores), bf16 and fp32,
- * on one and two threads (each tile ends with a store fence before the
- * pool's barrier); a row stride that is not whole lines takes the
- * ordinary stores, and a row past the result stays untouched. */
-static int64_t streamed_vs_blocks(int c32, int64_t ldc, int nth) {
-    const int64_t M = 2048, N = c32 ? 4096 : 8192, K = 6;
+/* A large result is written with streaming stores (around the caches;
+ * gemm_bf16.c: a bf16 C from 32 MiB, an fp32 C from 2 MiB): the same bits
+ * as the same rows computed 64 at a time (small results, ordinary stores),
+ * bf16 and fp32, on one and two threads (each tile ends with a store fence
+ * before the pool's barrier); a row stride that is not whole lines takes
+ * the ordinary stores, and a row past the result stays untouched. */
+static int64_t streamed_vs_blocks(int64_t M, int64_t N, int c32, int64_t ldc, int nth) {
+    const int64_t K = 6;
     pipit__bf16 *A = malloc(sizeof *A * (size_t)(M * K)), *B = malloc(sizeof *B * (size_t)(K * N));
     size_t es = c32 ? 4 : 2, bytes = (size_t)((M + 1) * ldc) * es;
     char *big = pipit__malloc_aligned(bytes), *blk = pipit__malloc_aligned(bytes);
@@ -496,14 +496,24 @@ static int64_t streamed_vs_blocks(int c32, int64_t ldc, int nth) {
     return diff;
 }
 
+/* kind: 2 the pairs kernel, 5 the AMX one (the ways that stream) */
+static void check_streams(int kind) {
+    pipit__gemm_bf16_set_kind(kind);
+    ASSERT_EQ_I64(streamed_vs_blocks(2048, 8192, 0, 8192, 1), 0); /* bf16, 32 MiB */
+    ASSERT_EQ_I64(streamed_vs_blocks(2048, 8192, 0, 8192, 2), 0);
+    ASSERT_EQ_I64(streamed_vs_blocks(2048, 4096, 1, 4096, 2), 0); /* fp32, 32 MiB */
+    ASSERT_EQ_I64(streamed_vs_blocks(512, 1056, 1, 1056, 1), 0); /* fp32, 2.1 MiB: a weight gradient's size */
+    ASSERT_EQ_I64(streamed_vs_blocks(512, 1056, 1, 1056, 2), 0);
+    ASSERT_EQ_I64(streamed_vs_blocks(512, 1050, 1, 1051, 1), 0); /* rows not whole lines: ordinary stores */
+    ASSERT_EQ_I64(streamed_vs_blocks(2048, 8192, 0, 8195, 1), 0);
+    pipit__gemm_bf16_set_kind(0);
+}
+
 PIPIT_TEST(bf16_gemm_streams_large_results) {
     if (no_pairs_kernel("no streaming stores to check")) return;
-    pipit__gemm_bf16_set_kind(2);
-    ASSERT_EQ_I64(streamed_vs_blocks(0, 8192, 1), 0);
-    ASSERT_EQ_I64(streamed_vs_blocks(0, 8192, 2), 0);
-    ASSERT_EQ_I64(streamed_vs_blocks(1, 4096, 2), 0);
-    ASSERT_EQ_I64(streamed_vs_blocks(0, 8195, 1), 0); /* rows not whole lines: ordinary stores */
-    pipit__gemm_bf16_set_kind(0);
+    check_streams(2);
+    if (pipit__cpu_amx_why_not()) printf("AMX's streaming stores not checked: %s\n", pipit__cpu_amx_why_not());
+    else check_streams(5);
 }
 
 /* ------------------------------------------------------------ a model */

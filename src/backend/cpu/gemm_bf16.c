@@ -274,7 +274,18 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
 
 /* ------------------------------------------------------------ the GEMM */
 
-#define STREAM_BYTES ((uint64_t)32 << 20) /* the L3 of a Zen 5 CCD */
+/* From how many bytes a C is written around the caches (streaming stores:
+ * no read for ownership of its lines, and they do not evict what the next
+ * ops read). A bf16 C is an activation or its gradient, read by the next
+ * op: streamed only beyond STREAM_BYTES, the L3 of a Zen 5 CCD (the LM
+ * head's outputs). An fp32 C is, in a bf16 step, a weight's gradient, read
+ * first by the post-loop after the whole backward (an fp32 program's GEMMs
+ * are OpenBLAS's): streamed beyond STREAM_BYTES_F32, an L2. Into lines the
+ * step had long evicted, the write-allocate reads stalled the stores:
+ * GPT-2 124M's fc dW (9.4 MB) took 3.5 ms, 1.25 ms streamed; the bf16
+ * step's GEMMs 333 -> 232 ms on one core (docs/benchmarks.md §14). */
+#define STREAM_BYTES ((uint64_t)32 << 20)
+#define STREAM_BYTES_F32 ((uint64_t)2 << 20)
 
 /* The pairs kernel's tiles where op(A) = A^T (weight gradients): no bit
  * of it depends on the tiles, so they are cut for its packing, not by
@@ -317,9 +328,8 @@ static void gemm_bf16(int trans_a, int trans_b, int64_t batch, int64_t M, int64_
     int amx = kind == KIND_AMX || kind == KIND_AMX_EMULATED;
     if (kind != KIND_PANELS && trans_a) pairs_tiles_ta(M, N, K, nth, amx ? 32 : 6, &mt, &nt, &tn, &tiles);
     int64_t Kp = PIPIT_MAX(K, 1);
-    /* a C larger than STREAM_BYTES written around the caches: its write-allocate reads cost the LM head's dW (77 MB
-     * of bf16) ~3 % on one core, and no cache keeps it for its next reader */
-    int stream = !accumulate && (uint64_t)batch * (uint64_t)M * (uint64_t)N * (c32 ? 4u : 2u) >= STREAM_BYTES;
+    uint64_t c_bytes = (uint64_t)batch * (uint64_t)M * (uint64_t)N * (c32 ? 4u : 2u);
+    int stream = !accumulate && c_bytes >= (c32 ? STREAM_BYTES_F32 : STREAM_BYTES);
     size_t bytes = kind == KIND_PANELS ? (size_t)(mt * Kp + Kp * nt + mt * nt) * 4
                    : amx               ? pipit__amx_scratch_bytes(trans_a, trans_b, mt, nt, K)
                                        : pipit__pairs_scratch_bytes(trans_a, trans_b, mt, nt, K);
