@@ -54,6 +54,7 @@
 #define AMX_X86 1
 #define AMX_TGT __attribute__((target("amx-tile,amx-bf16")))
 #define AVX_TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define PFW_TGT __attribute__((target("prfchw")))
 #else
 #define AMX_X86 0
 #endif
@@ -183,6 +184,11 @@ typedef struct {
     float *part, *out;
     const amx_out *pend;
     const float *pend_s;
+    /* C's lines this call's sums go to, fetched for writing among its
+     * products (NULL: none): rows of bytes from pf, pf_ld apart */
+    const char *pf;
+    int64_t pf_ld;
+    int pf_rows, pf_bytes;
 } amx_job;
 
 static const char *a_step(const amx_job *j, int g, int64_t s, int64_t *stride) {
@@ -244,6 +250,17 @@ AMX_TGT static void tiles_begin(void) {
 
 AMX_TGT static void tiles_end(void) { _tile_release(); }
 
+/* The lines of rows r0 .. r1 of C's part that j's sums go to, for writing
+ * (PREFETCHW): where C's lines were evicted since their last use (a
+ * gradient accumulated microbatch after microbatch, an activation in the
+ * arena), the epilogue's loads and stores wait for them otherwise. */
+PFW_TGT static void fetch_c_rows(const amx_job *j, int r0, int r1) {
+    for (int r = r0; r < r1; r++) {
+        uintptr_t a = (uintptr_t)(j->pf + r * j->pf_ld), end = a + (uintptr_t)j->pf_bytes;
+        for (a &= ~(uintptr_t)63; a < end; a += 64) __builtin_prefetch((const void *)a, 1, 3);
+    }
+}
+
 AMX_TGT static inline __attribute__((always_inline)) void run_groups(const amx_job *j, int G) {
     if (j->first) {
         _tile_zero(0);
@@ -262,6 +279,7 @@ AMX_TGT static inline __attribute__((always_inline)) void run_groups(const amx_j
     }
     const char *b = j->b;
     int per = j->pend ? (int)((j->pend_rows + j->steps - 1) / j->steps) : 0, done = 0; /* pending rows a step */
+    int pf_per = (int)((j->pf_rows + j->steps - 1) / j->steps), pf_done = 0; /* C's rows fetched a step */
     for (int64_t s = 0; s < j->steps; s++, b += STEP * j->sb) {
         int64_t s0, s1;
         const char *a0 = a_step(j, 0, s, &s0);
@@ -280,6 +298,11 @@ AMX_TGT static inline __attribute__((always_inline)) void run_groups(const amx_j
             int r1 = done + per < j->pend_rows ? done + per : j->pend_rows;
             store_rows_avx512(j->pend, j->pend_s, done, r1);
             done = r1;
+        }
+        if (pf_done < j->pf_rows) {
+            int r1 = pf_done + pf_per < j->pf_rows ? pf_done + pf_per : j->pf_rows;
+            fetch_c_rows(j, pf_done, r1);
+            pf_done = r1;
         }
     }
     if (done < j->pend_rows) store_rows_avx512(j->pend, j->pend_s, done, j->pend_rows);
@@ -432,6 +455,11 @@ static void run_half(const a_side *as, amx_job *jb, const amx_out *o, void *c, i
         if (jb->groups == 2) group_of(as, i + STEP, 1, jb);
         jb->part = part + i * COLS;
         jb->out = out + t * 2 * STEP * OUT_LD;
+        jb->pf = NULL, jb->pf_rows = 0;
+        if (jb->last && !o->stream) { /* streamed lines are written whole, unread */
+            jb->pf = (const char *)c + (size_t)(i * ldc + j0) * ec, jb->pf_ld = ldc * (int64_t)ec;
+            jb->pf_rows = (int)PIPIT_MIN(2 * STEP, m - i), jb->pf_bytes = o->cols * (int)ec;
+        }
         run_job(jb, amx);
         if (!jb->last) continue;
         prev.c = (char *)c + (size_t)(i * ldc + j0) * ec;
