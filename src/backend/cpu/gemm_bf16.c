@@ -283,7 +283,7 @@ static void gemm_panels(int ta, int tb, int64_t batch, int64_t M, int64_t N, int
  * are OpenBLAS's): streamed beyond STREAM_BYTES_F32, an L2. Into lines the
  * step had long evicted, the write-allocate reads stalled the stores:
  * GPT-2 124M's fc dW (9.4 MB) took 3.5 ms, 1.25 ms streamed; the bf16
- * step's GEMMs 333 -> 232 ms on one core (docs/benchmarks.md §14). */
+ * step's GEMMs 332 -> 227 ms on one core (docs/benchmarks.md §14). */
 #define STREAM_BYTES ((uint64_t)32 << 20)
 #define STREAM_BYTES_F32 ((uint64_t)2 << 20)
 
