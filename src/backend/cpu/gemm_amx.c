@@ -15,7 +15,9 @@
  * (a multiple of 16), column blocks of 64 (B's packing, as in
  * gemm_pairs.c), their halves of 32 columns, and the rows 32 at a time;
  * the sums leave the tiles through memory, and one row group's rounding
- * runs a few rows a step among the next group's products.
+ * runs a few rows a step among the next group's products; the lines of C
+ * a group's sums go to are fetched for writing among that group's own
+ * products (unless C is streamed: evicted lines stalled the epilogue).
  *
  * Edges: K's last partial step of 16 pairs, and an m that is not a
  * multiple of 16, are read from zero-padded copies (the tail of every row,

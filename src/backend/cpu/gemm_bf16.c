@@ -57,8 +57,9 @@ static _Atomic int said;
  * 2-3% faster than through oneDNN's tiles: its GEMMs 0.82-0.95 of the
  * vdpbf16ps peak against oneDNN tiles' 0.80-0.90, docs/benchmarks.md §14);
  * where oneDNN has an AMX kernel and pipit's cannot run (the OS refused
- * pipit's probe the tiles, or no AVX512-BF16 for its rounding), oneDNN; otherwise oneDNN where it
- * has a bf16 matmul that is not a reference one, else fp32 panels. */
+ * pipit the tiles, or no AVX512-BF16 for its rounding), oneDNN; otherwise
+ * oneDNN where it has a bf16 matmul that is not a reference one, else fp32
+ * panels. */
 static int default_kind(const char *why_not_onednn) {
     if (!pipit__cpu_amx_why_not()) return KIND_AMX;
     const char *impl = why_not_onednn ? NULL : pipit__onednn_bf16_impl();
